@@ -1,0 +1,65 @@
+"""Types that cross the kubelet boundary: claim references and per-claim results.
+
+``kubeletplugin/`` converts generated protobuf messages to and from these, so the domain
+core never sees protobuf types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRef:
+    """What the kubelet sends for one claim: namespace, UID and name (all required)."""
+
+    namespace: str
+    uid: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedDevice:
+    """One prepared device of a claim, as returned to the kubelet."""
+
+    request_names: tuple[str, ...]
+    pool: str
+    device: str
+    cdi_device_ids: tuple[str, ...]
+    share_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimResult:
+    """The outcome for one claim: devices, or a non-empty error (never both)."""
+
+    devices: tuple[PreparedDevice, ...] = ()
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceHealthReport:
+    """Health of one published device, for the kubelet's DRA health stream."""
+
+    pool: str
+    device: str
+    healthy: bool | None  # None = unknown
+    message: str = ""
+
+
+class ClaimPreparer(Protocol):
+    """What the kubelet face calls. One result per claim UID, always; never raises for one bad claim."""
+
+    def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, ClaimResult]: ...
+
+    def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
+        """Return claim UID -> error text ("" on success). Unknown claims succeed."""
+        ...
+
+
+class HealthSource(Protocol):
+    """Current health of every published device (the full set each time)."""
+
+    def device_health(self) -> list[DeviceHealthReport]: ...

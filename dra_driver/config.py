@@ -1,0 +1,212 @@
+"""One configuration object, built once per process from flags and their ``FLEXNPU_…`` twins.
+
+Precedence: command-line flag > environment variable > default. After :func:`from_args`
+returns, nothing in the driver reads ``os.environ`` for configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.errors import ErrorCode, InvalidInput
+
+
+@dataclass(frozen=True, slots=True)
+class Flag:
+    name: str  # without leading dashes
+    default: str | None
+    help: str
+    kind: type = str
+
+    @property
+    def env(self) -> str:
+        return "FLEXNPU_" + self.name.upper().replace("-", "_")
+
+    @property
+    def dest(self) -> str:
+        return self.name.replace("-", "_")
+
+
+PLUGIN_FLAGS: tuple[Flag, ...] = (
+    Flag("node-name", None, "Kubernetes node name (required; usually from the downward API)"),
+    Flag("kubeconfig", None, "path to a kubeconfig; in-cluster config when absent"),
+    Flag("driver-name", DEFAULT_DRIVER_NAME, "DRA driver name published in slices and registration"),
+    Flag("inventory", None, "emulated inventory file (YAML/JSON); when absent, discover with npu-smi"),
+    Flag("npu-smi", "npu-smi", "npu-smi executable used when no --inventory is given"),
+    Flag("kubelet-registry-dir", "/var/lib/kubelet/plugins_registry", "kubelet plugin watcher dir"),
+    Flag("kubelet-plugins-dir", "/var/lib/kubelet/plugins", "parent of the per-driver DRA socket dir"),
+    Flag("state-dir", "/var/lib/flexnpu", "checkpoint directory (persistent)"),
+    Flag("run-dir", "/var/run/flexnpu", "per-claim config and daemon socket directory (tmpfs)"),
+    Flag("shm-dir", "/dev/shm/flexnpu", "parent of per-claim shared-memory directories"),
+    Flag("cdi-dir", "/var/run/cdi", "directory for transient CDI specs"),
+    Flag(
+        "device-root", "/", "prefix for device nodes and driver paths (an emulated node points at a temp dir)"
+    ),
+    Flag("cdi-kind", "flexnpu.io/vnpu", "CDI kind (vendor/class) of the specs this driver writes"),
+    Flag("default-mode", "whole", "how dies are handed out when not configured per die: whole|soft|hard"),
+    Flag("log-level", "INFO", "log level"),
+    Flag("log-json", "false", "log JSON lines instead of text (true|false)"),
+    Flag("slice-resync-seconds", "600", "periodic full slice resync, in seconds (0 = only on watch events)"),
+    Flag("pod-uid", None, "plugin pod UID; enables unique sockets for rolling updates"),
+    Flag("metrics-port", "-1", "Prometheus metrics port (negative = disabled)"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Paths:
+    kubelet_registry_dir: Path
+    kubelet_plugins_dir: Path
+    state_dir: Path
+    run_dir: Path
+    shm_dir: Path
+    cdi_dir: Path
+    device_root: Path
+
+    @property
+    def checkpoint_file(self) -> Path:
+        return self.state_dir / "checkpoint.json"
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    node_name: str
+    driver_name: str
+    kubeconfig: str | None
+    inventory: Path | None
+    npu_smi: str
+    paths: Paths
+    cdi_kind: str
+    default_mode: str
+    log_level: str
+    log_json: bool
+    slice_resync_seconds: float
+    pod_uid: str | None = None
+    metrics_port: int = -1
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def plugin_dir(self) -> Path:
+        return self.paths.kubelet_plugins_dir / self.driver_name
+
+    @property
+    def dra_socket(self) -> Path:
+        name = f"dra-{self.pod_uid}.sock" if self.pod_uid else "dra.sock"
+        return self.plugin_dir / name
+
+    @property
+    def registration_socket(self) -> Path:
+        name = (
+            f"{self.driver_name}-{self.pod_uid}-reg.sock" if self.pod_uid else f"{self.driver_name}-reg.sock"
+        )
+        return self.paths.kubelet_registry_dir / name
+
+    @property
+    def pool_name(self) -> str:
+        return self.node_name
+
+
+def add_flags(parser: argparse.ArgumentParser, flags: Sequence[Flag] = PLUGIN_FLAGS) -> None:
+    """Add each flag; the help text names its environment twin and default."""
+    for f in flags:
+        parser.add_argument(
+            f"--{f.name}",
+            dest=f.dest,
+            default=None,
+            help=f"{f.help} (env {f.env}; default {f.default!r})",
+        )
+
+
+def resolve(
+    ns: argparse.Namespace, env: Mapping[str, str], flags: Sequence[Flag] = PLUGIN_FLAGS
+) -> dict[str, str | None]:
+    """flag > environment > default, for every flag."""
+    out: dict[str, str | None] = {}
+    for f in flags:
+        value = getattr(ns, f.dest, None)
+        if value is None:
+            value = env.get(f.env)
+        if value is None:
+            value = f.default
+        out[f.dest] = value
+    return out
+
+
+def _bool(name: str, value: str | None) -> bool:
+    v = (value or "").strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("", "0", "false", "no", "off"):
+        return False
+    raise InvalidInput(f"expected true or false, got {value!r}", code=ErrorCode.INVALID_CONFIG, field=name)
+
+
+def _number(name: str, value: str | None) -> float:
+    try:
+        return float(value or "0")
+    except ValueError:
+        raise InvalidInput(
+            f"expected a number, got {value!r}", code=ErrorCode.INVALID_CONFIG, field=name
+        ) from None
+
+
+def from_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> Config:
+    """Parse plugin flags (with environment twins) into a validated :class:`Config`."""
+    parser = argparse.ArgumentParser(prog="flexnpu-dra plugin")
+    add_flags(parser)
+    ns = parser.parse_args(argv)
+    return build(resolve(ns, os.environ if env is None else env))
+
+
+def build(values: Mapping[str, str | None]) -> Config:
+    node = values.get("node_name")
+    if not node:
+        raise InvalidInput(
+            "a node name is required (--node-name or FLEXNPU_NODE_NAME)",
+            code=ErrorCode.INVALID_CONFIG,
+            field="node-name",
+        )
+    mode = values.get("default_mode") or "whole"
+    if mode not in ("whole", "soft", "hard"):
+        raise InvalidInput(
+            f"unknown mode {mode!r}; use whole, soft or hard",
+            code=ErrorCode.INVALID_CONFIG,
+            field="default-mode",
+        )
+
+    def path(key: str) -> Path:
+        raw = values.get(key)
+        assert raw is not None
+        p = Path(raw)
+        if not p.is_absolute():
+            p = Path.cwd() / p
+        return p
+
+    inventory = values.get("inventory")
+    return Config(
+        node_name=node,
+        driver_name=values.get("driver_name") or DEFAULT_DRIVER_NAME,
+        kubeconfig=values.get("kubeconfig") or None,
+        inventory=Path(inventory).absolute() if inventory else None,
+        npu_smi=values.get("npu_smi") or "npu-smi",
+        paths=Paths(
+            kubelet_registry_dir=path("kubelet_registry_dir"),
+            kubelet_plugins_dir=path("kubelet_plugins_dir"),
+            state_dir=path("state_dir"),
+            run_dir=path("run_dir"),
+            shm_dir=path("shm_dir"),
+            cdi_dir=path("cdi_dir"),
+            device_root=path("device_root"),
+        ),
+        cdi_kind=values.get("cdi_kind") or "flexnpu.io/vnpu",
+        default_mode=mode,
+        log_level=values.get("log_level") or "INFO",
+        log_json=_bool("log-json", values.get("log_json")),
+        slice_resync_seconds=_number("slice-resync-seconds", values.get("slice_resync_seconds")),
+        pod_uid=values.get("pod_uid") or None,
+        metrics_port=int(_number("metrics-port", values.get("metrics_port"))),
+    )

@@ -1,0 +1,157 @@
+"""The device model: Ascend chips, their dies, and the facts per chip model.
+
+Pure data. Discovery backends (``dra_driver.discovery``) produce an :class:`Inventory`;
+the slice builder, the planner and the CDI writer consume it. Nothing here touches the world.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+MIB = 1024 * 1024
+GIB = 1024 * MIB
+
+VDIE_RE = re.compile(r"^[0-9A-F]{8}(-[0-9A-F]{8}){4}$")
+PCI_BUS_RE = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+
+
+class Health(StrEnum):
+    HEALTHY = "Healthy"
+    UNHEALTHY = "Unhealthy"
+    UNKNOWN = "Unknown"
+
+
+class DieMode(StrEnum):
+    """How a die is handed out (see design.md, device model)."""
+
+    WHOLE = "whole"
+    SOFT = "soft"
+    HARD = "hard"
+
+
+@dataclass(frozen=True, slots=True)
+class ChipModel:
+    """Published facts for one Ascend chip model (ascend-npu.md §1.2)."""
+
+    name: str  # npu-smi "Name" / Chip Name, e.g. "910B3"
+    generation: str  # "A2", "A3", "inference", "A1"
+    dies_per_chip: int
+    memory_mib: int  # per die
+    aicore: int  # per die
+    aicpu: int
+    vector_cores: int
+    memory_kind: str  # "HBM" or "DDR"
+    templates: tuple[str, ...] = ()  # HDK hard-split templates
+
+    def soc_name(self, npu_name: str = "") -> str:
+        """SoC name: ``Ascend`` + chip name (A2/310P), ``<chip>_<npu name>`` on A3."""
+        if self.generation == "A3":
+            return f"Ascend910_{npu_name}" if npu_name else "Ascend910_93"
+        return f"Ascend{self.name}"
+
+
+# Figures from shared/reference/ascend-npu.md §1.2 and §2.
+CHIP_MODELS: dict[str, ChipModel] = {
+    m.name: m
+    for m in (
+        ChipModel("910B1", "A2", 1, 65536, 24, 6, 48, "HBM", ("vir06_1c_16g", "vir12_3c_32g")),
+        ChipModel("910B2", "A2", 1, 65536, 24, 6, 48, "HBM", ("vir06_1c_16g", "vir12_3c_32g")),
+        ChipModel("910B2C", "A2", 1, 65536, 24, 6, 48, "HBM", ("vir06_1c_16g", "vir12_3c_32g")),
+        ChipModel("910B3", "A2", 1, 65536, 20, 7, 40, "HBM", ("vir05_1c_16g", "vir10_3c_32g")),
+        ChipModel(
+            "910B4",
+            "A2",
+            1,
+            32768,
+            20,
+            7,
+            40,
+            "HBM",
+            ("vir05_1c_8g", "vir10_3c_16g", "vir10_3c_16g_nm", "vir10_4c_16g_m"),
+        ),
+        # Atlas A3 (910_93): two dies per chip, 64 GB HBM per die; 24 AI cores per die (training).
+        ChipModel("Ascend910", "A3", 2, 65536, 24, 7, 48, "HBM", ("vir06_1c_16g", "vir12_3c_32g")),
+        ChipModel(
+            "310P3",
+            "inference",
+            1,
+            21527,
+            8,
+            7,
+            7,
+            "DDR",
+            ("vir01", "vir02", "vir04", "vir02_1c", "vir04_3c", "vir04_3c_ndvpp", "vir04_4c_dvpp"),
+        ),
+    )
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Die:
+    """One die: the unit this driver publishes as a DRA device.
+
+    An A2 or 310P chip has one die; an A3 chip has two, each with its own physical ID,
+    PCI bus ID and memory. ``phy_id`` is N in ``/dev/davinciN`` and unique per node.
+    """
+
+    vdie_id: str
+    model: str
+    card_id: int
+    chip_id: int
+    phy_id: int
+    logic_id: int
+    pci_bus_id: str
+    numa_node: int
+    memory_mib: int
+    aicore: int
+    aicpu: int
+    health: Health = Health.HEALTHY
+    die_index: int = 0
+    npu_name: str = ""
+
+    @property
+    def chip_model(self) -> ChipModel:
+        return CHIP_MODELS[self.model]
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.memory_mib * MIB
+
+    @property
+    def device_node(self) -> str:
+        return f"/dev/davinci{self.phy_id}"
+
+    @property
+    def whole_device_name(self) -> str:
+        """DRA device name of the whole die (a DNS label, stable per physical ID)."""
+        return f"npu-{self.phy_id}"
+
+    @property
+    def soft_device_name(self) -> str:
+        """DRA device name of the soft-split (shareable) view of the die."""
+        return f"vnpu-{self.phy_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class Inventory:
+    """What discovery found on a node: dies plus node-wide driver facts."""
+
+    dies: tuple[Die, ...]
+    driver_version: str = ""
+    firmware_version: str = ""
+    source: str = ""  # "emulated:<path>" or "npu-smi"
+    die_modes: dict[int, DieMode] = field(default_factory=dict)  # per phy_id override
+
+    def by_device_name(self, name: str) -> Die | None:
+        for die in self.dies:
+            if name in (die.whole_device_name, die.soft_device_name):
+                return die
+        return None
+
+    def by_phy_id(self, phy_id: int) -> Die | None:
+        for die in self.dies:
+            if die.phy_id == phy_id:
+                return die
+        return None

@@ -1,0 +1,94 @@
+"""One exception hierarchy for the whole driver, with stable codes.
+
+Every error names the claim (UID) and the field it is about, when there is one::
+
+    FlexNPUError(message, code=..., claim_uid=..., field=...)
+    ├── InvalidInput    permanent: bad claim, opaque config, spec, message, inventory or file
+    ├── Unavailable     retry later: API conflict or outage, daemon busy, socket down
+    └── StateError      the checkpoint, registry or node disagrees with the request
+
+Outside libraries' exceptions (grpc, kubernetes, pyroute2, OSError) are translated into
+these at one boundary each, with ``raise ... from exc``.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ErrorCode(StrEnum):
+    """Stable machine-readable error codes (they appear in logs, events and claim conditions)."""
+
+    INVALID_ARGUMENT = "InvalidArgument"
+    CLAIM_NOT_ALLOCATED = "ClaimNotAllocated"
+    CLAIM_REPLACED = "ClaimReplaced"
+    CLAIM_NOT_FOUND = "ClaimNotFound"
+    DEVICE_NOT_FOUND = "DeviceNotFound"
+    DEVICE_BUSY = "DeviceBusy"
+    INVALID_INVENTORY = "InvalidInventory"
+    INVALID_NPU_SMI = "InvalidNpuSmiOutput"
+    INVALID_CONFIG = "InvalidConfig"
+    INVALID_OPAQUE_CONFIG = "InvalidOpaqueConfig"
+    INVALID_PATH = "InvalidPath"
+    INVALID_CDI = "InvalidCDISpec"
+    CHECKPOINT_CORRUPT = "CheckpointCorrupt"
+    API_UNAVAILABLE = "APIUnavailable"
+    API_CONFLICT = "APIConflict"
+    DAEMON_UNAVAILABLE = "DaemonUnavailable"
+    QUOTA = "QuotaInvalid"
+    POLICY_CONFLICT = "PolicyConflict"
+    INTERNAL = "Internal"
+
+
+class FlexNPUError(Exception):
+    """Base of every driver error. ``str(err)`` is a full, user-facing sentence."""
+
+    default_code: ErrorCode = ErrorCode.INTERNAL
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: ErrorCode | None = None,
+        claim_uid: str | None = None,
+        field: str | None = None,
+    ) -> None:
+        self.message = message
+        self.code = code or self.default_code
+        self.claim_uid = claim_uid
+        self.field = field
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        parts = []
+        if self.claim_uid:
+            parts.append(f"claim {self.claim_uid}")
+        if self.field:
+            parts.append(f"field {self.field}")
+        prefix = f"{', '.join(parts)}: " if parts else ""
+        return f"{prefix}{self.message} [{self.code}]"
+
+    def for_claim(self, claim_uid: str) -> FlexNPUError:
+        """Attach a claim UID (if none yet) and return self, for re-raising at the claim boundary."""
+        if not self.claim_uid:
+            self.claim_uid = claim_uid
+            self.args = (self._render(),)
+        return self
+
+
+class InvalidInput(FlexNPUError):
+    """Permanent: the input (claim, config, file, message) is malformed; retrying will not help."""
+
+    default_code = ErrorCode.INVALID_ARGUMENT
+
+
+class Unavailable(FlexNPUError):
+    """Transient: a dependency (API server, daemon, socket) is not reachable now; retry."""
+
+    default_code = ErrorCode.API_UNAVAILABLE
+
+
+class StateError(FlexNPUError):
+    """The recorded state (checkpoint, registry) and the request or the world disagree."""
+
+    default_code = ErrorCode.INTERNAL
