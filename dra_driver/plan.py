@@ -1,0 +1,180 @@
+"""What a claim gets on this node: pure planning from the allocated claim object.
+
+Given the ResourceClaim (as the API returned it), the driver name, this node's pool and
+inventory, :func:`plan_claim` decides which dies the claim gets and how, and which opaque
+configs apply to which request. It performs no I/O and logs nothing; every error names the
+claim UID and the field. The same input always gives the same plan, so a retry or a restart
+recomputes it instead of storing it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dra_driver.claims import ClaimRef
+from dra_driver.devices import Die, DieMode, Inventory
+from dra_driver.errors import ErrorCode, InvalidInput, StateError
+
+
+@dataclass(frozen=True, slots=True)
+class OpaqueConfig:
+    """One ``opaque`` config entry for this driver, with where it came from."""
+
+    source: str  # "FromClass" | "FromClaim"
+    requests: tuple[str, ...]  # empty = all requests
+    parameters: Mapping[str, Any]
+    index: int  # position in status.allocation.devices.config (for error messages)
+
+    def applies_to(self, request: str) -> bool:
+        top = request.split("/", 1)[0]
+        return not self.requests or request in self.requests or top in self.requests
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedDevice:
+    request: str  # as in the allocation result, possibly "req/sub"
+    pool: str
+    device: str
+    die: Die
+    mode: DieMode
+    share_id: str | None
+    consumed_capacity: Mapping[str, str]
+    admin_access: bool
+
+    @property
+    def request_name(self) -> str:
+        """The top-level request name (the kubelet matches containers against it)."""
+        return self.request.split("/", 1)[0]
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimPlan:
+    ref: ClaimRef
+    devices: tuple[PlannedDevice, ...]
+    configs: tuple[OpaqueConfig, ...]
+
+    def configs_for(self, request: str) -> list[OpaqueConfig]:
+        """Class configs first, then claim configs, each in order: later entries win."""
+        ordered = sorted(
+            (c for c in self.configs if c.applies_to(request)),
+            key=lambda c: (0 if c.source == "FromClass" else 1, c.index),
+        )
+        return ordered
+
+
+def strip_subrequest(request: str) -> str:
+    return request.split("/", 1)[0]
+
+
+def _get(doc: Mapping[str, Any], *keys: str) -> Any:
+    cur: Any = doc
+    for k in keys:
+        if not isinstance(cur, Mapping):
+            return None
+        cur = cur.get(k)
+    return cur
+
+
+def plan_claim(
+    claim: Mapping[str, Any],
+    *,
+    ref: ClaimRef,
+    driver_name: str,
+    pool_name: str,
+    inventory: Inventory,
+) -> ClaimPlan:
+    """Decide what this node prepares for ``claim``. Raises InvalidInput/StateError per claim."""
+    uid = ref.uid
+    actual_uid = _get(claim, "metadata", "uid")
+    if actual_uid != uid:
+        raise StateError(
+            f"claim {ref.namespace}/{ref.name} got replaced: the API has UID {actual_uid!r}, "
+            f"the kubelet asked for {uid!r}",
+            code=ErrorCode.CLAIM_REPLACED,
+            claim_uid=uid,
+            field="metadata.uid",
+        )
+    allocation = _get(claim, "status", "allocation")
+    if not isinstance(allocation, Mapping):
+        raise StateError(
+            f"claim {ref.namespace}/{ref.name} is not allocated",
+            code=ErrorCode.CLAIM_NOT_ALLOCATED,
+            claim_uid=uid,
+            field="status.allocation",
+        )
+    results = _get(allocation, "devices", "results") or []
+    if not isinstance(results, Sequence):
+        raise InvalidInput("results is not a list", claim_uid=uid, field="status.allocation.devices.results")
+
+    devices: list[PlannedDevice] = []
+    for i, res in enumerate(results):
+        fld = f"status.allocation.devices.results[{i}]"
+        if not isinstance(res, Mapping):
+            raise InvalidInput("result is not an object", claim_uid=uid, field=fld)
+        if res.get("driver") != driver_name:
+            continue
+        pool = res.get("pool")
+        device = res.get("device")
+        request = res.get("request")
+        if not isinstance(request, str) or not request:
+            raise InvalidInput("result has no request name", claim_uid=uid, field=f"{fld}.request")
+        if pool != pool_name:
+            raise InvalidInput(
+                f"device {device!r} is allocated from pool {pool!r}, but this node's pool is {pool_name!r}",
+                code=ErrorCode.DEVICE_NOT_FOUND,
+                claim_uid=uid,
+                field=f"{fld}.pool",
+            )
+        die = inventory.by_device_name(device) if isinstance(device, str) else None
+        if die is None:
+            raise InvalidInput(
+                f"device {device!r} is not a device of this node ({pool_name})",
+                code=ErrorCode.DEVICE_NOT_FOUND,
+                claim_uid=uid,
+                field=f"{fld}.device",
+            )
+        mode = DieMode.WHOLE if device == die.whole_device_name else DieMode.SOFT
+        share_id = res.get("shareID")
+        consumed = res.get("consumedCapacity") or {}
+        if not isinstance(consumed, Mapping):
+            raise InvalidInput(
+                "consumedCapacity is not a map", claim_uid=uid, field=f"{fld}.consumedCapacity"
+            )
+        devices.append(
+            PlannedDevice(
+                request=request,
+                pool=pool,
+                device=str(device),
+                die=die,
+                mode=mode,
+                share_id=str(share_id) if share_id else None,
+                consumed_capacity={str(k): str(v) for k, v in consumed.items()},
+                admin_access=bool(res.get("adminAccess")),
+            )
+        )
+
+    configs: list[OpaqueConfig] = []
+    for i, cfg in enumerate(_get(allocation, "devices", "config") or []):
+        opaque = _get(cfg, "opaque")
+        if not isinstance(opaque, Mapping) or opaque.get("driver") != driver_name:
+            continue  # other drivers' configs are not ours to judge
+        params = opaque.get("parameters")
+        if not isinstance(params, Mapping):
+            raise InvalidInput(
+                "opaque parameters must be an object",
+                code=ErrorCode.INVALID_OPAQUE_CONFIG,
+                claim_uid=uid,
+                field=f"status.allocation.devices.config[{i}].opaque.parameters",
+            )
+        configs.append(
+            OpaqueConfig(
+                source=str(cfg.get("source") or "FromClaim"),
+                requests=tuple(cfg.get("requests") or ()),
+                parameters=params,
+                index=i,
+            )
+        )
+    devices.sort(key=lambda d: (d.request, d.device, d.share_id or ""))
+    return ClaimPlan(ref=ref, devices=tuple(devices), configs=tuple(configs))
