@@ -48,7 +48,11 @@ PLUGIN_FLAGS: tuple[Flag, ...] = (
         "device-root", "/", "prefix for device nodes and driver paths (an emulated node points at a temp dir)"
     ),
     Flag("cdi-kind", "flexnpu.io/vnpu", "CDI kind (vendor/class) of the specs this driver writes"),
-    Flag("default-mode", "whole", "how dies are handed out when not configured per die: whole|soft|hard"),
+    Flag(
+        "default-mode",
+        "whole",
+        "how dies are handed out when not configured per die: whole|soft|both (whole and shares, kept apart by counters)",
+    ),
     Flag("log-level", "INFO", "log level"),
     Flag("log-json", "false", "log JSON lines instead of text (true|false)"),
     Flag("slice-resync-seconds", "600", "periodic full slice resync, in seconds (0 = only on watch events)"),
@@ -171,9 +175,9 @@ def build(values: Mapping[str, str | None]) -> Config:
             field="node-name",
         )
     mode = values.get("default_mode") or "whole"
-    if mode not in ("whole", "soft", "hard"):
+    if mode not in ("whole", "soft", "both", "hard"):
         raise InvalidInput(
-            f"unknown mode {mode!r}; use whole, soft or hard",
+            f"unknown mode {mode!r}; use whole, soft, both or hard",
             code=ErrorCode.INVALID_CONFIG,
             field="default-mode",
         )

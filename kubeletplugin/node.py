@@ -1,0 +1,144 @@
+"""The node process: kubelet plugin plus controllers, wired from one :class:`Config`.
+
+Start order: discover dies → open the checkpoint (a corrupt one is kept aside, never fatal)
+→ serve DRA on the plugin socket, then registration → publish ResourceSlices in a thread.
+SIGTERM/SIGINT: stop publishing, stop serving, remove both sockets. Running aclservers and
+prepared claims are not touched, so a restart or rolling update is seamless.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from types import FrameType
+
+from controller.kube import Kube
+from controller.publisher import SlicePublisher
+from dra_driver import cdi, discovery, logs, slices
+from dra_driver.checkpoint import CheckpointStore
+from dra_driver.claims import DeviceHealthReport
+from dra_driver.config import Config
+from dra_driver.devices import DieMode, Health, Inventory
+from dra_driver.errors import FlexNPUError
+from kubeletplugin.prepare import Preparer, PrepareSettings
+from kubeletplugin.server import PluginServer
+
+log = logging.getLogger("flexnpu.node")
+
+
+class InventoryHealth:
+    """Device health for the kubelet's health stream, from the discovered inventory."""
+
+    def __init__(self, inventory: Inventory, pool: str, published: list[str]) -> None:
+        self.inventory = inventory
+        self.pool = pool
+        self.published = set(published)
+
+    def device_health(self) -> list[DeviceHealthReport]:
+        out: list[DeviceHealthReport] = []
+        for die in self.inventory.dies:
+            healthy = {Health.HEALTHY: True, Health.UNHEALTHY: False}.get(die.health)
+            for name in (die.whole_device_name, die.soft_device_name):
+                if name in self.published:
+                    out.append(DeviceHealthReport(self.pool, name, healthy, f"die {die.phy_id} {die.health}"))
+        return out
+
+
+class NodeProcess:
+    """Everything the node process runs; ``start()`` then ``wait()``; ``stop()`` from any thread."""
+
+    def __init__(self, cfg: Config, *, kube: Kube | None = None) -> None:
+        self.cfg = cfg
+        self.stop_event = threading.Event()
+        self.inventory = discovery.from_config(inventory=cfg.inventory, npu_smi=cfg.npu_smi).discover()
+        self.kube = kube or Kube.from_config(cfg.kubeconfig)
+        self.store = CheckpointStore(cfg.paths.checkpoint_file)
+        self.store.read()  # surfaces (and sets aside) a corrupt checkpoint at start
+        self.use_counters = True
+        self.pool = self._desired()
+        self.preparer = Preparer(
+            settings=PrepareSettings(
+                driver_name=cfg.driver_name,
+                pool_name=cfg.pool_name,
+                cdi_dir=cfg.paths.cdi_dir,
+                cdi_kind=cdi.Kind.parse(cfg.cdi_kind),
+                device_root=cfg.paths.device_root,
+            ),
+            store=self.store,
+            get_claim=self.kube.get_claim,
+            inventory=lambda: self.inventory,
+        )
+        self.health = InventoryHealth(self.inventory, cfg.pool_name, self.pool.device_names())
+        self.server = PluginServer(
+            driver_name=cfg.driver_name,
+            dra_socket=cfg.dra_socket,
+            registration_socket=cfg.registration_socket,
+            preparer=self.preparer,
+            health_source=self.health,
+            serialize_lock_file=cfg.plugin_dir / "serialize.lock" if cfg.pod_uid else None,
+        )
+        self.publisher = SlicePublisher(
+            self.kube,
+            driver_name=cfg.driver_name,
+            node_name=cfg.node_name,
+            desired=self._desired,
+            log=logs.claim_logger("-", base=logging.getLogger("flexnpu.publisher")),
+        )
+        self._threads: list[threading.Thread] = []
+
+    def _desired(self) -> slices.DesiredPool:
+        mode = DieMode(self.cfg.default_mode)
+        return slices.build_pool(
+            self.inventory,
+            driver_name=self.cfg.driver_name,
+            node_name=self.cfg.node_name,
+            mode_of=lambda die: slices.resolve_mode(die, self.inventory, mode),
+            use_counters=self.use_counters,
+        )
+
+    def start(self) -> None:
+        self.cfg.paths.cdi_dir.mkdir(parents=True, exist_ok=True)
+        self.server.start()
+        t = threading.Thread(
+            target=self.publisher.run, args=(self.stop_event,), name="publisher", daemon=True
+        )
+        t.start()
+        self._threads.append(t)
+        log.info(
+            "node %s ready: %d dies, DRA socket %s, registration socket %s",
+            self.cfg.node_name,
+            len(self.inventory.dies),
+            self.cfg.dra_socket,
+            self.cfg.registration_socket,
+        )
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    def wait(self) -> None:
+        self.stop_event.wait()
+        self.server.stop(grace=5.0)
+        for t in self._threads:
+            t.join(timeout=10)
+        self.kube.close()
+        log.info("node process stopped; sockets removed")
+
+
+def run(cfg: Config) -> int:
+    logs.setup(cfg.log_level, json_format=cfg.log_json)
+    try:
+        node = NodeProcess(cfg)
+    except FlexNPUError as err:
+        log.error("cannot start: %s", err)
+        return 2
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("signal %d: shutting down", signum)
+        node.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    node.start()
+    node.wait()
+    return 0

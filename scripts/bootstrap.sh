@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Sourced by scripts/demo.sh and scripts/test.sh: makes .venv with the project installed.
+# Idempotent: reinstalls only when pyproject.toml changed. Needs Python >= 3.11.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${FLEXNPU_VENV:-$ROOT/.venv}"
+PY="${PYTHON:-python3}"
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+apt_install() {
+  # apt_install PKG...: install the Debian packages that are missing.
+  local missing=()
+  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "bootstrap: apt-get install ${missing[*]}" >&2
+    as_root apt-get update -qq >/dev/null
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+}
+
+if ! "$PY" -c 'import sys; assert sys.version_info >= (3, 11)' 2>/dev/null; then
+  echo "bootstrap: need Python >= 3.11 as '$PY' (set PYTHON=...)" >&2
+  exit 1
+fi
+if [ ! -x "$VENV/bin/python" ]; then
+  if ! "$PY" -m venv "$VENV" 2>/dev/null; then
+    rm -rf "$VENV"
+    apt_install python3-venv python3-pip
+    "$PY" -m venv "$VENV"
+  fi
+fi
+STAMP="$VENV/.flexnpu-installed"
+WANT="$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)"
+if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
+  echo "bootstrap: installing the project and its dependencies into $VENV" >&2
+  "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+  "$VENV/bin/python" -m pip install -q -e "$ROOT[dev]" 2>&1 | grep -v -e '^WARNING: Location' >&2 || true
+  "$VENV/bin/python" -c 'import dra_driver, grpc, kubernetes, pyroute2' || { echo "bootstrap: install failed" >&2; exit 1; }
+  echo "$WANT" >"$STAMP"
+fi
+export PATH="$VENV/bin:$PATH"
