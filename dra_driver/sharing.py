@@ -1,0 +1,155 @@
+"""Opaque configuration of vNPU shares (``npu.flexnpu.io/v1alpha1`` ``VnpuConfig``): decode, merge, validate.
+
+Pure. Accepted in a DeviceClass's and a claim's ``config[].opaque.parameters`` when
+``opaque.driver`` is this driver (other drivers' configs are ignored, never an error)::
+
+    apiVersion: npu.flexnpu.io/v1alpha1
+    kind: VnpuConfig
+    policy: elastic          # fixed | elastic | best-effort   (default: elastic)
+    isolation: full          # full (memory + compute) | memory-only   (default: full)
+    transport: auto          # auto (unix socket, TCP fallback) | unix | tcp   (default: auto)
+
+Precedence, per request: every class config, then every claim config, in order; a later
+config overrides only the fields it sets. Decoding is strict: an unknown field, a wrong type
+or an unknown value fails the prepare of that claim with a message naming the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Any
+
+from dra_driver.devices import MIB
+from dra_driver.errors import ErrorCode, InvalidInput
+
+API_VERSION = "npu.flexnpu.io/v1alpha1"
+KIND = "VnpuConfig"
+MEMORY_STEP = 128 * MIB
+
+
+class Policy(StrEnum):
+    FIXED = "fixed"
+    ELASTIC = "elastic"
+    BEST_EFFORT = "best-effort"
+
+
+class Isolation(StrEnum):
+    FULL = "full"
+    MEMORY_ONLY = "memory-only"
+
+
+class Transport(StrEnum):
+    AUTO = "auto"
+    UNIX = "unix"
+    TCP = "tcp"
+
+
+@dataclass(frozen=True, slots=True)
+class VnpuConfig:
+    policy: Policy = Policy.ELASTIC
+    isolation: Isolation = Isolation.FULL
+    transport: Transport = Transport.AUTO
+
+    @property
+    def memory_only(self) -> bool:
+        return self.isolation == Isolation.MEMORY_ONLY
+
+
+_ENUMS: dict[str, type[StrEnum]] = {"policy": Policy, "isolation": Isolation, "transport": Transport}
+
+
+def decode(params: Mapping[str, Any], *, claim_uid: str, where: str) -> dict[str, StrEnum]:
+    """Strictly decode one ``parameters`` object into the fields it sets."""
+
+    def bad(msg: str, fld: str) -> InvalidInput:
+        return InvalidInput(
+            msg, code=ErrorCode.INVALID_OPAQUE_CONFIG, claim_uid=claim_uid, field=f"{where}.{fld}"
+        )
+
+    if params.get("apiVersion") != API_VERSION:
+        raise bad(f"apiVersion must be {API_VERSION!r}, got {params.get('apiVersion')!r}", "apiVersion")
+    if params.get("kind") != KIND:
+        raise bad(f"kind must be {KIND!r}, got {params.get('kind')!r}", "kind")
+    out: dict[str, StrEnum] = {}
+    for key, value in params.items():
+        if key in ("apiVersion", "kind"):
+            continue
+        enum = _ENUMS.get(key)
+        if enum is None:
+            raise bad(f"unknown field {key!r} (known: {', '.join(sorted(_ENUMS))})", key)
+        if not isinstance(value, str):
+            raise bad(f"must be a string, got {type(value).__name__}", key)
+        try:
+            out[key] = enum(value)
+        except ValueError:
+            raise bad(
+                f"unknown value {value!r}; use one of {', '.join(e.value for e in enum)}", key
+            ) from None
+    return out
+
+
+def resolve(
+    configs: Iterable[tuple[str, Mapping[str, Any]]], *, claim_uid: str, base: VnpuConfig | None = None
+) -> VnpuConfig:
+    """Overlay ``(where, parameters)`` pairs (already in precedence order) on the defaults."""
+    cfg = base or VnpuConfig()
+    for where, params in configs:
+        cfg = replace(cfg, **decode(params, claim_uid=claim_uid, where=where))  # type: ignore[arg-type]
+    return cfg
+
+
+def parse_quantity(value: str, *, claim_uid: str, field: str) -> int:
+    """A Kubernetes quantity as an integer (binary and decimal suffixes; no fractions)."""
+    suffixes = {
+        "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4, "Pi": 1024**5, "Ei": 1024**6,
+        "k": 1000, "M": 1000**2, "G": 1000**3, "T": 1000**4, "P": 1000**5, "E": 1000**6,
+    }  # fmt: skip
+    text = str(value).strip()
+    for suffix in sorted(suffixes, key=len, reverse=True):
+        if text.endswith(suffix):
+            number, mult = text[: -len(suffix)], suffixes[suffix]
+            break
+    else:
+        number, mult = text, 1
+    if not number.isdigit():
+        raise InvalidInput(
+            f"{value!r} is not a whole quantity", code=ErrorCode.QUOTA, claim_uid=claim_uid, field=field
+        )
+    return int(number) * mult
+
+
+@dataclass(frozen=True, slots=True)
+class ShareQuota:
+    memory_bytes: int
+    compute_percent: int
+
+
+def share_quota(
+    consumed: Mapping[str, str], *, die_memory_bytes: int, claim_uid: str, field: str
+) -> ShareQuota:
+    """Quotas of one share from the allocation's ``consumedCapacity`` (the source of truth)."""
+    if "memory" not in consumed:
+        raise InvalidInput(
+            "the allocation has no consumedCapacity.memory for this share",
+            code=ErrorCode.QUOTA, claim_uid=claim_uid, field=f"{field}.memory",
+        )  # fmt: skip
+    memory = parse_quantity(consumed["memory"], claim_uid=claim_uid, field=f"{field}.memory")
+    if memory <= 0 or memory % MEMORY_STEP:
+        raise InvalidInput(
+            f"memory {consumed['memory']} is not a positive multiple of 128Mi",
+            code=ErrorCode.QUOTA, claim_uid=claim_uid, field=f"{field}.memory",
+        )  # fmt: skip
+    if memory > die_memory_bytes:
+        raise InvalidInput(
+            f"memory {consumed['memory']} is more than the die has ({die_memory_bytes} bytes)",
+            code=ErrorCode.QUOTA, claim_uid=claim_uid, field=f"{field}.memory",
+        )  # fmt: skip
+    compute = parse_quantity(consumed.get("compute", "0"), claim_uid=claim_uid, field=f"{field}.compute")
+    if not 1 <= compute <= 100:
+        raise InvalidInput(
+            f"compute {consumed.get('compute')!r} must be 1..100 percent",
+            code=ErrorCode.QUOTA, claim_uid=claim_uid, field=f"{field}.compute",
+        )  # fmt: skip
+    return ShareQuota(memory_bytes=memory, compute_percent=compute)
