@@ -1,0 +1,1 @@
+"""Test doubles shipped with the driver: emulated inventories, device roots, fakes."""

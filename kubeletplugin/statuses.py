@@ -1,0 +1,57 @@
+"""One table from driver errors to gRPC status codes, used by every servicer in this package.
+
+A whole-call failure (the preparer raised) becomes a gRPC error; per-claim failures never do,
+they travel in the claim's ``error`` field. Anything that is not a ``FlexNPUError`` is a bug
+and maps to ``INTERNAL`` with a message that says so.
+"""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+import grpc
+
+from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput, Unavailable
+from dra_driver.logs import ClaimLogger
+
+STATUS_BY_CODE: dict[ErrorCode, grpc.StatusCode] = {
+    ErrorCode.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorCode.CLAIM_NOT_ALLOCATED: grpc.StatusCode.FAILED_PRECONDITION,
+    ErrorCode.CLAIM_REPLACED: grpc.StatusCode.FAILED_PRECONDITION,
+    ErrorCode.CLAIM_NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    ErrorCode.DEVICE_NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    ErrorCode.DEVICE_BUSY: grpc.StatusCode.UNAVAILABLE,
+    ErrorCode.INVALID_INVENTORY: grpc.StatusCode.FAILED_PRECONDITION,
+    ErrorCode.INVALID_NPU_SMI: grpc.StatusCode.FAILED_PRECONDITION,
+    ErrorCode.INVALID_CONFIG: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorCode.INVALID_OPAQUE_CONFIG: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorCode.INVALID_PATH: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorCode.INVALID_CDI: grpc.StatusCode.INTERNAL,
+    ErrorCode.CHECKPOINT_CORRUPT: grpc.StatusCode.DATA_LOSS,
+    ErrorCode.API_UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    ErrorCode.API_CONFLICT: grpc.StatusCode.ABORTED,
+    ErrorCode.DAEMON_UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    ErrorCode.QUOTA: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorCode.POLICY_CONFLICT: grpc.StatusCode.FAILED_PRECONDITION,
+    ErrorCode.INTERNAL: grpc.StatusCode.INTERNAL,
+}
+
+
+def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
+    """The gRPC status code and detail text for an exception that failed a whole call."""
+    if isinstance(exc, FlexNPUError):
+        fallback = (
+            grpc.StatusCode.INVALID_ARGUMENT if isinstance(exc, InvalidInput) else grpc.StatusCode.INTERNAL
+        )
+        if isinstance(exc, Unavailable):
+            fallback = grpc.StatusCode.UNAVAILABLE
+        return STATUS_BY_CODE.get(exc.code, fallback), str(exc)
+    return grpc.StatusCode.INTERNAL, f"internal error in the driver: {type(exc).__name__}: {exc}"
+
+
+def abort_with(context: grpc.ServicerContext, exc: BaseException, *, what: str, log: ClaimLogger) -> NoReturn:
+    """Log ``exc`` and end the RPC with its mapped status. Never returns."""
+    code, detail = status_for(exc)
+    log.error("%s failed: %s", what, detail, exc_info=not isinstance(exc, FlexNPUError))
+    context.abort(code, f"{what}: {detail}")
+    raise AssertionError("unreachable: context.abort raises")  # pragma: no cover

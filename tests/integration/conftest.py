@@ -1,0 +1,187 @@
+"""Real-process fixtures: a fake API server, the node process as a subprocess, a kubelet simulator."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from dra_driver import discovery
+from dra_driver.testing.devroot import build_device_root
+from dra_driver.testing.fake_apiserver import FakeAPIServer
+from dra_driver.testing.kubelet import KubeletSimulator, PluginHandle
+from dra_driver.testing.scheduler import SchedulerSim
+
+REPO = Path(__file__).resolve().parents[2]
+INVENTORIES = REPO / "dra_driver" / "testing" / "inventories"
+DRIVER = "npu.flexnpu.io"
+NODE = "node-a"
+NAMESPACE = "team-a"
+WHOLE_CEL = f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].mode == "whole"'
+SOFT_CEL = f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].mode == "soft"'
+
+
+def wait_for(what: str, cond: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05) -> Any:
+    """Poll ``cond`` until it returns something truthy, or fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A short temp dir (unix socket paths must stay under 108 bytes)."""
+    d = Path(tempfile.mkdtemp(prefix="fx", dir="/tmp"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def api() -> Iterator[FakeAPIServer]:
+    with FakeAPIServer() as srv:
+        core = client.CoreV1Api(srv.api_client())
+        core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
+        core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        res = client.ResourceV1Api(srv.api_client())
+        for name, cel in (("npu.flexnpu.io", WHOLE_CEL), ("vnpu.flexnpu.io", SOFT_CEL)):
+            res.create_device_class(
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "DeviceClass",
+                    "metadata": {"name": name},
+                    "spec": {"selectors": [{"cel": {"expression": cel}}]},
+                }
+            )
+        yield srv
+
+
+@dataclass
+class Node:
+    """A running node process and the handles a test needs around it."""
+
+    api: FakeAPIServer
+    root: Path
+    dirs: dict[str, Path]
+    env: dict[str, str]
+    log_file: Path
+    proc: subprocess.Popen[bytes] | None = None
+    kubelet: PluginHandle | None = None
+    extra_args: list[str] = field(default_factory=list)
+
+    @property
+    def resource(self) -> client.ResourceV1Api:
+        return client.ResourceV1Api(self.api.api_client())
+
+    @property
+    def scheduler(self) -> SchedulerSim:
+        return SchedulerSim(self.api.api_client(), DRIVER)
+
+    def start(self) -> Node:
+        with self.log_file.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "kubeletplugin.cli", "plugin", *self.extra_args],
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        self.kubelet = KubeletSimulator(self.dirs["registry"]).wait_for_plugin(DRIVER, timeout=30)
+        return self
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        if self.kubelet:
+            self.kubelet.close()
+            self.kubelet = None
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            rc = self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait()
+        self.proc = None
+        return rc
+
+    def log(self) -> str:
+        return self.log_file.read_text(errors="replace")
+
+    def slices(self) -> list[dict[str, Any]]:
+        raw = self.resource.list_resource_slice(
+            field_selector=f"spec.driver={DRIVER},spec.nodeName={NODE}", _preload_content=False
+        )
+        items: list[dict[str, Any]] = json.loads(raw.data)["items"]
+        return items
+
+    def devices(self) -> list[dict[str, Any]]:
+        return [d for s in self.slices() for d in s["spec"].get("devices") or []]
+
+    def create_claim(
+        self, name: str, requests: list[dict[str, Any]], config: list[dict[str, Any]] | None = None
+    ) -> str:
+        body: dict[str, Any] = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {"devices": {"requests": requests, **({"config": config} if config else {})}},
+        }
+        raw = self.resource.create_namespaced_resource_claim(NAMESPACE, body, _preload_content=False)
+        uid: str = json.loads(raw.data)["metadata"]["uid"]
+        return uid
+
+    def cdi_specs(self) -> list[Path]:
+        return sorted(self.dirs["cdi"].glob("*.json"))
+
+
+def make_node(
+    api: FakeAPIServer, root: Path, inventory: str = "two-chip-910b3.yaml", **env_extra: str
+) -> Node:
+    dirs = {k: root / k for k in ("registry", "plugins", "state", "run", "shm", "cdi", "devroot")}
+    for d in dirs.values():
+        d.mkdir(parents=True, exist_ok=True)
+    inv_path = INVENTORIES / inventory
+    build_device_root(
+        dirs["devroot"], discovery.from_config(inventory=inv_path, npu_smi="npu-smi").discover()
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEXNPU_")}
+    env.update(
+        {
+            "FLEXNPU_NODE_NAME": NODE,
+            "FLEXNPU_KUBECONFIG": str(api.write_kubeconfig(root / "kubeconfig")),
+            "FLEXNPU_INVENTORY": str(inv_path),
+            "FLEXNPU_KUBELET_REGISTRY_DIR": str(dirs["registry"]),
+            "FLEXNPU_KUBELET_PLUGINS_DIR": str(dirs["plugins"]),
+            "FLEXNPU_STATE_DIR": str(dirs["state"]),
+            "FLEXNPU_RUN_DIR": str(dirs["run"]),
+            "FLEXNPU_SHM_DIR": str(dirs["shm"]),
+            "FLEXNPU_CDI_DIR": str(dirs["cdi"]),
+            "FLEXNPU_DEVICE_ROOT": str(dirs["devroot"]),
+            "FLEXNPU_LOG_LEVEL": "DEBUG",
+        }
+    )
+    env.update(env_extra)
+    return Node(api=api, root=root, dirs=dirs, env=env, log_file=root / "node.log")
+
+
+@pytest.fixture
+def node(api: FakeAPIServer, short_tmp: Path) -> Iterator[Node]:
+    n = make_node(api, short_tmp).start()
+    yield n
+    n.stop()
