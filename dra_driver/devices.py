@@ -29,6 +29,7 @@ class DieMode(StrEnum):
     WHOLE = "whole"
     SOFT = "soft"
     HARD = "hard"
+    BOTH = "both"  # whole and soft devices on one die, kept apart by shared counters (slices.py)
 
 
 @dataclass(frozen=True, slots=True)

@@ -93,6 +93,7 @@ def run(*, keep: bool = False) -> int:
     from dra_driver import discovery
     from dra_driver.testing.devroot import build_device_root
     from dra_driver.testing.fake_apiserver import FakeAPIServer
+
     tmp = Path(tempfile.mkdtemp(prefix="flexnpu-demo-", dir="/tmp"))
     dirs = {k: tmp / k for k in ("registry", "plugins", "state", "run", "shm", "cdi", "root")}
     for d in dirs.values():
@@ -103,16 +104,15 @@ def run(*, keep: bool = False) -> int:
             kubeconfig = api.write_kubeconfig(tmp / "kubeconfig")
             core = client.CoreV1Api(api.api_client())
             resource = client.ResourceV1Api(api.api_client())
-            core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
-            core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+            core.create_node(client.V1Node(metadata=client.V1ObjectMeta(name=NODE)))
+            core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
             for name, cel in DEVICE_CLASSES.items():
+                selector = client.V1DeviceSelector(cel=client.V1CELDeviceSelector(expression=cel))
                 resource.create_device_class(
-                    {
-                        "apiVersion": "resource.k8s.io/v1",
-                        "kind": "DeviceClass",
-                        "metadata": {"name": name},
-                        "spec": {"selectors": [{"cel": {"expression": cel}}]},
-                    }
+                    client.V1DeviceClass(
+                        metadata=client.V1ObjectMeta(name=name),
+                        spec=client.V1DeviceClassSpec(selectors=[selector]),
+                    )
                 )
             inventory = discovery.from_config(inventory=INVENTORY, npu_smi="npu-smi").discover()
             build_device_root(dirs["root"], inventory)

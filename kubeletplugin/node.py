@@ -69,7 +69,7 @@ class NodeProcess:
             get_claim=self.kube.get_claim,
             inventory=lambda: self.inventory,
         )
-        self.health = InventoryHealth(self.inventory, cfg.pool_name, self.pool.device_names())
+        self.health = InventoryHealth(self.inventory, cfg.pool_name, self.pool.device_names)
         self.server = PluginServer(
             driver_name=cfg.driver_name,
             dra_socket=cfg.dra_socket,

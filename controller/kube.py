@@ -1,0 +1,342 @@
+"""The only module that talks to the Kubernetes API, for the whole project.
+
+Wraps the official ``kubernetes`` client (37.x, pydantic-v2 models) and deals in plain dicts:
+bodies go out as wire JSON (camelCase) and responses come back JSON-decoded, so callers never
+depend on pydantic model quirks (``StrictStr`` quantities, ``extra="forbid"``, snake_case
+``to_dict``) and fields this client does not know pass through unchanged. To get there, every
+call goes through the typed API method's undecorated function (``raw_function``, which skips
+the pydantic argument validation that would reject unknown fields) with
+``_preload_content=False``.
+
+Every ``kubernetes`` / ``urllib3`` / socket exception is translated here, with
+``raise ... from exc``, into :mod:`dra_driver.errors` (see :func:`translate`)::
+
+    FlexNPUError
+    ├── InvalidInput            400, 422, other 4xx, bad kubeconfig
+    │   └── NotFound            404
+    └── Unavailable             retry: 5xx, 429, connection / timeout errors
+        ├── Conflict            409 (also failed delete preconditions)
+        ├── Gone                410: the resource version is too old; relist
+        └── Forbidden           401, 403 (RBAC may be fixed while we retry)
+
+Add new API calls here as methods (claims, events, taints); nothing else imports ``kubernetes``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput, Unavailable
+
+JSON = dict[str, Any]
+
+DEFAULT_REQUEST_TIMEOUT = 30.0
+"""Seconds for one non-watch request (connect and read)."""
+
+
+class NotFound(InvalidInput):
+    """404: the object does not exist."""
+
+    default_code = ErrorCode.INVALID_ARGUMENT
+
+
+class Conflict(Unavailable):
+    """409: a resourceVersion / UID precondition failed or the object exists; re-read and retry."""
+
+    default_code = ErrorCode.API_CONFLICT
+
+
+class Gone(Unavailable):
+    """410: the watch or list resourceVersion is too old; relist."""
+
+
+class Forbidden(Unavailable):
+    """401/403: not allowed (yet); retry with backoff, RBAC may be fixed meanwhile."""
+
+
+def translate(exc: BaseException, *, what: str) -> FlexNPUError:
+    """The driver error for one client-library exception; ``what`` names the request."""
+    if isinstance(exc, FlexNPUError):
+        return exc
+    if isinstance(exc, ApiException):
+        status = int(exc.status or 0)
+        message = f"{what}: HTTP {status} {_status_message(exc)}".rstrip()
+        if status == 0:
+            return Unavailable(f"{what}: {exc.reason}")
+        if status == 404:
+            return NotFound(message)
+        if status == 409:
+            return Conflict(message)
+        if status == 410:
+            return Gone(message)
+        if status in (401, 403):
+            return Forbidden(message)
+        if status == 429 or status >= 500:
+            return Unavailable(message)
+        return InvalidInput(message)
+    if isinstance(exc, urllib3.exceptions.HTTPError | OSError | TimeoutError):
+        return Unavailable(f"{what}: API server unreachable: {exc}")
+    if isinstance(exc, ConfigException):
+        return InvalidInput(f"{what}: {exc}", code=ErrorCode.INVALID_CONFIG, field="kubeconfig")
+    if isinstance(exc, ValueError):  # undecodable JSON from the server
+        return Unavailable(f"{what}: bad response from the API server: {exc}")
+    return FlexNPUError(f"{what}: {type(exc).__name__}: {exc}")
+
+
+@contextlib.contextmanager
+def boundary(what: str) -> Iterator[None]:
+    """Translate any client exception raised inside into a driver error."""
+    try:
+        yield
+    except FlexNPUError:
+        raise
+    except (ApiException, urllib3.exceptions.HTTPError, OSError, ConfigException, ValueError) as exc:
+        raise translate(exc, what=what) from exc
+
+
+class Kube:
+    """Typed-method access to the API server with dicts in and out.
+
+    Usage::
+
+        kube = Kube.from_config(cfg.kubeconfig)
+        items, rv = kube.list_slices(driver="npu.flexnpu.io", node="node1")
+
+    **Parameters:** ``api_client`` (an official ``ApiClient``), ``request_timeout`` (seconds per
+    non-watch request).
+    """
+
+    def __init__(self, api_client: client.ApiClient, *, request_timeout: float = DEFAULT_REQUEST_TIMEOUT):
+        self.api_client = api_client
+        self.request_timeout = request_timeout
+        self._core = client.CoreV1Api(api_client)
+        self._resource = client.ResourceV1Api(api_client)
+
+    @classmethod
+    def from_config(cls, kubeconfig: str | None) -> Kube:
+        """From a kubeconfig file, or the in-cluster service account when ``kubeconfig`` is None."""
+        with boundary("load kubeconfig" if kubeconfig else "load in-cluster config"):
+            if kubeconfig:
+                return cls(config.new_client_from_config(config_file=kubeconfig))  # type: ignore[no-untyped-call]
+            configuration = client.Configuration()
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            return cls(client.ApiClient(configuration))
+
+    def close(self) -> None:
+        self.api_client.close()  # type: ignore[no-untyped-call]
+
+    # --- nodes --------------------------------------------------------------------------
+
+    def get_node(self, name: str) -> JSON:
+        return self._call(f"get node {name}", self._core.read_node, name)
+
+    # --- ResourceSlices ------------------------------------------------------------------
+
+    def list_slices(self, *, driver: str, node: str) -> tuple[list[JSON], str]:
+        """All slices of ``driver`` on ``node`` (paged), and the list's resourceVersion."""
+        items: list[JSON] = []
+        token: str | None = None
+        while True:
+            kwargs: JSON = {"field_selector": _slice_selector(driver, node), "limit": 500}
+            if token:
+                kwargs["_continue"] = token
+            page = self._call("list resourceslices", self._resource.list_resource_slice, **kwargs)
+            items += page.get("items") or []
+            meta = page.get("metadata") or {}
+            token = meta.get("continue")
+            if not token:
+                return items, str(meta.get("resourceVersion", ""))
+
+    def watch_slices(
+        self,
+        *,
+        driver: str,
+        node: str,
+        resource_version: str,
+        timeout_seconds: int,
+        stop: threading.Event,
+    ) -> Iterator[tuple[str, JSON]]:
+        """Watch events ``(type, object)`` of ``driver``'s slices on ``node``.
+
+        Types are ADDED, MODIFIED, DELETED and BOOKMARK (the object then holds only
+        ``metadata.resourceVersion``). Ends when the server closes the watch (after
+        ``timeout_seconds``) or soon after ``stop`` is set. Raises :class:`Gone` when the
+        resource version is too old (410, as an HTTP status or an ERROR event).
+        """
+        what = "watch resourceslices"
+        resp = self._open(
+            what,
+            self._resource.list_resource_slice,
+            timeout=(self.request_timeout, timeout_seconds + self.request_timeout),
+            field_selector=_slice_selector(driver, node),
+            resource_version=resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=timeout_seconds,
+            watch=True,
+        )
+        done = threading.Event()
+        interrupter = threading.Thread(
+            target=_interrupt_on_stop, args=(resp, stop, done), name="watch-interrupter", daemon=True
+        )
+        interrupter.start()
+        try:
+            with boundary(what):
+                for line in resp:
+                    if stop.is_set():
+                        return
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    kind, obj = str(event.get("type", "")), event.get("object") or {}
+                    if kind == "ERROR":
+                        code = int(obj.get("code") or 0)
+                        err = ApiException(status=code, reason=obj.get("reason"))
+                        err.body = json.dumps(obj)
+                        raise translate(err, what=what) from None
+                    yield kind, obj
+        except FlexNPUError:
+            if stop.is_set():
+                return
+            raise
+        finally:
+            done.set()
+            resp.release_conn()
+
+    def create_slice(self, body: JSON) -> JSON:
+        return self._call("create resourceslice", self._resource.create_resource_slice, body=body)
+
+    def update_slice(self, body: JSON) -> JSON:
+        name = body["metadata"]["name"]
+        return self._call(
+            f"update resourceslice {name}", self._resource.replace_resource_slice, name=name, body=body
+        )
+
+    def delete_slice(self, name: str, *, uid: str, resource_version: str) -> None:
+        """Delete with uid + resourceVersion preconditions; a slice already gone is fine."""
+        body = {"preconditions": {"uid": uid, "resourceVersion": resource_version}}
+        with contextlib.suppress(NotFound):
+            self._call(f"delete resourceslice {name}", self._resource.delete_resource_slice, name, body=body)
+
+    # --- ResourceClaims ------------------------------------------------------------------
+
+    def get_claim(self, namespace: str, name: str) -> JSON:
+        what = f"get resourceclaim {namespace}/{name}"
+        try:
+            return self._call(what, self._resource.read_namespaced_resource_claim, name, namespace)
+        except NotFound as err:
+            raise NotFound(err.message, code=ErrorCode.CLAIM_NOT_FOUND) from err
+
+    def patch_claim_status(
+        self,
+        namespace: str,
+        name: str,
+        patch: JSON,
+        *,
+        field_manager: str,
+        content_type: str = "application/merge-patch+json",
+        force: bool | None = None,
+    ) -> JSON:
+        """Patch ``status`` (merge patch by default; ``application/apply-patch+yaml`` for SSA)."""
+        kwargs: JSON = {"field_manager": field_manager, "_content_type": content_type}
+        if force is not None:
+            kwargs["force"] = force
+        return self._call(
+            f"patch resourceclaim {namespace}/{name} status",
+            self._resource.patch_namespaced_resource_claim_status,
+            name,
+            namespace,
+            body=patch,
+            **kwargs,
+        )
+
+    # --- Events --------------------------------------------------------------------------
+
+    def create_event(
+        self,
+        *,
+        involved: JSON,
+        reason: str,
+        message: str,
+        event_type: str = "Normal",
+        component: str = "flexnpu-dra",
+        host: str = "",
+    ) -> JSON:
+        """A core/v1 Event about ``involved`` ({apiVersion, kind, name, namespace, uid})."""
+        namespace = involved.get("namespace") or "default"
+        body: JSON = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{involved.get('name', 'flexnpu')}.", "namespace": namespace},
+            "involvedObject": involved,
+            "reason": reason,
+            "message": message[:1024],
+            "type": event_type,
+            "source": {"component": component, **({"host": host} if host else {})},
+            "count": 1,
+        }
+        return self._call(f"create event {reason}", self._core.create_namespaced_event, namespace, body=body)
+
+    # --- plumbing ------------------------------------------------------------------------
+
+    def _call(self, what: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> JSON:
+        """Call a typed API method without pydantic validation; the decoded JSON object."""
+        with boundary(what):
+            resp = self._open(what, method, *args, **kwargs)
+            try:
+                data = resp.data
+            finally:
+                resp.release_conn()
+            decoded = json.loads(data) if data else {}
+            if not isinstance(decoded, dict):
+                raise ValueError(f"expected a JSON object, got {type(decoded).__name__}")
+            return decoded
+
+    def _open(
+        self,
+        what: str,
+        method: Callable[..., Any],
+        *args: Any,
+        timeout: float | tuple[float, float] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Call a typed API method without pydantic validation; the raw urllib3 response."""
+        function = getattr(method, "raw_function", None)
+        owner = getattr(method, "__self__", None)
+        with boundary(what):
+            call = (lambda *a, **k: function(owner, *a, **k)) if function and owner else method
+            return call(  # type: ignore[no-untyped-call]
+                *args,
+                _preload_content=False,
+                _request_timeout=timeout if timeout is not None else self.request_timeout,
+                **kwargs,
+            )
+
+
+def _slice_selector(driver: str, node: str) -> str:
+    return f"spec.driver={driver},spec.nodeName={node}"
+
+
+def _status_message(exc: ApiException) -> str:
+    try:
+        status = json.loads(exc.body or "")
+        return str(status.get("message") or exc.reason or "")
+    except (ValueError, AttributeError):
+        return str(exc.reason or "")
+
+
+def _interrupt_on_stop(resp: Any, stop: threading.Event, done: threading.Event) -> None:
+    """Unblock a watch read when ``stop`` is set (``HTTPResponse.shutdown``, urllib3 >= 2.3)."""
+    while not done.is_set():
+        if stop.wait(0.2):
+            with contextlib.suppress(Exception):
+                resp.shutdown()
+            return

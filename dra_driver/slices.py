@@ -1,0 +1,421 @@
+"""What this node publishes: its NPU dies as ResourceSlice spec fragments (pure).
+
+Owns the device model on the wire (names, attributes, capacities, counters), the split of a
+pool into slices within the API limits, and pre-validation of a pool. It must not do I/O,
+log, or import ``kubernetes``: the publisher (``controller/publisher.py``) compares what this
+returns with what the API server holds and writes the difference. Output is deterministic
+(sorted by physical ID), so a restart recomputes the same slices.
+
+Modes per die (:func:`resolve_mode`):
+
+* ``whole`` -> one exclusive device ``npu-<phy>``.
+* ``soft``  -> one device ``vnpu-<phy>`` with ``allowMultipleAllocations`` and consumable
+  ``memory`` (128 MiB steps) and ``compute`` (1 % steps) capacities (KEP-5075). Its AI Core and
+  AI CPU counts are int attributes, not capacities: a share would consume all of a capacity that
+  has no request policy.
+* ``both``  -> both devices on one die, kept apart by the scheduler through shared counters
+  (KEP-4815). The die gets a counter set ``die-<phy>`` with ``memory`` (bytes) and
+  ``compute`` (100). The whole device consumes **all** of them; the soft device consumes a
+  token, ``memory: 1`` (one byte).
+
+  Why a token is enough, whichever way the allocator accounts for a device that is allocated
+  many times: the v1.36 allocator (``checkAvailableCounters``) rebuilds the available
+  counters from devices that are *allocated at all* (``IsDeviceAllocated`` since
+  kubernetes#139040, which added shared allocations) and subtracts a device's
+  ``consumesCounters`` once per allocating device in the current cycle. So:
+
+  - shares allocated => the soft device counts as allocated => at least 1 byte of the die's
+    ``memory`` counter is used => the whole device (needs all of it) no longer fits;
+  - whole allocated => the counter is at 0 => the soft device (needs 1) does not fit.
+
+  If an allocator instead subtracted the token once per share, N shares would use N bytes
+  (at most a few hundred, since a share is at least 128 MiB): both rules still hold and no
+  share is refused for it. Schedulers without kubernetes#139040 ignore counters of
+  multi-allocated devices from earlier cycles; there a whole claim could land on a die with
+  shares. Use ``use_counters=False`` (one mode per die) on such clusters.
+
+* ``hard`` -> HDK templates as partitionable devices: not published yet (InvalidInput).
+
+``use_counters=False`` is the fallback when the API server drops ``sharedCounters`` /
+``consumesCounters`` (DRAPartitionableDevices off): every die is then published in exactly one
+mode; ``both`` becomes ``fallback_mode`` (``whole`` unless told otherwise), so whole and shared
+can never meet on one die.
+
+Device order (the allocator is first-fit in slice-name, then device, order): whole devices
+ascending by physical ID, then soft devices descending, so exclusive claims fill dies from one
+end and shares from the other, and they collide on a die only when the node is nearly full.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dra_driver.devices import MIB, Die, DieMode, Health, Inventory
+from dra_driver.errors import ErrorCode, InvalidInput
+
+JSON = dict[str, Any]
+
+# resource.k8s.io/v1 limits (dra-contracts.md §3.1, 1.35+ semantics).
+MAX_DEVICES_PER_SLICE = 128
+MAX_DEVICES_PER_SLICE_WITH_COUNTERS = 64
+MAX_COUNTER_SETS_PER_SLICE = 8
+MAX_COUNTERS_PER_SET = 32
+MAX_ATTRIBUTES_AND_CAPACITIES = 32
+MAX_CONSUMES_COUNTERS = 2
+MAX_ATTRIBUTE_STRING = 64
+MAX_POOL_NAME = 253
+
+SOFT_MEMORY_STEP = 128 * MIB
+"""Granularity of a soft share's ``memory`` (bytes)."""
+SOFT_COMPUTE_DEFAULT = 1
+"""A share that does not ask for ``compute`` gets the smallest guaranteed slice, 1 %.
+
+A default of 100 would make every memory-only claim take a whole die's compute and block all
+other shares; 1 % keeps them packable, and the elastic / best-effort policies (opaque config)
+let such a share borrow idle time beyond its floor.
+"""
+FULL_COMPUTE = 100
+SHARE_TOKEN = "1"  # noqa: S105 (a counter amount, not a secret)
+"""What a soft device consumes from its die's ``memory`` counter (see the module docstring)."""
+
+PCI_BUS_ATTRIBUTE = "resource.kubernetes.io/pciBusID"
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_C_IDENTIFIER = re.compile(r"^[_a-zA-Z][_a-zA-Z0-9]*$")
+_ATTRIBUTE_KINDS = ("int", "bool", "string", "version")
+_MODE_NAMES = {m.value for m in DieMode}
+
+
+@dataclass(frozen=True, slots=True)
+class DesiredPool:
+    """One pool (this node) as the publisher should make it exist.
+
+    ``slices`` are ResourceSlice ``spec`` fragments in wire JSON, each either
+    ``{"devices": [...]}`` or ``{"sharedCounters": [...]}``; the publisher adds ``driver``,
+    ``pool`` and ``nodeName``. ``generation`` > the published one forces a generation bump
+    (the Go helper's ``Pool.Generation``); 0 lets the publisher decide.
+    """
+
+    name: str
+    slices: list[JSON] = field(default_factory=list)
+    generation: int = 0
+
+    @property
+    def device_names(self) -> list[str]:
+        return [d["name"] for s in self.slices for d in s.get("devices", [])]
+
+
+def resolve_mode(die: Die, inventory: Inventory, default_mode: str) -> DieMode:
+    """The mode of one die: the inventory's per-die override, else ``default_mode``.
+
+    Values are ``whole``, ``soft``, ``both`` or ``hard``; anything else is InvalidInput.
+    """
+    raw = inventory.die_modes.get(die.phy_id, default_mode)
+    if str(raw) not in _MODE_NAMES:
+        raise InvalidInput(
+            f"die {die.phy_id}: unknown mode {raw!r}; use one of {', '.join(sorted(_MODE_NAMES))}",
+            code=ErrorCode.INVALID_CONFIG,
+            field="default-mode" if die.phy_id not in inventory.die_modes else f"dies[{die.phy_id}].mode",
+        )
+    return DieMode(str(raw))
+
+
+def build_pool(
+    inventory: Inventory,
+    *,
+    driver_name: str,
+    node_name: str,
+    mode_of: Callable[[Die], DieMode] | None = None,
+    use_counters: bool = True,
+    fallback_mode: DieMode = DieMode.WHOLE,
+    generation: int = 0,
+) -> DesiredPool:
+    """The pool this node publishes: device slices first, then counter slices.
+
+    ``mode_of`` defaults to ``resolve_mode(die, inventory, "both")``. With
+    ``use_counters=False`` a ``both`` die is published as ``fallback_mode`` only.
+    ``driver_name`` is part of the signature for symmetry with the publisher; the
+    fragments do not contain it.
+    """
+    del driver_name  # the publisher puts it in every slice
+    if fallback_mode not in (DieMode.WHOLE, DieMode.SOFT):
+        raise InvalidInput(
+            f"fallback mode must be whole or soft, not {fallback_mode!r}",
+            code=ErrorCode.INVALID_CONFIG,
+            field="fallback_mode",
+        )
+    resolve = mode_of or (lambda die: resolve_mode(die, inventory, DieMode.BOTH))
+    dies = sorted(inventory.dies, key=lambda d: d.phy_id)
+
+    whole: list[JSON] = []
+    soft: list[JSON] = []
+    counter_sets: list[JSON] = []
+    for die in dies:
+        mode = resolve(die)
+        if mode == DieMode.HARD:
+            raise InvalidInput(
+                f"die {die.phy_id}: hard-split templates are not published yet; use whole, soft or both",
+                code=ErrorCode.INVALID_CONFIG,
+                field=f"dies[{die.phy_id}].mode",
+            )
+        if mode == DieMode.BOTH and not use_counters:
+            mode = fallback_mode
+        if mode in (DieMode.WHOLE, DieMode.BOTH):
+            whole.append(_whole_device(die, inventory, counters=mode == DieMode.BOTH))
+        if mode in (DieMode.SOFT, DieMode.BOTH):
+            soft.append(_soft_device(die, inventory, counters=mode == DieMode.BOTH))
+        if mode == DieMode.BOTH:
+            counter_sets.append(_counter_set(die))
+
+    devices = whole + list(reversed(soft))
+    per_slice = MAX_DEVICES_PER_SLICE_WITH_COUNTERS if counter_sets else MAX_DEVICES_PER_SLICE
+    slices: list[JSON] = [{"devices": chunk} for chunk in _chunks(devices, per_slice)]
+    slices += [{"sharedCounters": chunk} for chunk in _chunks(counter_sets, MAX_COUNTER_SETS_PER_SLICE)]
+    if not slices:
+        slices = [{"devices": []}]  # an empty pool is not the same as no pool
+    return DesiredPool(name=node_name, slices=slices, generation=generation)
+
+
+def validate_pool(pool: DesiredPool) -> None:
+    """Pre-validate a pool like the Go helper and the API server would; InvalidInput if not.
+
+    Checks duplicate device and counter-set names, ``consumesCounters`` that reference an
+    unknown counter set or counter, names (DNS labels, qualified names), and the per-slice and
+    per-device limits. Every problem is listed in the message; ``field`` names the first.
+    """
+    problems: list[tuple[str, str]] = []
+    if not pool.name or len(pool.name) > MAX_POOL_NAME:
+        problems.append(("pool.name", f"pool name {pool.name!r} must be 1..{MAX_POOL_NAME} characters"))
+    if not pool.slices:
+        problems.append(("slices", "a pool needs at least one (possibly empty) slice"))
+
+    counters: dict[str, set[str]] = {}
+    for i, spec in enumerate(pool.slices):
+        for j, cset in enumerate(spec.get("sharedCounters") or []):
+            where = f"slices[{i}].sharedCounters[{j}]"
+            name = cset.get("name", "")
+            if not _DNS_LABEL.match(name) or len(name) > 63:
+                problems.append((f"{where}.name", f"counter set name {name!r} is not a DNS label"))
+            if name in counters:
+                problems.append((f"{where}.name", f"duplicate counter set name {name!r}"))
+            names = set((cset.get("counters") or {}).keys())
+            counters[name] = names
+            problems += _check_counters(f"{where}.counters", cset.get("counters") or {})
+
+    seen_devices: set[str] = set()
+    for i, spec in enumerate(pool.slices):
+        where = f"slices[{i}]"
+        has_devices, has_counters = "devices" in spec, "sharedCounters" in spec
+        if has_devices == has_counters:
+            problems.append((where, "a slice has either devices or sharedCounters, not both or neither"))
+        unknown = set(spec) - {"devices", "sharedCounters"}
+        if unknown:
+            problems.append((where, f"unexpected slice fields {sorted(unknown)}"))
+        sets_ = spec.get("sharedCounters") or []
+        if len(sets_) > MAX_COUNTER_SETS_PER_SLICE:
+            problems.append(
+                (f"{where}.sharedCounters", f"{len(sets_)} counter sets > {MAX_COUNTER_SETS_PER_SLICE}")
+            )
+        devices = spec.get("devices") or []
+        limited = any(d.get("consumesCounters") or d.get("taints") for d in devices)
+        limit = MAX_DEVICES_PER_SLICE_WITH_COUNTERS if limited else MAX_DEVICES_PER_SLICE
+        if len(devices) > limit:
+            problems.append((f"{where}.devices", f"{len(devices)} devices > {limit} per slice"))
+        for j, device in enumerate(devices):
+            problems += _check_device(f"{where}.devices[{j}]", device, seen_devices, counters)
+
+    if problems:
+        text = "; ".join(f"{f}: {m}" for f, m in problems)
+        raise InvalidInput(
+            f"pool {pool.name!r} is invalid: {text}", code=ErrorCode.INVALID_INVENTORY, field=problems[0][0]
+        )
+
+
+# --- devices -----------------------------------------------------------------------------
+
+
+def _attributes(die: Die, inventory: Inventory, mode: DieMode) -> JSON:
+    chip = die.chip_model
+    attrs: JSON = {
+        "model": {"string": die.model},
+        "socName": {"string": chip.soc_name(die.npu_name)},
+        "generation": {"string": chip.generation},
+        "vdieID": {"string": die.vdie_id},
+        "uuid": {"string": die.vdie_id},
+        "phyID": {"int": die.phy_id},
+        "logicID": {"int": die.logic_id},
+        "cardID": {"int": die.card_id},
+        "chipID": {"int": die.chip_id},
+        "dieIndex": {"int": die.die_index},
+        "numaNode": {"int": die.numa_node},
+        PCI_BUS_ATTRIBUTE: {"string": die.pci_bus_id},
+        "healthy": {"bool": die.health == Health.HEALTHY},
+        "mode": {"string": str(mode)},
+    }
+    if inventory.driver_version:
+        attrs["driverVersion"] = {"string": inventory.driver_version}
+    if inventory.firmware_version:
+        attrs["firmwareVersion"] = {"string": inventory.firmware_version}
+    return dict(sorted(attrs.items()))
+
+
+def _whole_device(die: Die, inventory: Inventory, *, counters: bool) -> JSON:
+    device: JSON = {
+        "name": die.whole_device_name,
+        "attributes": _attributes(die, inventory, DieMode.WHOLE),
+        "capacity": {
+            "aicore": {"value": str(die.aicore)},
+            "aicpu": {"value": str(die.aicpu)},
+            "compute": {"value": str(FULL_COMPUTE)},
+            "memory": {"value": str(die.memory_bytes)},
+        },
+    }
+    if counters:
+        device["consumesCounters"] = [
+            {
+                "counterSet": _counter_set_name(die),
+                "counters": {
+                    "compute": {"value": str(FULL_COMPUTE)},
+                    "memory": {"value": str(die.memory_bytes)},
+                },
+            }
+        ]
+    return device
+
+
+def _soft_device(die: Die, inventory: Inventory, *, counters: bool) -> JSON:
+    step = SOFT_MEMORY_STEP
+    max_memory = die.memory_bytes // step * step
+    # On a multi-allocatable device every capacity is consumed by each share: one without a
+    # requestPolicy is taken whole by a request that does not name it (KEP-5075). So the AI
+    # Core / AI CPU counts are attributes here, not capacities; a share's compute is ``compute``.
+    attributes = _attributes(die, inventory, DieMode.SOFT)
+    attributes.update(aicore={"int": die.aicore}, aicpu={"int": die.aicpu})
+    device: JSON = {
+        "name": die.soft_device_name,
+        "attributes": dict(sorted(attributes.items())),
+        "allowMultipleAllocations": True,
+        "capacity": {
+            "compute": {
+                "value": str(FULL_COMPUTE),
+                "requestPolicy": {
+                    "default": str(SOFT_COMPUTE_DEFAULT),
+                    "validRange": {"min": "1", "max": str(FULL_COMPUTE), "step": "1"},
+                },
+            },
+            "memory": {
+                "value": str(die.memory_bytes),
+                "requestPolicy": {
+                    "default": str(step),
+                    "validRange": {"min": str(step), "max": str(max_memory), "step": str(step)},
+                },
+            },
+        },
+    }
+    if counters:
+        device["consumesCounters"] = [
+            {"counterSet": _counter_set_name(die), "counters": {"memory": {"value": SHARE_TOKEN}}}
+        ]
+    return device
+
+
+def _counter_set_name(die: Die) -> str:
+    return f"die-{die.phy_id}"
+
+
+def _counter_set(die: Die) -> JSON:
+    return {
+        "name": _counter_set_name(die),
+        "counters": {
+            "compute": {"value": str(FULL_COMPUTE)},
+            "memory": {"value": str(die.memory_bytes)},
+        },
+    }
+
+
+def _chunks(items: Sequence[JSON], size: int) -> Iterable[list[JSON]]:
+    for start in range(0, len(items), size):
+        yield list(items[start : start + size])
+
+
+# --- validation helpers --------------------------------------------------------------------
+
+
+def _qualified_name_ok(name: str) -> bool:
+    domain, sep, ident = name.rpartition("/")
+    if sep and (not _DNS_SUBDOMAIN.match(domain) or len(domain) > 63):
+        return False
+    return bool(_C_IDENTIFIER.match(ident)) and len(ident) <= 32
+
+
+def _check_counters(where: str, counters: JSON) -> list[tuple[str, str]]:
+    problems: list[tuple[str, str]] = []
+    if len(counters) > MAX_COUNTERS_PER_SET:
+        problems.append((where, f"{len(counters)} counters > {MAX_COUNTERS_PER_SET}"))
+    for name, counter in counters.items():
+        if not _DNS_LABEL.match(name) or len(name) > 63:
+            problems.append((f"{where}.{name}", f"counter name {name!r} is not a DNS label"))
+        if not isinstance(counter, dict) or not isinstance(counter.get("value"), str):
+            problems.append((f"{where}.{name}.value", "a counter value must be a quantity string"))
+    return problems
+
+
+def _check_device(
+    where: str, device: JSON, seen: set[str], counter_sets: dict[str, set[str]]
+) -> list[tuple[str, str]]:
+    problems: list[tuple[str, str]] = []
+    name = device.get("name", "")
+    if not _DNS_LABEL.match(name) or len(name) > 63:
+        problems.append((f"{where}.name", f"device name {name!r} is not a DNS label"))
+    if name in seen:
+        problems.append((f"{where}.name", f"duplicate device name {name!r}"))
+    seen.add(name)
+
+    attributes: JSON = device.get("attributes") or {}
+    capacity: JSON = device.get("capacity") or {}
+    if len(attributes) + len(capacity) > MAX_ATTRIBUTES_AND_CAPACITIES:
+        problems.append(
+            (
+                where,
+                f"{len(attributes) + len(capacity)} attributes+capacities > {MAX_ATTRIBUTES_AND_CAPACITIES}",
+            )
+        )
+    for key, value in attributes.items():
+        if not _qualified_name_ok(key):
+            problems.append((f"{where}.attributes.{key}", "not a qualified name"))
+        kinds = [k for k in _ATTRIBUTE_KINDS if k in value]
+        if len(kinds) != 1 or len(value) != 1:
+            problems.append((f"{where}.attributes.{key}", "exactly one of int, bool, string, version"))
+        elif kinds[0] == "string" and len(str(value["string"])) > MAX_ATTRIBUTE_STRING:
+            problems.append((f"{where}.attributes.{key}", f"string longer than {MAX_ATTRIBUTE_STRING}"))
+    multi = bool(device.get("allowMultipleAllocations"))
+    for key, value in capacity.items():
+        if not _qualified_name_ok(key):
+            problems.append((f"{where}.capacity.{key}", "not a qualified name"))
+        if not isinstance(value.get("value"), str):
+            problems.append((f"{where}.capacity.{key}.value", "a capacity value must be a quantity string"))
+        if "requestPolicy" in value and not multi:
+            problems.append(
+                (f"{where}.capacity.{key}.requestPolicy", "requestPolicy needs allowMultipleAllocations")
+            )
+
+    consumes = device.get("consumesCounters") or []
+    if len(consumes) > MAX_CONSUMES_COUNTERS:
+        problems.append((f"{where}.consumesCounters", f"{len(consumes)} entries > {MAX_CONSUMES_COUNTERS}"))
+    for k, use in enumerate(consumes):
+        at = f"{where}.consumesCounters[{k}]"
+        cset = use.get("counterSet", "")
+        if cset not in counter_sets:
+            problems.append((f"{at}.counterSet", f"unknown counter set {cset!r}"))
+            continue
+        problems += _check_counters(f"{at}.counters", use.get("counters") or {})
+        for counter in use.get("counters") or {}:
+            if counter not in counter_sets[cset]:
+                problems.append(
+                    (f"{at}.counters.{counter}", f"counter set {cset!r} has no counter {counter!r}")
+                )
+    return problems

@@ -1,0 +1,123 @@
+"""The API boundary: every client-library exception becomes a driver error, chained."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import urllib3
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+from controller import kube
+from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput, Unavailable
+
+
+def _api(status: int, message: str = "boom") -> ApiException:
+    exc = ApiException(status=status, reason="Reason")
+    exc.body = json.dumps({"kind": "Status", "message": message, "code": status})
+    return exc
+
+
+@pytest.mark.parametrize(
+    ("exc", "cls", "parent", "code"),
+    [
+        pytest.param(_api(400), InvalidInput, InvalidInput, ErrorCode.INVALID_ARGUMENT, id="400"),
+        pytest.param(_api(401), kube.Forbidden, Unavailable, ErrorCode.API_UNAVAILABLE, id="401"),
+        pytest.param(_api(403), kube.Forbidden, Unavailable, ErrorCode.API_UNAVAILABLE, id="403"),
+        pytest.param(_api(404), kube.NotFound, InvalidInput, ErrorCode.INVALID_ARGUMENT, id="404"),
+        pytest.param(_api(405), InvalidInput, InvalidInput, ErrorCode.INVALID_ARGUMENT, id="405"),
+        pytest.param(_api(409), kube.Conflict, Unavailable, ErrorCode.API_CONFLICT, id="409"),
+        pytest.param(_api(410), kube.Gone, Unavailable, ErrorCode.API_UNAVAILABLE, id="410"),
+        pytest.param(_api(422), InvalidInput, InvalidInput, ErrorCode.INVALID_ARGUMENT, id="422"),
+        pytest.param(_api(429), Unavailable, Unavailable, ErrorCode.API_UNAVAILABLE, id="429"),
+        pytest.param(_api(500), Unavailable, Unavailable, ErrorCode.API_UNAVAILABLE, id="500"),
+        pytest.param(_api(503), Unavailable, Unavailable, ErrorCode.API_UNAVAILABLE, id="503"),
+        pytest.param(
+            ApiException(status=0, reason="SSLError"),
+            Unavailable,
+            Unavailable,
+            ErrorCode.API_UNAVAILABLE,
+            id="ssl",
+        ),
+        pytest.param(
+            urllib3.exceptions.MaxRetryError(None, "/x", reason=ConnectionRefusedError()),  # type: ignore[arg-type]
+            Unavailable,
+            Unavailable,
+            ErrorCode.API_UNAVAILABLE,
+            id="connection-refused",
+        ),
+        pytest.param(
+            urllib3.exceptions.ReadTimeoutError(None, "/x", "timed out"),  # type: ignore[arg-type]
+            Unavailable,
+            Unavailable,
+            ErrorCode.API_UNAVAILABLE,
+            id="read-timeout",
+        ),
+        pytest.param(
+            urllib3.exceptions.ProtocolError("reset"),
+            Unavailable,
+            Unavailable,
+            ErrorCode.API_UNAVAILABLE,
+            id="protocol",
+        ),
+        pytest.param(
+            ConnectionResetError("reset"), Unavailable, Unavailable, ErrorCode.API_UNAVAILABLE, id="os-error"
+        ),
+        pytest.param(
+            ValueError("bad json"), Unavailable, Unavailable, ErrorCode.API_UNAVAILABLE, id="bad-json"
+        ),
+        pytest.param(
+            ConfigException("no file"), InvalidInput, InvalidInput, ErrorCode.INVALID_CONFIG, id="kubeconfig"
+        ),
+    ],
+)
+def test_translation_table(
+    exc: Exception, cls: type[FlexNPUError], parent: type[FlexNPUError], code: ErrorCode
+) -> None:
+    with pytest.raises(FlexNPUError) as info, kube.boundary("get thing"):
+        raise exc
+    err = info.value
+    assert type(err) is cls
+    assert isinstance(err, parent)
+    assert err.code == code
+    assert err.__cause__ is exc
+    assert "get thing" in str(err)
+
+
+def test_status_message_is_kept() -> None:
+    err = kube.translate(_api(422, "spec.devices[0].name: Invalid value"), what="create resourceslice")
+    assert "spec.devices[0].name: Invalid value" in str(err)
+    assert "HTTP 422" in str(err)
+
+
+def test_driver_errors_pass_through_unchanged() -> None:
+    original = kube.Gone("already translated")
+    with pytest.raises(kube.Gone) as info, kube.boundary("watch"):
+        raise original
+    assert info.value is original
+
+
+def test_unreachable_server_is_unavailable() -> None:
+    """A real request to a closed port goes through the whole client stack and is translated."""
+    import socket
+
+    from kubernetes import client
+
+    with socket.socket() as sock:  # reserve a port, then close it so nothing listens there
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    configuration = client.Configuration(host=f"http://127.0.0.1:{port}")
+    configuration.retries = 0
+    k = kube.Kube(client.ApiClient(configuration), request_timeout=2)
+    try:
+        with pytest.raises(Unavailable, match="unreachable"):
+            k.get_node("node-1")
+    finally:
+        k.close()
+
+
+def test_kubeconfig_missing_file_is_invalid_config(tmp_path: object) -> None:
+    with pytest.raises(InvalidInput) as info:
+        kube.Kube.from_config(str(tmp_path) + "/does-not-exist")
+    assert info.value.field == "kubeconfig"

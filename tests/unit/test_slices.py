@@ -1,0 +1,419 @@
+"""What a node publishes: devices, attributes, capacities, counters, splitting and pre-validation."""
+
+from __future__ import annotations
+
+import copy
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from dra_driver import slices
+from dra_driver.devices import GIB, MIB, Die, DieMode, Health, Inventory
+from dra_driver.errors import ErrorCode, InvalidInput
+
+DRIVER = "npu.flexnpu.io"
+NODE = "node-1"
+
+
+def _die(phy: int, model: str = "910B3", *, memory_mib: int = 65536, die_index: int = 0, **kw: Any) -> Die:
+    return Die(
+        vdie_id=f"{phy:08X}-00000000-00000000-00000000-00000000",
+        model=model,
+        card_id=phy // 2 if model == "Ascend910" else phy,
+        chip_id=0,
+        phy_id=phy,
+        logic_id=phy,
+        pci_bus_id=f"0000:{phy + 1:02x}:00.0",
+        numa_node=phy % 2,
+        memory_mib=memory_mib,
+        aicore=kw.pop("aicore", 20),
+        aicpu=kw.pop("aicpu", 7),
+        die_index=die_index,
+        **kw,
+    )
+
+
+A2 = Inventory(dies=(_die(1), _die(0)), driver_version="25.5.0", firmware_version="7.7.0.1")
+A3 = Inventory(
+    dies=(
+        _die(0, "Ascend910", die_index=0, npu_name="9392", aicore=24),
+        _die(1, "Ascend910", die_index=1, npu_name="9392", aicore=24),
+    )
+)
+P310 = Inventory(dies=(_die(0, "310P3", memory_mib=21527, aicore=8),))
+
+
+def _pool(inv: Inventory, **kw: Any) -> slices.DesiredPool:
+    return slices.build_pool(inv, driver_name=DRIVER, node_name=NODE, **kw)
+
+
+def _devices(pool: slices.DesiredPool) -> dict[str, dict[str, Any]]:
+    return {d["name"]: d for s in pool.slices for d in s.get("devices", [])}
+
+
+def _counter_sets(pool: slices.DesiredPool) -> dict[str, dict[str, Any]]:
+    return {c["name"]: c for s in pool.slices for c in s.get("sharedCounters", [])}
+
+
+def _mode(mode: DieMode) -> Any:
+    return lambda _die: mode
+
+
+@pytest.mark.parametrize(
+    ("inventory", "mode", "use_counters", "names", "counter_sets"),
+    [
+        pytest.param(A2, DieMode.WHOLE, True, ["npu-0", "npu-1"], [], id="a2-whole"),
+        pytest.param(A2, DieMode.SOFT, True, ["vnpu-1", "vnpu-0"], [], id="a2-soft"),
+        pytest.param(
+            A2, DieMode.BOTH, True, ["npu-0", "npu-1", "vnpu-1", "vnpu-0"], ["die-0", "die-1"], id="a2-both"
+        ),
+        pytest.param(A2, DieMode.BOTH, False, ["npu-0", "npu-1"], [], id="a2-both-without-counters"),
+        pytest.param(
+            A3, DieMode.BOTH, True, ["npu-0", "npu-1", "vnpu-1", "vnpu-0"], ["die-0", "die-1"], id="a3-both"
+        ),
+        pytest.param(P310, DieMode.WHOLE, True, ["npu-0"], [], id="310p-whole"),
+        pytest.param(P310, DieMode.BOTH, True, ["npu-0", "vnpu-0"], ["die-0"], id="310p-both"),
+        pytest.param(Inventory(dies=()), DieMode.BOTH, True, [], [], id="empty-node"),
+    ],
+)
+def test_device_names_and_counter_sets(
+    inventory: Inventory, mode: DieMode, use_counters: bool, names: list[str], counter_sets: list[str]
+) -> None:
+    pool = _pool(inventory, mode_of=_mode(mode), use_counters=use_counters)
+    assert pool.name == NODE
+    assert pool.device_names == names
+    assert list(_counter_sets(pool)) == counter_sets
+    for spec in pool.slices:  # 1.35+: devices XOR sharedCounters
+        assert ("devices" in spec) != ("sharedCounters" in spec)
+    slices.validate_pool(pool)
+
+
+def test_empty_node_publishes_one_empty_slice() -> None:
+    assert _pool(Inventory(dies=())).slices == [{"devices": []}]
+
+
+def test_whole_device_attributes_and_capacity() -> None:
+    device = _devices(_pool(A2, mode_of=_mode(DieMode.WHOLE)))["npu-1"]
+    assert device == {
+        "name": "npu-1",
+        "attributes": {
+            "cardID": {"int": 1},
+            "chipID": {"int": 0},
+            "dieIndex": {"int": 0},
+            "driverVersion": {"string": "25.5.0"},
+            "firmwareVersion": {"string": "7.7.0.1"},
+            "generation": {"string": "A2"},
+            "healthy": {"bool": True},
+            "logicID": {"int": 1},
+            "mode": {"string": "whole"},
+            "model": {"string": "910B3"},
+            "numaNode": {"int": 1},
+            "phyID": {"int": 1},
+            "resource.kubernetes.io/pciBusID": {"string": "0000:02:00.0"},
+            "socName": {"string": "Ascend910B3"},
+            "uuid": {"string": "00000001-00000000-00000000-00000000-00000000"},
+            "vdieID": {"string": "00000001-00000000-00000000-00000000-00000000"},
+        },
+        "capacity": {
+            "aicore": {"value": "20"},
+            "aicpu": {"value": "7"},
+            "compute": {"value": "100"},
+            "memory": {"value": str(64 * GIB)},
+        },
+    }
+    assert len(device["attributes"]) + len(device["capacity"]) <= 32
+
+
+@pytest.mark.parametrize(
+    ("inventory", "device", "attribute", "value"),
+    [
+        pytest.param(A3, "npu-1", "socName", {"string": "Ascend910_9392"}, id="a3-soc-name"),
+        pytest.param(A3, "npu-1", "dieIndex", {"int": 1}, id="a3-second-die"),
+        pytest.param(A3, "npu-1", "generation", {"string": "A3"}, id="a3-generation"),
+        pytest.param(P310, "npu-0", "model", {"string": "310P3"}, id="310p-model"),
+        pytest.param(P310, "vnpu-0", "mode", {"string": "soft"}, id="soft-mode-attribute"),
+        pytest.param(
+            Inventory(dies=(_die(0, health=Health.UNHEALTHY),)),
+            "npu-0",
+            "healthy",
+            {"bool": False},
+            id="unhealthy",
+        ),
+    ],
+)
+def test_attribute_table(inventory: Inventory, device: str, attribute: str, value: dict[str, Any]) -> None:
+    assert _devices(_pool(inventory))[device]["attributes"][attribute] == value
+
+
+def test_versions_left_out_when_unknown() -> None:
+    attrs = _devices(_pool(A3))["npu-0"]["attributes"]
+    assert "driverVersion" not in attrs
+    assert "firmwareVersion" not in attrs
+
+
+@pytest.mark.parametrize(
+    ("inventory", "memory_max"),
+    [
+        pytest.param(A2, 64 * GIB, id="a2-64g"),
+        pytest.param(P310, 21504 * MIB, id="310p-rounded-down-to-128mi"),
+    ],
+)
+def test_soft_device_request_policy(inventory: Inventory, memory_max: int) -> None:
+    device = _devices(_pool(inventory, mode_of=_mode(DieMode.SOFT)))["vnpu-0"]
+    assert device["allowMultipleAllocations"] is True
+    assert "consumesCounters" not in device
+    memory = device["capacity"]["memory"]
+    assert memory["value"] == str(inventory.dies[0].memory_bytes)
+    assert memory["requestPolicy"] == {
+        "default": str(128 * MIB),
+        "validRange": {"min": str(128 * MIB), "max": str(memory_max), "step": str(128 * MIB)},
+    }
+    assert set(device["capacity"]) == {"memory", "compute"}  # every capacity is consumed per share
+    assert device["attributes"]["aicore"] == {"int": inventory.dies[0].aicore}
+    compute = device["capacity"]["compute"]
+    assert compute == {
+        "value": "100",
+        "requestPolicy": {"default": "1", "validRange": {"min": "1", "max": "100", "step": "1"}},
+    }
+
+
+def test_both_mode_counters() -> None:
+    pool = _pool(A2, mode_of=_mode(DieMode.BOTH))
+    devices = _devices(pool)
+    assert _counter_sets(pool)["die-0"] == {
+        "name": "die-0",
+        "counters": {"compute": {"value": "100"}, "memory": {"value": str(64 * GIB)}},
+    }
+    assert devices["npu-0"]["consumesCounters"] == [
+        {"counterSet": "die-0", "counters": {"compute": {"value": "100"}, "memory": {"value": str(64 * GIB)}}}
+    ]
+    assert devices["vnpu-0"]["consumesCounters"] == [
+        {"counterSet": "die-0", "counters": {"memory": {"value": "1"}}}
+    ]
+
+
+# A small model of the allocator's counter accounting, to check the exclusion rules of "both".
+
+
+def _fits(pool: slices.DesiredPool, allocated: list[str], candidate: str, *, per_share: bool) -> bool:
+    """Would ``candidate`` fit given ``allocated`` (device names; repeats = several shares)?
+
+    ``per_share=False``: counters of an allocated device are used once (IsDeviceAllocated);
+    ``per_share=True``: once per allocation.
+    """
+    available = {
+        name: {c: Decimal(v["value"]) for c, v in cs["counters"].items()}
+        for name, cs in _counter_sets(pool).items()
+    }
+    devices = _devices(pool)
+    counted = allocated if per_share else list(dict.fromkeys(allocated))
+    for name in [*counted, candidate]:
+        for use in devices[name].get("consumesCounters", []):
+            for counter, v in use["counters"].items():
+                available[use["counterSet"]][counter] -= Decimal(v["value"])
+    return all(v >= 0 for cs in available.values() for v in cs.values())
+
+
+@pytest.mark.parametrize(
+    "per_share", [pytest.param(False, id="once-per-device"), pytest.param(True, id="per-share")]
+)
+@pytest.mark.parametrize(
+    ("allocated", "candidate", "fits"),
+    [
+        pytest.param([], "npu-0", True, id="whole-on-idle-die"),
+        pytest.param([], "vnpu-0", True, id="share-on-idle-die"),
+        pytest.param(["vnpu-0"], "npu-0", False, id="share-blocks-whole"),
+        pytest.param(["vnpu-0"] * 100, "npu-0", False, id="many-shares-block-whole"),
+        pytest.param(["vnpu-0"] * 100, "vnpu-0", True, id="shares-do-not-block-shares"),
+        pytest.param(["npu-0"], "vnpu-0", False, id="whole-blocks-share"),
+        pytest.param(["npu-0"], "npu-1", True, id="other-die-unaffected"),
+        pytest.param(["vnpu-1"], "npu-0", True, id="share-on-other-die"),
+    ],
+)
+def test_counters_keep_whole_and_shares_apart(
+    allocated: list[str], candidate: str, fits: bool, per_share: bool
+) -> None:
+    pool = _pool(A2, mode_of=_mode(DieMode.BOTH))
+    assert _fits(pool, allocated, candidate, per_share=per_share) is fits
+
+
+@pytest.mark.parametrize(
+    ("dies", "mode", "device_slices", "counter_slices"),
+    [
+        pytest.param(100, DieMode.BOTH, [64, 64, 64, 8], [8] * 12 + [4], id="100-dies-both"),
+        pytest.param(100, DieMode.WHOLE, [100], [], id="100-dies-whole"),
+        pytest.param(200, DieMode.WHOLE, [128, 72], [], id="200-dies-whole"),
+        pytest.param(130, DieMode.SOFT, [128, 2], [], id="130-dies-soft"),
+        pytest.param(8, DieMode.BOTH, [16], [8], id="8-dies-one-counter-slice"),
+        pytest.param(9, DieMode.BOTH, [18], [8, 1], id="9-dies-two-counter-slices"),
+    ],
+)
+def test_split_by_limits(
+    dies: int, mode: DieMode, device_slices: list[int], counter_slices: list[int]
+) -> None:
+    inv = Inventory(dies=tuple(_die(i) for i in range(dies)))
+    pool = _pool(inv, mode_of=_mode(mode))
+    assert [len(s["devices"]) for s in pool.slices if "devices" in s] == device_slices
+    assert [len(s["sharedCounters"]) for s in pool.slices if "sharedCounters" in s] == counter_slices
+    # device slices first, then counter slices
+    kinds = ["devices" if "devices" in s else "counters" for s in pool.slices]
+    assert kinds == sorted(kinds, key=lambda k: k != "devices")
+    slices.validate_pool(pool)
+
+
+def test_deterministic_whatever_the_discovery_order() -> None:
+    dies = [_die(i) for i in range(6)]
+    a = _pool(Inventory(dies=tuple(dies)))
+    b = _pool(Inventory(dies=tuple(reversed(dies))))
+    assert a == b
+
+
+def test_resolve_mode_per_die_override() -> None:
+    inv = Inventory(dies=(_die(0), _die(1)), die_modes={1: DieMode.SOFT})
+    assert slices.resolve_mode(inv.dies[0], inv, "whole") == DieMode.WHOLE
+    assert slices.resolve_mode(inv.dies[1], inv, "whole") == DieMode.SOFT
+    assert slices.resolve_mode(inv.dies[0], inv, "both") == DieMode.BOTH
+    pool = _pool(inv, mode_of=lambda d: slices.resolve_mode(d, inv, "whole"))
+    assert pool.device_names == ["npu-0", "vnpu-1"]
+
+
+def test_default_mode_is_both() -> None:
+    assert _pool(A2).device_names == ["npu-0", "npu-1", "vnpu-1", "vnpu-0"]
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        pytest.param(
+            lambda: slices.resolve_mode(_die(0), A2, "shared"), "default-mode", id="unknown-default"
+        ),
+        pytest.param(
+            lambda: slices.resolve_mode(_die(0), Inventory(dies=(), die_modes={0: "bogus"}), "whole"),  # type: ignore[dict-item]
+            "dies[0].mode",
+            id="unknown-per-die",
+        ),
+        pytest.param(lambda: _pool(A2, mode_of=_mode(DieMode.HARD)), "dies[0].mode", id="hard-not-yet"),
+        pytest.param(lambda: _pool(A2, fallback_mode=DieMode.BOTH), "fallback_mode", id="bad-fallback"),
+    ],
+)
+def test_mode_errors(call: Any, field: str) -> None:
+    with pytest.raises(InvalidInput) as info:
+        call()
+    assert info.value.field == field
+    assert info.value.code == ErrorCode.INVALID_CONFIG
+
+
+def test_soft_fallback_without_counters() -> None:
+    pool = _pool(A2, use_counters=False, fallback_mode=DieMode.SOFT)
+    assert pool.device_names == ["vnpu-1", "vnpu-0"]
+    assert all("consumesCounters" not in d for d in _devices(pool).values())
+
+
+# --- pre-validation ------------------------------------------------------------------------
+
+_BASE = _pool(A2, mode_of=_mode(DieMode.BOTH))
+
+
+def _broken(edit: Any) -> slices.DesiredPool:
+    pool = copy.deepcopy(_BASE)
+    edit(pool.slices)
+    return pool
+
+
+def _many_devices(s: list[dict[str, Any]]) -> None:
+    template = s[0]["devices"][0]
+    s[0]["devices"] = [{**copy.deepcopy(template), "name": f"npu-{i}"} for i in range(65)]
+
+
+def _many_attributes(s: list[dict[str, Any]]) -> None:
+    s[0]["devices"][0]["attributes"].update({f"extra{i}": {"int": i} for i in range(20)})
+
+
+@pytest.mark.parametrize(
+    ("edit", "field", "text"),
+    [
+        pytest.param(
+            lambda s: s[0]["devices"].append(copy.deepcopy(s[0]["devices"][0])),
+            "slices[0].devices[4].name",
+            "duplicate device name 'npu-0'",
+            id="duplicate-device",
+        ),
+        pytest.param(
+            lambda s: s[1]["sharedCounters"].append(copy.deepcopy(s[1]["sharedCounters"][0])),
+            "slices[1].sharedCounters[2].name",
+            "duplicate counter set name 'die-0'",
+            id="duplicate-counter-set",
+        ),
+        pytest.param(
+            lambda s: s[0]["devices"][0]["consumesCounters"][0].update(counterSet="die-9"),
+            "slices[0].devices[0].consumesCounters[0].counterSet",
+            "unknown counter set 'die-9'",
+            id="unknown-counter-set",
+        ),
+        pytest.param(
+            lambda s: s[0]["devices"][0]["consumesCounters"][0]["counters"].update(aicore={"value": "1"}),
+            "slices[0].devices[0].consumesCounters[0].counters.aicore",
+            "has no counter 'aicore'",
+            id="unknown-counter",
+        ),
+        pytest.param(
+            _many_devices, "slices[0].devices", "65 devices > 64", id="too-many-devices-with-counters"
+        ),
+        pytest.param(
+            lambda s: s[1]["sharedCounters"].extend(
+                {"name": f"x-{i}", "counters": {"m": {"value": "1"}}} for i in range(7)
+            ),
+            "slices[1].sharedCounters",
+            "9 counter sets > 8",
+            id="too-many-counter-sets",
+        ),
+        pytest.param(
+            lambda s: s[0].update(sharedCounters=[]),
+            "slices[0]",
+            "either devices or sharedCounters",
+            id="devices-and-counters",
+        ),
+        pytest.param(
+            lambda s: s[0]["devices"][0]["capacity"]["memory"].update(requestPolicy={"default": "1"}),
+            "slices[0].devices[0].capacity.memory.requestPolicy",
+            "needs allowMultipleAllocations",
+            id="request-policy-on-exclusive-device",
+        ),
+        pytest.param(
+            lambda s: s[0]["devices"][0].update(name="NPU_0"),
+            "slices[0].devices[0].name",
+            "not a DNS label",
+            id="bad-device-name",
+        ),
+        pytest.param(
+            _many_attributes,
+            "slices[0].devices[0]",
+            "40 attributes+capacities > 32",
+            id="too-many-attributes",
+        ),
+        pytest.param(
+            lambda s: s[0]["devices"][0]["attributes"].update(model={"string": "x" * 65}),
+            "slices[0].devices[0].attributes.model",
+            "string longer than 64",
+            id="long-string",
+        ),
+        pytest.param(
+            lambda s: s[0]["devices"][0]["capacity"]["memory"].update(value=64),
+            "slices[0].devices[0].capacity.memory.value",
+            "quantity string",
+            id="int-quantity",
+        ),
+        pytest.param(lambda s: s.clear(), "slices", "at least one", id="no-slices"),
+    ],
+)
+def test_validate_pool_rejects(edit: Any, field: str, text: str) -> None:
+    with pytest.raises(InvalidInput) as info:
+        slices.validate_pool(_broken(edit))
+    assert info.value.field == field
+    assert text in str(info.value)
+    assert info.value.code == ErrorCode.INVALID_INVENTORY
+
+
+def test_validate_pool_accepts_the_built_pool() -> None:
+    slices.validate_pool(_BASE)
