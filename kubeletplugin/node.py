@@ -84,8 +84,16 @@ class NodeProcess:
             node_name=cfg.node_name,
             desired=self._desired,
             log=logs.claim_logger("-", base=logging.getLogger("flexnpu.publisher")),
+            resync_seconds=cfg.slice_resync_seconds or 600.0,
+            on_dropped_fields=self._counters_dropped,
         )
         self._threads: list[threading.Thread] = []
+
+    def _counters_dropped(self, err: Exception) -> None:
+        """The API server dropped the counter fields (DRAPartitionableDevices off): one mode per die."""
+        if self.use_counters:
+            log.warning("%s; publishing each die in one mode only (no whole+share on one die)", err)
+            self.use_counters = False
 
     def _desired(self) -> slices.DesiredPool:
         mode = DieMode(self.cfg.default_mode)

@@ -151,7 +151,7 @@ class Node:
 
 
 def make_node(
-    api: FakeAPIServer, root: Path, inventory: str = "two-chip-910b3.yaml", **env_extra: str
+    api: FakeAPIServer, root: Path, inventory: str = "a3-one-module.yaml", **env_extra: str
 ) -> Node:
     dirs = {k: root / k for k in ("registry", "plugins", "state", "run", "shm", "cdi", "devroot")}
     for d in dirs.values():
