@@ -1,0 +1,451 @@
+"""Manifests: every YAML under manifests/ has a valid Kubernetes shape, the Helm chart renders
+(with a small renderer for the Go-template subset the chart uses) to the same objects as the
+plain manifest, and the examples only use DeviceClasses the chart defines.
+
+Regenerate the plain manifest after a chart change:
+``.venv/bin/python tests/unit/test_manifests.py > manifests/deploy/flexnpu-dra-driver.yaml``
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+from kubernetes import client as k8s
+
+from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.discovery import emulated
+
+ROOT = Path(__file__).resolve().parents[2]
+MANIFESTS = ROOT / "manifests"
+CHART = MANIFESTS / "helm" / "flexnpu-dra-driver"
+DEPLOY = MANIFESTS / "deploy" / "flexnpu-dra-driver.yaml"
+EXAMPLES = MANIFESTS / "examples"
+RELEASE = {"Name": "flexnpu-dra-driver", "Namespace": "flexnpu-system", "Service": "Helm"}
+
+MODELS: dict[str, type[Any]] = {
+    "Namespace": k8s.V1Namespace,
+    "ServiceAccount": k8s.V1ServiceAccount,
+    "ConfigMap": k8s.V1ConfigMap,
+    "Pod": k8s.V1Pod,
+    "DaemonSet": k8s.V1DaemonSet,
+    "ClusterRole": k8s.V1ClusterRole,
+    "ClusterRoleBinding": k8s.V1ClusterRoleBinding,
+    "DeviceClass": k8s.V1DeviceClass,
+    "ResourceClaimTemplate": k8s.V1ResourceClaimTemplate,
+    "ValidatingAdmissionPolicy": k8s.V1ValidatingAdmissionPolicy,
+    "ValidatingAdmissionPolicyBinding": k8s.V1ValidatingAdmissionPolicyBinding,
+}
+API_VERSIONS = {
+    "Namespace": "v1",
+    "ServiceAccount": "v1",
+    "ConfigMap": "v1",
+    "Pod": "v1",
+    "DaemonSet": "apps/v1",
+    "ClusterRole": "rbac.authorization.k8s.io/v1",
+    "ClusterRoleBinding": "rbac.authorization.k8s.io/v1",
+    "DeviceClass": "resource.k8s.io/v1",
+    "ResourceClaimTemplate": "resource.k8s.io/v1",
+    "ValidatingAdmissionPolicy": "admissionregistration.k8s.io/v1",
+    "ValidatingAdmissionPolicyBinding": "admissionregistration.k8s.io/v1",
+}
+NAMESPACED = {"ServiceAccount", "ConfigMap", "Pod", "DaemonSet", "ResourceClaimTemplate"}
+
+
+# -- a renderer for the Go-template subset the chart uses --------------------------------------
+# Supported: {{ .Values.a.b }}, .Release.*, .Chart.*, pipes `quote`, `nindent N`, `toYaml X`,
+# `{{ if X }} ... {{ else }} ... {{ end }}`, and `{{-` / `-}}` whitespace trimming. Anything
+# else fails loudly, so the chart cannot drift outside what this test understands.
+
+_ACTION = re.compile(r"{{(-?)\s*(.*?)\s*(-?)}}", re.S)
+
+
+def _lookup(path: str, scope: Mapping[str, Any]) -> Any:
+    if not path.startswith("."):
+        raise ValueError(f"unsupported template term {path!r}")
+    value: Any = scope
+    for part in path[1:].split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            raise KeyError(f"template refers to missing value {path}")
+        value = value[part]
+    return value
+
+
+def _to_yaml(value: Any) -> str:
+    return yaml.safe_dump(value, sort_keys=True, default_flow_style=False).rstrip("\n").removesuffix("\n...")
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _evaluate(expr: str, scope: Mapping[str, Any]) -> Any:
+    stages = [s.strip() for s in expr.split("|")]
+    head = stages[0].split()
+    value = _to_yaml(_lookup(head[1], scope)) if head[0] == "toYaml" else _lookup(head[0], scope)
+    for stage in stages[1:]:
+        name, *args = stage.split()
+        if name == "quote":
+            value = json.dumps(_text(value))
+        elif name == "nindent":
+            pad = " " * int(args[0])
+            value = "\n" + "\n".join(pad + line if line else line for line in _text(value).split("\n"))
+        else:
+            raise ValueError(f"unsupported template function {name!r}")
+    return value
+
+
+def render_template(text: str, scope: Mapping[str, Any]) -> str:
+    pieces: list[str | tuple[str, str]] = []
+    pos = 0
+    for match in _ACTION.finditer(text):
+        literal = text[pos : match.start()]
+        if match.group(1):
+            literal = literal.rstrip()
+        if pieces and isinstance(pieces[-1], tuple) and pieces[-1][1] == "-":
+            literal = literal.lstrip()
+        pieces.append(literal)
+        pieces.append((match.group(2), match.group(3)))
+        pos = match.end()
+    tail = text[pos:]
+    if pieces and isinstance(pieces[-1], tuple) and pieces[-1][1] == "-":
+        tail = tail.lstrip()
+    pieces.append(tail)
+    out: list[str] = []
+    active = [True]  # one entry per open `if`: is this branch emitted?
+    taken: list[bool] = []
+    for piece in pieces:
+        if isinstance(piece, str):
+            if all(active):
+                out.append(piece)
+            continue
+        expr = piece[0]
+        if expr.startswith("if "):
+            cond = bool(_evaluate(expr[3:], scope)) if all(active) else False
+            active.append(cond)
+            taken.append(cond)
+        elif expr == "else":
+            active[-1] = not taken[-1]
+        elif expr == "end":
+            active.pop()
+            taken.pop()
+        elif all(active):
+            out.append(_text(_evaluate(expr, scope)))
+    assert len(active) == 1, "unbalanced if/end"
+    return "".join(out)
+
+
+def chart_values(overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    for dotted, value in (overrides or {}).items():
+        node = values
+        *parents, last = dotted.split(".")
+        for part in parents:
+            node = node[part]
+        node[last] = value
+    return values
+
+
+def render_chart(values: Mapping[str, Any]) -> list[dict[str, Any]]:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    scope = {
+        "Values": values,
+        "Release": RELEASE,
+        "Chart": {"Name": chart["name"], "AppVersion": chart["appVersion"], "Version": chart["version"]},
+    }
+    docs: list[dict[str, Any]] = []
+    for template in sorted((CHART / "templates").glob("*.yaml")):
+        rendered = render_template(template.read_text(), scope)
+        docs.extend(d for d in yaml.safe_load_all(rendered) if d)
+    return docs
+
+
+def yaml_files() -> Iterator[Path]:
+    """Every plain YAML manifest (the chart is checked through its rendering)."""
+    for path in sorted(MANIFESTS.rglob("*.yaml")):
+        if CHART not in path.parents:
+            yield path
+
+
+def load_docs(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def key(doc: Mapping[str, Any]) -> tuple[str, str, str]:
+    meta = doc["metadata"]
+    return (doc["kind"], meta.get("namespace", ""), meta["name"])
+
+
+def check_shape(doc: dict[str, Any], where: str) -> None:
+    kind = doc.get("kind")
+    assert kind in MODELS, f"{where}: unexpected kind {kind!r}"
+    assert doc.get("apiVersion") == API_VERSIONS[kind], f"{where}: {kind} must be {API_VERSIONS[kind]}"
+    assert doc["metadata"].get("name"), f"{where}: {kind} without a name"
+    if kind in NAMESPACED:
+        assert doc["metadata"].get("namespace"), f"{where}: {kind} {doc['metadata']['name']} has no namespace"
+    else:
+        assert "namespace" not in doc["metadata"], f"{where}: cluster-scoped {kind} with a namespace"
+    # The client's pydantic models forbid unknown fields and check types, recursively.
+    MODELS[kind].model_validate(copy.deepcopy(doc))
+
+
+# -- tests ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, id=str(p.relative_to(MANIFESTS))) for p in yaml_files()])
+def test_plain_manifest_shapes(path: Path) -> None:
+    docs = load_docs(path)
+    assert docs, f"{path} is empty"
+    for i, doc in enumerate(docs):
+        check_shape(doc, f"{path.name}[{i}]")
+    keys = [key(d) for d in docs]
+    assert len(keys) == len(set(keys)), f"{path}: duplicate objects"
+
+
+CHART_VARIANTS = [
+    pytest.param({}, id="defaults"),
+    pytest.param({"emulated.enabled": True}, id="emulated"),
+    pytest.param(
+        {
+            "deviceClasses.create": False,
+            "validatingAdmissionPolicy.enabled": False,
+            "plugin.probes.enabled": False,
+        },
+        id="minimal",
+    ),
+    pytest.param(
+        {
+            "plugin.nodeSelector": {"accelerator": "ascend"},
+            "plugin.resources": {"limits": {"memory": "512Mi"}},
+        },
+        id="placement",
+    ),
+]
+
+
+@pytest.mark.parametrize("overrides", CHART_VARIANTS)
+def test_chart_renders_valid_objects(overrides: dict[str, Any]) -> None:
+    values = chart_values(overrides)
+    jsonschema.validate(values, json.loads((CHART / "values.schema.json").read_text()))
+    docs = render_chart(values)
+    for doc in docs:
+        check_shape(doc, f"chart {doc.get('kind')}")
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds.count("DaemonSet") == 2
+    assert ("ConfigMap" in kinds) == bool(overrides.get("emulated.enabled"))
+    assert kinds.count("DeviceClass") == (0 if overrides.get("deviceClasses.create") is False else 3)
+
+
+def test_plain_manifest_matches_the_chart() -> None:
+    rendered = {key(d): d for d in render_chart(chart_values())}
+    plain = {key(d): d for d in load_docs(DEPLOY) if d["kind"] != "Namespace"}
+    assert sorted(plain) == sorted(rendered)
+    for k, doc in rendered.items():
+        assert plain[k] == doc, f"{k} differs from the chart; regenerate (see module docstring)"
+    namespaces = [d for d in load_docs(DEPLOY) if d["kind"] == "Namespace"]
+    assert [n["metadata"]["name"] for n in namespaces] == [RELEASE["Namespace"]]
+
+
+@pytest.mark.parametrize(
+    ("dotted", "value"),
+    [
+        pytest.param("plugin.defaultMode", "shared", id="bad-mode"),
+        pytest.param("driverName", "NPU_FlexNPU", id="bad-driver-name"),
+        pytest.param("plugin.metricsPort", "9090", id="port-as-string"),
+        pytest.param("image.pullPolicy", "Sometimes", id="bad-pull-policy"),
+        pytest.param("emulated.inventory", {"chips": []}, id="empty-inventory"),
+        pytest.param("unknownTopLevel", 1, id="unknown-field"),
+    ],
+)
+def test_values_schema_rejects(dotted: str, value: Any) -> None:
+    values = chart_values({dotted: value} if "." in dotted else {})
+    if "." not in dotted:
+        values[dotted] = value
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(values, json.loads((CHART / "values.schema.json").read_text()))
+
+
+def test_default_emulated_inventory_is_valid() -> None:
+    inv = emulated.parse_inventory(chart_values()["emulated"]["inventory"], source="values.yaml")
+    assert [d.model for d in inv.dies] == ["910B3", "910B3"]
+    rendered = {d["kind"]: d for d in render_chart(chart_values({"emulated.enabled": True}))}
+    cm_inventory = yaml.safe_load(rendered["ConfigMap"]["data"]["inventory.yaml"])
+    assert emulated.parse_inventory(cm_inventory, source="configmap").dies == inv.dies
+
+
+def test_device_classes_select_by_driver_and_mode() -> None:
+    classes = {d["metadata"]["name"]: d for d in render_chart(chart_values()) if d["kind"] == "DeviceClass"}
+    expected = {"npu.flexnpu.io": "whole", "vnpu.flexnpu.io": "soft", "vnpu-template.flexnpu.io": "hard"}
+    assert set(classes) == set(expected)
+    for name, mode in expected.items():
+        (selector,) = classes[name]["spec"]["selectors"]
+        expr = " ".join(selector["cel"]["expression"].split())
+        assert expr == (
+            f'device.driver == "{DEFAULT_DRIVER_NAME}" && device.attributes["{DEFAULT_DRIVER_NAME}"].mode == "{mode}"'
+        )
+
+
+def test_rbac_rules() -> None:
+    (role,) = [d for d in render_chart(chart_values()) if d["kind"] == "ClusterRole"]
+    rules = {(tuple(r["apiGroups"]), tuple(r["resources"])): r for r in role["rules"]}
+    verbs = {k: set(r["verbs"]) for k, r in rules.items()}
+    rs = (("resource.k8s.io",), ("resourceslices",))
+    assert verbs[rs] == {"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}
+    assert verbs[(("resource.k8s.io",), ("resourceclaims",))] == {"get", "list", "watch"}
+    assert verbs[(("resource.k8s.io",), ("resourceclaims/status",))] == {"get", "update", "patch"}
+    granular = rules[(("resource.k8s.io",), ("resourceclaims/driver",))]
+    assert set(granular["verbs"]) == {"associated-node:update", "associated-node:patch"}
+    assert granular["resourceNames"] == [DEFAULT_DRIVER_NAME]
+    assert verbs[(("",), ("nodes",))] == {"get", "list", "watch"}
+    assert verbs[(("",), ("events",))] == {"create", "patch"}
+    assert verbs[(("events.k8s.io",), ("events",))] == {"create", "patch"}
+    assert not any("*" in r["verbs"] or "*" in r["resources"] for r in role["rules"])
+
+
+def test_admission_policy_pins_slices_to_the_plugin_node() -> None:
+    docs = {d["kind"]: d for d in render_chart(chart_values())}
+    policy, binding = docs["ValidatingAdmissionPolicy"], docs["ValidatingAdmissionPolicyBinding"]
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    (match,) = policy["spec"]["matchConditions"]
+    assert f"system:serviceaccount:{RELEASE['Namespace']}:flexnpu-dra-driver" in match["expression"]
+    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    assert "authentication.kubernetes.io/node-name" in variables["userNodeName"]
+    exprs = [v["expression"] for v in policy["spec"]["validations"]]
+    assert "variables.userNodeName == variables.objectNodeName" in exprs
+    assert policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == ["resourceslices"]
+
+
+def _container_env(ds: Mapping[str, Any]) -> dict[str, Any]:
+    (ctr,) = ds["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e for e in ctr["env"]}
+
+
+@pytest.mark.parametrize(
+    "emulated_node", [pytest.param(False, id="real-node"), pytest.param(True, id="emulated")]
+)
+def test_plugin_daemonset(emulated_node: bool) -> None:
+    docs = {d["metadata"]["name"]: d for d in render_chart(chart_values({"emulated.enabled": emulated_node}))}
+    ds = docs["flexnpu-dra-plugin"]
+    assert ds["spec"]["updateStrategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "flexnpu-dra-driver"
+    (ctr,) = pod["containers"]
+    assert ctr["command"] == ["flexnpu-dra", "plugin"]
+    assert ctr["securityContext"]["privileged"] is True
+    env = _container_env(ds)
+    assert env["FLEXNPU_NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert env["POD_UID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.uid"
+    assert env["FLEXNPU_POD_UID"]["value"] == "$(POD_UID)"
+    assert ("FLEXNPU_INVENTORY" in env) == emulated_node
+    assert ("FLEXNPU_NPU_SMI" in env) != emulated_node
+    host_paths = {v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    required = {
+        "/var/lib/kubelet/plugins_registry",
+        "/var/lib/kubelet/plugins",
+        "/var/lib/flexnpu",
+        "/var/run/flexnpu",
+        "/var/run/cdi",
+        "/dev",
+        "/dev/shm",
+    }
+    assert required <= host_paths
+    mounted = {m["name"] for m in ctr["volumeMounts"]}
+    assert mounted == {v["name"] for v in pod["volumes"]}
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert DEFAULT_DRIVER_NAME in " ".join(ctr[probe]["exec"]["command"])
+    if emulated_node:
+        (init,) = pod["initContainers"]
+        assert init["command"][:3] == ["python3", "-m", "dra_driver.testing.devroot"]
+        assert env["FLEXNPU_DEVICE_ROOT"]["value"] == init["command"][4]
+
+
+@pytest.mark.parametrize(
+    "emulated_node", [pytest.param(False, id="real-node"), pytest.param(True, id="emulated")]
+)
+def test_daemon_daemonset_is_on_delete(emulated_node: bool) -> None:
+    docs = {d["metadata"]["name"]: d for d in render_chart(chart_values({"emulated.enabled": emulated_node}))}
+    ds = docs["flexnpu-daemon"]
+    assert ds["spec"]["updateStrategy"] == {"type": "OnDelete"}
+    pod = ds["spec"]["template"]["spec"]
+    (ctr,) = pod["containers"]
+    assert ctr["command"] == ["flexnpu-daemon"]
+    assert ctr["securityContext"]["privileged"] is True
+    env = _container_env(ds)
+    assert ("FLEXNPU_DAEMON_INVENTORY" in env) == emulated_node
+    assert ("FLEXNPU_DAEMON_NPU_SMI" in env) != emulated_node
+    assert {m["name"] for m in ctr["volumeMounts"]} == {v["name"] for v in pod["volumes"]}
+    # The plugin reaches the daemon through the run dir both pods mount from the host.
+    assert env["FLEXNPU_DAEMON_SOCKET"]["value"].startswith("/var/run/flexnpu/")
+    selectors = [d["spec"]["selector"]["matchLabels"] for d in docs.values() if d["kind"] == "DaemonSet"]
+    assert selectors[0] != selectors[1]  # the two DaemonSets never adopt each other's pods
+
+
+EXAMPLE_DIRS = sorted(p for p in EXAMPLES.iterdir() if p.is_dir())
+
+
+@pytest.mark.parametrize("folder", [pytest.param(p, id=p.name) for p in EXAMPLE_DIRS])
+def test_example_folder(folder: Path) -> None:
+    readme = (folder / "README.md").read_text()
+    headings = re.findall(r"^## (.+)$", readme, re.M)
+    assert headings == ["Overview", "Requirements", "How to run", "Expected output", "Cleanup"]
+    docs = load_docs(folder / f"{folder.name}.yaml")
+    (namespace,) = [d["metadata"]["name"] for d in docs if d["kind"] == "Namespace"]
+    assert all(d["metadata"].get("namespace") == namespace for d in docs if d["kind"] != "Namespace")
+    assert f"{folder.name}.yaml" in readme
+    classes = {d["metadata"]["name"] for d in render_chart(chart_values()) if d["kind"] == "DeviceClass"}
+    templates = {d["metadata"]["name"] for d in docs if d["kind"] == "ResourceClaimTemplate"}
+    for doc in docs:
+        if doc["kind"] == "ResourceClaimTemplate":
+            for request in doc["spec"]["spec"]["devices"]["requests"]:
+                sub = request.get("firstAvailable") or [request["exactly"]]
+                for r in sub:
+                    assert r["deviceClassName"] in classes, (
+                        f"{folder.name}: unknown class {r['deviceClassName']}"
+                    )
+        if doc["kind"] == "Pod":
+            claims = {c["name"]: c for c in doc["spec"]["resourceClaims"]}
+            for ctr in doc["spec"]["containers"]:
+                for ref in ctr.get("resources", {}).get("claims", []):
+                    assert ref["name"] in claims
+            for claim in claims.values():
+                assert claim.get("resourceClaimTemplateName", "") in templates | {""}
+
+
+def test_every_example_uses_a_chart_device_class() -> None:
+    assert EXAMPLE_DIRS, "no examples"
+    used = set()
+    for folder in EXAMPLE_DIRS:
+        used |= set(re.findall(r"deviceClassName:\s*(\S+)", (folder / f"{folder.name}.yaml").read_text()))
+    assert used and used <= {"npu.flexnpu.io", "vnpu.flexnpu.io", "vnpu-template.flexnpu.io"}
+
+
+def main() -> None:
+    """Print the plain manifest: a Namespace plus the chart rendered with default values."""
+    header = (
+        "# FlexNPU DRA driver, for clusters without Helm: the Helm chart manifests/helm/flexnpu-dra-driver\n"
+        f"# rendered with its default values into namespace {RELEASE['Namespace']}.\n"
+        "# Generated by: .venv/bin/python tests/unit/test_manifests.py > manifests/deploy/flexnpu-dra-driver.yaml\n"
+        "# (tests/unit/test_manifests.py checks that it matches the chart).\n"
+    )
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": RELEASE["Namespace"]}}
+    docs = [namespace, *render_chart(chart_values())]
+    print(
+        header + "---\n" + "---\n".join(yaml.safe_dump(d, sort_keys=False, width=120) for d in docs), end=""
+    )
+
+
+if __name__ == "__main__":
+    main()
