@@ -58,6 +58,15 @@ PLUGIN_FLAGS: tuple[Flag, ...] = (
     Flag("slice-resync-seconds", "600", "periodic full slice resync, in seconds (0 = only on watch events)"),
     Flag("pod-uid", None, "plugin pod UID; enables unique sockets for rolling updates"),
     Flag("metrics-port", "-1", "Prometheus metrics port (negative = disabled)"),
+    Flag("daemon-socket", None, "flexnpu-daemon unix socket (default <run-dir>/daemon.sock)"),
+    Flag("daemon-retry-seconds", "30", "how long prepare retries an unreachable daemon (< kubelet's 45 s)"),
+    Flag(
+        "control-link",
+        "flexnpu0",
+        "host link the aclservers' TCP control link listens on ('' = loopback only)",
+    ),
+    Flag("control-link-cidr", "169.254.213.1/24", "address/prefix of the control link"),
+    Flag("control-link-kind", "bridge", "kind of the control link: bridge|tap"),
 )
 
 
@@ -91,6 +100,11 @@ class Config:
     slice_resync_seconds: float
     pod_uid: str | None = None
     metrics_port: int = -1
+    daemon_socket: Path | None = None
+    daemon_retry_seconds: float = 30.0
+    control_link: str = "flexnpu0"
+    control_link_cidr: str = "169.254.213.1/24"
+    control_link_kind: str = "bridge"
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -213,4 +227,11 @@ def build(values: Mapping[str, str | None]) -> Config:
         slice_resync_seconds=_number("slice-resync-seconds", values.get("slice_resync_seconds")),
         pod_uid=values.get("pod_uid") or None,
         metrics_port=int(_number("metrics-port", values.get("metrics_port"))),
+        daemon_socket=path("daemon_socket")
+        if values.get("daemon_socket")
+        else path("run_dir") / "daemon.sock",
+        daemon_retry_seconds=_number("daemon-retry-seconds", values.get("daemon_retry_seconds") or "30"),
+        control_link=values.get("control_link") or "",
+        control_link_cidr=values.get("control_link_cidr") or "169.254.213.1/24",
+        control_link_kind=values.get("control_link_kind") or "bridge",
     )

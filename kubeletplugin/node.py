@@ -15,10 +15,12 @@ from types import FrameType
 
 from controller.kube import Kube
 from controller.publisher import SlicePublisher
-from dra_driver import cdi, discovery, logs, slices
+from controller.status import ClaimStatusWriter
+from dra_driver import cdi, discovery, logs, netlink, slices
 from dra_driver.checkpoint import CheckpointStore
 from dra_driver.claims import DeviceHealthReport
 from dra_driver.config import Config
+from dra_driver.daemon.client import DaemonClient
 from dra_driver.devices import DieMode, Health, Inventory
 from dra_driver.errors import FlexNPUError
 from kubeletplugin.prepare import Preparer, PrepareSettings
@@ -57,6 +59,10 @@ class NodeProcess:
         self.store.read()  # surfaces (and sets aside) a corrupt checkpoint at start
         self.use_counters = True
         self.pool = self._desired()
+        self.link = netlink.LinkSpec(cfg.control_link, cfg.control_link_cidr, cfg.control_link_kind)
+        if cfg.control_link:
+            self.link.validate()
+        self.daemon = DaemonClient(cfg.daemon_socket, timeout=20.0) if cfg.daemon_socket else None
         self.preparer = Preparer(
             settings=PrepareSettings(
                 driver_name=cfg.driver_name,
@@ -64,10 +70,17 @@ class NodeProcess:
                 cdi_dir=cfg.paths.cdi_dir,
                 cdi_kind=cdi.Kind.parse(cfg.cdi_kind),
                 device_root=cfg.paths.device_root,
+                run_dir=cfg.paths.run_dir,
+                control_link=cfg.control_link,
+                control_address=self.link.address if cfg.control_link else "127.0.0.1",
+                control_cidr=cfg.control_link_cidr if cfg.control_link else "",
+                daemon_retry_seconds=cfg.daemon_retry_seconds,
             ),
             store=self.store,
             get_claim=self.kube.get_claim,
             inventory=lambda: self.inventory,
+            daemon=self.daemon,
+            status=ClaimStatusWriter(self.kube, driver_name=cfg.driver_name, node_name=cfg.node_name),
         )
         self.health = InventoryHealth(self.inventory, cfg.pool_name, self.pool.device_names)
         self.server = PluginServer(
@@ -107,6 +120,8 @@ class NodeProcess:
 
     def start(self) -> None:
         self.cfg.paths.cdi_dir.mkdir(parents=True, exist_ok=True)
+        if self.cfg.control_link:
+            netlink.ensure_link(self.link)  # a clear error at start, never a hang
         self.server.start()
         t = threading.Thread(
             target=self.publisher.run, args=(self.stop_event,), name="publisher", daemon=True
@@ -130,6 +145,8 @@ class NodeProcess:
         for t in self._threads:
             t.join(timeout=10)
         self.kube.close()
+        if self.daemon is not None:
+            self.daemon.close()
         log.info("node process stopped; sockets removed")
 
 
@@ -147,6 +164,10 @@ def run(cfg: Config) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    node.start()
+    try:
+        node.start()
+    except FlexNPUError as err:
+        log.error("cannot start: %s", err)
+        return 2
     node.wait()
     return 0

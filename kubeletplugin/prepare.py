@@ -1,11 +1,13 @@
 """Prepare and unprepare claims: the only place that sequences side effects.
 
 Order, always: GET the claim (outside the lock) → plan (pure) → under the checkpoint lock:
-record the intent (``PrepareStarted`` with every planned effect) → make the effects →
-record ``PrepareCompleted`` with the devices returned to the kubelet. Unprepare records
-``UnprepareStarted``, undoes the recorded effects in reverse order and drops the entry.
-A crash anywhere leaves a checkpoint entry from which the next prepare or unprepare of the
-claim converges, because each effect is idempotent.
+record the intent (``PrepareStarted`` with every planned effect) → register shares with the
+daemon (which starts the aclserver) → write ``client.conf`` → write the CDI spec → record
+``PrepareCompleted`` → write the claim's device status (best effort, outside the lock).
+Unprepare records ``UnprepareStarted``, undoes the recorded effects in reverse order and
+drops the entry. A crash anywhere leaves a checkpoint entry from which the next prepare or
+unprepare of the claim (or the reconciler) converges, because each effect is idempotent.
+A prepare that fails part-way rolls back what it made, so nothing half-prepared remains.
 
 Each claim gets its own result; one bad claim never fails the batch.
 """
@@ -13,23 +15,49 @@ Each claim gets its own result; one bad claim never fails the batch.
 from __future__ import annotations
 
 import logging
+import secrets
+import shutil
 import threading
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from dra_driver import cdi, logs, paths
-from dra_driver.checkpoint import CheckpointStore, ClaimEntry, ClaimState, Effect
+import tenacity
+
+from dra_driver import cdi, clientconf, logs, paths, sharing
+from dra_driver.aclserver.codes import Policy
+from dra_driver.checkpoint import CheckpointStore, ClaimEntry, ClaimState, Effect, write_atomic
 from dra_driver.claims import ClaimRef, ClaimResult, PreparedDevice
+from dra_driver.daemon.model import RegisterRequest, RegisterResult, Share
 from dra_driver.devices import DieMode, Inventory
 from dra_driver.discovery import node_files
-from dra_driver.errors import ErrorCode, FlexNPUError, StateError
+from dra_driver.errors import ErrorCode, FlexNPUError, StateError, Unavailable
 from dra_driver.plan import ClaimPlan, plan_claim
 
 log = logging.getLogger("flexnpu.prepare")
 
 ClaimGetter = Callable[[str, str], Mapping[str, Any]]
+
+CONTAINER_CONF = "/etc/flexnpu/client.conf"
+CONTAINER_SHM = "/dev/shm/flexnpu"
+
+# Effect kinds, in the order they are made (undone in reverse).
+DAEMON = "daemon-registration"
+CLIENT_CONF = "client-conf"
+CDI_SPEC = "cdi-spec"
+CLAIM_STATUS = "claim-status"
+
+
+class Daemon(Protocol):
+    def register(self, request: RegisterRequest) -> RegisterResult: ...
+
+    def unregister(self, claim_uid: str) -> bool: ...
+
+
+class StatusWriter(Protocol):
+    def write(self, ref: ClaimRef, devices: Sequence[Mapping[str, Any]]) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +67,11 @@ class PrepareSettings:
     cdi_dir: Path
     cdi_kind: cdi.Kind
     device_root: Path
+    run_dir: Path = Path("/var/run/flexnpu")
+    control_link: str = ""
+    control_address: str = "127.0.0.1"
+    control_cidr: str = ""
+    daemon_retry_seconds: float = 30.0
 
 
 class Preparer:
@@ -51,11 +84,15 @@ class Preparer:
         store: CheckpointStore,
         get_claim: ClaimGetter,
         inventory: Callable[[], Inventory],
+        daemon: Daemon | None = None,
+        status: StatusWriter | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
         self.get_claim = get_claim
         self.inventory = inventory
+        self.daemon = daemon
+        self.status = status
         self._lock = threading.Lock()
 
     # -- kubelet calls ---------------------------------------------------------------------
@@ -110,66 +147,226 @@ class Preparer:
         )
         if not plan.devices:
             return ClaimResult(devices=())  # only other drivers' results: nothing to do here
+        shares = self._plan_shares(plan)  # validates quotas and opaque config before any effect
         with self._lock, self.store.transaction() as cp:
             entry = cp.claims.get(ref.uid)
             if entry is not None and entry.state == ClaimState.PREPARE_COMPLETED:
                 self._ensure_effects(plan, entry, clog)
-                return ClaimResult(devices=tuple(_device_from_json(d) for d in entry.devices))
-            if entry is not None and entry.state == ClaimState.UNPREPARE_STARTED:
-                clog.info("finishing an interrupted unprepare before preparing again")
-                self._undo_effects(entry, clog)
-                entry = None
-            self._check_conflicts(plan, cp.claims.values())
-            spec_file = cdi.spec_path(self.settings.cdi_dir, self.settings.cdi_kind, ref.uid)
-            entry = ClaimEntry(
-                uid=ref.uid,
-                namespace=ref.namespace,
-                name=ref.name,
-                state=ClaimState.PREPARE_STARTED,
-                dies=[
-                    {"phy": d.die.phy_id, "mode": str(d.mode), "device": d.device, "shareID": d.share_id}
-                    for d in plan.devices
-                ],
-                effects=[Effect("cdi-spec", str(spec_file))],
-            )
-            self.store.put(cp, entry)  # the intent is on disk before any effect
-            devices = self._make_effects(plan, spec_file)
-            entry.devices = [_device_to_json(d) for d in devices]
-            entry.state = ClaimState.PREPARE_COMPLETED
-            self.store.put(cp, entry)
-            return ClaimResult(devices=tuple(devices))
+                devices = tuple(_device_from_json(d) for d in entry.devices)
+            else:
+                if entry is not None:
+                    clog.info("finishing an interrupted %s before preparing again", entry.state)
+                    self._undo_effects(entry, clog)
+                    del cp.claims[ref.uid]
+                self._check_conflicts(plan, shares, cp.claims.values())
+                devices = self._prepare_new(plan, shares, cp, clog)
+        self._write_status(plan, devices, shares, clog)
+        return ClaimResult(devices=devices)
 
-    def _check_conflicts(self, plan: ClaimPlan, entries: Any) -> None:
-        """The node is the last line of defence against one die in two unrelated claims."""
+    def _plan_shares(self, plan: ClaimPlan) -> list[Share]:
+        """Quotas from the allocation (the source of truth) and policy from opaque config."""
+        uid = plan.ref.uid
+        out: list[Share] = []
+        for vid, d in enumerate(x for x in plan.devices if x.mode == DieMode.SOFT):
+            fld = f"status.allocation.devices.results[{d.request}/{d.device}].consumedCapacity"
+            quota = sharing.share_quota(
+                d.consumed_capacity, die_memory_bytes=d.die.memory_bytes, claim_uid=uid, field=fld
+            )
+            cfg = sharing.resolve(
+                ((f"status.allocation.devices.config[{c.index}].opaque.parameters", c.parameters)
+                 for c in plan.configs_for(d.request)),
+                claim_uid=uid,
+            )  # fmt: skip
+            out.append(
+                Share(
+                    virtual_id=vid,
+                    die_phy_id=d.die.phy_id,
+                    memory_bytes=quota.memory_bytes,
+                    compute_percent=quota.compute_percent,
+                    policy=str(cfg.policy),
+                    memory_only=cfg.memory_only,
+                )
+            )
+        return out
+
+    def _check_conflicts(self, plan: ClaimPlan, shares: list[Share], entries: Iterable[ClaimEntry]) -> None:
+        """The node is the last line of defence: one die is whole XOR shared, one policy per die."""
+        policies = {s.die_phy_id: s.policy for s in shares}
         for d in plan.devices:
             for other in entries:
-                if other.uid == plan.ref.uid:
-                    continue
                 for od in other.dies:
                     if od.get("phy") != d.die.phy_id:
                         continue
-                    if d.mode == DieMode.WHOLE or od.get("mode") == str(DieMode.WHOLE):
+                    other_mode = od.get("mode")
+                    if d.mode == DieMode.WHOLE or other_mode == str(DieMode.WHOLE):
                         raise StateError(
                             f"die {d.die.phy_id} ({d.device}) is already prepared "
-                            f"{'exclusively' if od.get('mode') == 'whole' else 'as shares'} for claim "
+                            f"{'exclusively' if other_mode == 'whole' else 'as shares'} for claim "
                             f"{other.namespace}/{other.name} ({other.uid})",
                             code=ErrorCode.DEVICE_BUSY,
                             claim_uid=plan.ref.uid,
                             field="status.allocation.devices.results",
                         )
+                    mine, theirs = policies.get(d.die.phy_id), od.get("policy")
+                    if mine and theirs and mine != theirs:
+                        raise StateError(
+                            f"die {d.die.phy_id} runs shares with policy {theirs!r} (claim "
+                            f"{other.namespace}/{other.name}); this claim asks for {mine!r}",
+                            code=ErrorCode.POLICY_CONFLICT,
+                            claim_uid=plan.ref.uid,
+                            field="config.opaque.parameters.policy",
+                        )
+        for a in shares:
+            for b in shares:
+                if a.die_phy_id == b.die_phy_id and a.policy != b.policy:
+                    raise StateError(
+                        f"two shares of die {a.die_phy_id} in this claim ask for policies {a.policy!r} and {b.policy!r}",
+                        code=ErrorCode.POLICY_CONFLICT,
+                        claim_uid=plan.ref.uid,
+                        field="config.opaque.parameters.policy",
+                    )
 
-    def build_spec(self, plan: ClaimPlan) -> tuple[cdi.Spec, list[PreparedDevice]]:
-        """The claim's CDI spec and kubelet devices (deterministic from the plan)."""
+    def _prepare_new(
+        self, plan: ClaimPlan, shares: list[Share], cp: Any, clog: logs.ClaimLogger
+    ) -> tuple[PreparedDevice, ...]:
         s = self.settings
+        uid = plan.ref.uid
+        spec_file = cdi.spec_path(s.cdi_dir, s.cdi_kind, uid)
+        conf_dir = paths.inside(s.run_dir / "claims", uid, claim_uid=uid)
+        token = secrets.token_hex(32)
+        effects = []
+        if shares:
+            effects += [
+                Effect(DAEMON, uid, {"token": token, "shares": [sh.to_dict() for sh in shares]}),
+                Effect(CLIENT_CONF, str(conf_dir)),
+            ]
+        effects.append(Effect(CDI_SPEC, str(spec_file)))
+        entry = ClaimEntry(
+            uid=uid,
+            namespace=plan.ref.namespace,
+            name=plan.ref.name,
+            state=ClaimState.PREPARE_STARTED,
+            dies=_dies(plan, shares),
+            effects=effects,
+        )
+        self.store.put(cp, entry)  # the intent is on disk before any effect
+        try:
+            registration = self._register(plan, shares, token, clog) if shares else None
+            if registration is not None:
+                self._write_client_conf(plan, shares, token, registration, conf_dir)
+            spec, devices = self.build_spec(plan, shares, registration, conf_dir)
+            cdi.write_spec(s.cdi_dir, spec, uid)
+        except FlexNPUError:
+            clog.warning("prepare failed part-way; rolling back")
+            try:
+                self._undo_effects(entry, clog)
+                del cp.claims[uid]
+                self.store.save(cp)
+            except FlexNPUError as undo_err:  # keep the entry: the reconciler finishes the job
+                clog.error("rollback incomplete, left for the reconciler: %s", undo_err)
+            raise
+        if registration is not None:
+            for eff in entry.effect(DAEMON):
+                eff.details["endpoints"] = registration.endpoints.to_dict()
+                eff.details["pid"] = registration.pid
+        entry.devices = [_device_to_json(d) for d in devices]
+        entry.state = ClaimState.PREPARE_COMPLETED
+        entry.add_effect(Effect(CLAIM_STATUS, uid))
+        self.store.put(cp, entry)
+        return tuple(devices)
+
+    def _register(
+        self, plan: ClaimPlan, shares: list[Share], token: str, clog: logs.ClaimLogger
+    ) -> RegisterResult:
+        if self.daemon is None:
+            raise StateError(
+                "soft-split shares need flexnpu-daemon, but no daemon socket is configured",
+                code=ErrorCode.DAEMON_UNAVAILABLE,
+                claim_uid=plan.ref.uid,
+                field="daemon-socket",
+            )
+        daemon = self.daemon
+        request = RegisterRequest(
+            claim_uid=plan.ref.uid,
+            namespace=plan.ref.namespace,
+            name=plan.ref.name,
+            token=token,
+            shares=tuple(shares),
+            tcp_host=self.settings.control_address,
+        )
+
+        def attempt() -> RegisterResult:
+            return daemon.register(request)
+
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(Unavailable),
+            stop=tenacity.stop_after_delay(self.settings.daemon_retry_seconds),
+            wait=tenacity.wait_exponential_jitter(initial=0.1, max=2.0),
+            before_sleep=lambda rs: clog.warning(
+                "daemon not reachable (attempt %d): %s; retrying",
+                rs.attempt_number,
+                rs.outcome and rs.outcome.exception(),
+            ),
+            reraise=True,
+        )
+        return retrying(attempt)
+
+    def _write_client_conf(
+        self, plan: ClaimPlan, shares: list[Share], token: str, reg: RegisterResult, conf_dir: Path
+    ) -> None:
+        cfgs = [
+            sharing.resolve(
+                ((str(c.index), c.parameters) for c in plan.configs_for(d.request)), claim_uid=plan.ref.uid
+            )
+            for d in plan.devices
+            if d.mode == DieMode.SOFT
+        ]
+        transports = {c.transport for c in cfgs}
+        unix = tcp = None
+        if reg.endpoints.unix_socket and sharing.Transport.TCP not in transports:
+            unix = f"{CONTAINER_SHM}/{Path(reg.endpoints.unix_socket).name}"
+        if reg.endpoints.tcp_port and sharing.Transport.UNIX not in transports:
+            tcp = f"{reg.endpoints.tcp_host}:{reg.endpoints.tcp_port}"
+        conf = clientconf.ClientConf(
+            claim_uid=plan.ref.uid,
+            token=token,
+            endpoints=clientconf.Endpoints(unix=unix, tcp=tcp),
+            shm_dir=CONTAINER_SHM,
+            shares=tuple(
+                clientconf.ShareInfo(
+                    virtual_id=sh.virtual_id,
+                    memory_bytes=sh.memory_bytes,
+                    compute_percent=sh.compute_percent,
+                    policy=Policy(sh.policy),
+                    memory_only=sh.memory_only,
+                )
+                for sh in shares
+            ),
+        )
+        conf_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
+        write_atomic(conf_dir / "client.conf", clientconf.render(conf).encode(), mode=0o644)
+
+    def build_spec(
+        self,
+        plan: ClaimPlan,
+        shares: list[Share],
+        registration: RegisterResult | None,
+        conf_dir: Path,
+    ) -> tuple[cdi.Spec, list[PreparedDevice]]:
+        """The claim's CDI spec and kubelet devices (deterministic from the plan and the endpoints)."""
+        s = self.settings
+        uid = plan.ref.uid
         cdi_devices: list[cdi.CDIDevice] = []
         prepared: list[PreparedDevice] = []
+        soft = iter(shares)
         for d in plan.devices:
-            name = cdi.device_name(plan.ref.uid, d.device if not d.share_id else f"{d.device}-{d.share_id}")
-            cdi_devices.append(
-                cdi.CDIDevice(
-                    name=name, edits=cdi.whole_die_edits([d.die.device_node], device_root=s.device_root)
-                )
-            )
+            name = cdi.device_name(uid, d.device if not d.share_id else f"{d.device}-{d.share_id}")
+            if d.mode == DieMode.WHOLE:
+                edits = cdi.whole_die_edits([d.die.device_node], device_root=s.device_root)
+            else:
+                sh = next(soft)
+                edits = cdi.Edits(env=(f"FLEXNPU_VNPU_{sh.virtual_id}={d.device}",))
+            cdi_devices.append(cdi.CDIDevice(name=name, edits=edits))
             prepared.append(
                 PreparedDevice(
                     request_names=(d.request_name,),
@@ -179,29 +376,112 @@ class Preparer:
                     share_id=d.share_id,
                 )
             )
-        shared = cdi.shared_edits(
-            node_files.SHARED_DEVICE_NODES,
-            [p for p in node_files.DRIVER_MOUNTS if Path(cdi.host_path(s.device_root, p)).exists()],
-            device_root=s.device_root,
-            env={
-                "FLEXNPU_CLAIM_UID": plan.ref.uid,
-                "FLEXNPU_PHYSICAL_IDS": ",".join(str(d.die.phy_id) for d in plan.devices),
-            },
+        env = {"FLEXNPU_CLAIM_UID": uid}
+        nodes: list[str] = []
+        mounts: list[cdi.Mount] = []
+        if any(d.mode == DieMode.WHOLE for d in plan.devices):
+            env["FLEXNPU_PHYSICAL_IDS"] = ",".join(
+                str(d.die.phy_id) for d in plan.devices if d.mode == DieMode.WHOLE
+            )
+            nodes = list(node_files.SHARED_DEVICE_NODES)
+            mounts = [
+                cdi.Mount(host_path=cdi.host_path(s.device_root, p), container_path=p)
+                for p in node_files.DRIVER_MOUNTS
+                if Path(cdi.host_path(s.device_root, p)).exists()
+            ]
+        if registration is not None:
+            env["FLEXNPU_CONF"] = CONTAINER_CONF
+            env["FLEXNPU_VISIBLE_VNPUS"] = ",".join(str(sh.virtual_id) for sh in shares)
+            mounts.append(
+                cdi.Mount(str(conf_dir / "client.conf"), CONTAINER_CONF, ("ro", "nosuid", "nodev", "rbind"))
+            )
+            mounts.append(
+                cdi.Mount(registration.endpoints.shm_dir, CONTAINER_SHM, ("rw", "nosuid", "nodev", "rbind"))
+            )
+        shared = cdi.Edits(
+            env=tuple(f"{k}={v}" for k, v in sorted(env.items())),
+            device_nodes=tuple(cdi.DeviceNode(p, cdi.host_path(s.device_root, p)) for p in nodes),
+            mounts=tuple(mounts),
         )
         return cdi.Spec(kind=s.cdi_kind, devices=tuple(cdi_devices), edits=shared), prepared
 
-    def _make_effects(self, plan: ClaimPlan, spec_file: Path) -> list[PreparedDevice]:
-        spec, prepared = self.build_spec(plan)
-        written = cdi.write_spec(self.settings.cdi_dir, spec, plan.ref.uid)
-        assert written == spec_file
-        return prepared
-
     def _ensure_effects(self, plan: ClaimPlan, entry: ClaimEntry, clog: logs.ClaimLogger) -> None:
-        """Repeat prepare (kubelet restart, node reboot): put back what a tmpfs lost."""
-        for eff in entry.effect("cdi-spec"):
-            if not Path(eff.ref).exists():
-                clog.info("CDI spec %s is missing (reboot?); writing it again", eff.ref)
-                self._make_effects(plan, Path(eff.ref))
+        """Repeat prepare (kubelet restart, node reboot): put back what a restart or a tmpfs lost.
+
+        Registration is idempotent in the daemon (same endpoints while the aclserver runs; a new
+        aclserver after a reboot), so it is repeated, and files are rewritten when missing or stale.
+        """
+        shares = [Share.from_dict(x) for e in entry.effect(DAEMON) for x in e.details.get("shares", [])]
+        conf_effects = entry.effect(CLIENT_CONF)
+        conf_dir = Path(conf_effects[0].ref) if conf_effects else self.settings.run_dir / "claims" / entry.uid
+        reg: RegisterResult | None = None
+        rewrite = False
+        if shares:
+            eff = entry.effect(DAEMON)[0]
+            token = str(eff.details["token"])
+            reg = self._register(plan, shares, token, clog)
+            if (
+                not (conf_dir / "client.conf").exists()
+                or eff.details.get("endpoints") != reg.endpoints.to_dict()
+            ):
+                clog.info("client.conf missing or aclserver endpoints changed; writing it again")
+                self._write_client_conf(plan, shares, token, reg, conf_dir)
+                eff.details["endpoints"] = reg.endpoints.to_dict()
+                rewrite = True
+        for eff in entry.effect(CDI_SPEC):
+            if rewrite or not Path(eff.ref).exists():
+                clog.info("writing CDI spec %s again (reboot or restarted aclserver)", eff.ref)
+                spec, _ = self.build_spec(plan, shares, reg, conf_dir)
+                cdi.write_spec(self.settings.cdi_dir, spec, plan.ref.uid)
+
+    # -- claim status ------------------------------------------------------------------------
+
+    def _write_status(
+        self, plan: ClaimPlan, devices: Sequence[PreparedDevice], shares: list[Share], clog: logs.ClaimLogger
+    ) -> None:
+        if self.status is None:
+            return
+        s = self.settings
+        entry = self.store.read().claims.get(plan.ref.uid)
+        endpoints: dict[str, Any] = {}
+        for eff in entry.effect(DAEMON) if entry else []:
+            endpoints = dict(eff.details.get("endpoints") or {})
+        by_vid = iter(shares)
+        docs: list[dict[str, Any]] = []
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        for d, pd in zip(plan.devices, devices, strict=True):
+            data: dict[str, Any] = {
+                "die": d.die.phy_id,
+                "vdieID": d.die.vdie_id,
+                "model": d.die.model,
+                "mode": str(d.mode),
+            }
+            doc: dict[str, Any] = {"driver": s.driver_name, "pool": d.pool, "device": d.device}
+            if d.share_id:
+                doc["shareID"] = d.share_id
+            if d.mode == DieMode.SOFT:
+                sh = next(by_vid)
+                data.update(
+                    virtualID=sh.virtual_id,
+                    memoryBytes=sh.memory_bytes,
+                    computePercent=sh.compute_percent,
+                    policy=sh.policy,
+                    memoryOnly=sh.memory_only,
+                )
+                if endpoints.get("tcp_port"):
+                    data["endpoint"] = f"{endpoints['tcp_host']}:{endpoints['tcp_port']}"
+                if s.control_link and s.control_cidr:
+                    doc["networkData"] = {"interfaceName": s.control_link, "ips": [s.control_cidr]}
+            data["cdiDeviceIDs"] = list(pd.cdi_device_ids)
+            doc["data"] = data
+            doc["conditions"] = [
+                _condition("Ready", "True", "Prepared", f"prepared on node {s.pool_name}", now)
+            ]
+            docs.append(doc)
+        try:
+            self.status.write(plan.ref, docs)
+        except FlexNPUError as err:  # status is informative: never fail a prepared claim for it
+            clog.warning("could not write claim status: %s", err)
 
     # -- unprepare -------------------------------------------------------------------------
 
@@ -218,10 +498,28 @@ class Preparer:
             return True
 
     def _undo_effects(self, entry: ClaimEntry, clog: logs.ClaimLogger) -> None:
+        """Undo every recorded effect, newest first. Raises (keeping the entry) if one cannot be undone."""
         for eff in reversed(entry.effects):
-            if eff.kind == "cdi-spec":
+            if eff.kind == CDI_SPEC:
                 if cdi.remove_spec(Path(eff.ref)):
                     clog.debug("removed CDI spec %s", eff.ref)
+            elif eff.kind == CLIENT_CONF:
+                shutil.rmtree(eff.ref, ignore_errors=True)
+            elif eff.kind == DAEMON:
+                if self.daemon is None:
+                    raise StateError(
+                        "the claim has an aclserver but no daemon socket is configured",
+                        code=ErrorCode.DAEMON_UNAVAILABLE,
+                        claim_uid=entry.uid,
+                        field="daemon-socket",
+                    )
+                self.daemon.unregister(entry.uid)
+            elif eff.kind == CLAIM_STATUS:
+                if self.status is not None:
+                    try:
+                        self.status.write(ClaimRef(entry.namespace, entry.uid, entry.name), [])
+                    except FlexNPUError as err:  # unprepare must not depend on the API
+                        clog.info("could not clear claim status (claim gone?): %s", err)
             else:
                 raise StateError(
                     f"unknown effect kind {eff.kind!r} in the checkpoint",
@@ -229,6 +527,32 @@ class Preparer:
                     claim_uid=entry.uid,
                     field="effects",
                 )
+
+
+def _dies(plan: ClaimPlan, shares: list[Share]) -> list[dict[str, Any]]:
+    policies = {s.die_phy_id: s.policy for s in shares}
+    out = []
+    for d in plan.devices:
+        doc: dict[str, Any] = {
+            "phy": d.die.phy_id,
+            "mode": str(d.mode),
+            "device": d.device,
+            "shareID": d.share_id,
+        }
+        if d.mode == DieMode.SOFT:
+            doc["policy"] = policies[d.die.phy_id]
+        out.append(doc)
+    return out
+
+
+def _condition(ctype: str, status: str, reason: str, message: str, now: str) -> dict[str, Any]:
+    return {
+        "type": ctype,
+        "status": status,
+        "reason": reason,
+        "message": message[:1024],
+        "lastTransitionTime": now,
+    }
 
 
 def _device_to_json(d: PreparedDevice) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from dra_driver import discovery
+from dra_driver import discovery, netlink
 from dra_driver.testing.devroot import build_device_root
 from dra_driver.testing.fake_apiserver import FakeAPIServer
 from dra_driver.testing.kubelet import KubeletSimulator, PluginHandle
@@ -174,6 +174,7 @@ def make_node(
             "FLEXNPU_CDI_DIR": str(dirs["cdi"]),
             "FLEXNPU_DEVICE_ROOT": str(dirs["devroot"]),
             "FLEXNPU_LOG_LEVEL": "DEBUG",
+            "FLEXNPU_CONTROL_LINK": f"fx{root.name[-8:]}"[:15],
         }
     )
     env.update(env_extra)
@@ -185,3 +186,4 @@ def node(api: FakeAPIServer, short_tmp: Path) -> Iterator[Node]:
     n = make_node(api, short_tmp).start()
     yield n
     n.stop()
+    netlink.remove_link(n.env["FLEXNPU_CONTROL_LINK"])
