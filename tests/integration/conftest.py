@@ -174,7 +174,7 @@ def make_node(
             "FLEXNPU_CDI_DIR": str(dirs["cdi"]),
             "FLEXNPU_DEVICE_ROOT": str(dirs["devroot"]),
             "FLEXNPU_LOG_LEVEL": "DEBUG",
-            "FLEXNPU_CONTROL_LINK": f"fx{root.name[-8:]}"[:15],
+            "FLEXNPU_CONTROL_LINK": f"fx{abs(hash(str(root))) % 10**10}",
         }
     )
     env.update(env_extra)
@@ -182,8 +182,21 @@ def make_node(
 
 
 @pytest.fixture
-def node(api: FakeAPIServer, short_tmp: Path) -> Iterator[Node]:
-    n = make_node(api, short_tmp).start()
-    yield n
-    n.stop()
-    netlink.remove_link(n.env["FLEXNPU_CONTROL_LINK"])
+def node_factory(api: FakeAPIServer, short_tmp: Path) -> Iterator[Callable[..., Node]]:
+    """Make (not start) nodes; every one is stopped and its control link removed at teardown."""
+    made: list[Node] = []
+
+    def factory(inventory: str = "a3-one-module.yaml", **env_extra: str) -> Node:
+        n = make_node(api, short_tmp / f"n{len(made)}", inventory, **env_extra)
+        made.append(n)
+        return n
+
+    yield factory
+    for n in made:
+        n.stop()
+        netlink.remove_link(n.env["FLEXNPU_CONTROL_LINK"])
+
+
+@pytest.fixture
+def node(node_factory: Callable[..., Node]) -> Node:
+    return node_factory().start()

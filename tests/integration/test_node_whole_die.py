@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import signal
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from dra_driver.checkpoint import CheckpointStore
 from dra_driver.claims import ClaimRef
-from tests.integration.conftest import DRIVER, NAMESPACE, NODE, Node, make_node, wait_for
+from tests.integration.conftest import DRIVER, NAMESPACE, NODE, Node, wait_for
 
 WHOLE = [{"name": "npu", "exactly": {"deviceClassName": "npu.flexnpu.io"}}]
 
@@ -154,8 +154,8 @@ def test_names_that_would_escape_a_directory_are_refused(node: Node, ref: ClaimR
     )
 
 
-def test_corrupt_checkpoint_at_start_is_kept_and_node_serves(api: Any, short_tmp: Path) -> None:
-    n = make_node(api, short_tmp)
+def test_corrupt_checkpoint_at_start_is_kept_and_node_serves(node_factory: Callable[..., Node]) -> None:
+    n = node_factory()
     (n.dirs["state"] / "checkpoint.json").write_text('{"version": 1, "checksum": "x", "data": {"cla')
     n.start()
     try:
@@ -171,8 +171,8 @@ def test_corrupt_checkpoint_at_start_is_kept_and_node_serves(api: Any, short_tmp
         n.stop()
 
 
-def test_sigterm_removes_sockets_and_keeps_prepared_claims(api: Any, short_tmp: Path) -> None:
-    n = make_node(api, short_tmp).start()
+def test_sigterm_removes_sockets_and_keeps_prepared_claims(node_factory: Callable[..., Node]) -> None:
+    n = node_factory().start()
     wait_for("published devices", n.devices)
     uid = n.create_claim("c1", WHOLE)
     n.scheduler.allocate(NAMESPACE, "c1", NODE)
