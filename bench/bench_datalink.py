@@ -1,0 +1,89 @@
+"""Data-link throughput: 64 MiB host->device and back through the aclserver's shared memory,
+against an in-process numpy copy of the same buffer measured in the same run (target >= 0.7x).
+
+Two client paths: a ``malloc_host`` buffer (lives in /dev/shm: the server copies straight from
+it, zero copy on the client) and a plain numpy array (copied through the staging region in
+chunks: two copies). Usage: ``.venv/bin/python bench/bench_datalink.py [--reps 15]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+from _aclbench import med, p99, workdir
+
+from dra_driver.aclserver.codes import MemcpyKind
+from dra_driver.client import Session
+from dra_driver.testing import aclservers
+
+SIZE = 64 << 20
+H2D, D2H = MemcpyKind.HOST_TO_DEVICE, MemcpyKind.DEVICE_TO_HOST
+
+
+def timed(fn, reps: int) -> list[float]:  # type: ignore[no-untyped-def]
+    fn()  # warm
+    out = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def gbps(seconds: float, nbytes: int = SIZE) -> float:
+    return nbytes / seconds / 1e9
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--reps", type=int, default=15)
+    args = parser.parse_args()
+    src = np.random.default_rng(1).integers(0, 255, SIZE, dtype=np.uint8)
+    dst = np.empty_like(src)
+    base = timed(lambda: np.copyto(dst, src), args.reps)
+    with (
+        workdir() as work,
+        aclservers.running_aclserver(
+            work,
+            shares=[aclservers.share(0, memory=2 * SIZE + (1 << 20))],
+            ledger_dir=str(work / "ledger"),
+            staging_bytes=16 << 20,
+        ) as srv,
+        Session.open(srv.conf()) as s,
+    ):
+        s.init()
+        s.set_device(0)
+        dev = s.malloc(SIZE)
+        hp = s.malloc_host(SIZE)
+        view = np.frombuffer(s.host_view(hp), dtype=np.uint8)
+        view[:] = src
+        rows = {
+            "malloc_host H2D": timed(lambda: s.memcpy(dev, SIZE, hp, SIZE, H2D), args.reps),
+            "malloc_host D2H": timed(lambda: s.memcpy(hp, SIZE, dev, SIZE, D2H), args.reps),
+            "numpy staged H2D": timed(lambda: s.memcpy(dev, SIZE, src, SIZE, H2D), args.reps),
+            "numpy staged D2H": timed(lambda: s.memcpy(dst, SIZE, dev, SIZE, D2H), args.reps),
+        }
+        assert (dst == src).all() and (view == src).all()
+        rows["malloc_host H2D+D2H"] = [
+            a + b for a, b in zip(rows["malloc_host H2D"], rows["malloc_host D2H"], strict=True)
+        ]
+        rows["numpy staged H2D+D2H"] = [
+            a + b for a, b in zip(rows["numpy staged H2D"], rows["numpy staged D2H"], strict=True)
+        ]
+    print(f"64 MiB copies, {args.reps} reps each (median / p99 of time; GB/s and ratio from the median)")
+    print(f"{'path':24} {'median ms':>10} {'p99 ms':>8} {'GB/s':>6} {'vs numpy':>9}")
+    print(
+        f"{'numpy copyto (baseline)':24} {med(base) * 1e3:10.2f} {p99(base) * 1e3:8.2f} {gbps(med(base)):6.2f} {1.0:9.2f}"
+    )
+    for name, xs in rows.items():
+        ref = med(base) * (2 if "+" in name else 1)
+        print(
+            f"{name:24} {med(xs) * 1e3:10.2f} {p99(xs) * 1e3:8.2f} {gbps(med(xs)) * (2 if '+' in name else 1):6.2f}"
+            f" {ref / med(xs):9.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,246 @@
+"""The device behind the aclserver: a ``Backend`` protocol and the ``emulated`` implementation.
+
+The emulated backend uses host memory as device memory (exact accounting against each share's
+quota) and emulates a kernel as occupying its die for ``duration_us``: each slice of the kernel
+is granted by the per-die ledger (so compute quotas hold across aclserver processes), the die
+is held for the slice's wall-clock time, and the kernel's visible effect (a tag and a CRC32 of
+its input written into an output buffer) is computed for real so tests can see it ran. While the
+emulated die is held the host thread sleeps instead of spinning: on a small CI machine spinning
+would measure host CPU contention, not the quota scheduler.
+
+A future Ascend runtime backend implements the same protocol with ctypes; nothing here pretends
+to drive hardware.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import mmap
+import struct
+import threading
+import zlib
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from dra_driver.aclserver import codes
+from dra_driver.aclserver.ledger import DieLedger
+from dra_driver.aclserver.spec import AclServerSpec, ShareSpec
+
+__all__ = ["KERNEL_RESULT_BYTES", "AclFailure", "Backend", "EmulatedBackend"]
+
+ALLOC_ALIGN = 32
+_PTR_BASE = 0x1_0000_0000_0000
+_PTR_GAP = 4096
+_MMAP_THRESHOLD = 1 << 20
+KERNEL_RESULT_BYTES = 16
+_RESULT = struct.Struct("<QQ")
+
+
+class AclFailure(Exception):
+    """An ACL call failed with a numeric ACL error code; nothing was changed."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class Backend(Protocol):
+    """What the session layer needs from a device. Pointers are opaque ints the backend owns."""
+
+    def device_count(self) -> int: ...
+
+    def mem_info(self, device: int) -> tuple[int, int]:
+        """(free, total) of the device's memory quota."""
+        ...
+
+    def malloc(self, device: int, size: int, policy: int) -> int: ...
+
+    def free(self, ptr: int) -> None: ...
+
+    def device_view(self, ptr: int, count: int) -> memoryview:
+        """A writable view of ``count`` bytes at ``ptr`` (AclFailure if not one owned allocation)."""
+        ...
+
+    def memset(self, ptr: int, value: int, count: int) -> None: ...
+
+    def acquire_slice(self, device: int, want_us: int, cancel: threading.Event) -> tuple[float, float] | None:
+        """Block until the device's die grants a compute slice of at most ``want_us`` under its
+        policy; return (start, end) in CLOCK_MONOTONIC seconds (start may lie slightly ahead:
+        slices are booked just before the die frees), or None if ``cancel`` was set first."""
+        ...
+
+    def complete_kernel(self, *, out_ptr: int, tag: int, input_view: memoryview | None) -> None:
+        """Produce a finished kernel's visible result (tag and CRC32 of its input at ``out_ptr``)."""
+        ...
+
+    def release_all(self) -> None:
+        """Free every allocation (a client disconnected or finalized)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(slots=True)
+class _Allocation:
+    base: int
+    size: int
+    accounted: int
+    device: int
+    buf: bytearray | mmap.mmap
+    view: memoryview = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.view = memoryview(self.buf)
+
+
+class _Share:
+    def __init__(self, share: ShareSpec, ledger: DieLedger, slot: int) -> None:
+        self.spec = share
+        self.ledger = ledger
+        self.slot = slot
+        self.used = 0
+
+
+class EmulatedBackend:
+    """Host memory as device memory, a ledger-scheduled sleep as a kernel."""
+
+    def __init__(self, spec: AclServerSpec) -> None:
+        self._lock = threading.Lock()
+        self._ledgers: dict[int, DieLedger] = {}
+        self._shares: list[_Share] = []
+        self._allocs: dict[int, _Allocation] = {}
+        self._bases: list[int] = []
+        self._next = _PTR_BASE
+        try:
+            for share in sorted(spec.shares, key=lambda s: s.virtual_id):
+                ledger = self._ledgers.get(share.die_phy_id)
+                if ledger is None:
+                    ledger = self._ledgers[share.die_phy_id] = DieLedger(spec.ledger_dir, share.die_phy_id)
+                slot = ledger.register(
+                    claim_uid=spec.claim_uid,
+                    virtual_id=share.virtual_id,
+                    quota=share.compute_percent,
+                    policy=share.policy,
+                    memory_only=share.memory_only,
+                    mem_quota=share.memory_bytes,
+                )
+                self._shares.append(_Share(share, ledger, slot))
+        except BaseException:
+            self.close()
+            raise
+
+    def device_count(self) -> int:
+        return len(self._shares)
+
+    def mem_info(self, device: int) -> tuple[int, int]:
+        share = self._share(device)
+        return share.spec.memory_bytes - share.used, share.spec.memory_bytes
+
+    def malloc(self, device: int, size: int, policy: int) -> int:
+        share = self._share(device)
+        if size <= 0:
+            raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, f"malloc size must be positive, got {size}")
+        if policy not in codes.MallocPolicy.__members__.values():
+            raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, f"unknown malloc policy {policy}")
+        accounted = -(-size // ALLOC_ALIGN) * ALLOC_ALIGN
+        with self._lock:
+            quota = share.spec.memory_bytes
+            if share.used + accounted > quota:
+                raise AclFailure(
+                    codes.ACL_ERROR_RT_MEMORY_ALLOCATION,
+                    f"malloc of {size} bytes exceeds the memory quota of device {device}:"
+                    f" {share.used} of {quota} bytes in use",
+                )
+            buf: bytearray | mmap.mmap = (
+                mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+                if size >= _MMAP_THRESHOLD
+                else bytearray(size)
+            )
+            base = self._next
+            self._next += -(-(size + _PTR_GAP) // _PTR_GAP) * _PTR_GAP
+            self._allocs[base] = _Allocation(base, size, accounted, device, buf)
+            bisect.insort(self._bases, base)
+            share.used += accounted
+            used = share.used
+        share.ledger.set_mem_used(share.slot, used)
+        return base
+
+    def free(self, ptr: int) -> None:
+        with self._lock:
+            alloc = self._allocs.pop(ptr, None)
+            if alloc is None:
+                raise AclFailure(
+                    codes.ACL_ERROR_INVALID_PARAM, f"pointer {ptr:#x} is not an allocation of this client"
+                )
+            del self._bases[bisect.bisect_left(self._bases, ptr)]
+            share = self._shares[alloc.device]
+            share.used -= alloc.accounted
+            used = share.used
+        share.ledger.set_mem_used(share.slot, used)
+
+    def device_view(self, ptr: int, count: int) -> memoryview:
+        alloc = self._find(ptr)
+        offset = ptr - alloc.base
+        if count < 0 or offset + count > alloc.size:
+            raise AclFailure(
+                codes.ACL_ERROR_INVALID_PARAM,
+                f"{count} bytes at {ptr:#x} run past the end of its allocation ({alloc.size} bytes at {alloc.base:#x})",
+            )
+        return alloc.view[offset : offset + count]
+
+    def memset(self, ptr: int, value: int, count: int) -> None:
+        if not 0 <= value <= 255:
+            raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, f"memset value must be a byte, got {value}")
+        view = self.device_view(ptr, count)
+        view[:] = bytes([value]) * count
+
+    def acquire_slice(self, device: int, want_us: int, cancel: threading.Event) -> tuple[float, float] | None:
+        share = self._share(device)
+        return share.ledger.acquire(share.slot, want_us, cancel)
+
+    def complete_kernel(self, *, out_ptr: int, tag: int, input_view: memoryview | None) -> None:
+        checksum = zlib.crc32(input_view) if input_view is not None else 0
+        if out_ptr:
+            # freed while the kernel ran: the result has nowhere to go, as on a device
+            with contextlib.suppress(AclFailure):
+                self.device_view(out_ptr, KERNEL_RESULT_BYTES)[:] = _RESULT.pack(tag & (2**64 - 1), checksum)
+
+    def release_all(self) -> None:
+        with self._lock:
+            allocs = list(self._allocs.values())
+            self._allocs.clear()
+            self._bases.clear()
+            for share in self._shares:
+                share.used = 0
+        allocs.clear()  # views handed out (a running kernel's input) keep their buffer alive
+        for share in self._shares:
+            share.ledger.set_mem_used(share.slot, 0)
+
+    def close(self) -> None:
+        self.release_all()
+        for share in self._shares:
+            with contextlib.suppress(OSError):
+                share.ledger.unregister(share.slot)
+        self._shares.clear()
+        for ledger in self._ledgers.values():
+            ledger.close()
+        self._ledgers.clear()
+
+    def _share(self, device: int) -> _Share:
+        if not 0 <= device < len(self._shares):
+            raise AclFailure(
+                codes.ACL_ERROR_INVALID_DEVICE, f"device {device} does not exist (0..{len(self._shares) - 1})"
+            )
+        return self._shares[device]
+
+    def _find(self, ptr: int) -> _Allocation:
+        with self._lock:
+            i = bisect.bisect_right(self._bases, ptr) - 1
+            alloc = self._allocs[self._bases[i]] if i >= 0 else None
+        if alloc is None or ptr >= alloc.base + alloc.size:
+            raise AclFailure(
+                codes.ACL_ERROR_INVALID_PARAM, f"pointer {ptr:#x} is not an allocation of this client"
+            )
+        return alloc

@@ -1,0 +1,358 @@
+"""The per-die compute ledger: one mmap'ed file per die, shared by every aclserver on that die.
+
+Owns the file format, locking (``flock`` on the file plus a thread lock), registration with the
+same-policy rule, liveness (entries of dead or zombie pids are dropped, so a SIGKILL'd server's
+reservation disappears) and the blocking ``acquire`` loop around ``scheduling.decide``.
+The ledger never trusts a client: only aclservers write it, with time they measured themselves.
+
+File ``<ledger_dir>/die-<phy>.ledger``: a header (magic, version, die, busy_until, busy_slot)
+then ``MAX_ENTRIES`` fixed-size entries (pid, process start time, claim, share, quota, policy,
+memory_only, waiting flag, period use, consumed time, memory use, kernel count).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import mmap
+import os
+import struct
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from dra_driver.aclserver import scheduling
+from dra_driver.aclserver.codes import Policy
+from dra_driver.errors import ErrorCode, StateError, Unavailable
+
+__all__ = ["MAX_ENTRIES", "DieLedger", "LedgerEntry", "ledger_path", "read_entries"]
+
+MAGIC = b"FNPULDG1"
+VERSION = 1
+MAX_ENTRIES = 64
+_HEADER = struct.Struct("<8sIIdi")
+_ENTRY = struct.Struct("<BBBBiiiQ48sqqqdQQQd")
+_HEADER_SIZE = 64
+_FILE_SIZE = _HEADER_SIZE + MAX_ENTRIES * _ENTRY.size
+_LIVENESS_EVERY_S = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    """One decoded ledger entry (what ``flexnpu-smi``, tests and benchmarks read)."""
+
+    slot: int
+    pid: int
+    starttime: int
+    claim_uid: str
+    virtual_id: int
+    quota: int
+    policy: Policy
+    memory_only: bool
+    waiting: bool
+    waiting_since: float
+    period_idx: int
+    period_used_us: int
+    consumed_us: int
+    mem_used: int
+    mem_quota: int
+    kernels: int
+    last_grant: float
+
+    def row(self) -> scheduling.Row:
+        return scheduling.Row(
+            slot=self.slot,
+            quota=self.quota,
+            policy=self.policy,
+            memory_only=self.memory_only,
+            waiting=self.waiting,
+            waiting_since=self.waiting_since,
+            period_idx=self.period_idx,
+            period_used_us=self.period_used_us,
+            last_grant=self.last_grant,
+        )
+
+
+def ledger_path(ledger_dir: str, die_phy_id: int) -> str:
+    return os.path.join(ledger_dir, f"die-{die_phy_id}.ledger")
+
+
+def read_entries(ledger_dir: str, die_phy_id: int) -> list[LedgerEntry]:
+    """Live entries of a die's ledger (empty if the file does not exist)."""
+    path = ledger_path(ledger_dir, die_phy_id)
+    if not os.path.exists(path):
+        return []
+    ledger = DieLedger(ledger_dir, die_phy_id)
+    try:
+        return ledger.entries()
+    finally:
+        ledger.close()
+
+
+class DieLedger:
+    """An open die ledger. One instance per die per process; thread-safe."""
+
+    def __init__(self, ledger_dir: str, die_phy_id: int) -> None:
+        self.die = die_phy_id
+        self.path = ledger_path(ledger_dir, die_phy_id)
+        Path(ledger_dir).mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        self._tlock = threading.Lock()
+        self._last_liveness = 0.0
+        with self._tlock:
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            try:
+                if os.fstat(self._fd).st_size < _FILE_SIZE:
+                    os.ftruncate(self._fd, _FILE_SIZE)
+                self._mm = mmap.mmap(self._fd, _FILE_SIZE)
+                magic, version, _die, _busy, _slot = _HEADER.unpack_from(self._mm, 0)
+                if magic != MAGIC:
+                    self._mm[:_FILE_SIZE] = bytes(_FILE_SIZE)
+                    _HEADER.pack_into(self._mm, 0, MAGIC, VERSION, die_phy_id, 0.0, -1)
+                elif version != VERSION:
+                    raise StateError(f"ledger {self.path} has version {version}, expected {VERSION}")
+            finally:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    # -- registration -------------------------------------------------------------------------
+
+    def register(
+        self,
+        *,
+        claim_uid: str,
+        virtual_id: int,
+        quota: int,
+        policy: Policy,
+        memory_only: bool,
+        mem_quota: int,
+        pid: int | None = None,
+    ) -> int:
+        """Add an entry for one share and return its slot; refuse a policy other shares don't use."""
+        pid = os.getpid() if pid is None else pid
+        starttime = _starttime(pid)
+        with self._locked():
+            entries = self._live_entries(force=True)
+            if not memory_only:
+                others = {e.policy for e in entries if not e.memory_only}
+                if others and policy not in others:
+                    raise StateError(
+                        f"die {self.die} already runs shares with policy {', '.join(sorted(others))};"
+                        f" all shares of a die must use one policy, this share asks for {policy}",
+                        code=ErrorCode.POLICY_CONFLICT,
+                        claim_uid=claim_uid,
+                        field="policy",
+                    )
+            used = {e.slot for e in entries}
+            free = [i for i in range(MAX_ENTRIES) if i not in used]
+            if not free:
+                raise Unavailable(
+                    f"ledger of die {self.die} is full ({MAX_ENTRIES} shares)", claim_uid=claim_uid
+                )
+            slot = free[0]
+            raw = _ENTRY.pack(
+                1,
+                policy.number,
+                int(memory_only),
+                0,
+                pid,
+                virtual_id,
+                quota,
+                starttime,
+                claim_uid.encode()[:48],
+                0,
+                0,
+                0,
+                0.0,
+                0,
+                mem_quota,
+                0,
+                0.0,
+            )
+            self._mm[self._offset(slot) : self._offset(slot) + _ENTRY.size] = raw
+            return slot
+
+    def unregister(self, slot: int) -> None:
+        with self._locked():
+            self._mm[self._offset(slot)] = 0
+            _magic, _v, _d, busy_until, busy_slot = _HEADER.unpack_from(self._mm, 0)
+            if busy_slot == slot:
+                _HEADER.pack_into(self._mm, 0, MAGIC, VERSION, self.die, busy_until, -1)
+
+    # -- compute --------------------------------------------------------------------------------
+
+    def acquire(self, slot: int, want_us: int, cancel: threading.Event) -> tuple[float, float] | None:
+        """Block until the die grants ``slot`` a slice of at most ``want_us``; return (start, end).
+
+        Returns None (and clears the waiting flag) when ``cancel`` is set first.
+        """
+        while True:
+            if cancel.is_set():
+                self._set_waiting(slot, False)
+                return None
+            with self._locked():
+                entries = self._live_entries(force=False)
+                mine = next((e for e in entries if e.slot == slot), None)
+                if mine is None:
+                    raise StateError(f"ledger entry {slot} of die {self.die} vanished")
+                if not mine.waiting:
+                    self._write_fields(slot, waiting=True, waiting_since=time.monotonic())
+                    entries = self._live_entries(force=False)
+                _m, _v, _d, busy_until, _bs = _HEADER.unpack_from(self._mm, 0)
+                now = time.monotonic()
+                decision = scheduling.decide([e.row() for e in entries], slot, now=now, busy_until=busy_until)
+                if decision.granted:
+                    slice_us = scheduling.slice_for(mine.row(), want_us)
+                    end = decision.start + slice_us / 1e6
+                    self._write_fields(
+                        slot,
+                        waiting=False,
+                        period_idx=decision.period_idx,
+                        period_used_us=decision.used_before_us + slice_us,
+                        consumed_us=mine.consumed_us + slice_us,
+                        kernels=mine.kernels + 1,
+                        last_grant=now,
+                    )
+                    _HEADER.pack_into(self._mm, 0, MAGIC, VERSION, self.die, end, slot)
+                    return decision.start, end
+            delay = decision.retry_at - time.monotonic()
+            if delay > 0:
+                cancel.wait(min(delay, 0.05))
+
+    def set_mem_used(self, slot: int, used: int) -> None:
+        with self._locked():
+            self._write_fields(slot, mem_used=used)
+
+    def entries(self) -> list[LedgerEntry]:
+        with self._locked():
+            return self._live_entries(force=True)
+
+    def close(self) -> None:
+        try:
+            self._mm.close()
+        finally:
+            os.close(self._fd)
+
+    # -- internals --------------------------------------------------------------------------------
+
+    def _set_waiting(self, slot: int, waiting: bool) -> None:
+        with self._locked():
+            if self._mm[self._offset(slot)]:
+                self._write_fields(slot, waiting=waiting)
+
+    def _locked(self) -> _Lock:
+        return _Lock(self._tlock, self._fd)
+
+    @staticmethod
+    def _offset(slot: int) -> int:
+        return _HEADER_SIZE + slot * _ENTRY.size
+
+    def _decode(self, slot: int) -> LedgerEntry | None:
+        f = _ENTRY.unpack_from(self._mm, self._offset(slot))
+        if not f[0]:
+            return None
+        return LedgerEntry(
+            slot=slot,
+            policy=Policy.from_number(f[1]),
+            memory_only=bool(f[2]),
+            waiting=bool(f[3]),
+            pid=f[4],
+            virtual_id=f[5],
+            quota=f[6],
+            starttime=f[7],
+            claim_uid=f[8].rstrip(b"\0").decode(errors="replace"),
+            period_idx=f[9],
+            period_used_us=f[10],
+            consumed_us=f[11],
+            waiting_since=f[12],
+            mem_used=f[13],
+            mem_quota=f[14],
+            kernels=f[15],
+            last_grant=f[16],
+        )
+
+    def _write_fields(self, slot: int, **changes: object) -> None:
+        entry = self._decode(slot)
+        if entry is None:
+            return
+        values = {name: getattr(entry, name) for name in LedgerEntry.__slots__}
+        values.update(changes)
+        raw = _ENTRY.pack(
+            1,
+            Policy(values["policy"]).number,
+            int(bool(values["memory_only"])),
+            int(bool(values["waiting"])),
+            values["pid"],
+            values["virtual_id"],
+            values["quota"],
+            values["starttime"],
+            str(values["claim_uid"]).encode()[:48],
+            values["period_idx"],
+            values["period_used_us"],
+            values["consumed_us"],
+            values["waiting_since"],
+            values["mem_used"],
+            values["mem_quota"],
+            values["kernels"],
+            values["last_grant"],
+        )
+        off = self._offset(slot)
+        self._mm[off : off + _ENTRY.size] = raw
+
+    def _live_entries(self, *, force: bool) -> list[LedgerEntry]:
+        entries = [e for e in (self._decode(i) for i in range(MAX_ENTRIES)) if e is not None]
+        now = time.monotonic()
+        if not force and now - self._last_liveness < _LIVENESS_EVERY_S:
+            return entries
+        self._last_liveness = now
+        live = []
+        for e in entries:
+            if _alive(e.pid, e.starttime):
+                live.append(e)
+            else:
+                self._mm[self._offset(e.slot)] = 0
+        return live
+
+
+class _Lock:
+    """Thread lock + flock on the ledger file, as one context manager."""
+
+    def __init__(self, tlock: threading.Lock, fd: int) -> None:
+        self._tlock = tlock
+        self._fd = fd
+
+    def __enter__(self) -> None:
+        self._tlock.acquire()
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+        except BaseException:
+            self._tlock.release()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        finally:
+            self._tlock.release()
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    fields = data[data.rfind(b")") + 2 :].split()
+    return fields[0].decode(), int(fields[19])
+
+
+def _starttime(pid: int) -> int:
+    stat = _proc_stat(pid)
+    return stat[1] if stat else 0
+
+
+def _alive(pid: int, starttime: int) -> bool:
+    """A pid counts as alive if it exists, is not a zombie and started when the entry says."""
+    stat = _proc_stat(pid)
+    if stat is None or stat[0] in ("Z", "X"):
+        return False
+    return starttime == 0 or stat[1] == starttime

@@ -1,0 +1,117 @@
+"""Entry point of the aclserver process: ``python -m dra_driver.aclserver --spec <path>``.
+
+The launch contract with flexnpu-daemon: read the spec (``load_spec``), register every share in
+its die's ledger, listen on TCP and the unix socket, then write ``ready_file`` atomically. On
+SIGTERM (or SIGINT): stop accepting, release sessions, ledger entries and shm buffers, remove
+the unix socket and the ready file, exit 0. ``run`` can be called in a process forked from a
+pre-imported zygote. Exit codes: 0 clean, 2 bad spec, 3 ledger refused (policy conflict, full),
+4 cannot listen.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Sequence
+from types import FrameType
+
+from dra_driver import logs
+from dra_driver.aclserver import spec as spec_mod
+from dra_driver.aclserver.backend import EmulatedBackend
+from dra_driver.aclserver.server import Server
+from dra_driver.aclserver.spec import AclServerSpec
+from dra_driver.errors import FlexNPUError, InvalidInput
+
+__all__ = ["load_spec", "main", "run"]
+
+EXIT_OK = 0
+EXIT_BAD_SPEC = 2
+EXIT_LEDGER = 3
+EXIT_LISTEN = 4
+
+
+def load_spec(path: str | os.PathLike[str]) -> AclServerSpec:
+    """Read and validate a spec file (InvalidInput naming the file and field)."""
+    return spec_mod.load_spec(path)
+
+
+def run(spec: AclServerSpec) -> int:
+    """Serve ``spec`` until SIGTERM/SIGINT; return the process exit code."""
+    log = logs.claim_logger(spec.claim_uid, base=logging.getLogger("flexnpu.aclserver"))
+    try:
+        backend = EmulatedBackend(spec)
+    except (FlexNPUError, OSError) as exc:
+        log.error("cannot register in the die ledger: %s", exc)
+        return EXIT_LEDGER
+    server = Server(spec, backend, log=log)
+    stop_r, stop_w = socket.socketpair()
+    old_wakeup = -1
+    try:
+        try:
+            server.start()
+        except OSError as exc:
+            log.error("cannot listen: %s", exc)
+            return EXIT_LISTEN
+        stop_w.setblocking(False)
+        old_wakeup = signal.set_wakeup_fd(stop_w.fileno(), warn_on_full_buffer=False)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, _ignore)
+        spec_mod.write_ready(
+            spec.ready_file,
+            spec_mod.ReadyInfo(
+                pid=os.getpid(),
+                tcp_host=spec.tcp_host,
+                tcp_port=server.tcp_port,
+                unix_socket=spec.unix_socket,
+                started_at=time.time(),
+            ),
+        )
+        log.info(
+            "serving %d share(s) on %s and %s:%d",
+            len(spec.shares),
+            spec.unix_socket,
+            spec.tcp_host,
+            server.tcp_port,
+        )
+        server.serve(stop_r)
+        log.info("stopping")
+        return EXIT_OK
+    finally:
+        server.shutdown()
+        backend.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(spec.ready_file)
+        with contextlib.suppress(ValueError):
+            signal.set_wakeup_fd(old_wakeup)
+        stop_r.close()
+        stop_w.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="flexnpu-aclserver", description="FlexNPU aclserver (one per claim)"
+    )
+    parser.add_argument("--spec", required=True, help="path of the JSON spec written by flexnpu-daemon")
+    parser.add_argument(
+        "--log-level",
+        default=os.environ.get("FLEXNPU_LOG_LEVEL", "INFO"),
+        help="log level (default INFO; env FLEXNPU_LOG_LEVEL)",
+    )
+    args = parser.parse_args(argv)
+    logs.setup(args.log_level)
+    try:
+        spec = load_spec(args.spec)
+    except InvalidInput as exc:
+        print(f"flexnpu-aclserver: {exc}", file=sys.stderr)
+        return EXIT_BAD_SPEC
+    return run(spec)
+
+
+def _ignore(_signum: int, _frame: FrameType | None) -> None:
+    """SIGTERM/SIGINT only wake the accept loop through the wakeup fd."""

@@ -1,0 +1,201 @@
+"""``flexnpu-daemon``: flags (each with a ``FLEXNPU_DAEMON_…`` twin), wiring and signals only.
+
+Start-up order: parse flags → discover dies → recover the registry (re-adopt / clean) →
+serve the API → monitor aclservers. SIGTERM/SIGINT stop serving and monitoring but leave every
+aclserver running: the daemon is resident, and the next start re-adopts them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shlex
+import signal
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+from dra_driver import config, discovery, logs
+from dra_driver.daemon import service
+from dra_driver.daemon.client import DEFAULT_SOCKET
+from dra_driver.daemon.launcher import Launcher, SpawnLauncher, ZygoteLauncher
+from dra_driver.daemon.manager import Manager, Settings
+from dra_driver.daemon.model import DieCapacity
+from dra_driver.devices import Health
+from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput
+
+log = logging.getLogger("flexnpu.daemon")
+
+DEFAULT_ACLSERVER_COMMAND = f"{shlex.quote(sys.executable)} -m dra_driver.aclserver"
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonFlag(config.Flag):
+    """A flag whose environment twin is ``FLEXNPU_DAEMON_<NAME>``."""
+
+    @property
+    def env(self) -> str:
+        return "FLEXNPU_DAEMON_" + self.name.upper().replace("-", "_")
+
+
+FLAGS: tuple[config.Flag, ...] = (
+    DaemonFlag("socket", DEFAULT_SOCKET, "unix socket of the daemon API (created mode 0600)"),
+    DaemonFlag("state-dir", "/var/lib/flexnpu/daemon", "persistent directory of registry.json"),
+    DaemonFlag(
+        "run-dir", "/var/run/flexnpu", "aclserver specs, ready files and stderr logs (under aclservers/)"
+    ),
+    DaemonFlag("shm-root", "/dev/shm/flexnpu", "parent of per-claim shared-memory directories"),
+    DaemonFlag("inventory", None, "emulated inventory file (YAML/JSON); when absent, discover with npu-smi"),
+    DaemonFlag("npu-smi", "npu-smi", "npu-smi executable used when no --inventory is given"),
+    DaemonFlag("tcp-host", "127.0.0.1", "default host address of the aclservers' TCP control link"),
+    DaemonFlag("log-level", "INFO", "log level"),
+    DaemonFlag("log-json", "false", "log JSON lines instead of text (true|false)"),
+    DaemonFlag(
+        "aclserver-command",
+        None,
+        f"aclserver command, '--spec <file>' appended; when set it is always spawned"
+        f" (default: {DEFAULT_ACLSERVER_COMMAND})",
+    ),
+    DaemonFlag("launcher", "zygote", "how the default aclserver starts: zygote (fork, fast) or spawn"),
+    DaemonFlag("ready-timeout", "10", "seconds to wait for a new aclserver's ready file"),
+    DaemonFlag("stop-timeout", "2", "seconds between SIGTERM and SIGKILL of an aclserver group"),
+    DaemonFlag("monitor-interval", "0.5", "seconds between liveness checks of the aclservers"),
+    DaemonFlag("max-restarts", "1", "times a dead aclserver is restarted (0 = never)"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonConfig:
+    socket: Path
+    settings: Settings
+    aclserver_command: tuple[str, ...]
+    use_zygote: bool
+    inventory: Path | None
+    npu_smi: str
+    log_level: str
+    log_json: bool
+
+
+def build_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> DaemonConfig:
+    """Flags > environment > defaults; raises InvalidInput (code InvalidConfig) for bad values."""
+    parser = argparse.ArgumentParser(prog="flexnpu-daemon", description=__doc__)
+    config.add_flags(parser, FLAGS)
+    values = config.resolve(parser.parse_args(argv), env, FLAGS)
+
+    def path(key: str) -> Path:
+        raw = values[key]
+        assert raw is not None
+        return Path(raw).absolute()
+
+    def number(key: str, *, low: float = 0.0) -> float:
+        raw = values[key]
+        try:
+            value = float(raw or "")
+        except ValueError:
+            value = -1.0
+        if value < low:
+            flag = key.replace("_", "-")
+            raise InvalidInput(
+                f"expected a number >= {low}, got {raw!r}", code=ErrorCode.INVALID_CONFIG, field=flag
+            )
+        return value
+
+    custom = values["aclserver_command"]
+    command = tuple(shlex.split(custom or DEFAULT_ACLSERVER_COMMAND))
+    if not command:
+        raise InvalidInput("must not be empty", code=ErrorCode.INVALID_CONFIG, field="aclserver-command")
+    launcher = values["launcher"] or "zygote"
+    if launcher not in ("zygote", "spawn"):
+        raise InvalidInput(
+            f"unknown launcher {launcher!r}; use zygote or spawn",
+            code=ErrorCode.INVALID_CONFIG,
+            field="launcher",
+        )
+    inventory = values["inventory"]
+    log_json = (values["log_json"] or "").strip().lower() in ("1", "true", "yes", "on")
+    return DaemonConfig(
+        socket=path("socket"),
+        settings=Settings(
+            state_dir=path("state_dir"),
+            run_dir=path("run_dir"),
+            shm_root=path("shm_root"),
+            tcp_host=values["tcp_host"] or "127.0.0.1",
+            ready_timeout=number("ready_timeout", low=0.1),
+            stop_timeout=number("stop_timeout"),
+            monitor_interval=number("monitor_interval", low=0.01),
+            max_restarts=int(number("max_restarts")),
+        ),
+        aclserver_command=command,
+        use_zygote=launcher == "zygote" and not custom,
+        inventory=Path(inventory).absolute() if inventory else None,
+        npu_smi=values["npu_smi"] or "npu-smi",
+        log_level=values["log_level"] or "INFO",
+        log_json=log_json,
+    )
+
+
+def load_dies(cfg: DaemonConfig) -> dict[int, DieCapacity]:
+    """The node's dies, by physical ID, from the emulated inventory or npu-smi."""
+    inventory = discovery.from_config(inventory=cfg.inventory, npu_smi=cfg.npu_smi).discover()
+    return {
+        d.phy_id: DieCapacity(
+            phy_id=d.phy_id, memory_bytes=d.memory_bytes, healthy=d.health != Health.UNHEALTHY
+        )
+        for d in inventory.dies
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        cfg = build_config(argv, os.environ)
+    except InvalidInput as exc:
+        print(f"flexnpu-daemon: {exc}", file=sys.stderr)
+        return 2
+    logs.setup(cfg.log_level, json_format=cfg.log_json)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("received %s: stopping (aclservers keep running)", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        dies = load_dies(cfg)
+        spawn = SpawnLauncher(cfg.aclserver_command)
+        launcher: Launcher = spawn
+        if cfg.use_zygote:
+            zygote = ZygoteLauncher(run_dir=cfg.settings.run_dir, fallback=spawn)
+            zygote.start()
+            launcher = zygote
+        manager = Manager(cfg.settings, dies, launcher)
+        report = manager.recover()
+        log.info(
+            "recovered: adopted %d, removed %d, killed %d orphans, removed %d shm dirs%s",
+            len(report.adopted),
+            len(report.removed),
+            len(report.killed_orphans),
+            len(report.removed_dirs),
+            f", corrupt registry kept at {report.corrupt_copy}" if report.corrupt_copy else "",
+        )
+        server = service.serve(manager, cfg.socket)
+    except FlexNPUError as exc:
+        log.error("cannot start: %s", exc)
+        return 1
+    manager.start_monitor()
+    log.info("serving on %s with %d dies", cfg.socket, len(dies))
+    stop.wait()
+    server.stop(grace=1.0).wait()
+    manager.stop_monitor()
+    launcher.close()
+    cfg.socket.unlink(missing_ok=True)
+    log.info("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,276 @@
+"""SchedulerSim against the fake apiserver: exclusive dies, consumable capacity, shared counters, config."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from dra_driver.testing.fake_apiserver import FakeAPIServer
+from dra_driver.testing.scheduler import SchedulerSim, Unschedulable
+
+DRIVER = "npu.flexnpu.io"
+NS = "team-a"
+NODE = "node-a"
+GiB = 1024
+
+
+@pytest.fixture
+def env() -> Iterator[tuple[client.ResourceV1Api, SchedulerSim]]:
+    with FakeAPIServer() as srv:
+        api_client = srv.api_client()
+        client.CoreV1Api(api_client).create_namespace(
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}
+        )
+        api = client.ResourceV1Api(api_client)
+        for name, mode, config in (
+            ("npu.flexnpu.io", "whole", None),
+            (
+                "vnpu.flexnpu.io",
+                "soft",
+                {"driver": DRIVER, "parameters": {"kind": "VNPUConfig", "policy": "fixed"}},
+            ),
+        ):
+            spec: dict[str, Any] = {
+                "selectors": [
+                    {
+                        "cel": {
+                            "expression": f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].mode == "{mode}"'
+                        }
+                    }
+                ]
+            }
+            if config:
+                spec["config"] = [{"opaque": config}]
+            api.create_device_class(
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "DeviceClass",
+                    "metadata": {"name": name},
+                    "spec": spec,
+                }
+            )
+        yield api, SchedulerSim(api_client, DRIVER)
+        api_client.close()
+
+
+def whole(name: str, *, counters: bool = False) -> dict[str, Any]:
+    dev: dict[str, Any] = {"name": name, "attributes": {"mode": {"string": "whole"}}}
+    if counters:
+        dev["consumesCounters"] = [{"counterSet": "die-0", "counters": {"exclusive": {"value": "1"}}}]
+    return dev
+
+
+def soft(name: str, *, counters: bool = False) -> dict[str, Any]:
+    dev: dict[str, Any] = {
+        "name": name,
+        "attributes": {"mode": {"string": "soft"}},
+        "allowMultipleAllocations": True,
+        "capacity": {
+            "memory": {
+                "value": "16Gi",
+                "requestPolicy": {"default": "128Mi", "validRange": {"min": "128Mi", "step": "128Mi"}},
+            },
+            "compute": {
+                "value": "100",
+                "requestPolicy": {"default": "1", "validRange": {"min": "1", "max": "100", "step": "1"}},
+            },
+        },
+    }
+    if counters:
+        dev["consumesCounters"] = [{"counterSet": "die-0", "counters": {"exclusive": {"value": "1"}}}]
+    return dev
+
+
+def publish(api: client.ResourceV1Api, devices: list[dict[str, Any]], *, counters: bool = False) -> None:
+    count = 2 if counters else 1
+    pool = {"name": NODE, "generation": 1, "resourceSliceCount": count}
+    meta = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice"}
+    api.create_resource_slice(
+        {
+            **meta,
+            "metadata": {"name": "s-devices"},
+            "spec": {"driver": DRIVER, "nodeName": NODE, "pool": pool, "devices": devices},
+        }
+    )
+    if counters:
+        shared = [{"name": "die-0", "counters": {"exclusive": {"value": "1"}}}]
+        api.create_resource_slice(
+            {
+                **meta,
+                "metadata": {"name": "s-counters"},
+                "spec": {"driver": DRIVER, "nodeName": NODE, "pool": pool, "sharedCounters": shared},
+            }
+        )
+
+
+def make_claim(
+    api: client.ResourceV1Api,
+    name: str,
+    device_class: str,
+    *,
+    count: int = 1,
+    capacity: dict[str, str] | None = None,
+    config: list[dict[str, Any]] | None = None,
+) -> None:
+    exactly: dict[str, Any] = {"deviceClassName": device_class, "count": count}
+    if capacity:
+        exactly["capacity"] = {"requests": capacity}
+    devices: dict[str, Any] = {"requests": [{"name": "npu", "exactly": exactly}]}
+    if config:
+        devices["config"] = config
+    api.create_namespaced_resource_claim(
+        NS,
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"devices": devices},
+        },
+    )
+
+
+def results(claim: dict[str, Any]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = claim["status"]["allocation"]["devices"]["results"]
+    return out
+
+
+def test_whole_die_is_exclusive(env: tuple[client.ResourceV1Api, SchedulerSim]) -> None:
+    api, sim = env
+    publish(api, [whole("die-0"), whole("die-1")])
+    for name in ("a", "b", "c"):
+        make_claim(api, name, "npu.flexnpu.io")
+    pod = {"resource": "pods", "name": "pod-a", "uid": "uid-a"}
+    a = sim.allocate(NS, "a", NODE, reserved_for=[pod])
+    b = sim.allocate(NS, "b", NODE)
+    assert [r["device"] for r in results(a)] == ["die-0"]
+    assert [r["device"] for r in results(b)] == ["die-1"]
+    assert "shareID" not in results(a)[0]
+    assert a["status"]["reservedFor"] == [pod]
+    assert a["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"] == [
+        NODE
+    ]
+    with pytest.raises(Unschedulable, match="0 of 1 device"):
+        sim.allocate(NS, "c", NODE)
+    assert api.read_namespaced_resource_claim("c", NS).status is None
+    sim.deallocate(NS, "a")
+    assert [r["device"] for r in results(sim.allocate(NS, "c", NODE))] == ["die-0"]
+
+
+def test_count_two_takes_two_dies(env: tuple[client.ResourceV1Api, SchedulerSim]) -> None:
+    api, sim = env
+    publish(api, [whole("die-0"), whole("die-1")])
+    make_claim(api, "pair", "npu.flexnpu.io", count=2)
+    assert [r["device"] for r in results(sim.allocate(NS, "pair", NODE))] == ["die-0", "die-1"]
+
+
+def test_two_shares_on_one_soft_device_with_capacity_accounting(
+    env: tuple[client.ResourceV1Api, SchedulerSim],
+) -> None:
+    api, sim = env
+    publish(api, [soft("die-0-soft")])
+    make_claim(api, "s1", "vnpu.flexnpu.io", capacity={"memory": "8000Mi", "compute": "30"})
+    make_claim(api, "s2", "vnpu.flexnpu.io", capacity={"memory": "8Gi", "compute": "70"})
+    make_claim(api, "s3", "vnpu.flexnpu.io", capacity={"memory": "128Mi"})
+    r1 = results(sim.allocate(NS, "s1", NODE))[0]
+    r2 = results(sim.allocate(NS, "s2", NODE))[0]
+    assert r1["device"] == r2["device"] == "die-0-soft"
+    assert re.fullmatch(r"[0-9a-f-]{36}", r1["shareID"]) and r1["shareID"] != r2["shareID"]
+    assert r1["consumedCapacity"] == {"memory": "8064Mi", "compute": "30"}  # rounded up to 128Mi steps
+    assert r2["consumedCapacity"] == {"memory": "8Gi", "compute": "70"}
+    with pytest.raises(Unschedulable):  # 16256Mi of 16Gi used, and compute 100 of 100
+        sim.allocate(NS, "s3", NODE)
+    sim.deallocate(NS, "s2")
+    assert results(sim.allocate(NS, "s3", NODE))[0]["consumedCapacity"] == {"memory": "128Mi", "compute": "1"}
+
+
+def test_share_larger_than_the_range_max_is_unschedulable(
+    env: tuple[client.ResourceV1Api, SchedulerSim],
+) -> None:
+    api, sim = env
+    publish(api, [soft("die-0-soft")])
+    make_claim(api, "big", "vnpu.flexnpu.io", capacity={"compute": "101"})
+    with pytest.raises(Unschedulable):
+        sim.allocate(NS, "big", NODE)
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        pytest.param(("whole", "npu.flexnpu.io"), ("share", "vnpu.flexnpu.io"), id="whole-blocks-share"),
+        pytest.param(("share", "vnpu.flexnpu.io"), ("whole", "npu.flexnpu.io"), id="share-blocks-whole"),
+    ],
+)
+def test_shared_counters_exclude_whole_and_shares(
+    env: tuple[client.ResourceV1Api, SchedulerSim], first: tuple[str, str], second: tuple[str, str]
+) -> None:
+    api, sim = env
+    publish(api, [whole("die-0", counters=True), soft("die-0-soft", counters=True)], counters=True)
+    make_claim(api, first[0], first[1], capacity={"memory": "1Gi"} if first[0] == "share" else None)
+    make_claim(api, second[0], second[1], capacity={"memory": "1Gi"} if second[0] == "share" else None)
+    sim.allocate(NS, first[0], NODE)
+    with pytest.raises(Unschedulable):
+        sim.allocate(NS, second[0], NODE)
+    sim.deallocate(NS, first[0])
+    sim.allocate(NS, second[0], NODE)
+
+
+def test_second_share_does_not_consume_counters_twice(env: tuple[client.ResourceV1Api, SchedulerSim]) -> None:
+    api, sim = env
+    publish(api, [whole("die-0", counters=True), soft("die-0-soft", counters=True)], counters=True)
+    make_claim(api, "s1", "vnpu.flexnpu.io", capacity={"memory": "1Gi"})
+    make_claim(api, "s2", "vnpu.flexnpu.io", capacity={"memory": "1Gi"})
+    sim.allocate(NS, "s1", NODE)
+    assert results(sim.allocate(NS, "s2", NODE))[0]["device"] == "die-0-soft"
+
+
+def test_config_from_class_then_claim(env: tuple[client.ResourceV1Api, SchedulerSim]) -> None:
+    api, sim = env
+    publish(api, [soft("die-0-soft")])
+    claim_cfg = {
+        "requests": ["npu"],
+        "opaque": {"driver": DRIVER, "parameters": {"kind": "VNPUConfig", "policy": "elastic"}},
+    }
+    make_claim(api, "cfg", "vnpu.flexnpu.io", config=[claim_cfg])
+    config = sim.allocate(NS, "cfg", NODE)["status"]["allocation"]["devices"]["config"]
+    assert config == [
+        {
+            "source": "FromClass",
+            "requests": ["npu"],
+            "opaque": {"driver": DRIVER, "parameters": {"kind": "VNPUConfig", "policy": "fixed"}},
+        },
+        {"source": "FromClaim", "requests": ["npu"], "opaque": claim_cfg["opaque"]},
+    ]
+
+
+def test_unsupported_cel_is_not_implemented(env: tuple[client.ResourceV1Api, SchedulerSim]) -> None:
+    api, sim = env
+    publish(api, [whole("die-0")])
+    api.create_device_class(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": "fancy"},
+            "spec": {
+                "selectors": [{"cel": {"expression": 'device.capacity["x"].memory >= quantity("1Gi")'}}]
+            },
+        }
+    )
+    make_claim(api, "f", "fancy")
+    with pytest.raises(NotImplementedError, match="only supports"):
+        sim.allocate(NS, "f", NODE)
+
+
+def test_allocated_claim_only_gains_reservations(env: tuple[client.ResourceV1Api, SchedulerSim]) -> None:
+    api, sim = env
+    publish(api, [whole("die-0"), whole("die-1")])
+    make_claim(api, "a", "npu.flexnpu.io")
+    first = sim.allocate(NS, "a", NODE, reserved_for=[{"resource": "pods", "name": "p1", "uid": "u1"}])
+    second = sim.allocate(NS, "a", NODE, reserved_for=[{"resource": "pods", "name": "p2", "uid": "u2"}])
+    assert results(first) == results(second)
+    assert [r["uid"] for r in second["status"]["reservedFor"]] == ["u1", "u2"]
+    cleared = sim.deallocate(NS, "a")
+    assert "allocation" not in (cleared.get("status") or {})
