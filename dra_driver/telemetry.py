@@ -36,7 +36,7 @@ prepare or unprepare, not one kubelet gRPC call, which may carry a batch of clai
   The request counters are pre-created at zero for ``success`` and for every ``ErrorCode``, the
   in-flight gauge for both operations and the residual counters for every kind, so dashboards
   show 0 rather than "no data". Histograms cannot be pre-created without a fake observation.
-- The 45 s top bucket is the kubelet's per-call DRA timeout (dra-contracts.md §2); anything
+- The 45 s top bucket is the kubelet's per-call DRA timeout (dra-contracts.md §2.6); anything
   slower lands in ``+Inf`` and has already failed on the kubelet side.
 - ``kind`` is one of :class:`ResidualKind`: what the reconciler or the sweep found without an
   owner (``claim``, ``aclserver``, ``cdi-spec``, ``shm-dir``, ``client-conf``, ``link-address``).
@@ -69,6 +69,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from enum import StrEnum
 from types import TracebackType
 from typing import Final, Literal
@@ -365,7 +366,7 @@ class Telemetry:
         claim_uid: str,
         namespace: str = "",
         name: str = "",
-    ) -> _Timed | _NoopTimed:
+    ) -> AbstractContextManager[OpRecord, Literal[False]]:
         """Time one claim's prepare or unprepare; use as ``with tel.operation(...) as rec:``.
 
         While the body runs the in-flight gauge is up by one and the span is current. On exit the

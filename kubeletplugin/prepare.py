@@ -250,6 +250,7 @@ class Preparer:
             effects=effects,
         )
         self.store.put(cp, entry)  # the intent is on disk before any effect
+        registration: RegisterResult | None = None
         try:
             registration = self._register(plan, shares, token, clog) if shares else None
             if registration is not None:
@@ -259,6 +260,11 @@ class Preparer:
         except FlexNPUError:
             clog.warning("prepare failed part-way; rolling back")
             try:
+                if shares and registration is None:
+                    # The daemon never confirmed the registration. Ask once to undo it; if the daemon
+                    # is unreachable, the orphan sweep removes whatever it may have started, since no
+                    # checkpoint entry owns it.
+                    self._forget_registration(entry, clog)
                 self._undo_effects(entry, clog)
                 del cp.claims[uid]
                 self.store.save(cp)
@@ -274,6 +280,16 @@ class Preparer:
         entry.add_effect(Effect(CLAIM_STATUS, uid))
         self.store.put(cp, entry)
         return tuple(devices)
+
+    def _forget_registration(self, entry: ClaimEntry, clog: logs.ClaimLogger) -> None:
+        try:
+            if self.daemon is not None:
+                self.daemon.unregister(entry.uid)
+        except Unavailable as err:
+            clog.warning(
+                "daemon unreachable during rollback (%s); leaving any aclserver to the orphan sweep", err
+            )
+        entry.effects = [e for e in entry.effects if e.kind != DAEMON]
 
     def _register(
         self, plan: ClaimPlan, shares: list[Share], token: str, clog: logs.ClaimLogger

@@ -23,6 +23,7 @@ from dra_driver.testing.devroot import build_device_root
 from dra_driver.testing.fake_apiserver import FakeAPIServer
 from dra_driver.testing.kubelet import KubeletSimulator, PluginHandle
 from dra_driver.testing.scheduler import SchedulerSim
+from tests.integration.daemon_harness import DaemonProc
 
 REPO = Path(__file__).resolve().parents[2]
 INVENTORIES = REPO / "dra_driver" / "testing" / "inventories"
@@ -84,6 +85,7 @@ class Node:
     proc: subprocess.Popen[bytes] | None = None
     kubelet: PluginHandle | None = None
     extra_args: list[str] = field(default_factory=list)
+    daemon: DaemonProc | None = None
 
     @property
     def resource(self) -> client.ResourceV1Api:
@@ -131,7 +133,13 @@ class Node:
         return items
 
     def devices(self) -> list[dict[str, Any]]:
-        return [d for s in self.slices() for d in s["spec"].get("devices") or []]
+        """Devices of the node's pool, once the pool is complete (all its slices published), else []."""
+        slices = self.slices()
+        if not slices or len(slices) != slices[0]["spec"]["pool"]["resourceSliceCount"]:
+            return []  # like the scheduler, ignore an incomplete pool
+        if len({s["spec"]["pool"]["generation"] for s in slices}) != 1:
+            return []
+        return [d for s in slices for d in s["spec"].get("devices") or []]
 
     def create_claim(
         self, name: str, requests: list[dict[str, Any]], config: list[dict[str, Any]] | None = None
@@ -186,8 +194,20 @@ def node_factory(api: FakeAPIServer, short_tmp: Path) -> Iterator[Callable[..., 
     """Make (not start) nodes; every one is stopped and its control link removed at teardown."""
     made: list[Node] = []
 
-    def factory(inventory: str = "a3-one-module.yaml", **env_extra: str) -> Node:
+    daemons: list[DaemonProc] = []
+
+    def factory(inventory: str = "a3-one-module.yaml", *, daemon: bool = False, **env_extra: str) -> Node:
+        if daemon:
+            d = DaemonProc().start()  # serves the eight-910b4 inventory
+            daemons.append(d)
+            inventory = "eight-910b4.yaml"
+            env_extra = {
+                "FLEXNPU_DAEMON_SOCKET": str(d.socket),
+                "FLEXNPU_SHM_DIR": str(d.shm_root),
+                **env_extra,
+            }
         n = make_node(api, short_tmp / f"n{len(made)}", inventory, **env_extra)
+        n.daemon = daemons[-1] if daemon else None
         made.append(n)
         return n
 
@@ -195,6 +215,8 @@ def node_factory(api: FakeAPIServer, short_tmp: Path) -> Iterator[Callable[..., 
     for n in made:
         n.stop()
         netlink.remove_link(n.env["FLEXNPU_CONTROL_LINK"])
+    for d in daemons:
+        d.cleanup()
 
 
 @pytest.fixture
