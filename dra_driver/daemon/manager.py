@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dra_driver.daemon import files, processes, registry, spec, usage, validation
+from dra_driver.daemon import files, liveness, processes, registry, spec, usage, validation
 from dra_driver.daemon.launcher import Launcher
 from dra_driver.daemon.model import (
     DieCapacity,
@@ -237,10 +237,12 @@ class Manager:
         )
         out = []
         for e in snapshot:
-            state = e.state
+            state, message = e.state, e.message
             alive = processes.is_alive(e.pid, e.pid_start_time)
             if state is EntityState.RUNNING and not alive:
                 state = EntityState.EXITED
+            elif state is EntityState.RUNNING and liveness.ping(e.endpoints.unix_socket) != e.pid:
+                state, message = EntityState.UNKNOWN, f"aclserver pid {e.pid} runs but does not answer PING"
             out.append(
                 EntityInfo(
                     entity_id=e.claim_uid,
@@ -256,7 +258,7 @@ class Manager:
                     restarts=e.restarts,
                     rss_bytes=processes.rss_bytes(e.pid) if alive else -1,
                     started_at=e.started_at,
-                    message=e.message,
+                    message=message,
                 )
             )
         return out

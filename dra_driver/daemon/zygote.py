@@ -61,8 +61,10 @@ def _child(spec_path: str, stderr_path: str, run: Callable[[Sequence[str]], int]
     code = 1
     try:
         os.setsid()
-        for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
+        # Dispositions as a freshly started Python has them (SIGPIPE stays ignored, as Python sets it).
+        for sig in (signal.SIGCHLD, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         out = os.open(stderr_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)

@@ -359,3 +359,18 @@ def test_register_again_restarts_an_exited_aclserver(make_daemon: MakeDaemon) ->
         assert ping_unix(again.endpoints.unix_socket) == again.pid
         [info] = c.list()
         assert (info.state, info.pid) == (EntityState.RUNNING, again.pid)
+
+
+def test_unresponsive_aclserver_is_reported_unknown(daemon: DaemonProc) -> None:
+    claim = uid()
+    with daemon.client() as c:
+        res = c.register(request(claim))
+        os.kill(res.pid, signal.SIGSTOP)
+        try:
+            [info] = c.list()
+            assert (info.state, info.pid) == (EntityState.UNKNOWN, res.pid)
+            assert "does not answer PING" in info.message
+        finally:
+            os.kill(res.pid, signal.SIGCONT)
+        [info] = c.list()
+        assert (info.state, info.pid, info.restarts) == (EntityState.RUNNING, res.pid, 0)
