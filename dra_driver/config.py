@@ -50,7 +50,7 @@ PLUGIN_FLAGS: tuple[Flag, ...] = (
     Flag("cdi-kind", "flexnpu.io/vnpu", "CDI kind (vendor/class) of the specs this driver writes"),
     Flag(
         "default-mode",
-        "whole",
+        "both",
         "how dies are handed out when not configured per die: whole|soft|both (whole and shares, kept apart by counters)",
     ),
     Flag("log-level", "INFO", "log level"),
@@ -188,7 +188,7 @@ def build(values: Mapping[str, str | None]) -> Config:
             code=ErrorCode.INVALID_CONFIG,
             field="node-name",
         )
-    mode = values.get("default_mode") or "whole"
+    mode = values.get("default_mode") or "both"
     if mode not in ("whole", "soft", "both", "hard"):
         raise InvalidInput(
             f"unknown mode {mode!r}; use whole, soft, both or hard",

@@ -9,23 +9,25 @@ use their own instance; :meth:`Podman.close` removes the directory.
 Where podman reads CDI specs: podman 4.3.1 (Debian 12) only scans ``/etc/cdi`` and
 ``/var/run/cdi``; it has no flag, and ``containers.conf [engine] cdi_spec_dirs`` is ignored
 (at ``--log-level=debug`` it logs ``Failed to decode the keys ["engine.cdi_spec_dirs"]``; the
-option arrived in podman 5.5 as ``--cdi-spec-dir``). So every podman command runs in a
-private mount namespace (``unshare --mount --propagation private``) in which the requested
-spec directory is bind-mounted over ``/var/run/cdi`` and ``/etc/cdi`` (when present) is
-hidden under an empty tmpfs: podman sees exactly that directory's specs and nothing from the
-host, and the host sees no mount. The namespace also has its own PID namespace, so podman's
-conmon and the ``container cleanup`` process it spawns end with the run (nothing outlives
-:meth:`Podman.run`, and a timeout kills the whole tree).
+option arrived in podman 5.5 as ``--cdi-spec-dir``). So every podman command runs in private
+mount and PID namespaces (``unshare --mount --propagation private --pid --fork``) where a tmpfs
+covers ``/run`` (= ``/var/run``), the requested spec directory is bind-mounted at
+``/run/cdi``, the host's ``/run/netns`` is carried over (for ``--network ns:``), and
+``/etc/cdi``, when present, is hidden under an empty tmpfs. Podman sees exactly that
+directory's specs; what rootful podman and runc insist on writing under ``/run``
+(``/run/runc``, ``/run/containers/networks``) lands in the tmpfs; the host sees no mount. As
+PID 1 of its namespace podman takes conmon and the ``container cleanup`` process with it when
+it exits, so nothing outlives :meth:`Podman.run`, and a timeout kills the whole tree.
 
-Machine-wide side effects left behind (podman's and runc's own, empty once runs end):
-``/var/run/cdi`` is created if missing (as a mount point), runc keeps ``/run/runc``, and
-cgroupfs keeps ``/sys/fs/cgroup/*/libpod_parent``. Container cgroups are removed by runc.
+Left on the machine: cgroupfs's ``/sys/fs/cgroup/*/libpod_parent`` (and its ``conmon``
+child), which podman creates once and shares; container cgroups are removed.
 
 Working recipe and error texts: shared/reference/cdi-and-runtime.md §3-§4.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -35,6 +37,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Literal
 
 __all__ = [
     "BUSYBOX",
@@ -87,16 +90,20 @@ graphroot = "{root}"
 runroot = "{runroot}"
 """
 
-# Runs as PID 1 of the private namespaces: $1 is the spec dir, the rest is the command.
+# Runs as PID 1 of the private namespaces. $1: the CDI spec dir, $2: an empty dir that holds
+# the host's /run/netns while a tmpfs covers /run; the rest is the command.
 _NS_SCRIPT = """\
 set -e
 spec_dir=$1
-shift
-mkdir -p /var/run/cdi
-mount --bind "$spec_dir" /var/run/cdi
-if [ -d /etc/cdi ]; then
-  mount -t tmpfs -o ro,size=4k,mode=0755 flexnpu-e2e-no-cdi /etc/cdi
-fi
+hold=$2
+shift 2
+netns=
+if [ -d /run/netns ]; then mount --rbind /run/netns "$hold"; netns=1; fi
+mount -t tmpfs -o mode=0755,size=64m flexnpu-e2e-run /run
+mkdir /run/cdi /run/netns
+mount --bind "$spec_dir" /run/cdi
+if [ -n "$netns" ]; then mount --move "$hold" /run/netns; fi
+if [ -d /etc/cdi ]; then mount -t tmpfs -o ro,size=4k,mode=0755 flexnpu-e2e-no-cdi /etc/cdi; fi
 exec "$@"
 """
 
@@ -109,7 +116,7 @@ def _is_static_elf(path: Path) -> bool:
         head = f.read(64)
         if head[:4] != b"\x7fELF" or head[4] != 2:  # 64-bit only; enough for Debian amd64/arm64
             return False
-        order = "little" if head[5] == 1 else "big"
+        order: Literal["little", "big"] = "little" if head[5] == 1 else "big"
         phoff = int.from_bytes(head[0x20:0x28], order)
         phentsize = int.from_bytes(head[0x36:0x38], order)
         phnum = int.from_bytes(head[0x38:0x3A], order)
@@ -144,7 +151,9 @@ def ensure_available() -> str | None:
         ("mount", "mount"),
     )
     for tool, package in tools:
-        if shutil.which(tool) is None and not (tool == "conmon" and Path("/usr/libexec/podman/conmon").exists()):
+        if shutil.which(tool) is None and not (
+            tool == "conmon" and Path("/usr/libexec/podman/conmon").exists()
+        ):
             return f"{tool} not found on PATH (apt-get install {package})"
     if not BUSYBOX.is_file():
         return f"{BUSYBOX} not found (apt-get install busybox-static)"
@@ -187,7 +196,7 @@ class Podman:
         self.workdir = Path(tempfile.mkdtemp(prefix="fnpu-podman-", dir=base_dir))
         try:
             self.rootfs = build_rootfs(self.workdir / "rootfs")
-            dirs = {k: self.workdir / k for k in ("root", "runroot", "tmp", "net", "nocdi")}
+            dirs = {k: self.workdir / k for k in ("root", "runroot", "tmp", "net", "nocdi", "netns-hold")}
             for d in dirs.values():
                 d.mkdir(mode=0o700)
             self.containers_conf = self.workdir / "containers.conf"
@@ -196,6 +205,7 @@ class Podman:
             self.storage_conf.write_text(_STORAGE_CONF.format(root=dirs["root"], runroot=dirs["runroot"]))
             self._empty_cdi = dirs["nocdi"]
             self._tmp = dirs["tmp"]
+            self._netns_hold = dirs["netns-hold"]
         except BaseException:
             shutil.rmtree(self.workdir, ignore_errors=True)
             raise
@@ -228,7 +238,7 @@ class Podman:
 
     def command(self, podman_args: Sequence[str], *, cdi_spec_dir: Path | None = None) -> list[str]:
         """argv running ``podman <podman_args>`` in private mount and PID namespaces (pure)."""
-        spec_dir = Path(cdi_spec_dir) if cdi_spec_dir is not None else self._empty_cdi
+        spec_dir = cdi_spec_dir if cdi_spec_dir is not None else self._empty_cdi
         return [
             "unshare",
             "--mount",
@@ -243,7 +253,8 @@ class Podman:
             "-c",
             _NS_SCRIPT,
             "flexnpu-podman",
-            str(spec_dir.resolve()),
+            str(spec_dir),
+            str(self._netns_hold),
             "podman",
             *podman_args,
         ]
@@ -275,19 +286,23 @@ class Podman:
 
         Network: none, or the existing namespace ``/run/netns/<netns>``. Returns podman's result
         (rc 126 and :data:`UNRESOLVABLE` on stderr for a CDI ID no loaded spec defines).
-        ``log_level="debug"`` puts podman's reason for rejecting a spec on stderr.
+        ``log_level="debug"`` puts podman's reason for rejecting a spec on stderr; use it only for
+        runs that fail before the container starts: after a debug run whose container did start,
+        podman 4.3.1 waits out its 20 s conmon timeout.
         Raises ``subprocess.TimeoutExpired`` after ``timeout`` seconds (the run is killed).
         """
         if self.closed:
             raise RuntimeError("this Podman instance is closed")
-        spec_dir = Path(cdi_spec_dir)
+        spec_dir = Path(cdi_spec_dir).resolve()
         if not spec_dir.is_dir():
             raise FileNotFoundError(f"CDI spec dir {spec_dir} does not exist")
         argv = self.command(
             self.run_args(cdi_ids=cdi_ids, command=command, netns=netns, log_level=log_level),
             cdi_spec_dir=spec_dir,
         )
-        return subprocess.run(argv, env=self.env(), capture_output=True, text=True, timeout=timeout, check=False)
+        return subprocess.run(
+            argv, env=self.env(), capture_output=True, text=True, timeout=timeout, check=False
+        )
 
     def podman(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         """Any other podman command against this instance (no CDI specs visible)."""
@@ -303,12 +318,21 @@ class Podman:
         return res.stdout.split()
 
     def close(self) -> None:
-        """Remove any container left behind, then the whole work directory (idempotent)."""
+        """Remove any container left behind, then the whole work directory (idempotent).
+
+        A run killed by its timeout leaves its container in podman's database and its cgroups
+        behind (runc's state died with the run's /run tmpfs): both are removed here.
+        """
         if self.closed:
             return
         self.closed = True
         try:
-            if (self.workdir / "root").exists() and self.containers():
+            left = self.containers() if (self.workdir / "root").exists() else []
+            if left:
                 self.podman("rm", "--all", "--force", "--time", "0")
+                for cid in left:
+                    for cgroup in Path("/sys/fs/cgroup").glob(f"*/libpod_parent/libpod-{cid}"):
+                        with contextlib.suppress(OSError):
+                            cgroup.rmdir()
         finally:
             shutil.rmtree(self.workdir, ignore_errors=True)

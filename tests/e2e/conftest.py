@@ -21,9 +21,13 @@ def podman_unavailable(reason: str) -> None:
 
 
 def _our_mounts(workdir: Path) -> list[str]:
-    """Host mounts a podman run could leak: on the CDI dirs, the hiding tmpfs, the work dir."""
-    marks = ("/run/cdi", "/etc/cdi", "flexnpu-e2e-no-cdi", str(workdir))
-    return [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if any(m in line for m in marks)]
+    """Host mounts a podman run could leak: on the CDI dirs, the namespace tmpfses, the work dir."""
+    marks = ("/run/cdi", "/etc/cdi", "flexnpu-e2e-run", "flexnpu-e2e-no-cdi", str(workdir))
+    return [
+        line
+        for line in Path("/proc/self/mountinfo").read_text().splitlines()
+        if any(m in line for m in marks)
+    ]
 
 
 @pytest.fixture

@@ -23,14 +23,18 @@ def _checkpoint(node: Node) -> dict[str, Any]:
 def test_slices_published_with_die_attributes(node: Node) -> None:
     devices = wait_for("published devices", node.devices)
     names = sorted(d["name"] for d in devices)
-    assert names == ["npu-0", "npu-1"]
+    assert names == ["npu-0", "npu-1", "vnpu-0", "vnpu-1"]  # default mode "both": whole and shares
     (s,) = [s for s in node.slices() if s["spec"].get("devices")]
+    counters = [c for s in node.slices() for c in s["spec"].get("sharedCounters") or []]
+    assert sorted(c["name"] for c in counters) == ["die-0", "die-1"]
     assert s["spec"]["pool"]["name"] == NODE
     assert s["metadata"]["ownerReferences"][0]["kind"] == "Node"
-    attrs = devices[0]["attributes"]
+    whole = next(d for d in devices if d["name"] == "npu-0")
+    attrs = whole["attributes"]
     assert attrs["model"] == {"string": "Ascend910"}
     assert "resource.kubernetes.io/pciBusID" in attrs
-    assert devices[0]["capacity"]["memory"]["value"] == str(65536 * 1024 * 1024)
+    assert whole["capacity"]["memory"]["value"] == str(65536 * 1024 * 1024)
+    assert attrs["mode"] == {"string": "whole"}
 
 
 def test_prepare_and_unprepare_whole_die(node: Node) -> None:
