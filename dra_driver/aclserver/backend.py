@@ -30,6 +30,8 @@ from dra_driver.aclserver.spec import AclServerSpec, ShareSpec
 __all__ = ["KERNEL_RESULT_BYTES", "AclFailure", "Backend", "EmulatedBackend"]
 
 ALLOC_ALIGN = 32
+MAX_ALLOCATIONS = 65_536
+"""Per device: bounds the aclserver's own bookkeeping (host memory) for tiny allocations."""
 _PTR_BASE = 0x1_0000_0000_0000
 _PTR_GAP = 4096
 _MMAP_THRESHOLD = 1 << 20
@@ -101,6 +103,7 @@ class _Share:
         self.ledger = ledger
         self.slot = slot
         self.used = 0
+        self.count = 0
 
 
 class EmulatedBackend:
@@ -153,6 +156,11 @@ class EmulatedBackend:
                     f"malloc of {size} bytes exceeds the memory quota of device {device}:"
                     f" {share.used} of {quota} bytes in use",
                 )
+            if share.count >= MAX_ALLOCATIONS:
+                raise AclFailure(
+                    codes.ACL_ERROR_RT_MEMORY_ALLOCATION,
+                    f"device {device} already has {MAX_ALLOCATIONS} allocations",
+                )
             buf: bytearray | mmap.mmap = (
                 mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
                 if size >= _MMAP_THRESHOLD
@@ -163,6 +171,7 @@ class EmulatedBackend:
             self._allocs[base] = _Allocation(base, size, accounted, device, buf)
             bisect.insort(self._bases, base)
             share.used += accounted
+            share.count += 1
             used = share.used
         share.ledger.set_mem_used(share.slot, used)
         return base
@@ -177,6 +186,7 @@ class EmulatedBackend:
             del self._bases[bisect.bisect_left(self._bases, ptr)]
             share = self._shares[alloc.device]
             share.used -= alloc.accounted
+            share.count -= 1
             used = share.used
         share.ledger.set_mem_used(share.slot, used)
 
@@ -214,6 +224,7 @@ class EmulatedBackend:
             self._bases.clear()
             for share in self._shares:
                 share.used = 0
+                share.count = 0
         allocs.clear()  # views handed out (a running kernel's input) keep their buffer alive
         for share in self._shares:
             share.ledger.set_mem_used(share.slot, 0)

@@ -23,6 +23,10 @@ from dra_driver.aclserver.protocol import Op
 __all__ = ["MAX_KERNEL_US", "Session"]
 
 MAX_KERNEL_US = 10_000_000
+MAX_HOST_BUFFERS = 256
+MAX_STREAMS = 1024
+MAX_PENDING_KERNELS = 65_536
+_ACL_ERROR_RT_NO_STREAM_RESOURCE = 207008
 _PAGE = 4096
 _ACL_ERROR_REPEAT_FINALIZE = 100037
 _STREAM_BASE = 0x5_0000_0000
@@ -240,6 +244,16 @@ class Session:
         if size >= 1 << datalink.OFFSET_BITS:
             raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, f"malloc_host size {size} is too large")
         rounded = -(-size // _PAGE) * _PAGE
+        # Host buffers live in the node's /dev/shm: bound them by the claim's memory quota so one
+        # client cannot fill the tmpfs that other tenants share.
+        limit = sum(self.backend.mem_info(d)[1] for d in range(self.backend.device_count()))
+        in_use = sum(r.size for rid, r in self.regions.items() if rid != 0)
+        if in_use + rounded > limit or len(self.regions) > MAX_HOST_BUFFERS:
+            raise AclFailure(
+                codes.ACL_ERROR_RT_MEMORY_ALLOCATION,
+                f"host buffer of {size} bytes refused: {in_use} bytes in {len(self.regions) - 1} host buffers"
+                f" already, the limit is {limit} bytes (the claim's memory quota) and {MAX_HOST_BUFFERS} buffers",
+            )
         rid = self._next_region
         try:
             region = self._new_region("host", rounded, rid)
@@ -277,6 +291,8 @@ class Session:
     # -- streams and kernels ---------------------------------------------------------------------
 
     def _create_stream(self, _ints: tuple[int, ...]) -> tuple[int, ...]:
+        if len(self.streams) >= MAX_STREAMS:
+            raise AclFailure(_ACL_ERROR_RT_NO_STREAM_RESOURCE, f"at most {MAX_STREAMS} streams per client")
         self._next_stream += 1
         stream = _Stream(self._next_stream, self._current())
         self.streams[stream.stream_id] = stream
@@ -309,6 +325,10 @@ class Session:
         if out_ptr:
             self.backend.device_view(out_ptr, KERNEL_RESULT_BYTES)
         input_view = self.backend.device_view(in_ptr, in_len) if in_ptr else None
+        if sum(s.pending for s in self.streams.values()) >= MAX_PENDING_KERNELS:
+            raise AclFailure(
+                codes.ACL_ERROR_RT_RESOURCE_ALLOC_FAIL, f"at most {MAX_PENDING_KERNELS} kernels may be queued"
+            )
         kernel = _Kernel(stream, duration_us, tag, out_ptr, input_view)
         worker = self._workers.get(stream.device)
         if worker is None:
@@ -388,7 +408,9 @@ class Session:
             while not done() and not self._cancel.is_set():
                 self._cond.wait(0.5)
         if self._cancel.is_set():
-            raise AclFailure(codes.ACL_ERROR_INTERNAL_ERROR, "the aclserver is stopping; queued kernels were cancelled")
+            raise AclFailure(
+                codes.ACL_ERROR_INTERNAL_ERROR, "the aclserver is stopping; queued kernels were cancelled"
+            )
 
     def _stream(self, stream_id: int) -> _Stream:
         stream = self.streams.get(stream_id)

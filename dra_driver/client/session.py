@@ -302,7 +302,8 @@ class Session:
                     nxt_done, nxt_n = chunks[k + 1]
                     nxt_off = ((k + 1) % 2) * half
                     rid = link.send(
-                        Op.MEMCPY, (datalink.host_ptr(0, nxt_off), half, src + nxt_done, nxt_n, kind, count - nxt_done)
+                        Op.MEMCPY,
+                        (datalink.host_ptr(0, nxt_off), half, src + nxt_done, nxt_n, kind, count - nxt_done),
                     )
                 self._check_or_drain(reply, k + 1 < len(chunks), rid)
                 off = (k % 2) * half

@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -24,6 +25,7 @@ from pathlib import Path
 from dra_driver.aclserver import spec as spec_mod
 from dra_driver.aclserver.codes import Policy
 from dra_driver.aclserver.spec import AclServerSpec, ReadyInfo, ShareSpec
+from dra_driver.client.session import Session
 from dra_driver.clientconf import ClientConf, Endpoints, ShareInfo
 
 __all__ = [
@@ -186,8 +188,6 @@ class Tenant:
     """
 
     def __init__(self, conf: ClientConf, *, device: int = 0, kernel_us: int = 5_000, batch: int = 4) -> None:
-        import threading
-
         self.conf = conf
         self.device = device
         self.kernel_us = kernel_us
@@ -215,12 +215,10 @@ class Tenant:
             before = [s for s in self.samples if s[0] <= t]
             return before[-1] if before else (t, 0)
 
-        (a_t, a_us), (b_t, b_us) = at(t0), at(t1)
+        (_, a_us), (_, b_us) = at(t0), at(t1)
         return (b_us - a_us) / 1e6 / (t1 - t0)
 
     def _run(self) -> None:
-        from dra_driver.client.session import Session
-
         try:
             with Session.open(self.conf) as session:
                 session.init()

@@ -537,3 +537,21 @@ def test_chunked_copy_past_end_changes_nothing(session: Session) -> None:
         session.memcpy(out, 9 << 20, ptr, 9 << 20, D2H)
     assert out == b"\xee" * (9 << 20)
     assert session.get_device_count() == 2  # the connection is still in step
+
+
+def test_host_buffers_are_bounded_by_the_claims_memory_quota(
+    session: Session, server: RunningAclServer
+) -> None:
+    before = set(os.listdir(server.spec.shm_dir))
+    with pytest.raises(AclError) as err:
+        session.malloc_host(MEM0 + MEM1 + 4096)
+    assert err.value.ret == codes.ACL_ERROR_RT_MEMORY_ALLOCATION
+    hp = session.malloc_host(MEM0)
+    with pytest.raises(AclError):
+        session.malloc_host(MEM1 + 4096)
+    session.free_host(hp)
+    assert set(os.listdir(server.spec.shm_dir)) == before
+    for bad in (0, -1):
+        with pytest.raises(AclError) as err:
+            session.malloc_host(bad)
+        assert err.value.ret == codes.ACL_ERROR_INVALID_PARAM

@@ -80,6 +80,12 @@ def measure(tenants: list[Tenant]) -> list[float]:
             [(0.80, 1.01)],
             id="elastic-borrows-idle-share",
         ),
+        pytest.param(
+            [(30, Policy.ELASTIC, False), (70, Policy.ELASTIC, False)],
+            [0, 1],
+            [(0.20, 0.40), (0.60, 0.80)],
+            id="elastic-both-busy-follow-quota",
+        ),
         pytest.param([(30, Policy.BEST_EFFORT, False)], [0], [(0.80, 1.01)], id="best-effort-uncapped"),
         pytest.param(
             [(30, Policy.FIXED, False), (0, Policy.ELASTIC, True)],

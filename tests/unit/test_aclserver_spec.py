@@ -45,13 +45,12 @@ DOC: dict[str, object] = {
 
 def _with(**changes: object) -> str:
     doc = json.loads(json.dumps(DOC))
-    for key, value in changes.items():
-        if "__" in key:
-            idx, sub = key.split("__", 1)
+    for change, value in changes.items():
+        if "__" in change:
+            idx, key = change.split("__", 1)
             target = doc["shares"][int(idx[1:])]
-            key = sub
         else:
-            target = doc
+            key, target = change, doc
         if value is KeyError:
             del target[key]
         else:

@@ -87,7 +87,7 @@ def test_malformed_fields_are_named(doc: dict[str, object], field: str) -> None:
 
 @pytest.mark.parametrize("text", [pytest.param("{", id="not-json"), pytest.param("[]", id="not-object")])
 def test_not_a_document(text: str) -> None:
-    with pytest.raises(InvalidInput, match="client.conf src"):
+    with pytest.raises(InvalidInput, match=r"client\.conf src"):
         clientconf.parse(text, source="src")
 
 
@@ -97,5 +97,5 @@ def test_load_explicit_env_and_missing(tmp_path: Path, monkeypatch: pytest.Monke
     assert clientconf.load(path) == CONF
     monkeypatch.setenv("FLEXNPU_CONF", str(path))
     assert clientconf.load() == CONF
-    with pytest.raises(InvalidInput, match="cannot read client.conf .*nope"):
+    with pytest.raises(InvalidInput, match=r"cannot read client\.conf .*nope"):
         clientconf.load(tmp_path / "nope")

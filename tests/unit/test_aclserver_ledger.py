@@ -1,0 +1,111 @@
+"""The per-die ledger file: registration, the one-policy rule, liveness of pids, grants."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dra_driver.aclserver import ledger
+from dra_driver.aclserver.codes import Policy
+from dra_driver.errors import ErrorCode, StateError
+from dra_driver.testing.aclservers import wait_for
+
+
+@pytest.fixture
+def die(tmp_path: Path) -> Iterator[ledger.DieLedger]:
+    d = ledger.DieLedger(str(tmp_path), 7)
+    yield d
+    d.close()
+
+
+def reg(
+    d: ledger.DieLedger, policy: Policy, *, quota: int = 10, memory_only: bool = False, pid: int | None = None
+) -> int:
+    return d.register(
+        claim_uid="c",
+        virtual_id=0,
+        quota=quota,
+        policy=policy,
+        memory_only=memory_only,
+        mem_quota=1 << 20,
+        pid=pid,
+    )
+
+
+@pytest.mark.parametrize(
+    ("second", "memory_only", "ok"),
+    [
+        pytest.param(Policy.FIXED, False, True, id="same"),
+        pytest.param(Policy.ELASTIC, False, False, id="elastic-vs-fixed"),
+        pytest.param(Policy.BEST_EFFORT, False, False, id="best-effort-vs-fixed"),
+        pytest.param(Policy.BEST_EFFORT, True, True, id="memory-only-exempt"),
+    ],
+)
+def test_one_policy_per_die(die: ledger.DieLedger, second: Policy, memory_only: bool, ok: bool) -> None:
+    reg(die, Policy.FIXED)
+    if ok:
+        reg(die, second, memory_only=memory_only)
+        assert len(die.entries()) == 2
+    else:
+        with pytest.raises(StateError) as err:
+            reg(die, second, memory_only=memory_only)
+        assert err.value.code == ErrorCode.POLICY_CONFLICT and err.value.field == "policy"
+        assert len(die.entries()) == 1
+
+
+def test_entries_are_shared_between_openers(tmp_path: Path, die: ledger.DieLedger) -> None:
+    slot = reg(die, Policy.ELASTIC, quota=40)
+    (entry,) = ledger.read_entries(str(tmp_path), 7)
+    assert (entry.slot, entry.pid, entry.quota, entry.policy) == (slot, os.getpid(), 40, Policy.ELASTIC)
+    die.unregister(slot)
+    assert ledger.read_entries(str(tmp_path), 7) == []
+
+
+def test_dead_and_zombie_pids_are_dropped(die: ledger.DieLedger) -> None:
+    reaped = subprocess.Popen(["true"])
+    reaped.wait()
+    zombie = subprocess.Popen(["true"])
+    try:
+        wait_for(
+            lambda: Path(f"/proc/{zombie.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z",
+            what="zombie",
+        )
+        reg(die, Policy.FIXED, pid=reaped.pid)
+        reg(die, Policy.FIXED, pid=zombie.pid)
+        # both gone: a conflicting policy is accepted because nobody alive holds the die
+        reg(die, Policy.ELASTIC)
+        assert [e.pid for e in die.entries()] == [os.getpid()]
+    finally:
+        zombie.wait()
+
+
+def test_acquire_grants_and_accounts(die: ledger.DieLedger) -> None:
+    slot = reg(die, Policy.BEST_EFFORT)
+    start, end = die.acquire(slot, 2_000, threading.Event())  # type: ignore[misc]
+    assert round((end - start) * 1e6) == 2_000
+    (entry,) = die.entries()
+    assert (entry.consumed_us, entry.kernels, entry.waiting) == (2_000, 1, False)
+
+
+def test_acquire_waits_over_budget_and_cancel_clears_waiting(die: ledger.DieLedger) -> None:
+    import time
+
+    from dra_driver.aclserver import scheduling
+
+    slot = reg(die, Policy.FIXED, quota=1)
+    # a debt of 10 s of die time: at 1 % this share may not run for a long while
+    die._write_fields(slot, period_idx=scheduling.period_of(time.monotonic()), period_used_us=10_000_000)
+    cancel = threading.Event()
+    result: list[object] = []
+    waiter = threading.Thread(target=lambda: result.append(die.acquire(slot, 1_000, cancel)))
+    waiter.start()
+    wait_for(lambda: die.entries()[0].waiting, what="share waiting")
+    cancel.set()
+    waiter.join(10)
+    assert result == [None]
+    assert die.entries()[0].waiting is False
