@@ -172,16 +172,61 @@ class Kube:
         ``timeout_seconds``) or soon after ``stop`` is set. Raises :class:`Gone` when the
         resource version is too old (410, as an HTTP status or an ERROR event).
         """
-        what = "watch resourceslices"
-        resp = self._open(
-            what,
+        return self._watch(
+            "watch resourceslices",
             self._resource.list_resource_slice,
-            timeout=(self.request_timeout, timeout_seconds + self.request_timeout),
+            stop=stop,
+            timeout_seconds=timeout_seconds,
             field_selector=_slice_selector(driver, node),
             resource_version=resource_version,
+        )
+
+    def list_claims(self) -> tuple[list[JSON], str]:
+        """All ResourceClaims in all namespaces (paged), and the list's resourceVersion."""
+        items: list[JSON] = []
+        token: str | None = None
+        while True:
+            kwargs: JSON = {"limit": 500}
+            if token:
+                kwargs["_continue"] = token
+            page = self._call(
+                "list resourceclaims", self._resource.list_resource_claim_for_all_namespaces, **kwargs
+            )
+            items += page.get("items") or []
+            meta = page.get("metadata") or {}
+            token = meta.get("continue")
+            if not token:
+                return items, str(meta.get("resourceVersion", ""))
+
+    def watch_claims(
+        self, *, resource_version: str, timeout_seconds: int, stop: threading.Event
+    ) -> Iterator[tuple[str, JSON]]:
+        """Watch events of ResourceClaims in all namespaces (same contract as :meth:`watch_slices`)."""
+        return self._watch(
+            "watch resourceclaims",
+            self._resource.list_resource_claim_for_all_namespaces,
+            stop=stop,
+            timeout_seconds=timeout_seconds,
+            resource_version=resource_version,
+        )
+
+    def _watch(
+        self,
+        what: str,
+        method: Callable[..., Any],
+        *,
+        stop: threading.Event,
+        timeout_seconds: int,
+        **kwargs: Any,
+    ) -> Iterator[tuple[str, JSON]]:
+        resp = self._open(
+            what,
+            method,
+            timeout=(self.request_timeout, timeout_seconds + self.request_timeout),
             allow_watch_bookmarks=True,
             timeout_seconds=timeout_seconds,
             watch=True,
+            **kwargs,
         )
         done = threading.Event()
         interrupter = threading.Thread(

@@ -23,6 +23,7 @@ from dra_driver.config import Config
 from dra_driver.daemon.client import DaemonClient
 from dra_driver.devices import DieMode, Health, Inventory
 from dra_driver.errors import FlexNPUError
+from dra_driver.telemetry import Telemetry
 from kubeletplugin.prepare import Preparer, PrepareSettings
 from kubeletplugin.server import PluginServer
 
@@ -63,6 +64,9 @@ class NodeProcess:
         if cfg.control_link:
             self.link.validate()
         self.daemon = DaemonClient(cfg.daemon_socket, timeout=20.0) if cfg.daemon_socket else None
+        self.telemetry = Telemetry(
+            node_name=cfg.node_name, driver_name=cfg.driver_name, metrics_port=cfg.metrics_port
+        )
         self.preparer = Preparer(
             settings=PrepareSettings(
                 driver_name=cfg.driver_name,
@@ -81,6 +85,7 @@ class NodeProcess:
             inventory=lambda: self.inventory,
             daemon=self.daemon,
             status=ClaimStatusWriter(self.kube, driver_name=cfg.driver_name, node_name=cfg.node_name),
+            telemetry=self.telemetry,
         )
         self.health = InventoryHealth(self.inventory, cfg.pool_name, self.pool.device_names)
         self.server = PluginServer(
@@ -122,6 +127,7 @@ class NodeProcess:
         self.cfg.paths.cdi_dir.mkdir(parents=True, exist_ok=True)
         if self.cfg.control_link:
             netlink.ensure_link(self.link)  # a clear error at start, never a hang
+        self.telemetry.start()
         self.server.start()
         t = threading.Thread(
             target=self.publisher.run, args=(self.stop_event,), name="publisher", daemon=True
@@ -147,6 +153,7 @@ class NodeProcess:
         self.kube.close()
         if self.daemon is not None:
             self.daemon.close()
+        self.telemetry.shutdown()
         log.info("node process stopped; sockets removed")
 
 

@@ -14,12 +14,13 @@ Each claim gets its own result; one bad claim never fails the batch.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,13 +29,14 @@ import tenacity
 
 from dra_driver import cdi, clientconf, logs, paths, sharing
 from dra_driver.aclserver.codes import Policy
-from dra_driver.checkpoint import CheckpointStore, ClaimEntry, ClaimState, Effect, write_atomic
+from dra_driver.checkpoint import Checkpoint, CheckpointStore, ClaimEntry, ClaimState, Effect, write_atomic
 from dra_driver.claims import ClaimRef, ClaimResult, PreparedDevice
 from dra_driver.daemon.model import RegisterRequest, RegisterResult, Share
 from dra_driver.devices import DieMode, Inventory
 from dra_driver.discovery import node_files
 from dra_driver.errors import ErrorCode, FlexNPUError, StateError, Unavailable
 from dra_driver.plan import ClaimPlan, plan_claim
+from dra_driver.telemetry import Telemetry
 
 log = logging.getLogger("flexnpu.prepare")
 
@@ -86,6 +88,7 @@ class Preparer:
         inventory: Callable[[], Inventory],
         daemon: Daemon | None = None,
         status: StatusWriter | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -93,6 +96,9 @@ class Preparer:
         self.inventory = inventory
         self.daemon = daemon
         self.status = status
+        self.telemetry = telemetry or Telemetry(
+            node_name=settings.pool_name, driver_name=settings.driver_name, enabled=False
+        )
         self._lock = threading.Lock()
 
     # -- kubelet calls ---------------------------------------------------------------------
@@ -101,35 +107,60 @@ class Preparer:
         results: dict[str, ClaimResult] = {}
         for ref in claims:
             clog = logs.claim_logger(ref.uid, ref.namespace, ref.name)
-            try:
-                results[ref.uid] = self._prepare_one(ref, clog)
-                clog.info("prepared %d device(s)", len(results[ref.uid].devices))
-            except FlexNPUError as err:
-                err.for_claim(ref.uid)
-                clog.warning("prepare failed: %s", err)
-                results[ref.uid] = ClaimResult(error=str(err))
-            except Exception as exc:  # a bug must not fail the other claims of the batch
-                clog.exception("prepare failed with an internal error")
-                results[ref.uid] = ClaimResult(error=f"claim {ref.uid}: internal error: {exc!r}")
+            with self.telemetry.operation(
+                "prepare", claim_uid=ref.uid or "-", namespace=ref.namespace, name=ref.name
+            ) as rec:
+                try:
+                    results[ref.uid] = self._prepare_one(ref, clog)
+                    clog.info("prepared %d device(s)", len(results[ref.uid].devices))
+                except FlexNPUError as err:
+                    err.for_claim(ref.uid)
+                    clog.warning("prepare failed: %s", err)
+                    rec.fail(err.code)
+                    results[ref.uid] = ClaimResult(error=str(err))
+                except Exception as exc:  # a bug must not fail the other claims of the batch
+                    clog.exception("prepare failed with an internal error")
+                    rec.fail(ErrorCode.INTERNAL)
+                    results[ref.uid] = ClaimResult(error=f"claim {ref.uid}: internal error: {exc!r}")
+        self._report_prepared()
         return results
 
     def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
         out: dict[str, str] = {}
         for ref in claims:
             clog = logs.claim_logger(ref.uid, ref.namespace, ref.name)
-            try:
-                paths.check_uid(ref.uid)
-                removed = self.unprepare_uid(ref.uid, clog)
-                clog.info("unprepared" if removed else "unprepare: claim not prepared here (nothing to do)")
-                out[ref.uid] = ""
-            except FlexNPUError as err:
-                err.for_claim(ref.uid)
-                clog.warning("unprepare failed: %s", err)
-                out[ref.uid] = str(err)
-            except Exception as exc:
-                clog.exception("unprepare failed with an internal error")
-                out[ref.uid] = f"claim {ref.uid}: internal error: {exc!r}"
+            with self.telemetry.operation(
+                "unprepare", claim_uid=ref.uid or "-", namespace=ref.namespace, name=ref.name
+            ) as rec:
+                try:
+                    paths.check_uid(ref.uid)
+                    removed = self.unprepare_uid(ref.uid, clog)
+                    clog.info(
+                        "unprepared" if removed else "unprepare: claim not prepared here (nothing to do)"
+                    )
+                    out[ref.uid] = ""
+                except FlexNPUError as err:
+                    err.for_claim(ref.uid)
+                    clog.warning("unprepare failed: %s", err)
+                    rec.fail(err.code)
+                    out[ref.uid] = str(err)
+                except Exception as exc:
+                    clog.exception("unprepare failed with an internal error")
+                    rec.fail(ErrorCode.INTERNAL)
+                    out[ref.uid] = f"claim {ref.uid}: internal error: {exc!r}"
+        self._report_prepared()
         return out
+
+    def _report_prepared(self) -> None:
+        """Prepared vNPUs / whole dies per die, for the ``flexnpu_dra_prepared_vnpus`` gauge."""
+        counts: dict[tuple[int, str], int] = {}
+        for entry in self.store.read().claims.values():
+            if entry.state != ClaimState.PREPARE_COMPLETED:
+                continue
+            for d in entry.dies:
+                key = (int(d["phy"]), str(d["mode"]))
+                counts[key] = counts.get(key, 0) + 1
+        self.telemetry.set_prepared_vnpus(counts)
 
     # -- prepare ---------------------------------------------------------------------------
 
@@ -498,6 +529,37 @@ class Preparer:
             self.status.write(plan.ref, docs)
         except FlexNPUError as err:  # status is informative: never fail a prepared claim for it
             clog.warning("could not write claim status: %s", err)
+
+    # -- for the reconciler and operator tools ------------------------------------------------
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[Checkpoint]:
+        """The checkpoint, with every prepare and unprepare (in any process) held off."""
+        with self._lock, self.store.transaction() as cp:
+            yield cp
+
+    def settle_interrupted(self) -> list[str]:
+        """Roll back entries a crash left in PrepareStarted/UnprepareStarted; their UIDs.
+
+        Under the lock no prepare is in flight (in this or another process), so such an entry is
+        certainly interrupted. An effect that cannot be undone now (daemon down) keeps the entry
+        for the next pass.
+        """
+        done: list[str] = []
+        with self.locked() as cp:
+            for uid, entry in list(cp.claims.items()):
+                if entry.state == ClaimState.PREPARE_COMPLETED:
+                    continue
+                clog = logs.claim_logger(uid, entry.namespace, entry.name)
+                try:
+                    self._undo_effects(entry, clog)
+                except FlexNPUError as err:
+                    clog.warning("cannot roll back yet: %s", err)
+                    continue
+                del cp.claims[uid]
+                self.store.save(cp)
+                done.append(uid)
+        return done
 
     # -- unprepare -------------------------------------------------------------------------
 
