@@ -67,6 +67,12 @@ PLUGIN_FLAGS: tuple[Flag, ...] = (
     ),
     Flag("control-link-cidr", "169.254.213.1/24", "address/prefix of the control link"),
     Flag("control-link-kind", "bridge", "kind of the control link: bridge|tap"),
+    Flag(
+        "residual-grace-seconds",
+        "300",
+        "a prepared claim with no consumer in reservedFor this long is residual",
+    ),
+    Flag("reconcile-period-seconds", "60", "period of the residual reconciler's full pass (jittered ±20 %)"),
 )
 
 
@@ -105,6 +111,8 @@ class Config:
     control_link: str = "flexnpu0"
     control_link_cidr: str = "169.254.213.1/24"
     control_link_kind: str = "bridge"
+    residual_grace_seconds: float = 300.0
+    reconcile_period_seconds: float = 60.0
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -234,4 +242,10 @@ def build(values: Mapping[str, str | None]) -> Config:
         control_link=values.get("control_link") or "",
         control_link_cidr=values.get("control_link_cidr") or "169.254.213.1/24",
         control_link_kind=values.get("control_link_kind") or "bridge",
+        residual_grace_seconds=_number(
+            "residual-grace-seconds", values.get("residual_grace_seconds") or "300"
+        ),
+        reconcile_period_seconds=_number(
+            "reconcile-period-seconds", values.get("reconcile_period_seconds") or "60"
+        ),
     )

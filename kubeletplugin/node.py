@@ -13,10 +13,11 @@ import signal
 import threading
 from types import FrameType
 
+from controller.cleanup import Reconciler
 from controller.kube import Kube
 from controller.publisher import SlicePublisher
 from controller.status import ClaimStatusWriter
-from dra_driver import cdi, discovery, logs, netlink, slices
+from dra_driver import cdi, discovery, logs, netlink, slices, sweep
 from dra_driver.checkpoint import CheckpointStore
 from dra_driver.claims import DeviceHealthReport
 from dra_driver.config import Config
@@ -87,6 +88,22 @@ class NodeProcess:
             status=ClaimStatusWriter(self.kube, driver_name=cfg.driver_name, node_name=cfg.node_name),
             telemetry=self.telemetry,
         )
+        self.reconciler = Reconciler(
+            kube=self.kube,
+            preparer=self.preparer,
+            driver_name=cfg.driver_name,
+            node_name=cfg.node_name,
+            pool_name=cfg.pool_name,
+            places=sweep.SweepPlaces(
+                cdi_dir=cfg.paths.cdi_dir,
+                cdi_kind=cdi.Kind.parse(cfg.cdi_kind),
+                run_dir=cfg.paths.run_dir,
+                shm_dir=cfg.paths.shm_dir,
+            ),
+            grace_seconds=cfg.residual_grace_seconds,
+            period_seconds=cfg.reconcile_period_seconds,
+            telemetry=self.telemetry,
+        )
         self.health = InventoryHealth(self.inventory, cfg.pool_name, self.pool.device_names)
         self.server = PluginServer(
             driver_name=cfg.driver_name,
@@ -128,12 +145,18 @@ class NodeProcess:
         if self.cfg.control_link:
             netlink.ensure_link(self.link)  # a clear error at start, never a hang
         self.telemetry.start()
+        self._check_boot()
         self.server.start()
         t = threading.Thread(
             target=self.publisher.run, args=(self.stop_event,), name="publisher", daemon=True
         )
         t.start()
         self._threads.append(t)
+        r = threading.Thread(
+            target=self.reconciler.run, args=(self.stop_event,), name="reconciler", daemon=True
+        )
+        r.start()
+        self._threads.append(r)
         log.info(
             "node %s ready: %d dies, DRA socket %s, registration socket %s",
             self.cfg.node_name,
@@ -142,8 +165,27 @@ class NodeProcess:
             self.cfg.registration_socket,
         )
 
+    def _check_boot(self) -> None:
+        """After a reboot the tmpfs state (CDI specs, client.conf, shm) and the aclservers are gone.
+
+        Entries stay: the kubelet prepares its running pods' claims again and the prepare path
+        puts back what is missing; the reconciler drops the rest.
+        """
+        with self.preparer.locked() as cp:
+            if cp.claims and cp.boot_id and cp.boot_id != self.store.boot_id:
+                log.warning(
+                    "the node rebooted since the checkpoint was written (boot %s, now %s): %d claim(s) "
+                    "will be restored when the kubelet prepares them again, the rest removed by the reconciler",
+                    cp.boot_id,
+                    self.store.boot_id,
+                    len(cp.claims),
+                )
+            cp.boot_id = self.store.boot_id
+        self.reconciler.trigger()
+
     def stop(self) -> None:
         self.stop_event.set()
+        self.reconciler.trigger()
 
     def wait(self) -> None:
         self.stop_event.wait()

@@ -21,8 +21,10 @@ Run standalone: ``python -m dra_driver.testing.fake_apiserver --port 6443 --kube
 
 Simplified on purpose (see also the project report): ``limit``/``continue`` and the list
 ``resourceVersion``/``resourceVersionMatch`` parameters are ignored (lists return everything, current);
-no garbage collector (ownerReferences are stored, dependents are not deleted), no namespace
-cascade, pods are deleted at once; server-side apply tracks ownership only between *apply*
+the garbage collector runs synchronously inside the delete (background propagation; ``Orphan``
+leaves dependents and their ownerReferences as they are; ``Foreground`` acts like background);
+no namespace cascade; pods are deleted at once (no graceful termination); ``dryRun`` is refused
+with 400 rather than silently written; server-side apply tracks ownership only between *apply*
 managers (fields written by PUT/merge patches have no owner); managedFields are not returned;
 unknown fields are kept rather than pruned; core and ``events.k8s.io`` events are separate stores.
 """
@@ -1177,6 +1179,7 @@ class _Store:
         self.watchers: set[_Watcher] = set()
         self.owners: dict[str, dict[tuple[str, str], set[FieldPath]]] = {}
         self.drop_partitionable = False
+        self.accepting_watches = True  # False while down or stopped: new watches end at once
         ns_res = _BY_KEY["namespaces"]
         for ns in DEFAULT_NAMESPACES:
             self.create(ns_res, None, {"metadata": {"name": ns}})
@@ -1266,7 +1269,7 @@ class _Store:
         subresource: str,
         mutate: Callable[[Obj], Any],
         *,
-        require_name: bool = True,
+        is_patch: bool = False,
     ) -> Obj:
         """PUT/PATCH core: ``mutate`` maps the live object to the requested one; strategy applies."""
         with self.lock:
@@ -1276,7 +1279,7 @@ class _Store:
             cand = mutate(copy.deepcopy(old))
             cand = self._check_body(res, ns, cand)
             cmeta = cand["metadata"]
-            if cmeta.get("name", name if not require_name else None) != name:
+            if cmeta.get("name", name if is_patch else None) != name:
                 raise bad_request(
                     f"the name of the object ({cmeta.get('name')}) does not match the name on the URL ({name})"
                 )
@@ -1287,7 +1290,14 @@ class _Store:
                     name,
                     "the object has been modified; please apply your changes to the latest version and try again",
                 )
-            if cmeta.get("uid") and cmeta["uid"] != ometa["uid"]:
+            if cmeta.get("uid") and cmeta["uid"] != ometa["uid"] and is_patch:
+                # a patched object carries the new uid into validation: metadata.uid is immutable
+                raise invalid(
+                    res,
+                    name,
+                    [("metadata.uid", f"Invalid value: {json.dumps(cmeta['uid'])}: field is immutable")],
+                )
+            if cmeta.get("uid") and cmeta["uid"] != ometa["uid"]:  # PUT: the body's uid is a precondition
                 raise conflict(
                     res,
                     name,
@@ -1303,7 +1313,9 @@ class _Store:
             if res.has_generation and _spec_part(new) != _spec_part(old):
                 new["metadata"]["generation"] = int(ometa.get("generation", 1)) + 1
             if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
-                return self._commit(res, "DELETED", new, old)
+                gone = self._commit(res, "DELETED", new, old)
+                self._collect_garbage(gone["metadata"]["uid"])
+                return gone
             return self._commit(res, "MODIFIED", new, old)
 
     def delete(self, res: Resource, ns: str | None, name: str, options: Obj) -> Obj:
@@ -1332,7 +1344,10 @@ class _Store:
                 new["metadata"]["deletionTimestamp"] = _now()
                 new["metadata"]["deletionGracePeriodSeconds"] = 0
                 return self._commit(res, "MODIFIED", new, old)
-            return self._commit(res, "DELETED", copy.deepcopy(old), old)
+            gone = self._commit(res, "DELETED", copy.deepcopy(old), old)
+            if options.get("propagationPolicy") != "Orphan":
+                self._collect_garbage(gone["metadata"]["uid"])
+            return gone
 
     def delete_collection(self, sel: Selector, options: Obj) -> Obj:
         with self.lock:
@@ -1340,6 +1355,11 @@ class _Store:
             items = []
             for obj in doomed:
                 meta = obj["metadata"]
+                if (
+                    meta.get("namespace", "") if sel.res.namespaced else "",
+                    meta["name"],
+                ) not in self.objects[sel.res.key]:
+                    continue  # already collected as a dependent of an earlier item
                 item = self.delete(sel.res, meta.get("namespace"), meta["name"], options)
                 item.pop("kind", None)
                 item.pop("apiVersion", None)
@@ -1421,12 +1441,14 @@ class _Store:
 
             def mutate(obj: Obj) -> Obj:
                 merged: Obj = ssa_merge(obj, scope)
+                if ameta.get("uid"):
+                    merged["metadata"]["uid"] = ameta["uid"]
                 for fp in sorted(stale, key=len):
                     if not any(o[: len(fp)] == fp for o in others):
                         _path_remove(merged, fp)
                 return merged
 
-            result = self.update(res, ns, name, subresource, mutate, require_name=False)
+            result = self.update(res, ns, name, subresource, mutate, is_patch=True)
             owners[(manager, subresource)] = new_paths
             return result
 
@@ -1454,6 +1476,9 @@ class _Store:
         """Register a watcher; its queue already holds the replayed or synthetic events."""
         watcher = _Watcher(sel, bookmarks)
         with self.lock:
+            if not self.accepting_watches:
+                watcher.queue.put(None)
+                return watcher
             if initial_events or (initial_events is None and rv_param in (None, "", "0")):
                 for _, obj in sorted(self.objects[sel.res.key].items()):
                     if sel.matches(obj):
@@ -1487,8 +1512,9 @@ class _Store:
         with self.lock:
             self.watchers.discard(watcher)
 
-    def close_watchers(self) -> None:
+    def close_watchers(self, *, accept_new: bool) -> None:
         with self.lock:
+            self.accepting_watches = accept_new
             for watcher in self.watchers:
                 watcher.queue.put(None)
             self.watchers.clear()
@@ -1499,6 +1525,18 @@ class _Store:
             self.floor = self.rv
 
     # ---- internals
+
+    def _collect_garbage(self, owner_uid: str) -> None:
+        """The garbage collector, done at once: delete dependents whose owners are all gone."""
+        live = {o["metadata"]["uid"] for store in self.objects.values() for o in store.values()}
+        for res in RESOURCES:
+            for obj in list(self.objects[res.key].values()):
+                refs = obj["metadata"].get("ownerReferences") or []
+                uids = {r.get("uid") for r in refs}
+                if owner_uid in uids and not uids & live:
+                    meta = obj["metadata"]
+                    with contextlib.suppress(APIError):  # a cascade may have taken it already
+                        self.delete(res, meta.get("namespace"), meta["name"], {})
 
     def _bookmark(self, res: Resource, annotations: dict[str, str] | None) -> Obj:
         meta: Obj = {"resourceVersion": str(self.rv)}
@@ -1709,6 +1747,8 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if owner._down:
                 raise APIError(503, "ServiceUnavailable", "the fake apiserver is down (set_down)")
+            if query.get("dryRun"):
+                raise bad_request("dryRun is not supported by the fake apiserver (it would have written)")
             self._route(method, parts.path, query, raw)
         except APIError as err:
             self._send_json(err.code, err.status())
@@ -1909,15 +1949,15 @@ class _Handler(BaseHTTPRequestHandler):
             )
         patch = self._body(raw)
         if ctype == "application/merge-patch+json":
-            return store.update(res, ns, name, sub, lambda old: merge_patch(old, patch), require_name=False)
+            return store.update(res, ns, name, sub, lambda old: merge_patch(old, patch), is_patch=True)
         if ctype == "application/strategic-merge-patch+json":
             if isinstance(patch, list):
                 raise bad_request("strategic merge patch must be a JSON object")
             return store.update(
-                res, ns, name, sub, lambda old: strategic_merge_patch(old, patch), require_name=False
+                res, ns, name, sub, lambda old: strategic_merge_patch(old, patch), is_patch=True
             )
         if ctype == "application/json-patch+json":
-            return store.update(res, ns, name, sub, lambda old: json_patch(old, patch), require_name=False)
+            return store.update(res, ns, name, sub, lambda old: json_patch(old, patch), is_patch=True)
         raise APIError(
             415,
             "UnsupportedMediaType",
@@ -2034,7 +2074,7 @@ class FakeAPIServer:
         httpd, self._httpd = self._httpd, None
         if httpd is None:
             return
-        self._store.close_watchers()
+        self._store.close_watchers(accept_new=False)
         httpd.shutdown()
         httpd.server_close()
         with httpd.conn_lock:
@@ -2074,8 +2114,7 @@ class FakeAPIServer:
     def set_down(self, down: bool) -> None:
         """While down every request gets 503 ServiceUnavailable; going down ends open watches."""
         self._down = down
-        if down:
-            self._store.close_watchers()
+        self._store.close_watchers(accept_new=not down)
 
     def compact(self) -> None:
         """Forget the watch history: watches from any older resourceVersion get 410 Gone."""

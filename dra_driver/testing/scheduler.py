@@ -10,7 +10,10 @@ used by the driver itself: in a cluster, kube-scheduler allocates.
 Supported: ``exactly`` requests (``ExactCount`` with ``count``) and ``firstAvailable``
 subrequests; CEL selectors of the forms ``device.driver == "x"`` and
 ``device.attributes["domain"].name == <literal>`` joined by ``&&`` (anything else raises
-NotImplementedError); device taints with NoSchedule/NoExecute against request tolerations.
+NotImplementedError); device taints with NoSchedule/NoExecute against request tolerations. Shared counters are
+charged once per device in use (a second share of a multi-allocatable device adds no counter use),
+summed over every allocated claim in the cluster, so a whole-die device and the share device of
+the same die can exclude each other through one counter set.
 Not supported (NotImplementedError): ``allocationMode: All``, ``constraints``, ``adminAccess``.
 Unlike kube-scheduler it adds no ``resource.kubernetes.io/delete-protection`` finalizer, since no
 resourceclaim controller runs next to it to remove it again.
@@ -241,6 +244,8 @@ class SchedulerSim:
                 "pool": cand.pool,
                 "device": dev["name"],
             }
+            if request.get("tolerations"):
+                result["tolerations"] = request["tolerations"]
             if multi:
                 for cap, amount in consumed.items():
                     tentative.consumed[(cand.key, cap)] = (

@@ -533,9 +533,9 @@ def test_stop_ends_open_watch_streams(api: client.ResourceV1Api) -> None:
         except Exception as exc:  # the stream may end with a connection error: that is fine too
             ended.put([type(exc).__name__])
 
+    server.clear_request_log()
     thread = threading.Thread(target=consume, daemon=True)
     thread.start()
-    server.clear_request_log()
     wait_until(lambda: server.request_log() != [])
     server.stop()
     ended.get(timeout=30)
@@ -1101,4 +1101,90 @@ def test_shared_informer_relists_after_410(srv: FakeAPIServer, api: client.Resou
         assert added.get(timeout=20) == "s2"  # only a relist can have found it
         assert sorted(o.metadata.name for o in informer.cache.list()) == ["s1", "s2"]
     finally:
+        # SharedInformer.stop() can miss a watch opened right after a relist and then blocks on
+        # the idle stream; going down ends every stream, so the join cannot hang.
+        srv.set_down(True)
         informer.stop()
+        srv.set_down(False)
+
+
+def test_deleting_a_node_collects_its_owned_slices(api: client.ResourceV1Api, core: client.CoreV1Api) -> None:
+    node = core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a"}})
+    other = core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-b"}})
+
+    def owned_by(*nodes: Any) -> list[dict[str, Any]]:
+        return [
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "name": n.metadata.name,
+                "uid": n.metadata.uid,
+                "controller": i == 0,
+            }
+            for i, n in enumerate(nodes)
+        ]
+
+    for name, owners in (("only-a", owned_by(node)), ("a-and-b", owned_by(node, other)), ("none", [])):
+        body = slice_body(name)
+        if owners:
+            body["metadata"]["ownerReferences"] = owners
+        api.create_resource_slice(body)
+    assert (
+        api.read_resource_slice("only-a").metadata.owner_references[0].uid == node.metadata.uid
+    )  # kept as sent
+    core.delete_node("node-a")
+    assert sorted(s.metadata.name for s in api.list_resource_slice().items) == ["a-and-b", "none"]
+    core.delete_node("node-b", body=client.V1DeleteOptions(propagation_policy="Orphan"))
+    assert sorted(s.metadata.name for s in api.list_resource_slice().items) == ["a-and-b", "none"]
+
+
+@pytest.mark.parametrize(
+    ("how", "code"),
+    [
+        pytest.param("put", 409, id="put-uid-is-a-precondition"),
+        pytest.param("merge", 422, id="merge-patch-uid-is-immutable"),
+        pytest.param("apply", 422, id="apply-uid-is-immutable"),
+    ],
+)
+def test_write_naming_another_uid_is_refused(
+    api: client.ResourceV1Api, core: client.CoreV1Api, how: str, code: int
+) -> None:
+    """A claim deleted and re-created under the same name must not receive the old claim's status."""
+    make_allocated_claim(api, "c1", "die-0")
+    body = {**claim_body("c1"), "status": {"devices": [dev_status("die-0")]}}
+    body["metadata"]["uid"] = "00000000-0000-0000-0000-000000000000"
+    with pytest.raises(ApiException) as err:
+        if how == "put":
+            api.replace_namespaced_resource_claim_status("c1", NS, body)
+        elif how == "merge":
+            api.patch_namespaced_resource_claim_status(
+                "c1", NS, body, _content_type="application/merge-patch+json"
+            )
+        else:
+            api.patch_namespaced_resource_claim_status(
+                "c1", NS, body, field_manager="m", force=True, _content_type="application/apply-patch+yaml"
+            )
+    assert err.value.status == code
+    assert api.read_namespaced_resource_claim("c1", NS).status.devices is None
+
+
+def test_raw_watch_is_chunked_json_lines_and_dry_run_is_refused(
+    srv: FakeAPIServer, api: client.ResourceV1Api
+) -> None:
+    import http.client
+    from urllib.parse import urlsplit
+
+    api.create_resource_slice(slice_body("s1"))
+    api.create_resource_slice(slice_body("s2"))
+    url = urlsplit(srv.url)
+    conn = http.client.HTTPConnection(url.hostname or "", url.port)
+    conn.request("GET", "/apis/resource.k8s.io/v1/resourceslices?watch=1&timeoutSeconds=1")
+    resp = conn.getresponse()
+    assert resp.getheader("Transfer-Encoding") == "chunked"
+    lines = resp.read().decode().splitlines()
+    assert [json.loads(line)["object"]["metadata"]["name"] for line in lines] == ["s1", "s2"]
+    conn.close()
+    with pytest.raises(ApiException) as err:
+        api.create_resource_slice(slice_body("s3"), dry_run="All")
+    assert err.value.status == 400
+    assert srv.get_object("resourceslices", "s3") is None

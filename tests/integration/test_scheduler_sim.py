@@ -274,3 +274,69 @@ def test_allocated_claim_only_gains_reservations(env: tuple[client.ResourceV1Api
     assert [r["uid"] for r in second["status"]["reservedFor"]] == ["u1", "u2"]
     cleared = sim.deallocate(NS, "a")
     assert "allocation" not in (cleared.get("status") or {})
+
+
+def test_first_available_falls_back_to_the_next_subrequest(
+    env: tuple[client.ResourceV1Api, SchedulerSim],
+) -> None:
+    api, sim = env
+    publish(api, [whole("die-0"), soft("die-1-soft")])
+    make_claim(api, "taken", "npu.flexnpu.io")
+    sim.allocate(NS, "taken", NODE)
+    requests = [
+        {
+            "name": "npu",
+            "firstAvailable": [
+                {"name": "whole", "deviceClassName": "npu.flexnpu.io"},
+                {
+                    "name": "share",
+                    "deviceClassName": "vnpu.flexnpu.io",
+                    "capacity": {"requests": {"memory": "1Gi"}},
+                },
+            ],
+        }
+    ]
+    api.create_namespaced_resource_claim(
+        NS,
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "fa"},
+            "spec": {"devices": {"requests": requests}},
+        },
+    )
+    (result,) = results(sim.allocate(NS, "fa", NODE))
+    assert (result["request"], result["device"]) == ("npu/share", "die-1-soft")
+
+
+@pytest.mark.parametrize(
+    ("tolerations", "expected"),
+    [
+        pytest.param(None, "die-1", id="tainted-die-skipped"),
+        pytest.param([{"key": "flexnpu.io/unhealthy", "operator": "Exists"}], "die-0", id="tolerated"),
+    ],
+)
+def test_tainted_devices_need_a_toleration(
+    env: tuple[client.ResourceV1Api, SchedulerSim], tolerations: list[dict[str, str]] | None, expected: str
+) -> None:
+    api, sim = env
+    tainted = {
+        **whole("die-0"),
+        "taints": [{"key": "flexnpu.io/unhealthy", "value": "true", "effect": "NoSchedule"}],
+    }
+    publish(api, [tainted, whole("die-1")])
+    exactly: dict[str, Any] = {"deviceClassName": "npu.flexnpu.io"}
+    if tolerations:
+        exactly["tolerations"] = tolerations
+    api.create_namespaced_resource_claim(
+        NS,
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "t"},
+            "spec": {"devices": {"requests": [{"name": "npu", "exactly": exactly}]}},
+        },
+    )
+    (result,) = results(sim.allocate(NS, "t", NODE))
+    assert result["device"] == expected
+    assert result.get("tolerations") == tolerations  # copied into the result, as the allocator does

@@ -403,9 +403,17 @@ def test_example_folder(folder: Path) -> None:
     assert headings == ["Overview", "Requirements", "How to run", "Expected output", "Cleanup"]
     docs = load_docs(folder / f"{folder.name}.yaml")
     (namespace,) = [d["metadata"]["name"] for d in docs if d["kind"] == "Namespace"]
-    assert all(d["metadata"].get("namespace") == namespace for d in docs if d["kind"] != "Namespace")
+    cluster_scoped = ("Namespace", "DeviceClass")  # an example may add its own DeviceClass
+    assert all(d["metadata"].get("namespace") == namespace for d in docs if d["kind"] not in cluster_scoped)
     assert f"{folder.name}.yaml" in readme
     classes = {d["metadata"]["name"] for d in render_chart(chart_values()) if d["kind"] == "DeviceClass"}
+    own_classes = {d["metadata"]["name"] for d in docs if d["kind"] == "DeviceClass"}
+    assert not own_classes & classes, f"{folder.name}: redefines a chart DeviceClass"
+    for doc in docs:
+        if doc["kind"] == "DeviceClass":
+            (selector, *_) = doc["spec"]["selectors"]
+            assert f'device.driver == "{DEFAULT_DRIVER_NAME}"' in selector["cel"]["expression"]
+    classes |= own_classes
     templates = {d["metadata"]["name"] for d in docs if d["kind"] == "ResourceClaimTemplate"}
     for doc in docs:
         if doc["kind"] == "ResourceClaimTemplate":
@@ -428,7 +436,9 @@ def test_every_example_uses_a_chart_device_class() -> None:
     assert EXAMPLE_DIRS, "no examples"
     used = set()
     for folder in EXAMPLE_DIRS:
-        used |= set(re.findall(r"deviceClassName:\s*(\S+)", (folder / f"{folder.name}.yaml").read_text()))
+        text = (folder / f"{folder.name}.yaml").read_text()
+        own = {d["metadata"]["name"] for d in yaml.safe_load_all(text) if d and d["kind"] == "DeviceClass"}
+        used |= set(re.findall(r"deviceClassName:\s*(\S+)", text)) - own
     assert used and used <= {"npu.flexnpu.io", "vnpu.flexnpu.io", "vnpu-template.flexnpu.io"}
 
 
