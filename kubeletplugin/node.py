@@ -157,6 +157,10 @@ class NodeProcess:
         )
         r.start()
         self._threads.append(r)
+        if self.daemon is not None:
+            h = threading.Thread(target=self._watch_aclservers, name="aclserver-health", daemon=True)
+            h.start()
+            self._threads.append(h)
         log.info(
             "node %s ready: %d dies, DRA socket %s, registration socket %s",
             self.cfg.node_name,
@@ -182,6 +186,32 @@ class NodeProcess:
                 )
             cp.boot_id = self.store.boot_id
         self.reconciler.trigger()
+
+    def _watch_aclservers(self, period: float = 2.0) -> None:
+        """Mirror each prepared share's aclserver state into its claim's Ready condition."""
+        assert self.daemon is not None
+        last: dict[str, bool] = {}
+        while not self.stop_event.wait(period):
+            try:
+                states = {e.entity_id: e for e in self.daemon.list()}
+            except FlexNPUError as err:
+                log.debug("daemon list failed: %s", err)
+                continue
+            for uid, entry in self.store.read().claims.items():
+                if entry.state != "PrepareCompleted" or not entry.effect("daemon-registration"):
+                    continue
+                ent = states.get(uid)
+                ready = ent is not None and str(ent.state) == "Running"
+                if last.get(uid, True) == ready:
+                    continue
+                if ready and ent is not None:
+                    reason, message = "Prepared", f"aclserver pid {ent.pid} serving again"
+                else:
+                    state = f"{ent.state}: {ent.message}" if ent is not None else "missing"
+                    reason, message = "AclserverDown", f"the claim's aclserver is {state}"
+                if self.preparer.set_ready(uid, ready, reason, message):
+                    last[uid] = ready
+                    log.warning("claim %s: %s", uid, message)
 
     def stop(self) -> None:
         self.stop_event.set()

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 import tenacity
 
-from dra_driver import cdi, clientconf, logs, paths, sharing
+from dra_driver import cdi, clientconf, failpoints, logs, paths, sharing
 from dra_driver.aclserver.codes import Policy
 from dra_driver.checkpoint import Checkpoint, CheckpointStore, ClaimEntry, ClaimState, Effect, write_atomic
 from dra_driver.claims import ClaimRef, ClaimResult, PreparedDevice
@@ -281,13 +281,17 @@ class Preparer:
             effects=effects,
         )
         self.store.put(cp, entry)  # the intent is on disk before any effect
+        failpoints.hit("prepare-after-intent")
         registration: RegisterResult | None = None
         try:
             registration = self._register(plan, shares, token, clog) if shares else None
             if registration is not None:
+                failpoints.hit("prepare-after-register")
                 self._write_client_conf(plan, shares, token, registration, conf_dir)
+                failpoints.hit("prepare-after-client-conf")
             spec, devices = self.build_spec(plan, shares, registration, conf_dir)
             cdi.write_spec(s.cdi_dir, spec, uid)
+            failpoints.hit("prepare-after-cdi")
         except FlexNPUError:
             clog.warning("prepare failed part-way; rolling back")
             try:
@@ -310,6 +314,7 @@ class Preparer:
         entry.state = ClaimState.PREPARE_COMPLETED
         entry.add_effect(Effect(CLAIM_STATUS, uid))
         self.store.put(cp, entry)
+        failpoints.hit("prepare-after-complete")
         return tuple(devices)
 
     def _forget_registration(self, entry: ClaimEntry, clog: logs.ClaimLogger) -> None:
@@ -529,6 +534,34 @@ class Preparer:
             self.status.write(plan.ref, docs)
         except FlexNPUError as err:  # status is informative: never fail a prepared claim for it
             clog.warning("could not write claim status: %s", err)
+        with self.locked() as cp:
+            current = cp.claims.get(plan.ref.uid)
+            for eff in current.effect(CLAIM_STATUS) if current else []:
+                eff.details["devices"] = docs
+
+    def set_ready(self, uid: str, ready: bool, reason: str, message: str) -> bool:
+        """Rewrite the claim's device status with a new Ready condition (aclserver down or back).
+
+        Returns whether a status was written. Uses the device status recorded at prepare.
+        """
+        entry = self.store.read().claims.get(uid)
+        if self.status is None or entry is None or entry.state != ClaimState.PREPARE_COMPLETED:
+            return False
+        docs = [dict(d) for e in entry.effect(CLAIM_STATUS) for d in e.details.get("devices") or []]
+        if not docs:
+            return False
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        cond = _condition("Ready", "True" if ready else "False", reason, message, now)
+        for d in docs:
+            d["conditions"] = [cond]
+        try:
+            self.status.write(ClaimRef(entry.namespace, entry.uid, entry.name), docs)
+        except FlexNPUError as err:
+            logs.claim_logger(uid, entry.namespace, entry.name).warning(
+                "could not update claim status: %s", err
+            )
+            return False
+        return True
 
     # -- for the reconciler and operator tools ------------------------------------------------
 
@@ -570,6 +603,7 @@ class Preparer:
                 return False
             entry.state = ClaimState.UNPREPARE_STARTED
             self.store.put(cp, entry)
+            failpoints.hit("unprepare-after-intent")
             self._undo_effects(entry, clog)
             del cp.claims[uid]
             self.store.save(cp)
@@ -578,33 +612,37 @@ class Preparer:
     def _undo_effects(self, entry: ClaimEntry, clog: logs.ClaimLogger) -> None:
         """Undo every recorded effect, newest first. Raises (keeping the entry) if one cannot be undone."""
         for eff in reversed(entry.effects):
-            if eff.kind == CDI_SPEC:
-                if cdi.remove_spec(Path(eff.ref)):
-                    clog.debug("removed CDI spec %s", eff.ref)
-            elif eff.kind == CLIENT_CONF:
-                shutil.rmtree(eff.ref, ignore_errors=True)
-            elif eff.kind == DAEMON:
-                if self.daemon is None:
-                    raise StateError(
-                        "the claim has an aclserver but no daemon socket is configured",
-                        code=ErrorCode.DAEMON_UNAVAILABLE,
-                        claim_uid=entry.uid,
-                        field="daemon-socket",
-                    )
-                self.daemon.unregister(entry.uid)
-            elif eff.kind == CLAIM_STATUS:
-                if self.status is not None:
-                    try:
-                        self.status.write(ClaimRef(entry.namespace, entry.uid, entry.name), [])
-                    except FlexNPUError as err:  # unprepare must not depend on the API
-                        clog.info("could not clear claim status (claim gone?): %s", err)
-            else:
+            self._undo_one(entry, eff, clog)
+            failpoints.hit(f"unprepare-after-{eff.kind}")
+
+    def _undo_one(self, entry: ClaimEntry, eff: Effect, clog: logs.ClaimLogger) -> None:
+        if eff.kind == CDI_SPEC:
+            if cdi.remove_spec(Path(eff.ref)):
+                clog.debug("removed CDI spec %s", eff.ref)
+        elif eff.kind == CLIENT_CONF:
+            shutil.rmtree(eff.ref, ignore_errors=True)
+        elif eff.kind == DAEMON:
+            if self.daemon is None:
                 raise StateError(
-                    f"unknown effect kind {eff.kind!r} in the checkpoint",
-                    code=ErrorCode.CHECKPOINT_CORRUPT,
+                    "the claim has an aclserver but no daemon socket is configured",
+                    code=ErrorCode.DAEMON_UNAVAILABLE,
                     claim_uid=entry.uid,
-                    field="effects",
+                    field="daemon-socket",
                 )
+            self.daemon.unregister(entry.uid)
+        elif eff.kind == CLAIM_STATUS:
+            if self.status is not None:
+                try:
+                    self.status.write(ClaimRef(entry.namespace, entry.uid, entry.name), [])
+                except FlexNPUError as err:  # unprepare must not depend on the API
+                    clog.info("could not clear claim status (claim gone?): %s", err)
+        else:
+            raise StateError(
+                f"unknown effect kind {eff.kind!r} in the checkpoint",
+                code=ErrorCode.CHECKPOINT_CORRUPT,
+                claim_uid=entry.uid,
+                field="effects",
+            )
 
 
 def _dies(plan: ClaimPlan, shares: list[Share]) -> list[dict[str, Any]]:

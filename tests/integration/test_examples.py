@@ -24,6 +24,7 @@ from dra_driver import clientconf
 from dra_driver.claims import ClaimRef, ClaimResult
 from dra_driver.client import probe
 from dra_driver.client.session import Session
+from dra_driver.testing.fake_apiserver import parse_quantity
 from dra_driver.testing.scheduler import Unschedulable
 from tests.integration.conftest import DRIVER, NODE, REPO, Node, wait_for
 
@@ -150,6 +151,11 @@ def _results(alloc: dict[str, Any]) -> list[dict[str, Any]]:
     return results
 
 
+def _consumed(result: dict[str, Any]) -> dict[str, int]:
+    """A result's consumedCapacity as integers (the scheduler formats them as it likes)."""
+    return {k: int(parse_quantity(v)[0]) for k, v in result["consumedCapacity"].items()}
+
+
 def _shares(conf: clientconf.ClientConf) -> list[tuple[int, int, int, str]]:
     return [(s.virtual_id, s.memory_bytes, s.compute_percent, str(s.policy)) for s in conf.shares]
 
@@ -160,7 +166,7 @@ def test_vnpu_share(soft_node: Node, tmp_path: Path, capsys: pytest.CaptureFixtu
     ex.create(claim)
     (result,) = _results(ex.allocate(claim.name))
     assert result["device"].startswith("vnpu-") and result["shareID"]
-    assert result["consumedCapacity"] == {"memory": "4Gi", "compute": "25"}
+    assert _consumed(result) == {"memory": 4 * GI, "compute": 25}
     (dev,) = ex.prepare(claim.name).devices
     conf = ex.conf(claim.name)
     assert _shares(conf) == [(0, 4 * GI, 25, "elastic")]
@@ -188,7 +194,7 @@ def test_two_pods_one_die(soft_node: Node, tmp_path: Path, capsys: pytest.Captur
     first, second = results.values()
     # One die, two shares: same device, different share IDs, and the die's compute is used up.
     assert first["device"] == second["device"] and first["shareID"] != second["shareID"]
-    assert first["consumedCapacity"] == second["consumedCapacity"] == {"memory": "8Gi", "compute": "50"}
+    assert _consumed(first) == _consumed(second) == {"memory": 8 * GI, "compute": 50}
     confs = {}
     for name in claims:
         (dev,) = ex.prepare(name).devices
@@ -212,7 +218,7 @@ def test_equal_distribution(soft_node: Node, tmp_path: Path, capsys: pytest.Capt
     (claim,) = ex.pod_claims().values()
     ex.create(claim)
     results = _results(ex.allocate(claim.name))
-    assert [r["consumedCapacity"] for r in results] == [{"memory": "128Mi", "compute": "10"}] * 2
+    assert [_consumed(r) for r in results] == [{"memory": 128 * MI, "compute": 10}] * 2
     assert len(ex.prepare(claim.name).devices) == 2
     assert _shares(ex.conf(claim.name)) == [(0, 128 * MI, 10, "elastic"), (1, 128 * MI, 10, "elastic")]
     assert "FLEXNPU_VISIBLE_VNPUS=0,1" in ex.cdi_env(claim.name)
@@ -290,6 +296,7 @@ def test_policy_override(soft_node: Node, tmp_path: Path) -> None:
     assert status["data"]["policy"] == "fixed"
     with Session.open(ex.host_conf(claim.name, tmp_path)) as s:
         s.init()
+        s.set_device(0)
         assert s.get_mem_info()[1] == 2 * GI
     # Without the claim's override, the class config makes the share elastic.
     ex.release(claim.name)
