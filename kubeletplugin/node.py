@@ -49,24 +49,21 @@ class InventoryHealth:
         return out
 
 
-class NodeProcess:
-    """Everything the node process runs; ``start()`` then ``wait()``; ``stop()`` from any thread."""
+class NodeCore:
+    """The parts of the node shared by the node process and ``flexnpu-smi``: no servers, no threads."""
 
-    def __init__(self, cfg: Config, *, kube: Kube | None = None) -> None:
+    def __init__(self, cfg: Config, *, kube: Kube | None = None, telemetry: Telemetry | None = None) -> None:
         self.cfg = cfg
-        self.stop_event = threading.Event()
         self.inventory = discovery.from_config(inventory=cfg.inventory, npu_smi=cfg.npu_smi).discover()
         self.kube = kube or Kube.from_config(cfg.kubeconfig)
         self.store = CheckpointStore(cfg.paths.checkpoint_file)
         self.store.read()  # surfaces (and sets aside) a corrupt checkpoint at start
-        self.use_counters = True
-        self.pool = self._desired()
         self.link = netlink.LinkSpec(cfg.control_link, cfg.control_link_cidr, cfg.control_link_kind)
         if cfg.control_link:
             self.link.validate()
         self.daemon = DaemonClient(cfg.daemon_socket, timeout=20.0) if cfg.daemon_socket else None
-        self.telemetry = Telemetry(
-            node_name=cfg.node_name, driver_name=cfg.driver_name, metrics_port=cfg.metrics_port
+        self.telemetry = telemetry or Telemetry(
+            node_name=cfg.node_name, driver_name=cfg.driver_name, enabled=False
         )
         self.preparer = Preparer(
             settings=PrepareSettings(
@@ -104,6 +101,27 @@ class NodeProcess:
             period_seconds=cfg.reconcile_period_seconds,
             telemetry=self.telemetry,
         )
+
+    def close(self) -> None:
+        self.kube.close()
+        if self.daemon is not None:
+            self.daemon.close()
+
+
+class NodeProcess(NodeCore):
+    """Everything the node process runs; ``start()`` then ``wait()``; ``stop()`` from any thread."""
+
+    def __init__(self, cfg: Config, *, kube: Kube | None = None) -> None:
+        super().__init__(
+            cfg,
+            kube=kube,
+            telemetry=Telemetry(
+                node_name=cfg.node_name, driver_name=cfg.driver_name, metrics_port=cfg.metrics_port
+            ),
+        )
+        self.stop_event = threading.Event()
+        self.use_counters = True
+        self.pool = self._desired()
         self.health = InventoryHealth(self.inventory, cfg.pool_name, self.pool.device_names)
         self.server = PluginServer(
             driver_name=cfg.driver_name,
@@ -222,9 +240,7 @@ class NodeProcess:
         self.server.stop(grace=5.0)
         for t in self._threads:
             t.join(timeout=10)
-        self.kube.close()
-        if self.daemon is not None:
-            self.daemon.close()
+        self.close()
         self.telemetry.shutdown()
         log.info("node process stopped; sockets removed")
 

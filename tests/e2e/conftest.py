@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dra_driver.testing.podman import Podman
-from tests.integration.conftest import api, short_tmp  # noqa: F401  (re-exported fixtures)
+from tests.integration.conftest import api, node_factory, short_tmp  # noqa: F401  (re-exported fixtures)
 
 
 def podman_unavailable(reason: str) -> None:

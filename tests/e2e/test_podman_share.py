@@ -33,7 +33,6 @@ from tests.integration.conftest import (
     NAMESPACE,
     NODE,
     Node,
-    node_factory,  # noqa: F401  (the fixture)
     wait_for,
 )
 
@@ -70,7 +69,7 @@ class Share:
 
 
 @pytest.fixture
-def share(node_factory: Callable[..., Node]) -> Share:  # noqa: F811  (the imported fixture)
+def share(node_factory: Callable[..., Node]) -> Share:
     """One share (256 MiB, 30 %) prepared through the real node process and daemon.
 
     Tests list ``share`` before ``podman``: podman's fixture (no container left) is then set up

@@ -1,0 +1,206 @@
+"""``flexnpu-smi``: the operator's view of this node's vNPUs, whole dies and residuals.
+
+Usage::
+
+    flexnpu-smi info [--json]                 every prepared claim and vNPU, with pods and residual state
+    flexnpu-smi cleanup --dry-run [--json]    what the residual reconciler would remove
+    flexnpu-smi cleanup                       remove it now (what the node process does on its own)
+    flexnpu-smi unregister -u CLAIM_UID       unprepare one claim, exactly as the reconciler would
+
+It reads the node's checkpoint and talks to flexnpu-daemon and, when it can, the Kubernetes
+API (``--kubeconfig`` or the in-cluster config); without the API the PODS and RESIDUAL columns
+say ``?`` and ``cleanup`` refuses (never delete on doubt). Node flags and their ``FLEXNPU_…``
+twins are the node process's (``flexnpu-dra plugin --help``), so in the plugin container it needs
+no flags. ``unregister`` takes the same locks as prepare, so it is safe against a concurrent one.
+Exit codes: 0 success, 1 the request failed, 2 bad usage, 3 daemon or API unreachable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any, TextIO
+
+from controller.cleanup import has_consumer, residual_reason
+from controller.kube import NotFound
+from dra_driver import config, logs
+from dra_driver import smi as daemon_smi
+from dra_driver.errors import FlexNPUError, Unavailable
+from kubeletplugin.node import NodeCore
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="flexnpu-smi", description=__doc__.split("\n\n")[0])
+    config.add_flags(parser)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    info = sub.add_parser("info", help="every prepared claim and vNPU, with pods and residual state")
+    info.add_argument("--json", action="store_true")
+    cleanup = sub.add_parser(
+        "cleanup", help="remove residual claims and orphans (or list them with --dry-run)"
+    )
+    cleanup.add_argument("--dry-run", action="store_true", help="only list what would be removed")
+    cleanup.add_argument("--json", action="store_true")
+    unreg = sub.add_parser("unregister", help="unprepare one claim (or stop an orphan aclserver)")
+    unreg.add_argument("-u", "--uid", required=True, help="the claim UID (entity ID)")
+    return parser
+
+
+def info_rows(core: NodeCore) -> list[dict[str, str]]:
+    """One row per prepared device: claim, die, mode, quota, aclserver, pods, residual."""
+    entries = core.store.read().claims
+    entities: dict[str, Any] = {}
+    if core.daemon is not None:
+        try:
+            entities = {e.entity_id: e for e in core.daemon.list()}
+        except Unavailable:
+            entities = {}
+    rows: list[dict[str, str]] = []
+    for uid, entry in sorted(entries.items()):
+        pods, residual = _api_view(core, entry)
+        ent = entities.get(uid)
+        shares = {s.share.die_phy_id: s for s in ent.shares} if ent else {}
+        for d in entry.dies:
+            usage = shares.get(int(d["phy"]))
+            quota = "-"
+            if usage is not None:
+                used = "-" if usage.memory_used_bytes < 0 else str(usage.memory_used_bytes // daemon_smi.MIB)
+                quota = (
+                    f"{used}/{usage.share.memory_bytes // daemon_smi.MIB}MiB {usage.share.compute_percent}%"
+                )
+            rows.append(
+                {
+                    "CLAIM UID": uid,
+                    "CLAIM": f"{entry.namespace}/{entry.name}",
+                    "DEVICE": str(d.get("device", "")),
+                    "DIE": str(d["phy"]),
+                    "MODE": str(d["mode"]),
+                    "MEM USED/QUOTA, COMPUTE": quota,
+                    "POLICY": str(d.get("policy", "-")),
+                    "ACLSERVER": f"{ent.pid} {ent.state}" if ent else "-",
+                    "STATE": str(entry.state),
+                    "PODS": pods,
+                    "RESIDUAL": residual,
+                }
+            )
+    for uid, ent in sorted(entities.items()):
+        if uid not in entries:
+            rows.append(
+                {
+                    "CLAIM UID": uid,
+                    "CLAIM": f"{ent.namespace}/{ent.name}",
+                    "DEVICE": "-",
+                    "DIE": ",".join(str(s.share.die_phy_id) for s in ent.shares),
+                    "MODE": "soft",
+                    "MEM USED/QUOTA, COMPUTE": "-",
+                    "POLICY": ",".join(sorted({s.share.policy for s in ent.shares})),
+                    "ACLSERVER": f"{ent.pid} {ent.state}",
+                    "STATE": "-",
+                    "PODS": "-",
+                    "RESIDUAL": "yes: orphan aclserver (no checkpoint entry)",
+                }
+            )
+    return rows
+
+
+def _api_view(core: NodeCore, entry: Any) -> tuple[str, str]:
+    try:
+        claim: Mapping[str, Any] | None = core.kube.get_claim(entry.namespace, entry.name)
+    except NotFound:
+        claim = None
+    except FlexNPUError:
+        return "?", "? (API unreachable)"
+    pods = "-"
+    if claim is not None and claim.get("metadata", {}).get("uid") == entry.uid:
+        refs = (claim.get("status") or {}).get("reservedFor") or []
+        pods = ",".join(f"{r.get('resource', 'pods')}/{r.get('name')}" for r in refs) or "-"
+    reason = residual_reason(entry, claim, driver_name=core.cfg.driver_name, pool_name=core.cfg.pool_name)
+    if reason is None and claim is not None and not has_consumer(claim):
+        reason = "no consumer in reservedFor (residual after the grace period)"
+    return pods, f"yes: {reason}" if reason else "no"
+
+
+COLUMNS = (
+    "CLAIM UID", "CLAIM", "DEVICE", "DIE", "MODE", "MEM USED/QUOTA, COMPUTE", "POLICY", "ACLSERVER", "STATE",
+    "PODS", "RESIDUAL",
+)  # fmt: skip
+
+
+def run(args: argparse.Namespace, core: NodeCore, out: TextIO) -> int:
+    if args.command == "info":
+        rows = info_rows(core)
+        if args.json:
+            json.dump({"rows": rows}, out, indent=2)
+            out.write("\n")
+        else:
+            out.write(
+                (daemon_smi.render_table(rows, COLUMNS) if rows else "nothing prepared on this node") + "\n"
+            )
+        return EXIT_OK
+    if args.command == "cleanup":
+        findings = core.reconciler.plan() if args.dry_run else core.reconciler.reconcile_once()
+        doc = {
+            "residualClaims": [
+                {"uid": r.uid, "namespace": r.namespace, "name": r.name, "reason": r.reason}
+                for r in findings.residuals
+            ],
+            "interrupted": findings.interrupted,
+            "orphans": [{"kind": o.kind, "uid": o.uid, "ref": o.ref} for o in findings.orphans],
+        }
+        verb = "would remove" if args.dry_run else "removed"
+        if args.json:
+            json.dump({"dryRun": bool(args.dry_run), **doc}, out, indent=2)
+            out.write("\n")
+        else:
+            for r in findings.residuals:
+                out.write(f"{verb} residual claim {r.namespace}/{r.name} ({r.uid}): {r.reason}\n")
+            for uid in findings.interrupted:
+                out.write(f"{verb} half-done claim {uid} (interrupted prepare/unprepare)\n")
+            for o in findings.orphans:
+                out.write(f"{verb} orphan {o.describe()}\n")
+            if not (findings.residuals or findings.interrupted or findings.orphans):
+                out.write("nothing residual on this node\n")
+        return EXIT_OK
+    # unregister
+    uid = args.uid
+    if uid in core.store.read().claims:
+        core.preparer.unprepare_uid(uid, logs.claim_logger(uid))
+        out.write(f"unprepared claim {uid} (CDI spec, client.conf, aclserver and status removed)\n")
+        return EXIT_OK
+    if core.daemon is not None and core.daemon.unregister(uid):
+        out.write(f"stopped orphan aclserver {uid} (no checkpoint entry)\n")
+        return EXIT_OK
+    print(f"flexnpu-smi: no claim or vNPU with ID {uid!r} on this node", file=sys.stderr)
+    return EXIT_FAILED
+
+
+def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    values = config.resolve(args, os.environ)
+    if not values.get("node_name"):
+        values["node_name"] = os.uname().nodename
+    try:
+        cfg = config.build(values)
+        core = NodeCore(cfg)
+    except FlexNPUError as err:
+        print(f"flexnpu-smi: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return run(args, core, out or sys.stdout)
+    except Unavailable as err:
+        print(f"flexnpu-smi: {err}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    except FlexNPUError as err:
+        print(f"flexnpu-smi: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    finally:
+        core.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
