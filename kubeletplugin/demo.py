@@ -87,6 +87,45 @@ def _node_process(env: dict[str, str], log_file: Path) -> Iterator[subprocess.Po
                 proc.wait()
 
 
+@contextlib.contextmanager
+def _daemon_process(
+    env: dict[str, str], dirs: dict[str, Path], shm_root: Path, log_file: Path
+) -> Iterator[None]:
+    from dra_driver.daemon.client import DaemonClient
+
+    sock = dirs["run"] / "daemon.sock"
+    argv = [
+        sys.executable, "-m", "dra_driver.daemon.main", "--socket", str(sock),
+        "--state-dir", str(dirs["state"] / "daemon"), "--run-dir", str(dirs["run"] / "daemon"),
+        "--shm-root", str(shm_root), "--inventory", env["FLEXNPU_INVENTORY"],
+    ]  # fmt: skip
+    with log_file.open("wb") as out:
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+    def healthy() -> bool:
+        if proc.poll() is not None:
+            raise DemoFailed(f"flexnpu-daemon exited with {proc.returncode}: {log_file.read_text()[-2000:]}")
+        if not sock.exists():
+            return False
+        with DaemonClient(sock, timeout=2.0) as c:
+            try:
+                return c.health().ok
+            except Exception:
+                return False
+
+    try:
+        _wait("flexnpu-daemon", healthy)
+        yield
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
 def run(*, keep: bool = False) -> int:
     from kubernetes import client
 
@@ -95,7 +134,7 @@ def run(*, keep: bool = False) -> int:
     from dra_driver.testing.fake_apiserver import FakeAPIServer
 
     tmp = Path(tempfile.mkdtemp(prefix="flexnpu-demo-", dir="/tmp"))
-    dirs = {k: tmp / k for k in ("registry", "plugins", "state", "run", "shm", "cdi", "root")}
+    dirs = {k: tmp / k for k in ("registry", "plugins", "state", "run", "cdi", "root")}
     for d in dirs.values():
         d.mkdir()
     code = 1
@@ -116,7 +155,9 @@ def run(*, keep: bool = False) -> int:
                 )
             inventory = discovery.from_config(inventory=INVENTORY, npu_smi="npu-smi").discover()
             build_device_root(dirs["root"], inventory)
-            env = dict(os.environ)
+            shm_root = Path(tempfile.mkdtemp(prefix="flexnpu-demo-", dir="/dev/shm"))
+            link = f"fxdemo{os.getpid() % 100000}" if os.geteuid() == 0 else ""
+            env = {k: v for k, v in os.environ.items() if not k.startswith("FLEXNPU_")}
             env.update(
                 {
                     "FLEXNPU_NODE_NAME": NODE,
@@ -126,20 +167,35 @@ def run(*, keep: bool = False) -> int:
                     "FLEXNPU_KUBELET_PLUGINS_DIR": str(dirs["plugins"]),
                     "FLEXNPU_STATE_DIR": str(dirs["state"]),
                     "FLEXNPU_RUN_DIR": str(dirs["run"]),
-                    "FLEXNPU_SHM_DIR": str(dirs["shm"]),
                     "FLEXNPU_CDI_DIR": str(dirs["cdi"]),
                     "FLEXNPU_DEVICE_ROOT": str(dirs["root"]),
+                    "FLEXNPU_SHM_DIR": str(shm_root),
+                    "FLEXNPU_DAEMON_SOCKET": str(dirs["run"] / "daemon.sock"),
+                    "FLEXNPU_CONTROL_LINK": link,
                 }
             )
-            _step(f"node process: {len(inventory.dies)} emulated dies from {INVENTORY.name}")
-            with _node_process(env, tmp / "node.log") as proc:
-                try:
-                    _walk(api, resource, dirs, proc)
-                    code = 0
-                except Exception:
-                    _say("\n--- node process log (tail) ---")
-                    _say("\n".join((tmp / "node.log").read_text(errors="replace").splitlines()[-40:]))
-                    raise
+            _step(
+                f"flexnpu-daemon and the node process: {len(inventory.dies)} emulated dies from {INVENTORY.name}"
+            )
+            try:
+                with (
+                    _daemon_process(env, dirs, shm_root, tmp / "daemon.log"),
+                    _node_process(env, tmp / "node.log") as proc,
+                ):
+                    try:
+                        _walk(api, resource, dirs, proc, env)
+                        code = 0
+                    except Exception:
+                        for log_name in ("node.log", "daemon.log"):
+                            _say(f"\n--- {log_name} (tail) ---")
+                            _say("\n".join((tmp / log_name).read_text(errors="replace").splitlines()[-30:]))
+                        raise
+            finally:
+                shutil.rmtree(shm_root, ignore_errors=True)
+                if link:
+                    from dra_driver import netlink
+
+                    netlink.remove_link(link)
             _step("shutdown")
             _check(proc.returncode == 0, f"node process exited cleanly (rc={proc.returncode})")
             _check(
@@ -159,7 +215,9 @@ def run(*, keep: bool = False) -> int:
     return code
 
 
-def _walk(api: Any, resource: Any, dirs: dict[str, Path], proc: subprocess.Popen[bytes]) -> None:
+def _walk(
+    api: Any, resource: Any, dirs: dict[str, Path], proc: subprocess.Popen[bytes], env: dict[str, str]
+) -> None:
     from dra_driver.testing.kubelet import KubeletSimulator
     from dra_driver.testing.scheduler import SchedulerSim
 
@@ -239,6 +297,148 @@ def _walk(api: Any, resource: Any, dirs: dict[str, Path], proc: subprocess.Popen
     _check(handle.unprepare([ref]) == {uid: ""}, "unprepare again is a no-op")
     sched.deallocate(NAMESPACE, "whole-die")
     resource.delete_namespaced_resource_claim("whole-die", NAMESPACE)
+
+    _soft_walk(api, resource, dirs, handle, sched=sched, env=env)
     handle.close()
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=15)
+
+
+def _soft_walk(
+    api: Any, resource: Any, dirs: dict[str, Path], handle: Any, *, sched: Any, env: dict[str, str]
+) -> None:
+    import dataclasses
+
+    from dra_driver import clientconf
+    from dra_driver.aclserver.codes import ACL_ERROR_RT_MEMORY_ALLOCATION
+    from dra_driver.client.errors import AclError
+    from dra_driver.client.session import Session
+
+    _step("a pod's ResourceClaim for a vNPU share (vnpu.flexnpu.io): 1 GiB and 25 % of a die, policy fixed")
+    claim_body = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "vnpu-share", "namespace": NAMESPACE},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "vnpu",
+                        "exactly": {
+                            "deviceClassName": "vnpu.flexnpu.io",
+                            "capacity": {"requests": {"memory": "1Gi", "compute": "25"}},
+                        },
+                    }
+                ],
+                "config": [
+                    {
+                        "opaque": {
+                            "driver": DEFAULT_DRIVER_NAME,
+                            "parameters": {
+                                "apiVersion": "npu.flexnpu.io/v1alpha1",
+                                "kind": "VnpuConfig",
+                                "policy": "fixed",
+                            },
+                        }
+                    }
+                ],
+            }
+        },
+    }
+    created = json.loads(
+        resource.create_namespaced_resource_claim(NAMESPACE, claim_body, _preload_content=False).data
+    )
+    uid = created["metadata"]["uid"]
+    pod_ref = {"resource": "pods", "name": "share-pod", "uid": "22222222-3333-4444-5555-666666666666"}
+    allocated = sched.allocate(NAMESPACE, "vnpu-share", NODE, reserved_for=[pod_ref])
+    (result,) = allocated["status"]["allocation"]["devices"]["results"]
+    _say(
+        f"  scheduler allocated {result['device']} shareID {result['shareID']} consumed {result['consumedCapacity']}"
+    )
+
+    _step("kubelet: NodePrepareResources (the daemon starts the share's aclserver)")
+    ref = ClaimRef(namespace=NAMESPACE, uid=uid, name="vnpu-share")
+    res = handle.prepare([ref])[uid]
+    _check(not res.error, f"prepared without error {res.error!r}")
+    (dev,) = res.devices
+    _say(f"  device {dev.device} share {dev.share_id} CDI IDs {list(dev.cdi_device_ids)}")
+    spec_file = next(p for p in dirs["cdi"].glob("*.json") if uid in p.name)
+    spec = json.loads(spec_file.read_text())
+    _say(json.dumps(spec["containerEdits"], indent=2))
+    conf_file = dirs["run"] / "claims" / uid / "client.conf"
+    conf = clientconf.load(conf_file)
+    _say(
+        f"  client.conf (mounted read-only at /etc/flexnpu/client.conf): endpoints {conf.endpoints}, shares {conf.shares}"
+    )
+
+    _step("kubectl describe resourceclaim vnpu-share (status.devices)")
+    claim = json.loads(
+        resource.read_namespaced_resource_claim("vnpu-share", NAMESPACE, _preload_content=False).data
+    )
+    for st in claim["status"].get("devices", []):
+        cond = st["conditions"][0]
+        _say(
+            f"  {st['driver']}/{st['pool']}/{st['device']} share {st.get('shareID')}: {cond['type']}={cond['status']} ({cond['reason']})"
+        )
+        _say(f"    data: {st['data']}")
+        if st.get("networkData"):
+            _say(f"    networkData: {st['networkData']}")
+    _check(claim["status"]["devices"][0]["conditions"][0]["status"] == "True", "claim status says Ready")
+
+    _step("flexnpu-smi info")
+    smi = subprocess.run(
+        [sys.executable, "-m", "kubeletplugin.smi", "info"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    _say(smi.stdout.rstrip() or smi.stderr.rstrip())
+    _check(smi.returncode == 0 and uid in smi.stdout, "flexnpu-smi lists the share")
+
+    _step("a client uses the vNPU: allocations within the quota succeed, beyond it fail with 207001")
+    shm_host = next(
+        m["hostPath"] for m in spec["containerEdits"]["mounts"] if m["containerPath"] == "/dev/shm/flexnpu"
+    )
+    unix = str(Path(shm_host) / Path(conf.endpoints.unix).name) if conf.endpoints.unix else None
+    host_conf = dataclasses.replace(
+        conf, shm_dir=shm_host, endpoints=clientconf.Endpoints(unix=unix, tcp=conf.endpoints.tcp)
+    )
+    with Session.open(host_conf) as s:
+        s.init()
+        s.set_device(0)
+        free, total = s.get_mem_info()
+        _say(f"  get_mem_info: free {free >> 20} MiB, total {total >> 20} MiB (the quota)")
+        ptr = s.malloc(768 << 20)
+        _check(True, "malloc 768 MiB within the 1 GiB quota")
+        s.copy_to_device(ptr, b"flexnpu" * 1024)
+        _check(s.copy_from_device(ptr, 7) == b"flexnpu", "memcpy through the shared-memory data link")
+        try:
+            s.malloc(512 << 20)
+        except AclError as err:
+            _check(err.ret == ACL_ERROR_RT_MEMORY_ALLOCATION, f"malloc 512 MiB more refused: {err}")
+        else:
+            raise DemoFailed("an allocation over the quota succeeded")
+        s.free(ptr)
+
+    _step("kubelet: NodeUnprepareResources")
+    _check(handle.unprepare([ref]) == {uid: ""}, "unprepared")
+    _check(not list(dirs["cdi"].glob("*.json")), "CDI spec removed")
+    _check(not conf_file.parent.exists(), "client.conf removed")
+    _check(not Path(shm_host).exists(), "shared-memory directory removed")
+    claim = json.loads(
+        resource.read_namespaced_resource_claim("vnpu-share", NAMESPACE, _preload_content=False).data
+    )
+    _check(not claim["status"].get("devices"), "claim status cleared")
+    smi = subprocess.run(
+        [sys.executable, "-m", "kubeletplugin.smi", "info"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    _check(smi.returncode == 0 and uid not in smi.stdout, "flexnpu-smi: nothing prepared, no aclserver left")
+    sched.deallocate(NAMESPACE, "vnpu-share")
+    resource.delete_namespaced_resource_claim("vnpu-share", NAMESPACE)
