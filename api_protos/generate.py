@@ -78,7 +78,7 @@ def rewrite_imports(text: str, own_modules: set[str]) -> str:
 
 
 def _run_protoc(proto_dir: Path, out_dir: Path, protos: list[str]) -> None:
-    from grpc_tools import protoc  # type: ignore[import-untyped]  # noqa: PLC0415 - dev dependency, needed only here
+    from grpc_tools import protoc  # type: ignore[import-untyped]
 
     well_known = importlib.resources.files("grpc_tools") / "_proto"
     args = [

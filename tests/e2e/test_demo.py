@@ -15,7 +15,11 @@ def _ours() -> set[str]:
 def test_demo_runs_every_step_and_leaves_nothing_behind() -> None:
     before_tmp = set(Path("/tmp").glob("flexnpu-demo-*")) | set(Path("/dev/shm").glob("flexnpu-demo-*"))
     proc = subprocess.run(
-        [sys.executable, "-m", "kubeletplugin.cli", "demo"], capture_output=True, text=True, timeout=300, check=False
+        [sys.executable, "-m", "kubeletplugin.cli", "demo"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     out = proc.stdout

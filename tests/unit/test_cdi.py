@@ -36,9 +36,7 @@ def _spec(name: str = "abc-npu-0", *, edits: cdi.Edits | None = None, kind: cdi.
     ("spec", "version"),
     [
         pytest.param(_spec(), "0.3.0", id="env-only"),
-        pytest.param(
-            _spec(edits=cdi.Edits(mounts=(cdi.Mount("/h", "/c"),))), "0.4.0", id="mount-type"
-        ),
+        pytest.param(_spec(edits=cdi.Edits(mounts=(cdi.Mount("/h", "/c"),))), "0.4.0", id="mount-type"),
         pytest.param(
             _spec(edits=cdi.Edits(device_nodes=(cdi.DeviceNode("/dev/davinci0", "/r/dev/davinci0"),))),
             "0.5.0",
@@ -61,12 +59,17 @@ def test_required_version(spec: cdi.Spec, version: str) -> None:
         pytest.param(_spec(edits=cdi.Edits()), "devices[0].containerEdits", id="empty-edits"),
         pytest.param(_spec(edits=cdi.Edits(env=("NOEQUALS",))), "containerEdits.env", id="bad-env"),
         pytest.param(
-            _spec(edits=cdi.Edits(mounts=(cdi.Mount("rel", "/c"),))), "containerEdits.mounts", id="relative-mount"
+            _spec(edits=cdi.Edits(mounts=(cdi.Mount("rel", "/c"),))),
+            "containerEdits.mounts",
+            id="relative-mount",
         ),
         pytest.param(
             cdi.Spec(
                 kind=KIND,
-                devices=(cdi.CDIDevice("a", cdi.Edits(env=("A=1",))), cdi.CDIDevice("a", cdi.Edits(env=("A=1",)))),
+                devices=(
+                    cdi.CDIDevice("a", cdi.Edits(env=("A=1",))),
+                    cdi.CDIDevice("a", cdi.Edits(env=("A=1",))),
+                ),
             ),
             "devices[1].name",
             id="duplicate-device",

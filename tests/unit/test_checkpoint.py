@@ -69,7 +69,9 @@ def _edited() -> bytes:
         pytest.param(json.dumps({"checksum": "x", "data": {}}).encode(), "version", id="no-version"),
     ],
 )
-def test_corrupt_checkpoint_is_kept_and_store_starts_empty(tmp_path: Path, raw: bytes, field: str | None) -> None:
+def test_corrupt_checkpoint_is_kept_and_store_starts_empty(
+    tmp_path: Path, raw: bytes, field: str | None
+) -> None:
     with pytest.raises(StateError) as info:
         checkpoint.decode(raw)
     assert info.value.code == ErrorCode.CHECKPOINT_CORRUPT

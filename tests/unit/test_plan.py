@@ -43,7 +43,9 @@ def _claim(results: list[dict[str, Any]], config: list[dict[str, Any]] | None = 
     }
 
 
-def _res(device: str, request: str = "npu", driver: str = DRIVER, pool: str = "node1", **kw: Any) -> dict[str, Any]:
+def _res(
+    device: str, request: str = "npu", driver: str = DRIVER, pool: str = "node1", **kw: Any
+) -> dict[str, Any]:
     return {"request": request, "driver": driver, "pool": pool, "device": device, **kw}
 
 
@@ -58,7 +60,9 @@ def test_whole_die_plan() -> None:
 
 
 def test_share_plan_keeps_share_id_and_capacity() -> None:
-    plan = _plan(_claim([_res("vnpu-0", shareID="abc", consumedCapacity={"memory": "128Mi", "compute": "10"})]))
+    plan = _plan(
+        _claim([_res("vnpu-0", shareID="abc", consumedCapacity={"memory": "128Mi", "compute": "10"})])
+    )
     (dev,) = plan.devices
     assert (dev.mode, dev.share_id, dict(dev.consumed_capacity)) == (
         DieMode.SOFT,

@@ -15,7 +15,10 @@ HDR = {"apiVersion": sharing.API_VERSION, "kind": sharing.KIND}
 
 def test_defaults_and_overlay_order() -> None:
     cfg = sharing.resolve(
-        [("class[0]", {**HDR, "policy": "fixed", "transport": "tcp"}), ("claim[0]", {**HDR, "policy": "best-effort"})],
+        [
+            ("class[0]", {**HDR, "policy": "fixed", "transport": "tcp"}),
+            ("claim[0]", {**HDR, "policy": "best-effort"}),
+        ],
         claim_uid="u",
     )
     assert cfg == sharing.VnpuConfig(policy=sharing.Policy.BEST_EFFORT, transport=sharing.Transport.TCP)
