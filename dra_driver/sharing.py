@@ -21,18 +21,15 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
+from dra_driver.aclserver.codes import Policy
 from dra_driver.devices import MIB
 from dra_driver.errors import ErrorCode, InvalidInput
+
+__all__ = ["API_VERSION", "KIND", "Isolation", "Policy", "ShareQuota", "Transport", "VnpuConfig"]
 
 API_VERSION = "npu.flexnpu.io/v1alpha1"
 KIND = "VnpuConfig"
 MEMORY_STEP = 128 * MIB
-
-
-class Policy(StrEnum):
-    FIXED = "fixed"
-    ELASTIC = "elastic"
-    BEST_EFFORT = "best-effort"
 
 
 class Isolation(StrEnum):

@@ -11,15 +11,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from dra_driver.aclserver.codes import Policy
 from dra_driver.errors import ErrorCode, InvalidInput
-
-
-class Policy(StrEnum):
-    """AI-Core scheduling policy of a soft-split die (ascend-npu.md §3.2); one per die."""
-
-    FIXED = "fixed"
-    ELASTIC = "elastic"
-    BEST_EFFORT = "best-effort"
 
 
 class EntityState(StrEnum):

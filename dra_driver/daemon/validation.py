@@ -11,7 +11,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from dra_driver.daemon.model import DieCapacity, Entity, Policy, RegisterRequest, parse_policy
+from dra_driver.aclserver.codes import Policy
+from dra_driver.daemon.model import DieCapacity, Entity, RegisterRequest, parse_policy
 from dra_driver.errors import ErrorCode, InvalidInput, StateError
 
 # Claim UIDs become file and directory names: the Kubernetes UID alphabet only (no dots, so
