@@ -1,19 +1,22 @@
 """``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin``: decode the kubelet's claims, run, encode.
 
 Thin by design: the rules (validation, missing results, sub-request names, serialisation)
-live in :mod:`kubeletplugin.claimbatch`; this module only converts v1 protobuf messages and
-maps a failed call to a gRPC status. v1 differs from v1beta1 only by ``Device.share_id``,
-which is set when the domain gives one (explicit presence: unset, not "").
+live in :mod:`kubeletplugin.claimbatch`; this module only converts protobuf messages and maps
+a failed call to a gRPC status. The v1 and v1beta1 messages are the same but for
+``Device.share_id`` (v1 only, explicit presence: unset, not ""), so one :class:`Codec` and one
+:class:`DRAPluginServicer` serve both; :mod:`kubeletplugin.dra_v1beta1` instantiates them for
+v1beta1.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from types import ModuleType
+from typing import Any
 
 import grpc
 
 from api_protos.gen import dra_v1_pb2 as pb
-from api_protos.gen import dra_v1_pb2_grpc as pb_grpc
 from dra_driver.claims import ClaimRef, ClaimResult, PreparedDevice
 from dra_driver.logs import ClaimLogger, claim_logger
 from kubeletplugin import statuses
@@ -22,69 +25,85 @@ from kubeletplugin.claimbatch import BatchRunner
 SERVICE = "v1.DRAPlugin"
 
 
-def claims_from_proto(claims: Iterable[pb.Claim]) -> list[ClaimRef]:
-    """Protobuf claims -> domain claim references (no validation; see ``claimbatch``)."""
-    return [ClaimRef(namespace=c.namespace, uid=c.uid, name=c.name) for c in claims]
+class Codec:
+    """Conversions between one DRA API version's messages and the domain types."""
+
+    def __init__(self, messages: ModuleType, *, share_id: bool) -> None:
+        self.pb = messages
+        self.share_id = share_id
+
+    @staticmethod
+    def claims_from_proto(claims: Iterable[Any]) -> list[ClaimRef]:
+        """Protobuf claims -> domain claim references (no validation; see ``claimbatch``)."""
+        return [ClaimRef(namespace=c.namespace, uid=c.uid, name=c.name) for c in claims]
+
+    def device_to_proto(self, device: PreparedDevice) -> Any:
+        """One prepared device; ``share_id`` only when the version has it and the domain gave one."""
+        msg = self.pb.Device(
+            request_names=list(device.request_names),
+            pool_name=device.pool,
+            device_name=device.device,
+            cdi_device_ids=list(device.cdi_device_ids),
+        )
+        if self.share_id and device.share_id is not None:
+            msg.share_id = device.share_id
+        return msg
+
+    def prepare_response(self, results: Mapping[str, ClaimResult]) -> Any:
+        """The response map, one entry per claim UID in ``results``."""
+        response = self.pb.NodePrepareResourcesResponse()
+        for uid, result in results.items():
+            entry = response.claims[uid]
+            if result.error:
+                entry.error = result.error
+            else:
+                entry.devices.extend(self.device_to_proto(d) for d in result.devices)
+        return response
+
+    def unprepare_response(self, results: Mapping[str, str]) -> Any:
+        """The response map, one (possibly empty) entry per claim UID in ``results``."""
+        response = self.pb.NodeUnprepareResourcesResponse()
+        for uid, error in results.items():
+            response.claims[uid].error = error
+        return response
 
 
-def device_to_proto(device: PreparedDevice) -> pb.Device:
-    """One prepared device; ``share_id`` only when the domain gave one."""
-    msg = pb.Device(
-        request_names=list(device.request_names),
-        pool_name=device.pool,
-        device_name=device.device,
-        cdi_device_ids=list(device.cdi_device_ids),
-    )
-    if device.share_id is not None:
-        msg.share_id = device.share_id
-    return msg
+class DRAPluginServicer:
+    """Serves one DRA API version on top of a :class:`BatchRunner`."""
 
-
-def prepare_response(results: Mapping[str, ClaimResult]) -> pb.NodePrepareResourcesResponse:
-    """The response map, one entry per claim UID in ``results``."""
-    response = pb.NodePrepareResourcesResponse()
-    for uid, result in results.items():
-        entry = response.claims[uid]
-        if result.error:
-            entry.error = result.error
-        else:
-            entry.devices.extend(device_to_proto(d) for d in result.devices)
-    return response
-
-
-def unprepare_response(results: Mapping[str, str]) -> pb.NodeUnprepareResourcesResponse:
-    """The response map, one (possibly empty) entry per claim UID in ``results``."""
-    response = pb.NodeUnprepareResourcesResponse()
-    for uid, error in results.items():
-        response.claims[uid].error = error
-    return response
-
-
-class DRAPluginV1Servicer(pb_grpc.DRAPluginServicer):
-    """Serves DRA v1 on top of a :class:`BatchRunner`."""
-
-    def __init__(self, runner: BatchRunner) -> None:
+    def __init__(self, runner: BatchRunner, codec: Codec) -> None:
         self._runner = runner
+        self._codec = codec
 
-    def NodePrepareResources(  # noqa: N802 - gRPC method name
-        self, request: pb.NodePrepareResourcesRequest, context: grpc.ServicerContext
-    ) -> pb.NodePrepareResourcesResponse:
-        refs = claims_from_proto(request.claims)
+    def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802 - gRPC name
+        refs = self._codec.claims_from_proto(request.claims)
         try:
             results = self._runner.prepare(refs)
         except Exception as exc:  # every failure becomes a status, never a dead server
             statuses.abort_with(context, exc, what="NodePrepareResources", log=_batch_log(refs))
-        return prepare_response(results)
+        return self._codec.prepare_response(results)
 
-    def NodeUnprepareResources(  # noqa: N802 - gRPC method name
-        self, request: pb.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
-    ) -> pb.NodeUnprepareResourcesResponse:
-        refs = claims_from_proto(request.claims)
+    def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+        refs = self._codec.claims_from_proto(request.claims)
         try:
             results = self._runner.unprepare(refs)
         except Exception as exc:
             statuses.abort_with(context, exc, what="NodeUnprepareResources", log=_batch_log(refs))
-        return unprepare_response(results)
+        return self._codec.unprepare_response(results)
+
+
+CODEC = Codec(pb, share_id=True)
+claims_from_proto = CODEC.claims_from_proto
+device_to_proto = CODEC.device_to_proto
+prepare_response = CODEC.prepare_response
+unprepare_response = CODEC.unprepare_response
+
+
+class DRAPluginV1Servicer(DRAPluginServicer):
+    """Serves DRA v1."""
+
+    def __init__(self, runner: BatchRunner) -> None:
+        super().__init__(runner, CODEC)
 
 
 def _batch_log(refs: list[ClaimRef]) -> ClaimLogger:

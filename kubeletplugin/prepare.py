@@ -629,7 +629,17 @@ class Preparer:
                     claim_uid=entry.uid,
                     field="daemon-socket",
                 )
-            self.daemon.unregister(entry.uid)
+            daemon = self.daemon
+            # Retried like Register: right after a daemon restart the node's gRPC channel can still
+            # be in reconnect backoff and fail at once with UNAVAILABLE, which made the first
+            # unprepare after a daemon crash fail (found by tests/integration/test_fault_runtime.py).
+            retrying = tenacity.Retrying(
+                retry=tenacity.retry_if_exception_type(Unavailable),
+                stop=tenacity.stop_after_delay(self.settings.daemon_retry_seconds),
+                wait=tenacity.wait_exponential_jitter(initial=0.1, max=2.0),
+                reraise=True,
+            )
+            retrying(daemon.unregister, entry.uid)
         elif eff.kind == CLAIM_STATUS:
             if self.status is not None:
                 try:
