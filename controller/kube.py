@@ -131,6 +131,14 @@ class Kube:
             config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
             return cls(client.ApiClient(configuration))
 
+    @classmethod
+    def offline(cls) -> Kube:
+        """A client with no API server behind it: every call fails fast with :class:`Unavailable`."""
+        configuration = client.Configuration()
+        configuration.host = "http://127.0.0.1:1"  # nothing listens on port 1: connection refused
+        configuration.retries = 0
+        return cls(client.ApiClient(configuration), request_timeout=2.0)
+
     def close(self) -> None:
         self.api_client.close()  # type: ignore[no-untyped-call]
 

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 from controller.cleanup import has_consumer, residual_reason
-from controller.kube import NotFound
+from controller.kube import Kube, NotFound
 from dra_driver import config, logs
 from dra_driver import smi as daemon_smi
 from dra_driver.errors import FlexNPUError, Unavailable
@@ -186,7 +186,12 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
         values["node_name"] = os.uname().nodename
     try:
         cfg = config.build(values)
-        core = NodeCore(cfg)
+        try:
+            kube = Kube.from_config(cfg.kubeconfig)
+        except FlexNPUError as err:  # no API here: show what the node knows, mark API columns "?"
+            print(f"flexnpu-smi: no Kubernetes API ({err}); PODS and RESIDUAL unknown", file=sys.stderr)
+            kube = Kube.offline()
+        core = NodeCore(cfg, kube=kube)
     except FlexNPUError as err:
         print(f"flexnpu-smi: {err}", file=sys.stderr)
         return EXIT_USAGE

@@ -34,7 +34,7 @@ import pytest
 from pyroute2 import IPRoute, NetNS, netns
 from pyroute2.netlink.exceptions import NetlinkError
 
-from dra_driver import clientconf
+from dra_driver import clientconf, netlink
 from dra_driver.aclserver.codes import ACL_ERROR_RT_MEMORY_ALLOCATION
 from dra_driver.claims import ClaimRef
 from dra_driver.client.session import Session
@@ -51,7 +51,7 @@ EEXIST = 17
 # too_much}; output: one JSON object {name: result} on stdout, plus the child's netns identity.
 CHILD = r"""
 import json, os, sys
-from dra_driver import clientconf
+from dra_driver import clientconf, netlink
 from dra_driver.client.errors import AclError, ConnectError
 from dra_driver.client.session import Session
 
@@ -230,7 +230,9 @@ def claims(soft_node: Node) -> tuple[Prepared, Prepared]:
 
 @pytest.fixture
 def pod(soft_node: Node) -> Iterator[Pod]:
-    with pod_network(soft_node.env["FLEXNPU_CONTROL_LINK"]) as p:
+    bridge = soft_node.env["FLEXNPU_CONTROL_LINK"]
+    assert netlink.addresses(bridge) == ["169.254.213.1/24"]  # made by the node process
+    with pod_network(bridge) as p:
         yield p
 
 
@@ -243,7 +245,7 @@ def test_pod_reaches_its_aclserver_over_tcp_and_not_with_another_token(
     claims: tuple[Prepared, Prepared], pod: Pod, tmp_path: Path
 ) -> None:
     a, b = claims
-    cases = [
+    cases: list[dict[str, Any]] = [
         {
             "name": "a-own-token",
             "conf": _write(a.host_conf(transport="tcp"), tmp_path / "a.conf"),

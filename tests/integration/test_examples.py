@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -52,16 +53,18 @@ class Example:
         self.docs = [d for d in yaml.safe_load_all((EXAMPLES / folder / f"{folder}.yaml").read_text()) if d]
         (self.namespace,) = [d["metadata"]["name"] for d in self.docs if d["kind"] == "Namespace"]
         self.uids: dict[str, str] = {}
-        core = client.CoreV1Api(node.api.api_client())
+        core: Any = client.CoreV1Api(node.api.api_client())  # the client's stubs want models, not dicts
         core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}})
         for doc in self.docs:
             if doc["kind"] == "DeviceClass":
-                node.resource.create_device_class(doc)
+                self.resource.create_device_class(doc)
 
     def pod_claims(self) -> dict[str, PodClaim]:
         """Claims of every Pod, by claim name, in document order."""
         templates = {
-            d["metadata"]["name"]: d["spec"]["spec"] for d in self.docs if d["kind"] == "ResourceClaimTemplate"
+            d["metadata"]["name"]: d["spec"]["spec"]
+            for d in self.docs
+            if d["kind"] == "ResourceClaimTemplate"
         }
         out: dict[str, PodClaim] = {}
         for pod in (d for d in self.docs if d["kind"] == "Pod"):
@@ -71,6 +74,10 @@ class Example:
                 out[name] = PodClaim(self.namespace, name, pod["metadata"]["name"], spec)
         return out
 
+    @property
+    def resource(self) -> Any:
+        return self.node.resource
+
     def create(self, claim: PodClaim) -> str:
         body = {
             "apiVersion": "resource.k8s.io/v1",
@@ -78,13 +85,16 @@ class Example:
             "metadata": {"name": claim.name, "namespace": claim.namespace},
             "spec": claim.spec,
         }
-        raw = self.node.resource.create_namespaced_resource_claim(claim.namespace, body, _preload_content=False)
+        raw = self.resource.create_namespaced_resource_claim(claim.namespace, body, _preload_content=False)
         uid: str = json.loads(raw.data)["metadata"]["uid"]
         self.uids[claim.name] = uid
         return uid
 
     def allocate(self, name: str) -> dict[str, Any]:
-        return self.node.scheduler.allocate(self.namespace, name, NODE)
+        """Allocate and reserve the claim for its Pod (the Pod itself is not created)."""
+        pod = name.rsplit("-", 1)[0]
+        consumer = {"resource": "pods", "name": pod, "uid": str(uuid.uuid5(uuid.NAMESPACE_URL, pod))}
+        return self.node.scheduler.allocate(self.namespace, name, NODE, reserved_for=[consumer])
 
     def ref(self, name: str) -> ClaimRef:
         return ClaimRef(self.namespace, self.uids[name], name)
@@ -128,7 +138,7 @@ class Example:
         return path
 
     def stored(self, name: str) -> dict[str, Any]:
-        raw = self.node.resource.read_namespaced_resource_claim(name, self.namespace, _preload_content=False)
+        raw = self.resource.read_namespaced_resource_claim(name, self.namespace, _preload_content=False)
         doc: dict[str, Any] = json.loads(raw.data)
         return doc
 
@@ -231,7 +241,8 @@ def test_equal_distribution(soft_node: Node, tmp_path: Path, capsys: pytest.Capt
 
 
 @pytest.mark.parametrize(
-    "first", [pytest.param("pod-whole-npu", id="whole-first"), pytest.param("pod-share-vnpu", id="share-first")]
+    "first",
+    [pytest.param("pod-whole-npu", id="whole-first"), pytest.param("pod-share-vnpu", id="share-first")],
 )
 def test_whole_vs_shares(soft_node: Node, first: str) -> None:
     ex = Example(soft_node, "whole-vs-shares")
@@ -291,7 +302,10 @@ def test_policy_override(soft_node: Node, tmp_path: Path) -> None:
     ex.prepare(claim.name)
     conf = ex.conf(claim.name)
     assert _shares(conf) == [(0, 2 * GI, 20, "fixed")]
-    assert '"policy": "fixed"' in (soft_node.dirs["run"] / "claims" / ex.uids[claim.name] / "client.conf").read_text()
+    assert (
+        '"policy": "fixed"'
+        in (soft_node.dirs["run"] / "claims" / ex.uids[claim.name] / "client.conf").read_text()
+    )
     (status,) = ex.stored(claim.name)["status"]["devices"]
     assert status["data"]["policy"] == "fixed"
     with Session.open(ex.host_conf(claim.name, tmp_path)) as s:
