@@ -35,6 +35,9 @@ from dra_driver.telemetry import Telemetry
 
 log = logging.getLogger("flexnpu.cleanup")
 
+MIN_PASS_INTERVAL = 0.5
+"""Seconds between two passes at least, so a burst of watch events makes one pass."""
+
 
 def residual_reason(
     entry: ClaimEntry, claim: Mapping[str, Any] | None, *, driver_name: str, pool_name: str
@@ -193,8 +196,29 @@ class Reconciler:
                 delay = backoff
                 backoff = min(backoff * 2, 30.0)
             self._wake.wait(delay)
+            stop.wait(MIN_PASS_INTERVAL)  # coalesce bursts of events into one pass
             self._wake.clear()
         watcher.join(timeout=5)
+
+    def _event_matters(self, kind: str, obj: Mapping[str, Any]) -> bool:
+        """Only events that can make a claim prepared here residual start a pass.
+
+        The node's own status writes, and every claim of other nodes, do not: a pass per event
+        would GET every prepared claim for every status write (quadratic in busy nodes).
+        """
+        meta = obj.get("metadata") or {}
+        entries = self.preparer.store.read().claims
+        if kind == "DELETED":
+            return any(
+                e.namespace == meta.get("namespace") and e.name == meta.get("name") for e in entries.values()
+            )
+        entry = entries.get(str(meta.get("uid")))
+        if entry is None:  # maybe the same name recreated with a new UID
+            return any(
+                e.namespace == meta.get("namespace") and e.name == meta.get("name") for e in entries.values()
+            )
+        reason = residual_reason(entry, obj, driver_name=self.driver_name, pool_name=self.pool_name)
+        return reason is not None or not has_consumer(obj)
 
     def _watch_loop(self, stop: threading.Event) -> None:
         backoff = 1.0
@@ -208,7 +232,7 @@ class Reconciler:
                     rv = str(meta.get("resourceVersion") or rv)
                     if kind == "BOOKMARK":
                         continue
-                    if meta.get("uid") in self.preparer.store.read().claims or kind == "DELETED":
+                    if self._event_matters(kind, obj):
                         self.trigger()
                 backoff = 1.0
             except Gone:

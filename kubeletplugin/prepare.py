@@ -178,21 +178,42 @@ class Preparer:
         )
         if not plan.devices:
             return ClaimResult(devices=())  # only other drivers' results: nothing to do here
-        shares = self._plan_shares(plan)  # validates quotas and opaque config before any effect
-        with self._lock, self.store.transaction() as cp:
-            entry = cp.claims.get(ref.uid)
-            if entry is not None and entry.state == ClaimState.PREPARE_COMPLETED:
-                self._ensure_effects(plan, entry, clog)
-                devices = tuple(_device_from_json(d) for d in entry.devices)
-            else:
-                if entry is not None:
-                    clog.info("finishing an interrupted %s before preparing again", entry.state)
-                    self._undo_effects(entry, clog)
-                    del cp.claims[ref.uid]
-                self._check_conflicts(plan, shares, cp.claims.values())
-                devices = self._prepare_new(plan, shares, cp, clog)
+        try:
+            shares = self._plan_shares(plan)  # validates quotas and opaque config before any effect
+            with self._lock, self.store.transaction() as cp:
+                entry = cp.claims.get(ref.uid)
+                if entry is not None and entry.state == ClaimState.PREPARE_COMPLETED:
+                    self._ensure_effects(plan, entry, clog)
+                    devices = tuple(_device_from_json(d) for d in entry.devices)
+                else:
+                    if entry is not None:
+                        clog.info("finishing an interrupted %s before preparing again", entry.state)
+                        self._undo_effects(entry, clog)
+                        del cp.claims[ref.uid]
+                    self._check_conflicts(plan, shares, cp.claims.values())
+                    devices = self._prepare_new(plan, shares, cp, clog)
+        except FlexNPUError as err:
+            self._write_failure_status(plan, err.for_claim(ref.uid), clog)
+            raise
         self._write_status(plan, devices, shares, clog)
         return ClaimResult(devices=devices)
+
+    def _write_failure_status(self, plan: ClaimPlan, err: FlexNPUError, clog: logs.ClaimLogger) -> None:
+        """``Ready=False`` with the error code as the reason, on each device this driver was to prepare."""
+        if self.status is None:
+            return
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        docs: list[dict[str, Any]] = []
+        for d in plan.devices:
+            doc: dict[str, Any] = {"driver": self.settings.driver_name, "pool": d.pool, "device": d.device}
+            if d.share_id:
+                doc["shareID"] = d.share_id
+            doc["conditions"] = [_condition("Ready", "False", str(err.code), str(err), now)]
+            docs.append(doc)
+        try:
+            self.status.write(plan.ref, docs)
+        except FlexNPUError as status_err:
+            clog.info("could not write the failure to the claim status: %s", status_err)
 
     def _plan_shares(self, plan: ClaimPlan) -> list[Share]:
         """Quotas from the allocation (the source of truth) and policy from opaque config."""

@@ -192,6 +192,13 @@ def test_bad_opaque_config_fails_that_claim_only(
 ) -> None:
     uid, res = _prepare(soft_node, "bad", [_share_request()], config)
     assert "InvalidOpaqueConfig" in res.error and field in res.error and uid in res.error
+    # kubectl describe shows why: Ready=False with the error code as the reason
+    claim = json.loads(
+        soft_node.resource.read_namespaced_resource_claim("bad", NAMESPACE, _preload_content=False).data
+    )
+    (cond,) = claim["status"]["devices"][0]["conditions"]
+    assert (cond["type"], cond["status"], cond["reason"]) == ("Ready", "False", "InvalidOpaqueConfig")
+    assert field in cond["message"]
     assert soft_node.cdi_specs() == []
     assert soft_node.daemon is not None and not soft_node.daemon.aclserver_pids()
     _other_uid, ok = _prepare(
