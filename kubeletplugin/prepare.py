@@ -559,6 +559,13 @@ class Preparer:
             current = cp.claims.get(plan.ref.uid)
             for eff in current.effect(CLAIM_STATUS) if current else []:
                 eff.details["devices"] = docs
+            if current is None:
+                # An unprepare ran between our prepare and this write and cleared the status
+                # before we wrote it: clear it again so no unprepared claim shows devices.
+                try:
+                    self.status.write(plan.ref, [])
+                except FlexNPUError as err:
+                    clog.info("could not clear claim status after a concurrent unprepare: %s", err)
 
     def set_ready(self, uid: str, ready: bool, reason: str, message: str) -> bool:
         """Rewrite the claim's device status with a new Ready condition (aclserver down or back).
