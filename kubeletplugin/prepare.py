@@ -578,6 +578,10 @@ class Preparer:
         docs = [dict(d) for e in entry.effect(CLAIM_STATUS) for d in e.details.get("devices") or []]
         if not docs:
             return False
+        endpoints = next((e.details.get("endpoints") or {} for e in entry.effect(DAEMON)), {})
+        for d in docs:  # the recorded endpoint is the truth (a re-prepare may have moved the aclserver)
+            if endpoints.get("tcp_port") and isinstance(d.get("data"), dict) and "endpoint" in d["data"]:
+                d["data"] = {**d["data"], "endpoint": f"{endpoints['tcp_host']}:{endpoints['tcp_port']}"}
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         cond = _condition("Ready", "True" if ready else "False", reason, message, now)
         for d in docs:
