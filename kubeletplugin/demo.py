@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -50,14 +49,12 @@ def _step(title: str) -> None:
 
 
 def _wait(what: str, cond: Callable[[], Any], timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise DemoFailed(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)  # polling a condition with a deadline
+    from dra_driver.testing.waiting import WaitTimeout, wait_for
+
+    try:
+        return wait_for(cond, what=what, timeout=timeout, interval=0.05)
+    except WaitTimeout as err:
+        raise DemoFailed(str(err)) from None
 
 
 def _check(ok: bool, what: str) -> None:

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +27,7 @@ from dra_driver.aclserver.codes import Policy
 from dra_driver.aclserver.spec import AclServerSpec, ReadyInfo, ShareSpec
 from dra_driver.client.session import Session
 from dra_driver.clientconf import ClientConf, Endpoints, ShareInfo
+from dra_driver.testing.waiting import wait_for
 
 __all__ = [
     "RunningAclServer",
@@ -119,18 +120,6 @@ class RunningAclServer:
                 self.proc.kill()
                 self.proc.wait()
         return self.proc.returncode
-
-
-def wait_for(cond: Callable[[], object], *, timeout: float = 10.0, what: str = "condition") -> object:
-    """Poll ``cond`` until it returns a truthy value, or fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.005)
 
 
 def start_aclserver(spec: AclServerSpec, work_dir: Path, *, timeout: float = 15.0) -> RunningAclServer:

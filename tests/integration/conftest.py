@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 from kubernetes import client
 
 from dra_driver import discovery, netlink
+from dra_driver.testing import waiting
 from dra_driver.testing.devroot import build_device_root
 from dra_driver.testing.fake_apiserver import FakeAPIServer
 from dra_driver.testing.kubelet import KubeletSimulator, PluginHandle
@@ -35,15 +35,8 @@ SOFT_CEL = f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].mode =
 
 
 def wait_for(what: str, cond: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05) -> Any:
-    """Poll ``cond`` until it returns something truthy, or fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
+    """``waiting.wait_for`` with the argument order these tests use."""
+    return waiting.wait_for(cond, what=what, timeout=timeout, interval=interval)
 
 
 @pytest.fixture

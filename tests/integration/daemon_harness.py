@@ -15,8 +15,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -25,6 +23,7 @@ from dra_driver.daemon import processes
 from dra_driver.daemon.client import DaemonClient
 from dra_driver.daemon.model import RegisterRequest, Share
 from dra_driver.testing import inventories
+from dra_driver.testing.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 ACLSERVER_MAIN = REPO / "dra_driver" / "aclserver" / "main.py"
@@ -39,18 +38,6 @@ T = TypeVar("T")
 def default_command() -> str | None:
     """None: the daemon's own default (the real aclserver, forked from its zygote)."""
     return None if ACLSERVER_MAIN.exists() else FAKE_COMMAND
-
-
-def wait_for(predicate: Callable[[], T], *, timeout: float = 15.0, what: str = "condition") -> T:
-    """Poll ``predicate`` until it returns a truthy value or the deadline passes."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.01)
 
 
 def _ping(family: int, address: object, timeout: float) -> int:
