@@ -89,6 +89,15 @@ def ensure_link(spec: LinkSpec) -> int:
                 found = ipr.link_lookup(ifname=spec.name)
                 log.info("created control link %s (%s)", spec.name, spec.kind)
             index = int(found[0])
+            kind = _kind(ipr, index)
+            wanted = "tun" if spec.kind == "tap" else spec.kind
+            if kind != wanted:
+                raise Unavailable(
+                    f"link {spec.name} already exists and is a {kind or 'plain'} link, not a {spec.kind}; "
+                    "choose another --control-link name",
+                    code=ErrorCode.INVALID_CONFIG,
+                    field="control-link",
+                )
             have = {(a.get_attr("IFA_ADDRESS"), a["prefixlen"]) for a in ipr.get_addr(index=index, family=2)}
             if (spec.address, spec.prefixlen) not in have:
                 ipr.addr("add", index=index, address=spec.address, prefixlen=spec.prefixlen)
@@ -154,6 +163,11 @@ def addresses(name: str) -> list[str]:
             return []
         out: list[Any] = ipr.get_addr(index=found[0], family=2)
         return sorted(f"{a.get_attr('IFA_ADDRESS')}/{a['prefixlen']}" for a in out)
+
+
+def _kind(ipr: IPRoute, index: int) -> str | None:
+    info = ipr.get_links(index)[0].get_attr("IFLA_LINKINFO")
+    return str(info.get_attr("IFLA_INFO_KIND")) if info is not None else None
 
 
 def _index(ipr: IPRoute, name: str) -> int:

@@ -84,6 +84,9 @@ class Node:
     def resource(self) -> client.ResourceV1Api:
         return client.ResourceV1Api(self.api.api_client())
 
+    def api_core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api.api_client())
+
     @property
     def scheduler(self) -> SchedulerSim:
         return SchedulerSim(self.api.api_client(), DRIVER)
@@ -207,7 +210,8 @@ def node_factory(api: FakeAPIServer, short_tmp: Path) -> Iterator[Callable[..., 
     yield factory
     for n in made:
         n.stop()
-        netlink.remove_link(n.env["FLEXNPU_CONTROL_LINK"])
+        if n.env.get("FLEXNPU_CONTROL_LINK", "").startswith("fx"):  # only links the tests named
+            netlink.remove_link(n.env["FLEXNPU_CONTROL_LINK"])
     for d in daemons:
         d.cleanup()
 

@@ -63,7 +63,9 @@ def test_info_cleanup_and_unregister(node_factory: Callable[..., Node]) -> None:
     orphan = "0f0f0f0f-0000-4000-8000-00000000000f"
     with n.daemon.client() as d:
         d.register(
-            RegisterRequest(claim_uid=orphan, namespace="x", name="y", token="ab" * 32, shares=(share(die=6),))
+            RegisterRequest(
+                claim_uid=orphan, namespace="x", name="y", token="ab" * 32, shares=(share(die=6),)
+            )
         )
 
     rows = _rows(n)
@@ -83,6 +85,9 @@ def test_info_cleanup_and_unregister(node_factory: Callable[..., Node]) -> None:
     assert done.returncode == 0, done.stderr
     assert f"removed residual claim {NAMESPACE}/gone ({gone})" in done.stdout
     assert set(_rows(n)) == {keep, drop}
+    events = json.loads(n.api_core().list_namespaced_event("default", _preload_content=False).data)["items"]
+    messages = [e["message"] for e in events if e["reason"] == "FlexNPUResidualRemoved"]
+    assert any(gone in m for m in messages) and any(orphan in m and "aclserver" in m for m in messages)
 
     unreg = _smi(n, "unregister", "-u", drop)
     assert unreg.returncode == 0 and "unprepared claim" in unreg.stdout

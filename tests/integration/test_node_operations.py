@@ -1,0 +1,95 @@
+"""The node process's operational behaviour: start-up failures, metrics, API feature fallbacks."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Callable
+
+import pytest
+
+from dra_driver import netlink
+from dra_driver.claims import ClaimRef
+from tests.integration.conftest import NAMESPACE, NODE, Node, wait_for
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        pytest.param(
+            {"FLEXNPU_CONTROL_LINK_KIND": "bridge"},
+            "already exists and is a tun link",
+            id="link-of-another-kind",
+        ),
+        pytest.param({"FLEXNPU_CONTROL_LINK_CIDR": "300.1.1.1/24"}, "control-link-cidr", id="bad-cidr"),
+        pytest.param(
+            {"FLEXNPU_CONTROL_LINK": "a-name-far-too-long"}, "not a valid interface name", id="bad-name"
+        ),
+        pytest.param({"FLEXNPU_DEFAULT_MODE": "half"}, "default-mode", id="bad-mode"),
+    ],
+)
+def test_bad_start_configuration_is_a_clear_error_not_a_hang(
+    node_factory: Callable[..., Node], env: dict[str, str], message: str
+) -> None:
+    n = node_factory(**env)
+    if "FLEXNPU_CONTROL_LINK_KIND" in env:  # the link name is taken by a tap
+        netlink.ensure_link(netlink.LinkSpec(name=n.env["FLEXNPU_CONTROL_LINK"], kind="tap"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "kubeletplugin.cli", "plugin"],
+        env=n.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert message in proc.stdout + proc.stderr
+    assert not list(n.dirs["registry"].iterdir())  # it never registered with the kubelet
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_metrics_are_exported_for_prometheus(node_factory: Callable[..., Node]) -> None:
+    port = _free_port()
+    n = node_factory(FLEXNPU_METRICS_PORT=str(port)).start()
+    wait_for("published devices", n.devices)
+    uid = n.create_claim("m1", [{"name": "npu", "exactly": {"deviceClassName": "npu.flexnpu.io"}}])
+    n.scheduler.allocate(NAMESPACE, "m1", NODE)
+    assert n.kubelet is not None
+    assert n.kubelet.prepare([ClaimRef(NAMESPACE, uid, "m1")])[uid].error == ""
+    bad = n.kubelet.prepare([ClaimRef(NAMESPACE, "0000aaaa-0000-4000-8000-000000000000", "missing")])
+    assert bad["0000aaaa-0000-4000-8000-000000000000"].error
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    lines = [ln for ln in text.splitlines() if not ln.startswith("#")]
+
+    def value(name: str, *labels: str) -> float:
+        found = [ln for ln in lines if ln.startswith(name + "{") and all(lb in ln for lb in labels)]
+        assert found, f"no {name} {labels} in /metrics"
+        return float(found[0].rsplit(" ", 1)[1])
+
+    assert value("flexnpu_dra_prepare_requests_total", 'result="success"', f'node="{NODE}"') == 1
+    assert value("flexnpu_dra_prepare_requests_total", 'result="error"', 'error_type="ClaimNotFound"') == 1
+    assert value("flexnpu_dra_prepared_vnpus", 'mode="whole"') == 1
+    assert value("flexnpu_dra_operations_in_flight", 'operation="prepare"') == 0
+
+
+def test_dropped_counter_fields_fall_back_to_one_mode_per_die(node_factory: Callable[..., Node]) -> None:
+    """An API server with DRAPartitionableDevices off drops the counters: never publish whole+share on a die."""
+    n = node_factory(FLEXNPU_DEFAULT_MODE="both")
+    n.api.drop_partitionable_fields = True
+    n.start()
+
+    def fell_back() -> bool:
+        slices = n.slices()
+        names = sorted(d["name"] for s in slices for d in s["spec"].get("devices") or [])
+        counters = [c for s in slices for c in s["spec"].get("sharedCounters") or []]
+        return bool(names) and not counters and names == ["npu-0", "npu-1"]
+
+    wait_for("a pool without counters, whole dies only", fell_back)
+    wait_for("the warning in the log", lambda: "one mode only" in n.log())
