@@ -9,7 +9,7 @@ if [ "$(id -u)" = 0 ]; then
   apt_install podman runc busybox-static iproute2 conmon
 fi
 cd "$ROOT"
-echo "== ruff" && ruff check . && ruff format --check . >/dev/null
+echo "== ruff" && ruff check . && ruff format --check .
 echo "== mypy" && mypy dra_driver kubeletplugin controller
 echo "== pytest"
 exec python -m pytest -p no:cacheprovider "$@"
