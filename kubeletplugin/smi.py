@@ -50,15 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def info_rows(core: NodeCore) -> list[dict[str, str]]:
-    """One row per prepared device: claim, die, mode, quota, aclserver, pods, residual."""
+def info_rows(core: NodeCore, entities: Mapping[str, Any]) -> list[dict[str, str]]:
+    """One row per prepared device: claim, die, mode, quota, aclserver, endpoint, pods, residual."""
     entries = core.store.read().claims
-    entities: dict[str, Any] = {}
-    if core.daemon is not None:
-        try:
-            entities = {e.entity_id: e for e in core.daemon.list()}
-        except Unavailable:
-            entities = {}
     rows: list[dict[str, str]] = []
     for uid, entry in sorted(entries.items()):
         pods, residual = _api_view(core, entry)
@@ -66,12 +60,12 @@ def info_rows(core: NodeCore) -> list[dict[str, str]]:
         shares = {s.share.die_phy_id: s for s in ent.shares} if ent else {}
         for d in entry.dies:
             usage = shares.get(int(d["phy"]))
-            quota = "-"
+            mem = compute = "-"
             if usage is not None:
                 used = "-" if usage.memory_used_bytes < 0 else str(usage.memory_used_bytes // daemon_smi.MIB)
-                quota = (
-                    f"{used}/{usage.share.memory_bytes // daemon_smi.MIB}MiB {usage.share.compute_percent}%"
-                )
+                mem = f"{used}/{usage.share.memory_bytes // daemon_smi.MIB}"
+                busy = "-" if usage.compute_used_percent < 0 else str(usage.compute_used_percent)
+                compute = f"{busy}/{'-' if usage.share.memory_only else usage.share.compute_percent}"
             rows.append(
                 {
                     "CLAIM UID": uid,
@@ -79,9 +73,11 @@ def info_rows(core: NodeCore) -> list[dict[str, str]]:
                     "DEVICE": str(d.get("device", "")),
                     "DIE": str(d["phy"]),
                     "MODE": str(d["mode"]),
-                    "MEM USED/QUOTA, COMPUTE": quota,
+                    "MEM(MiB) USED/QUOTA": mem,
+                    "COMPUTE(%) USED/QUOTA": compute,
                     "POLICY": str(d.get("policy", "-")),
                     "ACLSERVER": f"{ent.pid} {ent.state}" if ent else "-",
+                    "ENDPOINT": _endpoint(ent),
                     "STATE": str(entry.state),
                     "PODS": pods,
                     "RESIDUAL": residual,
@@ -96,9 +92,11 @@ def info_rows(core: NodeCore) -> list[dict[str, str]]:
                     "DEVICE": "-",
                     "DIE": ",".join(str(s.share.die_phy_id) for s in ent.shares),
                     "MODE": "soft",
-                    "MEM USED/QUOTA, COMPUTE": "-",
+                    "MEM(MiB) USED/QUOTA": "-",
+                    "COMPUTE(%) USED/QUOTA": "-",
                     "POLICY": ",".join(sorted({s.share.policy for s in ent.shares})),
                     "ACLSERVER": f"{ent.pid} {ent.state}",
+                    "ENDPOINT": _endpoint(ent),
                     "STATE": "-",
                     "PODS": "-",
                     "RESIDUAL": "yes: orphan aclserver (no checkpoint entry)",
@@ -124,22 +122,37 @@ def _api_view(core: NodeCore, entry: Any) -> tuple[str, str]:
     return pods, f"yes: {reason}" if reason else "no"
 
 
+def _endpoint(ent: Any) -> str:
+    if ent is None or not ent.endpoints.tcp_port:
+        return "-"
+    return f"{ent.endpoints.tcp_host}:{ent.endpoints.tcp_port}"
+
+
 COLUMNS = (
-    "CLAIM UID", "CLAIM", "DEVICE", "DIE", "MODE", "MEM USED/QUOTA, COMPUTE", "POLICY", "ACLSERVER", "STATE",
-    "PODS", "RESIDUAL",
+    "CLAIM UID", "CLAIM", "DEVICE", "DIE", "MODE", "MEM(MiB) USED/QUOTA", "COMPUTE(%) USED/QUOTA", "POLICY",
+    "ACLSERVER", "ENDPOINT", "STATE", "PODS", "RESIDUAL",
 )  # fmt: skip
 
 
 def run(args: argparse.Namespace, core: NodeCore, out: TextIO) -> int:
     if args.command == "info":
-        rows = info_rows(core)
+        entities: dict[str, Any] = {}
+        daemon_error: FlexNPUError | None = None
+        if core.daemon is not None:
+            try:
+                entities = {e.entity_id: e for e in core.daemon.list()}
+            except Unavailable as err:
+                daemon_error = err
+        rows = info_rows(core, entities)
         if args.json:
             json.dump({"rows": rows}, out, indent=2)
             out.write("\n")
         else:
-            out.write(
-                (daemon_smi.render_table(rows, COLUMNS) if rows else "nothing prepared on this node") + "\n"
-            )
+            table = daemon_smi.render_table(rows, COLUMNS) if rows else "nothing prepared on this node"
+            out.write(table + "\n")
+        if daemon_error is not None:
+            print(f"flexnpu-smi: aclserver columns unknown: {daemon_error}", file=sys.stderr)
+            return EXIT_UNAVAILABLE
         return EXIT_OK
     if args.command == "cleanup":
         findings = core.reconciler.plan() if args.dry_run else core.reconciler.reconcile_once()

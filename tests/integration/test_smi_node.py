@@ -71,6 +71,9 @@ def test_info_cleanup_and_unregister(node_factory: Callable[..., Node]) -> None:
     rows = _rows(n)
     assert rows[keep]["RESIDUAL"] == "no" and rows[keep]["PODS"] == "pods/pod-keep"
     assert rows[keep]["ACLSERVER"].endswith("Running")
+    assert rows[keep]["ENDPOINT"].startswith("169.254.213.1:") and rows[keep]["MEM(MiB) USED/QUOTA"].endswith(
+        "/256"
+    )
     assert rows[gone]["RESIDUAL"].startswith("yes: the claim no longer exists")
     assert rows[orphan]["RESIDUAL"].startswith("yes: orphan aclserver")
 
@@ -110,3 +113,8 @@ def test_info_without_api_marks_api_columns_unknown(node_factory: Callable[..., 
         assert uid in CheckpointStore(n.dirs["state"] / "checkpoint.json").read().claims
     finally:
         n.api.set_down(False)
+    assert n.daemon is not None
+    n.daemon.stop()
+    no_daemon = _smi(n, "info")
+    assert no_daemon.returncode == 3 and "aclserver columns unknown" in no_daemon.stderr
+    assert uid in no_daemon.stdout  # what the node itself knows is still shown
