@@ -11,7 +11,7 @@ import json
 import shlex
 import subprocess
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,11 +22,10 @@ from dra_driver.claims import ClaimRef
 from dra_driver.devices import Inventory
 from dra_driver.discovery import node_files
 from dra_driver.testing.devroot import NULL_DEVICE, build_device_root
-from dra_driver.testing.fake_apiserver import FakeAPIServer
 from dra_driver.testing.podman import UNRESOLVABLE, Podman
 from kubeletplugin.prepare import CONTAINER_CONF, CONTAINER_SHM
 from tests.e2e.conftest import podman_unavailable
-from tests.integration.conftest import INVENTORIES, NAMESPACE, NODE, make_node, wait_for
+from tests.integration.conftest import INVENTORIES, NAMESPACE, NODE, Node, wait_for
 
 pytestmark = [pytest.mark.podman, pytest.mark.root]
 
@@ -208,36 +207,33 @@ def test_soft_share_spec_mounts_conf_read_only_and_shm_read_write(podman: Podman
 
 
 def test_node_prepared_whole_die_runs_in_podman_until_unprepared(
-    podman: Podman, api: FakeAPIServer, short_tmp: Path
+    podman: Podman, node_factory: Callable[..., Node]
 ) -> None:
     """The node process writes the spec; podman injects it; after unprepare it is unresolvable."""
-    node = make_node(api, short_tmp).start()
-    try:
-        wait_for("published devices", node.devices)
-        uid = node.create_claim("e2e", WHOLE)
-        alloc = node.scheduler.allocate(NAMESPACE, "e2e", NODE)
-        device = alloc["status"]["allocation"]["devices"]["results"][0]["device"]
-        phy = int(device.split("-")[1])
-        ref = ClaimRef(NAMESPACE, uid, "e2e")
-        assert node.kubelet is not None
-        result = node.kubelet.prepare([ref])[uid]
-        assert result.error == ""
-        cdi_ids = [i for d in result.devices for i in d.cdi_device_ids]
-        assert cdi_ids == [f"flexnpu.io/vnpu={uid}-{device}"]
+    node = node_factory().start()  # the factory stops it and removes its control link
+    wait_for("published devices", node.devices)
+    uid = node.create_claim("e2e", WHOLE)
+    alloc = node.scheduler.allocate(NAMESPACE, "e2e", NODE)
+    device = alloc["status"]["allocation"]["devices"]["results"][0]["device"]
+    phy = int(device.split("-")[1])
+    ref = ClaimRef(NAMESPACE, uid, "e2e")
+    assert node.kubelet is not None
+    result = node.kubelet.prepare([ref])[uid]
+    assert result.error == ""
+    cdi_ids = [i for d in result.devices for i in d.cdi_device_ids]
+    assert cdi_ids == [f"flexnpu.io/vnpu={uid}-{device}"]
 
-        other = f"/dev/davinci{1 - phy}"  # a3-one-module: dies 0 and 1
-        probe = run_ok(podman, cdi_ids, node.dirs["cdi"], probe_script([f"/dev/davinci{phy}", other]))
-        assert probe.nodes == {f"/dev/davinci{phy}": CHAR_NULL, other: "absent"}
-        assert probe.env["FLEXNPU_CLAIM_UID"] == uid
+    other = f"/dev/davinci{1 - phy}"  # a3-one-module: dies 0 and 1
+    probe = run_ok(podman, cdi_ids, node.dirs["cdi"], probe_script([f"/dev/davinci{phy}", other]))
+    assert probe.nodes == {f"/dev/davinci{phy}": CHAR_NULL, other: "absent"}
+    assert probe.env["FLEXNPU_CLAIM_UID"] == uid
 
-        assert node.kubelet.unprepare([ref]) == {uid: ""}
-        assert node.cdi_specs() == []
-        gone = podman.run(cdi_ids=cdi_ids, cdi_spec_dir=node.dirs["cdi"], command="echo ran")
-        assert gone.returncode == 126, gone
-        assert f"{UNRESOLVABLE} {cdi_ids[0]}" in gone.stderr
-        assert "ran" not in gone.stdout
-    finally:
-        node.stop()
+    assert node.kubelet.unprepare([ref]) == {uid: ""}
+    assert node.cdi_specs() == []
+    gone = podman.run(cdi_ids=cdi_ids, cdi_spec_dir=node.dirs["cdi"], command="echo ran")
+    assert gone.returncode == 126, gone
+    assert f"{UNRESOLVABLE} {cdi_ids[0]}" in gone.stderr
+    assert "ran" not in gone.stdout
 
 
 UNRESOLVED = f"Error: setting up CDI devices: {UNRESOLVABLE} {{id}}"
