@@ -137,7 +137,7 @@ class NodeProcess(NodeCore):
             node_name=cfg.node_name,
             desired=self._desired,
             log=logs.claim_logger("-", base=logging.getLogger("flexnpu.publisher")),
-            resync_seconds=cfg.slice_resync_seconds or 600.0,
+            resync_seconds=cfg.slice_resync_seconds,
             on_dropped_fields=self._counters_dropped,
         )
         self._threads: list[threading.Thread] = []
