@@ -73,6 +73,11 @@ PLUGIN_FLAGS: tuple[Flag, ...] = (
         "a prepared claim with no consumer in reservedFor this long is residual",
     ),
     Flag("reconcile-period-seconds", "60", "period of the residual reconciler's full pass (jittered ±20 %)"),
+    Flag(
+        "rediscover-seconds",
+        "30",
+        "how often dies are discovered again for health and inventory changes (0 = never)",
+    ),
 )
 
 
@@ -113,6 +118,7 @@ class Config:
     control_link_kind: str = "bridge"
     residual_grace_seconds: float = 300.0
     reconcile_period_seconds: float = 60.0
+    rediscover_seconds: float = 30.0
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -248,4 +254,5 @@ def build(values: Mapping[str, str | None]) -> Config:
         reconcile_period_seconds=_number(
             "reconcile-period-seconds", values.get("reconcile_period_seconds") or "60"
         ),
+        rediscover_seconds=_number("rediscover-seconds", values.get("rediscover_seconds") or "30"),
     )

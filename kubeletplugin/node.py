@@ -179,6 +179,10 @@ class NodeProcess(NodeCore):
             h = threading.Thread(target=self._watch_aclservers, name="aclserver-health", daemon=True)
             h.start()
             self._threads.append(h)
+        if self.cfg.rediscover_seconds > 0:
+            d = threading.Thread(target=self._rediscover, name="rediscover", daemon=True)
+            d.start()
+            self._threads.append(d)
         log.info(
             "node %s ready: %d dies, DRA socket %s, registration socket %s",
             self.cfg.node_name,
@@ -186,6 +190,28 @@ class NodeProcess(NodeCore):
             self.cfg.dra_socket,
             self.cfg.registration_socket,
         )
+
+    def _rediscover(self) -> None:
+        """Discover the dies again; on a change (health, dies added or gone) republish and re-report health."""
+        source = discovery.from_config(inventory=self.cfg.inventory, npu_smi=self.cfg.npu_smi)
+        while not self.stop_event.wait(self.cfg.rediscover_seconds):
+            try:
+                fresh = source.discover()
+            except FlexNPUError as err:
+                log.warning("rediscovery failed, keeping the last inventory: %s", err)
+                continue
+            if fresh == self.inventory:
+                continue
+            changed = sorted(
+                {d.phy_id for d in fresh.dies} ^ {d.phy_id for d in self.inventory.dies}
+                | {d.phy_id for d in fresh.dies if d not in self.inventory.dies}
+            )
+            log.warning("inventory changed (dies %s); republishing slices and health", changed)
+            self.inventory = fresh
+            self.health.inventory = fresh
+            self.health.published = set(self._desired().device_names)
+            self.publisher.trigger()
+            self.server.notify_health_changed()
 
     def _check_boot(self) -> None:
         """After a reboot the tmpfs state (CDI specs, client.conf, shm) and the aclservers are gone.

@@ -7,12 +7,13 @@ import subprocess
 import sys
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from dra_driver import netlink
 from dra_driver.claims import ClaimRef
-from tests.integration.conftest import NAMESPACE, NODE, Node, wait_for
+from tests.integration.conftest import INVENTORIES, NAMESPACE, NODE, Node, wait_for
 
 
 @pytest.mark.parametrize(
@@ -93,3 +94,38 @@ def test_dropped_counter_fields_fall_back_to_one_mode_per_die(node_factory: Call
 
     wait_for("a pool without counters, whole dies only", fell_back)
     wait_for("the warning in the log", lambda: "one mode only" in n.log())
+
+
+def test_health_change_is_republished_and_streamed_to_the_kubelet(
+    node_factory: Callable[..., Node], tmp_path: Path
+) -> None:
+    source = (INVENTORIES / "a3-one-module.yaml").read_text()
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(source)
+    n = node_factory(FLEXNPU_INVENTORY=str(inventory), FLEXNPU_REDISCOVER_SECONDS="0.3").start()
+    wait_for("published devices", n.devices)
+    assert n.kubelet is not None
+    watch = n.kubelet.watch_health()
+    try:
+        first = watch.next(timeout=10)
+        assert {(d.device, d.healthy) for d in first.devices} >= {("npu-1", True), ("vnpu-1", True)}
+        inventory.write_text(
+            source.replace(
+                '      - busId: "0000:9F:00.0"', '      - busId: "0000:9F:00.0"\n        health: Unhealthy'
+            )
+        )
+
+        def npu1_unhealthy() -> bool:
+            devices = {d["name"]: d for d in n.devices()}
+            return "npu-1" in devices and devices["npu-1"]["attributes"]["healthy"] == {"bool": False}
+
+        wait_for("npu-1 republished as unhealthy", npu1_unhealthy)
+        assert {d["name"]: d for d in n.devices()}["npu-0"]["attributes"]["healthy"] == {"bool": True}
+
+        def streamed() -> bool:
+            update = watch.next(timeout=10)
+            return ("npu-1", False) in {(d.device, d.healthy) for d in update.devices}
+
+        wait_for("the kubelet told that npu-1 is unhealthy", streamed, timeout=30)
+    finally:
+        watch.close()

@@ -1,0 +1,96 @@
+"""Config: every flag has an environment twin that reaches the Config object; precedence; bad values."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dra_driver import config
+from dra_driver.config import Config
+from dra_driver.errors import ErrorCode, InvalidInput
+
+# flag name -> (a non-default value, how to read it back from Config)
+READ: dict[str, tuple[str, Callable[[Config], Any], Any]] = {
+    "node-name": ("n7", lambda c: c.node_name, "n7"),
+    "kubeconfig": ("/k/cfg", lambda c: c.kubeconfig, "/k/cfg"),
+    "driver-name": ("npu.example.com", lambda c: c.driver_name, "npu.example.com"),
+    "inventory": ("/inv.yaml", lambda c: c.inventory, Path("/inv.yaml")),
+    "npu-smi": ("/opt/npu-smi", lambda c: c.npu_smi, "/opt/npu-smi"),
+    "kubelet-registry-dir": ("/r", lambda c: c.paths.kubelet_registry_dir, Path("/r")),
+    "kubelet-plugins-dir": ("/p", lambda c: c.paths.kubelet_plugins_dir, Path("/p")),
+    "state-dir": ("/s", lambda c: c.paths.state_dir, Path("/s")),
+    "run-dir": ("/run/x", lambda c: c.paths.run_dir, Path("/run/x")),
+    "shm-dir": ("/dev/shm/x", lambda c: c.paths.shm_dir, Path("/dev/shm/x")),
+    "cdi-dir": ("/etc/cdi", lambda c: c.paths.cdi_dir, Path("/etc/cdi")),
+    "device-root": ("/emu", lambda c: c.paths.device_root, Path("/emu")),
+    "cdi-kind": ("example.com/npu", lambda c: c.cdi_kind, "example.com/npu"),
+    "default-mode": ("soft", lambda c: c.default_mode, "soft"),
+    "log-level": ("DEBUG", lambda c: c.log_level, "DEBUG"),
+    "log-json": ("true", lambda c: c.log_json, True),
+    "slice-resync-seconds": ("0", lambda c: c.slice_resync_seconds, 0.0),
+    "pod-uid": ("u-1", lambda c: c.pod_uid, "u-1"),
+    "metrics-port": ("9400", lambda c: c.metrics_port, 9400),
+    "daemon-socket": ("/d.sock", lambda c: c.daemon_socket, Path("/d.sock")),
+    "daemon-retry-seconds": ("5", lambda c: c.daemon_retry_seconds, 5.0),
+    "control-link": ("fxctl0", lambda c: c.control_link, "fxctl0"),
+    "control-link-cidr": ("169.254.1.1/24", lambda c: c.control_link_cidr, "169.254.1.1/24"),
+    "control-link-kind": ("tap", lambda c: c.control_link_kind, "tap"),
+    "residual-grace-seconds": ("7", lambda c: c.residual_grace_seconds, 7.0),
+    "reconcile-period-seconds": ("9", lambda c: c.reconcile_period_seconds, 9.0),
+    "rediscover-seconds": ("3", lambda c: c.rediscover_seconds, 3.0),
+}
+
+
+def test_every_flag_is_covered() -> None:
+    assert sorted(READ) == sorted(f.name for f in config.PLUGIN_FLAGS)
+
+
+@pytest.mark.parametrize("flag", [pytest.param(f, id=f.name) for f in config.PLUGIN_FLAGS])
+def test_environment_twin_reaches_config(flag: config.Flag) -> None:
+    value, read, expected = READ[flag.name]
+    env = {"FLEXNPU_NODE_NAME": "n1", flag.env: value}
+    assert flag.env == "FLEXNPU_" + flag.name.upper().replace("-", "_")
+    assert read(config.from_args([], env)) == expected
+
+
+@pytest.mark.parametrize("flag", [pytest.param(f, id=f.name) for f in config.PLUGIN_FLAGS])
+def test_flag_beats_environment(flag: config.Flag) -> None:
+    value, read, expected = READ[flag.name]
+    env = {"FLEXNPU_NODE_NAME": "n1", flag.env: "from-env-but-ignored"}
+    assert read(config.from_args([f"--{flag.name}", value], env)) == expected
+
+
+def test_defaults() -> None:
+    cfg = config.from_args([], {"FLEXNPU_NODE_NAME": "n1"})
+    assert cfg.dra_socket == Path("/var/lib/kubelet/plugins/npu.flexnpu.io/dra.sock")
+    assert cfg.registration_socket == Path("/var/lib/kubelet/plugins_registry/npu.flexnpu.io-reg.sock")
+    assert cfg.daemon_socket == Path("/var/run/flexnpu/daemon.sock")
+    assert (cfg.default_mode, cfg.control_link, cfg.metrics_port) == ("both", "flexnpu0", -1)
+
+
+def test_pod_uid_gives_unique_sockets_for_rolling_updates() -> None:
+    cfg = config.from_args(["--pod-uid", "abc"], {"FLEXNPU_NODE_NAME": "n1"})
+    assert cfg.dra_socket.name == "dra-abc.sock"
+    assert cfg.registration_socket.name == "npu.flexnpu.io-abc-reg.sock"
+
+
+@pytest.mark.parametrize(
+    ("env", "field"),
+    [
+        pytest.param({}, "node-name", id="no-node-name"),
+        pytest.param(
+            {"FLEXNPU_NODE_NAME": "n", "FLEXNPU_DEFAULT_MODE": "half"}, "default-mode", id="bad-mode"
+        ),
+        pytest.param({"FLEXNPU_NODE_NAME": "n", "FLEXNPU_LOG_JSON": "maybe"}, "log-json", id="bad-bool"),
+        pytest.param(
+            {"FLEXNPU_NODE_NAME": "n", "FLEXNPU_METRICS_PORT": "x"}, "metrics-port", id="bad-number"
+        ),
+    ],
+)
+def test_bad_values_name_the_flag(env: dict[str, str], field: str) -> None:
+    with pytest.raises(InvalidInput) as info:
+        config.from_args([], env)
+    assert (info.value.code, info.value.field) == (ErrorCode.INVALID_CONFIG, field)
