@@ -269,8 +269,8 @@ def _normal(value: Any, ignored: frozenset[str], key: str = "") -> Any:
     if isinstance(value, Mapping):
         out = {}
         for k, v in value.items():
-            if k in ignored:
-                continue
+            if k in ignored or (k == "timeAdded" and key == "taints"):
+                continue  # the API server stamps a taint's timeAdded; ours never sets it
             n = _normal(v, ignored, k)
             if n is None or n in ({}, []):
                 continue

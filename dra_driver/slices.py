@@ -82,6 +82,8 @@ SHARE_TOKEN = "1"  # noqa: S105 (a counter amount, not a secret)
 """What a soft device consumes from its die's ``memory`` counter (see the module docstring)."""
 
 PCI_BUS_ATTRIBUTE = "resource.kubernetes.io/pciBusID"
+UNHEALTHY_TAINT = "npu.flexnpu.io/unhealthy"
+"""Taint key on the devices of an unhealthy die: NoSchedule keeps new claims off it (DRADeviceTaints)."""
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -284,6 +286,7 @@ def _whole_device(die: Die, inventory: Inventory, *, counters: bool) -> JSON:
                 },
             }
         ]
+    _taint_if_unhealthy(device, die)
     return device
 
 
@@ -320,7 +323,13 @@ def _soft_device(die: Die, inventory: Inventory, *, counters: bool) -> JSON:
         device["consumesCounters"] = [
             {"counterSet": _counter_set_name(die), "counters": {"memory": {"value": SHARE_TOKEN}}}
         ]
+    _taint_if_unhealthy(device, die)
     return device
+
+
+def _taint_if_unhealthy(device: JSON, die: Die) -> None:
+    if die.health == Health.UNHEALTHY:
+        device["taints"] = [{"key": UNHEALTHY_TAINT, "value": "true", "effect": "NoSchedule"}]
 
 
 def _counter_set_name(die: Die) -> str:

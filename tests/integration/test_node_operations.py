@@ -13,6 +13,7 @@ import pytest
 
 from dra_driver import netlink
 from dra_driver.claims import ClaimRef
+from dra_driver.testing.scheduler import Unschedulable
 from tests.integration.conftest import INVENTORIES, NAMESPACE, NODE, Node, wait_for
 
 
@@ -120,7 +121,18 @@ def test_health_change_is_republished_and_streamed_to_the_kubelet(
             return "npu-1" in devices and devices["npu-1"]["attributes"]["healthy"] == {"bool": False}
 
         wait_for("npu-1 republished as unhealthy", npu1_unhealthy)
-        assert {d["name"]: d for d in n.devices()}["npu-0"]["attributes"]["healthy"] == {"bool": True}
+        devices = {d["name"]: d for d in n.devices()}
+        assert (
+            devices["npu-0"]["attributes"]["healthy"] == {"bool": True} and "taints" not in devices["npu-0"]
+        )
+        assert [t["key"] for t in devices["npu-1"]["taints"]] == ["npu.flexnpu.io/unhealthy"]
+        # the scheduler keeps new claims off the tainted die: two whole dies asked, one fits
+        n.create_claim("w0", [{"name": "npu", "exactly": {"deviceClassName": "npu.flexnpu.io"}}])
+        got = n.scheduler.allocate(NAMESPACE, "w0", NODE)["status"]["allocation"]["devices"]["results"]
+        assert [r["device"] for r in got] == ["npu-0"]
+        n.create_claim("w1", [{"name": "npu", "exactly": {"deviceClassName": "npu.flexnpu.io"}}])
+        with pytest.raises(Unschedulable):
+            n.scheduler.allocate(NAMESPACE, "w1", NODE)
 
         def streamed() -> bool:
             update = watch.next(timeout=10)

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from controller.publisher import specs_equal
 from dra_driver import slices
 from dra_driver.devices import GIB, MIB, Die, DieMode, Health, Inventory
 from dra_driver.errors import ErrorCode, InvalidInput
@@ -417,3 +418,60 @@ def test_validate_pool_rejects(edit: Any, field: str, text: str) -> None:
 
 def test_validate_pool_accepts_the_built_pool() -> None:
     slices.validate_pool(_BASE)
+
+
+# -- unhealthy dies are tainted ---------------------------------------------------------------
+
+
+def _inventory_with_health(*healths: Health) -> Inventory:
+    dies = tuple(
+        Die(
+            vdie_id=f"{i:08X}-00000000-00000000-00000000-00000000",
+            model="910B3",
+            card_id=i,
+            chip_id=0,
+            phy_id=i,
+            logic_id=i,
+            pci_bus_id=f"0000:{i + 1:02x}:00.0",
+            numa_node=0,
+            memory_mib=65536,
+            aicore=20,
+            aicpu=7,
+            health=h,
+        )
+        for i, h in enumerate(healths)
+    )
+    return Inventory(dies=dies)
+
+
+@pytest.mark.parametrize("use_counters", [True, False])
+def test_unhealthy_die_devices_carry_a_noschedule_taint(use_counters: bool) -> None:
+    inv = _inventory_with_health(Health.HEALTHY, Health.UNHEALTHY)
+    pool = slices.build_pool(inv, driver_name="npu.flexnpu.io", node_name="n1", use_counters=use_counters)
+    devices = {d["name"]: d for s in pool.slices for d in s.get("devices", [])}
+    tainted = {name for name, d in devices.items() if d.get("taints")}
+    assert tainted == {name for name in devices if name.endswith("-1")} and tainted
+    for name in tainted:
+        assert devices[name]["taints"] == [
+            {"key": "npu.flexnpu.io/unhealthy", "value": "true", "effect": "NoSchedule"}
+        ]
+        assert devices[name]["attributes"]["healthy"] == {"bool": False}
+
+
+def test_server_stamped_taint_time_is_not_a_change() -> None:
+    wanted = {
+        "devices": [{"name": "npu-1", "taints": [{"key": "k", "value": "true", "effect": "NoSchedule"}]}]
+    }
+    stored = {
+        "devices": [
+            {
+                "name": "npu-1",
+                "taints": [
+                    {"key": "k", "value": "true", "effect": "NoSchedule", "timeAdded": "2026-11-30T12:00:00Z"}
+                ],
+            }
+        ]
+    }
+    assert specs_equal(stored, wanted)
+    stored["devices"][0]["taints"][0]["effect"] = "NoExecute"
+    assert not specs_equal(stored, wanted)
