@@ -101,6 +101,9 @@ class Server:
     def _serve_conn(self, conn: socket.socket) -> None:
         reader = protocol.FrameReader(conn, self.spec.max_frame_bytes)
         session: Session | None = None
+        # Until it authenticates, a connection may idle only briefly: an unauthenticated peer
+        # cannot hold a server thread (and its socket) for ever.
+        conn.settimeout(self.spec.auth_timeout_ms / 1000)
         try:
             while True:
                 try:
@@ -133,6 +136,7 @@ class Server:
                 else:
                     session, reply = self._hello(msg)
                     if session is not None:
+                        conn.settimeout(None)  # an authenticated client may idle as long as it likes
                         with self._conns_lock:
                             self._sessions.add(session)
                     conn.sendall(reply)

@@ -31,6 +31,8 @@ __all__ = [
 
 SPEC_VERSION = 1
 DEFAULT_STAGING_BYTES = 16 * 1024 * 1024
+DEFAULT_AUTH_TIMEOUT_MS = 10_000
+"""A connection that has not authenticated (HELLO with the token) by then is closed."""
 MIN_FRAME_BYTES = 4096
 MAX_UNIX_PATH = 107
 BACKENDS = ("emulated",)
@@ -64,6 +66,7 @@ class AclServerSpec:
     backend: str = "emulated"
     max_frame_bytes: int = 1024 * 1024
     staging_bytes: int = DEFAULT_STAGING_BYTES
+    auth_timeout_ms: int = DEFAULT_AUTH_TIMEOUT_MS
     version: int = SPEC_VERSION
 
 
@@ -90,7 +93,7 @@ _REQUIRED = (
     "ready_file",
     "shares",
 )
-_OPTIONAL = ("backend", "max_frame_bytes", "staging_bytes")
+_OPTIONAL = ("backend", "max_frame_bytes", "staging_bytes", "auth_timeout_ms")
 _SHARE_FIELDS = ("virtual_id", "die_phy_id", "memory_bytes", "compute_percent", "policy")
 _SHARE_OPTIONAL = ("memory_only",)
 
@@ -123,6 +126,11 @@ def parse_spec(text: str, *, source: str) -> AclServerSpec:
         raise p.bad("backend", f"unknown backend {backend!r} (available: {', '.join(BACKENDS)})")
     max_frame = p.integer(doc, "max_frame_bytes", lo=MIN_FRAME_BYTES) if "max_frame_bytes" in doc else 1 << 20
     staging = p.integer(doc, "staging_bytes", lo=4096) if "staging_bytes" in doc else DEFAULT_STAGING_BYTES
+    auth_timeout = (
+        p.integer(doc, "auth_timeout_ms", lo=100, hi=3_600_000)
+        if "auth_timeout_ms" in doc
+        else DEFAULT_AUTH_TIMEOUT_MS
+    )
     raw_shares = doc["shares"]
     if not isinstance(raw_shares, list) or not raw_shares:
         raise p.bad("shares", "must be a non-empty list")
@@ -139,6 +147,7 @@ def parse_spec(text: str, *, source: str) -> AclServerSpec:
         backend=backend,
         max_frame_bytes=max_frame,
         staging_bytes=staging,
+        auth_timeout_ms=auth_timeout,
         version=version,
         **paths,
     )

@@ -62,6 +62,7 @@ def make_spec(
     claim_uid: str | None = None,
     max_frame_bytes: int = 1 << 20,
     staging_bytes: int = 4 << 20,
+    auth_timeout_ms: int = spec_mod.DEFAULT_AUTH_TIMEOUT_MS,
 ) -> AclServerSpec:
     """A spec with fresh paths: shm dir /dev/shm/fnpu-t-<hex>, files in ``work_dir``."""
     uid = claim_uid or str(uuid.uuid4())
@@ -78,6 +79,7 @@ def make_spec(
         shares=tuple(shares),
         max_frame_bytes=max_frame_bytes,
         staging_bytes=staging_bytes,
+        auth_timeout_ms=auth_timeout_ms,
     )
 
 
