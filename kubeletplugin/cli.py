@@ -24,6 +24,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         try:
             cfg = config.build(config.resolve(args, os.environ))
+            if cfg.build_device_root:
+                from dra_driver import devroot
+
+                devroot.build_for_config(cfg)
         except FlexNPUError as err:
             print(f"flexnpu-dra plugin: {err}", file=sys.stderr)
             return 2

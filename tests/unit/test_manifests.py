@@ -344,32 +344,65 @@ def test_plugin_daemonset(emulated_node: bool) -> None:
     assert pod["serviceAccountName"] == "flexnpu-dra-driver"
     (ctr,) = pod["containers"]
     assert ctr["command"] == ["flexnpu-dra", "plugin"]
-    assert ctr["securityContext"]["privileged"] is True
+    sc = ctr["securityContext"]
+    assert sc["runAsUser"] == 0 and sc["readOnlyRootFilesystem"] is True
+    if emulated_node:
+        # Without NPUs nothing needs a privileged container: exactly the control link and mknod.
+        assert "privileged" not in sc and sc["allowPrivilegeEscalation"] is False
+        assert sc["capabilities"] == {"drop": ["ALL"], "add": ["NET_ADMIN", "MKNOD"]}
+    else:
+        assert sc["privileged"] is True  # npu-smi opens the device nodes
     env = _container_env(ds)
     assert env["FLEXNPU_NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     assert env["POD_UID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.uid"
     assert env["FLEXNPU_POD_UID"]["value"] == "$(POD_UID)"
     assert ("FLEXNPU_INVENTORY" in env) == emulated_node
     assert ("FLEXNPU_NPU_SMI" in env) != emulated_node
-    host_paths = {v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    assert ("FLEXNPU_BUILD_DEVICE_ROOT" in env) == emulated_node
+    host_paths = {v["hostPath"]["path"]: v for v in pod["volumes"] if "hostPath" in v}
     required = {
         "/var/lib/kubelet/plugins_registry",
         "/var/lib/kubelet/plugins",
         "/var/lib/flexnpu",
         "/var/run/flexnpu",
         "/var/run/cdi",
-        "/dev",
         "/dev/shm",
     }
-    assert required <= host_paths
-    mounted = {m["name"] for m in ctr["volumeMounts"]}
-    assert mounted == {v["name"] for v in pod["volumes"]}
+    assert required <= set(host_paths)
+    assert ("/dev" in host_paths) != emulated_node  # the emulated device root lives under /var/lib/flexnpu
+    mounts = {m["name"]: m for m in ctr["volumeMounts"]}
+    assert set(mounts) == {v["name"] for v in pod["volumes"]}
+    by_path = {v["hostPath"]["path"]: mounts[v["name"]] for v in host_paths.values()}
+    # The kubelet dials the endpoint the plugin names: its dirs are mounted at their host paths.
+    for kubelet_dir in ("/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins"):
+        assert by_path[kubelet_dir]["mountPath"] == kubelet_dir
+    assert env["FLEXNPU_KUBELET_REGISTRY_DIR"]["value"] == "/var/lib/kubelet/plugins_registry"
+    assert env["FLEXNPU_KUBELET_PLUGINS_DIR"]["value"] == "/var/lib/kubelet/plugins"
+    # Nothing mounts from inside the pod, so nothing propagates back to the host.
+    assert all(m.get("mountPropagation") in (None, "HostToContainer") for m in mounts.values())
+    if not emulated_node:
+        assert by_path["/dev"]["mountPropagation"] == "HostToContainer"
     for probe in ("readinessProbe", "livenessProbe"):
-        assert DEFAULT_DRIVER_NAME in " ".join(ctr[probe]["exec"]["command"])
+        assert ctr[probe]["exec"]["command"] == ["python3", "-m", "dra_driver.probes", "plugin"]
+    assert "initContainers" not in pod
     if emulated_node:
-        (init,) = pod["initContainers"]
-        assert init["command"][:3] == ["python3", "-m", "dra_driver.testing.devroot"]
-        assert env["FLEXNPU_DEVICE_ROOT"]["value"] == init["command"][4]
+        assert env["FLEXNPU_BUILD_DEVICE_ROOT"]["value"] == "true"
+        assert env["FLEXNPU_DEVICE_ROOT"]["value"].startswith("/var/lib/flexnpu/")
+
+
+def test_kubelet_dir_moves_every_kubelet_path() -> None:
+    docs = {
+        d["metadata"]["name"]: d for d in render_chart(chart_values({"kubeletDir": "/var/snap/k/kubelet"}))
+    }
+    ds = docs["flexnpu-dra-plugin"]
+    pod = ds["spec"]["template"]["spec"]
+    text = json.dumps(ds)
+    assert "/var/lib/kubelet" not in text
+    paths = {v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    assert {"/var/snap/k/kubelet/plugins_registry", "/var/snap/k/kubelet/plugins"} <= paths
+    assert (
+        _container_env(ds)["FLEXNPU_KUBELET_REGISTRY_DIR"]["value"] == "/var/snap/k/kubelet/plugins_registry"
+    )
 
 
 @pytest.mark.parametrize(
@@ -382,7 +415,16 @@ def test_daemon_daemonset_is_on_delete(emulated_node: bool) -> None:
     pod = ds["spec"]["template"]["spec"]
     (ctr,) = pod["containers"]
     assert ctr["command"] == ["flexnpu-daemon"]
-    assert ctr["securityContext"]["privileged"] is True
+    sc = ctr["securityContext"]
+    assert sc["runAsUser"] == 0 and sc["readOnlyRootFilesystem"] is True
+    if emulated_node:
+        assert "privileged" not in sc and sc["allowPrivilegeEscalation"] is False
+        assert sc["capabilities"] == {"drop": ["ALL"]}  # root for host dirs, no capability at all
+    else:
+        assert sc["privileged"] is True  # the Ascend backend opens the device nodes
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert ctr[probe]["exec"]["command"] == ["python3", "-m", "dra_driver.probes", "daemon"]
+    assert pod["automountServiceAccountToken"] is False
     env = _container_env(ds)
     assert ("FLEXNPU_DAEMON_INVENTORY" in env) == emulated_node
     assert ("FLEXNPU_DAEMON_NPU_SMI" in env) != emulated_node

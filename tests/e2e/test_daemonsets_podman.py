@@ -1,0 +1,217 @@
+"""The chart's two DaemonSets, run in podman exactly as rendered, on a node rooted in a temp directory.
+
+The chart is rendered with ``emulated.enabled`` (a node without NPUs), the image built by scripts/build-image.sh,
+``kubeletDir`` and every other host directory under the temp root, and a control link of its own. Each container
+runs with exactly its command, environment, mounts (with their propagation) and security context
+(tests/e2e/podspec.py), with the in-cluster API config the kubelet would give it (TLS in front of the fake API
+server). Then, from the host side, like a kubelet: the registration socket appears, both readiness probes pass,
+the kubelet simulator registers the plugin, and a whole-die claim and a vNPU share claim are prepared (the share
+through the daemon's aclserver, used from the host over its unix socket) and unprepared.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import stat
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from kubernetes import client
+
+from dra_driver import clientconf, netlink
+from dra_driver.client.session import Session
+from dra_driver.testing.fake_apiserver import FakeAPIServer
+from dra_driver.testing.kubelet import KubeletSimulator
+from dra_driver.testing.scheduler import SchedulerSim
+from tests.e2e import image as img
+from tests.e2e import podspec
+from tests.e2e.tlsproxy import TLSProxy, make_certificate
+from tests.integration.conftest import DRIVER, NAMESPACE, NODE, wait_for
+from tests.unit.test_manifests import RELEASE, chart_values, render_chart
+
+pytestmark = [pytest.mark.root, pytest.mark.podman, pytest.mark.timeout(img.BUILD_TIMEOUT + 600)]
+
+MI = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def built() -> Iterator[img.Built]:
+    yield img.build()
+
+
+@dataclasses.dataclass
+class Cluster:
+    api: FakeAPIServer
+    node: podspec.NodeRoot
+    docs: dict[str, dict[str, Any]]
+    configmaps: dict[str, dict[str, Any]]
+    link: str
+
+
+@pytest.fixture
+def cluster(built: img.Built, api: FakeAPIServer, short_tmp: Path) -> Iterator[Cluster]:
+    root = short_tmp / "n"
+    certs = short_tmp / "certs"
+    certs.mkdir()
+    cert, key = make_certificate(certs)
+    sa_dir = podspec.write_service_account(short_tmp / "sa", cert.read_bytes(), RELEASE["Namespace"])
+    link = f"fxs{uuid.uuid4().hex[:8]}"
+    repo, tag = built.image.rsplit(":", 1)
+    values = chart_values(
+        {
+            "emulated.enabled": True,
+            "image.repository": repo,
+            "image.tag": tag,
+            "image.pullPolicy": "Never",
+            "kubeletDir": str(root / "kubelet"),
+            "plugin.controlLink": {"name": link, "cidr": "169.254.213.1/24"},
+        }
+    )
+    docs = {f"{d['kind']}/{d['metadata']['name']}": d for d in render_chart(values)}
+    configmaps = {d["metadata"]["name"]: d for d in docs.values() if d["kind"] == "ConfigMap"}
+    # What a node has before the driver is installed: the kubelet's registry and /dev/shm.
+    (root / "kubelet" / "plugins_registry").mkdir(parents=True)
+    (root / "dev" / "shm").mkdir(parents=True)
+    backend = urlsplit(api.url)
+    with TLSProxy(cert, key, (backend.hostname or "127.0.0.1", backend.port or 80)) as proxy:
+        node = podspec.NodeRoot(root, NODE, "127.0.0.1", proxy.port, sa_dir)
+        try:
+            yield Cluster(api, node, docs, configmaps, link)
+        finally:
+            netlink.remove_link(link)
+
+
+def start(cluster: Cluster, name: str, pods: list[podspec.RunningPod]) -> podspec.RunningPod:
+    pod = podspec.start_pod(
+        cluster.docs[f"DaemonSet/{name}"], cluster.node, cluster.configmaps, namespace=RELEASE["Namespace"]
+    )
+    pods.append(pod)
+    return pod
+
+
+def wait_ready(pod: podspec.RunningPod, container: str, timeout: float = 90) -> str:
+    last: list[str] = []
+
+    def ready() -> bool:
+        if not pod.running(container):
+            raise AssertionError(f"{container} exited:\n{pod.logs(container)[-4000:]}")
+        proc = pod.exec_probe(container, "readinessProbe")
+        last[:] = [proc.stdout + proc.stderr]
+        return proc.returncode == 0
+
+    wait_for(f"{container} readiness probe", ready, timeout=timeout)
+    return last[0]
+
+
+def create_claim(api: FakeAPIServer, name: str, request: dict[str, Any]) -> str:
+    body = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {"devices": {"requests": [request]}},
+    }
+    raw = client.ResourceV1Api(api.api_client()).create_namespaced_resource_claim(
+        NAMESPACE, body, _preload_content=False
+    )
+    uid: str = json.loads(raw.data)["metadata"]["uid"]
+    return uid
+
+
+def published(api: FakeAPIServer) -> list[dict[str, Any]]:
+    raw = client.ResourceV1Api(api.api_client()).list_resource_slice(
+        field_selector=f"spec.nodeName={NODE}", _preload_content=False
+    )
+    return [d for s in json.loads(raw.data)["items"] for d in s["spec"].get("devices") or []]
+
+
+def test_daemonsets_run_as_rendered_and_serve_prepares(cluster: Cluster) -> None:
+    from dra_driver.claims import ClaimRef
+
+    root = cluster.node.root
+    pods: list[podspec.RunningPod] = []
+    try:
+        daemon = start(cluster, "flexnpu-daemon", pods)
+        assert "answers on /var/run/flexnpu/daemon.sock" in wait_ready(daemon, "daemon")
+        plugin = start(cluster, "flexnpu-dra-plugin", pods)
+        reg = root / "kubelet" / "plugins_registry" / f"{DRIVER}-{plugin.uid}-reg.sock"
+        wait_for("registration socket on the host side", reg.exists, timeout=60)
+        assert stat.S_ISSOCK(reg.stat().st_mode)
+        assert f"plugin {DRIVER} answers" in wait_ready(plugin, "plugin")
+        wait_for("published devices", lambda: len(published(cluster.api)) >= 2, timeout=60)
+        # The plugin built the emulated device root itself (--build-device-root), with real device nodes.
+        devroot = root / "var/lib/flexnpu/devroot"
+        assert stat.S_ISCHR((devroot / "dev/davinci0").stat().st_mode)
+        assert (devroot / "usr/local/Ascend/driver/version.info").is_file()
+
+        kubelet = KubeletSimulator(root / "kubelet" / "plugins_registry").wait_for_plugin(DRIVER, timeout=30)
+        assert kubelet.info.endpoint == str(root / "kubelet" / "plugins" / DRIVER / f"dra-{plugin.uid}.sock")
+        sim = SchedulerSim(cluster.api.api_client(), DRIVER)
+        consumer = {"resource": "pods", "name": "p", "uid": str(uuid.uuid4())}
+        whole_uid = create_claim(
+            cluster.api, "whole", {"name": "npu", "exactly": {"deviceClassName": "npu.flexnpu.io"}}
+        )
+        share_uid = create_claim(
+            cluster.api,
+            "share",
+            {
+                "name": "vnpu",
+                "exactly": {
+                    "deviceClassName": "vnpu.flexnpu.io",
+                    "capacity": {"requests": {"memory": "256Mi", "compute": "20"}},
+                },
+            },
+        )
+        sim.allocate(NAMESPACE, "whole", NODE, reserved_for=[consumer])
+        sim.allocate(NAMESPACE, "share", NODE, reserved_for=[consumer])
+        refs = [ClaimRef(NAMESPACE, whole_uid, "whole"), ClaimRef(NAMESPACE, share_uid, "share")]
+        results = kubelet.prepare(refs)
+        assert {uid: r.error for uid, r in results.items()} == {whole_uid: "", share_uid: ""}
+
+        cdi = root / "var/run/cdi"
+        specs = {p.name: json.loads(p.read_text()) for p in cdi.glob("*.json")}
+        (whole_spec,) = [s for n, s in specs.items() if whole_uid in n]
+        nodes = [d for dev in whole_spec["devices"] for d in dev["containerEdits"].get("deviceNodes") or []]
+        nodes += whole_spec.get("containerEdits", {}).get("deviceNodes") or []
+        for dn in nodes:
+            # Every host path the spec names exists on the node (here: under the temp root).
+            assert cluster.node.host(dn.get("hostPath") or dn["path"]).exists(), dn
+
+        # The share is served by an aclserver the daemon container started; use it from the host.
+        conf_path = root / "var/run/flexnpu/claims" / share_uid / "client.conf"
+        conf = clientconf.load(conf_path)
+        assert [(s.memory_bytes, s.compute_percent) for s in conf.shares] == [(256 * MI, 20)]
+        host_shm = cluster.node.host(f"/dev/shm/flexnpu/{share_uid}")
+        assert conf.endpoints.unix is not None
+        mapped = dataclasses.replace(
+            conf,
+            shm_dir=str(host_shm),
+            endpoints=clientconf.Endpoints(unix=str(host_shm / Path(conf.endpoints.unix).name), tcp=None),
+        )
+        host_conf = root / "host-client.conf"
+        host_conf.write_text(clientconf.render(mapped))
+        with Session.open(host_conf) as session:
+            session.init()
+            session.set_device(0)
+            assert session.get_mem_info()[1] == 256 * MI
+
+        assert kubelet.unprepare(refs) == {whole_uid: "", share_uid: ""}
+        assert list(cdi.glob("*.json")) == []
+        assert not conf_path.exists()
+        kubelet.close()
+
+        # SIGTERM, as the kubelet sends: both exit cleanly.
+        for pod, container in ((plugin, "plugin"), (daemon, "daemon")):
+            pod.stop()
+            assert not pod.running(container)
+            assert "Traceback" not in pod.logs(container), pod.logs(container)[-4000:]
+        assert not reg.exists()
+    finally:
+        for pod in pods:  # diagnostics, shown by pytest when the test failed
+            for container in pod.containers:
+                print(f"==== {pod.name}/{container}\n{pod.logs(container)[-6000:]}")
+            pod.remove()
