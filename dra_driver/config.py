@@ -74,6 +74,11 @@ PLUGIN_FLAGS: tuple[Flag, ...] = (
     ),
     Flag("reconcile-period-seconds", "60", "period of the residual reconciler's full pass (jittered ±20 %)"),
     Flag(
+        "max-shares-per-die",
+        "63",
+        "most soft shares (aclservers) one die serves; published as each share device's `shares` capacity",
+    ),
+    Flag(
         "rediscover-seconds",
         "30",
         "how often dies are discovered again for health and inventory changes (0 = never)",
@@ -119,6 +124,7 @@ class Config:
     residual_grace_seconds: float = 300.0
     reconcile_period_seconds: float = 60.0
     rediscover_seconds: float = 30.0
+    max_shares_per_die: int = 63
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -255,4 +261,16 @@ def build(values: Mapping[str, str | None]) -> Config:
             "reconcile-period-seconds", values.get("reconcile_period_seconds") or "60"
         ),
         rediscover_seconds=_number("rediscover-seconds", values.get("rediscover_seconds") or "30"),
+        max_shares_per_die=_max_shares(values.get("max_shares_per_die")),
     )
+
+
+def _max_shares(value: str | None) -> int:
+    number = _number("max-shares-per-die", value or "63")
+    if number != int(number) or not 1 <= number <= 1_000_000:
+        raise InvalidInput(
+            f"expected a whole number of shares >= 1, got {value!r}",
+            code=ErrorCode.INVALID_CONFIG,
+            field="max-shares-per-die",
+        )
+    return int(number)

@@ -12,7 +12,12 @@ Modes per die (:func:`resolve_mode`):
 * ``soft``  -> one device ``vnpu-<phy>`` with ``allowMultipleAllocations`` and consumable
   ``memory`` (128 MiB steps) and ``compute`` (1 % steps) capacities (KEP-5075). Its AI Core and
   AI CPU counts are int attributes, not capacities: a share would consume all of a capacity that
-  has no request policy.
+  has no request policy. A third consumable capacity, ``shares`` (value ``max_shares_per_die``,
+  default 63, request policy ``default: 1, validValues: [1]``), is the per-die share limit the
+  scheduler sees: every share consumes exactly one, so the share after the last one the node can
+  serve stays pending instead of failing prepare. It is a capacity and not a counter because the
+  v1.36 allocator charges a device's counters once while it is allocated at all, however many
+  shares it has (see ``dra_driver/testing/scheduler.py``): a counter cannot count shares.
 * ``both``  -> both devices on one die, kept apart by the scheduler through shared counters
   (KEP-4815). The die gets a counter set ``die-<phy>`` with ``memory`` (bytes) and
   ``compute`` (100). The whole device consumes **all** of them; the soft device consumes a
@@ -78,6 +83,9 @@ other shares; 1 % keeps them packable, and the elastic / best-effort policies (o
 let such a share borrow idle time beyond its floor.
 """
 FULL_COMPUTE = 100
+DEFAULT_MAX_SHARES_PER_DIE = 63
+"""CANN serves at most 63 user processes per A2/A3 device; each share is one aclserver process."""
+SHARES_CAPACITY = "shares"
 SHARE_TOKEN = "1"  # noqa: S105 (a counter amount, not a secret)
 """What a soft device consumes from its die's ``memory`` counter (see the module docstring)."""
 
@@ -135,15 +143,23 @@ def build_pool(
     use_counters: bool = True,
     fallback_mode: DieMode = DieMode.WHOLE,
     generation: int = 0,
+    max_shares_per_die: int = DEFAULT_MAX_SHARES_PER_DIE,
 ) -> DesiredPool:
     """The pool this node publishes: device slices first, then counter slices.
 
     ``mode_of`` defaults to ``resolve_mode(die, inventory, "both")``. With
     ``use_counters=False`` a ``both`` die is published as ``fallback_mode`` only.
     ``driver_name`` is part of the signature for symmetry with the publisher; the
-    fragments do not contain it.
+    fragments do not contain it. ``max_shares_per_die`` (>= 1) is the ``shares`` capacity of
+    every soft device.
     """
     del driver_name  # the publisher puts it in every slice
+    if max_shares_per_die < 1:
+        raise InvalidInput(
+            f"the share limit per die must be at least 1, not {max_shares_per_die}",
+            code=ErrorCode.INVALID_CONFIG,
+            field="max-shares-per-die",
+        )
     if fallback_mode not in (DieMode.WHOLE, DieMode.SOFT):
         raise InvalidInput(
             f"fallback mode must be whole or soft, not {fallback_mode!r}",
@@ -169,7 +185,9 @@ def build_pool(
         if mode in (DieMode.WHOLE, DieMode.BOTH):
             whole.append(_whole_device(die, inventory, counters=mode == DieMode.BOTH))
         if mode in (DieMode.SOFT, DieMode.BOTH):
-            soft.append(_soft_device(die, inventory, counters=mode == DieMode.BOTH))
+            soft.append(
+                _soft_device(die, inventory, counters=mode == DieMode.BOTH, max_shares=max_shares_per_die)
+            )
         if mode == DieMode.BOTH:
             counter_sets.append(_counter_set(die))
 
@@ -290,7 +308,7 @@ def _whole_device(die: Die, inventory: Inventory, *, counters: bool) -> JSON:
     return device
 
 
-def _soft_device(die: Die, inventory: Inventory, *, counters: bool) -> JSON:
+def _soft_device(die: Die, inventory: Inventory, *, counters: bool, max_shares: int) -> JSON:
     step = SOFT_MEMORY_STEP
     max_memory = die.memory_bytes // step * step
     # On a multi-allocatable device every capacity is consumed by each share: one without a
@@ -316,6 +334,10 @@ def _soft_device(die: Die, inventory: Inventory, *, counters: bool) -> JSON:
                     "default": str(step),
                     "validRange": {"min": str(step), "max": str(max_memory), "step": str(step)},
                 },
+            },
+            SHARES_CAPACITY: {
+                "value": str(max_shares),
+                "requestPolicy": {"default": "1", "validValues": ["1"]},
             },
         },
     }

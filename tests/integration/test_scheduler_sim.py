@@ -508,3 +508,68 @@ def test_tainted_devices_need_a_toleration(
     (result,) = results(sim.allocate(NS, "t", NODE))
     assert result["device"] == expected
     assert result.get("tolerations") == tolerations  # copied into the result, as the allocator does
+
+
+def _publish_pool(api: client.ResourceV1Api, pool: Any) -> None:
+    for i, fragment in enumerate(pool.slices):
+        api.create_resource_slice(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": f"{i:05x}-{DRIVER}-{NODE}"},
+                "spec": {
+                    "driver": DRIVER,
+                    "nodeName": NODE,
+                    "pool": {"name": NODE, "generation": 1, "resourceSliceCount": len(pool.slices)},
+                    **fragment,
+                },
+            }
+        )
+
+
+def test_the_share_after_the_per_die_limit_stays_pending(
+    env: tuple[client.ResourceV1Api, SchedulerSim],
+) -> None:
+    """The published ``shares`` capacity (63 by default) stops the scheduler, not prepare."""
+    from dra_driver import slices
+    from dra_driver.devices import Die, DieMode, Inventory
+
+    api, sim = env
+    die = Die(
+        vdie_id="00000000-00000000-00000000-00000000-00000000",
+        model="910B3",
+        card_id=0,
+        chip_id=0,
+        phy_id=0,
+        logic_id=0,
+        pci_bus_id="0000:01:00.0",
+        numa_node=0,
+        memory_mib=65536,
+        aicore=20,
+        aicpu=7,
+    )
+    pool = slices.build_pool(
+        Inventory(dies=(die,)), driver_name=DRIVER, node_name=NODE, mode_of=lambda d: DieMode.BOTH
+    )
+    _publish_pool(api, pool)
+    for i in range(64):  # 64 x 128Mi and 64 x 1 % fit the die: only the share limit says no
+        make_claim(api, f"s{i}", "vnpu.flexnpu.io", capacity={"memory": "128Mi"})
+    for i in range(63):
+        (r,) = results(sim.allocate(NS, f"s{i}", NODE))
+        assert r["device"] == "vnpu-0" and r["consumedCapacity"]["shares"] == "1"
+    with pytest.raises(Unschedulable, match="0 of 1 distinct device"):
+        sim.allocate(NS, "s63", NODE)
+    sim.deallocate(NS, "s0")
+    assert results(sim.allocate(NS, "s63", NODE))[0]["device"] == "vnpu-0"
+
+
+def test_a_share_cannot_ask_for_more_than_one_share_slot(
+    env: tuple[client.ResourceV1Api, SchedulerSim],
+) -> None:
+    api, sim = env
+    dev = soft("die-0-soft")
+    dev["capacity"]["shares"] = {"value": "63", "requestPolicy": {"default": "1", "validValues": ["1"]}}
+    publish(api, [dev])
+    make_claim(api, "greedy", "vnpu.flexnpu.io", capacity={"shares": "2"})
+    with pytest.raises(Unschedulable):
+        sim.allocate(NS, "greedy", NODE)

@@ -170,13 +170,26 @@ def test_soft_device_request_policy(inventory: Inventory, memory_max: int) -> No
         "default": str(128 * MIB),
         "validRange": {"min": str(128 * MIB), "max": str(memory_max), "step": str(128 * MIB)},
     }
-    assert set(device["capacity"]) == {"memory", "compute"}  # every capacity is consumed per share
+    # every capacity is consumed per share, each one with a request policy
+    assert set(device["capacity"]) == {"memory", "compute", "shares"}
+    assert device["capacity"]["shares"] == {
+        "value": "63",
+        "requestPolicy": {"default": "1", "validValues": ["1"]},
+    }
     assert device["attributes"]["aicore"] == {"int": inventory.dies[0].aicore}
     compute = device["capacity"]["compute"]
     assert compute == {
         "value": "100",
         "requestPolicy": {"default": "1", "validRange": {"min": "1", "max": "100", "step": "1"}},
     }
+
+
+def test_share_limit_is_the_shares_capacity() -> None:
+    device = _devices(_pool(A2, max_shares_per_die=5))["vnpu-0"]
+    assert device["capacity"]["shares"]["value"] == "5"
+    with pytest.raises(InvalidInput) as info:
+        _pool(A2, max_shares_per_die=0)
+    assert info.value.field == "max-shares-per-die"
 
 
 def test_both_mode_counters() -> None:
