@@ -51,7 +51,7 @@ PLUGIN_FLAGS: tuple[Flag, ...] = (
     Flag(
         "default-mode",
         "both",
-        "how dies are handed out when not configured per die: whole|soft|both (whole and shares, kept apart by counters)",
+        "how dies are handed out when not configured per die: whole|soft|hard|both|all (both = whole and shares, all = whole, shares and hard-split templates, kept apart by counters)",
     ),
     Flag("log-level", "INFO", "log level"),
     Flag("log-json", "false", "log JSON lines instead of text (true|false)"),
@@ -209,9 +209,9 @@ def build(values: Mapping[str, str | None]) -> Config:
             field="node-name",
         )
     mode = values.get("default_mode") or "both"
-    if mode not in ("whole", "soft", "both", "hard"):
+    if mode not in ("whole", "soft", "both", "hard", "all"):
         raise InvalidInput(
-            f"unknown mode {mode!r}; use whole, soft, both or hard",
+            f"unknown mode {mode!r}; use whole, soft, both, hard or all",
             code=ErrorCode.INVALID_CONFIG,
             field="default-mode",
         )
