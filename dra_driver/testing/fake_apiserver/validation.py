@@ -119,6 +119,10 @@ def validate(res: Resource, obj: Obj, old: Obj | None) -> list[tuple[str, str]]:
         causes += _validate_slice(obj, old)
     elif res.kind == "ResourceClaim":
         causes += _validate_claim(obj, old)
+    elif res.kind == "DeviceClass":
+        from dra_driver.testing.extended_resources import validate_device_class
+
+        causes += validate_device_class(obj)
     return causes
 
 
