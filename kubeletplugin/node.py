@@ -97,6 +97,7 @@ class NodeCore:
                 run_dir=cfg.paths.run_dir,
                 shm_dir=cfg.paths.shm_dir,
             ),
+            daemon=self.daemon,
             grace_seconds=cfg.residual_grace_seconds,
             period_seconds=cfg.reconcile_period_seconds,
             telemetry=self.telemetry,
