@@ -121,6 +121,7 @@ class Findings:
     orphans: list[sweep.Orphan] = field(default_factory=list)
     doubts: list[Doubt] = field(default_factory=list)
     untrusted: bool = False
+    errors: list[str] = field(default_factory=list)  # removals that failed; retried next pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,7 +296,11 @@ class Reconciler:
             clog = logs.claim_logger(r.uid, r.namespace, r.name)
             clog.warning("residual claim: %s; unpreparing it", r.reason)
             self.telemetry.residual_found("claim")
-            self.preparer.unprepare_uid(r.uid, clog)
+            try:
+                self.preparer.unprepare_uid(r.uid, clog)
+            except Exception as exc:  # one claim's failure must not stop the others' cleanup
+                self._failed(findings, f"unprepare residual claim {r.uid}", exc, clog)
+                continue
             self._unreserved_since.pop(r.uid, None)
             self.telemetry.residual_removed("claim")
             self._event(f"unprepared residual claim {r.namespace}/{r.name} ({r.uid}): {r.reason}")
@@ -305,13 +310,24 @@ class Reconciler:
         with self.preparer.locked() as cp:
             for orphan in sweep.find(set(cp.claims), self.places, self.daemon):
                 self.telemetry.residual_found(orphan.kind)
-                sweep.remove(orphan, self.daemon)
+                try:
+                    sweep.remove(orphan, self.daemon)
+                except Exception as exc:  # a read-only CDI dir, a daemon error: the rest still goes
+                    self._failed(findings, f"remove orphan {orphan.describe()}", exc, log)
+                    continue
                 self.telemetry.residual_removed(orphan.kind)
                 log.warning("removed orphan %s", orphan.describe())
                 self._event(f"removed orphan {orphan.describe()}")
         self.index.refresh(force=True)
         self.passes += 1
         return findings
+
+    def _failed(
+        self, findings: Findings, what: str, exc: BaseException, logger: logging.Logger | logs.ClaimLogger
+    ) -> None:
+        findings.errors.append(f"{what}: {type(exc).__name__}: {exc}")
+        self.live.failed(LOOP_RECONCILER, exc)
+        logger.error("could not %s (%s: %s); kept for the next pass", what, type(exc).__name__, exc)
 
     def _event(self, message: str) -> None:
         try:
@@ -355,7 +371,7 @@ class Reconciler:
         try:
             findings = self.reconcile_once()
             self.last_error = None
-            if findings.doubts or findings.untrusted:
+            if findings.doubts or findings.untrusted or findings.errors:
                 delay = self._backoff
                 self._backoff = min(self._backoff * 2, MAX_BACKOFF)
             else:
