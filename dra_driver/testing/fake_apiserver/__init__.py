@@ -9,7 +9,7 @@ label/field selectors, status-subresource isolation, merge / strategic-merge / J
 apply patches, watches with history, bookmarks and 410 Gone, and the validation rules that catch
 driver bugs. It must not grow endpoints a real apiserver lacks: driver code talks to it only
 through the ``kubernetes`` client, so it runs unchanged against a real cluster. Test-only hooks
-(``set_down``, ``compact``, ``request_log``, ``get_object``, ``put_object``) are Python methods.
+(``set_down``, ``answer_ambiguously``, ``compact``, ``request_log``, ``get_object``, ``put_object``) are Python methods.
 
 Usage::
 
@@ -36,12 +36,14 @@ The package, one module per concern (each imports only the ones above it):
 * ``patch.py`` — merge, strategic-merge, JSON and server-side-apply patches;
 * ``validation.py`` — validation and normalisation rules of the served types;
 * ``store.py`` — objects, resourceVersions, watch history, watchers;
+* ``faults.py`` — ambiguous answers on demand (test hook);
 * ``http.py`` — routing, discovery, watch streams;
 * ``server.py`` — :class:`FakeAPIServer` and ``main``.
 """
 
 from __future__ import annotations
 
+from dra_driver.testing.fake_apiserver.faults import Ambiguity
 from dra_driver.testing.fake_apiserver.quantities import canonical_quantity, format_quantity, parse_quantity
 from dra_driver.testing.fake_apiserver.resources import RESOURCES, APIError, Resource
 from dra_driver.testing.fake_apiserver.server import FakeAPIServer, main
@@ -49,6 +51,7 @@ from dra_driver.testing.fake_apiserver.server import FakeAPIServer, main
 __all__ = [
     "RESOURCES",
     "APIError",
+    "Ambiguity",
     "FakeAPIServer",
     "Resource",
     "canonical_quantity",

@@ -19,6 +19,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import yaml
 
+from dra_driver.testing.fake_apiserver import faults
 from dra_driver.testing.fake_apiserver.patch import json_patch, merge_patch, strategic_merge_patch
 from dra_driver.testing.fake_apiserver.resources import (
     BY_PATH,
@@ -251,8 +252,30 @@ class Handler(BaseHTTPRequestHandler):
             raise APIError(404, "NotFound", "the server could not find the requested resource")
         if name is None:
             self._collection(method, res, ns, query, raw)
+        elif (armed := owner._ambiguities.match(method=method, plural=res.plural, name=name)) is not None:
+            self._ambiguous(armed[0], armed[1], res, ns, name)
         else:
             self._item(method, res, ns, name, sub=sub, query=query, raw=raw)
+
+    def _ambiguous(
+        self, rule: faults.AmbiguityRule, released: threading.Event, res: Resource, ns: str | None, name: str
+    ) -> None:
+        """Answer ``rule.mode`` instead of the stored object (see :mod:`.faults`)."""
+        if rule.mode is faults.Ambiguity.TIMEOUT:
+            left = None if rule.until is None else max(0.0, rule.until - time.monotonic())
+            released.wait(left)  # held, never answered: the client's read timeout fires first
+            self.close_connection = True
+            return
+        try:
+            obj: Obj | None = self.server.owner._store.get(res, ns, name)
+        except APIError:
+            obj = None
+        code, ctype, data = faults.body_for(rule.mode, obj=obj, name=name, namespace=ns)
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
     def _selector(self, res: Resource, ns: str | None, query: dict[str, str]) -> Selector:
         labels = tuple(parse_label_selector(query.get("labelSelector", "")))

@@ -7,6 +7,8 @@ import contextlib
 import signal
 import socket
 import threading
+import time
+from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -14,6 +16,7 @@ from typing import Any
 import kubernetes.client
 import yaml
 
+from dra_driver.testing.fake_apiserver import faults
 from dra_driver.testing.fake_apiserver.http import HTTPServer
 from dra_driver.testing.fake_apiserver.resources import BY_KEY, RESOURCES, APIError, Resource
 from dra_driver.testing.fake_apiserver.store import Store
@@ -44,6 +47,7 @@ class FakeAPIServer:
         self._httpd: HTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._down = False
+        self._ambiguities = faults.Ambiguities()
         self._log: list[tuple[str, str]] = []
         self._log_lock = threading.Lock()
         self.url = ""
@@ -75,6 +79,7 @@ class FakeAPIServer:
         if httpd is None:
             return
         self._store.close_watchers(accept_new=False)
+        self._ambiguities.disarm()
         httpd.shutdown()
         httpd.server_close()
         with httpd.conn_lock:
@@ -115,6 +120,34 @@ class FakeAPIServer:
         """While down every request gets 503 ServiceUnavailable; going down ends open watches."""
         self._down = down
         self._store.close_watchers(accept_new=not down)
+
+    def answer_ambiguously(
+        self,
+        mode: faults.Ambiguity | str,
+        *,
+        seconds: float | None = None,
+        resource: str = "resourceclaims",
+        method: str = "GET",
+        names: Iterable[str] = (),
+    ) -> None:
+        """Answer ``method`` requests on items of ``resource`` with ``mode`` (see :mod:`.faults`).
+
+        For ``seconds`` (then normal again), or until :meth:`answer_normally`; ``names`` limits
+        it to those objects. List and watch requests are answered normally.
+        """
+        until = None if seconds is None else time.monotonic() + seconds
+        self._ambiguities.arm(
+            faults.AmbiguityRule(faults.Ambiguity(mode), resource, method, frozenset(names), until)
+        )
+
+    def answer_normally(self) -> None:
+        """End :meth:`answer_ambiguously` now (held ``timeout`` requests are closed unanswered)."""
+        self._ambiguities.disarm()
+
+    @property
+    def ambiguous_answers(self) -> int:
+        """How many requests got an ambiguous answer so far."""
+        return self._ambiguities.answered
 
     def compact(self) -> None:
         """Forget the watch history: watches from any older resourceVersion get 410 Gone."""
