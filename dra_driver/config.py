@@ -57,7 +57,7 @@ PLUGIN_FLAGS: tuple[Flag, ...] = (
     Flag(
         "default-mode",
         "both",
-        "how dies are handed out when not configured per die: whole|soft|both (whole and shares, kept apart by counters)",
+        "how dies are handed out when not configured per die: whole|soft|hard|both|all (both = whole and shares, all = whole, shares and hard-split templates, kept apart by counters)",
     ),
     Flag("log-level", "INFO", "log level"),
     Flag("log-json", "false", "log JSON lines instead of text (true|false)"),
@@ -79,6 +79,11 @@ PLUGIN_FLAGS: tuple[Flag, ...] = (
         "a prepared claim with no consumer in reservedFor this long is residual",
     ),
     Flag("reconcile-period-seconds", "60", "period of the residual reconciler's full pass (jittered ±20 %)"),
+    Flag(
+        "max-shares-per-die",
+        "63",
+        "most soft shares (aclservers) one die serves; published as each share device's `shares` capacity",
+    ),
     Flag(
         "rediscover-seconds",
         "30",
@@ -126,6 +131,7 @@ class Config:
     reconcile_period_seconds: float = 60.0
     rediscover_seconds: float = 30.0
     build_device_root: bool = False
+    max_shares_per_die: int = 63
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -219,9 +225,9 @@ def build(values: Mapping[str, str | None]) -> Config:
             field="node-name",
         )
     mode = values.get("default_mode") or "both"
-    if mode not in ("whole", "soft", "both", "hard"):
+    if mode not in ("whole", "soft", "both", "hard", "all"):
         raise InvalidInput(
-            f"unknown mode {mode!r}; use whole, soft, both or hard",
+            f"unknown mode {mode!r}; use whole, soft, both, hard or all",
             code=ErrorCode.INVALID_CONFIG,
             field="default-mode",
         )
@@ -273,4 +279,16 @@ def build(values: Mapping[str, str | None]) -> Config:
         ),
         rediscover_seconds=_number("rediscover-seconds", values.get("rediscover_seconds") or "30"),
         build_device_root=build_root,
+        max_shares_per_die=_max_shares(values.get("max_shares_per_die")),
     )
+
+
+def _max_shares(value: str | None) -> int:
+    number = _number("max-shares-per-die", value or "63")
+    if number != int(number) or not 1 <= number <= 1_000_000:
+        raise InvalidInput(
+            f"expected a whole number of shares >= 1, got {value!r}",
+            code=ErrorCode.INVALID_CONFIG,
+            field="max-shares-per-die",
+        )
+    return int(number)

@@ -176,7 +176,7 @@ def test_vnpu_share(soft_node: Node, tmp_path: Path, capsys: pytest.CaptureFixtu
     ex.create(claim)
     (result,) = _results(ex.allocate(claim.name))
     assert result["device"].startswith("vnpu-") and result["shareID"]
-    assert _consumed(result) == {"memory": 4 * GI, "compute": 25}
+    assert _consumed(result) == {"memory": 4 * GI, "compute": 25, "shares": 1}
     (dev,) = ex.prepare(claim.name).devices
     conf = ex.conf(claim.name)
     assert _shares(conf) == [(0, 4 * GI, 25, "elastic")]
@@ -204,7 +204,7 @@ def test_two_pods_one_die(soft_node: Node, tmp_path: Path, capsys: pytest.Captur
     first, second = results.values()
     # One die, two shares: same device, different share IDs, and the die's compute is used up.
     assert first["device"] == second["device"] and first["shareID"] != second["shareID"]
-    assert _consumed(first) == _consumed(second) == {"memory": 8 * GI, "compute": 50}
+    assert _consumed(first) == _consumed(second) == {"memory": 8 * GI, "compute": 50, "shares": 1}
     confs = {}
     for name in claims:
         (dev,) = ex.prepare(name).devices
@@ -228,7 +228,7 @@ def test_equal_distribution(soft_node: Node, tmp_path: Path, capsys: pytest.Capt
     (claim,) = ex.pod_claims().values()
     ex.create(claim)
     results = _results(ex.allocate(claim.name))
-    assert [_consumed(r) for r in results] == [{"memory": 128 * MI, "compute": 10}] * 2
+    assert [_consumed(r) for r in results] == [{"memory": 128 * MI, "compute": 10, "shares": 1}] * 2
     assert len(ex.prepare(claim.name).devices) == 2
     assert _shares(ex.conf(claim.name)) == [(0, 128 * MI, 10, "elastic"), (1, 128 * MI, 10, "elastic")]
     assert "FLEXNPU_VISIBLE_VNPUS=0,1" in ex.cdi_env(claim.name)
