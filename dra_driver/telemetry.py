@@ -100,6 +100,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
+from prometheus_client.registry import Collector
 
 from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput
 
@@ -350,6 +351,11 @@ class Telemetry:
                 field="metrics_port",
             ) from exc
         self._server = _Server(httpd.shutdown, httpd.server_close, thread, int(httpd.server_port))
+
+    def add_collector(self, collector: Collector) -> None:
+        """Serve ``collector``'s series on this endpoint too (``dra_driver/usage_metrics.py``)."""
+        if self.enabled:
+            self._registry.register(collector)
 
     def serve_health(
         self,

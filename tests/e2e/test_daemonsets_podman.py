@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import socket
 import stat
 import uuid
 from collections.abc import Iterator
@@ -70,6 +71,7 @@ def cluster(built: img.Built, api: FakeAPIServer, short_tmp: Path) -> Iterator[C
             "image.pullPolicy": "Never",
             "kubeletDir": str(root / "kubelet"),
             "plugin.controlLink": {"name": link, "cidr": "169.254.213.1/24"},
+            "plugin.metricsPort": _free_port(),  # host network: not the default, which may be taken here
         }
     )
     docs = {f"{d['kind']}/{d['metadata']['name']}": d for d in render_chart(values)}
@@ -84,6 +86,12 @@ def cluster(built: img.Built, api: FakeAPIServer, short_tmp: Path) -> Iterator[C
             yield Cluster(api, node, docs, configmaps, link)
         finally:
             netlink.remove_link(link)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def start(cluster: Cluster, name: str, pods: list[podspec.RunningPod]) -> podspec.RunningPod:
@@ -142,6 +150,11 @@ def test_daemonsets_run_as_rendered_and_serve_prepares(cluster: Cluster) -> None
         wait_for("registration socket on the host side", reg.exists, timeout=60)
         assert stat.S_ISSOCK(reg.stat().st_mode)
         assert f"plugin {DRIVER} answers" in wait_ready(plugin, "plugin")
+        # Liveness: every loop of the node process passed recently (/healthz on the metrics port).
+        live = plugin.exec_probe("plugin", "livenessProbe")
+        assert live.returncode == 0, live.stdout + live.stderr
+        live = daemon.exec_probe("daemon", "livenessProbe")
+        assert live.returncode == 0, live.stdout + live.stderr
         wait_for("published devices", lambda: len(published(cluster.api)) >= 2, timeout=60)
         # The plugin built the emulated device root itself (--build-device-root), with real device nodes.
         devroot = root / "var/lib/flexnpu/devroot"

@@ -60,7 +60,7 @@ NAMESPACED = {"ServiceAccount", "ConfigMap", "Pod", "DaemonSet", "ResourceClaimT
 
 
 # -- a renderer for the Go-template subset the chart uses --------------------------------------
-# Supported: {{ .Values.a.b }}, .Release.*, .Chart.*, pipes `quote`, `nindent N`, `toYaml X`,
+# Supported: {{ .Values.a.b }}, .Release.*, .Chart.*, `.Files.Get "path"`, pipes `quote`, `nindent N`, `toYaml X`,
 # `{{ if X }} ... {{ else }} ... {{ end }}`, and `{{-` / `-}}` whitespace trimming. Anything
 # else fails loudly, so the chart cannot drift outside what this test understands.
 
@@ -91,7 +91,12 @@ def _text(value: Any) -> str:
 def _evaluate(expr: str, scope: Mapping[str, Any]) -> Any:
     stages = [s.strip() for s in expr.split("|")]
     head = stages[0].split()
-    value = _to_yaml(_lookup(head[1], scope)) if head[0] == "toYaml" else _lookup(head[0], scope)
+    if head[0] == "toYaml":
+        value = _to_yaml(_lookup(head[1], scope))
+    elif head[0] == ".Files.Get":
+        value = (CHART / json.loads(head[1])).read_text()  # a file of the chart, as is (not templated)
+    else:
+        value = _lookup(head[0], scope)
     for stage in stages[1:]:
         name, *args = stage.split()
         if name == "quote":
@@ -185,7 +190,73 @@ def key(doc: Mapping[str, Any]) -> tuple[str, str, str]:
     return (doc["kind"], meta.get("namespace", ""), meta["name"])
 
 
+# Prometheus-operator kinds (no Python models): the fields the chart writes, checked by shape.
+CRD_SCHEMAS: dict[str, dict[str, Any]] = {
+    "PrometheusRule": {
+        "type": "object",
+        "required": ["groups"],
+        "additionalProperties": False,
+        "properties": {
+            "groups": {
+                "type": "array",
+                "minItems": 1,
+                "items": {
+                    "type": "object",
+                    "required": ["name", "rules"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "name": {"type": "string"},
+                        "rules": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "required": ["alert", "expr", "labels", "annotations"],
+                                "additionalProperties": False,
+                                "properties": {
+                                    "alert": {"type": "string", "pattern": "^[A-Za-z][A-Za-z0-9]*$"},
+                                    "expr": {"type": "string", "minLength": 1},
+                                    "for": {"type": "string", "pattern": "^[0-9]+[smh]$"},
+                                    "labels": {"type": "object", "required": ["severity"]},
+                                    "annotations": {"type": "object", "required": ["summary", "description"]},
+                                },
+                            },
+                        },
+                    },
+                },
+            }
+        },
+    },
+    "PodMonitor": {
+        "type": "object",
+        "required": ["selector", "podMetricsEndpoints"],
+        "additionalProperties": False,
+        "properties": {
+            "selector": {"type": "object", "required": ["matchLabels"]},
+            "podMetricsEndpoints": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["port"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "port": {"type": "string"},
+                        "path": {"type": "string"},
+                        "interval": {"type": "string"},
+                    },
+                },
+            },
+        },
+    },
+}
+
+
 def check_shape(doc: dict[str, Any], where: str) -> None:
+    kind = doc.get("kind")
+    if kind in CRD_SCHEMAS:
+        assert doc.get("apiVersion") == "monitoring.coreos.com/v1", where
+        assert doc["metadata"].get("name") and doc["metadata"].get("namespace"), where
+        jsonschema.validate(doc["spec"], CRD_SCHEMAS[kind])
+        return
     kind = doc.get("kind")
     assert kind in MODELS, f"{where}: unexpected kind {kind!r}"
     assert doc.get("apiVersion") == API_VERSIONS[kind], f"{where}: {kind} must be {API_VERSIONS[kind]}"
@@ -224,6 +295,14 @@ CHART_VARIANTS = [
     ),
     pytest.param(
         {
+            "monitoring.dashboard.enabled": True,
+            "monitoring.prometheusRule.enabled": True,
+            "monitoring.podMonitor.enabled": True,
+        },
+        id="monitoring",
+    ),
+    pytest.param(
+        {
             "plugin.nodeSelector": {"accelerator": "ascend"},
             "plugin.resources": {"limits": {"memory": "512Mi"}},
         },
@@ -241,8 +320,11 @@ def test_chart_renders_valid_objects(overrides: dict[str, Any]) -> None:
         check_shape(doc, f"chart {doc.get('kind')}")
     kinds = sorted(d["kind"] for d in docs)
     assert kinds.count("DaemonSet") == 2
-    assert ("ConfigMap" in kinds) == bool(overrides.get("emulated.enabled"))
+    configmaps = bool(overrides.get("emulated.enabled")) + bool(overrides.get("monitoring.dashboard.enabled"))
+    assert kinds.count("ConfigMap") == configmaps
     assert kinds.count("DeviceClass") == (0 if overrides.get("deviceClasses.create") is False else 3)
+    monitoring = bool(overrides.get("monitoring.prometheusRule.enabled"))
+    assert ("PrometheusRule" in kinds) == monitoring and ("PodMonitor" in kinds) == monitoring
 
 
 def test_plain_manifest_matches_the_chart() -> None:
@@ -261,6 +343,8 @@ def test_plain_manifest_matches_the_chart() -> None:
         pytest.param("plugin.defaultMode", "shared", id="bad-mode"),
         pytest.param("driverName", "NPU_FlexNPU", id="bad-driver-name"),
         pytest.param("plugin.metricsPort", "9090", id="port-as-string"),
+        pytest.param("plugin.metricsPort", -1, id="metrics-off-breaks-liveness"),
+        pytest.param("monitoring.podMonitor.interval", "often", id="bad-interval"),
         pytest.param("image.pullPolicy", "Sometimes", id="bad-pull-policy"),
         pytest.param("emulated.inventory", {"chips": []}, id="empty-inventory"),
         pytest.param("unknownTopLevel", 1, id="unknown-field"),
@@ -382,8 +466,11 @@ def test_plugin_daemonset(emulated_node: bool) -> None:
     assert all(m.get("mountPropagation") in (None, "HostToContainer") for m in mounts.values())
     if not emulated_node:
         assert by_path["/dev"]["mountPropagation"] == "HostToContainer"
-    for probe in ("readinessProbe", "livenessProbe"):
-        assert ctr[probe]["exec"]["command"] == ["python3", "-m", "dra_driver.probes", "plugin"]
+    assert ctr["readinessProbe"]["exec"]["command"] == ["python3", "-m", "dra_driver.probes", "plugin"]
+    assert ctr["livenessProbe"]["exec"]["command"] == ["flexnpu-dra", "probe"]  # the loops are alive
+    (port,) = ctr["ports"]
+    assert port["name"] == "metrics"
+    assert str(port["containerPort"]) == env["FLEXNPU_METRICS_PORT"]["value"]  # what the probe asks
     assert "initContainers" not in pod
     if emulated_node:
         assert env["FLEXNPU_BUILD_DEVICE_ROOT"]["value"] == "true"
