@@ -34,6 +34,7 @@ from dra_driver.daemon.model import (
 )
 from dra_driver.errors import ErrorCode, FlexNPUError, StateError
 from dra_driver.logs import claim_logger
+from flexnpu_wire.launch import DEFAULT_MAX_SESSIONS, DEFAULT_MAX_SHARES_PER_DIE
 
 log = logging.getLogger("flexnpu.daemon")
 
@@ -50,6 +51,10 @@ class Settings:
     stop_timeout: float = 2.0
     monitor_interval: float = 0.5
     max_restarts: int = 1
+    max_sessions: int = DEFAULT_MAX_SESSIONS
+    max_shares_per_die: int = DEFAULT_MAX_SHARES_PER_DIE
+    shm_mount: bool = False
+    """Each claim's shm dir is its own tmpfs, sized from its quota (needs CAP_SYS_ADMIN)."""
 
     @property
     def registry_file(self) -> Path:
@@ -362,6 +367,8 @@ class Manager:
             shm_root=s.shm_root,
             tcp_host=entity.endpoints.tcp_host,
             tcp_port=tcp_port,
+            max_sessions=s.max_sessions,
+            max_shares_per_die=s.max_shares_per_die,
         )
         files.write_spec(paths.spec, doc)
         launched = self.launcher.launch(spec_path=paths.spec, stderr_path=paths.stderr)
@@ -390,12 +397,12 @@ class Manager:
             pid_start_time=launched.start_time,
             cmdline=processes.cmdline(launched.pid) or launched.cmdline,
             endpoints=Endpoints(
-                tcp_host=str(ready.get("tcp_host", entity.endpoints.tcp_host)),
-                tcp_port=int(ready.get("tcp_port", 0)),
-                unix_socket=str(ready.get("unix_socket", paths.unix_socket)),
+                tcp_host=ready.tcp_host,
+                tcp_port=ready.tcp_port,
+                unix_socket=ready.unix_socket,
                 shm_dir=str(paths.shm_dir),
             ),
-            started_at=float(ready.get("started_at", time.time())),
+            started_at=ready.started_at,
             message=entity.message if entity.restarts else "",
         )
         with self._lock:

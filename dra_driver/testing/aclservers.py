@@ -63,6 +63,9 @@ def make_spec(
     max_frame_bytes: int = 1 << 20,
     staging_bytes: int = 4 << 20,
     auth_timeout_ms: int = spec_mod.DEFAULT_AUTH_TIMEOUT_MS,
+    max_sessions: int = spec_mod.DEFAULT_MAX_SESSIONS,
+    max_connections: int = spec_mod.DEFAULT_MAX_CONNECTIONS,
+    max_shares_per_die: int = spec_mod.DEFAULT_MAX_SHARES_PER_DIE,
 ) -> AclServerSpec:
     """A spec with fresh paths: shm dir /dev/shm/fnpu-t-<hex>, files in ``work_dir``."""
     uid = claim_uid or str(uuid.uuid4())
@@ -80,6 +83,9 @@ def make_spec(
         max_frame_bytes=max_frame_bytes,
         staging_bytes=staging_bytes,
         auth_timeout_ms=auth_timeout_ms,
+        max_sessions=max_sessions,
+        max_connections=max(max_connections, max_sessions + 1),
+        max_shares_per_die=max_shares_per_die,
     )
 
 
@@ -92,7 +98,7 @@ def client_conf(spec: AclServerSpec, ready: ReadyInfo, *, unix: bool = True, tcp
         ),
         shm_dir=spec.shm_dir,
         shares=tuple(
-            ShareInfo(s.virtual_id, s.memory_bytes, s.compute_percent, s.policy, s.memory_only)
+            ShareInfo(s.virtual_id, s.memory_bytes, s.compute_percent, Policy(s.policy), s.memory_only)
             for s in spec.shares
         ),
     )
