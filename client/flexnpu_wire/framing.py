@@ -44,8 +44,8 @@ HEADER = struct.Struct(">HHIB")
 _LENGTH = struct.Struct(">I")
 _MAX_INTS = 255
 _INITIAL_BUFFER = 64 * 1024
-MAX_PRE_AUTH_FRAME_BYTES = 512
-"""Largest frame a server reads before HELLO succeeded (a HELLO with a 512-hex-digit token fits)."""
+MAX_PRE_AUTH_FRAME_BYTES = 640
+"""Largest frame a server reads before HELLO succeeded (a HELLO with the longest token the daemon accepts, 512 hex digits, is 537)."""
 
 
 class Message(NamedTuple):
