@@ -8,7 +8,7 @@ ClientError
 
 from __future__ import annotations
 
-from flexnpu_wire.errors import ContractError
+from flexnpu_wire.errors import ContractError, Unreadable
 
 __all__ = ["AclError", "ClientError", "ConfigError", "ConnectError"]
 
@@ -29,9 +29,14 @@ class AclError(ClientError):
 class ConfigError(ClientError, ContractError):
     """client.conf could not be read or is malformed (``field`` names the bad field)."""
 
+    unreadable: bool = False
+    """True when the file could not be read at all (missing, unreadable), not merely malformed."""
+
     @classmethod
     def of(cls, exc: ContractError) -> ConfigError:
-        return cls(exc.message, source=exc.source, field=exc.field, claim_uid=exc.claim_uid)
+        err = cls(exc.message, source=exc.source, field=exc.field, claim_uid=exc.claim_uid)
+        err.unreadable = isinstance(exc, Unreadable)
+        return err
 
 
 class ConnectError(ClientError):

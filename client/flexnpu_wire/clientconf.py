@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flexnpu_wire.codes import Policy
-from flexnpu_wire.errors import ContractError
+from flexnpu_wire.errors import ContractError, Unreadable
 
 __all__ = [
     "CONF_VERSION",
@@ -157,13 +157,13 @@ def load(path: str | os.PathLike[str] | None = None) -> ClientConf:
         with open(chosen, "rb") as fh:
             raw = fh.read(_MAX_BYTES + 1)
     except OSError as exc:
-        raise ContractError(f"cannot read client.conf {chosen}: {exc.strerror}", source=chosen) from exc
+        raise Unreadable(f"cannot read client.conf {chosen}: {exc.strerror}", source=chosen) from exc
     if len(raw) > _MAX_BYTES:
-        raise ContractError(f"client.conf {chosen} is larger than {_MAX_BYTES} bytes", source=chosen)
+        raise Unreadable(f"client.conf {chosen} is larger than {_MAX_BYTES} bytes", source=chosen)
     try:
         text = raw.decode()
     except UnicodeDecodeError as exc:
-        raise ContractError(f"client.conf {chosen} is not UTF-8: {exc}", source=chosen) from exc
+        raise Unreadable(f"client.conf {chosen} is not UTF-8: {exc}", source=chosen) from exc
     return parse(text, source=chosen)
 
 

@@ -8,7 +8,7 @@ driver, so the client distribution stays free of its dependencies.
 
 from __future__ import annotations
 
-__all__ = ["ContractError"]
+__all__ = ["ContractError", "Unreadable"]
 
 
 class ContractError(ValueError):
@@ -22,3 +22,7 @@ class ContractError(ValueError):
         self.source = source
         self.field = field
         self.claim_uid = claim_uid
+
+
+class Unreadable(ContractError):
+    """The document could not be read at all (missing, unreadable, too large, not UTF-8)."""

@@ -24,6 +24,7 @@ from dra_driver.aclserver import codes, datalink, protocol, scheduling
 from dra_driver.aclserver.backend import KERNEL_RESULT_BYTES, AclFailure, Backend
 from dra_driver.aclserver.protocol import Op
 from dra_driver.aclserver.spec import AclServerSpec
+from flexnpu_wire import ops
 
 __all__ = ["MAX_KERNEL_US", "Claim", "Session", "SessionRefused"]
 
@@ -185,26 +186,33 @@ class Session:
         self._cond = threading.Condition()
         self._cancel = threading.Event()
         self.staging = self._new_region("staging", staging_bytes, 0)
-        self._handlers: dict[int, tuple[int, Callable[[tuple[int, ...]], tuple[int, ...]]]] = {
-            Op.INIT: (0, self._init),
-            Op.FINALIZE: (0, self._finalize),
-            Op.GET_DEVICE_COUNT: (0, self._get_device_count),
-            Op.SET_DEVICE: (1, self._set_device),
-            Op.RESET_DEVICE: (1, self._reset_device),
-            Op.GET_DEVICE: (0, self._get_device),
-            Op.MALLOC: (2, self._malloc),
-            Op.FREE: (1, self._free),
-            Op.MEMCPY: (5, self._memcpy),
-            Op.MEMSET: (4, self._memset),
-            Op.GET_MEM_INFO: (1, self._get_mem_info),
-            Op.FREE_HOST: (1, self._free_host),
-            Op.CREATE_STREAM: (0, self._create_stream),
-            Op.DESTROY_STREAM: (1, self._destroy_stream),
-            Op.SYNCHRONIZE_STREAM: (1, self._synchronize_stream),
-            Op.SYNCHRONIZE_DEVICE: (0, self._synchronize_device),
-            Op.LAUNCH_KERNEL: (6, self._launch_kernel),
-            Op.GET_STATS: (0, self._get_stats),
-            Op.GET_USAGE: (1, self._get_usage),
+        handlers: dict[Op, Callable[[tuple[int, ...]], tuple[int, ...]]] = {
+            Op.INIT: self._init,
+            Op.FINALIZE: self._finalize,
+            Op.GET_DEVICE_COUNT: self._get_device_count,
+            Op.SET_DEVICE: self._set_device,
+            Op.RESET_DEVICE: self._reset_device,
+            Op.GET_DEVICE: self._get_device,
+            Op.MALLOC: self._malloc,
+            Op.FREE: self._free,
+            Op.MEMCPY: self._memcpy,
+            Op.MEMSET: self._memset,
+            Op.GET_MEM_INFO: self._get_mem_info,
+            Op.FREE_HOST: self._free_host,
+            Op.CREATE_STREAM: self._create_stream,
+            Op.DESTROY_STREAM: self._destroy_stream,
+            Op.SYNCHRONIZE_STREAM: self._synchronize_stream,
+            Op.SYNCHRONIZE_DEVICE: self._synchronize_device,
+            Op.LAUNCH_KERNEL: self._launch_kernel,
+            Op.GET_STATS: self._get_stats,
+            Op.GET_USAGE: self._get_usage,
+        }
+        # arity comes from the op table (flexnpu_wire/ops.py), the one definition of each layout
+        self._handlers: dict[
+            int, tuple[frozenset[int], Callable[[tuple[int, ...]], tuple[int, ...]], bool]
+        ] = {
+            int(op): (frozenset(ops.spec_of(op).arities), fn, op not in (Op.INIT, Op.FINALIZE))  # type: ignore[union-attr]
+            for op, fn in handlers.items()
         }
 
     # -- dispatch ---------------------------------------------------------------------------------
@@ -222,10 +230,10 @@ class Session:
             entry = self._handlers.get(msg.op)
             if entry is None:
                 raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, f"unknown op {msg.op}")
-            arity, handler = entry
-            if not (msg.op == Op.MEMCPY and len(msg.ints) == arity + 1):  # optional span, see _memcpy
-                self._arity(msg, arity)
-            if msg.op not in (Op.INIT, Op.FINALIZE):
+            arities, handler, needs_init = entry
+            if len(msg.ints) not in arities:
+                self._arity(msg, min(arities))
+            if needs_init and not self.initialized:
                 self._need_init()
             values = handler(msg.ints)
             return protocol.encode_reply(msg.op, msg.request_id, codes.ACL_SUCCESS, *values)
