@@ -7,13 +7,16 @@ Nothing here knows about processes; ``manager`` decides when to create or remove
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import stat
 from pathlib import Path
 
 from dra_driver import files
 from dra_driver.aclserver import spec as launch
 from dra_driver.aclserver.spec import AclServerSpec, ReadyInfo
+from dra_driver.daemon import shmfs
 from dra_driver.daemon.spec import ClaimPaths
 from dra_driver.errors import FlexNPUError
 
@@ -35,11 +38,21 @@ def write_spec(path: Path, spec: AclServerSpec) -> None:
     launch.write_spec(path, spec)
 
 
-def prepare_shm_dir(paths: ClaimPaths, *, ledger_dir: Path) -> None:
-    """Create the claim's shm dir (and the shared ledger dir); remove a stale socket and ready file."""
+def prepare_shm_dir(paths: ClaimPaths, *, ledger_dir: Path, tmpfs_bytes: int | None = None) -> None:
+    """Create the claim's shm dir (and the shared ledger dir); remove a stale socket and ready file.
+
+    A symlink (or any non-directory) where the shm dir belongs is removed, never followed. With
+    ``tmpfs_bytes`` the dir becomes its own tmpfs of that size (``dra_driver/daemon/shmfs.py``).
+    """
     ledger_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
-    paths.shm_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
-    for stale in (paths.unix_socket, paths.ready):
+    with contextlib.suppress(FileNotFoundError):
+        st = os.lstat(paths.shm_dir)
+        if not stat.S_ISDIR(st.st_mode):
+            files.remove_nofollow(paths.shm_dir)
+    paths.shm_dir.mkdir(parents=True, exist_ok=True, mode=0o711)
+    if tmpfs_bytes is not None:
+        shmfs.mount(paths.shm_dir, size_bytes=tmpfs_bytes)
+    for stale in (paths.unix_socket, paths.ready, paths.sessions):
         stale.unlink(missing_ok=True)
 
 
@@ -64,7 +77,17 @@ def stderr_tail(path: Path, limit: int = 2000) -> str:
 
 
 def remove_claim_files(paths: ClaimPaths) -> None:
-    """Remove the claim's shm dir, spec, ready file and captured stderr (missing is fine)."""
-    shutil.rmtree(paths.shm_dir, ignore_errors=True)
+    """Remove the claim's shm dir (unmounting its tmpfs), spec, ready and sessions files and
+    captured stderr (missing is fine; a symlink is removed, never followed)."""
+    with contextlib.suppress(OSError):
+        shmfs.unmount_all_under(paths.shm_dir)
+    try:
+        st = os.lstat(paths.shm_dir)
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        files.remove_nofollow(paths.shm_dir)
+    else:
+        shutil.rmtree(paths.shm_dir, ignore_errors=True)
     for f in paths.files():
         f.unlink(missing_ok=True)

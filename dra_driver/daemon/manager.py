@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dra_driver.daemon import files, liveness, processes, registry, spec, usage, validation
+from dra_driver.daemon import files, processes, registry, shmfs, spec, usage, validation
 from dra_driver.daemon.launcher import Launcher
 from dra_driver.daemon.model import (
     DieCapacity,
@@ -34,7 +34,7 @@ from dra_driver.daemon.model import (
 )
 from dra_driver.errors import ErrorCode, FlexNPUError, StateError
 from dra_driver.logs import claim_logger
-from flexnpu_wire.launch import DEFAULT_MAX_SESSIONS, DEFAULT_MAX_SHARES_PER_DIE
+from flexnpu_wire.launch import DEFAULT_MAX_SESSIONS, DEFAULT_MAX_SHARES_PER_DIE, DEFAULT_STAGING_BYTES
 
 log = logging.getLogger("flexnpu.daemon")
 
@@ -98,6 +98,7 @@ class Manager:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._monitor: threading.Thread | None = None
+        self._sampler = usage.Sampler()
 
     # ---- start-up ----
 
@@ -237,7 +238,7 @@ class Manager:
         """Every registered claim with its current process state."""
         with self._lock:
             snapshot = sorted(self._entities.values(), key=lambda e: e.claim_uid)
-        used = usage.memory_used(
+        figures = usage.ledger_figures(
             self.settings.ledger_dir, (s.die_phy_id for e in snapshot for s in e.request.shares)
         )
         out = []
@@ -246,17 +247,26 @@ class Manager:
             alive = processes.is_alive(e.pid, e.pid_start_time)
             if state is EntityState.RUNNING and not alive:
                 state = EntityState.EXITED
-            elif state is EntityState.RUNNING and liveness.ping(e.endpoints.unix_socket) != e.pid:
-                state, message = EntityState.UNKNOWN, f"aclserver pid {e.pid} runs but does not answer PING"
+            sessions = usage.sessions(self.settings.paths(e.claim_uid).sessions) if alive else -1
+            shares = []
+            for s in e.request.shares:
+                key = (e.claim_uid, s.virtual_id)
+                fig = figures.get(key)
+                shares.append(
+                    ShareUsage(
+                        share=s,
+                        memory_used_bytes=fig.mem_used if fig else -1,
+                        compute_used_percent=self._sampler.percent(key, fig.consumed_us) if fig else -1,
+                        compute_used_us=fig.consumed_us if fig else -1,
+                        sessions=sessions,
+                    )
+                )
             out.append(
                 EntityInfo(
                     entity_id=e.claim_uid,
                     namespace=e.request.namespace,
                     name=e.request.name,
-                    shares=tuple(
-                        ShareUsage(share=s, memory_used_bytes=used.get((e.claim_uid, s.virtual_id), -1))
-                        for s in e.request.shares
-                    ),
+                    shares=tuple(shares),
                     pid=e.pid,
                     state=state,
                     endpoints=e.endpoints,
@@ -360,7 +370,24 @@ class Manager:
         s = self.settings
         uid = entity.claim_uid
         paths = s.paths(uid)
-        files.prepare_shm_dir(paths, ledger_dir=s.ledger_dir)
+        tmpfs = (
+            shmfs.size_for(
+                memory_bytes=sum(sh.memory_bytes for sh in entity.request.shares),
+                max_sessions=s.max_sessions,
+                staging_bytes=DEFAULT_STAGING_BYTES,
+            )
+            if s.shm_mount
+            else None
+        )
+        try:
+            files.prepare_shm_dir(paths, ledger_dir=s.ledger_dir, tmpfs_bytes=tmpfs)
+        except OSError as exc:
+            raise StateError(
+                f"cannot prepare the shm dir {paths.shm_dir}: {exc.strerror or exc}",
+                code=ErrorCode.INTERNAL,
+                claim_uid=uid,
+                field="shm_dir",
+            ) from exc
         doc = spec.build_spec(
             entity.request,
             paths=paths,

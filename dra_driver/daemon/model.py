@@ -152,8 +152,16 @@ class RegisterResult:
 @dataclass(frozen=True, slots=True)
 class ShareUsage:
     share: Share
-    memory_used_bytes: int = -1  # -1: unknown
-    compute_used_percent: int = -1  # -1: unknown
+    """Usage of one vNPU (virtual id ``share.virtual_id``); quotas are ``share.memory_bytes`` and
+    ``share.compute_percent``. -1 means unknown."""
+
+    memory_used_bytes: int = -1
+    compute_used_percent: int = -1
+    """Percent of the die used since the previous ``List`` (-1 on the first)."""
+    compute_used_us: int = -1
+    """Die microseconds used since the aclserver started."""
+    sessions: int = -1
+    """Client sessions open on the claim's aclserver."""
 
 
 @dataclass(frozen=True, slots=True)

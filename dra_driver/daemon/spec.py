@@ -46,9 +46,10 @@ class ClaimPaths:
     spec: Path
     ready: Path
     stderr: Path
+    sessions: Path
 
     def files(self) -> tuple[Path, ...]:
-        return (self.spec, self.ready, self.stderr)
+        return (self.spec, self.ready, self.stderr, self.sessions)
 
 
 def claim_paths(claim_uid: str, *, run_dir: Path, shm_root: Path) -> ClaimPaths:
@@ -61,6 +62,7 @@ def claim_paths(claim_uid: str, *, run_dir: Path, shm_root: Path) -> ClaimPaths:
         spec=specs / f"{claim_uid}.spec.json",
         ready=specs / f"{claim_uid}.ready.json",
         stderr=specs / f"{claim_uid}.stderr.log",
+        sessions=specs / f"{claim_uid}.ready.sessions",
     )
 
 
