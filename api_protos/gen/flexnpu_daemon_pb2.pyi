@@ -87,8 +87,10 @@ class UnregisterResponse(_message.Message):
     def __init__(self, found: _Optional[bool] = ...) -> None: ...
 
 class ListRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("probe",)
+    PROBE_FIELD_NUMBER: _ClassVar[int]
+    probe: bool
+    def __init__(self, probe: _Optional[bool] = ...) -> None: ...
 
 class ShareUsage(_message.Message):
     __slots__ = ("share", "memory_used_bytes", "compute_used_percent", "compute_used_us", "sessions")

@@ -64,7 +64,11 @@ FLAGS: tuple[config.Flag, ...] = (
     DaemonFlag("launcher", "zygote", "how the default aclserver starts: zygote (fork, fast) or spawn"),
     DaemonFlag("ready-timeout", "10", "seconds to wait for a new aclserver's ready file"),
     DaemonFlag("stop-timeout", "2", "seconds between SIGTERM and SIGKILL of an aclserver group"),
-    DaemonFlag("monitor-interval", "0.5", "seconds between liveness checks of the aclservers"),
+    DaemonFlag(
+        "monitor-interval",
+        "0.5",
+        "seconds between liveness checks when exit notification (pidfd) is unavailable or an exit is pending",
+    ),
     DaemonFlag("max-restarts", "1", "times a dead aclserver is restarted (0 = never)"),
     DaemonFlag(
         "max-sessions",

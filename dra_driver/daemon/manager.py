@@ -11,8 +11,11 @@ a process starts or stops); one short global lock guards the map and the registr
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+import os
+import selectors
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -20,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dra_driver.daemon import files, processes, registry, shmfs, spec, usage, validation
+from dra_driver.daemon import files, liveness, processes, registry, shmfs, spec, usage, validation
 from dra_driver.daemon.launcher import Launcher
 from dra_driver.daemon.model import (
     DieCapacity,
@@ -37,6 +40,9 @@ from dra_driver.logs import claim_logger
 from flexnpu_wire.launch import DEFAULT_MAX_SESSIONS, DEFAULT_MAX_SHARES_PER_DIE, DEFAULT_STAGING_BYTES
 
 log = logging.getLogger("flexnpu.daemon")
+
+RESYNC_SECONDS = 30.0
+"""A full liveness pass this often even when no pidfd fired (a safety net, not the mechanism)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +105,7 @@ class Manager:
         self._stop = threading.Event()
         self._monitor: threading.Thread | None = None
         self._sampler = usage.Sampler()
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
 
     # ---- start-up ----
 
@@ -234,8 +241,12 @@ class Manager:
             )
             return True
 
-    def list(self) -> list[EntityInfo]:
-        """Every registered claim with its current process state."""
+    def list(self, *, probe: bool = False) -> list[EntityInfo]:
+        """Every registered claim with its process state and usage per vNPU.
+
+        Liveness comes from the process table (exits are noticed by the monitor as they happen);
+        ``probe`` also PINGs each running aclserver and reports a live but silent one as Unknown.
+        """
         with self._lock:
             snapshot = sorted(self._entities.values(), key=lambda e: e.claim_uid)
         figures = usage.ledger_figures(
@@ -247,6 +258,8 @@ class Manager:
             alive = processes.is_alive(e.pid, e.pid_start_time)
             if state is EntityState.RUNNING and not alive:
                 state = EntityState.EXITED
+            elif probe and state is EntityState.RUNNING and liveness.ping(e.endpoints.unix_socket) != e.pid:
+                state, message = EntityState.UNKNOWN, f"aclserver pid {e.pid} runs but does not answer PING"
             sessions = usage.sessions(self.settings.paths(e.claim_uid).sessions) if alive else -1
             shares = []
             for s in e.request.shares:
@@ -290,6 +303,7 @@ class Manager:
 
     def stop_monitor(self) -> None:
         self._stop.set()
+        self._wake()
         if self._monitor is not None:
             self._monitor.join(timeout=self.settings.stop_timeout + self.settings.ready_timeout)
 
@@ -314,11 +328,68 @@ class Manager:
                 claim.lock.release()
 
     def _monitor_loop(self) -> None:
-        while not self._stop.wait(self.settings.monitor_interval):
+        """Wait for aclserver exits on their pidfds (no polling while nothing happens); without
+        pidfd support, check every ``monitor_interval``. A full pass also runs every
+        ``RESYNC_SECONDS`` as a safety net."""
+        watched: dict[int, tuple[int, int]] = {}  # pidfd -> (pid, start time)
+        with selectors.DefaultSelector() as sel:
+            sel.register(self._wake_r, selectors.EVENT_READ)
+            while not self._stop.is_set():
+                try:
+                    quiet = self._watch_running(sel, watched)
+                    timeout = RESYNC_SECONDS if quiet else self.settings.monitor_interval
+                    events = sel.select(timeout)
+                    for key, _ in events:
+                        if key.fileobj == self._wake_r:
+                            with contextlib.suppress(BlockingIOError):
+                                os.read(self._wake_r, 4096)
+                        else:
+                            assert isinstance(key.fileobj, int)
+                            sel.unregister(key.fileobj)
+                            os.close(key.fileobj)
+                            watched.pop(key.fileobj, None)
+                    if self._stop.is_set():
+                        break
+                    self.check_once()
+                except Exception:
+                    log.exception("monitor pass failed")
+                    self._stop.wait(self.settings.monitor_interval)
+            for fd in watched:
+                os.close(fd)
+
+    def _watch_running(self, sel: selectors.BaseSelector, watched: dict[int, tuple[int, int]]) -> bool:
+        """Open a pidfd for every running aclserver not watched yet. False when the monitor must
+        poll instead: pidfds are unavailable, or a dead aclserver still waits to be handled."""
+        with self._lock:
+            want = {
+                (e.pid, e.pid_start_time) for e in self._entities.values() if e.state is EntityState.RUNNING
+            }
+        have = set(watched.values())
+        for fd, ident in list(watched.items()):
+            if ident not in want:
+                sel.unregister(fd)
+                os.close(fd)
+                del watched[fd]
+        quiet = True
+        for pid, start in want - have:
             try:
-                self.check_once()
-            except Exception:
-                log.exception("monitor pass failed")
+                fd = os.pidfd_open(pid)
+            except ProcessLookupError:
+                quiet = False  # already gone: a pass handles it soon
+                continue
+            except (OSError, AttributeError):
+                return False
+            if not processes.is_alive(pid, start):  # exited (or the pid was reused) before we opened it
+                os.close(fd)
+                quiet = False
+                continue
+            watched[fd] = (pid, start)
+            sel.register(fd, selectors.EVENT_READ)
+        return quiet
+
+    def _wake(self) -> None:
+        with contextlib.suppress(OSError):
+            os.write(self._wake_w, b"x")
 
     def _handle_exit(self, claim: _Claim, entity: Entity) -> None:
         uid = entity.claim_uid
@@ -435,6 +506,7 @@ class Manager:
         with self._lock:
             self._entities[uid] = running
             self._persist()
+        self._wake()  # the monitor opens a pidfd for the new process
         return running
 
     def _discard(self, claim: _Claim, entity: Entity) -> None:
