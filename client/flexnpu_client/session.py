@@ -32,6 +32,9 @@ from flexnpu_wire.ops import Op
 
 __all__ = ["HostData", "Session"]
 
+_GET_MEM_INFO = int(Op.GET_MEM_INFO)
+_HBM_MEM = int(MemAttr.HBM_MEM)
+
 HostData = Any
 """A host side of memcpy: a malloc_host pointer (int) or a buffer object (bytes, numpy array, ...)."""
 
@@ -153,10 +156,14 @@ class Session:
     def free(self, ptr: int) -> None:
         self.call(Op.FREE, ptr)
 
-    def get_mem_info(self, attr: int = MemAttr.HBM_MEM) -> tuple[int, int]:
-        """(free, total) of the current device: total is the memory quota."""
-        free, total = self.call(Op.GET_MEM_INFO, attr)
-        return free, total
+    def get_mem_info(self, attr: int = _HBM_MEM) -> tuple[int, int]:
+        """(free, total) of the current device: total is the claim's memory quota, free what all
+        of its sessions leave."""
+        reply = self.link.request(_GET_MEM_INFO, (int(attr),))
+        ints = reply.ints
+        if ints[0] != 0:
+            raise AclError(ints[0], reply.tail.decode(errors="replace"))
+        return ints[1], ints[2]
 
     def memset(self, ptr: int, dst_max: int, value: int, count: int) -> None:
         self.call(Op.MEMSET, ptr, dst_max, value, count)

@@ -25,6 +25,8 @@ class SocketTransport:
         self.sock = sock
         self.kind = kind
         self._reader = protocol.FrameReader(sock, _REPLY_MAX_FRAME)
+        self._read = self._reader.read
+        self._sendall = sock.sendall
         self._ids = itertools.count(1)
         self.lock = threading.RLock()
         """Held across a pipelined exchange (``send`` ... ``receive``)."""
@@ -32,7 +34,17 @@ class SocketTransport:
     def request(self, op: int, ints: tuple[int, ...] = (), tail: bytes = b"") -> protocol.Message:
         """Send one request and return its reply (ConnectError if the link breaks)."""
         with self.lock:
-            return self.receive(self.send(op, ints, tail))
+            rid = next(self._ids) & 0xFFFFFFFF
+            try:
+                self._sendall(protocol.encode(op, rid, ints, tail))
+                reply = self._read()
+            except (OSError, protocol.ProtocolError) as exc:
+                raise ConnectError(f"aclserver connection ({self.kind}) failed: {exc}") from exc
+            if reply is None:
+                raise ConnectError(f"aclserver closed the connection ({self.kind})")
+            if reply.request_id != rid and reply.op != 0:
+                raise ConnectError(f"aclserver answered request {reply.request_id}, expected {rid}")
+            return reply
 
     def send(self, op: int, ints: tuple[int, ...] = (), tail: bytes = b"") -> int:
         """Send a request without waiting; return its id (hold ``lock`` until its ``receive``)."""

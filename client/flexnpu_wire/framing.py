@@ -41,7 +41,10 @@ __all__ = [
 PROTOCOL_VERSION = 1
 FLAG_REPLY = 0x1
 HEADER = struct.Struct(">HHIB")
+_HEADER_SIZE = HEADER.size
+_HEADER_UNPACK = HEADER.unpack_from
 _LENGTH = struct.Struct(">I")
+_LENGTH_UNPACK = _LENGTH.unpack_from
 _MAX_INTS = 255
 _INITIAL_BUFFER = 64 * 1024
 MAX_PRE_AUTH_FRAME_BYTES = 640
@@ -85,28 +88,48 @@ def encode(
 ) -> bytes:
     """One complete frame (length prefix included), ready for ``sendall``."""
     n = len(ints)
-    if n > _MAX_INTS:
-        raise ValueError(f"at most {_MAX_INTS} values per frame, got {n}")
-    packer = _packer(n)
-    return packer.pack(packer.size - 4 + len(tail), op, flags, request_id, n, *ints) + tail
+    packer = _PACKERS.get(n) or _new_packer(n)
+    if tail:
+        return packer.pack(packer.size - 4 + len(tail), op, flags, request_id, n, *ints) + tail
+    return packer.pack(packer.size - 4, op, flags, request_id, n, *ints)
 
 
 def encode_reply(op: int, request_id: int, ret: int, *values: int, tail: bytes = b"") -> bytes:
     """A reply frame: ``ret`` first, then the op's output values."""
-    return encode(op, request_id, (ret, *values), tail, flags=FLAG_REPLY)
+    n = len(values) + 1
+    packer = _PACKERS.get(n) or _new_packer(n)
+    if tail:
+        return packer.pack(packer.size - 4 + len(tail), op, FLAG_REPLY, request_id, n, ret, *values) + tail
+    return packer.pack(packer.size - 4, op, FLAG_REPLY, request_id, n, ret, *values)
+
+
+def _new_packer(n: int) -> struct.Struct:
+    if n > _MAX_INTS:
+        raise ValueError(f"at most {_MAX_INTS} values per frame, got {n}")
+    return _packer(n)
+
+
+_VALUES: dict[int, struct.Struct] = {}
+_new_message = tuple.__new__
 
 
 def decode(payload: bytes | bytearray | memoryview, offset: int, length: int) -> Message:
     """Decode one payload of ``length`` bytes starting at ``offset`` (length prefix excluded)."""
-    if length < HEADER.size:
-        raise FrameTruncated(f"frame of {length} bytes is shorter than the {HEADER.size}-byte header")
-    op, flags, request_id, n = HEADER.unpack_from(payload, offset)
-    body = HEADER.size + 8 * n
+    if length < _HEADER_SIZE:
+        raise FrameTruncated(f"frame of {length} bytes is shorter than the {_HEADER_SIZE}-byte header")
+    op, flags, request_id, n = _HEADER_UNPACK(payload, offset)
+    body = _HEADER_SIZE + 8 * n
     if length < body:
         raise FrameTruncated(f"frame of {length} bytes is too short for its {n} values ({body} bytes)")
-    ints = struct.unpack_from(f">{n}q", payload, offset + HEADER.size) if n else ()
-    tail = bytes(payload[offset + body : offset + length])
-    return Message(op, flags, request_id, ints, tail)
+    if n:
+        values = _VALUES.get(n)
+        if values is None:
+            values = _VALUES[n] = struct.Struct(f">{n}q")
+        ints = values.unpack_from(payload, offset + _HEADER_SIZE)
+    else:
+        ints = ()
+    tail = bytes(payload[offset + body : offset + length]) if length > body else b""
+    return _new_message(Message, (op, flags, request_id, ints, tail))  # C-level: skips NamedTuple.__new__
 
 
 class FrameReader:
@@ -118,6 +141,7 @@ class FrameReader:
         self._sock = sock
         self._max = max_frame_bytes
         self._buf = bytearray(initial_buffer)
+        self._view: memoryview | None = memoryview(self._buf)
         self._start = 0
         self._end = 0
 
@@ -135,7 +159,7 @@ class FrameReader:
         avail = self._end - self._start
         if avail < 4:
             return None
-        (length,) = _LENGTH.unpack_from(self._buf, self._start)
+        (length,) = _LENGTH_UNPACK(self._buf, self._start)
         if length > self._max:
             raise FrameTooLarge(f"frame of {length} bytes exceeds max_frame_bytes {self._max}")
         need = 4 + length
@@ -155,7 +179,8 @@ class FrameReader:
             (length,) = _LENGTH.unpack_from(self._buf, self._start)
             need = 4 + length
         self._make_room(need)
-        got = self._sock.recv_into(memoryview(self._buf)[self._end :])
+        view = self._view if self._view is not None else memoryview(self._buf)
+        got = self._sock.recv_into(view[self._end :])
         if got == 0:
             if avail == 0:
                 return False
@@ -168,6 +193,12 @@ class FrameReader:
 
         Raises FrameTooLarge, FrameTruncated, or OSError from the socket.
         """
+        if self._start == self._end and self._view is not None:
+            # fast path: an empty buffer and (usually) one whole frame per recv
+            got = self._sock.recv_into(self._view)
+            if got == 0:
+                return None
+            self._end = got
         while True:
             msg = self.next_buffered()
             if msg is not None:
@@ -183,4 +214,8 @@ class FrameReader:
             self._buf[:avail] = self._buf[self._start : self._end]
             self._start, self._end = 0, avail
         if need > len(self._buf) or self._end >= len(self._buf):
+            if self._view is not None:
+                self._view.release()
+                self._view = None
             self._buf.extend(bytes(max(need, 2 * len(self._buf)) - len(self._buf)))
+            self._view = memoryview(self._buf)

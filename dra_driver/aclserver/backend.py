@@ -154,8 +154,9 @@ class EmulatedBackend:
         return len(self._shares)
 
     def mem_info(self, device: int) -> tuple[int, int]:
-        share = self._share(device)
-        return share.spec.memory_bytes - share.used, share.spec.memory_bytes
+        share = self._shares[device] if 0 <= device < len(self._shares) else self._share(device)
+        total = share.spec.memory_bytes
+        return total - share.used, total
 
     def malloc(self, device: int, size: int, policy: int, *, owner: int = 0) -> int:
         share = self._share(device)

@@ -42,6 +42,7 @@ _BACKOFF_MIN_S = 0.05
 _BACKOFF_MAX_S = 1.0
 _PRE_AUTH_BUFFER = 1024
 _WARN_EVERY_S = 5.0
+_PING, _HELLO = int(Op.PING), int(Op.HELLO)
 
 
 @dataclass(slots=True)
@@ -279,13 +280,16 @@ class Server:
                     return
                 if msg is None:
                     return
-                if msg.op == Op.PING:
+                op = msg.op
+                if op > _HELLO:  # every ACL op: the hot path first
+                    sendall(handle(msg))
+                elif op == _PING:
                     sendall(
                         protocol.encode_reply(
-                            msg.op, msg.request_id, codes.ACL_SUCCESS, os.getpid(), tail=b"PONG"
+                            op, msg.request_id, codes.ACL_SUCCESS, os.getpid(), tail=b"PONG"
                         )
                     )
-                elif msg.op == Op.HELLO:
+                elif op == _HELLO:
                     sendall(
                         _error(msg, codes.ACL_ERROR_INVALID_PARAM, "this connection is already authenticated")
                     )

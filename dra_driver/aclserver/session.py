@@ -38,6 +38,10 @@ _ACL_ERROR_REPEAT_FINALIZE = codes.ACL_ERROR_REPEAT_FINALIZE
 _STREAM_BASE = 0x5_0000_0000
 _region_names = itertools.count(1)
 _session_ids = itertools.count(1)
+_MEM_ATTRS = frozenset(int(a) for a in codes.MemAttr)
+_MALLOC_HOST = int(Op.MALLOC_HOST)
+_encode_reply = protocol.encode_reply
+_MEMCPY_KINDS = frozenset(int(k) for k in codes.MemcpyKind)
 
 
 class SessionRefused(Exception):
@@ -219,24 +223,22 @@ class Session:
 
     def handle(self, msg: protocol.Message) -> bytes:
         """Execute one request and return the encoded reply (never raises AclFailure)."""
+        op, ints = msg.op, msg.ints
         try:
-            if msg.op == Op.MALLOC_HOST:
-                self._need_init()
-                self._arity(msg, 1)
-                ptr, size, name = self._malloc_host(msg.ints[0])
-                return protocol.encode_reply(
-                    msg.op, msg.request_id, codes.ACL_SUCCESS, ptr, size, tail=name.encode()
-                )
-            entry = self._handlers.get(msg.op)
+            entry = self._handlers.get(op)
             if entry is None:
-                raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, f"unknown op {msg.op}")
+                if op == _MALLOC_HOST:
+                    self._need_init()
+                    self._arity(msg, 1)
+                    ptr, size, name = self._malloc_host(ints[0])
+                    return _encode_reply(op, msg.request_id, 0, ptr, size, tail=name.encode())
+                raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, f"unknown op {op}")
             arities, handler, needs_init = entry
-            if len(msg.ints) not in arities:
+            if len(ints) not in arities:
                 self._arity(msg, min(arities))
             if needs_init and not self.initialized:
                 self._need_init()
-            values = handler(msg.ints)
-            return protocol.encode_reply(msg.op, msg.request_id, codes.ACL_SUCCESS, *values)
+            return _encode_reply(op, msg.request_id, 0, *handler(ints))
         except AclFailure as exc:
             return protocol.encode_reply(msg.op, msg.request_id, exc.code, tail=exc.message.encode())
 
@@ -313,9 +315,10 @@ class Session:
         return ()
 
     def _get_mem_info(self, ints: tuple[int, ...]) -> tuple[int, ...]:
-        if ints[0] not in codes.MemAttr.__members__.values():
+        if ints[0] not in _MEM_ATTRS:
             raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, f"unknown memory attribute {ints[0]}")
-        return self.backend.mem_info(self._current())
+        device = self.device
+        return self.backend.mem_info(self._current() if device is None else device)
 
     def _memset(self, ints: tuple[int, ...]) -> tuple[int, ...]:
         ptr, dst_max, value, count = ints
@@ -339,7 +342,7 @@ class Session:
             raise AclFailure(
                 codes.ACL_ERROR_INVALID_PARAM, f"memcpy count {count} must be in 0..dst_max ({dst_max})"
             )
-        if kind not in codes.MemcpyKind.__members__.values():
+        if kind not in _MEMCPY_KINDS:
             raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, f"unknown memcpy kind {kind}")
         src_host, dst_host = datalink.is_host_ptr(src), datalink.is_host_ptr(dst)
         expected = {
