@@ -237,3 +237,21 @@ def write_service_account(directory: Path, ca_pem: bytes, namespace: str) -> Pat
     for p in directory.iterdir():
         os.chmod(p, 0o644)
     return directory
+
+
+def _mount_points() -> list[str]:
+    points = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        point = line.split()[4].replace("\\040", " ")
+        points.append(point)
+    return points
+
+
+def is_mount(path: Path) -> bool:
+    return str(path) in _mount_points()
+
+
+def unmount_under(root: Path) -> None:
+    """Lazily unmount everything at or below ``root``, deepest first (what a node's reboot would drop)."""
+    for point in sorted((p for p in _mount_points() if Path(p).is_relative_to(root)), key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True, timeout=30, check=False)

@@ -15,6 +15,7 @@ import dataclasses
 import json
 import socket
 import stat
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,16 +77,23 @@ def cluster(built: img.Built, api: FakeAPIServer, short_tmp: Path) -> Iterator[C
     )
     docs = {f"{d['kind']}/{d['metadata']['name']}": d for d in render_chart(values)}
     configmaps = {d["metadata"]["name"]: d for d in docs.values() if d["kind"] == "ConfigMap"}
-    # What a node has before the driver is installed: the kubelet's registry and /dev/shm.
+    # What a node has before the driver is installed: the kubelet's registry, and /dev/shm as a tmpfs
+    # with shared propagation (as systemd sets it up), so the daemon's claim tmpfs mounts reach "the host".
     (root / "kubelet" / "plugins_registry").mkdir(parents=True)
-    (root / "dev" / "shm").mkdir(parents=True)
+    shm = root / "dev" / "shm"
+    shm.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m,mode=1777", "fx-node-shm", str(shm)], check=True)
+    subprocess.run(["mount", "--make-shared", str(shm)], check=True)
     backend = urlsplit(api.url)
-    with TLSProxy(cert, key, (backend.hostname or "127.0.0.1", backend.port or 80)) as proxy:
-        node = podspec.NodeRoot(root, NODE, "127.0.0.1", proxy.port, sa_dir)
-        try:
-            yield Cluster(api, node, docs, configmaps, link)
-        finally:
-            netlink.remove_link(link)
+    try:
+        with TLSProxy(cert, key, (backend.hostname or "127.0.0.1", backend.port or 80)) as proxy:
+            node = podspec.NodeRoot(root, NODE, "127.0.0.1", proxy.port, sa_dir)
+            try:
+                yield Cluster(api, node, docs, configmaps, link)
+            finally:
+                netlink.remove_link(link)
+    finally:
+        podspec.unmount_under(root)
 
 
 def _free_port() -> int:
@@ -194,7 +202,9 @@ def test_daemonsets_run_as_rendered_and_serve_prepares(cluster: Cluster) -> None
             # Every host path the spec names exists on the node (here: under the temp root).
             assert cluster.node.host(dn.get("hostPath") or dn["path"]).exists(), dn
 
-        # The share is served by an aclserver the daemon container started; use it from the host.
+        # The share is served by an aclserver the daemon container started, in the claim's own tmpfs, which
+        # reached the host side (Bidirectional); use it from the host.
+        assert podspec.is_mount(cluster.node.host(f"/dev/shm/flexnpu/{share_uid}"))
         conf_path = root / "var/run/flexnpu/claims" / share_uid / "client.conf"
         conf = clientconf.load(conf_path)
         assert [(s.memory_bytes, s.compute_percent) for s in conf.shares] == [(256 * MI, 20)]
@@ -215,6 +225,7 @@ def test_daemonsets_run_as_rendered_and_serve_prepares(cluster: Cluster) -> None
         assert kubelet.unprepare(refs) == {whole_uid: "", share_uid: ""}
         assert list(cdi.glob("*.json")) == []
         assert not conf_path.exists()
+        assert not podspec.is_mount(cluster.node.host(f"/dev/shm/flexnpu/{share_uid}"))
         kubelet.close()
 
         # SIGTERM, as the kubelet sends: both exit cleanly.

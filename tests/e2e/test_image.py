@@ -52,6 +52,8 @@ def test_client_libraries_load(built: img.Built) -> None:
         "import ctypes, os\n"
         "from dra_driver.client import acl\n"
         "print('python-client', callable(acl.init))\n"
+        "import importlib.util\n"
+        "print('flexnpu_client', importlib.util.find_spec('flexnpu_client.acl') is not None)\n"
         "so = '/usr/lib/flexnpu/libascendcl.so'\n"
         "if os.path.exists(so):\n"
         "    lib = ctypes.CDLL(so)\n"
@@ -63,7 +65,9 @@ def test_client_libraries_load(built: img.Built) -> None:
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0] == "python-client True"
-    assert lines[1] == ("libascendcl True True" if LIBASCENDCL.exists() else "libascendcl absent")
+    # The container client's own distribution (client/), when the tree has it.
+    assert lines[1] == f"flexnpu_client {(img.ROOT / 'client' / 'flexnpu_client' / 'acl.py').exists()}"
+    assert lines[2] == ("libascendcl True True" if LIBASCENDCL.exists() else "libascendcl absent")
 
 
 def test_image_ships_no_test_doubles_and_runs_as_non_root(built: img.Built) -> None:

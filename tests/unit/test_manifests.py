@@ -462,8 +462,9 @@ def test_plugin_daemonset(emulated_node: bool) -> None:
         assert by_path[kubelet_dir]["mountPath"] == kubelet_dir
     assert env["FLEXNPU_KUBELET_REGISTRY_DIR"]["value"] == "/var/lib/kubelet/plugins_registry"
     assert env["FLEXNPU_KUBELET_PLUGINS_DIR"]["value"] == "/var/lib/kubelet/plugins"
-    # Nothing mounts from inside the pod, so nothing propagates back to the host.
+    # The plugin mounts nothing, so nothing propagates back to the host; it sees the daemon's shm mounts.
     assert all(m.get("mountPropagation") in (None, "HostToContainer") for m in mounts.values())
+    assert by_path["/dev/shm"]["mountPropagation"] == "HostToContainer"
     if not emulated_node:
         assert by_path["/dev"]["mountPropagation"] == "HostToContainer"
     assert ctr["readinessProbe"]["exec"]["command"] == ["python3", "-m", "dra_driver.probes", "plugin"]
@@ -504,11 +505,10 @@ def test_daemon_daemonset_is_on_delete(emulated_node: bool) -> None:
     assert ctr["command"] == ["flexnpu-daemon"]
     sc = ctr["securityContext"]
     assert sc["runAsUser"] == 0 and sc["readOnlyRootFilesystem"] is True
-    if emulated_node:
-        assert "privileged" not in sc and sc["allowPrivilegeEscalation"] is False
-        assert sc["capabilities"] == {"drop": ["ALL"]}  # root for host dirs, no capability at all
-    else:
-        assert sc["privileged"] is True  # the Ascend backend opens the device nodes
+    # The claim tmpfs mounts must reach the host: Bidirectional, which needs a privileged container.
+    assert sc["privileged"] is True
+    mounts = {m["mountPath"]: m for m in ctr["volumeMounts"]}
+    assert mounts["/dev/shm"]["mountPropagation"] == "Bidirectional"
     for probe in ("readinessProbe", "livenessProbe"):
         assert ctr[probe]["exec"]["command"] == ["python3", "-m", "dra_driver.probes", "daemon"]
     assert pod["automountServiceAccountToken"] is False
