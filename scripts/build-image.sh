@@ -82,5 +82,7 @@ podman build "${BUILD_FLAGS[@]}" ${PODMAN_BUILD_ARGS:-} \
   --build-arg REVISION="$(git rev-parse HEAD 2>/dev/null || echo unknown)" \
   --build-arg CREATED="$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
   -f Containerfile -t "$IMAGE" . >&2
+# Earlier builds of this image that the tag moved away from (labelled, untagged): not a cache anyone uses.
+podman image prune -f --filter label=org.opencontainers.image.title=flexnpu-dra-driver >/dev/null 2>&1 || true
 size="$(podman image inspect --format '{{.Size}}' "$IMAGE")"
 echo "$IMAGE $size"
