@@ -1,0 +1,88 @@
+"""Test and bench harness for the C client: build ``libascendcl/`` and compile C programs against it.
+
+``build_library()`` runs ``make -C libascendcl`` (idempotent: make rebuilds only what changed)
+under a file lock, so parallel test processes do not race, and returns the built
+``libascendcl.so``. ``compile_program()`` compiles one C file of the repository with the system
+compiler (warnings are errors) into a cache directory keyed by the source, the flags and the
+library, and returns the executable. Nothing here is used by the driver itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from dra_driver import files
+
+__all__ = ["LIBRARY_DIR", "build_library", "compile_program", "library_path"]
+
+REPO = Path(__file__).resolve().parents[2]
+LIBRARY_DIR = REPO / "libascendcl"
+_BUILD = LIBRARY_DIR / "build"
+_WARNINGS = ("-std=c11", "-D_GNU_SOURCE", "-O2", "-Wall", "-Wextra", "-Werror")
+
+
+def library_path() -> Path:
+    """Where ``make -C libascendcl`` puts the shared library."""
+    return _BUILD / "libascendcl.so"
+
+
+def build_library(timeout: float = 300.0) -> Path:
+    """Build the library (if anything changed) and return its path; RuntimeError with make's output."""
+    if shutil.which("make") is None or shutil.which("cc") is None:
+        raise RuntimeError("make and a C compiler are needed (apt-get install gcc make)")
+    _BUILD.mkdir(parents=True, exist_ok=True)
+    with files.locked(_BUILD / ".lock", timeout=timeout):
+        res = subprocess.run(
+            ["make", "-s", "-C", str(LIBRARY_DIR)], capture_output=True, text=True, timeout=timeout, check=False
+        )
+    if res.returncode != 0:
+        raise RuntimeError(f"make -C libascendcl failed ({res.returncode}):\n{res.stdout}\n{res.stderr}")
+    return library_path()
+
+
+def compile_program(
+    source: Path,
+    *,
+    link_library: Path | None = None,
+    include_acl_headers: bool = True,
+    extra_flags: Sequence[str] = (),
+    out_dir: Path | None = None,
+    rpath: bool = True,
+) -> Path:
+    """Compile ``source`` into an executable and return its path.
+
+    ``link_library``: a ``libascendcl.so`` to link with ``-lascendcl`` (its directory is searched
+    and, when ``rpath`` is set, recorded as RUNPATH). ``include_acl_headers``: add
+    ``libascendcl/include`` to the include path (an "unmodified" program declares its own).
+    """
+    flags = [*_WARNINGS, *extra_flags]
+    if include_acl_headers:
+        flags.append(f"-I{LIBRARY_DIR / 'include'}")
+    libs: list[str] = []
+    if link_library is not None:
+        libs += [f"-L{link_library.parent}", "-lascendcl"]
+        if rpath:
+            libs.append(f"-Wl,-rpath,{link_library.parent}")
+    libs += ["-pthread", "-ldl"]
+    key = hashlib.sha256()
+    key.update(source.read_bytes())
+    key.update("\0".join(flags + libs).encode())
+    if link_library is not None:
+        key.update(link_library.read_bytes())
+    out_dir = out_dir or _BUILD / "programs"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    exe = out_dir / f"{source.stem}-{key.hexdigest()[:16]}"
+    if exe.exists():
+        return exe
+    tmp = exe.with_name(exe.name + ".tmp")
+    res = subprocess.run(
+        ["cc", *flags, str(source), "-o", str(tmp), *libs], capture_output=True, text=True, timeout=120, check=False
+    )
+    if res.returncode != 0:
+        raise RuntimeError(f"compiling {source} failed:\n{res.stderr}")
+    tmp.replace(exe)
+    return exe
