@@ -37,7 +37,11 @@ def build_library(timeout: float = 300.0) -> Path:
     _BUILD.mkdir(parents=True, exist_ok=True)
     with files.locked(_BUILD / ".lock", timeout=timeout):
         res = subprocess.run(
-            ["make", "-s", "-C", str(LIBRARY_DIR)], capture_output=True, text=True, timeout=timeout, check=False
+            ["make", "-s", "-C", str(LIBRARY_DIR)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
         )
     if res.returncode != 0:
         raise RuntimeError(f"make -C libascendcl failed ({res.returncode}):\n{res.stdout}\n{res.stderr}")
@@ -80,7 +84,11 @@ def compile_program(
         return exe
     tmp = exe.with_name(exe.name + ".tmp")
     res = subprocess.run(
-        ["cc", *flags, str(source), "-o", str(tmp), *libs], capture_output=True, text=True, timeout=120, check=False
+        ["cc", *flags, str(source), "-o", str(tmp), *libs],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     if res.returncode != 0:
         raise RuntimeError(f"compiling {source} failed:\n{res.stderr}")

@@ -212,7 +212,7 @@ static int broken(int err, const char *what)
     g.dead = 1;
     drop_connection();
     const char *why = err == -ETIMEDOUT      ? "no reply in time (FLEXNPU_CALL_TIMEOUT_MS)"
-                      : err == -ECONNRESET   ? "the aclserver closed the connection"
+                      : err == -ECONNRESET || err == -EPIPE ? "the aclserver closed the connection"
                       : err == -EPROTO       ? "malformed frame from the aclserver"
                                              : strerror(-err);
     return flexnpu_fail(ACL_ERROR_INTERNAL_ERROR, "aclserver connection (%s) of claim %s failed during %s: %s",

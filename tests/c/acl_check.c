@@ -368,6 +368,31 @@ static void scenario_hold(size_t bytes)
     CALL(aclFinalize());
 }
 
+/* afterline: init and set device, print "ready", wait for one line on stdin, then make two
+ * calls and print their codes, messages and durations (the server may be killed or stopped
+ * meanwhile). */
+static void scenario_afterline(void)
+{
+    CALL(aclInit(NULL));
+    CALL(aclrtSetDevice(0));
+    printf("ready\n");
+    fflush(stdout);
+    char line[16];
+    if (!fgets(line, sizeof line, stdin))
+        return;
+    struct timespec t0, t1;
+    size_t f, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int r = aclrtGetMemInfo(ACL_HBM_MEM, &f, &t);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    printf("val first_code %d\nval first_msg %s\nval first_ms %.1f\n", r, msg(),
+           (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6);
+    void *p = NULL;
+    r = aclrtMalloc(&p, 4096, ACL_MEM_MALLOC_HUGE_FIRST);
+    printf("val second_code %d\nval second_msg %s\n", r, msg());
+    printf("val finalize_code %d\n", aclFinalize());
+}
+
 struct worker {
     int index, ok;
 };
@@ -470,10 +495,12 @@ int main(int argc, char **argv)
         scenario_hold(strtoull(argv[2], NULL, 10));
     else if (!strcmp(s, "threads") && argc == 3)
         scenario_threads(atoi(argv[2]));
+    else if (!strcmp(s, "afterline"))
+        scenario_afterline();
     else if (!strcmp(s, "fork"))
         scenario_fork();
     else {
-        fprintf(stderr, "usage: acl_check quota|memcpy|streams|badargs|init|hold|threads|fork ...\n");
+        fprintf(stderr, "usage: acl_check quota|memcpy|streams|badargs|init|hold|threads|afterline|fork ...\n");
         return 2;
     }
     printf("failures %d\n", failures);

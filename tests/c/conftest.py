@@ -4,8 +4,10 @@ real aclservers (``dra_driver.testing.aclservers``) with a host-side client.conf
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,7 +54,9 @@ def run(exe: Path, *args: str, conf: Path | None, timeout: float = 60, **env: st
     if conf is not None:
         environ["FLEXNPU_CONF"] = str(conf)
     environ.update(env)
-    res = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=timeout, env=environ, check=False)
+    res = subprocess.run(
+        [str(exe), *args], capture_output=True, text=True, timeout=timeout, env=environ, check=False
+    )
     return Result(res.returncode, res.stdout, res.stderr)
 
 
@@ -102,3 +106,98 @@ def claim_factory() -> Iterator[Callable[..., Claim]]:
 def claim(claim_factory: Callable[..., Claim]) -> Claim:
     """One vNPU of 64 MiB, 4 MiB staging."""
     return claim_factory([aclservers.share(0, memory=64 * MIB)], staging_bytes=4 * MIB)
+
+
+class Interactive:
+    """A C program driven line by line: read its output up to a marker, then write to its stdin."""
+
+    def __init__(self, exe: Path, *args: str, conf: Path | None, **env: str) -> None:
+        environ = {k: v for k, v in os.environ.items() if not k.startswith("FLEXNPU_")}
+        if conf is not None:
+            environ["FLEXNPU_CONF"] = str(conf)
+        environ.update(env)
+        self.proc = subprocess.Popen(
+            [str(exe), *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=environ,
+        )
+        self.lines: list[str] = []
+        self._buf = b""
+
+    def read_until(self, marker: str, timeout: float = 30.0) -> list[str]:
+        """Lines up to and including the first one equal to ``marker`` (AssertionError on timeout/exit)."""
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while True:
+            while b"\n" in self._buf:
+                line, self._buf = self._buf.split(b"\n", 1)
+                self.lines.append(line.decode(errors="replace"))
+                if self.lines[-1] == marker:
+                    return self.lines
+            left = deadline - time.monotonic()
+            assert left > 0, f"no {marker!r} within {timeout}s: {self.lines}"
+            ready, _, _ = select.select([fd], [], [], left)
+            if ready:
+                chunk = os.read(fd, 65536)
+                assert chunk, f"program exited before {marker!r}: {self.lines} {self.stderr()}"
+                self._buf += chunk
+
+    def read_more(self, timeout: float) -> list[str]:
+        """Whatever complete lines arrive within ``timeout`` seconds (possibly none)."""
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        start = len(self.lines)
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            ready, _, _ = select.select([fd], [], [], left)
+            if not ready:
+                break
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            self._buf += chunk
+            while b"\n" in self._buf:
+                line, self._buf = self._buf.split(b"\n", 1)
+                self.lines.append(line.decode(errors="replace"))
+        return self.lines[start:]
+
+    def send(self, text: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(text.encode())
+        self.proc.stdin.flush()
+
+    def finish(self, timeout: float = 30.0) -> Result:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout)
+        rest = self._buf + self.proc.stdout.read()
+        out = "\n".join(self.lines) + "\n" + rest.decode(errors="replace")
+        return Result(self.proc.returncode, out, self.stderr())
+
+    def stderr(self) -> str:
+        return (
+            self.proc.stderr.read().decode(errors="replace")
+            if self.proc.poll() is not None and self.proc.stderr
+            else ""
+        )
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def interactive() -> Iterator[Callable[..., Interactive]]:
+    made: list[Interactive] = []
+
+    def factory(exe: Path, *args: str, conf: Path | None, **env: str) -> Interactive:
+        made.append(Interactive(exe, *args, conf=conf, **env))
+        return made[-1]
+
+    yield factory
+    for p in made:
+        p.kill()
