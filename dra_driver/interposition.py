@@ -2,7 +2,7 @@
 
 Pure: given the claim's ``interposition`` choices (opaque config, ``dra_driver/sharing.py``) and
 where the client library lives on the host, return the CDI container edits. Nothing here reads
-the file system; the caller says whether the library is installed.
+the file system; the caller passes the probe that says whether the library is installed.
 
 The mechanism is an ``/etc/ld.so.preload`` mount. The spec mounts the library read-only at
 ``/usr/lib/flexnpu/libascendcl.so`` and a one-line preload list naming that path at
@@ -30,13 +30,13 @@ e.g. the Python ``dra_driver.client``). All shares of one claim must agree.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from dra_driver import cdi
 from dra_driver.errors import ErrorCode, InvalidInput
-from dra_driver.sharing import Interposition
+from dra_driver.sharing import Interposition, VnpuConfig
 
 __all__ = [
     "CONTAINER_LIBRARY",
@@ -46,6 +46,7 @@ __all__ = [
     "Interposition",
     "Plan",
     "client_library",
+    "for_claim",
     "plan",
     "resolve_mode",
 ]
@@ -75,13 +76,11 @@ class Plan:
     edits: cdi.Edits
 
 
-def client_library(library: str, *, installed: bool) -> ClientLibrary:
-    """The host paths for a library path (the ``--client-library`` flag)."""
-    return ClientLibrary(
-        library=library,
-        preload_list=str(PurePosixPath(library).parent / PRELOAD_LIST_NAME),
-        installed=installed,
-    )
+def client_library(library: str, *, is_file: Callable[[str], bool]) -> ClientLibrary:
+    """The host paths for a library path (the ``--client-library`` flag); ``is_file`` (the caller's
+    file-system probe, e.g. ``os.path.isfile``) decides whether both files are installed."""
+    preload_list = str(PurePosixPath(library).parent / PRELOAD_LIST_NAME)
+    return ClientLibrary(library, preload_list, installed=is_file(library) and is_file(preload_list))
 
 
 def resolve_mode(modes: Iterable[Interposition], *, claim_uid: str) -> Interposition:
@@ -120,4 +119,11 @@ def plan(mode: Interposition, library: ClientLibrary, *, claim_uid: str) -> Plan
                 cdi.Mount(library.preload_list, CONTAINER_PRELOAD, _RO),
             ),
         ),
+    )
+
+
+def for_claim(configs: Iterable[VnpuConfig], library: ClientLibrary, *, claim_uid: str) -> Plan:
+    """``plan`` for the resolved opaque configs of a claim's shares (they must agree)."""
+    return plan(
+        resolve_mode((c.interposition for c in configs), claim_uid=claim_uid), library, claim_uid=claim_uid
     )

@@ -4,12 +4,17 @@
 under a file lock, so parallel test processes do not race, and returns the built
 ``libascendcl.so``. ``compile_program()`` compiles one C file of the repository with the system
 compiler (warnings are errors) into a cache directory keyed by the source, the flags and the
-library, and returns the executable. Nothing here is used by the driver itself.
+library, and returns the executable. ``install_elf()`` and ``install_python()`` copy a host
+executable with the dynamic loader and shared libraries it needs (as ``ldd`` resolves them)
+into a container rootfs, so a dynamically linked program runs in the busybox rootfs of
+``dra_driver/testing/podman.py``. Nothing here is used by the driver itself.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import re
 import shutil
 import subprocess
 from collections.abc import Sequence
@@ -17,7 +22,14 @@ from pathlib import Path
 
 from dra_driver import files
 
-__all__ = ["LIBRARY_DIR", "build_library", "compile_program", "library_path"]
+__all__ = [
+    "LIBRARY_DIR",
+    "build_library",
+    "compile_program",
+    "install_elf",
+    "install_python",
+    "library_path",
+]
 
 REPO = Path(__file__).resolve().parents[2]
 LIBRARY_DIR = REPO / "libascendcl"
@@ -94,3 +106,50 @@ def compile_program(
         raise RuntimeError(f"compiling {source} failed:\n{res.stderr}")
     tmp.replace(exe)
     return exe
+
+
+_LDD_LINE = re.compile(r"^\s*(?:\S+ => )?(/\S+) \(0x[0-9a-f]+\)$")
+
+
+def shared_libraries(path: Path) -> list[Path]:
+    """The absolute paths ``ldd`` resolves for ``path`` (the loader included); [] for a static file."""
+    res = subprocess.run(["ldd", str(path)], capture_output=True, text=True, timeout=30, check=False)
+    if res.returncode != 0:
+        return []
+    return [Path(m.group(1)) for line in res.stdout.splitlines() if (m := _LDD_LINE.match(line))]
+
+
+def _copy_into(rootfs: Path, host: Path, inside: Path | None = None) -> Path:
+    target = rootfs / str(inside or host).lstrip("/")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if not target.exists():
+        shutil.copy(host, target)  # follows symlinks: the rootfs gets a regular file at that path
+    return target
+
+
+def install_elf(rootfs: Path, host: Path, inside: str) -> None:
+    """Copy ``host`` to ``inside`` in ``rootfs`` with every library it loads, at the host's paths."""
+    _copy_into(rootfs, host, Path(inside))
+    for lib in shared_libraries(host):
+        _copy_into(rootfs, lib)
+
+
+def install_python(rootfs: Path, *, modules: str = "ctypes") -> str:
+    """Copy the system Python 3 (``/usr/bin/python3``), the stdlib files that ``python3 -S -I``
+    loads to import ``modules``, and their libraries into ``rootfs``. Returns its path inside."""
+    exe = Path("/usr/bin/python3").resolve()
+    probe = (
+        f"import sys, json, {modules}; "
+        "print(json.dumps(sorted({m.__file__ for m in list(sys.modules.values()) if getattr(m, '__file__', None)})))"
+    )
+    out = subprocess.run(
+        [str(exe), "-S", "-I", "-c", probe], capture_output=True, text=True, timeout=30, check=True
+    )
+    install_elf(rootfs, exe, str(exe))
+    for name in json.loads(out.stdout):
+        f = Path(name)
+        _copy_into(rootfs, f)
+        if f.suffix == ".so":
+            for lib in shared_libraries(f):
+                _copy_into(rootfs, lib)
+    return str(exe)

@@ -32,13 +32,13 @@ PRELOAD_EDITS = cdi.Edits(
     ],
 )
 def test_plan(mode: I, installed: bool, want_mode: I, want_edits: cdi.Edits) -> None:
-    lib = interposition.client_library(LIB, installed=installed)
+    lib = interposition.client_library(LIB, is_file=lambda p: installed)
     got = interposition.plan(mode, lib, claim_uid=UID)
     assert (got.mode, got.edits) == (want_mode, want_edits)
 
 
 def test_preload_without_the_library_names_the_claim_and_field() -> None:
-    lib = interposition.client_library(LIB, installed=False)
+    lib = interposition.client_library(LIB, is_file=lambda p: False)
     with pytest.raises(InvalidInput) as err:
         interposition.plan(I.PRELOAD, lib, claim_uid=UID)
     assert err.value.code == ErrorCode.INVALID_OPAQUE_CONFIG
@@ -66,11 +66,17 @@ def test_shares_that_disagree_are_refused() -> None:
 
 def test_a_spec_with_the_edits_is_valid_and_stays_at_cdi_0_5() -> None:
     edits = interposition.plan(
-        I.PRELOAD, interposition.client_library(LIB, installed=True), claim_uid=UID
+        I.PRELOAD, interposition.client_library(LIB, is_file=lambda p: True), claim_uid=UID
     ).edits
     spec = cdi.Spec(kind=cdi.Kind.parse("flexnpu.io/vnpu"), devices=(cdi.CDIDevice(f"{UID}-vnpu-0", edits),))
     cdi.validate(spec, claim_uid=UID)
     assert cdi.required_version(spec) == "0.5.0"
+
+
+def test_both_files_must_exist() -> None:
+    only_lib = interposition.client_library(LIB, is_file=lambda p: p == LIB)
+    assert not only_lib.installed
+    assert interposition.plan(I.AUTO, only_lib, claim_uid=UID).mode == I.NONE
 
 
 def test_the_built_preload_list_names_the_container_library() -> None:
