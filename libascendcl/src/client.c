@@ -337,7 +337,8 @@ static int connect_tcp(const char *host, int port, int timeout_ms, char *err, si
 
 /* A region file the aclserver created in the claim's shm dir: validate its name, open it without
  * following symlinks and map it shared. */
-static int map_region(const char *name, size_t name_len, size_t size, unsigned char **addr, const char *what)
+static int map_region(const char *name, size_t name_len, size_t size, unsigned char **addr, int populate,
+                      const char *what)
 {
     if (name_len == 0 || name_len > 200 || memchr(name, '/', name_len) || memchr(name, '\0', name_len) ||
         name[0] == '.')
@@ -355,7 +356,7 @@ static int map_region(const char *name, size_t name_len, size_t size, unsigned c
         return flexnpu_fail(ACL_ERROR_INTERNAL_ERROR, "%s: data-link region %s is not a %zu-byte regular file",
                             what, path, size);
     }
-    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, 0);
     int e = errno;
     close(fd);
     if (p == MAP_FAILED)
@@ -639,7 +640,9 @@ static int do_init(const char *config_path)
     g.device_count = (int)m.ints[2];
     g.staging.size = (size_t)m.ints[3];
     g.staging.wire = wire_host_ptr(0, 0);
-    rc = map_region(m.tail, m.tail_len, g.staging.size, &g.staging.addr, "aclInit (staging region)");
+    /* the server pre-touched the staging pages: mapping them lazily costs only minor faults, and a
+     * process that never stages a copy does not carry them in its RSS */
+    rc = map_region(m.tail, m.tail_len, g.staging.size, &g.staging.addr, 0, "aclInit (staging region)");
     if (!rc) {
         g.default_streams = calloc((size_t)g.device_count, sizeof *g.default_streams);
         if (!g.default_streams)
@@ -1164,7 +1167,7 @@ static int do_malloc_host(void **host, size_t size)
     if (m.n_ints < 3 || m.ints[2] < (int64_t)size)
         return broken(-EPROTO, "aclrtMallocHost");
     struct region r = {.wire = (uint64_t)m.ints[1], .size = (size_t)m.ints[2]};
-    rc = map_region(m.tail, m.tail_len, r.size, &r.addr, "aclrtMallocHost");
+    rc = map_region(m.tail, m.tail_len, r.size, &r.addr, 1, "aclrtMallocHost");
     if (rc) {
         int64_t p = (int64_t)r.wire;
         char keep[ERR_MAX];
