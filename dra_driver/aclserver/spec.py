@@ -35,7 +35,7 @@ DEFAULT_AUTH_TIMEOUT_MS = 10_000
 """A connection that has not authenticated (HELLO with the token) by then is closed."""
 MIN_FRAME_BYTES = 4096
 MAX_UNIX_PATH = 107
-BACKENDS = ("emulated", "ascend")
+BACKENDS = ("emulated",)
 
 
 @dataclass(frozen=True, slots=True)
