@@ -5,6 +5,10 @@
  *
  * A frame: uint32 length (big-endian, of what follows) | uint16 op | uint16 flags |
  * uint32 request_id | uint8 n_ints | n_ints x int64 (big-endian) | tail bytes.
+ *
+ * When the generated wire contract (client/flexnpu_wire/generated/flexnpu_wire.h, on the include
+ * path from the Makefile) is present, its numbers are used and every op number below is checked
+ * against it at compile time; otherwise the same numbers are defined here.
  */
 #ifndef FLEXNPU_WIRE_H_
 #define FLEXNPU_WIRE_H_
@@ -12,13 +16,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#if defined(__has_include)
+#if __has_include("flexnpu_wire.h")
+#include "flexnpu_wire.h"
+#endif
+#endif
+
+#ifndef FLEXNPU_WIRE_H /* no generated contract in this tree */
 #define FLEXNPU_PROTOCOL_VERSION 1
 #define FLEXNPU_FLAG_REPLY 0x1
 #define FLEXNPU_HEADER_BYTES 9
-#define FLEXNPU_MAX_INTS 255
-#define FLEXNPU_REPLY_MAX_FRAME (1u << 20)
 #define FLEXNPU_HOST_TAG (UINT64_C(1) << 60)
 #define FLEXNPU_OFFSET_BITS 36
+#endif
+#define FLEXNPU_MAX_INTS 255
+#define FLEXNPU_REPLY_MAX_FRAME (1u << 20)
 
 enum flexnpu_op {
     OP_NONE = 0,
@@ -43,7 +55,39 @@ enum flexnpu_op {
     OP_SYNCHRONIZE_DEVICE = 23,
     OP_LAUNCH_KERNEL = 24,
     OP_GET_STATS = 30,
+    OP_GET_USAGE = 31,
 };
+
+#ifdef FLEXNPU_WIRE_H
+#define FLEXNPU_SAME_OP(name) _Static_assert(OP_##name == FLEXNPU_OP_##name, "op " #name " differs from the contract")
+FLEXNPU_SAME_OP(NONE);
+FLEXNPU_SAME_OP(PING);
+FLEXNPU_SAME_OP(HELLO);
+FLEXNPU_SAME_OP(INIT);
+FLEXNPU_SAME_OP(FINALIZE);
+FLEXNPU_SAME_OP(GET_DEVICE_COUNT);
+FLEXNPU_SAME_OP(SET_DEVICE);
+FLEXNPU_SAME_OP(RESET_DEVICE);
+FLEXNPU_SAME_OP(GET_DEVICE);
+FLEXNPU_SAME_OP(MALLOC);
+FLEXNPU_SAME_OP(FREE);
+FLEXNPU_SAME_OP(MEMCPY);
+FLEXNPU_SAME_OP(MEMSET);
+FLEXNPU_SAME_OP(GET_MEM_INFO);
+FLEXNPU_SAME_OP(MALLOC_HOST);
+FLEXNPU_SAME_OP(FREE_HOST);
+FLEXNPU_SAME_OP(CREATE_STREAM);
+FLEXNPU_SAME_OP(DESTROY_STREAM);
+FLEXNPU_SAME_OP(SYNCHRONIZE_STREAM);
+FLEXNPU_SAME_OP(SYNCHRONIZE_DEVICE);
+FLEXNPU_SAME_OP(LAUNCH_KERNEL);
+FLEXNPU_SAME_OP(GET_STATS);
+FLEXNPU_SAME_OP(GET_USAGE);
+_Static_assert(FLEXNPU_OP_HELLO_NREPLY == 3, "HELLO reply: server pid, device count, staging size");
+_Static_assert(FLEXNPU_OP_MALLOC_HOST_NREPLY == 2, "MALLOC_HOST reply: wire pointer, mapped size");
+_Static_assert(FLEXNPU_OP_GET_MEM_INFO_NREPLY == 2, "GET_MEM_INFO reply: free, total");
+_Static_assert(FLEXNPU_OP_MEMCPY_NREQ_MAX == 6, "MEMCPY takes an optional span");
+#endif
 
 /* The wire form of a host pointer: HOST_TAG | region_id << OFFSET_BITS | offset. */
 static inline uint64_t wire_host_ptr(uint64_t region_id, uint64_t offset)

@@ -19,8 +19,9 @@ HERE = Path(__file__).parent
 
 @pytest.fixture(scope="module")
 def c_values(library: Path) -> dict[str, int]:
+    generated = clibrary.LIBRARY_DIR.parent / "client" / "flexnpu_wire" / "generated"
     exe = clibrary.compile_program(
-        HERE / "print_constants.c", extra_flags=[f"-I{clibrary.LIBRARY_DIR / 'src'}"]
+        HERE / "print_constants.c", extra_flags=[f"-I{clibrary.LIBRARY_DIR / 'src'}", f"-I{generated}"]
     )
     out = subprocess.run([str(exe)], capture_output=True, text=True, check=True, timeout=30).stdout
     return {name: int(value) for name, value in (line.split() for line in out.splitlines())}
