@@ -1080,6 +1080,81 @@ API aclError aclrtEventElapsedTime(float *ms, aclrtEvent startEvent, aclrtEvent 
     LOCKED(do_elapsed(ms, startEvent, endEvent));
 }
 
+static int do_event_query(aclrtEvent event, int *recorded, const char *what)
+{
+    int rc = ready(what);
+    if (rc)
+        return rc;
+    if (!has_object(event, EVENT_MAGIC))
+        return flexnpu_fail(ACL_ERROR_INVALID_RESOURCE_HANDLE, "%s: %p is not an event", what, event);
+    if (recorded)
+        *recorded = ((struct event *)event)->recorded;
+    return 0;
+}
+
+API aclError aclrtCreateEventWithFlag(aclrtEvent *event, uint32_t flag)
+{
+    (void)flag; /* every event records a timestamp and synchronizes */
+    LOCKED(do_create_event(event));
+}
+
+static int do_query_event(aclrtEvent event, aclrtEventStatus *status)
+{
+    if (!status)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclrtQueryEvent: status is NULL");
+    int rc = do_event_query(event, NULL, "aclrtQueryEvent");
+    if (!rc)
+        *status = ACL_EVENT_STATUS_COMPLETE; /* recording waited for the stream */
+    return rc;
+}
+
+API aclError aclrtQueryEvent(aclrtEvent event, aclrtEventStatus *status)
+{
+    LOCKED(do_query_event(event, status));
+}
+
+static int do_query_event_status(aclrtEvent event, aclrtEventRecordedStatus *status)
+{
+    if (!status)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclrtQueryEventStatus: status is NULL");
+    int recorded = 0;
+    int rc = do_event_query(event, &recorded, "aclrtQueryEventStatus");
+    if (!rc)
+        *status = recorded ? ACL_EVENT_RECORDED_STATUS_COMPLETE : ACL_EVENT_RECORDED_STATUS_NOT_READY;
+    return rc;
+}
+
+API aclError aclrtQueryEventStatus(aclrtEvent event, aclrtEventRecordedStatus *status)
+{
+    LOCKED(do_query_event_status(event, status));
+}
+
+static int do_reset_event(aclrtEvent event)
+{
+    int rc = do_event_query(event, NULL, "aclrtResetEvent");
+    if (!rc)
+        ((struct event *)event)->recorded = 0;
+    return rc;
+}
+
+API aclError aclrtResetEvent(aclrtEvent event, aclrtStream stream)
+{
+    (void)stream;
+    LOCKED(do_reset_event(event));
+}
+
+API aclError aclrtSynchronizeEventWithTimeout(aclrtEvent event, int32_t timeout)
+{
+    (void)timeout; /* a recorded event is complete */
+    LOCKED(do_event_query(event, NULL, "aclrtSynchronizeEventWithTimeout"));
+}
+
+API aclError aclrtStreamWaitEvent(aclrtStream stream, aclrtEvent event)
+{
+    (void)stream;
+    LOCKED(do_event_query(event, NULL, "aclrtStreamWaitEvent"));
+}
+
 /* -- memory ------------------------------------------------------------------------------------- */
 
 static int do_malloc(void **dev, size_t size, int policy, const char *what)
@@ -1116,6 +1191,34 @@ API aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy
 API aclError aclrtMallocAlign32(void **devPtr, size_t size, aclrtMemMallocPolicy policy)
 {
     LOCKED(do_malloc(devPtr, size, (int)policy, "aclrtMallocAlign32"));
+}
+
+API aclError aclrtMallocCached(void **devPtr, size_t size, aclrtMemMallocPolicy policy)
+{
+    LOCKED(do_malloc(devPtr, size, (int)policy, "aclrtMallocCached"));
+}
+
+static int do_mem_sync(void *dev, size_t size, const char *what)
+{
+    if (!dev)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: devPtr is NULL", what);
+    int rc = ready(what);
+    if (rc)
+        return rc;
+    if (size && (!is_device_ptr(dev) || !is_device_ptr((char *)dev + size - 1)))
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: %zu bytes at %p are not device memory of this process",
+                            what, size, dev);
+    return 0; /* no cache between the client and the device memory of a share */
+}
+
+API aclError aclrtMemFlush(void *devPtr, size_t size)
+{
+    LOCKED(do_mem_sync(devPtr, size, "aclrtMemFlush"));
+}
+
+API aclError aclrtMemInvalidate(void *devPtr, size_t size)
+{
+    LOCKED(do_mem_sync(devPtr, size, "aclrtMemInvalidate"));
 }
 
 static int do_free(void *dev)
@@ -1236,6 +1339,20 @@ static int do_memset(void *dev, size_t max, int32_t value, size_t count)
 API aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, size_t count)
 {
     LOCKED(do_memset(devPtr, maxCount, value, count));
+}
+
+static int do_memset_async(void *dev, size_t max, int32_t value, size_t count, aclrtStream stream)
+{
+    int rc = ready("aclrtMemsetAsync");
+    if (rc)
+        return rc;
+    rc = sync_stream(stream, "aclrtMemsetAsync"); /* in stream order, complete on return */
+    return rc ? rc : do_memset(dev, max, value, count);
+}
+
+API aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value, size_t count, aclrtStream stream)
+{
+    LOCKED(do_memset_async(devPtr, maxCount, value, count, stream));
 }
 
 /* Copy count plain host bytes at src to device dst through the staging halves, pipelined: the

@@ -231,6 +231,36 @@ static void scenario_streams(uint64_t kernel_us)
     CALL(aclrtSynchronizeStream(s));
     CHECK(res[0] == 99, "async copy after a kernel on the same stream sees tag %llu", (unsigned long long)res[0]);
     CALL(aclrtSynchronizeDevice());
+    /* event queries and waits: a recorded event is complete */
+    aclrtEventStatus st = ACL_EVENT_STATUS_RESERVED;
+    aclrtEventRecordedStatus rst = ACL_EVENT_RECORDED_STATUS_NOT_READY;
+    CALL(aclrtQueryEvent(end, &st));
+    CHECK(st == ACL_EVENT_STATUS_COMPLETE, "query event: complete (%d)", (int)st);
+    CALL(aclrtQueryEventStatus(end, &rst));
+    CHECK(rst == ACL_EVENT_RECORDED_STATUS_COMPLETE, "query event status: recorded (%d)", (int)rst);
+    CALL(aclrtStreamWaitEvent(s, end));
+    CALL(aclrtSynchronizeEventWithTimeout(end, 1000));
+    CALL(aclrtResetEvent(end, s));
+    CALL(aclrtQueryEventStatus(end, &rst));
+    CHECK(rst == ACL_EVENT_RECORDED_STATUS_NOT_READY, "a reset event is not recorded (%d)", (int)rst);
+    expect(aclrtEventElapsedTime(&ms, start, end), ACL_ERROR_INVALID_PARAM, "elapsed time to a reset event");
+    aclrtEvent flagged = NULL;
+    CALL(aclrtCreateEventWithFlag(&flagged, 0x8u));
+    CALL(aclrtDestroyEvent(flagged));
+    expect(aclrtQueryEvent(flagged, &st), ACL_ERROR_INVALID_RESOURCE_HANDLE, "query a destroyed event");
+    /* memset in stream order, cached memory */
+    k.tag = 1234;
+    CALL(aclrtLaunchKernel(NULL, 1, &k, sizeof k, s));
+    CALL(aclrtMemsetAsync(out, 16, 0x11, 8, s));
+    CALL(aclrtMemcpy(res, sizeof res, out, sizeof res, ACL_MEMCPY_DEVICE_TO_HOST));
+    CHECK(res[0] == 0x1111111111111111ull, "async memset after the kernel on its stream: %llx",
+          (unsigned long long)res[0]);
+    void *cached = NULL;
+    CALL(aclrtMallocCached(&cached, 4096, ACL_MEM_MALLOC_HUGE_FIRST));
+    CALL(aclrtMemFlush(cached, 4096));
+    CALL(aclrtMemInvalidate(cached, 4096));
+    expect(aclrtMemFlush(data, 16), ACL_ERROR_INVALID_PARAM, "flush host memory");
+    CALL(aclrtFree(cached));
     CALL(aclrtDestroyEvent(start));
     CALL(aclrtDestroyEvent(end));
     expect(aclrtDestroyEvent(start), ACL_ERROR_INVALID_RESOURCE_HANDLE, "destroy an event twice");
