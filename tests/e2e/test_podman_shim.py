@@ -50,12 +50,14 @@ class ShimShare:
     spec: dict[str, object]
 
 
-def _prepare(node: Node, name: str, config: list[dict[str, object]] | None = None) -> ShimShare:
+def _prepare(
+    node: Node, name: str, config: list[dict[str, object]] | None = None, count: int = 1
+) -> ShimShare:
     request = {
         "name": "vnpu",
         "exactly": {
             "deviceClassName": "vnpu.flexnpu.io",
-            "count": 1,
+            "count": count,
             "capacity": {"requests": {"memory": "256Mi", "compute": "30"}},
         },
     }
@@ -157,6 +159,20 @@ def test_unmodified_programs_use_the_share_through_the_injected_shim(
     assert _values(seen["cann-path"])["provider"] == f"{CANN_LIB_DIR}/libascendcl.so"
     assert "FAIL aclInit stub CANN library" in seen["cann-path"]
     assert "OSError" in bare.stderr and "libascendcl.so" in bare.stderr
+
+
+def test_device_count_is_the_claims_vnpus(shim_node: Node, podman: Podman, tmp_path: Path) -> None:
+    share = _prepare(shim_node, "shim-pair", count=2)
+    _image(podman, tmp_path)
+    res = podman.run(
+        cdi_ids=share.cdi_ids,
+        cdi_spec_dir=shim_node.dirs["cdi"],
+        command=f"/app/unmodified_app {MEMORY} 2",
+        timeout=60,
+    )
+    assert res.returncode == 0, f"{res.stdout}\n{res.stderr}"
+    v = _values(res.stdout)
+    assert v["device_count"] == "2" and int(v["total"]) == MEMORY, v
 
 
 def test_interposition_none_leaves_the_container_alone(shim_node: Node) -> None:
