@@ -24,6 +24,7 @@ from dra_driver import files
 
 __all__ = [
     "LIBRARY_DIR",
+    "SANITIZERS",
     "build_library",
     "compile_program",
     "install_elf",
@@ -42,14 +43,25 @@ def library_path() -> Path:
     return _BUILD / "libascendcl.so"
 
 
-def build_library(timeout: float = 300.0) -> Path:
-    """Build the library (if anything changed) and return its path; RuntimeError with make's output."""
+SANITIZERS = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer")
+
+
+def build_library(timeout: float = 300.0, *, sanitized: bool = False) -> Path:
+    """Build the library (if anything changed) and return its path; RuntimeError with make's output.
+
+    ``sanitized``: a separate build in ``build/sanitized`` with AddressSanitizer and
+    UndefinedBehaviorSanitizer (programs linked to it need ``SANITIZERS`` too)."""
     if shutil.which("make") is None or shutil.which("cc") is None:
         raise RuntimeError("make and a C compiler are needed (apt-get install gcc make)")
     _BUILD.mkdir(parents=True, exist_ok=True)
+    extra = (
+        ["BUILD=build/sanitized", f"CFLAGS=-O1 -g {' '.join(SANITIZERS)}", f"LDFLAGS={SANITIZERS[0]}"]
+        if sanitized
+        else []
+    )
     with files.locked(_BUILD / ".lock", timeout=timeout):
         res = subprocess.run(
-            ["make", "-s", "-C", str(LIBRARY_DIR)],
+            ["make", "-s", "-C", str(LIBRARY_DIR), *extra],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -57,7 +69,7 @@ def build_library(timeout: float = 300.0) -> Path:
         )
     if res.returncode != 0:
         raise RuntimeError(f"make -C libascendcl failed ({res.returncode}):\n{res.stdout}\n{res.stderr}")
-    return library_path()
+    return _BUILD / "sanitized" / "libascendcl.so" if sanitized else library_path()
 
 
 def compile_program(
