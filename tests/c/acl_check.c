@@ -354,6 +354,17 @@ static void scenario_badargs(void)
     }
     CALL(aclFinalize());
     expect(aclrtSetDevice(0), ACL_ERROR_UNINITIALIZE, "set device after aclFinalize");
+    /* a process may initialize again; a thread's device of the old session does not carry over */
+    for (int i = 0; i < 3; i++) {
+        CALL(aclInit(NULL));
+        int32_t d = -7;
+        expect(aclrtGetDevice(&d), ACL_ERROR_INVALID_DEVICE, "no device right after a new aclInit");
+        CALL(aclrtSetDevice(0));
+        CALL(aclrtMalloc(&p, 4096, ACL_MEM_MALLOC_HUGE_FIRST));
+        CALL(aclrtGetMemInfo(ACL_HBM_MEM, &a, &total));
+        CHECK(total - a == 4096, "a fresh session holds only its own allocation (%zu used)", total - a);
+        CALL(aclFinalize());
+    }
 }
 
 /* init: aclInit only; prints its code and message (for bad client.conf, token, endpoint). */

@@ -130,6 +130,16 @@ def test_wrong_token_is_refused_by_the_server(acl_check: Path, claim: Claim, tmp
     assert claim.server.spec.claim_uid in values["init_msg"] and "invalid token" in values["init_msg"]
 
 
+def test_a_shm_dir_without_the_data_link(acl_check: Path, claim: Claim, tmp_path: Path) -> None:
+    """The staging file the aclserver names is not in the client's shm dir: a clear refusal."""
+    conf = tmp_path / "client.conf"
+    conf.write_text(json.dumps({**_doc(claim), "shm_dir": str(tmp_path)}))
+    values = run(acl_check, "init", conf=conf).values
+    assert int(values["init_code"]) == INTERNAL, values
+    assert "cannot open data-link region" in values["init_msg"] and str(tmp_path) in values["init_msg"]
+    run(acl_check, "quota", str(64 << 20), "1", conf=claim.conf).ok()  # the server released that session
+
+
 def test_no_aclserver_listening_fails_fast(acl_check: Path, claim: Claim, tmp_path: Path) -> None:
     with socket.socket() as s:  # a TCP port nothing listens on
         s.bind(("127.0.0.1", 0))
