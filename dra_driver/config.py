@@ -15,6 +15,9 @@ from pathlib import Path
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.errors import ErrorCode, InvalidInput
 
+DEFAULT_CLIENT_LIBRARY = "/usr/lib/flexnpu/libascendcl.so"
+"""Where ``make -C libascendcl install PREFIX=/usr/lib/flexnpu`` puts the C client on a node."""
+
 
 @dataclass(frozen=True, slots=True)
 class Flag:
@@ -89,6 +92,11 @@ PLUGIN_FLAGS: tuple[Flag, ...] = (
         "30",
         "how often dies are discovered again for health and inventory changes (0 = never)",
     ),
+    Flag(
+        "client-library",
+        DEFAULT_CLIENT_LIBRARY,
+        "host path of FlexNPU's libascendcl.so client that share CDI specs inject (its ld.so.preload beside it)",
+    ),
 )
 
 
@@ -131,6 +139,7 @@ class Config:
     reconcile_period_seconds: float = 60.0
     rediscover_seconds: float = 30.0
     build_device_root: bool = False
+    client_library: Path = Path(DEFAULT_CLIENT_LIBRARY)
     max_shares_per_die: int = 63
     extra: Mapping[str, str] = field(default_factory=dict)
 
@@ -279,6 +288,9 @@ def build(values: Mapping[str, str | None]) -> Config:
         ),
         rediscover_seconds=_number("rediscover-seconds", values.get("rediscover_seconds") or "30"),
         build_device_root=build_root,
+        client_library=path("client_library")
+        if values.get("client_library")
+        else Path(DEFAULT_CLIENT_LIBRARY),
         max_shares_per_die=_max_shares(values.get("max_shares_per_die")),
     )
 
