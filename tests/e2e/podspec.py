@@ -15,6 +15,7 @@ this runner silently ignores):
 * ``securityContext``: ``privileged``, ``runAsUser``/``runAsGroup``, ``capabilities`` (drop/add),
   ``allowPrivilegeEscalation: false`` (no-new-privileges), ``readOnlyRootFilesystem``;
 * pod ``hostNetwork`` (``--network=host``; otherwise no network);
+* init containers, in order, each to completion before the containers start;
 * exec probes, run with ``podman exec`` in the container's environment.
 
 Scheduling fields (priority, tolerations, node selectors), resources and DNS policy do not change what runs.
@@ -211,12 +212,17 @@ def materialize_configmaps(pod: Obj, configmaps: Mapping[str, Obj], pod_dir: Pat
 def start_pod(daemonset: Obj, node: NodeRoot, configmaps: Mapping[str, Obj], *, namespace: str) -> RunningPod:
     """Start every container of the DaemonSet's pod template (init containers are not used by the chart)."""
     pod = daemonset["spec"]["template"]
-    if pod["spec"].get("initContainers"):
-        raise NotImplementedError("init containers")
     meta = {"name": f"{daemonset['metadata']['name']}-{uuid.uuid4().hex[:5]}", "namespace": namespace}
     meta["uid"] = str(uuid.uuid4())
     running = RunningPod(meta["name"], meta["uid"])
     materialize_configmaps(pod, configmaps, node.root / "pods" / meta["uid"])
+    for init in pod["spec"].get("initContainers") or []:  # in order, each to completion, as the kubelet does
+        podman_name = f"{meta['name']}-init-{init['name']}"
+        argv = podman_args(pod, init, node, meta, podman_name)
+        argv = ["run", "--rm", *argv[argv.index("-d") + 1 :]]  # foreground: wait for it
+        proc = subprocess.run(["podman", *argv], capture_output=True, text=True, timeout=300, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"init container {init['name']} failed (rc {proc.returncode}): {proc.stderr}")
     for ctr in pod["spec"]["containers"]:
         podman_name = f"{meta['name']}-{ctr['name']}"
         argv = podman_args(pod, ctr, node, meta, podman_name)

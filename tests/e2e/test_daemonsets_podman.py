@@ -202,6 +202,22 @@ def test_daemonsets_run_as_rendered_and_serve_prepares(cluster: Cluster) -> None
             # Every host path the spec names exists on the node (here: under the temp root).
             assert cluster.node.host(dn.get("hostPath") or dn["path"]).exists(), dn
 
+        # The share's spec injects the C client library from where the init container put it on the host.
+        (share_spec,) = [s for n, s in specs.items() if share_uid in n]
+        lib_mounts = [
+            m
+            for m in share_spec.get("containerEdits", {}).get("mounts") or []
+            if "libascendcl" in m["hostPath"] or m["containerPath"] == "/etc/ld.so.preload"
+        ]
+        assert {m["containerPath"] for m in lib_mounts} == {
+            "/usr/lib/flexnpu/libascendcl.so",
+            "/etc/ld.so.preload",
+        }
+        for m in lib_mounts:
+            assert (
+                m["hostPath"].startswith("/var/lib/flexnpu/client/")
+                and cluster.node.host(m["hostPath"]).is_file()
+            )
         # The share is served by an aclserver the daemon container started, in the claim's own tmpfs, which
         # reached the host side (Bidirectional); use it from the host.
         assert podspec.is_mount(cluster.node.host(f"/dev/shm/flexnpu/{share_uid}"))

@@ -472,7 +472,16 @@ def test_plugin_daemonset(emulated_node: bool) -> None:
     (port,) = ctr["ports"]
     assert port["name"] == "metrics"
     assert str(port["containerPort"]) == env["FLEXNPU_METRICS_PORT"]["value"]  # what the probe asks
-    assert "initContainers" not in pod
+    # The C client library reaches the host, at the path the plugin names in CDI specs.
+    (init,) = pod["initContainers"]
+    assert init["image"] == ctr["image"] and "/usr/lib/flexnpu/$f" in init["command"][2]
+    lib = env["FLEXNPU_CLIENT_LIBRARY"]["value"]
+    assert (
+        lib == "/var/lib/flexnpu/client/libascendcl.so"
+        and by_path["/var/lib/flexnpu"]["mountPath"] == "/var/lib/flexnpu"
+    )
+    assert {m["name"] for m in init["volumeMounts"]} == {"state-dir"}
+    assert "privileged" not in init["securityContext"]
     if emulated_node:
         assert env["FLEXNPU_BUILD_DEVICE_ROOT"]["value"] == "true"
         assert env["FLEXNPU_DEVICE_ROOT"]["value"].startswith("/var/lib/flexnpu/")
