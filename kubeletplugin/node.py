@@ -126,7 +126,10 @@ class NodeProcess(NodeCore):
             cfg,
             kube=kube,
             telemetry=Telemetry(
-                node_name=cfg.node_name, driver_name=cfg.driver_name, metrics_port=cfg.metrics_port
+                node_name=cfg.node_name,
+                driver_name=cfg.driver_name,
+                metrics_port=cfg.metrics_port,
+                wait_for_port=cfg.pod_uid is not None,  # a rolling update's old pod may still hold it
             ),
         )
         self.stop_event = threading.Event()

@@ -6,7 +6,8 @@ runs with exactly its command, environment, mounts (with their propagation) and 
 (tests/e2e/podspec.py), with the in-cluster API config the kubelet would give it (TLS in front of the fake API
 server). Then, from the host side, like a kubelet: the registration socket appears, both readiness probes pass,
 the kubelet simulator registers the plugin, and a whole-die claim and a vNPU share claim are prepared (the share
-through the daemon's aclserver, used from the host over its unix socket) and unprepared.
+through the daemon's aclserver, used from the host over its unix socket); a rolling update replaces the plugin
+pod while the share's session stays up, and the new instance unprepares both claims.
 """
 
 from __future__ import annotations
@@ -237,6 +238,28 @@ def test_daemonsets_run_as_rendered_and_serve_prepares(cluster: Cluster) -> None
             session.init()
             session.set_device(0)
             assert session.get_mem_info()[1] == 256 * MI
+            ptr = session.malloc(16 * MI)
+
+            # Rolling update (maxSurge 1): a second plugin pod registers on its own sockets, the first one
+            # goes; the share's aclserver and this session are not disturbed, and the new instance unprepares.
+            kubelet.close()
+            plugin2 = start(cluster, "flexnpu-dra-plugin", pods)
+            reg2 = root / "kubelet" / "plugins_registry" / f"{DRIVER}-{plugin2.uid}-reg.sock"
+            wait_for("the new instance's registration socket", reg2.exists, timeout=60)
+            wait_ready(plugin2, "plugin")
+            plugin.stop()
+            assert not plugin.running("plugin") and not reg.exists()
+            assert "Traceback" not in plugin.logs("plugin"), plugin.logs("plugin")[-4000:]
+            assert session.get_mem_info()[0] == 240 * MI  # same aclserver, same allocation
+            # The new instance took over the metrics port the old one held: its liveness probe passes.
+            wait_for(
+                "the new instance's liveness (metrics port taken over)",
+                lambda: plugin2.exec_probe("plugin", "livenessProbe").returncode == 0,
+                timeout=60,
+            )
+            session.free(ptr)
+        kubelet = KubeletSimulator(root / "kubelet" / "plugins_registry").wait_for_plugin(DRIVER, timeout=30)
+        assert kubelet.info.endpoint.endswith(f"dra-{plugin2.uid}.sock")
 
         assert kubelet.unprepare(refs) == {whole_uid: "", share_uid: ""}
         assert list(cdi.glob("*.json")) == []
@@ -245,11 +268,11 @@ def test_daemonsets_run_as_rendered_and_serve_prepares(cluster: Cluster) -> None
         kubelet.close()
 
         # SIGTERM, as the kubelet sends: both exit cleanly.
-        for pod, container in ((plugin, "plugin"), (daemon, "daemon")):
+        for pod, container in ((plugin2, "plugin"), (daemon, "daemon")):
             pod.stop()
             assert not pod.running(container)
             assert "Traceback" not in pod.logs(container), pod.logs(container)[-4000:]
-        assert not reg.exists()
+        assert not reg2.exists()
     finally:
         for pod in pods:  # diagnostics, shown by pytest when the test failed
             for container in pod.containers:
