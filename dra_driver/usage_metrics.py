@@ -1,10 +1,11 @@
 """Per-vNPU usage metrics of a node: what each pod's vNPU uses of its quota, read at scrape time.
 
-Collected from the aclservers through the daemon (``DaemonClient.list``: quotas, memory in use, process state,
-restarts) when Prometheus scrapes the node's metrics endpoint. Compute time and kernel counts come from the same
-place the daemon reads memory use from: the per-die ledgers the aclservers write under ``<shm dir>/.ledger``
-(``dra_driver/aclserver/ledger.py``; read only, a missing ledger reports nothing), so
-``100 * rate(flexnpu_vnpu_pod_compute_seconds_total[1m])`` is the percent of its die a vNPU uses. The pods come from each claim's
+Collected from the aclservers through the daemon (``DaemonClient.list``: quotas, memory in use, die time used,
+sessions, process state, restarts) when Prometheus scrapes the node's metrics endpoint;
+``100 * rate(flexnpu_vnpu_pod_compute_seconds_total[1m])`` is the percent of its die a vNPU uses. Kernel counts
+(and die time, from a daemon that does not report it) come from the same place the daemon reads its figures:
+the per-die ledgers the aclservers write under ``<shm dir>/.ledger`` (``dra_driver/aclserver/ledger.py``; read
+only, a missing ledger reports nothing). The pods come from each claim's
 ``status.reservedFor`` (cached per claim, re-read after ``POD_CACHE_SECONDS``). The node process installs this
 collector into its :class:`~dra_driver.telemetry.Telemetry` (one hook line in ``kubeletplugin/node.py``), so
 the series appear on the same endpoint as ``flexnpu_dra_*``. Nothing here writes anything.
@@ -14,10 +15,10 @@ Series (gauges unless noted; ``node`` and ``driver`` on every one)::
     flexnpu_vnpu_pod_total_memory_bytes{namespace,pod,claim,die,vdie_id,v_dev_id}      the vNPU's memory quota
     flexnpu_vnpu_pod_used_memory_bytes{...}                                            memory allocated now
     flexnpu_vnpu_pod_compute_quota_percent{...}                                        its share of the die's compute
-    flexnpu_vnpu_pod_compute_used_percent{...}                                         compute used (when the daemon reports it)
+    flexnpu_vnpu_pod_compute_used_percent{...}                                         die share used since the daemon's last List
     flexnpu_vnpu_pod_compute_seconds_total{...}                             counter   die time its kernels ran
     flexnpu_vnpu_pod_kernels_total{...}                                     counter   kernels it launched
-    flexnpu_vnpu_pod_sessions{...}                                                     client sessions (when reported)
+    flexnpu_vnpu_pod_sessions{...}                                                     client sessions open on its aclserver
     flexnpu_aclserver_up{namespace,pod,claim}                                          1 Running, 0 otherwise
     flexnpu_aclserver_restarts_total{namespace,pod,claim}                   counter   restarts by the daemon
     flexnpu_die_shares{die,vdie_id} / flexnpu_die_share_limit{die,vdie_id}             shares on a die, and the cap
@@ -241,7 +242,6 @@ def render(
         claim_labels = [*const, ent.namespace, pod, ent.name]
         up.add_metric(claim_labels, 1.0 if str(ent.state) == "Running" else 0.0)
         restarts.add_metric(claim_labels, float(ent.restarts))
-        sessions = getattr(ent, "sessions", None)  # reported by daemons that count them
         for usage in sorted(ent.shares, key=lambda u: u.share.virtual_id):
             s = usage.share
             labels = [*claim_labels, str(s.die_phy_id), vdie.get(s.die_phy_id, ""), str(s.virtual_id)]
@@ -251,12 +251,16 @@ def render(
                 families["used"].add_metric(labels, float(usage.memory_used_bytes))
             if usage.compute_used_percent >= 0:
                 families["cused"].add_metric(labels, float(usage.compute_used_percent))
-            if (ent.entity_id, s.virtual_id) in compute:
-                consumed_us, launched = compute[(ent.entity_id, s.virtual_id)]
+            ledger_figures = compute.get((ent.entity_id, s.virtual_id))
+            consumed_us = usage.compute_used_us
+            if consumed_us < 0 and ledger_figures is not None:
+                consumed_us = ledger_figures[0]  # a daemon that does not report die time yet
+            if consumed_us >= 0:
                 seconds.add_metric(labels, consumed_us / 1e6)
-                kernels.add_metric(labels, float(launched))
-            if isinstance(sessions, int) and sessions >= 0:
-                families["sessions"].add_metric(labels, float(sessions))
+            if ledger_figures is not None:
+                kernels.add_metric(labels, float(ledger_figures[1]))
+            if usage.sessions >= 0:
+                families["sessions"].add_metric(labels, float(usage.sessions))
             shares_on[s.die_phy_id] = shares_on.get(s.die_phy_id, 0) + 1
             mem_on[s.die_phy_id] = mem_on.get(s.die_phy_id, 0) + s.memory_bytes
             compute_on[s.die_phy_id] = compute_on.get(s.die_phy_id, 0) + s.compute_percent

@@ -184,6 +184,7 @@ def test_vnpu_usage_is_exported_per_pod_and_die(served: tuple[Node, int, str, in
     assert s.value("flexnpu_vnpu_pod_used_memory_bytes", **vnpu) >= 64 * MI
     assert s.value("flexnpu_vnpu_pod_compute_quota_percent", **vnpu) == 20
     assert s.value("flexnpu_vnpu_pod_compute_seconds_total", **vnpu) >= 0.03
+    assert s.value("flexnpu_vnpu_pod_sessions", **vnpu) == 1  # the client's session is open
     assert s.labels_of("flexnpu_vnpu_pod_total_memory_bytes") >= {"vdie_id", "driver", "node"}
     claim_labels = {k: vnpu[k] for k in ("namespace", "pod", "claim")}
     assert s.value("flexnpu_aclserver_up", **claim_labels) == 1

@@ -25,7 +25,7 @@ def die(phy: int) -> Die:
 def entity(uid: str, *, used: int, state: EntityState = EntityState.RUNNING, restarts: int = 0) -> EntityInfo:
     share = Share(virtual_id=0, die_phy_id=1, memory_bytes=512 * MI, compute_percent=30, policy="fixed")
     return EntityInfo(
-        entity_id=uid, namespace="ns", name=f"claim-{uid}", shares=(ShareUsage(share, memory_used_bytes=used),),
+        entity_id=uid, namespace="ns", name=f"claim-{uid}", shares=(ShareUsage(share, memory_used_bytes=used, compute_used_us=used // 1024, sessions=2 if used >= 0 else -1),),
         pid=10, state=state, endpoints=Endpoints(), restarts=restarts,
     )  # fmt: skip
 
@@ -80,7 +80,11 @@ def test_series_pods_cache_and_daemon_down() -> None:
     assert value(got, "flexnpu_vnpu_pod_used_memory_bytes", **vnpu_a) == 64 * MI
     assert value(got, "flexnpu_vnpu_pod_total_memory_bytes", **vnpu_a) == 512 * MI
     assert value(got, "flexnpu_vnpu_pod_compute_quota_percent", **vnpu_a) == 30
+    assert value(got, "flexnpu_vnpu_pod_sessions", **vnpu_a) == 2
+    assert value(got, "flexnpu_vnpu_pod_compute_seconds_total", **vnpu_a) == 64 * MI // 1024 / 1e6
     assert value(got, "flexnpu_vnpu_pod_used_memory_bytes", claim="claim-b") is None  # unknown: left out
+    assert value(got, "flexnpu_vnpu_pod_sessions", claim="claim-b") is None
+    assert value(got, "flexnpu_vnpu_pod_compute_seconds_total", claim="claim-b") is None
     assert value(got, "flexnpu_aclserver_up", pod="pod-a") == 1
     assert value(got, "flexnpu_aclserver_up", pod="pod-b") == 0
     assert value(got, "flexnpu_aclserver_restarts_total", pod="pod-b") == 2
