@@ -46,6 +46,12 @@ def test_entry_points_answer(built: img.Built, argv: list[str]) -> None:
     assert proc.stdout.startswith(f"usage: {argv[0]}"), proc.stdout[:300]
 
 
+def test_demo_says_why_it_does_not_run_here(built: img.Built) -> None:
+    proc = img.run(built.image, ["flexnpu-dra", "demo"])
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and "scripts/demo.sh" in proc.stderr
+
+
 def test_client_libraries_load(built: img.Built) -> None:
     # The Python client (what a container's program imports), and the C library when the tree has it.
     script = (
