@@ -630,3 +630,47 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def test_dashboard_and_alerts_files_are_well_formed() -> None:
+    """Grafana loads the dashboard and Prometheus the rules: unique ids, a layout on the 24-column grid, the
+    datasource variable everywhere; every alert has a severity and a summary. (That every expression names
+    exported series is checked against a node's scrape: tests/integration/test_usage_metrics.py.)"""
+    dash = json.loads((CHART / "monitoring" / "dashboard.json").read_text())
+    ids = [p["id"] for p in dash["panels"]]
+    assert len(ids) == len(set(ids)) and dash["uid"] == "flexnpu-vnpus"
+    names = {v["name"] for v in dash["templating"]["list"]}
+    assert {"datasource", "node", "namespace"} <= names
+    for panel in dash["panels"]:
+        grid = panel["gridPos"]
+        assert grid["x"] >= 0 and grid["x"] + grid["w"] <= 24 and grid["h"] > 0, panel["title"]
+        if panel["type"] == "row":
+            continue
+        assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
+        refs = [t["refId"] for t in panel["targets"]]
+        assert refs and len(refs) == len(set(refs)), panel["title"]
+    rules = yaml.safe_load((CHART / "monitoring" / "alerts.yaml").read_text())
+    jsonschema.validate(rules, CRD_SCHEMAS["PrometheusRule"])
+    alerts = [r["alert"] for g in rules["groups"] for r in g["rules"]]
+    assert len(alerts) == len(set(alerts))
+    # What issue 13 asks the alerts to cover.
+    assert {
+        "FlexNPUPrepareErrors",
+        "FlexNPUResidualsFound",
+        "FlexNPULoopStalled",
+        "FlexNPUAclserverRestarts",
+        "FlexNPUDieNearShareLimit",
+    } <= set(alerts)
+    rendered = {
+        d["kind"]: d
+        for d in render_chart(
+            chart_values({"monitoring.prometheusRule.enabled": True, "monitoring.dashboard.enabled": True})
+        )
+    }
+    assert rendered["PrometheusRule"]["spec"] == rules  # the file, as is
+    (dash_text,) = next(
+        d
+        for d in render_chart(chart_values({"monitoring.dashboard.enabled": True}))
+        if d["kind"] == "ConfigMap" and "dashboard" in d["metadata"]["name"]
+    )["data"].values()
+    assert json.loads(dash_text) == dash
