@@ -42,9 +42,9 @@ pytestmark = [pytest.mark.root, pytest.mark.podman, pytest.mark.timeout(img.BUIL
 MI = 1024 * 1024
 
 
-@pytest.fixture(scope="module")
-def built() -> Iterator[img.Built]:
-    yield img.build()
+@pytest.fixture
+def built(built_image: img.Built) -> img.Built:
+    return built_image
 
 
 @dataclasses.dataclass

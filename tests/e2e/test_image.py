@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 
 import pytest
 
@@ -17,9 +16,9 @@ pytestmark = [pytest.mark.root, pytest.mark.podman, pytest.mark.timeout(img.BUIL
 LIBASCENDCL = img.ROOT / "libascendcl" / "Makefile"
 
 
-@pytest.fixture(scope="module")
-def built() -> Iterator[img.Built]:
-    yield img.build()
+@pytest.fixture
+def built(built_image: img.Built) -> img.Built:
+    return built_image
 
 
 def inspect(image: str) -> dict[str, object]:
