@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dra_driver import paths
-from dra_driver.checkpoint import write_atomic
+from dra_driver import files, paths
 from dra_driver.errors import ErrorCode, InvalidInput
 
 _VENDOR_RE = re.compile(r"^[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
@@ -183,7 +182,7 @@ def write_spec(cdi_dir: Path, spec: Spec, claim_uid: str) -> Path:
     validate(spec, claim_uid=claim_uid)
     path = spec_path(cdi_dir, spec.kind, claim_uid)
     payload = (json.dumps(spec.to_json(), indent=2, sort_keys=True) + "\n").encode()
-    write_atomic(path, payload, mode=0o644)
+    files.write_atomic(path, payload, mode=0o644, dir_mode=0o755)
     return path
 
 

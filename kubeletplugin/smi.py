@@ -59,7 +59,7 @@ def info_rows(core: NodeCore, entities: Mapping[str, Any]) -> list[dict[str, str
         ent = entities.get(uid)
         shares = {s.share.die_phy_id: s for s in ent.shares} if ent else {}
         for d in entry.dies:
-            usage = shares.get(int(d["phy"]))
+            usage = shares.get(d.phy)
             mem = compute = "-"
             if usage is not None:
                 used = "-" if usage.memory_used_bytes < 0 else str(usage.memory_used_bytes // daemon_smi.MIB)
@@ -70,12 +70,12 @@ def info_rows(core: NodeCore, entities: Mapping[str, Any]) -> list[dict[str, str
                 {
                     "CLAIM UID": uid,
                     "CLAIM": f"{entry.namespace}/{entry.name}",
-                    "DEVICE": str(d.get("device", "")),
-                    "DIE": str(d["phy"]),
-                    "MODE": str(d["mode"]),
+                    "DEVICE": d.device,
+                    "DIE": str(d.phy),
+                    "MODE": str(d.mode),
                     "MEM(MiB) USED/QUOTA": mem,
                     "COMPUTE(%) USED/QUOTA": compute,
-                    "POLICY": str(d.get("policy", "-")),
+                    "POLICY": d.policy or "-",
                     "ACLSERVER": f"{ent.pid} {ent.state}" if ent else "-",
                     "ENDPOINT": _endpoint(ent),
                     "STATE": str(entry.state),

@@ -23,9 +23,21 @@ from typing import Any
 import pytest
 
 from dra_driver import checkpoint, clientconf, failpoints
-from dra_driver.checkpoint import Checkpoint, CheckpointStore, ClaimEntry, ClaimState, Effect
-from dra_driver.claims import ClaimRef, ClaimResult
+from dra_driver.checkpoint import (
+    Checkpoint,
+    CheckpointStore,
+    ClaimEntry,
+    ClaimState,
+    DieRecord,
+    Effect,
+    EffectKind,
+    Registration,
+    StatusRecord,
+)
+from dra_driver.claims import ClaimRef, ClaimResult, PreparedDevice
 from dra_driver.client.session import Session
+from dra_driver.daemon.model import Endpoints, Share
+from dra_driver.devices import DieMode
 from dra_driver.testing.kubelet import KubeletError, PluginHandle
 from tests.integration.conftest import NAMESPACE, NODE, Node, wait_for
 from tests.integration.lifecycle_helpers import (
@@ -364,15 +376,19 @@ def _ready(device: str, data: dict[str, Any], **extra: Any) -> dict[str, Any]:
     }
 
 
-def _share_doc(vid: int, phy: int, policy: str) -> dict[str, Any]:
-    return {
-        "virtual_id": vid,
-        "die_phy_id": phy,
-        "memory_bytes": 268435456,
-        "compute_percent": 10,
-        "policy": policy,
-        "memory_only": False,
-    }
+def _share(vid: int, phy: int, policy: str) -> Share:
+    return Share(
+        virtual_id=vid,
+        die_phy_id=phy,
+        memory_bytes=268435456,
+        compute_percent=10,
+        policy=policy,
+        memory_only=False,
+    )
+
+
+def _status(uid: str, *docs: dict[str, Any]) -> Effect:
+    return Effect(EffectKind.CLAIM_STATUS, uid, StatusRecord(devices=docs))
 
 
 GOLDEN_V1 = Checkpoint(
@@ -383,36 +399,31 @@ GOLDEN_V1 = Checkpoint(
             namespace="team-a",
             name="whole",
             state=ClaimState.PREPARE_COMPLETED,
-            devices=[
-                {
-                    "requestNames": ["npu"],
-                    "pool": "node-a",
-                    "device": "npu-0",
-                    "cdiDeviceIDs": [f"flexnpu.io/vnpu={WHOLE_UID}-npu-0"],
-                }
-            ],
-            effects=[
-                Effect("cdi-spec", f"{CDI}{WHOLE_UID}.json"),
-                Effect(
-                    "claim-status",
-                    WHOLE_UID,
-                    {
-                        "devices": [
-                            _ready(
-                                "npu-0",
-                                {
-                                    "die": 0,
-                                    "vdieID": "6E9CDD8A-ED95D381-7C09AFF4-E12B1FDA-9FBA2226",
-                                    "model": "910B4",
-                                    "mode": "whole",
-                                    "cdiDeviceIDs": [f"flexnpu.io/vnpu={WHOLE_UID}-npu-0"],
-                                },
-                            )
-                        ]
-                    },
+            devices=(
+                PreparedDevice(
+                    request_names=("npu",),
+                    pool="node-a",
+                    device="npu-0",
+                    cdi_device_ids=(f"flexnpu.io/vnpu={WHOLE_UID}-npu-0",),
                 ),
-            ],
-            dies=[{"phy": 0, "mode": "whole", "device": "npu-0", "shareID": None}],
+            ),
+            effects=(
+                Effect(EffectKind.CDI_SPEC, f"{CDI}{WHOLE_UID}.json"),
+                _status(
+                    WHOLE_UID,
+                    _ready(
+                        "npu-0",
+                        {
+                            "die": 0,
+                            "vdieID": "6E9CDD8A-ED95D381-7C09AFF4-E12B1FDA-9FBA2226",
+                            "model": "910B4",
+                            "mode": "whole",
+                            "cdiDeviceIDs": [f"flexnpu.io/vnpu={WHOLE_UID}-npu-0"],
+                        },
+                    ),
+                ),
+            ),
+            dies=(DieRecord(phy=0, mode=DieMode.WHOLE, device="npu-0", share_id=None),),
             updated_at=1796039067.6157975,
         ),
         SHARE_UID: ClaimEntry(
@@ -420,61 +431,56 @@ GOLDEN_V1 = Checkpoint(
             namespace="team-a",
             name="share",
             state=ClaimState.PREPARE_COMPLETED,
-            devices=[
-                {
-                    "requestNames": ["vnpu"],
-                    "pool": "node-a",
-                    "device": "vnpu-7",
-                    "shareID": SHARE_ID,
-                    "cdiDeviceIDs": [f"flexnpu.io/vnpu={SHARE_UID}-vnpu-7-{SHARE_ID}"],
-                }
-            ],
-            effects=[
+            devices=(
+                PreparedDevice(
+                    request_names=("vnpu",),
+                    pool="node-a",
+                    device="vnpu-7",
+                    share_id=SHARE_ID,
+                    cdi_device_ids=(f"flexnpu.io/vnpu={SHARE_UID}-vnpu-7-{SHARE_ID}",),
+                ),
+            ),
+            effects=(
                 Effect(
-                    "daemon-registration",
+                    EffectKind.DAEMON_REGISTRATION,
                     SHARE_UID,
-                    {
-                        "token": "3594e824949d79f7a320bcb1a6575df3218b16054802d82e085f2fdabf999497",
-                        "shares": [_share_doc(0, 7, "elastic")],
-                        "endpoints": {
-                            "shm_dir": f"/dev/shm/flexnpu/{SHARE_UID}",
-                            "tcp_host": "169.254.213.1",
-                            "tcp_port": 44051,
-                            "unix_socket": f"/dev/shm/flexnpu/{SHARE_UID}/aclserver.sock",
+                    Registration(
+                        token="3594e824949d79f7a320bcb1a6575df3218b16054802d82e085f2fdabf999497",
+                        shares=(_share(0, 7, "elastic"),),
+                        endpoints=Endpoints(
+                            shm_dir=f"/dev/shm/flexnpu/{SHARE_UID}",
+                            tcp_host="169.254.213.1",
+                            tcp_port=44051,
+                            unix_socket=f"/dev/shm/flexnpu/{SHARE_UID}/aclserver.sock",
+                        ),
+                        pid=21230,
+                    ),
+                ),
+                Effect(EffectKind.CLIENT_CONF, f"{CLAIMS}{SHARE_UID}"),
+                Effect(EffectKind.CDI_SPEC, f"{CDI}{SHARE_UID}.json"),
+                _status(
+                    SHARE_UID,
+                    _ready(
+                        "vnpu-7",
+                        {
+                            "die": 7,
+                            "vdieID": "9707DC4A-90B0EDAB-8350426A-78CD8477-9220354A",
+                            "model": "910B4",
+                            "mode": "soft",
+                            "virtualID": 0,
+                            "memoryBytes": 268435456,
+                            "computePercent": 10,
+                            "policy": "elastic",
+                            "memoryOnly": False,
+                            "endpoint": "169.254.213.1:44051",
+                            "cdiDeviceIDs": [f"flexnpu.io/vnpu={SHARE_UID}-vnpu-7-{SHARE_ID}"],
                         },
-                        "pid": 21230,
-                    },
+                        shareID=SHARE_ID,
+                        networkData={"interfaceName": "flexnpu0", "ips": ["169.254.213.1/24"]},
+                    ),
                 ),
-                Effect("client-conf", f"{CLAIMS}{SHARE_UID}"),
-                Effect("cdi-spec", f"{CDI}{SHARE_UID}.json"),
-                Effect(
-                    "claim-status",
-                    SHARE_UID,
-                    {
-                        "devices": [
-                            _ready(
-                                "vnpu-7",
-                                {
-                                    "die": 7,
-                                    "vdieID": "9707DC4A-90B0EDAB-8350426A-78CD8477-9220354A",
-                                    "model": "910B4",
-                                    "mode": "soft",
-                                    "virtualID": 0,
-                                    "memoryBytes": 268435456,
-                                    "computePercent": 10,
-                                    "policy": "elastic",
-                                    "memoryOnly": False,
-                                    "endpoint": "169.254.213.1:44051",
-                                    "cdiDeviceIDs": [f"flexnpu.io/vnpu={SHARE_UID}-vnpu-7-{SHARE_ID}"],
-                                },
-                                shareID=SHARE_ID,
-                                networkData={"interfaceName": "flexnpu0", "ips": ["169.254.213.1/24"]},
-                            )
-                        ]
-                    },
-                ),
-            ],
-            dies=[{"phy": 7, "mode": "soft", "device": "vnpu-7", "shareID": SHARE_ID, "policy": "elastic"}],
+            ),
+            dies=(DieRecord(phy=7, mode=DieMode.SOFT, device="vnpu-7", share_id=SHARE_ID, policy="elastic"),),
             updated_at=1796039067.4020314,
         ),
         STARTED_UID: ClaimEntry(
@@ -482,28 +488,21 @@ GOLDEN_V1 = Checkpoint(
             namespace="team-b",
             name="half-done",
             state=ClaimState.PREPARE_STARTED,
-            effects=[
+            effects=(
                 Effect(
-                    "daemon-registration",
+                    EffectKind.DAEMON_REGISTRATION,
                     STARTED_UID,
-                    {
-                        "token": "9f" * 32,
-                        "shares": [_share_doc(0, 7, "elastic"), _share_doc(1, 6, "elastic")],
-                    },
+                    Registration(token="9f" * 32, shares=(_share(0, 7, "elastic"), _share(1, 6, "elastic"))),
                 ),
-                Effect("client-conf", f"{CLAIMS}{STARTED_UID}"),
-                Effect("cdi-spec", f"{CDI}{STARTED_UID}.json"),
-            ],
-            dies=[
-                {
-                    "phy": 7,
-                    "mode": "soft",
-                    "device": "vnpu-7",
-                    "shareID": STARTED_SHARE_ID,
-                    "policy": "elastic",
-                },
-                {"phy": 6, "mode": "soft", "device": "vnpu-6", "shareID": None, "policy": "elastic"},
-            ],
+                Effect(EffectKind.CLIENT_CONF, f"{CLAIMS}{STARTED_UID}"),
+                Effect(EffectKind.CDI_SPEC, f"{CDI}{STARTED_UID}.json"),
+            ),
+            dies=(
+                DieRecord(
+                    phy=7, mode=DieMode.SOFT, device="vnpu-7", share_id=STARTED_SHARE_ID, policy="elastic"
+                ),
+                DieRecord(phy=6, mode=DieMode.SOFT, device="vnpu-6", share_id=None, policy="elastic"),
+            ),
             updated_at=1796039070.25,
         ),
     },

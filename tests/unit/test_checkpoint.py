@@ -9,7 +9,17 @@ from pathlib import Path
 import pytest
 
 from dra_driver import checkpoint
-from dra_driver.checkpoint import Checkpoint, CheckpointStore, ClaimEntry, ClaimState, Effect
+from dra_driver.checkpoint import (
+    Checkpoint,
+    CheckpointStore,
+    ClaimEntry,
+    ClaimState,
+    DieRecord,
+    Effect,
+    EffectKind,
+)
+from dra_driver.claims import PreparedDevice
+from dra_driver.devices import DieMode
 from dra_driver.errors import ErrorCode, StateError
 
 
@@ -19,9 +29,9 @@ def _entry(uid: str = "u1") -> ClaimEntry:
         namespace="ns",
         name="claim",
         state=ClaimState.PREPARE_COMPLETED,
-        devices=[{"pool": "n1", "device": "npu-0", "requestNames": ["r"], "cdiDeviceIDs": ["a/b=c"]}],
-        effects=[Effect("cdi-spec", "/var/run/cdi/x.json")],
-        dies=[{"phy": 0, "mode": "whole"}],
+        devices=(PreparedDevice(request_names=("r",), pool="n1", device="npu-0", cdi_device_ids=("a/b=c",)),),
+        effects=(Effect(EffectKind.CDI_SPEC, "/var/run/cdi/x.json"),),
+        dies=(DieRecord(phy=0, mode=DieMode.WHOLE, device="npu-0"),),
     )
 
 
