@@ -114,6 +114,7 @@ class Reconciler:
     def plan(self) -> Findings:
         """What a pass would remove (the dry run). Raises if the API cannot be read."""
         findings = Findings()
+        self.preparer.store.check_trusted()  # damaged state is never "nothing prepared": remove nothing
         entries = self.preparer.store.read().claims
         now = self.clock()
         for entry in entries.values():

@@ -1,29 +1,37 @@
-"""The node's record of what it prepared: typed records, versioned and checksummed on disk, file-locked.
+"""The node's record of what it prepared: per-claim files, versioned and checksummed, file-locked.
 
 The checkpoint is the single source of truth for "what this node prepared". Every side
 effect of a prepare is recorded here *before* it is made (state ``PrepareStarted`` with the
 planned effects), and the completion afterwards (``PrepareCompleted``), so a crash at any
-step leaves enough on disk to finish or roll back.
+step leaves enough on disk to finish or roll back. The records are the frozen dataclasses of
+``dra_driver/records.py``.
 
-Records are frozen dataclasses (:class:`ClaimEntry`, :class:`Effect`, :class:`DieRecord`,
-:class:`Registration`); a change is a new record, written by :meth:`CheckpointStore.update`,
-one short transaction per recorded step: take the timed file lock, read, apply one closure,
-write, release. No network call happens under the lock.
+On-disk format, version 2 — the checkpoint path (``<state-dir>/checkpoint.json``) is a
+*directory* with one small file per claim, so that a step writes one claim, never the node::
 
-On-disk format (version 1)::
+    checkpoint.json/<claim-uid>.json  {"version": 2, "checksum": "<sha256>", "entry": {...}}
+    checkpoint.json/_boot.json        {"version": 2, "checksum": "<sha256>", "bootID": "..."}
+    checkpoint.json/_untrusted.json   present while ownership is in doubt (see below)
 
-    {"version": 1, "checksum": "<sha256 of the canonical JSON of data>",
-     "data": {"bootID": "...", "claims": {"<uid>": {...ClaimEntry...}}}}
+The path is a directory on purpose: a version-1 driver (a rolling update's old pod) that
+tries to read it fails with ``IsADirectoryError`` instead of reading "nothing prepared" and
+sweeping every live claim. Version 1 was one file (``{"version": 1, "checksum", "data":
+{"bootID", "claims": {uid: entry}}}``); :func:`decode` still reads it and the store migrates
+it on first use (the old file is kept as ``checkpoint.json.v1``).
 
-A missing file reads as empty. A corrupt, truncated, checksum-mismatched or future-version
-file is *kept* as ``checkpoint.json.corrupt-<unix-ts>`` and the store starts empty; it never
-crash-loops the node process. Concurrent processes (two plugin instances during a rolling
-update, ``flexnpu-smi``) serialise through a timed ``flock`` on ``checkpoint.lock``
-(``dra_driver/files.py``).
+Every change goes through :meth:`CheckpointStore.update`: take the timed ``flock`` on
+``checkpoint.lock`` (``dra_driver/files.py``), apply one closure to the in-memory index,
+write that claim's file (atomic, fsynced), release. The index stays coherent across
+processes (two plugin instances during a rolling update, ``flexnpu-smi``) through a
+generation counter kept in the lock file: each writer bumps it under the lock, and a reader
+that finds it changed reloads the directory; otherwise nothing is decoded.
 
-A new effect kind (for example a hard-split vNPU) is one :class:`EffectKind` member, an
-optional details type registered in ``_DETAILS`` below, and its do/undo in
-``kubeletplugin/effects.py``.
+Damaged state is never "nothing prepared": a record that cannot be read (corrupt, truncated,
+wrong shape, newer version) stays where it is and makes the store *untrusted*
+(:attr:`CheckpointStore.trusted`, :meth:`CheckpointStore.check_trusted` raising
+:class:`CheckpointUntrusted`) until an operator adopts what the node holds or discards the
+damaged records (``flexnpu-smi adopt`` / ``discard``). Destructive paths (the orphan sweep, the
+reconciler's removals) consult it first. Content of a file never crash-loops the node.
 """
 
 from __future__ import annotations
@@ -33,286 +41,68 @@ import hashlib
 import json
 import logging
 import os
+import re
+import shutil
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from dra_driver import files
-from dra_driver.claims import PreparedDevice
-from dra_driver.daemon.model import Endpoints, Share
-from dra_driver.devices import DieMode
 from dra_driver.errors import ErrorCode, StateError, Unavailable
-from dra_driver.plan import ClaimPlan, HeldDie
+from dra_driver.records import (
+    JSON,
+    ClaimEntry,
+    ClaimState,
+    DieRecord,
+    Effect,
+    EffectKind,
+    Mutation,
+    Registration,
+    StatusRecord,
+    die_records,
+    held_dies,
+    prepared_per_die,
+    set_state,
+)
 
-VERSION = 1
+__all__ = [
+    "DEFAULT_LOCK_TIMEOUT",
+    "VERSION",
+    "Checkpoint",
+    "CheckpointStore",
+    "CheckpointUntrusted",
+    "ClaimBusy",
+    "ClaimEntry",
+    "ClaimLockHandle",
+    "ClaimLocks",
+    "ClaimState",
+    "DieRecord",
+    "Effect",
+    "EffectKind",
+    "Mutation",
+    "Registration",
+    "StatusRecord",
+    "decode",
+    "decode_record",
+    "die_records",
+    "encode",
+    "encode_record",
+    "held_dies",
+    "prepared_per_die",
+    "set_state",
+]
+
+VERSION = 2
+V1 = 1
 DEFAULT_LOCK_TIMEOUT = 10.0
+BOOT_FILE = "_boot.json"
+UNTRUSTED_FILE = "_untrusted.json"
+RECORD_MAX_BYTES = 4 << 20
+_RECORD_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,62}\.json$")
 log = logging.getLogger("flexnpu.checkpoint")
-
-JSON = dict[str, Any]
-
-
-class ClaimState(StrEnum):
-    PREPARE_STARTED = "PrepareStarted"
-    PREPARE_COMPLETED = "PrepareCompleted"
-    UNPREPARE_STARTED = "UnprepareStarted"
-
-
-class EffectKind(StrEnum):
-    """Side effects of a prepare, in the order they are made (undone in reverse)."""
-
-    DAEMON_REGISTRATION = "daemon-registration"  # ref: claim UID; details: Registration
-    CLIENT_CONF = "client-conf"  # ref: the claim's client.conf directory
-    CDI_SPEC = "cdi-spec"  # ref: the spec file
-    CLAIM_STATUS = "claim-status"  # ref: claim UID; details: StatusRecord
-
-
-@dataclass(frozen=True, slots=True)
-class Registration:
-    """What the daemon was asked for (token, shares) and, once it answered, where the aclserver is."""
-
-    token: str
-    shares: tuple[Share, ...]
-    endpoints: Endpoints | None = None
-    pid: int | None = None
-
-    def to_json(self) -> JSON:
-        doc: JSON = {"token": self.token, "shares": [s.to_dict() for s in self.shares]}
-        if self.endpoints is not None:
-            doc["endpoints"] = self.endpoints.to_dict()
-        if self.pid is not None:
-            doc["pid"] = self.pid
-        return doc
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> Registration:
-        ep = doc.get("endpoints")
-        pid = doc.get("pid")
-        return cls(
-            token=str(doc["token"]),
-            shares=tuple(Share.from_dict(s) for s in doc.get("shares") or ()),
-            endpoints=Endpoints.from_dict(ep) if isinstance(ep, Mapping) else None,
-            pid=int(pid) if pid is not None else None,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class StatusRecord:
-    """The device status documents last written to the claim (Kubernetes JSON, kept as written)."""
-
-    devices: tuple[JSON, ...] = ()
-
-    def to_json(self) -> JSON:
-        return {"devices": list(self.devices)} if self.devices else {}
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> StatusRecord:
-        devices = doc.get("devices") or ()
-        if not isinstance(devices, list) or not all(isinstance(d, dict) for d in devices):
-            raise TypeError("claim-status devices must be a list of objects")
-        return cls(devices=tuple(devices))
-
-
-EffectDetails = Registration | StatusRecord
-_DETAILS: dict[EffectKind, Callable[[Mapping[str, Any]], EffectDetails]] = {
-    EffectKind.DAEMON_REGISTRATION: Registration.from_json,
-    EffectKind.CLAIM_STATUS: StatusRecord.from_json,
-}
-
-
-@dataclass(frozen=True, slots=True)
-class Effect:
-    """One side effect made (or about to be made) for a claim; ``ref`` identifies it."""
-
-    kind: EffectKind
-    ref: str
-    details: EffectDetails | None = None
-
-    def to_json(self) -> JSON:
-        return {
-            "kind": str(self.kind),
-            "ref": self.ref,
-            "details": self.details.to_json() if self.details else {},
-        }
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> Effect:
-        kind = EffectKind(doc["kind"])
-        raw = doc.get("details") or {}
-        if not isinstance(raw, Mapping):
-            raise TypeError(f"details of effect {kind} must be an object")
-        decode = _DETAILS.get(kind)
-        return cls(kind=kind, ref=str(doc["ref"]), details=decode(raw) if decode else None)
-
-
-@dataclass(frozen=True, slots=True)
-class DieRecord:
-    """Which die a claim holds and how (the conflict check reads these)."""
-
-    phy: int
-    mode: DieMode
-    device: str
-    share_id: str | None = None
-    policy: str | None = None  # soft shares only
-
-    def to_json(self) -> JSON:
-        doc: JSON = {"phy": self.phy, "mode": str(self.mode), "device": self.device, "shareID": self.share_id}
-        if self.policy is not None:
-            doc["policy"] = self.policy
-        return doc
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> DieRecord:
-        policy = doc.get("policy")
-        share_id = doc.get("shareID")
-        return cls(
-            phy=int(doc["phy"]),
-            mode=DieMode(doc["mode"]),
-            device=str(doc.get("device") or ""),
-            share_id=str(share_id) if share_id else None,
-            policy=str(policy) if policy is not None else None,
-        )
-
-
-def device_to_json(d: PreparedDevice) -> JSON:
-    doc: JSON = {
-        "requestNames": list(d.request_names),
-        "pool": d.pool,
-        "device": d.device,
-        "cdiDeviceIDs": list(d.cdi_device_ids),
-    }
-    if d.share_id is not None:
-        doc["shareID"] = d.share_id
-    return doc
-
-
-def device_from_json(doc: Mapping[str, Any]) -> PreparedDevice:
-    share_id = doc.get("shareID")
-    return PreparedDevice(
-        request_names=tuple(str(r) for r in doc.get("requestNames") or ()),
-        pool=str(doc["pool"]),
-        device=str(doc["device"]),
-        cdi_device_ids=tuple(str(i) for i in doc.get("cdiDeviceIDs") or ()),
-        share_id=str(share_id) if share_id is not None else None,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimEntry:
-    uid: str
-    namespace: str
-    name: str
-    state: ClaimState
-    devices: tuple[PreparedDevice, ...] = ()  # prepared devices (kubelet view)
-    effects: tuple[Effect, ...] = ()
-    dies: tuple[DieRecord, ...] = ()
-    updated_at: float = 0.0
-
-    def to_json(self) -> JSON:
-        return {
-            "uid": self.uid,
-            "namespace": self.namespace,
-            "name": self.name,
-            "state": str(self.state),
-            "devices": [device_to_json(d) for d in self.devices],
-            "effects": [e.to_json() for e in self.effects],
-            "dies": [d.to_json() for d in self.dies],
-            "updatedAt": self.updated_at,
-        }
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> ClaimEntry:
-        return cls(
-            uid=str(doc["uid"]),
-            namespace=str(doc["namespace"]),
-            name=str(doc["name"]),
-            state=ClaimState(doc["state"]),
-            devices=tuple(device_from_json(d) for d in doc.get("devices") or ()),
-            effects=tuple(Effect.from_json(e) for e in doc.get("effects") or ()),
-            dies=tuple(DieRecord.from_json(d) for d in doc.get("dies") or ()),
-            updated_at=float(doc.get("updatedAt") or 0.0),
-        )
-
-    def effect(self, kind: str) -> list[Effect]:
-        return [e for e in self.effects if e.kind == kind]
-
-    @property
-    def registration(self) -> Registration | None:
-        """The details of the daemon-registration effect, if the claim has shares."""
-        for e in self.effects:
-            if e.kind == EffectKind.DAEMON_REGISTRATION and isinstance(e.details, Registration):
-                return e.details
-        return None
-
-    @property
-    def status_docs(self) -> tuple[JSON, ...]:
-        for e in self.effects:
-            if e.kind == EffectKind.CLAIM_STATUS and isinstance(e.details, StatusRecord):
-                return e.details.devices
-        return ()
-
-    def with_details(self, kind: EffectKind, details: EffectDetails) -> ClaimEntry:
-        """A copy with the details of every effect of ``kind`` replaced."""
-        return replace(
-            self, effects=tuple(replace(e, details=details) if e.kind == kind else e for e in self.effects)
-        )
-
-    def with_effect(self, effect: Effect) -> ClaimEntry:
-        """A copy with ``effect`` appended (unless one of the same kind and ref is recorded)."""
-        if any(e.kind == effect.kind and e.ref == effect.ref for e in self.effects):
-            return self
-        return replace(self, effects=(*self.effects, effect))
-
-
-def die_records(plan: ClaimPlan) -> tuple[DieRecord, ...]:
-    """What the claim of ``plan`` will hold, as recorded with its intent."""
-    return tuple(
-        DieRecord(
-            phy=d.die.phy_id,
-            mode=d.mode,
-            device=d.device,
-            share_id=d.share_id,
-            policy=d.share.policy if d.share is not None else None,
-        )
-        for d in plan.devices
-    )
-
-
-def held_dies(entries: Mapping[str, ClaimEntry], *, but: str) -> list[HeldDie]:
-    """Every die the entries other than ``but`` hold, for :func:`dra_driver.plan.check_conflicts`."""
-    return [
-        HeldDie(phy=d.phy, mode=d.mode, policy=d.policy, namespace=e.namespace, name=e.name, uid=e.uid)
-        for e in entries.values()
-        if e.uid != but
-        for d in e.dies
-    ]
-
-
-Mutation = Callable[[Mapping[str, ClaimEntry]], ClaimEntry | None]
-"""Given every entry (read under the lock), the claim's new entry, or None to drop it."""
-
-
-def prepared_per_die(entries: Iterable[ClaimEntry]) -> dict[tuple[int, str], int]:
-    """(die, mode) -> how many prepared vNPUs / whole dies, over completed entries."""
-    counts: dict[tuple[int, str], int] = {}
-    for entry in entries:
-        if entry.state == ClaimState.PREPARE_COMPLETED:
-            for d in entry.dies:
-                counts[(d.phy, str(d.mode))] = counts.get((d.phy, str(d.mode)), 0) + 1
-    return counts
-
-
-def set_state(uid: str, state: ClaimState) -> Mutation:
-    """A mutation that moves claim ``uid`` to ``state`` (and leaves a missing entry missing)."""
-
-    def mutate(entries: Mapping[str, ClaimEntry]) -> ClaimEntry | None:
-        cur = entries.get(uid)
-        return replace(cur, state=state) if cur is not None else None
-
-    return mutate
 
 
 @dataclass(slots=True)
@@ -329,64 +119,112 @@ class Checkpoint:
         }
 
 
-def _checksum(data: Mapping[str, Any]) -> str:
+class CheckpointUntrusted(StateError):
+    """The checkpoint holds records that cannot be read: nothing may be removed on its word."""
+
+    default_code = ErrorCode.CHECKPOINT_UNTRUSTED
+
+
+# -- codecs ------------------------------------------------------------------------------------
+
+
+def _checksum(data: Any) -> str:
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(canonical).hexdigest()
 
 
+def _bad(source: str, msg: str, fld: str | None = None) -> StateError:
+    return StateError(f"{source}: {msg}"[:400], code=ErrorCode.CHECKPOINT_CORRUPT, field=fld)
+
+
+def _envelope(raw: bytes, source: str, *, want: int) -> dict[str, Any]:
+    try:
+        doc = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise _bad(source, f"not valid JSON ({exc})") from exc
+    if not isinstance(doc, dict):
+        raise _bad(source, "top level is not an object")
+    version = doc.get("version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise _bad(source, "missing or non-integer version", "version")
+    if version > VERSION:
+        raise _bad(source, f"written by a newer driver (version {version} > {VERSION})", "version")
+    if version != want:
+        raise _bad(source, f"version {version} where version {want} was expected", "version")
+    return doc
+
+
 def encode(cp: Checkpoint) -> bytes:
+    """The version-1 single-file format (kept for tools and the migration tests)."""
     data = cp.to_data()
-    doc = {"version": VERSION, "checksum": _checksum(data), "data": data}
+    doc = {"version": V1, "checksum": _checksum(data), "data": data}
     return (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
 
 
 def decode(raw: bytes, *, source: str = "checkpoint") -> Checkpoint:
-    """Parse and verify a checkpoint; raise :class:`StateError` (CHECKPOINT_CORRUPT) if bad."""
-
-    def bad(msg: str, fld: str | None = None) -> StateError:
-        return StateError(f"{source}: {msg}", code=ErrorCode.CHECKPOINT_CORRUPT, field=fld)
-
-    try:
-        doc = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise bad(f"not valid JSON ({exc})") from exc
-    if not isinstance(doc, dict):
-        raise bad("top level is not an object")
-    version = doc.get("version")
-    if not isinstance(version, int):
-        raise bad("missing or non-integer version", "version")
-    if version > VERSION:
-        raise bad(f"written by a newer driver (version {version} > {VERSION})", "version")
-    data = migrate(version, doc.get("data"))
+    """Parse and verify a version-1 checkpoint; raise :class:`StateError` (CHECKPOINT_CORRUPT) if bad."""
+    doc = _envelope(raw, source, want=V1)
+    data = doc.get("data")
     if not isinstance(data, dict):
-        raise bad("missing data object", "data")
-    if doc.get("checksum") != _checksum(doc["data"]):
-        raise bad("checksum mismatch (file truncated or edited)", "checksum")
+        raise _bad(source, "missing data object", "data")
+    if doc.get("checksum") != _checksum(data):
+        raise _bad(source, "checksum mismatch (file truncated or edited)", "checksum")
     raw_claims = data.get("claims") or {}
     if not isinstance(raw_claims, dict):
-        raise bad("claims is not an object", "data.claims")
+        raise _bad(source, "claims is not an object", "data.claims")
     try:
         claims = {str(uid): ClaimEntry.from_json(e) for uid, e in raw_claims.items()}
     except (KeyError, ValueError, TypeError, AttributeError) as exc:
-        raise bad(f"malformed claim entry ({exc!r})"[:300], "data.claims") from exc
+        raise _bad(source, f"malformed claim entry ({exc!r})", "data.claims") from exc
     return Checkpoint(boot_id=str(data.get("bootID") or ""), claims=claims)
 
 
-def migrate(version: int, data: Any) -> Any:
-    """Bring older on-disk data to the current shape (version 1 is the first format)."""
-    if version < 1:
-        raise StateError(
-            f"unknown checkpoint version {version}", code=ErrorCode.CHECKPOINT_CORRUPT, field="version"
-        )
-    return data
+def encode_record(entry: ClaimEntry) -> bytes:
+    body = entry.to_json()
+    doc = {"version": VERSION, "checksum": _checksum(body), "entry": body}
+    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+
+
+def decode_record(raw: bytes, *, source: str) -> ClaimEntry:
+    """One version-2 claim record; raise :class:`StateError` (CHECKPOINT_CORRUPT) if bad."""
+    doc = _envelope(raw, source, want=VERSION)
+    body = doc.get("entry")
+    if not isinstance(body, dict):
+        raise _bad(source, "missing entry object", "entry")
+    if doc.get("checksum") != _checksum(body):
+        raise _bad(source, "checksum mismatch (file truncated or edited)", "checksum")
+    try:
+        return ClaimEntry.from_json(body)
+    except (KeyError, ValueError, TypeError, AttributeError) as exc:
+        raise _bad(source, f"malformed claim entry ({exc!r})", "entry") from exc
+
+
+def _encode_small(key: str, value: Any) -> bytes:
+    doc = {"version": VERSION, "checksum": _checksum(value), key: value}
+    return json.dumps(doc, sort_keys=True).encode() + b"\n"
+
+
+def _decode_small(raw: bytes, key: str, *, source: str) -> Any:
+    doc = _envelope(raw, source, want=VERSION)
+    if key not in doc or doc.get("checksum") != _checksum(doc[key]):
+        raise _bad(source, "checksum mismatch or missing value", key)
+    return doc[key]
 
 
 def current_boot_id() -> str:
     return files.boot_id()
 
 
+# -- per-claim locks ---------------------------------------------------------------------------
+
+
 class ClaimBusy(Unavailable):
     """Another thread or process is working on this claim (its claim lock is held)."""
+
+
+@dataclass(slots=True)
+class ClaimLockHandle:
+    drop: bool = False  # set by the holder once the claim's entry is gone: the lock file goes too
 
 
 class ClaimLocks:
@@ -444,11 +282,6 @@ class ClaimLocks:
             local.release()
 
 
-@dataclass(slots=True)
-class ClaimLockHandle:
-    drop: bool = False  # set by the holder once the claim's entry is gone: the lock file goes too
-
-
 def _same_file(fd: int, path: Path) -> bool:
     try:
         st = os.lstat(path)
@@ -466,12 +299,16 @@ def _busy(uid: str, timeout: float) -> ClaimBusy:
     )
 
 
-class CheckpointStore:
-    """The checkpoint file behind a timed cross-process lock.
+# -- the store ---------------------------------------------------------------------------------
 
-    :meth:`update` is the one way to change a claim: one read, one closure, one write under the
-    lock. :meth:`entries` and :meth:`get` are consistent snapshots. :meth:`locked` holds every
-    writer (in any process) off while the caller decides, for the orphan sweep.
+
+class CheckpointStore:
+    """The per-claim checkpoint directory behind a timed cross-process lock, with an in-memory index.
+
+    :meth:`update` is the one way to change a claim: one closure, one record written, under the
+    lock. :meth:`entries` and :meth:`get` are consistent snapshots from the index (no decode
+    unless another process wrote). :meth:`locked` holds every writer (in any process) off while
+    the caller decides, for the orphan sweep.
     """
 
     def __init__(
@@ -481,15 +318,27 @@ class CheckpointStore:
         self.lock_path = path.with_name(path.name.removesuffix(".json") + ".lock")
         self.boot_id = current_boot_id() if boot_id is None else boot_id
         self.lock_timeout = lock_timeout
-        self.corrupt_copies: list[Path] = []
         self.claim_locks = ClaimLocks(path.parent / "locks")
+        self.corrupt_copies: list[Path] = []  # damaged files set aside (kept for inspection)
+        self._index: dict[str, ClaimEntry] = {}
+        self._recorded_boot = ""
+        self._bad: dict[str, str] = {}  # record file name -> why it cannot be read
+        self._doubt = ""  # from _untrusted.json
+        self._gen: int | None = None
+
+    # -- locking and coherence -------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _flock(self) -> Iterator[None]:
+    def _flock(self) -> Iterator[int]:
+        """The checkpoint lock, with the index brought up to date; yields the lock fd."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            with files.locked(self.lock_path, timeout=self.lock_timeout):
-                yield
+            with files.locked(self.lock_path, timeout=self.lock_timeout) as fd:
+                gen = _read_gen(fd)
+                if gen != self._gen:
+                    self._reload()
+                    self._gen = gen
+                yield fd
         except files.LockTimeout as exc:
             raise Unavailable(
                 f"the checkpoint lock {self.lock_path} is held by another process for more than "
@@ -498,85 +347,243 @@ class CheckpointStore:
                 field="checkpoint",
             ) from exc
 
-    def _load(self) -> Checkpoint:
-        """Read the checkpoint (the caller holds the lock)."""
+    def _bump(self, fd: int) -> None:
+        """Tell other processes that something changed (the caller holds the lock)."""
+        gen = (self._gen or 0) + 1
+        os.pwrite(fd, gen.to_bytes(8, "little"), 0)
+        self._gen = gen
+
+    def _reload(self) -> None:
+        """Read every record (another process wrote, or first use); migrate version 1 first."""
+        index: dict[str, ClaimEntry] = {}
+        bad: dict[str, str] = {}
+        boot, doubt = "", ""
         try:
-            raw = self.path.read_bytes()
+            self._migrate_v1()
+            names = sorted(os.listdir(self.path))
         except FileNotFoundError:
-            return Checkpoint(boot_id=self.boot_id)
+            names = []
+        except OSError as exc:  # a symlink, a file where the directory belongs, EIO, ...
+            names, doubt = [], f"cannot read the checkpoint at {self.path}: {exc}"[:1000]
+        for name in names:
+            if name.startswith("."):
+                continue  # a temp file of an interrupted write
+            p = self.path / name
+            try:
+                raw = files.read_nofollow(p, max_bytes=RECORD_MAX_BYTES)
+                if name == BOOT_FILE:
+                    boot = str(_decode_small(raw, "bootID", source=str(p)))
+                elif name == UNTRUSTED_FILE:
+                    doubt = str(_decode_small(raw, "reason", source=str(p)))[:1000] or "untrusted"
+                elif _RECORD_RE.match(name):
+                    entry = decode_record(raw, source=str(p))
+                    if entry.uid != name.removesuffix(".json"):
+                        raise _bad(str(p), f"records claim {entry.uid!r} under another name", "entry.uid")
+                    index[entry.uid] = entry
+                else:
+                    raise _bad(str(p), "not a file this driver writes")
+            except (StateError, OSError) as err:
+                bad[name] = str(err)[:400]
+        for name, why in bad.items():
+            if name not in self._bad:
+                log.error(
+                    "checkpoint record %s cannot be read (%s): nothing is removed until it is adopted or discarded",
+                    name,
+                    why,
+                )
+        self._index, self._bad, self._recorded_boot, self._doubt = index, bad, boot, doubt
+
+    def _migrate_v1(self) -> None:
+        """Turn a version-1 file (or a migration a crash interrupted) into the version-2 directory."""
+        v1_copy = self.path.with_name(self.path.name + ".v1")
+        stale = list(self.path.parent.glob(f".{self.path.name}.migrating-*"))
+        if os.path.lexists(self.path) and not self.path.is_dir():
+            source = self.path
+        elif not os.path.lexists(self.path) and stale and v1_copy.exists():
+            source = v1_copy  # a crash between the two renames of an earlier migration
+        else:
+            return
+        for old in stale:
+            shutil.rmtree(old, ignore_errors=True)
+        raw = files.read_nofollow(source, max_bytes=files.DEFAULT_MAX_READ)
+        reason = ""
         try:
-            return decode(raw, source=str(self.path))
+            cp = decode(raw, source=str(source))
         except StateError as err:
             copy = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time() * 1000)}")
-            os.replace(self.path, copy)
+            reason = f"{err}; the file is kept at {copy}"
+            log.error("%s: keeping it aside and trusting nothing until it is adopted or discarded", err)
+            cp = Checkpoint(boot_id=self.boot_id)
+            v1_copy = copy
             self.corrupt_copies.append(copy)
-            log.error("%s; kept a copy at %s and starting with an empty checkpoint", err, copy)
-            return Checkpoint(boot_id=self.boot_id)
+        tmp = self.path.with_name(f".{self.path.name}.migrating-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(mode=0o700)
+        for uid, entry in cp.claims.items():
+            files.write_atomic(tmp / f"{uid}.json", encode_record(entry), sync=False)
+        files.write_atomic(tmp / BOOT_FILE, _encode_small("bootID", cp.boot_id), sync=False)
+        if reason:
+            files.write_atomic(tmp / UNTRUSTED_FILE, _encode_small("reason", reason), sync=False)
+        os.sync()  # every record of the migration is durable before the old file goes
+        if source == self.path:
+            os.replace(self.path, v1_copy)
+        os.replace(tmp, self.path)
+        files.fsync_dir(self.path.parent)
+        if not reason:
+            log.warning(
+                "migrated the version-1 checkpoint (%d claims); the old file is kept at %s",
+                len(cp.claims),
+                v1_copy,
+            )
 
-    def save(self, cp: Checkpoint) -> None:
-        """Write the whole checkpoint (the caller holds the lock)."""
-        files.write_atomic(self.path, encode(cp))
-
-    # -- the API -------------------------------------------------------------------------------
+    # -- the API ---------------------------------------------------------------------------------
 
     def update(self, uid: str, mutate: Mutation) -> ClaimEntry | None:
         """One recorded step for claim ``uid``: the entry ``mutate`` returns (None: dropped)."""
-        with self._flock():
-            cp = self._load()
-            new = mutate(dict(cp.claims))
-            old = cp.claims.get(uid)
-            if new is None:
-                if old is None:
-                    return None
-                del cp.claims[uid]
-            else:
-                if new.uid != uid:
-                    raise ValueError(f"mutation for {uid} returned an entry for {new.uid}")
-                if new == old:
-                    return new
-                new = replace(new, updated_at=time.time())
-                cp.claims[uid] = new
+        with self._flock() as fd:
+            if f"{uid}.json" in self._bad:
+                raise CheckpointUntrusted(
+                    f"the checkpoint record of this claim cannot be read ({self._bad[f'{uid}.json']}); "
+                    "adopt or discard it first (flexnpu-smi adopt / discard)",
+                    claim_uid=uid,
+                    field="checkpoint",
+                )
+            old = self._index.get(uid)
+            new = mutate(dict(self._index))
+            if new == old:
+                return new
             try:
-                self.save(cp)
-            except OSError as exc:  # files.WriteFailed: the previous checkpoint is intact
+                if new is None:
+                    self._remove_record(uid)
+                else:
+                    if new.uid != uid:
+                        raise ValueError(f"mutation for {uid} returned an entry for {new.uid}")
+                    new = replace(new, updated_at=time.time())
+                    self._write(f"{uid}.json", encode_record(new))
+            except OSError as exc:  # files.WriteFailed: the previous record is intact
                 raise StateError(
                     f"cannot record the step in {self.path}: {exc.strerror or exc}",
                     code=ErrorCode.WRITE_FAILED,
                     claim_uid=uid,
                     field="checkpoint",
                 ) from exc
+            finally:
+                self._bump(fd)  # even a failed write may have changed the directory
+            if new is None:
+                self._index.pop(uid, None)
+            else:
+                self._index[uid] = new
             return new
 
     def entries(self) -> dict[str, ClaimEntry]:
         """Every entry, a consistent snapshot."""
-        return self.read().claims
+        with self._flock():
+            return dict(self._index)
 
     def get(self, uid: str) -> ClaimEntry | None:
-        return self.entries().get(uid)
+        with self._flock():
+            return self._index.get(uid)
 
     def read(self) -> Checkpoint:
         """A consistent snapshot (takes the lock briefly)."""
         with self._flock():
-            return self._load()
+            return Checkpoint(boot_id=self._recorded_boot or self.boot_id, claims=dict(self._index))
+
+    @property
+    def trusted(self) -> bool:
+        """Whether every record could be read (nothing damaged, nothing in doubt)."""
+        with self._flock():
+            return not self._bad and not self._doubt
+
+    def doubts(self) -> list[str]:
+        """Why the store is untrusted (empty when it is trusted)."""
+        with self._flock():
+            return ([self._doubt] if self._doubt else []) + [
+                f"{n}: {why}" for n, why in sorted(self._bad.items())
+            ]
+
+    def check_trusted(self) -> None:
+        """Raise :class:`CheckpointUntrusted` unless every record could be read."""
+        why = self.doubts()
+        if why:
+            raise CheckpointUntrusted(
+                "the checkpoint cannot be trusted, so nothing is removed until an operator runs "
+                f"flexnpu-smi adopt or discard: {'; '.join(why)}"[:1500],
+                field="checkpoint",
+            )
+
+    def damaged(self) -> dict[str, str]:
+        """Record file name -> why it cannot be read."""
+        with self._flock():
+            return dict(self._bad)
+
+    def trust(self, *, discard: bool, entries: Mapping[str, ClaimEntry] | None = None) -> list[Path]:
+        """End the doubt: record ``entries`` (adopted from evidence), then set damaged records aside
+        (``discard``) or keep them aside all the same; return where they were kept."""
+        kept: list[Path] = []
+        with self._flock() as fd:
+            try:
+                stamp = int(time.time() * 1000)
+                for name in sorted(self._bad):  # first: an adopted entry may take a damaged one's name
+                    copy = self.path.with_name(
+                        f"{self.path.name}.{'discarded' if discard else 'adopted'}-{stamp}-{name}"
+                    )
+                    if os.path.lexists(self.path / name):
+                        os.replace(self.path / name, copy)
+                        kept.append(copy)
+                for uid, entry in (entries or {}).items():
+                    self._write(f"{uid}.json", encode_record(entry))
+                    self._index[uid] = entry
+                files.remove_nofollow(self.path / UNTRUSTED_FILE)
+                if self.path.is_dir():
+                    files.fsync_dir(self.path)
+            finally:
+                self._bump(fd)
+                self._gen = None  # reload at next use
+        return kept
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[Checkpoint]:
         """The checkpoint with every writer held off; a change of ``boot_id`` is saved on exit."""
-        with self._flock():
-            cp = self._load()
-            before = cp.boot_id
+        with self._flock() as fd:
+            cp = Checkpoint(boot_id=self._recorded_boot, claims=dict(self._index))
             yield cp
-            if cp.boot_id != before:
-                current = self._load()
-                current.boot_id = cp.boot_id
-                self.save(current)
+            if cp.boot_id != self._recorded_boot:
+                self._write(BOOT_FILE, _encode_small("bootID", cp.boot_id))
+                self._recorded_boot = cp.boot_id
+                self._bump(fd)
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Checkpoint]:
-        """Read-modify-write of the whole checkpoint (tools and tests); saves only on change."""
-        with self._flock():
-            cp = self._load()
-            before = encode(cp) if self.path.exists() else b""
+        """Read-modify-write of the whole checkpoint (tools and tests); writes only what changed."""
+        with self._flock() as fd:
+            cp = Checkpoint(boot_id=self._recorded_boot, claims=dict(self._index))
             yield cp
-            if encode(cp) != before:
-                self.save(cp)
+            changed = False
+            for uid in set(self._index) - set(cp.claims):
+                self._remove_record(uid)
+                changed = True
+            for uid, entry in cp.claims.items():
+                if self._index.get(uid) != entry:
+                    self._write(f"{uid}.json", encode_record(entry))
+                    changed = True
+            if cp.boot_id != self._recorded_boot:
+                self._write(BOOT_FILE, _encode_small("bootID", cp.boot_id))
+                changed = True
+            if changed:
+                self._index, self._recorded_boot = dict(cp.claims), cp.boot_id
+                self._bump(fd)
+
+    # -- writing (the caller holds the lock) -----------------------------------------------------
+
+    def _write(self, name: str, payload: bytes) -> None:
+        files.write_atomic(self.path / name, payload, dir_mode=0o700)
+
+    def _remove_record(self, uid: str) -> None:
+        if files.remove_nofollow(self.path / f"{uid}.json"):
+            files.fsync_dir(self.path)
+
+
+def _read_gen(fd: int) -> int:
+    raw = os.pread(fd, 8, 0)
+    return int.from_bytes(raw, "little") if len(raw) == 8 else 0

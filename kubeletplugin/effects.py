@@ -26,7 +26,7 @@ import tenacity
 from dra_driver import cdi, clientconf, files, logs, paths, render
 from dra_driver.checkpoint import ClaimEntry, Effect, EffectKind, Registration, StatusRecord
 from dra_driver.claims import ClaimRef
-from dra_driver.daemon.model import Endpoints, RegisterRequest, RegisterResult
+from dra_driver.daemon.model import Endpoints, EntityInfo, RegisterRequest, RegisterResult
 from dra_driver.discovery import node_files
 from dra_driver.errors import ErrorCode, StateError, Unavailable
 from dra_driver.plan import ClaimPlan
@@ -45,6 +45,8 @@ class Daemon(Protocol):
     def register(self, request: RegisterRequest) -> RegisterResult: ...
 
     def unregister(self, claim_uid: str) -> bool: ...
+
+    def list(self) -> list[EntityInfo]: ...
 
 
 class StatusWriter(Protocol):

@@ -14,6 +14,8 @@ import dataclasses
 import json
 import os
 import signal
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -273,12 +275,9 @@ def test_reboot_restores_running_claims_and_drops_the_rest(fault_node: Node) -> 
     wait_for("aclservers gone", lambda: not d.aclserver_pids())
     for tmpfs in (n.dirs["cdi"], n.dirs["run"], d.shm_root, d.run_dir):
         _empty(tmpfs)
-    store = CheckpointStore(n.dirs["state"] / "checkpoint.json")
-    with store.locked():
-        cp = checkpoint.decode(store.path.read_bytes())
+    with CheckpointStore(n.dirs["state"] / "checkpoint.json").locked() as cp:
         assert set(cp.claims) == {a.uid, b.uid, c.uid}
         cp.boot_id = str(uuid.uuid4())
-        store.save(cp)
 
     d.start()
     n.start()
@@ -297,7 +296,7 @@ def test_reboot_restores_running_claims_and_drops_the_rest(fault_node: Node) -> 
     assert_clean(n, {a.uid, c.uid})
 
 
-# -- bad checkpoint at start -------------------------------------------------------------------
+# -- damaged checkpoint at start: nothing is removed, the node keeps serving --------------------
 
 
 def _truncated(raw: bytes) -> bytes:
@@ -315,36 +314,105 @@ def _future(raw: bytes) -> bytes:
     return json.dumps(doc).encode()
 
 
-@pytest.mark.parametrize(
-    "spoil",
-    [
-        pytest.param(_corrupt, id="corrupt"),
-        pytest.param(_truncated, id="truncated"),
-        pytest.param(_future, id="future-version"),
-    ],
-)
-def test_bad_checkpoint_is_kept_aside_and_its_orphans_swept(
-    fault_node: Node, spoil: Callable[[bytes], bytes]
+def _wrong_shape(raw: bytes) -> bytes:
+    doc = json.loads(raw)
+    body = {**doc["entry"], "dies": [{"phy": "seven", "mode": "sideways"}]}
+    return json.dumps(
+        {"version": doc["version"], "checksum": checkpoint._checksum(body), "entry": body}
+    ).encode()
+
+
+def _spoil_record(path: Path, uid: str, spoil: Callable[[bytes], bytes]) -> bytes:
+    rec = path / f"{uid}.json"
+    bad = spoil(rec.read_bytes())
+    rec.write_bytes(bad)
+    return bad
+
+
+def _spoil_as_v1(path: Path, uid: str, spoil: Callable[[bytes], bytes]) -> bytes:
+    """The checkpoint as the previous release wrote it (one version-1 file), then damaged."""
+    with CheckpointStore(path).locked() as cp:
+        raw = checkpoint.encode(cp)
+    for p in path.iterdir():
+        p.unlink()
+    path.rmdir()
+    doc = json.loads(raw)
+    bad = spoil(raw) if spoil is not _future else json.dumps({**doc, "version": 3}).encode()
+    path.write_bytes(bad)
+    return bad
+
+
+DAMAGE = [
+    pytest.param(_spoil_record, _corrupt, id="record-corrupt"),
+    pytest.param(_spoil_record, _truncated, id="record-truncated"),
+    pytest.param(_spoil_record, _wrong_shape, id="record-wrong-shape"),
+    pytest.param(_spoil_record, _future, id="record-newer-version"),
+    pytest.param(_spoil_as_v1, _corrupt, id="v1-file-corrupt"),
+    pytest.param(_spoil_as_v1, _truncated, id="v1-file-truncated"),
+    pytest.param(_spoil_as_v1, _future, id="v1-file-newer-version"),
+]
+
+
+@pytest.mark.parametrize(("where", "spoil"), DAMAGE)
+def test_damaged_checkpoint_removes_nothing_and_the_node_keeps_serving(
+    fault_node: Node,
+    where: Callable[[Path, str, Callable[[bytes], bytes]], bytes],
+    spoil: Callable[[bytes], bytes],
 ) -> None:
     n = fault_node
     a = _allocate(n, "a", SHARE)
     _prepare_ok(n, a)
     a_pid = assert_share_works(n, a.uid)
     n.stop()
-    path = n.dirs["state"] / "checkpoint.json"
-    bad = spoil(path.read_bytes())
-    path.write_bytes(bad)
+    bad = where(n.dirs["state"] / "checkpoint.json", a.uid, spoil)
 
     n.start()
-    (copy,) = wait_for("the corrupt copy", lambda: list(n.dirs["state"].glob("checkpoint.json.corrupt-*")))
-    assert copy.read_bytes() == bad
-    assert "CheckpointCorrupt" in n.log() and copy.name in n.log()
+    # two reconcile passes ran (1 s period) and each refused to remove anything
+    wait_for("two refused passes", lambda: n.log().count("CheckpointUntrusted") >= 2, timeout=30)
+    assert assert_share_works(n, a.uid) == a_pid  # A's aclserver, CDI spec and client.conf survive
+    assert any(p.read_bytes() == bad for p in n.dirs["state"].rglob("*") if p.is_file())  # kept
     assert n.slices()  # publishes
     d = _allocate(n, "d", SHARE)
-    _prepare_ok(n, d)
+    _prepare_ok(n, d)  # and serves new claims
     assert_share_works(n, d.uid)
-    assert_clean(n, {d.uid})  # A's aclserver, spec, client.conf and shm dir: owned by nobody now
+
+    # the operator adopts what the node holds: A is recorded again from the evidence and the API
+    res = _smi(n, "adopt")
+    assert res.returncode == 0 and f"adopted claim {a.uid}" in res.stdout, res.stdout + res.stderr
+    assert _prepare_ok(n, a).devices  # the kubelet's repeat prepare finds it prepared
+    assert assert_share_works(n, a.uid) == a_pid
+    _client_sees_its_quota(n, a)
+    assert_clean(n, {a.uid, d.uid})  # the reconciler runs again and removes nothing live
+    assert _kubelet(n).unprepare([a]) == {a.uid: ""}
+    assert_clean(n, {d.uid})
+
+
+def test_discarding_a_damaged_record_makes_its_effects_orphans(fault_node: Node) -> None:
+    n = fault_node
+    a = _allocate(n, "a", SHARE)
+    _prepare_ok(n, a)
+    a_pid = assert_share_works(n, a.uid)
+    n.stop()
+    _spoil_record(n.dirs["state"] / "checkpoint.json", a.uid, _corrupt)
+    n.start()
+    wait_for("a refused pass", lambda: "CheckpointUntrusted" in n.log(), timeout=30)
+    info = json.loads(_smi(n, "info", "--json").stdout)
+    assert info["checkpointTrusted"] is False and a.uid in " ".join(info["checkpointDoubts"])
+    res = _smi(n, "discard")
+    assert res.returncode == 0 and "damaged record kept at" in res.stdout, res.stdout + res.stderr
+    assert_clean(n, set())  # the operator said so: A's aclserver, CDI spec and client.conf go
     assert n.daemon is not None and a_pid not in n.daemon.aclserver_pids()
+
+
+def _smi(node: Node, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kubeletplugin.smi", *args],
+        env=node.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 # -- every checkpoint version ever written still decodes -----------------------------------------
@@ -510,8 +578,12 @@ GOLDEN_V1 = Checkpoint(
 
 # One row per file in tests/data/checkpoint: a new checkpoint version keeps the old files and
 # adds its own v<N>-*.json (written by the code of that version) with the object it must decode to.
-GOLDEN = {
+# Version 1 is one file for the node; version 2 is one record file per claim.
+GOLDEN: dict[str, Checkpoint | ClaimEntry] = {
     "v1-representative.json": GOLDEN_V1,
+    "v2-record-whole.json": GOLDEN_V1.claims[WHOLE_UID],
+    "v2-record-share.json": GOLDEN_V1.claims[SHARE_UID],
+    "v2-record-started.json": GOLDEN_V1.claims[STARTED_UID],
 }
 
 
@@ -524,10 +596,30 @@ def test_every_golden_file_has_a_row() -> None:
 
 
 @pytest.mark.parametrize(("name", "want"), _golden_rows())
-def test_checkpoint_written_by_an_earlier_version_decodes(name: str, want: Checkpoint) -> None:
-    got = checkpoint.decode((GOLDEN_DIR / name).read_bytes(), source=name)
+def test_checkpoint_written_by_an_earlier_version_decodes(name: str, want: Checkpoint | ClaimEntry) -> None:
+    raw = (GOLDEN_DIR / name).read_bytes()
+    if isinstance(want, ClaimEntry):
+        entry = checkpoint.decode_record(raw, source=name)
+        assert entry == want
+        assert checkpoint.decode_record(checkpoint.encode_record(entry), source=name) == entry
+        return
+    got = checkpoint.decode(raw, source=name)
     assert got.boot_id == want.boot_id
     assert sorted(got.claims) == sorted(want.claims)
-    for uid, entry in want.claims.items():
-        assert got.claims[uid] == entry, uid
+    for uid, e in want.claims.items():
+        assert got.claims[uid] == e, uid
     assert checkpoint.decode(checkpoint.encode(got)) == got  # and it is re-written losslessly
+
+
+def test_a_version_1_checkpoint_migrates_to_records(tmp_path: Path) -> None:
+    """The node of the previous release left its single file: the store reads it as records."""
+    path = tmp_path / "checkpoint.json"
+    path.write_bytes((GOLDEN_DIR / "v1-representative.json").read_bytes())
+    store = CheckpointStore(path, boot_id="new-boot")
+    got = store.read()
+    assert got.boot_id == GOLDEN_V1.boot_id and got.claims == GOLDEN_V1.claims
+    assert store.trusted and path.is_dir()
+    for uid in GOLDEN_V1.claims:
+        assert (
+            checkpoint.decode_record((path / f"{uid}.json").read_bytes(), source=uid) == GOLDEN_V1.claims[uid]
+        )

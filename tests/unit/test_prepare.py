@@ -21,7 +21,14 @@ import pytest
 from dra_driver import cdi, clientconf, files
 from dra_driver.checkpoint import Checkpoint, ClaimEntry, ClaimLocks, ClaimState, Mutation
 from dra_driver.claims import ClaimRef
-from dra_driver.daemon.model import Endpoints, RegisterRequest, RegisterResult
+from dra_driver.daemon.model import (
+    Endpoints,
+    EntityInfo,
+    EntityState,
+    RegisterRequest,
+    RegisterResult,
+    ShareUsage,
+)
 from dra_driver.devices import Die, Inventory
 from dra_driver.errors import ErrorCode, InvalidInput, StateError, Unavailable
 from kubeletplugin.prepare import Preparer, PrepareSettings
@@ -120,6 +127,20 @@ class FakeDaemon:
                 shm_dir=str(shm),
             ),
         )
+
+    def list(self) -> list[EntityInfo]:
+        return [
+            EntityInfo(
+                entity_id=uid,
+                namespace=req.namespace,
+                name=req.name,
+                shares=tuple(ShareUsage(sh) for sh in req.shares),
+                pid=4242,
+                state=EntityState.RUNNING,
+                endpoints=self.register(req).endpoints,
+            )
+            for uid, req in self.registered.items()
+        ]
 
     def unregister(self, claim_uid: str) -> bool:
         self.unregistered.append(claim_uid)
