@@ -368,7 +368,7 @@ def test_damaged_checkpoint_removes_nothing_and_the_node_keeps_serving(
 
     n.start()
     # two reconcile passes ran (1 s period) and each refused to remove anything
-    wait_for("two refused passes", lambda: n.log().count("CheckpointUntrusted") >= 2, timeout=30)
+    wait_for("two refused passes", lambda: n.log().count("store is not trusted") >= 2, timeout=30)
     assert assert_share_works(n, a.uid) == a_pid  # A's aclserver, CDI spec and client.conf survive
     assert any(p.read_bytes() == bad for p in n.dirs["state"].rglob("*") if p.is_file())  # kept
     assert n.slices()  # publishes
@@ -395,7 +395,7 @@ def test_discarding_a_damaged_record_makes_its_effects_orphans(fault_node: Node)
     n.stop()
     _spoil_record(n.dirs["state"] / "checkpoint.json", a.uid, _corrupt)
     n.start()
-    wait_for("a refused pass", lambda: "CheckpointUntrusted" in n.log(), timeout=30)
+    wait_for("a refused pass", lambda: "store is not trusted" in n.log(), timeout=30)
     info = json.loads(_smi(n, "info", "--json").stdout)
     assert info["checkpointTrusted"] is False and a.uid in " ".join(info["checkpointDoubts"])
     res = _smi(n, "discard")
