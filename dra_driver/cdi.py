@@ -187,12 +187,14 @@ def write_spec(cdi_dir: Path, spec: Spec, claim_uid: str) -> Path:
 
 
 def remove_spec(path: Path) -> bool:
-    """Remove a spec file; a missing file is fine (idempotent). Returns whether it existed."""
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
+    """Remove a spec file; a missing file is fine (idempotent). Returns whether it existed.
+
+    A missing file is checked first: on a read-only CDI directory ``unlink`` fails with EROFS
+    even for a name that is not there, and an absent spec must not block a rollback.
+    """
+    if not os.path.lexists(path):
         return False
-    return True
+    return files.remove_nofollow(path)
 
 
 def list_specs(cdi_dir: Path, kind: Kind) -> dict[str, Path]:

@@ -334,6 +334,8 @@ class CheckpointStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             with files.locked(self.lock_path, timeout=self.lock_timeout) as fd:
+                if os.fstat(fd).st_size < 8:  # allocate the counter once, so bumping never needs space
+                    os.pwrite(fd, bytes(8), 0)
                 gen = _read_gen(fd)
                 if gen != self._gen:
                     self._reload()

@@ -14,6 +14,7 @@ What is written comes from :func:`dra_driver.render.render`; nothing here builds
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -201,8 +202,13 @@ class Effects:
         conf = job.rendered.client_conf
         if conf is None:  # pragma: no cover - planned only with shares
             raise StateError("no client.conf to write", claim_uid=job.plan.ref.uid, field="client-conf")
+        # The file is 0644: the container reads it through its bind mount as whatever UID the pod
+        # runs as, which the node cannot know. The directories are 0700, so that no other host user
+        # reaches the claim's token.
         path = job.rendered.conf_dir / "client.conf"
-        files.write_atomic(path, clientconf.render(conf).encode(), mode=0o644, dir_mode=0o755)
+        files.write_atomic(path, clientconf.render(conf).encode(), mode=0o644, dir_mode=0o700)
+        for d in (path.parent, path.parent.parent):
+            os.chmod(d, 0o700, follow_symlinks=False)
 
     def write_status(self, ref: ClaimRef, docs: Sequence[JSON], clog: logs.ClaimLogger) -> bool:
         """Best effort: the status is informative, never a reason to fail a claim."""
