@@ -1,6 +1,7 @@
 """Each claim's shm dir as its own size-limited tmpfs, so a container can fill only its own.
 
-The daemon mounts a tmpfs (``nosuid,nodev,noexec``, mode 0711, source ``flexnpu-shm``) on the
+The daemon mounts a tmpfs (``nosuid,nodev,noexec``, mode 0711, transparent huge pages within
+file size, source ``flexnpu-shm``) on the
 claim's shm dir, sized from what the claim may legitimately put there: host buffers up to its
 memory quota, one staging region per session, and a little slack (``size_for``). Mode 0711: the
 container's processes (any uid) only traverse the directory to reach the unix socket and the
@@ -41,7 +42,9 @@ def mount(path: Path, *, size_bytes: int) -> None:
         raise OSError(errno.ENOTDIR, f"{path} is not a directory (a symlink is never followed)")
     if is_mount(path):
         return
-    opts = f"size={size_bytes},mode=0711,nr_inodes=4096".encode()
+    # huge=within_size: region files (>= 2 MiB) get transparent huge pages, so the aclserver's
+    # pread/pwrite copies run at memcpy speed (measured: 64 MiB in 2.9 ms vs 8.3 ms on 4 KiB pages)
+    opts = f"size={size_bytes},mode=0711,nr_inodes=4096,huge=within_size".encode()
     if _lib().mount(SOURCE.encode(), str(path).encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, opts):
         err = ctypes.get_errno()
         raise OSError(err, f"cannot mount a tmpfs on {path}: {os.strerror(err)}")
