@@ -31,7 +31,8 @@ from flexnpu_wire.launch import DEFAULT_MAX_SESSIONS, DEFAULT_MAX_SHARES_PER_DIE
 
 log = logging.getLogger("flexnpu.daemon")
 
-DEFAULT_ACLSERVER_COMMAND = f"{shlex.quote(sys.executable)} -m dra_driver.aclserver"
+DEFAULT_ACLSERVER_COMMAND = f"{shlex.quote(sys.executable)} -m dra_driver.aclserver --title-room {'_' * 64}"
+"""The spare ``--title-room`` argument leaves the aclserver room to show its claim UID in ``ps``."""
 
 
 @dataclass(frozen=True, slots=True)
