@@ -129,7 +129,7 @@ def test_list_reports_usage_per_vnpu(daemon: DaemonProc) -> None:
 
         def usage() -> EntityInfo | None:
             with daemon.client() as c:
-                info = next(e for e in c.list() if e.entity_id == claim)
+                info = next(e for e in c.list(probe=True) if e.entity_id == claim)
             return (
                 info
                 if info.shares[1].sessions == 2 and info.shares[1].memory_used_bytes == 96 << 20
