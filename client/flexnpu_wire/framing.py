@@ -89,9 +89,14 @@ def encode(
     """One complete frame (length prefix included), ready for ``sendall``."""
     n = len(ints)
     packer = _PACKERS.get(n) or _new_packer(n)
-    if tail:
-        return packer.pack(packer.size - 4 + len(tail), op, flags, request_id, n, *ints) + tail
-    return packer.pack(packer.size - 4, op, flags, request_id, n, *ints)
+    try:
+        if tail:
+            return packer.pack(packer.size - 4 + len(tail), op, flags, request_id, n, *ints) + tail
+        return packer.pack(packer.size - 4, op, flags, request_id, n, *ints)
+    except struct.error as exc:
+        raise ValueError(
+            f"frame values must be 64-bit signed integers, got {repr(ints)[:200]}: {exc}"
+        ) from None
 
 
 def encode_reply(op: int, request_id: int, ret: int, *values: int, tail: bytes = b"") -> bytes:
