@@ -292,6 +292,7 @@ class Manager:
                     message=message,
                 )
             )
+        self._sampler.forget((e.claim_uid, s.virtual_id) for e in snapshot for s in e.request.shares)
         return out
 
     def entity_count(self) -> int:
