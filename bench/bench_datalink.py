@@ -16,6 +16,7 @@ import time
 import numpy as np
 from _aclbench import med, p99, workdir
 
+from dra_driver.aclserver import spec as spec_mod
 from dra_driver.aclserver.codes import MemcpyKind
 from dra_driver.client import Session
 from dra_driver.testing import aclservers
@@ -54,7 +55,7 @@ def main() -> None:
             work,
             shares=[aclservers.share(0, memory=2 * SIZE + (1 << 20))],
             ledger_dir=str(work / "ledger"),
-            staging_bytes=16 << 20,
+            staging_bytes=spec_mod.DEFAULT_STAGING_BYTES,
             # the claim's own tmpfs, as flexnpu-daemon makes it (huge pages; needs root)
             shm_mount_bytes=(3 * SIZE) if args.shm_mount else None,
         ) as srv,
