@@ -21,7 +21,16 @@ import os
 import stat
 from pathlib import Path
 
-__all__ = ["SOURCE", "is_mount", "mount", "mounts_under", "size_for", "unmount", "unmount_all_under"]
+__all__ = [
+    "SOURCE",
+    "is_mount",
+    "mount",
+    "mounts_under",
+    "propagates",
+    "size_for",
+    "unmount",
+    "unmount_all_under",
+]
 
 SOURCE = "flexnpu-shm"
 SLACK_BYTES = 1 << 20
@@ -88,6 +97,24 @@ def unmount_all_under(root: Path) -> int:
         if _lib().umount2(point.encode(), _MNT_DETACH | _UMOUNT_NOFOLLOW) == 0:
             count += 1
     return count
+
+
+def propagates(path: Path) -> bool:
+    """True if mounts made under ``path`` reach the other mount namespaces (the host, and through
+    it the containers): the mount holding ``path`` has shared propagation. In a pod that needs
+    ``mountPropagation: Bidirectional`` on the shm root's hostPath volume."""
+    target = str(path).rstrip("/") or "/"
+    best, shared = -1, False
+    with contextlib.suppress(OSError), open("/proc/self/mountinfo", "rb") as fh:
+        for line in fh:
+            fields = line.decode(errors="replace").split()
+            point = _unescape(fields[4])
+            inside = target == point or target.startswith(point.rstrip("/") + "/")
+            if inside and len(point) >= best:
+                best = len(point)
+                optional = fields[6 : fields.index("-")]
+                shared = any(f.startswith("shared:") for f in optional)
+    return shared
 
 
 def _unescape(text: str) -> str:
