@@ -372,6 +372,14 @@ class Server:
     def shutdown(self) -> None:
         """Stop accepting, end every session (releasing its resources) and remove the socket file."""
         self._stopping = True
+        c = self._counters
+        if c.refused_full or c.accept_errors or c.timed_out:
+            self.log.info(
+                "connections refused at the cap: %d, accept errors: %d, closed without HELLO in time: %d",
+                c.refused_full,
+                c.accept_errors,
+                c.timed_out,
+            )
         for listener in self._listeners:
             listener.close()
         self._listeners.clear()
