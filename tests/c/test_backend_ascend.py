@@ -222,3 +222,6 @@ def test_aclserver_process_with_the_ascend_backend(
         assert "val hold_code 207001" in die.stdout and "EL0004" in die.stdout, die.stdout
         over = run(acl_check, "hold", str(2 * QUOTA), conf=conf)  # beyond the quota: refused first
         assert "val hold_code 207001" in over.stdout and "exceeds the memory quota" in over.stdout
+        # copies both ways (plain and aclrtMallocHost memory), memset, device to device: aclrtMemcpy
+        # and aclrtMemset in the emulator, content checked by the program
+        run(acl_check, "memcpy", str(server.spec.staging_bytes), conf=conf).ok()
