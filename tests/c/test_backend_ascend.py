@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import shutil
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +21,8 @@ from dra_driver.aclserver.backend import AclFailure
 from dra_driver.aclserver.backend_ascend import AscendBackend
 from dra_driver.testing import aclservers, clibrary
 from tests.c.conftest import HERE, MIB, run
+from tests.integration import daemon_harness
+from tests.integration.daemon_harness import DaemonProc
 
 QUOTA = 64 * MIB
 
@@ -225,3 +228,36 @@ def test_aclserver_process_with_the_ascend_backend(
         # copies both ways (plain and aclrtMallocHost memory), memset, device to device: aclrtMemcpy
         # and aclrtMemset in the emulator, content checked by the program
         run(acl_check, "memcpy", str(server.spec.staging_bytes), conf=conf).ok()
+
+
+@pytest.mark.parametrize("launcher", ["zygote", "spawn"])
+def test_daemon_started_aclservers_take_the_backend_from_its_environment(
+    emulator: Path, acl_check: Path, monkeypatch: pytest.MonkeyPatch, launcher: str
+) -> None:
+    """flexnpu-daemon with FLEXNPU_ACLSERVER_BACKEND=ascend: its aclservers (forked by the zygote or
+    spawned) serve the claim from the CANN emulator (48 MiB die, 64 MiB quota)."""
+    monkeypatch.setenv("FLEXNPU_ACLSERVER_BACKEND", "ascend")
+    monkeypatch.setenv("FLEXNPU_ASCEND_LIBRARY", str(emulator))
+    monkeypatch.setenv("FLEXNPU_EMU_DEVICES", "8")
+    monkeypatch.setenv("FLEXNPU_EMU_MEMORY", str(48 * MIB))
+    daemon = DaemonProc(extra=("--launcher", launcher)).start()
+    try:
+        uid = str(uuid.uuid4())
+        with daemon.client() as c:
+            res = c.register(daemon_harness.request(uid, daemon_harness.share(2, mem_gib=QUOTA / (1 << 30))))
+        conf = daemon.root / "client.conf"
+        conf.write_text(
+            clientconf.render(
+                clientconf.ClientConf(
+                    claim_uid=uid,
+                    token="ab" * 16,
+                    endpoints=clientconf.Endpoints(unix=res.endpoints.unix_socket),
+                    shm_dir=res.endpoints.shm_dir,
+                    shares=(clientconf.ShareInfo(0, QUOTA, 30, codes.Policy.FIXED),),
+                )
+            )
+        )
+        out = run(acl_check, "hold", str(32 * MIB), conf=conf).stdout
+        assert "val hold_code 0" in out and f"val hold_free {16 * MIB}" in out, out + daemon.log()
+    finally:
+        daemon.cleanup()
