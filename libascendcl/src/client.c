@@ -140,19 +140,13 @@ API const char *aclGetRecentErrMsg(void)
 
 /* -- fork -------------------------------------------------------------------------------------- */
 
-static void atfork_prepare(void)
-{
-    pthread_mutex_lock(&g.lock);
-}
-
-static void atfork_parent(void)
-{
-    pthread_mutex_unlock(&g.lock);
-}
-
-/* In the child: forget the parent's session without touching it (close only our copy of the
- * socket; the parent's host buffers stay mapped as ordinary memory). */
-static void atfork_child(void)
+/* In the child: forget the parent's session without touching it. fork() does not wait for an ACL
+ * call of another thread (that could be a long synchronize), so the child cannot trust the
+ * state that call may have been changing: it closes only its copy of the socket, drops every
+ * table without freeing it (a small leak in the child, never a double free), and starts with a
+ * fresh mutex (the only thread of the child owns nothing). The staging region is not inherited
+ * (MADV_DONTFORK); aclrtMallocHost buffers stay mapped, shared with the parent, as plain memory. */
+static void forget_inherited(void)
 {
     if (g.initialized || g.fd >= 0) {
         g.forked_from = g.owner;
@@ -161,27 +155,33 @@ static void atfork_child(void)
         g.fd = -1;
         g.initialized = 0;
         g.dead = 0;
-        wire_reader_free(&g.reader);
-        free(g.hosts);
+        memset(&g.reader, 0, sizeof g.reader);
+        g.sendbuf = NULL;
+        g.sendcap = 0;
         g.hosts = NULL;
         g.nhosts = g.caphosts = 0;
-        free(g.allocs);
         g.allocs = NULL;
         g.nallocs = g.capallocs = 0;
-        free(g.default_streams);
         g.default_streams = NULL;
+        g.objects = NULL;
+        g.nobjects = g.capobjects = 0;
         memset(&g.staging, 0, sizeof g.staging);
         g.server_device = g.process_device = NO_DEVICE;
         g.generation++;
     }
     t_device = NO_DEVICE;
     t_context = NULL;
-    pthread_mutex_unlock(&g.lock);
+}
+
+static void atfork_child(void)
+{
+    pthread_mutex_init(&g.lock, NULL);
+    forget_inherited();
 }
 
 static void install_atfork(void)
 {
-    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    pthread_atfork(NULL, NULL, atfork_child);
 }
 
 /* -- connection -------------------------------------------------------------------------------- */
@@ -421,15 +421,8 @@ static void close_connection(void)
 static void ensure_fork_checked(void)
 {
     pthread_once(&atfork_once, install_atfork);
-    if ((g.initialized || g.fd >= 0) && getpid() != g.owner) {
-        /* forked without the atfork handler (a raw clone): the same treatment */
-        g.forked_from = g.owner;
-        if (g.fd >= 0)
-            close(g.fd);
-        g.fd = -1;
-        g.initialized = 0;
-        g.generation++;
-    }
+    if ((g.initialized || g.fd >= 0) && getpid() != g.owner)
+        forget_inherited(); /* forked without the atfork handler (a raw clone): the same treatment */
 }
 
 static int ready(const char *what)
@@ -643,6 +636,8 @@ static int do_init(const char *config_path)
     /* the server pre-touched the staging pages: mapping them lazily costs only minor faults, and a
      * process that never stages a copy does not carry them in its RSS */
     rc = map_region(m.tail, m.tail_len, g.staging.size, &g.staging.addr, 0, "aclInit (staging region)");
+    if (!rc)
+        madvise(g.staging.addr, g.staging.size, MADV_DONTFORK); /* a child must never write into it */
     if (!rc) {
         g.default_streams = calloc((size_t)g.device_count, sizeof *g.default_streams);
         if (!g.default_streams)

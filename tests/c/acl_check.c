@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -434,6 +435,75 @@ static void scenario_afterline(void)
     printf("val finalize_code %d\n", aclFinalize());
 }
 
+struct syncer {
+    aclrtStream stream;
+    volatile pid_t tid;
+    int rc;
+};
+
+static void *sync_main(void *arg)
+{
+    struct syncer *s = arg;
+    s->tid = (pid_t)syscall(SYS_gettid);
+    s->rc = aclrtSynchronizeStream(s->stream);
+    return NULL;
+}
+
+/* Whether thread tid is blocked in poll/ppoll (waiting for the aclserver's reply). */
+static int in_poll(pid_t tid)
+{
+    char path[64], buf[64] = {0};
+    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)tid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    long nr = strtol(buf, NULL, 10);
+#ifdef SYS_poll
+    if (nr == SYS_poll)
+        return 1;
+#endif
+    return nr == SYS_ppoll;
+}
+
+/* forkbusy <kernel_us>: fork while another thread waits in aclrtSynchronizeStream for a long
+ * kernel (holding the client's lock): fork does not wait for it, and the child gets its clean
+ * error at once. */
+static void scenario_forkbusy(uint64_t kernel_us)
+{
+    CALL(aclInit(NULL));
+    CALL(aclrtSetDevice(0));
+    struct syncer sy = {0};
+    CALL(aclrtCreateStream(&sy.stream));
+    aclrtEmulatedKernelArgs k = {.duration_us = kernel_us};
+    CALL(aclrtLaunchKernel(NULL, 1, &k, sizeof k, sy.stream));
+    pthread_t th;
+    pthread_create(&th, NULL, sync_main, &sy);
+    while (!sy.tid || !in_poll(sy.tid))
+        ; /* until the thread is blocked waiting for the aclserver's reply, inside the call */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    fflush(stdout);
+    pid_t child = fork();
+    if (child == 0) {
+        void *q = NULL;
+        int r = aclrtMalloc(&q, 4096, ACL_MEM_MALLOC_HUGE_FIRST);
+        printf("val child_malloc_code %d\n", r);
+        fflush(stdout);
+        _exit(0);
+    }
+    int status;
+    waitpid(child, &status, 0);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    printf("val fork_ms %.1f\n", (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6);
+    pthread_join(th, NULL);
+    CHECK(sy.rc == 0, "the other thread's synchronize completed: %d", sy.rc);
+    CALL(aclrtDestroyStream(sy.stream));
+    CALL(aclFinalize());
+}
+
 struct worker {
     int index, ok;
 };
@@ -536,6 +606,8 @@ int main(int argc, char **argv)
         scenario_hold(strtoull(argv[2], NULL, 10));
     else if (!strcmp(s, "threads") && argc == 3)
         scenario_threads(atoi(argv[2]));
+    else if (!strcmp(s, "forkbusy") && argc == 3)
+        scenario_forkbusy(strtoull(argv[2], NULL, 10));
     else if (!strcmp(s, "afterline"))
         scenario_afterline();
     else if (!strcmp(s, "fork"))

@@ -212,3 +212,10 @@ def test_fork_child_gets_a_clean_error_and_the_parent_keeps_its_session(
         assert int(v["child_own_malloc_code"]) == 0 and int(v["child_finalize_code"]) == 0
     else:
         assert "already serves a client" in v["child_init_msg"]
+
+
+def test_fork_does_not_wait_for_another_threads_call(acl_check: Path, claim: Claim) -> None:
+    """Another thread waits 3 s in aclrtSynchronizeStream; fork and the child's refusal take far less."""
+    res = run(acl_check, "forkbusy", "3000000", conf=claim.conf).ok()
+    assert int(res.values["child_malloc_code"]) == UNINITIALIZE
+    assert float(res.values["fork_ms"]) < 1500, res.values
