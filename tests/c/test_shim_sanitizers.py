@@ -19,6 +19,7 @@ SCENARIOS = [
     pytest.param(("badargs",), id="badargs"),
     pytest.param(("threads", "8"), id="threads"),
     pytest.param(("fork",), id="fork"),
+    pytest.param(("forkbusy", "300000"), id="forkbusy"),
 ]
 
 
