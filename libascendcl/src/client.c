@@ -1165,6 +1165,8 @@ static int do_malloc(void **dev, size_t size, int policy, const char *what)
         rc = use_device(what, NULL);
     if (rc)
         return rc;
+    /* the memory-type flags select a kind of memory a share does not distinguish */
+    policy &= ~(ACL_MEM_TYPE_LOW_BAND_WIDTH | ACL_MEM_TYPE_HIGH_BAND_WIDTH);
     int64_t args[2] = {(int64_t)size, policy}, ptr;
     rc = call(OP_MALLOC, args, 2, &ptr, 1, g.call_timeout_ms, what);
     if (rc)

@@ -297,6 +297,8 @@ static void scenario_badargs(void)
     expect(aclrtMalloc(&p, (size_t)1 << 62, ACL_MEM_MALLOC_HUGE_FIRST), ACL_ERROR_RT_MEMORY_ALLOCATION,
            "malloc 2^62 bytes");
     expect(aclrtMalloc(&p, 1024, (aclrtMemMallocPolicy)77), ACL_ERROR_INVALID_PARAM, "malloc unknown policy");
+    CALL(aclrtMalloc(&p, 1024, (aclrtMemMallocPolicy)(ACL_MEM_MALLOC_HUGE_FIRST | ACL_MEM_TYPE_HIGH_BAND_WIDTH)));
+    CALL(aclrtFree(p));
     expect(aclrtMallocHost(NULL, 10), ACL_ERROR_INVALID_PARAM, "malloc host NULL out");
     expect(aclrtMallocHost(&p, SIZE_MAX), ACL_ERROR_INVALID_PARAM, "malloc host SIZE_MAX");
     expect(aclrtMallocHost(&p, (size_t)1 << 50), ACL_ERROR_INVALID_PARAM, "malloc host 2^50 bytes");

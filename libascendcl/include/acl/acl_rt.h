@@ -34,6 +34,10 @@ typedef enum aclrtMemMallocPolicy {
     ACL_MEM_MALLOC_NORMAL_ONLY_P2P = 5,
 } aclrtMemMallocPolicy;
 
+/* Memory-type flags that may be or-ed into an aclrtMemMallocPolicy (a share has one kind of memory). */
+#define ACL_MEM_TYPE_LOW_BAND_WIDTH 0x0100
+#define ACL_MEM_TYPE_HIGH_BAND_WIDTH 0x1000
+
 typedef enum aclrtMemAttr {
     ACL_DDR_MEM = 0,
     ACL_HBM_MEM = 1,
