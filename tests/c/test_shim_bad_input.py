@@ -140,6 +140,18 @@ def test_a_shm_dir_without_the_data_link(acl_check: Path, claim: Claim, tmp_path
     run(acl_check, "quota", str(64 << 20), "1", conf=claim.conf).ok()  # the server released that session
 
 
+def test_a_long_token_is_sent_whole(acl_check: Path, claim: Claim, tmp_path: Path) -> None:
+    """A 512-character token (longer than the claim's) reaches the server intact and is refused as
+    wrong, not cut short by the client; one past the client's limit is refused locally."""
+    conf = tmp_path / "client.conf"
+    conf.write_text(json.dumps({**_doc(claim), "token": "f" * 512}))
+    values = run(acl_check, "init", conf=conf).values
+    assert int(values["init_code"]) == NO_PERMISSION and "invalid token" in values["init_msg"], values
+    conf.write_text(json.dumps({**_doc(claim), "token": "f" * 612}))
+    values = run(acl_check, "init", conf=conf).values
+    assert int(values["init_code"]) == ATTR_INVALID and "field token" in values["init_msg"], values
+
+
 def test_no_aclserver_listening_fails_fast(acl_check: Path, claim: Claim, tmp_path: Path) -> None:
     with socket.socket() as s:  # a TCP port nothing listens on
         s.bind(("127.0.0.1", 0))
