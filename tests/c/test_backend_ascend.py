@@ -7,6 +7,7 @@ no NPU is involved, and the backend is not verified on hardware.
 from __future__ import annotations
 
 import ctypes
+import os
 import shutil
 import threading
 import uuid
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from dra_driver import clientconf
-from dra_driver.aclserver import codes
+from dra_driver.aclserver import codes, datalink
 from dra_driver.aclserver.backend import AclFailure
 from dra_driver.aclserver.backend_ascend import AscendBackend
 from dra_driver.testing import aclservers, clibrary
@@ -261,3 +262,36 @@ def test_daemon_started_aclservers_take_the_backend_from_its_environment(
         assert "val hold_code 0" in out and f"val hold_free {16 * MIB}" in out, out + daemon.log()
     finally:
         daemon.cleanup()
+
+
+def test_memcpy_through_regions_and_a_truncated_one(
+    backend: tuple[AscendBackend, Emu], tmp_path: Path
+) -> None:
+    """The session layer's memcpy for a backend without host-addressable memory: data-link regions
+    on both sides of aclrtMemcpy; a region the client truncated fails that copy with 100000."""
+    b, emu = backend
+    region = datalink.create_region(str(tmp_path), "host-1.buf", 8192, 1)
+    try:
+        region.write_from(0, memoryview(bytes(range(256)) * 32))
+        dev = b.malloc(0, 8192, 0)
+        host = datalink.host_ptr(1, 0)
+        b.memcpy_regions(dst=dev, src=host, count=8192, span=8192, dst_region=None, src_region=region)
+        back = bytearray(8192)
+        b.copy_from_device(dev, memoryview(back))
+        assert bytes(back) == bytes(range(256)) * 32
+        b.memset(dev, 7, 100)
+        b.memcpy_regions(dst=host + 4000, src=dev, count=100, span=100, dst_region=region, src_region=None)
+        out = memoryview(bytearray(100))
+        region.read_into(4000, out)
+        assert bytes(out) == b"\x07" * 100
+        with pytest.raises(AclFailure) as err:  # the device side is checked for the whole span first
+            b.memcpy_regions(dst=dev, src=host, count=100, span=9000, dst_region=None, src_region=region)
+        assert err.value.code == codes.ACL_ERROR_INVALID_PARAM and "run past" in err.value.message
+        os.truncate(region.path, 100)
+        copies = emu.calls("aclrtMemcpy")
+        with pytest.raises(AclFailure) as err:
+            b.memcpy_regions(dst=dev, src=host, count=8192, span=8192, dst_region=None, src_region=region)
+        assert err.value.code == codes.ACL_ERROR_INVALID_PARAM and "data link" in err.value.message
+        assert emu.calls("aclrtMemcpy") == copies  # nothing reached the device
+    finally:
+        region.close()
