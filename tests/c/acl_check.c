@@ -440,6 +440,7 @@ static void scenario_afterline(void)
 struct syncer {
     aclrtStream stream;
     volatile pid_t tid;
+    volatile int done;
     int rc;
 };
 
@@ -448,6 +449,7 @@ static void *sync_main(void *arg)
     struct syncer *s = arg;
     s->tid = (pid_t)syscall(SYS_gettid);
     s->rc = aclrtSynchronizeStream(s->stream);
+    s->done = 1;
     return NULL;
 }
 
@@ -499,6 +501,8 @@ static void scenario_forkbusy(uint64_t kernel_us)
     int status;
     waitpid(child, &status, 0);
     clock_gettime(CLOCK_MONOTONIC, &t1);
+    /* had fork waited for the lock, the other thread's synchronize would have finished first */
+    printf("val sync_done_when_child_exited %d\n", sy.done);
     printf("val fork_ms %.1f\n", (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6);
     pthread_join(th, NULL);
     CHECK(sy.rc == 0, "the other thread's synchronize completed: %d", sy.rc);

@@ -227,7 +227,8 @@ def test_fork_child_gets_a_clean_error_and_the_parent_keeps_its_session(
 
 
 def test_fork_does_not_wait_for_another_threads_call(acl_check: Path, claim: Claim) -> None:
-    """Another thread waits 3 s in aclrtSynchronizeStream; fork and the child's refusal take far less."""
+    """Another thread waits in aclrtSynchronizeStream for a 3 s kernel, holding the client's lock:
+    the child is forked, refused and gone while that call is still waiting."""
     res = run(acl_check, "forkbusy", "3000000", conf=claim.conf).ok()
     assert int(res.values["child_malloc_code"]) == UNINITIALIZE
-    assert float(res.values["fork_ms"]) < 1500, res.values
+    assert res.values["sync_done_when_child_exited"] == "0", res.values
