@@ -11,7 +11,8 @@ measured in the same run:
   and (as root) the same with the data link on a tmpfs mounted ``huge=within_size``;
 * 16 sessions vs 4 on one claim: aggregate small-call throughput (target >= 0.9x; needs the
   multi-session aclserver);
-* RSS the shim adds to a process.
+* RSS the shim adds to a process;
+* SIGKILL of a process holding memory until another session of the claim sees it free (target < 1 s).
 
 Usage: ``.venv/bin/python bench/bench_c_client.py [--rounds 20] [--per 500]``.
 """
@@ -23,6 +24,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import time
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -144,6 +146,50 @@ def copy_rows(bench: Path, conf: Path, rounds: int, title: str) -> None:
         print(f"  {kind:10} {gbs:6.2f} GB/s  {base / med(copy[kind]):5.2f}x")
 
 
+def kill_to_free(check: Path, conf: Path, trials: int) -> list[float]:
+    """Seconds from SIGKILL of a process holding 256 MiB until another session sees it free again."""
+    env = {**os.environ, "FLEXNPU_CONF": str(conf)}
+    out: list[float] = []
+    watcher = subprocess.Popen(
+        [str(check), "hold", "4096"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+    )
+    assert watcher.stdin is not None and watcher.stdout is not None
+
+    def free_now() -> int:
+        watcher.stdin.write("i")
+        watcher.stdin.flush()
+        while True:
+            line = watcher.stdout.readline()
+            if line.startswith("val hold_free "):
+                return int(line.split()[-1])
+
+    try:
+        while watcher.stdout.readline().strip() != "held":
+            pass
+        for _ in range(trials):
+            holder = subprocess.Popen(
+                [str(check), "hold", str(256 * MIB)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
+            assert holder.stdout is not None
+            while holder.stdout.readline().strip() != "held":
+                pass
+            before = free_now()
+            t0 = time.monotonic()
+            holder.kill()
+            while free_now() < before + 256 * MIB:
+                pass
+            out.append(time.monotonic() - t0)
+            holder.wait()
+    finally:
+        watcher.kill()
+        watcher.wait()
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=20)
@@ -197,6 +243,12 @@ def main() -> None:
             f" (+{rss['loaded'] - rss['baseline']}); after aclInit {rss['initialized']} kB"
             f" (+{rss['initialized'] - rss['baseline']}; the staging region is mapped lazily);"
             f" after a malloc and a copy {rss['used']} kB"
+        )
+        check = clibrary.compile_program(HERE.parent / "tests" / "c" / "acl_check.c", link_library=lib)
+        freed = kill_to_free(check, conf, 5)
+        print(
+            f"\nSIGKILL of a process holding 256 MiB -> another session sees it free: median"
+            f" {med(freed) * 1e3:.1f} ms, max {max(freed) * 1e3:.1f} ms ({len(freed)} trials; target < 1 s)"
         )
         four = sessions_throughput(bench, conf, 4, args.seconds)
         sixteen = sessions_throughput(bench, conf, 16, args.seconds)
