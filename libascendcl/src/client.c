@@ -1433,8 +1433,12 @@ static int do_memcpy(void *dst, size_t dest_max, const void *src, size_t count, 
         return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: count %zu exceeds destMax %zu", what, count, dest_max);
     if (dest_max > (size_t)INT64_MAX)
         return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: destMax %zu overflows", what, dest_max);
-    if (kind < ACL_MEMCPY_HOST_TO_HOST || kind > ACL_MEMCPY_DEFAULT)
+    if (kind < ACL_MEMCPY_HOST_TO_HOST || kind > ACL_MEMCPY_INTER_DEVICE_TO_DEVICE)
         return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: unknown memcpy kind %d", what, kind);
+    if (kind == ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE)
+        kind = ACL_MEMCPY_HOST_TO_DEVICE;
+    else if (kind > ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE)
+        kind = ACL_MEMCPY_DEVICE_TO_DEVICE;
     if (!dst || !src)
         return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: %s is NULL", what, dst ? "src" : "dst");
     if ((uintptr_t)dst + count < (uintptr_t)dst || (uintptr_t)src + count < (uintptr_t)src)

@@ -162,7 +162,7 @@ static void scenario_memcpy(size_t staging)
     CALL(aclrtMalloc(&d2, n, ACL_MEM_MALLOC_HUGE_FIRST));
     CALL(aclrtMallocHost((void **)&h, n));
     CALL(aclrtMemset(d1, n, 0x5A, n));
-    CALL(aclrtMemcpy(d2, n, d1, n, ACL_MEMCPY_DEVICE_TO_DEVICE));
+    CALL(aclrtMemcpy(d2, n, d1, n, ACL_MEMCPY_INNER_DEVICE_TO_DEVICE));
     memset(h, 0, n);
     CALL(aclrtMemcpy(h, n, d2, n, ACL_MEMCPY_DEVICE_TO_HOST));
     int all = 1;
@@ -171,7 +171,7 @@ static void scenario_memcpy(size_t staging)
     CHECK(all, "memset then device-to-device copy: every byte is 0x5A");
     /* an offset inside a host buffer and inside an allocation */
     fill(h, n, 9);
-    CALL(aclrtMemcpy((char *)d1 + 1000, n - 1000, h + 500, 4096, ACL_MEMCPY_HOST_TO_DEVICE));
+    CALL(aclrtMemcpy((char *)d1 + 1000, n - 1000, h + 500, 4096, ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE));
     unsigned char back[4096];
     CALL(aclrtMemcpy(back, sizeof back, (char *)d1 + 1000, 4096, ACL_MEMCPY_DEVICE_TO_HOST));
     CHECK(memcmp(back, h + 500, 4096) == 0, "copy at offsets inside a host buffer and an allocation");

@@ -23,6 +23,9 @@ typedef enum aclrtMemcpyKind {
     ACL_MEMCPY_DEVICE_TO_HOST = 2,
     ACL_MEMCPY_DEVICE_TO_DEVICE = 3,
     ACL_MEMCPY_DEFAULT = 4,
+    ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE = 5, /* served as HOST_TO_DEVICE */
+    ACL_MEMCPY_INNER_DEVICE_TO_DEVICE = 6, /* served as DEVICE_TO_DEVICE */
+    ACL_MEMCPY_INTER_DEVICE_TO_DEVICE = 7, /* served as DEVICE_TO_DEVICE (within the claim) */
 } aclrtMemcpyKind;
 
 typedef enum aclrtMemMallocPolicy {
