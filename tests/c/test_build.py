@@ -11,6 +11,7 @@ from pathlib import Path
 
 from dra_driver import interposition
 from dra_driver.testing import clibrary
+from tests.c.conftest import MIB, Claim, run
 
 LISTED = [
     "aclInit",
@@ -97,3 +98,21 @@ def test_exported_symbols(library: Path) -> None:
     foreign = sorted(s for s in exported if not s.startswith("acl"))
     assert foreign == [], foreign
     assert len(exported) > 100  # the listed functions, more served ones, and the refusing stubs
+
+
+def test_a_cxx_program_builds_against_the_headers_and_runs(
+    library: Path, tmp_path: Path, claim: Claim
+) -> None:
+    """The headers' extern "C" guards and enums work for C++ (warnings are errors), and the
+    program is served like a C one."""
+    exe = tmp_path / "cxx_app"
+    subprocess.run(
+        ["c++", "-std=c++17", "-Wall", "-Wextra", "-Werror", f"-I{clibrary.LIBRARY_DIR / 'include'}",
+         str(Path(__file__).with_name("cxx_app.cc")), f"-L{library.parent}", "-lascendcl",
+         f"-Wl,-rpath,{library.parent}", "-o", str(exe)],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    out = subprocess.run(["nm", "-u", str(exe)], capture_output=True, text=True, check=True).stdout
+    assert "aclrtGetMemInfo" in out and "_Z" not in "".join(line for line in out.split() if "acl" in line)
+    values = run(exe, conf=claim.conf).ok().values
+    assert values == {"count": "1", "total": str(64 * MIB), "over": "207001"}
