@@ -1,7 +1,7 @@
 /*
  * acl_rt.h: the AscendCL runtime functions (devices, contexts, streams, events, memory) that
- * FlexNPU's libascendcl.so serves by forwarding them to the claim's aclserver. Written from the
- * public API facts in this project's reference notes; not copied from CANN.
+ * FlexNPU's libascendcl.so serves by forwarding them to the claim's aclserver. Written from
+ * public ACL API facts; not copied from CANN.
  */
 #ifndef FLEXNPU_ACL_RT_H_
 #define FLEXNPU_ACL_RT_H_
