@@ -233,6 +233,20 @@ static int send_request(uint16_t op, const int64_t *ints, unsigned n, const void
     *rid = ++g.next_id;
     size_t len = wire_encode(g.sendbuf, g.sendcap, op, *rid, ints, n, tail, tail_len);
     int rc = wire_send_all(g.fd, g.sendbuf, len, g.call_timeout_ms);
+    if (rc == -EPIPE || rc == -ECONNRESET) {
+        /* the server may have refused the connection (too many connections) with a frame and
+         * closed it before this request went out: report its reason, not only the broken pipe */
+        struct wire_msg m;
+        if (wire_read(g.fd, &g.reader, &m, 0) == 0 && m.op == OP_NONE && m.n_ints >= 1 && m.ints[0] != 0) {
+            int code = flexnpu_fail((int)m.ints[0], "%s: %.*s", what, (int)(m.tail_len > 900 ? 900 : m.tail_len),
+                                    m.tail);
+            char saved[ERR_MAX];
+            memcpy(saved, t_err, sizeof saved);
+            broken(rc, what);
+            memcpy(t_err, saved, sizeof saved);
+            return code;
+        }
+    }
     return rc ? broken(rc, what) : 0;
 }
 
@@ -249,10 +263,15 @@ static int receive_reply(uint32_t rid, int64_t *out, unsigned nout, int timeout_
     if (m->n_ints < 1 || !(m->flags & FLEXNPU_FLAG_REPLY) || (m->request_id != rid && m->op != OP_NONE))
         return broken(-EPROTO, what);
     if (m->ints[0] != 0) {
-        int code = (int)m->ints[0];
-        if (m->op == OP_NONE)
+        int code = flexnpu_fail((int)m->ints[0], "%s: %.*s", what, (int)(m->tail_len > 900 ? 900 : m->tail_len),
+                                m->tail);
+        if (m->op == OP_NONE) { /* the server refused the connection itself and closes it */
+            char saved[ERR_MAX];
+            memcpy(saved, t_err, sizeof saved); /* the message is formatted: the reader's buffer may go */
             broken(-EPROTO, what);
-        return flexnpu_fail(code, "%s: %.*s", what, (int)(m->tail_len > 900 ? 900 : m->tail_len), m->tail);
+            memcpy(t_err, saved, sizeof saved);
+        }
+        return code;
     }
     if (m->n_ints - 1 < nout)
         return broken(-EPROTO, what);

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from dra_driver import clientconf
+from dra_driver.testing import aclservers
 from dra_driver.testing.waiting import wait_for
 from tests.c.conftest import Claim, Interactive, run
 
@@ -232,3 +233,22 @@ def test_fork_does_not_wait_for_another_threads_call(acl_check: Path, claim: Cla
     res = run(acl_check, "forkbusy", "3000000", conf=claim.conf).ok()
     assert int(res.values["child_malloc_code"]) == UNINITIALIZE
     assert res.values["sync_done_when_child_exited"] == "0", res.values
+
+
+def test_a_full_aclserver_says_so(acl_check: Path, claim_factory: Callable[..., Claim]) -> None:
+    """Past max_connections the aclserver answers with an Op.NONE refusal and closes: aclInit
+    reports its reason (207005, "too many connections"), however the race with HELLO goes."""
+    claim = claim_factory([aclservers.share(0, memory=64 << 20)], max_sessions=1, max_connections=2)
+    holders = []
+    try:
+        for _ in range(2):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(claim.server.spec.unix_socket)
+            holders.append(s)
+        for _ in range(3):
+            values = run(acl_check, "init", conf=claim.conf).values
+            assert int(values["init_code"]) == 207005, values
+            assert "too many connections" in values["init_msg"], values
+    finally:
+        for s in holders:
+            s.close()

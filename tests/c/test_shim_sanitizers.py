@@ -4,6 +4,8 @@ the run (and so the test), not only a wrong result."""
 
 from __future__ import annotations
 
+import signal
+import socket
 from collections.abc import Callable
 from pathlib import Path
 
@@ -46,3 +48,24 @@ def test_scenario_is_sanitizer_clean(
     ]
     assert "LeakSanitizer" not in res.stderr, res.stderr[-4000:]
     res.ok()
+
+
+def test_refusals_are_sanitizer_clean(sanitized_check: Path, claim_factory: Callable[..., Claim]) -> None:
+    """A full aclserver's Op.NONE refusal and a server killed mid-session, under the sanitizers."""
+    claim = claim_factory([aclservers.share(0, memory=64 * MIB)], max_sessions=1, max_connections=2)
+    env = {"ASAN_OPTIONS": "detect_leaks=1:halt_on_error=1", "UBSAN_OPTIONS": "print_stacktrace=1"}
+    holders = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(2)]
+    try:
+        for s in holders:
+            s.connect(claim.server.spec.unix_socket)
+        res = run(sanitized_check, "init", conf=claim.conf, **env)
+        assert res.values["init_code"] == "207005" and "AddressSanitizer" not in res.stderr, res.stderr[
+            -4000:
+        ]
+    finally:
+        for s in holders:
+            s.close()
+    other = claim_factory([aclservers.share(0, memory=64 * MIB)])
+    other.server.stop(signal.SIGKILL)
+    res = run(sanitized_check, "init", conf=other.conf, **env)
+    assert res.values["init_code"] == "500000" and "Sanitizer" not in res.stderr, res.stderr[-4000:]
