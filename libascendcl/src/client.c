@@ -211,7 +211,7 @@ static int broken(int err, const char *what)
 {
     g.dead = 1;
     drop_connection();
-    const char *why = err == -ETIMEDOUT      ? "no reply in time (FLEXNPU_CALL_TIMEOUT_MS)"
+    const char *why = err == -ETIMEDOUT      ? "no reply in time (FLEXNPU_CONNECT_TIMEOUT_MS for aclInit, else FLEXNPU_CALL_TIMEOUT_MS)"
                       : err == -ECONNRESET || err == -EPIPE ? "the aclserver closed the connection"
                       : err == -EPROTO       ? "malformed frame from the aclserver"
                                              : strerror(-err);

@@ -55,7 +55,13 @@ def run(exe: Path, *args: str, conf: Path | None, timeout: float = 60, **env: st
         environ["FLEXNPU_CONF"] = str(conf)
     environ.update(env)
     res = subprocess.run(
-        [str(exe), *args], capture_output=True, text=True, timeout=timeout, env=environ, check=False
+        [str(exe), *args],
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=timeout,
+        env=environ,
+        check=False,
     )
     return Result(res.returncode, res.stdout, res.stderr)
 
