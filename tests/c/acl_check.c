@@ -9,6 +9,7 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -439,17 +440,17 @@ static void scenario_afterline(void)
 
 struct syncer {
     aclrtStream stream;
-    volatile pid_t tid;
-    volatile int done;
+    _Atomic int tid;
+    _Atomic int done;
     int rc;
 };
 
 static void *sync_main(void *arg)
 {
     struct syncer *s = arg;
-    s->tid = (pid_t)syscall(SYS_gettid);
+    atomic_store(&s->tid, (int)syscall(SYS_gettid));
     s->rc = aclrtSynchronizeStream(s->stream);
-    s->done = 1;
+    atomic_store(&s->done, 1);
     return NULL;
 }
 
@@ -485,7 +486,7 @@ static void scenario_forkbusy(uint64_t kernel_us)
     CALL(aclrtLaunchKernel(NULL, 1, &k, sizeof k, sy.stream));
     pthread_t th;
     pthread_create(&th, NULL, sync_main, &sy);
-    while (!sy.tid || !in_poll(sy.tid))
+    while (!atomic_load(&sy.tid) || !in_poll((pid_t)atomic_load(&sy.tid)))
         ; /* until the thread is blocked waiting for the aclserver's reply, inside the call */
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -502,7 +503,7 @@ static void scenario_forkbusy(uint64_t kernel_us)
     waitpid(child, &status, 0);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     /* had fork waited for the lock, the other thread's synchronize would have finished first */
-    printf("val sync_done_when_child_exited %d\n", sy.done);
+    printf("val sync_done_when_child_exited %d\n", atomic_load(&sy.done));
     printf("val fork_ms %.1f\n", (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6);
     pthread_join(th, NULL);
     CHECK(sy.rc == 0, "the other thread's synchronize completed: %d", sy.rc);

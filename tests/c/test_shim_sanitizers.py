@@ -69,3 +69,29 @@ def test_refusals_are_sanitizer_clean(sanitized_check: Path, claim_factory: Call
     other.server.stop(signal.SIGKILL)
     res = run(sanitized_check, "init", conf=other.conf, **env)
     assert res.values["init_code"] == "500000" and "Sanitizer" not in res.stderr, res.stderr[-4000:]
+
+
+@pytest.fixture(scope="module")
+def tsan_check() -> Path:
+    lib = clibrary.build_library(thread_sanitized=True)
+    return clibrary.compile_program(
+        HERE / "acl_check.c",
+        link_library=lib,
+        extra_flags=[*clibrary.THREAD_SANITIZER, "-g"],
+        out_dir=lib.parent,
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [pytest.param(("threads", "8"), id="threads"), pytest.param(("forkbusy", "300000"), id="forkbusy")],
+)
+def test_threads_are_thread_sanitizer_clean(
+    tsan_check: Path, claim_factory: Callable[..., Claim], args: tuple[str, ...]
+) -> None:
+    """Eight threads copying through the one connection, and a fork while a thread is in a call,
+    under ThreadSanitizer: no data race is reported."""
+    claim = claim_factory([aclservers.share(0, memory=256 * MIB)], staging_bytes=4 * MIB)
+    res = run(tsan_check, *args, conf=claim.conf, TSAN_OPTIONS="halt_on_error=1")
+    assert "ThreadSanitizer" not in res.stderr, res.stderr[-4000:]
+    res.ok()
