@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import select
+import shutil
 import subprocess
 import tempfile
 import time
@@ -105,7 +106,7 @@ def claim_factory() -> Iterator[Callable[..., Claim]]:
     yield factory
     for cm in reversed(stack):
         cm.__exit__(None, None, None)  # type: ignore[attr-defined]
-    subprocess.run(["rm", "-rf", str(work)], check=False)
+    shutil.rmtree(work, ignore_errors=True)
 
 
 @pytest.fixture
