@@ -367,6 +367,12 @@ class Session:
             )
         src_region = self._host_region(src, count) if src_host else None
         dst_region = self._host_region(dst, count) if dst_host else None
+        if not getattr(self.backend, "host_addressable", True):  # device memory reached only by copies
+            self.backend.memcpy_regions(  # type: ignore[attr-defined]
+                dst=dst, src=src, count=count, span=span, dst_region=dst_region, src_region=src_region,
+                owner=self.session_id,
+            )  # fmt: skip
+            return ()
         src_view = None if src_host else self.backend.device_view(src, span, owner=self.session_id)[:count]
         dst_view = None if dst_host else self.backend.device_view(dst, span, owner=self.session_id)[:count]
         try:
