@@ -4,7 +4,8 @@ Real node process (``whole`` mode, eight emulated 910B4 dies, 8 whole-die claims
 prepared through the kubelet simulator), a fake API server in this process. For each scale of
 *foreign* claims (claims of other nodes: 0, 5,000, 20,000 by default) it
 
-1. creates them while the node runs (each one is a watch event the node receives) and reports
+1. creates them while the node runs (each one is two watch events the node receives: the
+   creation and the allocation's status write) and reports
    the node's CPU per creation event and its RSS afterwards (vs. before: the baseline);
 2. churns them (status updates, deletions and re-creations, picked at random) at each rate
    (50 and 200 ops/s by default) in windows of ``--window`` seconds, interleaved with idle
@@ -49,7 +50,6 @@ from dra_driver.testing.fake_apiserver import FakeAPIServer  # noqa: E402
 from tests.integration.conftest import DRIVER, NAMESPACE, NODE, WHOLE_CEL, Node, make_node, wait_for  # noqa: E402
 
 FOREIGN_NS = "elsewhere"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -59,8 +59,14 @@ def pct(values: list[float], q: float) -> float:
 
 
 def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
+    """CPU time of every thread of ``pid``, in ns resolution (schedstat), not 10 ms ticks."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # a thread that just ended
+    return total / 1e9
 
 
 def rss_mib(pid: int) -> float:
@@ -154,7 +160,7 @@ class Churner:
             self.srv.put_object("resourceclaims", foreign_claim(self.next, "node-x"))
             self.live.append(self.next)
             self.next += 1
-            self.events += 1
+            self.events += 2  # a creation and its status write
             return
         roll = self.rng.random()
         i = self.rng.choice(self.live)
@@ -172,7 +178,7 @@ class Churner:
             self.srv.put_object("resourceclaims", foreign_claim(self.next, "node-x"))
             self.live.append(self.next)
             self.next += 1
-            self.events += 2
+            self.events += 3  # a deletion, a creation and its status write
 
     def run(self, rate: float, seconds: float) -> int:
         start_events = self.events
@@ -279,9 +285,9 @@ def main() -> int:
                 created += added
                 threading.Event().wait(2.0)  # let the node drain the creation events
                 cpu1 = cpu_seconds(pid)
-                per = f"{(cpu1 - cpu0) / added * 1e6:>8.1f}us" if added else f"{'-':>10}"
+                per = f"{(cpu1 - cpu0) / (2 * added) * 1e6:>8.1f}us" if added else f"{'-':>10}"
                 print(
-                    f"{scale:>8} {'create':>14} {added:>8} {per} "
+                    f"{scale:>8} {'create':>14} {2 * added:>8} {per} "
                     f"{100 * (cpu1 - cpu0) / (time.monotonic() - t0):>6.1f}% "
                     f"{rss_mib(pid):>8.1f} {'':>8} {'':>8}   (RSS before {rss_before:.1f}, at start {base_rss:.1f})"
                 )

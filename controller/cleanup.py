@@ -293,17 +293,11 @@ class Reconciler:
             self.passes += 1
             return findings
         for r in findings.residuals:
-            clog = logs.claim_logger(r.uid, r.namespace, r.name)
-            clog.warning("residual claim: %s; unpreparing it", r.reason)
-            self.telemetry.residual_found("claim")
             try:
-                self.preparer.unprepare_uid(r.uid, clog)
+                self.remove_claim(r)
             except Exception as exc:  # one claim's failure must not stop the others' cleanup
+                clog = logs.claim_logger(r.uid, r.namespace, r.name)
                 self._failed(findings, f"unprepare residual claim {r.uid}", exc, clog)
-                continue
-            self._unreserved_since.pop(r.uid, None)
-            self.telemetry.residual_removed("claim")
-            self._event(f"unprepared residual claim {r.namespace}/{r.name} ({r.uid}): {r.reason}")
         if findings.interrupted:
             for uid in self.preparer.settle_interrupted():
                 log.warning("rolled back claim %s left half-done by a crash", uid)
@@ -321,6 +315,21 @@ class Reconciler:
         self.index.refresh(force=True)
         self.passes += 1
         return findings
+
+    def remove_claim(self, r: Residual) -> bool:
+        """Unprepare one claim as a residual: log, count, unprepare, post the Node Event.
+
+        What every pass does for each residual, and what ``flexnpu-smi unregister`` does for one
+        claim. Returns whether the claim was prepared here. Raises what the unprepare raises.
+        """
+        clog = logs.claim_logger(r.uid, r.namespace, r.name)
+        clog.warning("residual claim: %s; unpreparing it", r.reason)
+        self.telemetry.residual_found("claim")
+        found = self.preparer.unprepare_uid(r.uid, clog)
+        self._unreserved_since.pop(r.uid, None)
+        self.telemetry.residual_removed("claim")
+        self._event(f"unprepared residual claim {r.namespace}/{r.name} ({r.uid}): {r.reason}")
+        return found
 
     def _failed(
         self, findings: Findings, what: str, exc: BaseException, logger: logging.Logger | logs.ClaimLogger

@@ -60,7 +60,7 @@ class NodeCore:
 
     def __init__(self, cfg: Config, *, kube: Kube | None = None, telemetry: Telemetry | None = None) -> None:
         self.cfg = cfg
-        self.inventory = discovery.from_config(inventory=cfg.inventory, npu_smi=cfg.npu_smi).discover()
+        self._inventory: Inventory | None = None  # discovered on first use (flexnpu-smi may not need it)
         self.kube = kube or Kube.from_config(cfg.kubeconfig)
         self.store = CheckpointStore(cfg.paths.checkpoint_file)
         self.store.read()  # surfaces (and sets aside) a corrupt checkpoint at start
@@ -110,6 +110,18 @@ class NodeCore:
             telemetry=self.telemetry,
             live=self.live,
         )
+
+    @property
+    def inventory(self) -> Inventory:
+        if self._inventory is None:
+            self._inventory = discovery.from_config(
+                inventory=self.cfg.inventory, npu_smi=self.cfg.npu_smi
+            ).discover()
+        return self._inventory
+
+    @inventory.setter
+    def inventory(self, value: Inventory) -> None:
+        self._inventory = value
 
     def close(self) -> None:
         self.kube.close()

@@ -171,7 +171,7 @@ class DaemonProc:
     def smi(self, *args: str, socket_path: Path | None = None) -> subprocess.CompletedProcess[str]:
         env = dict(os.environ, FLEXNPU_DAEMON_SOCKET=str(socket_path or self.socket))
         return subprocess.run(
-            [sys.executable, "-m", "dra_driver.smi", *args],
+            [sys.executable, "-m", "kubeletplugin.smi", *args],
             capture_output=True,
             text=True,
             env=env,
