@@ -51,7 +51,7 @@ PLUGIN_FLAGS: tuple[Flag, ...] = (
     Flag(
         "default-mode",
         "both",
-        "how dies are handed out when not configured per die: whole|soft|both (whole and shares, kept apart by counters)",
+        "how dies are handed out when not configured per die: whole|soft|hard|both|all (both = whole and shares, all = whole, shares and hard-split templates, kept apart by counters)",
     ),
     Flag("log-level", "INFO", "log level"),
     Flag("log-json", "false", "log JSON lines instead of text (true|false)"),
@@ -73,6 +73,11 @@ PLUGIN_FLAGS: tuple[Flag, ...] = (
         "a prepared claim with no consumer in reservedFor this long is residual",
     ),
     Flag("reconcile-period-seconds", "60", "period of the residual reconciler's full pass (jittered ±20 %)"),
+    Flag(
+        "max-shares-per-die",
+        "63",
+        "most soft shares (aclservers) one die serves; published as each share device's `shares` capacity",
+    ),
     Flag(
         "rediscover-seconds",
         "30",
@@ -119,6 +124,7 @@ class Config:
     residual_grace_seconds: float = 300.0
     reconcile_period_seconds: float = 60.0
     rediscover_seconds: float = 30.0
+    max_shares_per_die: int = 63
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -143,13 +149,17 @@ class Config:
 
 
 def add_flags(parser: argparse.ArgumentParser, flags: Sequence[Flag] = PLUGIN_FLAGS) -> None:
-    """Add each flag; the help text names its environment twin and default."""
+    """Add each flag; the help text names its environment twin and default.
+
+    argparse %-formats help strings, so a literal ``%`` in a flag's text or default is escaped here.
+    """
     for f in flags:
+        text = f"{f.help} (env {f.env}; default {f.default!r})"
         parser.add_argument(
             f"--{f.name}",
             dest=f.dest,
             default=None,
-            help=f"{f.help} (env {f.env}; default {f.default!r})",
+            help=text.replace("%", "%%"),
         )
 
 
@@ -203,9 +213,9 @@ def build(values: Mapping[str, str | None]) -> Config:
             field="node-name",
         )
     mode = values.get("default_mode") or "both"
-    if mode not in ("whole", "soft", "both", "hard"):
+    if mode not in ("whole", "soft", "both", "hard", "all"):
         raise InvalidInput(
-            f"unknown mode {mode!r}; use whole, soft, both or hard",
+            f"unknown mode {mode!r}; use whole, soft, both, hard or all",
             code=ErrorCode.INVALID_CONFIG,
             field="default-mode",
         )
@@ -255,4 +265,16 @@ def build(values: Mapping[str, str | None]) -> Config:
             "reconcile-period-seconds", values.get("reconcile_period_seconds") or "60"
         ),
         rediscover_seconds=_number("rediscover-seconds", values.get("rediscover_seconds") or "30"),
+        max_shares_per_die=_max_shares(values.get("max_shares_per_die")),
     )
+
+
+def _max_shares(value: str | None) -> int:
+    number = _number("max-shares-per-die", value or "63")
+    if number != int(number) or not 1 <= number <= 1_000_000:
+        raise InvalidInput(
+            f"expected a whole number of shares >= 1, got {value!r}",
+            code=ErrorCode.INVALID_CONFIG,
+            field="max-shares-per-die",
+        )
+    return int(number)

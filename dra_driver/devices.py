@@ -1,14 +1,17 @@
 """The device model: Ascend chips, their dies, and the facts per chip model.
 
-Pure data. Discovery backends (``dra_driver.discovery``) produce an :class:`Inventory`;
+Pure data. The hard-split templates of each chip model are in ``dra_driver/templates.py``. Discovery backends (``dra_driver.discovery``) produce an :class:`Inventory`;
 the slice builder, the planner and the CDI writer consume it. Nothing here touches the world.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+
+from dra_driver.templates import Template
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
@@ -30,6 +33,7 @@ class DieMode(StrEnum):
     SOFT = "soft"
     HARD = "hard"
     BOTH = "both"  # whole and soft devices on one die, kept apart by shared counters (slices.py)
+    ALL = "all"  # whole, soft and hard-split templates on one die, kept apart by shared counters
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +48,6 @@ class ChipModel:
     aicpu: int
     vector_cores: int
     memory_kind: str  # "HBM" or "DDR"
-    templates: tuple[str, ...] = ()  # HDK hard-split templates
 
     def soc_name(self, npu_name: str = "") -> str:
         """SoC name: ``Ascend`` + chip name (A2/310P), ``<chip>_<npu name>`` on A3."""
@@ -57,10 +60,10 @@ class ChipModel:
 CHIP_MODELS: dict[str, ChipModel] = {
     m.name: m
     for m in (
-        ChipModel("910B1", "A2", 1, 65536, 24, 6, 48, "HBM", ("vir06_1c_16g", "vir12_3c_32g")),
-        ChipModel("910B2", "A2", 1, 65536, 24, 6, 48, "HBM", ("vir06_1c_16g", "vir12_3c_32g")),
-        ChipModel("910B2C", "A2", 1, 65536, 24, 6, 48, "HBM", ("vir06_1c_16g", "vir12_3c_32g")),
-        ChipModel("910B3", "A2", 1, 65536, 20, 7, 40, "HBM", ("vir05_1c_16g", "vir10_3c_32g")),
+        ChipModel("910B1", "A2", 1, 65536, 24, 6, 48, "HBM"),
+        ChipModel("910B2", "A2", 1, 65536, 24, 6, 48, "HBM"),
+        ChipModel("910B2C", "A2", 1, 65536, 24, 6, 48, "HBM"),
+        ChipModel("910B3", "A2", 1, 65536, 20, 7, 40, "HBM"),
         ChipModel(
             "910B4",
             "A2",
@@ -70,10 +73,9 @@ CHIP_MODELS: dict[str, ChipModel] = {
             7,
             40,
             "HBM",
-            ("vir05_1c_8g", "vir10_3c_16g", "vir10_3c_16g_nm", "vir10_4c_16g_m"),
         ),
         # Atlas A3 (910_93): two dies per chip, 64 GB HBM per die; 24 AI cores per die (training).
-        ChipModel("Ascend910", "A3", 2, 65536, 24, 7, 48, "HBM", ("vir06_1c_16g", "vir12_3c_32g")),
+        ChipModel("Ascend910", "A3", 2, 65536, 24, 7, 48, "HBM"),
         ChipModel(
             "310P3",
             "inference",
@@ -83,7 +85,6 @@ CHIP_MODELS: dict[str, ChipModel] = {
             7,
             7,
             "DDR",
-            ("vir01", "vir02", "vir04", "vir02_1c", "vir04_3c", "vir04_3c_ndvpp", "vir04_4c_dvpp"),
         ),
     )
 }
@@ -144,6 +145,8 @@ class Inventory:
     firmware_version: str = ""
     source: str = ""  # "emulated:<path>" or "npu-smi"
     die_modes: dict[int, DieMode] = field(default_factory=dict)  # per phy_id override
+    templates: Mapping[str, tuple[Template, ...]] = field(default_factory=dict)
+    """Per chip model, templates reported by ``npu-smi info -t template-info`` (override the table)."""
 
     def by_device_name(self, name: str) -> Die | None:
         for die in self.dies:
@@ -156,3 +159,19 @@ class Inventory:
             if die.phy_id == phy_id:
                 return die
         return None
+
+
+_TEMPLATE_DEVICE = re.compile(r"^npu-(\d+)-(vir[0-9a-z-]+)-(\d+)$")
+
+
+def template_device_name(die: Die, template: Template, index: int) -> str:
+    """DRA device name of one template instance slot: ``npu-<phy>-<template>-<index>``."""
+    return f"npu-{die.phy_id}-{template.dns_name}-{index}"
+
+
+def parse_template_device_name(name: str) -> tuple[int, str, int] | None:
+    """(physical ID, template name with underscores, index) of a template device name, else None."""
+    m = _TEMPLATE_DEVICE.match(name)
+    if m is None:
+        return None
+    return int(m.group(1)), m.group(2).replace("-", "_"), int(m.group(3))

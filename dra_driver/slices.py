@@ -12,7 +12,12 @@ Modes per die (:func:`resolve_mode`):
 * ``soft``  -> one device ``vnpu-<phy>`` with ``allowMultipleAllocations`` and consumable
   ``memory`` (128 MiB steps) and ``compute`` (1 % steps) capacities (KEP-5075). Its AI Core and
   AI CPU counts are int attributes, not capacities: a share would consume all of a capacity that
-  has no request policy.
+  has no request policy. A third consumable capacity, ``shares`` (value ``max_shares_per_die``,
+  default 63, request policy ``default: 1, validValues: [1]``), is the per-die share limit the
+  scheduler sees: every share consumes exactly one, so the share after the last one the node can
+  serve stays pending instead of failing prepare. It is a capacity and not a counter because the
+  v1.36 allocator charges a device's counters once while it is allocated at all, however many
+  shares it has (see ``dra_driver/testing/scheduler.py``): a counter cannot count shares.
 * ``both``  -> both devices on one die, kept apart by the scheduler through shared counters
   (KEP-4815). The die gets a counter set ``die-<phy>`` with ``memory`` (bytes) and
   ``compute`` (100). The whole device consumes **all** of them; the soft device consumes a
@@ -34,7 +39,29 @@ Modes per die (:func:`resolve_mode`):
   multi-allocated devices from earlier cycles; there a whole claim could land on a die with
   shares. Use ``use_counters=False`` (one mode per die) on such clusters.
 
-* ``hard`` -> HDK templates as partitionable devices: not published yet (InvalidInput).
+* ``hard`` -> HDK templates as partitionable devices (``dra_driver/templates.py``): one
+  exclusive device per possible instance, ``npu-<phy>-<template>-<i>`` (as many as the die could
+  hold of that template alone), attribute ``template`` (e.g. ``vir10_3c_32g``), capacities
+  ``aicore``, ``aicpu``, ``memory`` (and ``media`` on 310P). The die's counter set ``die-<phy>``
+  has ``aicore``, ``aicpu``, ``memory``, ``vnpus`` (the size of its vNPU ID range) and, on 310P,
+  ``media``; each instance consumes its template's figures and one ``vnpus``, so the scheduler
+  alone keeps every combination within the die (two ``vir10_3c_32g`` fill a 910B3).
+* ``all``  -> whole, soft and hard on one die. Counters as in ``hard``; the whole device consumes
+  all of ``aicore``, ``aicpu``, ``memory`` (and ``media``), so it waits while anything else is
+  allocated and keeps everything else off. Soft and hard **alternate** on a die rather than
+  share it: the v1.36 allocator charges a multi-allocatable device's counters once while it has
+  any share, so per-share use cannot be drawn from counters, and no single counter can let shares
+  pile up while excluding several template instances. Each template instance slot ``k`` gets its
+  own counter ``t<k>`` (value ``T = max(2, max_shares_per_die)``): the instance consumes all of
+  it, the soft device one unit of every ``t<k>`` plus the 1-byte ``memory`` token. So with a share
+  on the die no template fits, with a template on the die no share fits, and shares still fit
+  next to each other whether an allocator charges the token once per device or once per share.
+  A counter set holds at most 32 counters, so a die in ``all`` mode publishes at most
+  ``32 - 5`` template instances (the first ones in table order).
+
+Held resources: a die with vNPUs that no claim of this driver owns (made outside the driver) is
+published without the capacity they hold (``held``): its counter totals are reduced, and it gets
+no whole and no soft device (a virtualized chip cannot be used whole).
 
 ``use_counters=False`` is the fallback when the API server drops ``sharedCounters`` /
 ``consumesCounters`` (DRAPartitionableDevices off): every die is then published in exactly one
@@ -49,12 +76,14 @@ end and shares from the other, and they collide on a die only when the node is n
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dra_driver.devices import MIB, Die, DieMode, Health, Inventory
+from dra_driver import templates
+from dra_driver.devices import MIB, Die, DieMode, Health, Inventory, template_device_name
 from dra_driver.errors import ErrorCode, InvalidInput
+from dra_driver.templates import Template
 
 JSON = dict[str, Any]
 
@@ -78,8 +107,15 @@ other shares; 1 % keeps them packable, and the elastic / best-effort policies (o
 let such a share borrow idle time beyond its floor.
 """
 FULL_COMPUTE = 100
+DEFAULT_MAX_SHARES_PER_DIE = 63
+"""CANN serves at most 63 user processes per A2/A3 device; each share is one aclserver process."""
+SHARES_CAPACITY = "shares"
 SHARE_TOKEN = "1"  # noqa: S105 (a counter amount, not a secret)
 """What a soft device consumes from its die's ``memory`` counter (see the module docstring)."""
+
+HARD_BASE_COUNTERS = 5
+"""Counters of a hard/all counter set besides the per-slot ones: aicore, aicpu, memory, vnpus, media."""
+MAX_SLOT_COUNTERS = MAX_COUNTERS_PER_SET - HARD_BASE_COUNTERS
 
 PCI_BUS_ATTRIBUTE = "resource.kubernetes.io/pciBusID"
 UNHEALTHY_TAINT = "npu.flexnpu.io/unhealthy"
@@ -90,6 +126,20 @@ _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9
 _C_IDENTIFIER = re.compile(r"^[_a-zA-Z][_a-zA-Z0-9]*$")
 _ATTRIBUTE_KINDS = ("int", "bool", "string", "version")
 _MODE_NAMES = {m.value for m in DieMode}
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """Resources of a die held by vNPUs this driver does not own (made outside it)."""
+
+    aicore: int = 0
+    aicpu: int = 0
+    memory_mib: int = 0
+    media: int = 0
+    vnpus: int = 0
+
+    def __bool__(self) -> bool:
+        return any((self.aicore, self.aicpu, self.memory_mib, self.media, self.vnpus))
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,15 +185,26 @@ def build_pool(
     use_counters: bool = True,
     fallback_mode: DieMode = DieMode.WHOLE,
     generation: int = 0,
+    max_shares_per_die: int = DEFAULT_MAX_SHARES_PER_DIE,
+    held: Mapping[int, Held] | None = None,
 ) -> DesiredPool:
     """The pool this node publishes: device slices first, then counter slices.
 
     ``mode_of`` defaults to ``resolve_mode(die, inventory, "both")``. With
     ``use_counters=False`` a ``both`` die is published as ``fallback_mode`` only.
     ``driver_name`` is part of the signature for symmetry with the publisher; the
-    fragments do not contain it.
+    fragments do not contain it. ``max_shares_per_die`` (>= 1) is the ``shares`` capacity of
+    every soft device. ``held`` maps a physical ID to what vNPUs made outside the driver hold on
+    that die (see the module docstring). Without counters a ``hard`` or ``all`` die is published
+    as ``fallback_mode``: templates need counters.
     """
     del driver_name  # the publisher puts it in every slice
+    if max_shares_per_die < 1:
+        raise InvalidInput(
+            f"the share limit per die must be at least 1, not {max_shares_per_die}",
+            code=ErrorCode.INVALID_CONFIG,
+            field="max-shares-per-die",
+        )
     if fallback_mode not in (DieMode.WHOLE, DieMode.SOFT):
         raise InvalidInput(
             f"fallback mode must be whole or soft, not {fallback_mode!r}",
@@ -155,25 +216,55 @@ def build_pool(
 
     whole: list[JSON] = []
     soft: list[JSON] = []
+    hard: list[list[JSON]] = []
     counter_sets: list[JSON] = []
     for die in dies:
         mode = resolve(die)
-        if mode == DieMode.HARD:
-            raise InvalidInput(
-                f"die {die.phy_id}: hard-split templates are not published yet; use whole, soft or both",
-                code=ErrorCode.INVALID_CONFIG,
-                field=f"dies[{die.phy_id}].mode",
-            )
-        if mode == DieMode.BOTH and not use_counters:
+        held_here = (held or {}).get(die.phy_id, Held())
+        if mode in (DieMode.BOTH, DieMode.HARD, DieMode.ALL) and not use_counters:
             mode = fallback_mode
+        if mode in (DieMode.HARD, DieMode.ALL):
+            slots = _template_slots(die, inventory, held_here, limit=mode == DieMode.ALL)
+            counter_sets.append(
+                _hard_counter_set(die, held_here, slots, slot_value=_slot_value(mode, max_shares_per_die))
+            )
+            hard.append(
+                [
+                    _template_device(
+                        die, inventory, t, i, k, slot_value=_slot_value(mode, max_shares_per_die)
+                    )
+                    for k, (t, i) in enumerate(slots)
+                ]
+            )
+            if held_here:
+                continue  # a virtualized die is neither whole nor soft
+            if mode == DieMode.ALL:
+                whole.append(_whole_device(die, inventory, counters=_hard_whole_counters(die)))
+                soft.append(
+                    _soft_device(
+                        die, inventory, counters=_all_soft_counters(len(slots)), max_shares=max_shares_per_die
+                    )
+                )
+            continue
+        both = mode == DieMode.BOTH
         if mode in (DieMode.WHOLE, DieMode.BOTH):
-            whole.append(_whole_device(die, inventory, counters=mode == DieMode.BOTH))
+            whole.append(
+                _whole_device(die, inventory, counters=_both_counters(die, whole=True) if both else None)
+            )
         if mode in (DieMode.SOFT, DieMode.BOTH):
-            soft.append(_soft_device(die, inventory, counters=mode == DieMode.BOTH))
-        if mode == DieMode.BOTH:
+            soft.append(
+                _soft_device(
+                    die,
+                    inventory,
+                    counters=_both_counters(die, whole=False) if both else None,
+                    max_shares=max_shares_per_die,
+                )
+            )
+        if both:
             counter_sets.append(_counter_set(die))
 
-    devices = whole + list(reversed(soft))
+    hard_devices = [d for per_die in reversed(hard) for d in per_die]
+    devices = whole + hard_devices + list(reversed(soft))
     per_slice = MAX_DEVICES_PER_SLICE_WITH_COUNTERS if counter_sets else MAX_DEVICES_PER_SLICE
     slices: list[JSON] = [{"devices": chunk} for chunk in _chunks(devices, per_slice)]
     slices += [{"sharedCounters": chunk} for chunk in _chunks(counter_sets, MAX_COUNTER_SETS_PER_SLICE)]
@@ -265,7 +356,7 @@ def _attributes(die: Die, inventory: Inventory, mode: DieMode) -> JSON:
     return dict(sorted(attrs.items()))
 
 
-def _whole_device(die: Die, inventory: Inventory, *, counters: bool) -> JSON:
+def _whole_device(die: Die, inventory: Inventory, *, counters: JSON | None) -> JSON:
     device: JSON = {
         "name": die.whole_device_name,
         "attributes": _attributes(die, inventory, DieMode.WHOLE),
@@ -276,21 +367,13 @@ def _whole_device(die: Die, inventory: Inventory, *, counters: bool) -> JSON:
             "memory": {"value": str(die.memory_bytes)},
         },
     }
-    if counters:
-        device["consumesCounters"] = [
-            {
-                "counterSet": _counter_set_name(die),
-                "counters": {
-                    "compute": {"value": str(FULL_COMPUTE)},
-                    "memory": {"value": str(die.memory_bytes)},
-                },
-            }
-        ]
+    if counters is not None:
+        device["consumesCounters"] = [{"counterSet": _counter_set_name(die), "counters": counters}]
     _taint_if_unhealthy(device, die)
     return device
 
 
-def _soft_device(die: Die, inventory: Inventory, *, counters: bool) -> JSON:
+def _soft_device(die: Die, inventory: Inventory, *, counters: JSON | None, max_shares: int) -> JSON:
     step = SOFT_MEMORY_STEP
     max_memory = die.memory_bytes // step * step
     # On a multi-allocatable device every capacity is consumed by each share: one without a
@@ -317,12 +400,107 @@ def _soft_device(die: Die, inventory: Inventory, *, counters: bool) -> JSON:
                     "validRange": {"min": str(step), "max": str(max_memory), "step": str(step)},
                 },
             },
+            SHARES_CAPACITY: {
+                "value": str(max_shares),
+                "requestPolicy": {"default": "1", "validValues": ["1"]},
+            },
         },
     }
-    if counters:
-        device["consumesCounters"] = [
-            {"counterSet": _counter_set_name(die), "counters": {"memory": {"value": SHARE_TOKEN}}}
-        ]
+    if counters is not None:
+        device["consumesCounters"] = [{"counterSet": _counter_set_name(die), "counters": counters}]
+    _taint_if_unhealthy(device, die)
+    return device
+
+
+def _both_counters(die: Die, *, whole: bool) -> JSON:
+    if whole:
+        return {"compute": {"value": str(FULL_COMPUTE)}, "memory": {"value": str(die.memory_bytes)}}
+    return {"memory": {"value": SHARE_TOKEN}}
+
+
+def _template_slots(die: Die, inventory: Inventory, held: Held, *, limit: bool) -> list[tuple[Template, int]]:
+    """(template, index) per publishable instance slot of the die, in table order."""
+    avail = _hard_totals(die, held)
+    slots: list[tuple[Template, int]] = []
+    for t in templates.for_model(die.model, inventory.templates):
+        n = templates.instances(
+            t,
+            aicore=avail["aicore"],
+            aicpu=avail["aicpu"],
+            memory_mib=avail["memory"] // MIB,
+            media=avail.get("media"),
+        )
+        n = min(n, avail["vnpus"])
+        slots += [(t, i) for i in range(n)]
+    return slots[:MAX_SLOT_COUNTERS] if limit else slots
+
+
+def _hard_totals(die: Die, held: Held) -> dict[str, int]:
+    totals = {
+        "aicore": max(0, die.aicore - held.aicore),
+        "aicpu": max(0, die.aicpu - held.aicpu),
+        "memory": max(0, templates.template_memory_mib(die.model, die.memory_mib) - held.memory_mib) * MIB,
+        "vnpus": max(0, len(templates.vnpu_id_range(die.model, die.phy_id)) - held.vnpus),
+    }
+    media = templates.media_of(die.model)
+    if media is not None:
+        totals["media"] = max(0, media - held.media)
+    return totals
+
+
+def _slot_value(mode: DieMode, max_shares: int) -> int | None:
+    return max(2, max_shares) if mode == DieMode.ALL else None
+
+
+def _hard_counter_set(
+    die: Die, held: Held, slots: list[tuple[Template, int]], *, slot_value: int | None
+) -> JSON:
+    counters: JSON = {name: {"value": str(v)} for name, v in sorted(_hard_totals(die, held).items())}
+    if slot_value is not None:
+        counters.update({f"t{k}": {"value": str(slot_value)} for k in range(len(slots))})
+    return {"name": _counter_set_name(die), "counters": counters}
+
+
+def _hard_whole_counters(die: Die) -> JSON:
+    totals = _hard_totals(die, Held())
+    return {name: {"value": str(v)} for name, v in sorted(totals.items()) if name != "vnpus"}
+
+
+def _all_soft_counters(slots: int) -> JSON:
+    counters: JSON = {"memory": {"value": SHARE_TOKEN}}
+    counters.update({f"t{k}": {"value": "1"} for k in range(slots)})
+    return counters
+
+
+def _template_device(
+    die: Die, inventory: Inventory, template: Template, index: int, slot: int, *, slot_value: int | None
+) -> JSON:
+    attributes = _attributes(die, inventory, DieMode.HARD)
+    attributes["template"] = {"string": template.name}
+    capacity: JSON = {
+        "aicore": {"value": str(template.aicore)},
+        "aicpu": {"value": str(template.aicpu)},
+        "memory": {"value": str(template.memory_bytes)},
+    }
+    counters: JSON = {
+        "aicore": {"value": str(template.aicore)},
+        "aicpu": {"value": str(template.aicpu)},
+        "memory": {"value": str(template.memory_bytes)},
+        "vnpus": {"value": "1"},
+    }
+    if templates.media_of(die.model) is not None:
+        capacity["media"] = {"value": str(template.media or 0)}
+        counters["media"] = {"value": str(template.media or 0)}
+    if slot_value is not None:
+        counters[f"t{slot}"] = {"value": str(slot_value)}
+    device: JSON = {
+        "name": template_device_name(die, template, index),
+        "attributes": dict(sorted(attributes.items())),
+        "capacity": dict(sorted(capacity.items())),
+        "consumesCounters": [
+            {"counterSet": _counter_set_name(die), "counters": dict(sorted(counters.items()))}
+        ],
+    }
     _taint_if_unhealthy(device, die)
     return device
 

@@ -189,6 +189,7 @@ class NodeProcess(NodeCore):
             node_name=self.cfg.node_name,
             mode_of=lambda die: slices.resolve_mode(die, self.inventory, mode),
             use_counters=self.use_counters,
+            max_shares_per_die=self.cfg.max_shares_per_die,
         )
 
     def start(self) -> None:

@@ -1,19 +1,35 @@
-"""A minimal stand-in for kube-scheduler's DRA allocator, for tests and demos.
+"""A stand-in for kube-scheduler's DRA allocator (v1.36 semantics), for tests and demos.
 
 It owns: reading a ResourceClaim, its DeviceClasses and the ResourceSlices of one node, picking
-devices first-fit the way the structured-parameters allocator does (exclusive devices,
-consumable capacity with request policies, shared counters), and writing ``status.allocation``
-and ``status.reservedFor`` through the status subresource. It talks to the API only through the
+devices the way the structured-parameters allocator does, and writing ``status.allocation`` and
+``status.reservedFor`` through the status subresource. It talks to the API only through the
 official ``kubernetes`` client, so it works against any apiserver, fake or real. It must not be
 used by the driver itself: in a cluster, kube-scheduler allocates.
+
+How it charges (facts measured on a real v1.36 kube-scheduler; where this module and a real
+scheduler differ, this module is wrong):
+
+* A depth-first search over the claim's requests, in order, and for each request over its
+  devices in slice-name then device order, with backtracking: a later request that cannot be
+  satisfied makes an earlier one try its next device, like the real allocator.
+* One request with ``count: N`` takes N **distinct** devices; two results of one request never
+  land on the same device, even a multi-allocatable one. Two *requests* of one claim may share a
+  multi-allocatable device, each result with its own ``shareID`` and ``consumedCapacity``.
+* Consumable capacity (``allowMultipleAllocations``) is summed per share over every allocated
+  claim and this one; a capacity with a request policy is rounded up to it (``default`` when not
+  requested); one without a policy is consumed whole. On an exclusive device,
+  ``capacity.requests`` is a minimum the device's capacity must meet.
+* Shared counters: a device allocated by earlier claims (exclusively or by any number of shares)
+  uses its ``consumesCounters`` **once**; every result of the claim being allocated adds its
+  device's ``consumesCounters`` again. A device fits only if no counter of its pool is then
+  over its counter set's value (an already overdrawn pool fits nothing that consumes counters).
+* A pool is used only when all of its ``resourceSliceCount`` slices of the newest generation are
+  seen, and its device names are unique; otherwise none of its devices is allocated.
 
 Supported: ``exactly`` requests (``ExactCount`` with ``count``) and ``firstAvailable``
 subrequests; CEL selectors of the forms ``device.driver == "x"`` and
 ``device.attributes["domain"].name == <literal>`` joined by ``&&`` (anything else raises
-NotImplementedError); device taints with NoSchedule/NoExecute against request tolerations. Shared counters are
-charged once per device in use (a second share of a multi-allocatable device adds no counter use),
-summed over every allocated claim in the cluster, so a whole-die device and the share device of
-the same die can exclude each other through one counter set.
+NotImplementedError); device taints with NoSchedule/NoExecute against request tolerations.
 Not supported (NotImplementedError): ``allocationMode: All``, ``constraints``, ``adminAccess``.
 Unlike kube-scheduler it adds no ``resource.kubernetes.io/delete-protection`` finalizer, since no
 resourceclaim controller runs next to it to remove it again.
@@ -65,20 +81,165 @@ class _Candidate:
     driver: str
     pool: str
     device: Obj
+    pool_unusable: bool = False  # incomplete or invalid pool: the allocator skips its devices
 
     @property
     def key(self) -> DevKey:
         return (self.driver, self.pool, self.device["name"])
 
+    @property
+    def multi(self) -> bool:
+        return bool(self.device.get("allowMultipleAllocations"))
+
 
 @dataclass
-class _Usage:
-    """What is allocated on the node: by other claims, plus what this allocation picked so far."""
+class _Node:
+    """The node's devices (in allocator order) and counter sets, newest pool generation only."""
+
+    candidates: list[_Candidate]
+    counter_sets: dict[tuple[str, str, str], dict[str, Fraction]]  # (driver, pool, set) -> totals
+
+    def index(self) -> dict[DevKey, int]:
+        return {c.key: i for i, c in enumerate(self.candidates)}
+
+
+@dataclass
+class _State:
+    """What other claims hold, plus what the claim being allocated has picked so far."""
 
     exclusive: set[DevKey] = field(default_factory=set)
-    in_use: set[DevKey] = field(default_factory=set)
     consumed: dict[tuple[DevKey, str], Fraction] = field(default_factory=dict)
-    counters: dict[CounterKey, Fraction] = field(default_factory=dict)
+    available: dict[CounterKey, Fraction] = field(default_factory=dict)  # after earlier claims
+    used: dict[CounterKey, Fraction] = field(default_factory=dict)  # by this claim's results
+    overdrawn_pools: set[tuple[str, str]] = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class _Option:
+    """One way to satisfy a request: an ``exactly`` request or one ``firstAvailable`` subrequest."""
+
+    result_name: str
+    class_name: str
+    count: int
+    tolerations: list[Obj]
+    matching: list[tuple[int, dict[str, Fraction]]]  # candidate index, capacity one share consumes
+    class_config: list[Obj]
+
+
+Pick = tuple[int, dict[str, Fraction]]
+MAX_SEARCH_STEPS = 200_000
+"""Bound on devices tried per claim (kube-scheduler bounds its filter by time instead)."""
+
+
+class _Search:
+    """Depth-first search with backtracking over requests, then devices, like the real allocator."""
+
+    def __init__(self, node: _Node, state: _State) -> None:
+        self.node = node
+        self.state = state
+        self.steps = 0
+        self.best: dict[int, int] = {}  # request index -> most devices ever placed for it
+
+    def run(self, requests: list[list[_Option]]) -> list[tuple[_Option, list[Pick]]] | None:
+        chosen: list[tuple[_Option, list[Pick]]] = []
+        return chosen if self._request(requests, 0, chosen) else None
+
+    def reason(self, requests: list[list[_Option]], specs: list[Obj]) -> str:
+        if self.steps >= MAX_SEARCH_STEPS:
+            return f"gave up after trying {self.steps} devices"
+        if not requests:
+            return "no requests"
+        r = min(max(self.best, default=0), len(requests) - 1)  # the deepest request reached
+        wanted = "; ".join(
+            f"{self.best.get(r, 0)} of {o.count} distinct device(s) of class {o.class_name!r} available"
+            for o in requests[r]
+        )
+        return f"request {specs[r]['name']!r}: {wanted}"
+
+    def _request(
+        self, requests: list[list[_Option]], r: int, chosen: list[tuple[_Option, list[Pick]]]
+    ) -> bool:
+        if r == len(requests):
+            return True
+        for option in requests[r]:
+            picks: list[Pick] = []
+            if self._device(requests, r, option=option, start=0, picks=picks, chosen=chosen):
+                return True
+        return False
+
+    def _device(
+        self,
+        requests: list[list[_Option]],
+        r: int,
+        *,
+        option: _Option,
+        start: int,
+        picks: list[Pick],
+        chosen: list[tuple[_Option, list[Pick]]],
+    ) -> bool:
+        self.best[r] = max(self.best.get(r, 0), len(picks))
+        if len(picks) == option.count:
+            chosen.append((option, list(picks)))
+            if self._request(requests, r + 1, chosen):
+                return True
+            chosen.pop()
+            return False
+        # Distinct devices per request: each next pick comes after the previous one in order
+        # (a set of devices, not each permutation of it).
+        for pos in range(start, len(option.matching)):
+            if self.steps >= MAX_SEARCH_STEPS:
+                return False
+            self.steps += 1
+            index, consumed = option.matching[pos]
+            undo = self._take(self.node.candidates[index], consumed)
+            if undo is None:
+                continue
+            picks.append((index, consumed))
+            if self._device(requests, r, option=option, start=pos + 1, picks=picks, chosen=chosen):
+                return True
+            picks.pop()
+            undo()
+        return False
+
+    def _take(self, cand: _Candidate, consumed: dict[str, Fraction]) -> Callable[[], None] | None:
+        """Charge one result on ``cand`` if it fits; returns how to give it back, or None."""
+        st = self.state
+        key = cand.key
+        if key in st.exclusive:
+            return None
+        if cand.multi:
+            caps = cand.device.get("capacity") or {}
+            for name, amount in consumed.items():
+                total = parse_quantity(caps[name]["value"])[0]
+                if st.consumed.get((key, name), Fraction(0)) + amount > total:
+                    return None
+        use = _counter_use(cand, self.node.counter_sets)
+        if use is None:
+            return None
+        if use:
+            if (cand.driver, cand.pool) in st.overdrawn_pools:
+                return None
+            for ckey, amount in use.items():
+                if st.used.get(ckey, Fraction(0)) + amount > st.available[ckey]:
+                    return None
+        for ckey, amount in use.items():
+            st.used[ckey] = st.used.get(ckey, Fraction(0)) + amount
+        if cand.multi:
+            for name, amount in consumed.items():
+                st.consumed[(key, name)] = st.consumed.get((key, name), Fraction(0)) + amount
+        else:
+            st.exclusive.add(key)
+
+        def undo() -> None:
+            for ckey, amount in use.items():
+                st.used[ckey] -= amount
+            if cand.multi:
+                for name, amount in consumed.items():
+                    st.consumed[(key, name)] -= amount
+            else:
+                st.exclusive.discard(key)
+
+        return undo
 
 
 class SchedulerSim:
@@ -90,6 +251,16 @@ class SchedulerSim:
         self.driver_name = driver_name
 
     # ---- public
+
+    @property
+    def api_client(self) -> kubernetes.client.ApiClient:
+        return self._client
+
+    def schedule_pod(self, namespace: str, pod_name: str, node_name: str) -> dict[str, Any] | None:
+        """A pod's extended-resource requests (KEP-5004): see ``dra_driver/testing/extended_resources.py``."""
+        from dra_driver.testing import extended_resources
+
+        return extended_resources.schedule_pod(self, namespace, pod_name, node_name)
 
     def allocate(
         self,
@@ -147,31 +318,30 @@ class SchedulerSim:
             raise NotImplementedError(
                 f"claim {ns}/{name}: spec.devices.constraints are not supported by SchedulerSim"
             )
-        candidates, counter_sets = self._node_devices(node_name)
-        usage = self._usage(claim, candidates)
-        results: list[Obj] = []
-        class_configs: list[Obj] = []
+        node = self._node_devices(node_name)
+        state = self._usage(claim, node)
+        requests: list[list[_Option]] = []
         for request in devices.get("requests") or []:
-            options = (
+            subs = (
                 [(request["name"], request["exactly"])]
                 if request.get("exactly")
                 else [
                     (f"{request['name']}/{sub['name']}", sub) for sub in request.get("firstAvailable") or []
                 ]
             )
-            reasons = []
-            for result_name, sub in options:
-                picked, reason = self._pick(result_name, sub, candidates, counter_sets, usage)
-                if picked is not None:
-                    results += picked
-                    for cfg in self._device_class(sub["deviceClassName"]).get("spec", {}).get("config") or []:
-                        class_configs.append(
-                            {"source": "FromClass", "requests": [result_name], **_config_body(cfg)}
-                        )
-                    break
-                reasons.append(reason)
-            else:
-                raise Unschedulable(ns, name, f"request {request['name']!r}: " + "; ".join(reasons))
+            requests.append([self._option(result_name, sub, node) for result_name, sub in subs])
+        search = _Search(node, state)
+        chosen = search.run(requests)
+        if chosen is None:
+            raise Unschedulable(ns, name, search.reason(requests, devices.get("requests") or []))
+        results: list[Obj] = []
+        class_configs: list[Obj] = []
+        for option, picks in chosen:
+            results += [_result(option, node.candidates[i], consumed) for i, consumed in picks]
+            for cfg in option.class_config:
+                class_configs.append(
+                    {"source": "FromClass", "requests": [option.result_name], **_config_body(cfg)}
+                )
         claim_configs = [
             {"source": "FromClaim", "requests": list(cfg.get("requests") or []), **_config_body(cfg)}
             for cfg in devices.get("config") or []
@@ -189,14 +359,8 @@ class SchedulerSim:
             alloc["devices"]["config"] = config
         return alloc
 
-    def _pick(
-        self,
-        result_name: str,
-        request: Obj,
-        candidates: list[_Candidate],
-        counter_sets: dict[tuple[str, str, str], dict[str, Fraction]],
-        usage: _Usage,
-    ) -> tuple[list[Obj] | None, str]:
+    def _option(self, result_name: str, request: Obj, node: _Node) -> _Option:
+        """One (sub)request: the devices that match its selectors and tolerate their taints, in order."""
         mode = request.get("allocationMode", "ExactCount")
         if mode != "ExactCount":
             raise NotImplementedError(
@@ -212,70 +376,35 @@ class SchedulerSim:
         ]
         selectors += [_compile_cel(s["cel"]["expression"]) for s in request.get("selectors") or []]
         wanted = (request.get("capacity") or {}).get("requests") or {}
-        count = int(request.get("count", 1))
-        picked: list[Obj] = []
-        tentative = _Usage(
-            set(usage.exclusive), set(usage.in_use), dict(usage.consumed), dict(usage.counters)
-        )
-        for cand in candidates:
-            if len(picked) == count:
-                break
-            dev = cand.device
-            if not all(sel(cand) for sel in selectors) or not _tolerated(dev, request):
-                continue
-            multi = bool(dev.get("allowMultipleAllocations"))
-            if cand.key in tentative.exclusive or (not multi and cand.key in tentative.in_use):
-                continue
-            consumed = _consumed_capacity(dev, wanted) if multi else {}
-            if consumed is None or not _capacity_fits(cand.key, dev, consumed, tentative):
-                continue
-            counter_use = _counter_use(cand, counter_sets) if cand.key not in tentative.in_use else {}
-            if counter_use is None or any(
-                tentative.counters.get(k, Fraction(0)) + v > counter_sets[k[:3]][k[3]]
-                for k, v in counter_use.items()
+        matching: list[tuple[int, dict[str, Fraction]]] = []
+        for i, cand in enumerate(node.candidates):
+            if (
+                cand.pool_unusable
+                or not all(sel(cand) for sel in selectors)
+                or not _tolerated(cand.device, request)
             ):
                 continue
-            for k, v in counter_use.items():
-                tentative.counters[k] = tentative.counters.get(k, Fraction(0)) + v
-            tentative.in_use.add(cand.key)
-            result: Obj = {
-                "request": result_name,
-                "driver": cand.driver,
-                "pool": cand.pool,
-                "device": dev["name"],
-            }
-            if request.get("tolerations"):
-                result["tolerations"] = request["tolerations"]
-            if multi:
-                for cap, amount in consumed.items():
-                    tentative.consumed[(cand.key, cap)] = (
-                        tentative.consumed.get((cand.key, cap), Fraction(0)) + amount
-                    )
-                result["shareID"] = str(uuid.uuid4())
-                result["consumedCapacity"] = {
-                    cap: format_quantity(amount, _fmt(dev, cap)) for cap, amount in consumed.items()
-                }
+            if cand.multi:
+                consumed = _consumed_capacity(cand.device, wanted)
+                if consumed is None:
+                    continue
+            elif not _exclusive_capacity_fits(cand.device, wanted):
+                continue
             else:
-                tentative.exclusive.add(cand.key)
-            picked.append(result)
-        if len(picked) < count:
-            return (
-                None,
-                f"{len(picked)} of {count} device(s) of class {request['deviceClassName']!r} available",
-            )
-        usage.exclusive, usage.in_use, usage.consumed, usage.counters = (
-            tentative.exclusive,
-            tentative.in_use,
-            tentative.consumed,
-            tentative.counters,
+                consumed = {}
+            matching.append((i, consumed))
+        return _Option(
+            result_name=result_name,
+            class_name=request["deviceClassName"],
+            count=int(request.get("count", 1)),
+            tolerations=list(request.get("tolerations") or []),
+            matching=matching,
+            class_config=list((cls.get("spec") or {}).get("config") or []),
         )
-        return picked, ""
 
     # ---- API reads
 
-    def _node_devices(
-        self, node_name: str
-    ) -> tuple[list[_Candidate], dict[tuple[str, str, str], dict[str, Fraction]]]:
+    def _node_devices(self, node_name: str) -> _Node:
         """Devices and counter sets of the node's pools, newest pool generation only, in slice order."""
         slices = [
             s
@@ -286,47 +415,71 @@ class SchedulerSim:
         for s in slices:
             key = (s["spec"]["driver"], s["spec"]["pool"]["name"])
             newest[key] = max(newest.get(key, 0), int(s["spec"]["pool"]["generation"]))
+        current = [
+            s
+            for s in sorted(slices, key=lambda s: s["metadata"]["name"])
+            if int(s["spec"]["pool"]["generation"])
+            == newest[(s["spec"]["driver"], s["spec"]["pool"]["name"])]
+        ]
+        unusable: set[tuple[str, str]] = set()
+        for key in newest:
+            pool_slices = [s for s in current if (s["spec"]["driver"], s["spec"]["pool"]["name"]) == key]
+            expected = max(int(s["spec"]["pool"].get("resourceSliceCount") or 1) for s in pool_slices)
+            names = [d["name"] for s in pool_slices for d in s["spec"].get("devices") or []]
+            if len(pool_slices) < expected or len(names) != len(set(names)):
+                unusable.add(key)  # incomplete or invalid: the allocator does not use the pool
         candidates: list[_Candidate] = []
         counters: dict[tuple[str, str, str], dict[str, Fraction]] = {}
-        for s in sorted(slices, key=lambda s: s["metadata"]["name"]):
+        for s in current:
             spec = s["spec"]
             driver, pool = spec["driver"], spec["pool"]["name"]
-            if int(spec["pool"]["generation"]) != newest[(driver, pool)]:
-                continue
             for cset in spec.get("sharedCounters") or []:
                 counters[(driver, pool, cset["name"])] = {
                     n: parse_quantity(c["value"])[0] for n, c in (cset.get("counters") or {}).items()
                 }
-            candidates += [_Candidate(driver, pool, dev) for dev in spec.get("devices") or []]
-        return candidates, counters
+            candidates += [
+                _Candidate(driver, pool, dev, (driver, pool) in unusable) for dev in spec.get("devices") or []
+            ]
+        return _Node(candidates, counters)
 
-    def _usage(self, claim: Obj, candidates: list[_Candidate]) -> _Usage:
-        """What every other allocated claim holds on these devices."""
-        by_key = {c.key: c for c in candidates}
-        usage = _Usage()
+    def _usage(self, claim: Obj, node: _Node) -> _State:
+        """What every other allocated claim holds on these devices.
+
+        Counters: each device allocated at all (exclusively or by any number of shares) uses its
+        ``consumesCounters`` once, as the v1.36 allocator rebuilds them from allocated devices.
+        """
+        by_key = {c.key: c for c in node.candidates}
+        state = _State()
+        allocated: set[DevKey] = set()
         for other in map(self._to_dict, self._api.list_resource_claim_for_all_namespaces().items):
             allocation = (other.get("status") or {}).get("allocation")
             if other["metadata"]["uid"] == claim["metadata"]["uid"] or not allocation:
                 continue
             for res in (allocation.get("devices") or {}).get("results") or []:
-                key = (res["driver"], res["pool"], res["device"])
-                if res.get("shareID") is None:
-                    usage.exclusive.add(key)
-                for cap, value in (res.get("consumedCapacity") or {}).items():
-                    usage.consumed[(key, cap)] = (
-                        usage.consumed.get((key, cap), Fraction(0)) + parse_quantity(value)[0]
-                    )
-                if key in usage.in_use or key not in by_key:
-                    usage.in_use.add(key)
+                if res.get("adminAccess"):
                     continue
-                usage.in_use.add(key)
-                for cons in by_key[key].device.get("consumesCounters") or []:
-                    for name, ctr in (cons.get("counters") or {}).items():
-                        ckey = (key[0], key[1], cons["counterSet"], name)
-                        usage.counters[ckey] = (
-                            usage.counters.get(ckey, Fraction(0)) + parse_quantity(ctr["value"])[0]
-                        )
-        return usage
+                key = (res["driver"], res["pool"], res["device"])
+                allocated.add(key)
+                if res.get("shareID") is None:
+                    state.exclusive.add(key)
+                for cap, value in (res.get("consumedCapacity") or {}).items():
+                    state.consumed[(key, cap)] = (
+                        state.consumed.get((key, cap), Fraction(0)) + parse_quantity(value)[0]
+                    )
+        for (driver, pool, cset), totals in node.counter_sets.items():
+            for name, value in totals.items():
+                state.available[(driver, pool, cset, name)] = value
+        for key in allocated:
+            cand = by_key.get(key)
+            if cand is None:
+                continue
+            for cons in cand.device.get("consumesCounters") or []:
+                for name, ctr in (cons.get("counters") or {}).items():
+                    ckey = (key[0], key[1], cons["counterSet"], name)
+                    if ckey in state.available:
+                        state.available[ckey] -= parse_quantity(ctr["value"])[0]
+        state.overdrawn_pools = {(k[0], k[1]) for k, v in state.available.items() if v < 0}
+        return state
 
     def _device_class(self, name: str) -> Obj:
         return self._to_dict(self._api.read_device_class(name))
@@ -445,13 +598,30 @@ def _consumed_capacity(dev: Obj, wanted: dict[str, str]) -> dict[str, Fraction] 
     return out
 
 
-def _capacity_fits(key: DevKey, dev: Obj, consumed: dict[str, Fraction], usage: _Usage) -> bool:
+def _exclusive_capacity_fits(dev: Obj, wanted: dict[str, str]) -> bool:
+    """On an exclusive device, each requested capacity is a minimum the device must have."""
     caps = dev.get("capacity") or {}
-    for name, amount in consumed.items():
-        total = parse_quantity(caps[name]["value"])[0]
-        if usage.consumed.get((key, name), Fraction(0)) + amount > total:
+    for name, amount in wanted.items():
+        if name not in caps or parse_quantity(caps[name]["value"])[0] < parse_quantity(amount)[0]:
             return False
     return True
+
+
+def _result(option: _Option, cand: _Candidate, consumed: dict[str, Fraction]) -> Obj:
+    result: Obj = {
+        "request": option.result_name,
+        "driver": cand.driver,
+        "pool": cand.pool,
+        "device": cand.device["name"],
+    }
+    if option.tolerations:
+        result["tolerations"] = option.tolerations
+    if cand.multi:
+        result["shareID"] = str(uuid.uuid4())
+        result["consumedCapacity"] = {
+            cap: format_quantity(amount, _fmt(cand.device, cap)) for cap, amount in consumed.items()
+        }
+    return result
 
 
 def _counter_use(

@@ -107,6 +107,40 @@ def publish(api: client.ResourceV1Api, devices: list[dict[str, Any]], *, counter
         )
 
 
+def publish_counters(
+    api: client.ResourceV1Api, devices: list[dict[str, Any]], counter_sets: dict[str, dict[str, Any]]
+) -> None:
+    pool = {"name": NODE, "generation": 1, "resourceSliceCount": 2}
+    meta = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice"}
+    api.create_resource_slice(
+        {
+            **meta,
+            "metadata": {"name": "s-devices"},
+            "spec": {"driver": DRIVER, "nodeName": NODE, "pool": pool, "devices": devices},
+        }
+    )
+    shared = [{"name": n, "counters": c} for n, c in counter_sets.items()]
+    api.create_resource_slice(
+        {
+            **meta,
+            "metadata": {"name": "s-counters"},
+            "spec": {"driver": DRIVER, "nodeName": NODE, "pool": pool, "sharedCounters": shared},
+        }
+    )
+
+
+def create_claim(api: client.ResourceV1Api, name: str, requests: list[dict[str, Any]]) -> None:
+    api.create_namespaced_resource_claim(
+        NS,
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"devices": {"requests": requests}},
+        },
+    )
+
+
 def make_claim(
     api: client.ResourceV1Api,
     name: str,
@@ -153,7 +187,7 @@ def test_whole_die_is_exclusive(env: tuple[client.ResourceV1Api, SchedulerSim]) 
     assert a["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"] == [
         NODE
     ]
-    with pytest.raises(Unschedulable, match="0 of 1 device"):
+    with pytest.raises(Unschedulable, match="0 of 1 distinct device"):
         sim.allocate(NS, "c", NODE)
     assert api.read_namespaced_resource_claim("c", NS).status is None
     sim.deallocate(NS, "a")
@@ -218,13 +252,147 @@ def test_shared_counters_exclude_whole_and_shares(
     sim.allocate(NS, second[0], NODE)
 
 
-def test_second_share_does_not_consume_counters_twice(env: tuple[client.ResourceV1Api, SchedulerSim]) -> None:
+def test_earlier_shares_charge_the_counters_once(env: tuple[client.ResourceV1Api, SchedulerSim]) -> None:
+    """The driver's token model: a die's memory counter, a 1-byte token per share device."""
+    api, sim = env
+    total = str(16 * 1024**3)
+    soft_dev = {
+        **soft("die-0-soft"),
+        "consumesCounters": [{"counterSet": "die-0", "counters": {"memory": {"value": "1"}}}],
+    }
+    whole_dev = {
+        **whole("die-0"),
+        "consumesCounters": [{"counterSet": "die-0", "counters": {"memory": {"value": total}}}],
+    }
+    publish_counters(api, [whole_dev, soft_dev], {"die-0": {"memory": {"value": total}}})
+    for n in ("s1", "s2", "s3"):
+        make_claim(api, n, "vnpu.flexnpu.io", capacity={"memory": "1Gi"})
+        assert results(sim.allocate(NS, n, NODE))[0]["device"] == "die-0-soft"
+    make_claim(api, "w", "npu.flexnpu.io")
+    with pytest.raises(Unschedulable):  # 1 byte of the counter is in use, however many shares
+        sim.allocate(NS, "w", NODE)
+
+
+def test_a_share_charges_its_counters_again_in_its_own_cycle(
+    env: tuple[client.ResourceV1Api, SchedulerSim],
+) -> None:
+    """v1.36: the allocated device's counters count once, and the claim being allocated adds its own."""
     api, sim = env
     publish(api, [whole("die-0", counters=True), soft("die-0-soft", counters=True)], counters=True)
     make_claim(api, "s1", "vnpu.flexnpu.io", capacity={"memory": "1Gi"})
     make_claim(api, "s2", "vnpu.flexnpu.io", capacity={"memory": "1Gi"})
     sim.allocate(NS, "s1", NODE)
-    assert results(sim.allocate(NS, "s2", NODE))[0]["device"] == "die-0-soft"
+    with pytest.raises(Unschedulable):  # the set holds 1, s1's device uses 1, s2 needs 1 more
+        sim.allocate(NS, "s2", NODE)
+
+
+def test_count_two_never_lands_twice_on_one_shared_device(
+    env: tuple[client.ResourceV1Api, SchedulerSim],
+) -> None:
+    api, sim = env
+    publish(api, [soft("die-0-soft")])
+    make_claim(api, "pair", "vnpu.flexnpu.io", count=2, capacity={"memory": "128Mi"})
+    with pytest.raises(Unschedulable, match="1 of 2 distinct device"):
+        sim.allocate(NS, "pair", NODE)
+
+
+def test_count_two_spreads_over_two_shared_devices(env: tuple[client.ResourceV1Api, SchedulerSim]) -> None:
+    api, sim = env
+    publish(api, [soft("die-0-soft"), soft("die-1-soft")])
+    make_claim(api, "pair", "vnpu.flexnpu.io", count=2, capacity={"memory": "128Mi"})
+    assert [r["device"] for r in results(sim.allocate(NS, "pair", NODE))] == ["die-0-soft", "die-1-soft"]
+
+
+def test_two_requests_may_share_one_device(env: tuple[client.ResourceV1Api, SchedulerSim]) -> None:
+    api, sim = env
+    publish(api, [soft("die-0-soft")])
+    requests = [
+        {
+            "name": name,
+            "exactly": {"deviceClassName": "vnpu.flexnpu.io", "capacity": {"requests": {"compute": pct}}},
+        }
+        for name, pct in (("a", "30"), ("b", "70"))
+    ]
+    create_claim(api, "two", requests)
+    a, b = results(sim.allocate(NS, "two", NODE))
+    assert a["device"] == b["device"] == "die-0-soft"
+    assert (a["request"], b["request"]) == ("a", "b")
+    assert a["shareID"] != b["shareID"]
+    assert (a["consumedCapacity"]["compute"], b["consumedCapacity"]["compute"]) == ("30", "70")
+
+
+def test_two_requests_on_one_device_each_charge_counters(
+    env: tuple[client.ResourceV1Api, SchedulerSim],
+) -> None:
+    api, sim = env
+    dev = lambda name, cset: {  # noqa: E731
+        **soft(name),
+        "consumesCounters": [{"counterSet": cset, "counters": {"shares": {"value": "1"}}}],
+    }
+    publish_counters(
+        api,
+        [dev("die-0-soft", "die-0"), dev("die-1-soft", "die-1")],
+        {"die-0": {"shares": {"value": "1"}}, "die-1": {"shares": {"value": "1"}}},
+    )
+    requests = [{"name": n, "exactly": {"deviceClassName": "vnpu.flexnpu.io"}} for n in ("a", "b")]
+    create_claim(api, "two", requests)
+    assert [r["device"] for r in results(sim.allocate(NS, "two", NODE))] == ["die-0-soft", "die-1-soft"]
+
+
+def test_backtracks_when_a_later_request_needs_the_device_an_earlier_one_took(
+    env: tuple[client.ResourceV1Api, SchedulerSim],
+) -> None:
+    api, sim = env
+    devs = [
+        {**whole(f"die-{i}"), "attributes": {"mode": {"string": "whole"}, "idx": {"int": i}}} for i in (0, 1)
+    ]
+    publish(api, devs)
+    requests = [
+        {"name": "any", "exactly": {"deviceClassName": "npu.flexnpu.io"}},
+        {
+            "name": "first",
+            "exactly": {
+                "deviceClassName": "npu.flexnpu.io",
+                "selectors": [{"cel": {"expression": f'device.attributes["{DRIVER}"].idx == 0'}}],
+            },
+        },
+    ]
+    create_claim(api, "bt", requests)
+    assert [(r["request"], r["device"]) for r in results(sim.allocate(NS, "bt", NODE))] == [
+        ("any", "die-1"),
+        ("first", "die-0"),
+    ]
+
+
+def test_an_incomplete_pool_is_not_used(env: tuple[client.ResourceV1Api, SchedulerSim]) -> None:
+    api, sim = env
+    pool = {"name": NODE, "generation": 1, "resourceSliceCount": 2}
+    body = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": "s-a"},
+        "spec": {"driver": DRIVER, "nodeName": NODE, "pool": pool, "devices": [whole("die-0")]},
+    }
+    api.create_resource_slice(body)
+    make_claim(api, "w", "npu.flexnpu.io")
+    with pytest.raises(Unschedulable):  # one of two slices seen
+        sim.allocate(NS, "w", NODE)
+    api.create_resource_slice(
+        {**body, "metadata": {"name": "s-b"}, "spec": {**body["spec"], "devices": [whole("die-1")]}}
+    )
+    assert results(sim.allocate(NS, "w", NODE))[0]["device"] == "die-0"
+
+
+def test_capacity_request_is_a_minimum_on_an_exclusive_device(
+    env: tuple[client.ResourceV1Api, SchedulerSim],
+) -> None:
+    api, sim = env
+    small = {**whole("die-0"), "capacity": {"memory": {"value": "32Gi"}}}
+    big = {**whole("die-1"), "capacity": {"memory": {"value": "64Gi"}}}
+    publish(api, [small, big])
+    make_claim(api, "w", "npu.flexnpu.io", capacity={"memory": "48Gi"})
+    (r,) = results(sim.allocate(NS, "w", NODE))
+    assert r["device"] == "die-1" and "shareID" not in r and "consumedCapacity" not in r
 
 
 def test_config_from_class_then_claim(env: tuple[client.ResourceV1Api, SchedulerSim]) -> None:
@@ -340,3 +508,68 @@ def test_tainted_devices_need_a_toleration(
     (result,) = results(sim.allocate(NS, "t", NODE))
     assert result["device"] == expected
     assert result.get("tolerations") == tolerations  # copied into the result, as the allocator does
+
+
+def _publish_pool(api: client.ResourceV1Api, pool: Any) -> None:
+    for i, fragment in enumerate(pool.slices):
+        api.create_resource_slice(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": f"{i:05x}-{DRIVER}-{NODE}"},
+                "spec": {
+                    "driver": DRIVER,
+                    "nodeName": NODE,
+                    "pool": {"name": NODE, "generation": 1, "resourceSliceCount": len(pool.slices)},
+                    **fragment,
+                },
+            }
+        )
+
+
+def test_the_share_after_the_per_die_limit_stays_pending(
+    env: tuple[client.ResourceV1Api, SchedulerSim],
+) -> None:
+    """The published ``shares`` capacity (63 by default) stops the scheduler, not prepare."""
+    from dra_driver import slices
+    from dra_driver.devices import Die, DieMode, Inventory
+
+    api, sim = env
+    die = Die(
+        vdie_id="00000000-00000000-00000000-00000000-00000000",
+        model="910B3",
+        card_id=0,
+        chip_id=0,
+        phy_id=0,
+        logic_id=0,
+        pci_bus_id="0000:01:00.0",
+        numa_node=0,
+        memory_mib=65536,
+        aicore=20,
+        aicpu=7,
+    )
+    pool = slices.build_pool(
+        Inventory(dies=(die,)), driver_name=DRIVER, node_name=NODE, mode_of=lambda d: DieMode.BOTH
+    )
+    _publish_pool(api, pool)
+    for i in range(64):  # 64 x 128Mi and 64 x 1 % fit the die: only the share limit says no
+        make_claim(api, f"s{i}", "vnpu.flexnpu.io", capacity={"memory": "128Mi"})
+    for i in range(63):
+        (r,) = results(sim.allocate(NS, f"s{i}", NODE))
+        assert r["device"] == "vnpu-0" and r["consumedCapacity"]["shares"] == "1"
+    with pytest.raises(Unschedulable, match="0 of 1 distinct device"):
+        sim.allocate(NS, "s63", NODE)
+    sim.deallocate(NS, "s0")
+    assert results(sim.allocate(NS, "s63", NODE))[0]["device"] == "vnpu-0"
+
+
+def test_a_share_cannot_ask_for_more_than_one_share_slot(
+    env: tuple[client.ResourceV1Api, SchedulerSim],
+) -> None:
+    api, sim = env
+    dev = soft("die-0-soft")
+    dev["capacity"]["shares"] = {"value": "63", "requestPolicy": {"default": "1", "validValues": ["1"]}}
+    publish(api, [dev])
+    make_claim(api, "greedy", "vnpu.flexnpu.io", capacity={"shares": "2"})
+    with pytest.raises(Unschedulable):
+        sim.allocate(NS, "greedy", NODE)

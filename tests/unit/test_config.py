@@ -41,7 +41,19 @@ READ: dict[str, tuple[str, Callable[[Config], Any], Any]] = {
     "residual-grace-seconds": ("7", lambda c: c.residual_grace_seconds, 7.0),
     "reconcile-period-seconds": ("9", lambda c: c.reconcile_period_seconds, 9.0),
     "rediscover-seconds": ("3", lambda c: c.rediscover_seconds, 3.0),
+    "max-shares-per-die": ("7", lambda c: c.max_shares_per_die, 7),
 }
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "2.5", "many"])
+def test_max_shares_per_die_must_be_a_whole_number_of_at_least_one(value: str) -> None:
+    with pytest.raises(InvalidInput) as info:
+        config.from_args(["--node-name", "n", "--max-shares-per-die", value], {})
+    assert info.value.field == "max-shares-per-die"
+
+
+def test_max_shares_per_die_defaults_to_63() -> None:
+    assert config.from_args(["--node-name", "n"], {}).max_shares_per_die == 63
 
 
 def test_every_flag_is_covered() -> None:

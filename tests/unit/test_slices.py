@@ -170,13 +170,26 @@ def test_soft_device_request_policy(inventory: Inventory, memory_max: int) -> No
         "default": str(128 * MIB),
         "validRange": {"min": str(128 * MIB), "max": str(memory_max), "step": str(128 * MIB)},
     }
-    assert set(device["capacity"]) == {"memory", "compute"}  # every capacity is consumed per share
+    # every capacity is consumed per share, each one with a request policy
+    assert set(device["capacity"]) == {"memory", "compute", "shares"}
+    assert device["capacity"]["shares"] == {
+        "value": "63",
+        "requestPolicy": {"default": "1", "validValues": ["1"]},
+    }
     assert device["attributes"]["aicore"] == {"int": inventory.dies[0].aicore}
     compute = device["capacity"]["compute"]
     assert compute == {
         "value": "100",
         "requestPolicy": {"default": "1", "validRange": {"min": "1", "max": "100", "step": "1"}},
     }
+
+
+def test_share_limit_is_the_shares_capacity() -> None:
+    device = _devices(_pool(A2, max_shares_per_die=5))["vnpu-0"]
+    assert device["capacity"]["shares"]["value"] == "5"
+    with pytest.raises(InvalidInput) as info:
+        _pool(A2, max_shares_per_die=0)
+    assert info.value.field == "max-shares-per-die"
 
 
 def test_both_mode_counters() -> None:
@@ -294,7 +307,6 @@ def test_default_mode_is_both() -> None:
             "dies[0].mode",
             id="unknown-per-die",
         ),
-        pytest.param(lambda: _pool(A2, mode_of=_mode(DieMode.HARD)), "dies[0].mode", id="hard-not-yet"),
         pytest.param(lambda: _pool(A2, fallback_mode=DieMode.BOTH), "fallback_mode", id="bad-fallback"),
     ],
 )
@@ -475,3 +487,121 @@ def test_server_stamped_taint_time_is_not_a_change() -> None:
     assert specs_equal(stored, wanted)
     stored["devices"][0]["taints"][0]["effect"] = "NoExecute"
     assert not specs_equal(stored, wanted)
+
+
+# --- hard-split templates (modes hard and all) ----------------------------------------------
+
+A3_16 = Inventory(
+    dies=tuple(_die(p, "Ascend910", die_index=p % 2, npu_name="9392", aicore=24) for p in range(16))
+)
+B3 = Inventory(dies=(_die(0, "910B3"),))
+
+
+def test_hard_mode_publishes_one_device_per_template_instance() -> None:
+    pool = _pool(B3, mode_of=_mode(DieMode.HARD))
+    # vir05_1c_16g: min(20/5, 7/1, 64/16) = 4; vir10_3c_32g: min(2, 2, 2) = 2; no whole, no soft device
+    assert pool.device_names == [
+        *(f"npu-0-vir05-1c-16g-{i}" for i in range(4)),
+        "npu-0-vir10-3c-32g-0",
+        "npu-0-vir10-3c-32g-1",
+    ]
+    dev = _devices(pool)["npu-0-vir10-3c-32g-1"]
+    assert dev["attributes"]["template"] == {"string": "vir10_3c_32g"}
+    assert dev["attributes"]["mode"] == {"string": "hard"}
+    assert dev["capacity"] == {
+        "aicore": {"value": "10"},
+        "aicpu": {"value": "3"},
+        "memory": {"value": str(32 * GIB)},
+    }
+    assert dev["consumesCounters"] == [
+        {
+            "counterSet": "die-0",
+            "counters": {
+                "aicore": {"value": "10"},
+                "aicpu": {"value": "3"},
+                "memory": {"value": str(32 * GIB)},
+                "vnpus": {"value": "1"},
+            },
+        }
+    ]
+    assert "allowMultipleAllocations" not in dev
+    assert _counter_sets(pool)["die-0"]["counters"] == {
+        "aicore": {"value": "20"},
+        "aicpu": {"value": "7"},
+        "memory": {"value": str(64 * GIB)},
+        "vnpus": {"value": "8"},
+    }
+    slices.validate_pool(pool)
+
+
+def test_all_mode_whole_soft_and_templates_with_slot_counters() -> None:
+    pool = _pool(B3, mode_of=_mode(DieMode.ALL), max_shares_per_die=63)
+    devs = _devices(pool)
+    assert pool.device_names[0] == "npu-0" and pool.device_names[-1] == "vnpu-0"
+    assert devs["npu-0"]["consumesCounters"][0]["counters"] == {
+        "aicore": {"value": "20"},
+        "aicpu": {"value": "7"},
+        "memory": {"value": str(64 * GIB)},
+    }
+    soft_counters = devs["vnpu-0"]["consumesCounters"][0]["counters"]
+    assert soft_counters == {"memory": {"value": "1"}, **{f"t{k}": {"value": "1"} for k in range(6)}}
+    slots = [devs[n]["consumesCounters"][0]["counters"] for n in pool.device_names[1:-1]]
+    assert [{k: v for k, v in c.items() if k.startswith("t")} for c in slots] == [
+        {f"t{k}": {"value": "63"}} for k in range(6)
+    ]
+    counters = _counter_sets(pool)["die-0"]["counters"]
+    assert {k: counters[k] for k in ("t0", "t5")} == {"t0": {"value": "63"}, "t5": {"value": "63"}}
+    slices.validate_pool(pool)
+
+
+def test_310p_templates_consume_media_and_the_nominal_memory() -> None:
+    pool = _pool(P310, mode_of=_mode(DieMode.HARD))
+    devs = _devices(pool)
+    names = [n for n in pool.device_names if "vir04-4c-dvpp" in n]
+    assert names == ["npu-0-vir04-4c-dvpp-0"]  # 7 AI CPUs / 4 = 1
+    assert devs[names[0]]["capacity"]["media"] == {"value": "8"}
+    assert devs["npu-0-vir04-3c-ndvpp-1"]["capacity"]["media"] == {"value": "0"}
+    assert len([n for n in pool.device_names if "-vir01-" in n]) == 7  # 8 AI Cores, but 7 AI CPUs
+    # 2 x 12 GB templates fit the 24 GB the HDK divides, though npu-smi shows 21527 MiB usable
+    assert _counter_sets(pool)["die-0"]["counters"]["memory"] == {"value": str(24 * GIB)}
+    assert _counter_sets(pool)["die-0"]["counters"]["media"] == {"value": "8"}
+    slices.validate_pool(pool)
+
+
+def test_sixteen_a3_dies_with_all_templates_respect_the_api_limits() -> None:
+    pool = _pool(A3_16, mode_of=_mode(DieMode.ALL))
+    slices.validate_pool(pool)
+    device_slices = [s for s in pool.slices if "devices" in s]
+    counter_slices = [s for s in pool.slices if "sharedCounters" in s]
+    assert [len(s["devices"]) for s in device_slices] == [64, 64]  # 16 x (whole + soft + 6 templates)
+    assert [len(s["sharedCounters"]) for s in counter_slices] == [8, 8]
+    assert all(len(d.get("consumesCounters") or []) <= 2 for s in device_slices for d in s["devices"])
+
+
+def test_held_resources_shrink_the_die_and_drop_whole_and_soft() -> None:
+    held = {0: slices.Held(aicore=10, aicpu=3, memory_mib=32 * 1024, vnpus=1)}
+    pool = _pool(B3, mode_of=_mode(DieMode.ALL), held=held)
+    assert "npu-0" not in pool.device_names and "vnpu-0" not in pool.device_names
+    assert pool.device_names == [*(f"npu-0-vir05-1c-16g-{i}" for i in range(2)), "npu-0-vir10-3c-32g-0"]
+    counters = _counter_sets(pool)["die-0"]["counters"]
+    assert (counters["aicore"], counters["vnpus"]) == ({"value": "10"}, {"value": "7"})
+
+
+def test_hard_without_counters_falls_back() -> None:
+    pool = _pool(B3, mode_of=_mode(DieMode.HARD), use_counters=False)
+    assert pool.device_names == ["npu-0"]
+
+
+def test_template_overrides_from_the_inventory() -> None:
+    from dra_driver.templates import Template
+
+    inv = Inventory(dies=B3.dies, templates={"910B3": (Template("vir20_7c_64g", 20, 7, 65536),)})
+    assert _pool(inv, mode_of=_mode(DieMode.HARD)).device_names == ["npu-0-vir20-7c-64g-0"]
+
+
+def test_template_device_names_parse_back() -> None:
+    from dra_driver.devices import parse_template_device_name
+
+    assert parse_template_device_name("npu-12-vir04-3c-ndvpp-1") == (12, "vir04_3c_ndvpp", 1)
+    assert parse_template_device_name("npu-12") is None
+    assert parse_template_device_name("vnpu-1") is None

@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from dra_driver.testing.fake_apiserver.quantities import canonical_quantity
+from dra_driver.testing.fake_apiserver.quantities import canonical_quantity, parse_quantity
 from dra_driver.testing.fake_apiserver.resources import Obj, Resource, bad_request
 from dra_driver.testing.fake_apiserver.selectors import LABEL_KEY
 
@@ -119,6 +119,10 @@ def validate(res: Resource, obj: Obj, old: Obj | None) -> list[tuple[str, str]]:
         causes += _validate_slice(obj, old)
     elif res.kind == "ResourceClaim":
         causes += _validate_claim(obj, old)
+    elif res.kind == "DeviceClass":
+        from dra_driver.testing.extended_resources import validate_device_class
+
+        causes += validate_device_class(obj)
     return causes
 
 
@@ -202,6 +206,13 @@ def _validate_slice(obj: Obj, old: Obj | None) -> list[tuple[str, str]]:
                 causes.append(
                     (f"spec.sharedCounters[{i}].counters[{cname}]", "Invalid value: must be a DNS label")
                 )
+        if len(cset.get("counters") or {}) > 32:
+            causes.append(
+                (
+                    f"spec.sharedCounters[{i}].counters",
+                    f"Too many: {len(cset['counters'])}: must have at most 32 items",
+                )
+            )
     if old is not None:
         old_spec = old.get("spec") or {}
         for fld, new_v, old_v in (
@@ -271,8 +282,21 @@ def _validate_device(dev: Any, fld: str, seen: set[str], per_device: bool) -> li
                     "Forbidden: allowed only when allowMultipleAllocations is true",
                 )
             )
+        if isinstance(cap, dict) and isinstance(cap.get("requestPolicy"), dict):
+            causes += _validate_request_policy(cap["requestPolicy"], f"{fld}.capacity[{cname}].requestPolicy")
     if len(dev.get("consumesCounters") or []) > 2:
         causes.append((f"{fld}.consumesCounters", "Too many: must have at most 2 items"))
+    for i, cons in enumerate(dev.get("consumesCounters") or []):
+        if not isinstance(cons, dict) or not DNS1123_LABEL.match(str(cons.get("counterSet", ""))):
+            causes.append((f"{fld}.consumesCounters[{i}].counterSet", "Invalid value: must be a DNS label"))
+            continue
+        if len(cons.get("counters") or {}) > 32:
+            causes.append(
+                (
+                    f"{fld}.consumesCounters[{i}].counters",
+                    f"Too many: {len(cons['counters'])}: must have at most 32 items",
+                )
+            )
     if len(dev.get("taints") or []) > 16:
         causes.append((f"{fld}.taints", "Too many: must have at most 16 items"))
     for i, taint in enumerate(dev.get("taints") or []):
@@ -290,6 +314,48 @@ def _validate_device(dev: Any, fld: str, seen: set[str], per_device: bool) -> li
         )
     if not per_device and device_node:
         causes.append((f"{fld}.{device_node[0]}", "Forbidden: only allowed with perDeviceNodeSelection"))
+    return causes
+
+
+def _validate_request_policy(policy: Obj, fld: str) -> list[tuple[str, str]]:
+    """At most one of validValues (<= 10, ascending, containing the default) and validRange; a default with either."""
+    causes: list[tuple[str, str]] = []
+    values, rng = policy.get("validValues"), policy.get("validRange")
+    if values and rng:
+        causes.append((fld, "Invalid value: only one of `validValues` and `validRange` may be set"))
+    if (values or rng) and policy.get("default") is None:
+        causes.append(
+            (f"{fld}.default", "Required value: a default is required with validValues or validRange")
+        )
+    try:
+        default = parse_quantity(policy["default"])[0] if policy.get("default") is not None else None
+        if values:
+            parsed = [parse_quantity(v)[0] for v in values]
+            if len(parsed) > 10:
+                causes.append((f"{fld}.validValues", f"Too many: {len(parsed)}: must have at most 10 items"))
+            if parsed != sorted(set(parsed)):
+                causes.append(
+                    (
+                        f"{fld}.validValues",
+                        "Invalid value: must be sorted in ascending order without duplicates",
+                    )
+                )
+            if default is not None and default not in parsed:
+                causes.append((f"{fld}.default", "Invalid value: must be one of validValues"))
+        if rng:
+            if rng.get("min") is None:
+                causes.append((f"{fld}.validRange.min", "Required value"))
+            else:
+                low = parse_quantity(rng["min"])[0]
+                high = parse_quantity(rng["max"])[0] if rng.get("max") is not None else None
+                if high is not None and high < low:
+                    causes.append(
+                        (f"{fld}.validRange.max", "Invalid value: must be greater than or equal to min")
+                    )
+                if default is not None and (default < low or (high is not None and default > high)):
+                    causes.append((f"{fld}.default", "Invalid value: must be within validRange"))
+    except ValueError as exc:
+        causes.append((fld, f"Invalid value: {exc}"))
     return causes
 
 
