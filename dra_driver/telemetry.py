@@ -38,12 +38,13 @@ prepare or unprepare, not one kubelet gRPC call, which may carry a batch of clai
   The request counters are pre-created at zero for ``success`` and for every ``ErrorCode``, the
   in-flight gauge for both operations and the residual counters for every kind, so dashboards
   show 0 rather than "no data". Histograms cannot be pre-created without a fake observation.
-- The 45 s top bucket is the kubelet's per-call DRA timeout (dra-contracts.md §2.6); anything
+- The 45 s top bucket is the kubelet's per-call DRA timeout (the kubelet's DRA manager cancels a
+  NodePrepareResources/NodeUnprepareResources call after 45 s); anything
   slower lands in ``+Inf`` and has already failed on the kubelet side.
 - ``kind`` is one of :class:`ResidualKind`: what the reconciler or the sweep found without an
   owner (``claim``, ``aclserver``, ``cdi-spec``, ``shm-dir``, ``client-conf``, ``link-address``).
 
-Relation to the Ascend conventions (ascend-npu.md §5): mind-cluster's npu-exporter labels chips
+Relation to the Ascend conventions: mind-cluster's npu-exporter labels chips
 with ``id`` (the NPU *logic* ID), ``vdie_id`` (the die's stable VDie ID) and ``model_name``, and
 HAMi uses ``hami_*`` names with bytes and 0-100 ratios. ``die`` here is the *physical* ID (npu-smi
 "Phy-ID", the same number the CDI and daemon code use), because the logic ID changes when
