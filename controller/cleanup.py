@@ -47,6 +47,8 @@ from dra_driver.telemetry import Telemetry
 
 log = logging.getLogger("flexnpu.cleanup")
 
+RECENT_NS = 100_000_000
+"""A store file changed less than this long ago (ns) is read again at the next event."""
 MIN_PASS_INTERVAL = 0.5
 """Seconds between two passes at least, so a burst of watch events makes one pass."""
 MAX_BACKOFF = 30.0
@@ -156,6 +158,8 @@ class ClaimIndex:
             if entries is None and not force and token is not None and token == self._token:
                 return
         fresh = entries if entries is not None else self._load()
+        if token is not None and time.time_ns() - token[2] < RECENT_NS:
+            token = None  # changed within a timestamp tick: a second change may not move mtime
         by_uid = {uid: IndexedClaim(uid, e.namespace, e.name, str(e.state)) for uid, e in fresh.items()}
         with self._lock:
             self._token = token
@@ -225,7 +229,8 @@ class Reconciler:
     # -- the store, through its public face ----------------------------------------------------
 
     def _entries(self) -> dict[str, ClaimEntry]:
-        return dict(self.preparer.store.read().claims)
+        entries = getattr(self.preparer.store, "entries", None)  # the per-claim store's snapshot
+        return dict(entries()) if callable(entries) else dict(self.preparer.store.read().claims)
 
     def _trusted(self) -> bool:
         """False while the store says its state is damaged and ownership is not rebuilt."""
