@@ -157,11 +157,11 @@ class Soak:
         except Exception as exc:  # the API is down or ambiguous: the pod never got scheduled
             self.fail("prepare (API)", repr(exc))
             return None
-        claim = self.claims[name] = Claim(name, uid)
+        # wanted from now on: the kubelet retries the prepare until the pod runs
+        self.claims[name] = Claim(name, uid, prepared=True)
         res = self.kubelet().prepare([ClaimRef(NAMESPACE, uid, name)])[uid]
         if res.error:
             self.fail("prepare", res.error)
-        claim.prepared = True  # the kubelet keeps wanting it (it retries until the pod runs)
         return None
 
     def unprepare(self) -> None:
@@ -228,25 +228,47 @@ class Soak:
 
     # -- the audit -------------------------------------------------------------------------------
 
+    def wanted_by_the_api(self) -> list[Claim]:
+        """Claims the kubelet would keep prepared: allocated on this node and reserved for a pod.
+
+        Decided from the API, not from this script's bookkeeping: a prepare cut by a node restart
+        may have completed, and a claim created while answers were ambiguous may be allocated.
+        """
+        raw: Any = self.node.resource.list_namespaced_resource_claim(NAMESPACE, _preload_content=False)
+        out = []
+        for item in json.loads(raw.data)["items"]:
+            status = item.get("status") or {}
+            results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
+            if status.get("reservedFor") and any(r.get("pool") == NODE for r in results):
+                meta = item["metadata"]
+                out.append(self.claims.get(meta["name"]) or Claim(meta["name"], meta["uid"], prepared=True))
+        return out
+
     def audit(self) -> list[str]:
         problems: list[str] = []
         self.node.api.set_down(False)
         self.node.api.answer_normally()
         t0 = time.monotonic()
-        deleted = {c.uid for c in self.claims.values() if c.deleted}
+        wanted = self.wanted_by_the_api()
+        keep = {c.uid for c in wanted}
+        modelled = {c.uid for c in self.live()}
+        print(
+            f"claims the API still wants on this node: {len(wanted)} ({len(keep - modelled)} whose prepare or "
+            f"deletion call failed mid-fault, so only the API knows; {len(modelled - keep)} the script wanted but "
+            "the API does not have allocated here)"
+        )
         try:
             wait_for(
-                "deleted claims removed by the node",
-                lambda: not (checkpoint_uids(self.node) & deleted),
+                "every claim the API no longer wants here removed by the node",
+                lambda: checkpoint_uids(self.node) <= keep,
                 timeout=120,
             )
         except Exception as exc:
             problems.append(
-                f"deleted claims still prepared: {sorted(checkpoint_uids(self.node) & deleted)} ({exc})"
+                f"claims not wanted but still prepared: {sorted(checkpoint_uids(self.node) - keep)} ({exc})"
             )
         converge = time.monotonic() - t0
-        print(f"convergence after the last fault: deleted claims gone in {converge:.1f}s")
-        wanted = self.live()
+        print(f"convergence after the last fault: unwanted claims gone in {converge:.1f}s")
         refs = [ClaimRef(NAMESPACE, c.uid, c.name) for c in wanted]
         if refs:  # the kubelet prepares the claims of its running pods again (idempotent)
             results = self.kubelet().prepare(refs)

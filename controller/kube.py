@@ -616,7 +616,7 @@ def _status_message(exc: ApiException) -> str:
 def _interrupt_on_stop(resp: Any, stop: threading.Event, done: threading.Event) -> None:
     """Unblock a watch read when ``stop`` is set (``HTTPResponse.shutdown``, urllib3 >= 2.3)."""
     while not done.is_set():
-        if stop.wait(0.2):
+        if stop.wait(1.0):  # a wake-up a second per open watch, not five
             with contextlib.suppress(Exception):
                 resp.shutdown()
             return
