@@ -29,7 +29,7 @@ prepare or unprepare, not one kubelet gRPC call, which may carry a batch of clai
     flexnpu_dra_residuals_found_total{kind}                    counter
     flexnpu_dra_residuals_removed_total{kind}                  counter
     flexnpu_dra_loop_errors_total{loop}                        counter
-    flexnpu_dra_loop_seconds_since_pass{loop}                  gauge
+    flexnpu_dra_loop_since_last_pass_seconds{loop}             gauge
     target_info{node,driver,service_name,k8s_node_name}        OpenTelemetry resource, value 1
 
 - ``result`` is ``success`` or ``error``. ``error_type`` is empty on success, else the
@@ -330,7 +330,7 @@ class Telemetry:
             description="Unexpected errors a long-lived loop caught, logged and went on from, by loop.",
         )
         meter.create_observable_gauge(
-            f"{PREFIX}_loop_seconds_since_pass",
+            f"{PREFIX}_loop_since_last_pass",
             callbacks=[self._observe_loop_ages],
             unit="s",
             description="Seconds since each long-lived loop last completed a pass.",
