@@ -227,7 +227,7 @@ def _info(args: argparse.Namespace, tool: Tool, out: TextIO) -> int:
     daemon_error: FlexNPUError | None = None
     if tool.daemon is not None:
         try:
-            entities = {e.entity_id: e for e in tool.daemon.list()}
+            entities = {e.entity_id: e for e in tool.daemon.list(probe=True)}  # PING each: live state
         except Unavailable as err:
             daemon_error = err
     rows = info_rows(tool.entries(), entities, tool.api_view)

@@ -45,7 +45,10 @@ def test_info_shows_each_vnpu_and_unregister_stops_an_orphan(daemon: DaemonProc)
     assert [(r["CLAIM UID"], r["VNPU"], r["DIE"]) for r in rows] == [(claim, "0", "2"), (claim, "1", "5")]
     assert all(r["ACLSERVER"] == f"{res.pid} Running" for r in rows)
     assert rows[0]["ENDPOINT"] == f"{res.endpoints.tcp_host}:{res.endpoints.tcp_port}"
-    assert (rows[0]["MEM(MiB) USED/QUOTA"], rows[0]["COMPUTE(%) USED/QUOTA"]) == ("0/1024", "-/30")
+    assert (rows[0]["MEM(MiB) USED/QUOTA"], rows[0]["COMPUTE(%) USED/QUOTA"]) == (
+        "0/1024",
+        "0/30",
+    )  # probed: idle
     assert rows[1]["MEM(MiB) USED/QUOTA"] == "0/2048"
     assert all(r["RESIDUAL"].startswith("yes: orphan aclserver") for r in rows)  # no checkpoint owns it
 
