@@ -253,9 +253,9 @@ class Soak:
         keep = {c.uid for c in wanted}
         modelled = {c.uid for c in self.live()}
         print(
-            f"claims the API still wants on this node: {len(wanted)} ({len(keep - modelled)} whose prepare or "
-            f"deletion call failed mid-fault, so only the API knows; {len(modelled - keep)} the script wanted but "
-            "the API does not have allocated here)"
+            f"claims the API still wants on this node: {len(wanted)} ({len(keep - modelled)} outside the script's "
+            f"live set because a prepare, unprepare or delete call failed mid-fault; {len(modelled - keep)} the "
+            "script wanted but the API does not have allocated and reserved here)"
         )
         try:
             wait_for(
