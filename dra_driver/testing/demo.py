@@ -5,6 +5,9 @@ REST/watch protocol), a scheduler stand-in that writes allocations like kube-sch
 kubelet simulator that registers the plugin and calls it over the real gRPC sockets. The node
 process runs as a real subprocess, exactly as the DaemonSet runs it. The demo checks each step,
 exits non-zero if one fails, and leaves no files or processes behind.
+
+It lives with the test doubles it drives (``dra_driver/testing/``), outside the production import
+graph; ``kubeletplugin/cli.py`` imports it only for the ``demo`` subcommand.
 """
 
 from __future__ import annotations
@@ -27,9 +30,7 @@ from dra_driver.claims import ClaimRef
 
 NODE = "demo-node"
 NAMESPACE = "demo"
-INVENTORY = (
-    Path(__file__).resolve().parents[1] / "dra_driver" / "testing" / "inventories" / "two-chip-910b3.yaml"
-)
+INVENTORY = Path(__file__).resolve().parent / "inventories" / "two-chip-910b3.yaml"
 DEVICE_CLASSES = {
     "npu.flexnpu.io": 'device.driver == "npu.flexnpu.io" && device.attributes["npu.flexnpu.io"].mode == "whole"',
     "vnpu.flexnpu.io": 'device.driver == "npu.flexnpu.io" && device.attributes["npu.flexnpu.io"].mode == "soft"',
