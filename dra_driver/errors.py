@@ -37,6 +37,11 @@ class ErrorCode(StrEnum):
     DAEMON_UNAVAILABLE = "DaemonUnavailable"
     QUOTA = "QuotaInvalid"
     POLICY_CONFLICT = "PolicyConflict"
+    TEMPLATE_UNSUPPORTED = "TemplateUnsupported"
+    VNPU_ID_IN_USE = "VnpuIdInUse"
+    VNPU_FAILED = "VnpuOperationFailed"
+    VNPU_MODE = "VnpuModeNotContainer"
+    DIE_UNHEALTHY = "DieUnhealthy"
     INTERNAL = "Internal"
 
 
