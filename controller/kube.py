@@ -13,11 +13,18 @@ Every ``kubernetes`` / ``urllib3`` / socket exception is translated here, with
 
     FlexNPUError
     ├── InvalidInput            400, 422, other 4xx, bad kubeconfig
-    │   └── NotFound            404
-    └── Unavailable             retry: 5xx, 429, connection / timeout errors
+    │   └── NotFound            404 with a Status body whose reason is NotFound
+    └── Unavailable             retry: 500, 502, 504, 429
+        ├── Unreachable         connection refused / reset, timeouts, 503
+        ├── Ambiguous           an answer that proves nothing: a 404 that is not a NotFound
+        │                       Status, an empty, malformed or foreign-kind 200
         ├── Conflict            409 (also failed delete preconditions)
         ├── Gone                410: the resource version is too old; relist
         └── Forbidden           401, 403 (RBAC may be fixed while we retry)
+
+Absence is proven, never assumed: :meth:`Kube.get_claim` raises :class:`NotFound` only for a
+Status 404 that names the claim's kind and name, and returns only a ResourceClaim with the
+asked-for name, namespace and a UID; every other answer is :class:`Ambiguous` (keep, retry).
 
 Add new API calls here as methods (claims, events, taints); nothing else imports ``kubernetes``.
 """
@@ -27,7 +34,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import urllib3
@@ -44,9 +51,30 @@ DEFAULT_REQUEST_TIMEOUT = 30.0
 
 
 class NotFound(InvalidInput):
-    """404: the object does not exist."""
+    """404 with a ``Status`` body of reason NotFound; ``kind``/``name``/``group`` from its details."""
 
     default_code = ErrorCode.INVALID_ARGUMENT
+
+    def __init__(
+        self, message: str, *, code: ErrorCode | None = None, details: Mapping[str, Any] | None = None
+    ) -> None:
+        super().__init__(message, code=code)
+        details = details or {}
+        self.kind = str(details.get("kind") or "")
+        self.name = str(details.get("name") or "")
+        self.group = str(details.get("group") or "")
+
+    def proves(self, *, kind: str, name: str, group: str) -> bool:
+        """Whether this 404 says that object ``group``/``kind`` ``name`` does not exist."""
+        return self.kind == kind and self.name == name and self.group == group
+
+
+class Unreachable(Unavailable):
+    """The API server did not answer (connection refused or reset, timeout)."""
+
+
+class Ambiguous(Unavailable):
+    """An answer that proves nothing about the object; keep everything and ask again later."""
 
 
 class Conflict(Unavailable):
@@ -71,24 +99,29 @@ def translate(exc: BaseException, *, what: str) -> FlexNPUError:
         status = int(exc.status or 0)
         message = f"{what}: HTTP {status} {_status_message(exc)}".rstrip()
         if status == 0:
-            return Unavailable(f"{what}: {exc.reason}")
+            return Unreachable(f"{what}: {exc.reason}")
         if status == 404:
-            return NotFound(message)
+            body = _status_body(exc)
+            if body is None or body.get("reason") != "NotFound":
+                return Ambiguous(f"{what}: HTTP 404 without a NotFound Status body: {_excerpt(exc.body)}")
+            return NotFound(message, details=body.get("details") or {})
         if status == 409:
             return Conflict(message)
         if status == 410:
             return Gone(message)
         if status in (401, 403):
             return Forbidden(message)
+        if status == 503:  # the server says it is not serving at all: asking again now is pointless
+            return Unreachable(message)
         if status == 429 or status >= 500:
             return Unavailable(message)
         return InvalidInput(message)
     if isinstance(exc, urllib3.exceptions.HTTPError | OSError | TimeoutError):
-        return Unavailable(f"{what}: API server unreachable: {exc}")
+        return Unreachable(f"{what}: API server unreachable: {exc}")
     if isinstance(exc, ConfigException):
         return InvalidInput(f"{what}: {exc}", code=ErrorCode.INVALID_CONFIG, field="kubeconfig")
     if isinstance(exc, ValueError):  # undecodable JSON from the server
-        return Unavailable(f"{what}: bad response from the API server: {exc}")
+        return Ambiguous(f"{what}: bad response from the API server: {exc}")
     return FlexNPUError(f"{what}: {type(exc).__name__}: {exc}")
 
 
@@ -206,6 +239,16 @@ class Kube:
             if not token:
                 return items, str(meta.get("resourceVersion", ""))
 
+    def claims_resource_version(self) -> str:
+        """A resourceVersion to start a claim watch from: a ``limit=1`` list, not the cluster's claims."""
+        page = self._call(
+            "list resourceclaims (limit=1)", self._resource.list_resource_claim_for_all_namespaces, limit=1
+        )
+        rv = str((page.get("metadata") or {}).get("resourceVersion") or "")
+        if not rv:
+            raise Ambiguous("list resourceclaims (limit=1): the answer carries no resourceVersion")
+        return rv
+
     def watch_claims(
         self, *, resource_version: str, timeout_seconds: int, stop: threading.Event
     ) -> Iterator[tuple[str, JSON]]:
@@ -282,11 +325,28 @@ class Kube:
     # --- ResourceClaims ------------------------------------------------------------------
 
     def get_claim(self, namespace: str, name: str) -> JSON:
+        """The claim, proven: :class:`NotFound` only when the server says this claim does not exist.
+
+        A 404 about another kind or name, and a 200 that is not this ResourceClaim with a UID, raise
+        :class:`Ambiguous`; :class:`Unreachable` and the other :class:`Unavailable` errors as usual.
+        """
         what = f"get resourceclaim {namespace}/{name}"
         try:
-            return self._call(what, self._resource.read_namespaced_resource_claim, name, namespace)
+            claim = self._call(what, self._resource.read_namespaced_resource_claim, name, namespace)
         except NotFound as err:
-            raise NotFound(err.message, code=ErrorCode.CLAIM_NOT_FOUND) from err
+            if not err.proves(kind="resourceclaims", name=name, group="resource.k8s.io"):
+                raise Ambiguous(
+                    f"{what}: HTTP 404 about {err.group or 'core'}/{err.kind} {err.name!r}, not this claim"
+                ) from err
+            raise NotFound(
+                err.message,
+                code=ErrorCode.CLAIM_NOT_FOUND,
+                details={"kind": err.kind, "name": err.name, "group": err.group},
+            ) from err
+        problem = claim_answer_problem(claim, namespace=namespace, name=name)
+        if problem:
+            raise Ambiguous(f"{what}: {problem}")
+        return claim
 
     def patch_claim_status(
         self,
@@ -374,8 +434,44 @@ class Kube:
             )
 
 
+def claim_answer_problem(claim: Mapping[str, Any], *, namespace: str, name: str) -> str | None:
+    """Why a 200 answer to a claim GET is not that claim (None: it is). Pure."""
+    if not claim:
+        return "HTTP 200 with an empty body or an empty object"
+    if claim.get("kind") != "ResourceClaim" or not str(claim.get("apiVersion", "")).startswith(
+        "resource.k8s.io/"
+    ):
+        return f"HTTP 200 with a {_excerpt(claim.get('apiVersion'))} {_excerpt(claim.get('kind'))}, not a ResourceClaim"
+    meta = claim.get("metadata")
+    if not isinstance(meta, Mapping):
+        return "HTTP 200 with a ResourceClaim without metadata"
+    uid = meta.get("uid")
+    if not isinstance(uid, str) or not uid:
+        return "HTTP 200 with a ResourceClaim without a UID"
+    if meta.get("name") != name or meta.get("namespace") != namespace:
+        return f"HTTP 200 with ResourceClaim {_excerpt(meta.get('namespace'))}/{_excerpt(meta.get('name'))}"
+    return None
+
+
 def _slice_selector(driver: str, node: str) -> str:
     return f"spec.driver={driver},spec.nodeName={node}"
+
+
+def _status_body(exc: ApiException) -> JSON | None:
+    """The ``Status`` object of an error answer, or None when the body is not one."""
+    try:
+        body = json.loads(exc.body or "")
+    except (ValueError, TypeError):
+        return None
+    if not isinstance(body, dict) or body.get("kind") != "Status" or body.get("apiVersion") != "v1":
+        return None
+    return body
+
+
+def _excerpt(value: object, limit: int = 80) -> str:
+    """At most ``limit`` characters of a value from the server, for error messages."""
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def _status_message(exc: ApiException) -> str:

@@ -27,6 +27,7 @@ import logging
 import random
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
@@ -35,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import tenacity
 
 from controller.kube import Conflict, Gone, Kube, NotFound
-from dra_driver import slices
+from dra_driver import liveness, slices
 from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput, Unavailable
 
 JSON = dict[str, Any]
@@ -50,6 +51,10 @@ GENERATE_NAME_MAX = 58
 PARTITIONABLE_FIELDS = ("sharedCounters", "consumesCounters", "perDeviceNodeSelection")
 CONSUMABLE_FIELDS = ("allowMultipleAllocations", "requestPolicy")
 DEVICE_FIELDS = ("consumesCounters", "allowMultipleAllocations", "taints", "bindingConditions")
+LOOP_PUBLISHER = "publisher"
+LOOP_WATCH = "publisher-watch"
+LIVENESS_CHUNK_SECONDS = 30.0
+"""Longest idle wait between two liveness passes of the publisher loop."""
 _QUANTITY_KEYS = frozenset({"value", "default", "min", "max", "step"})
 _QUANTITY = re.compile(r"^([+-]?[0-9.]+)(?:(e[+-]?[0-9]+)|([a-zA-Z]*))$")
 _SUFFIX = {
@@ -310,7 +315,8 @@ class SlicePublisher:
     **Parameters:** ``resync_seconds`` (periodic full sync, jittered ±10 %; 0 disables),
     ``debounce_seconds`` (delay from a watch event or trigger to the sync), ``max_backoff_seconds``
     (cap of the exponential retry delay), ``watch_timeout_seconds`` (server-side watch length),
-    ``on_dropped_fields`` (called with :class:`DroppedFieldsError` before an immediate re-sync).
+    ``on_dropped_fields`` (called with :class:`DroppedFieldsError` before an immediate re-sync),
+    ``live`` (reports the passes of the loop ``publisher`` and its watch ``publisher-watch``).
     """
 
     def __init__(
@@ -326,8 +332,10 @@ class SlicePublisher:
         max_backoff_seconds: float = 30.0,
         watch_timeout_seconds: int = 300,
         on_dropped_fields: Callable[[DroppedFieldsError], None] | None = None,
+        live: liveness.Liveness | None = None,
     ) -> None:
         self.kube = kube
+        self.live = live or liveness.Liveness()
         self.driver_name = driver_name
         self.node_name = node_name
         self.desired = desired
@@ -433,6 +441,8 @@ class SlicePublisher:
         Never raises for API trouble: errors are logged and retried with capped exponential
         backoff with jitter.
         """
+        self.live.register(LOOP_PUBLISHER, deadline=LIVENESS_CHUNK_SECONDS + self.max_backoff_seconds + 120)
+        self.live.register(LOOP_WATCH, deadline=self.watch_timeout_seconds + 90)
         waker = threading.Thread(target=self._wake_on_stop, args=(stop,), name="publisher-stop", daemon=True)
         watcher = threading.Thread(
             target=self._watch_forever, args=(stop,), name="publisher-watch", daemon=True
@@ -442,6 +452,9 @@ class SlicePublisher:
         try:
             self._loop(stop)
         finally:
+            if stop.is_set():  # ended on purpose; any other end leaves the loops to go stale
+                self.live.finished(LOOP_PUBLISHER)
+                self.live.finished(LOOP_WATCH)
             stop.set()
             watcher.join(timeout=5)
             waker.join(timeout=5)
@@ -449,6 +462,7 @@ class SlicePublisher:
     def _loop(self, stop: threading.Event) -> None:
         immediate = True
         while not stop.is_set():
+            self.live.passed(LOOP_PUBLISHER)
             if not immediate:
                 triggered = self._wait_for_work(stop)
                 if stop.is_set():
@@ -471,7 +485,8 @@ class SlicePublisher:
                 self.last_error = err
                 self.log.error("ResourceSlice sync failed, waiting for a change or the resync: %s", err)
                 continue
-            except Exception:  # a bug must not stop publishing for good
+            except Exception as exc:  # a bug must not stop publishing for good
+                self.live.failed(LOOP_PUBLISHER, exc)
                 self.log.exception("unexpected error in ResourceSlice sync")
                 stop.wait(self.max_backoff_seconds)
                 continue
@@ -487,11 +502,18 @@ class SlicePublisher:
                     )
 
     def _wait_for_work(self, stop: threading.Event) -> bool:
-        """Block until a trigger (True), the resync timer or stop (False)."""
+        """Block until a trigger (True), the resync timer or stop (False); alive meanwhile."""
         timeout = self.resync_seconds * random.uniform(0.9, 1.1) if self.resync_seconds > 0 else None  # noqa: S311
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._signal.cond:
-            woke = self._signal.cond.wait_for(lambda: self._signal.pending or stop.is_set(), timeout=timeout)
-            return bool(woke) and not stop.is_set()
+            while True:
+                left = LIVENESS_CHUNK_SECONDS if deadline is None else deadline - time.monotonic()
+                woke = self._signal.cond.wait_for(
+                    lambda: self._signal.pending or stop.is_set(), timeout=min(left, LIVENESS_CHUNK_SECONDS)
+                )
+                if woke or (deadline is not None and time.monotonic() >= deadline):
+                    return bool(woke) and not stop.is_set()
+                self.live.passed(LOOP_PUBLISHER)  # idle, not dead
 
     def _sync_with_retry(self, stop: threading.Event) -> SyncResult | None:
         retrying = self._retrying(stop, "ResourceSlice sync")
@@ -509,6 +531,7 @@ class SlicePublisher:
             if isinstance(err, FlexNPUError):
                 self.last_error = err
             delay = state.next_action.sleep if state.next_action else 0.0
+            self.live.passed(LOOP_WATCH if "watch" in what else LOOP_PUBLISHER)  # retrying is alive
             self.log.warning(
                 "%s failed (attempt %d), retrying in %.1fs: %s", what, state.attempt_number, delay, err
             )
@@ -540,6 +563,7 @@ class SlicePublisher:
         """List+watch own slices; trigger a sync whenever they stop matching the desired pool."""
         state: JSON = {"rv": None, "cache": {}}
         while not stop.is_set():
+            self.live.passed(LOOP_WATCH)
             try:
                 self._retrying(stop, "ResourceSlice watch")(self._watch_once, state, stop)
             except FlexNPUError as err:
@@ -547,7 +571,8 @@ class SlicePublisher:
                     return
                 self.log.error("ResourceSlice watch failed: %s", err)
                 stop.wait(self.max_backoff_seconds)
-            except Exception:
+            except Exception as exc:
+                self.live.failed(LOOP_WATCH, exc)
                 self.log.exception("unexpected error in the ResourceSlice watch")
                 stop.wait(self.max_backoff_seconds)
 
@@ -569,6 +594,7 @@ class SlicePublisher:
             ):
                 meta = obj.get("metadata") or {}
                 state["rv"] = meta.get("resourceVersion") or state["rv"]
+                self.live.passed(LOOP_WATCH)
                 if kind == "BOOKMARK":
                     continue
                 if kind == "DELETED":

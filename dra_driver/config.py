@@ -149,13 +149,17 @@ class Config:
 
 
 def add_flags(parser: argparse.ArgumentParser, flags: Sequence[Flag] = PLUGIN_FLAGS) -> None:
-    """Add each flag; the help text names its environment twin and default."""
+    """Add each flag; the help text names its environment twin and default.
+
+    argparse %-formats help strings, so a literal ``%`` in a flag's text or default is escaped here.
+    """
     for f in flags:
+        text = f"{f.help} (env {f.env}; default {f.default!r})"
         parser.add_argument(
             f"--{f.name}",
             dest=f.dest,
             default=None,
-            help=f"{f.help} (env {f.env}; default {f.default!r})",
+            help=text.replace("%", "%%"),
         )
 
 

@@ -28,6 +28,8 @@ prepare or unprepare, not one kubelet gRPC call, which may carry a batch of clai
     flexnpu_dra_prepared_vnpus{die,mode}                       gauge
     flexnpu_dra_residuals_found_total{kind}                    counter
     flexnpu_dra_residuals_removed_total{kind}                  counter
+    flexnpu_dra_loop_errors_total{loop}                        counter
+    flexnpu_dra_loop_seconds_since_pass{loop}                  gauge
     target_info{node,driver,service_name,k8s_node_name}        OpenTelemetry resource, value 1
 
 - ``result`` is ``success`` or ``error``. ``error_type`` is empty on success, else the
@@ -50,6 +52,11 @@ npu-exporter series needs a die-info mapping published elsewhere (not by this mo
 is the :class:`~dra_driver.devices.DieMode` of the prepared device (``whole``/``soft``/``hard``).
 Units follow Prometheus (seconds, plain counts), unlike npu-exporter's MB/KB.
 
+``loop`` names a long-lived loop of the node (``reconciler``, ``claim-watch``, ``publisher``, …,
+see ``dra_driver/liveness.py``): errors it caught and went on from, and the age of its last pass.
+The same endpoint answers ``GET /healthz`` with the liveness verdict set by
+:meth:`Telemetry.serve_health` (200 healthy, 503 when a loop is stale; the body names each loop).
+
 Spans: one ``flexnpu.prepare`` / ``flexnpu.unprepare`` span per claim (kind INTERNAL), current
 while the body runs, with ``flexnpu.claim.uid``, ``flexnpu.claim.namespace``,
 ``flexnpu.claim.name``; on failure ``error.type`` (same value as the metric label), status
@@ -66,6 +73,7 @@ from __future__ import annotations
 import collections
 import importlib
 import re
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -73,6 +81,7 @@ from contextlib import AbstractContextManager
 from enum import StrEnum
 from types import TracebackType
 from typing import Final, Literal
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -89,7 +98,8 @@ from opentelemetry.sdk.trace.export import (
 )
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import SpanKind, Status, StatusCode
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
 
 from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput
 
@@ -248,6 +258,8 @@ class Telemetry:
         self._tracer: trace.Tracer | None = None
         self._prepared: dict[tuple[int, str], int] = {}
         self._extra_error_types: set[str] = set()
+        self._health: Callable[[], tuple[bool, str]] | None = None
+        self._loop_ages: Callable[[], Mapping[str, float]] | None = None
         if not enabled:
             return
 
@@ -311,6 +323,17 @@ class Telemetry:
         for kind in ResidualKind:
             self._residuals_found.add(0, {"kind": kind.value})
             self._residuals_removed.add(0, {"kind": kind.value})
+        self._loop_errors = meter.create_counter(
+            f"{PREFIX}_loop_errors_total",
+            unit="{error}",
+            description="Unexpected errors a long-lived loop caught, logged and went on from, by loop.",
+        )
+        meter.create_observable_gauge(
+            f"{PREFIX}_loop_seconds_since_pass",
+            callbacks=[self._observe_loop_ages],
+            unit="s",
+            description="Seconds since each long-lived loop last completed a pass.",
+        )
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -319,9 +342,7 @@ class Telemetry:
         if self._closed or self._metrics_port < 0 or self._server is not None:
             return
         try:
-            httpd, thread = start_http_server(
-                self._metrics_port, addr=self._metrics_host, registry=self._registry
-            )
+            httpd, thread = _serve(self._metrics_host, self._metrics_port, self._wsgi_app())
         except OSError as exc:
             raise InvalidInput(
                 f"cannot serve metrics on {self._metrics_host}:{self._metrics_port}: {exc.strerror or exc}",
@@ -329,6 +350,20 @@ class Telemetry:
                 field="metrics_port",
             ) from exc
         self._server = _Server(httpd.shutdown, httpd.server_close, thread, int(httpd.server_port))
+
+    def serve_health(
+        self,
+        verdict: Callable[[], tuple[bool, str]],
+        loop_ages: Callable[[], Mapping[str, float]] | None = None,
+    ) -> None:
+        """Answer ``GET /healthz`` with ``verdict()`` (healthy, text); export ``loop_ages()`` as a gauge."""
+        self._health = verdict
+        self._loop_ages = loop_ages
+
+    def loop_error(self, loop: str) -> None:
+        """Count one unexpected error that long-lived loop ``loop`` caught and went on from."""
+        if not self._closed:
+            self._loop_errors.add(1, {"loop": loop[:64]})
 
     @property
     def port(self) -> int | None:
@@ -465,6 +500,25 @@ class Telemetry:
                 return OTHER_ERROR
             self._extra_error_types.add(error_type)
         return error_type
+
+    def _observe_loop_ages(self, _options: CallbackOptions) -> Iterable[Observation]:
+        ages = self._loop_ages() if self._loop_ages is not None else {}
+        return [Observation(age, {"loop": name}) for name, age in sorted(ages.items())]
+
+    def _wsgi_app(self) -> Callable[..., Iterable[bytes]]:
+        """``/healthz`` from the liveness verdict, everything else the Prometheus exposition."""
+        metrics = make_wsgi_app(self._registry)
+
+        def app(environ: dict[str, object], start_response: Callable[..., object]) -> Iterable[bytes]:
+            if environ.get("PATH_INFO") in ("/healthz", "/livez"):
+                healthy, text = self._health() if self._health is not None else (True, "ok\n")
+                status = "200 OK" if healthy else "503 Service Unavailable"
+                start_response(status, [("Content-Type", "text/plain; charset=utf-8")])
+                return [text.encode()]
+            body: Iterable[bytes] = metrics(environ, start_response)
+            return body
+
+        return app
 
     def _observe_in_flight(self, _options: CallbackOptions) -> Iterable[Observation]:
         return [Observation(ops.running, ops.op_attrs) for ops in self._ops.values()]
@@ -635,6 +689,23 @@ class _Server:
         self._stop_serving()
         self._close()
         self._thread.join(timeout=5)
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+
+def _serve(host: str, port: int, app: Callable[..., Iterable[bytes]]) -> tuple[WSGIServer, threading.Thread]:
+    """A threaded WSGI server for ``app`` on ``host:port``, serving in a daemon thread."""
+
+    class Server(ThreadingWSGIServer):
+        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+    httpd = make_server(host, port, app, Server, handler_class=_QuietHandler)
+    thread = threading.Thread(target=httpd.serve_forever, name="metrics-http", daemon=True)
+    thread.start()
+    return httpd, thread
 
 
 def _residual_attrs(kind: ResidualKind | str, n: int) -> dict[str, str]:

@@ -1,4 +1,5 @@
-"""``flexnpu-dra``: ``plugin`` runs the node process; ``demo`` walks claims through a local node."""
+"""``flexnpu-dra``: ``plugin`` runs the node process; ``probe`` asks it whether its loops are alive;
+``demo`` walks claims through a local node."""
 
 from __future__ import annotations
 
@@ -16,6 +17,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     plugin = sub.add_parser("plugin", help="run the node process (kubelet plugin + controllers)")
     config.add_flags(plugin)
+    probe = sub.add_parser(
+        "probe", help="exit 0 if the node process's loops are alive (for a Kubernetes exec probe)"
+    )
+    probe.add_argument(
+        "--port",
+        type=int,
+        default=int(os.environ.get("FLEXNPU_METRICS_PORT", "-1")),
+        help="the node's metrics port, which serves /healthz (default: $FLEXNPU_METRICS_PORT)",
+    )
+    probe.add_argument("--host", default="127.0.0.1", help="the node's address (default 127.0.0.1)")
+    probe.add_argument(
+        "--timeout", type=float, default=5.0, help="seconds to wait for the answer (default 5)"
+    )
     demo = sub.add_parser("demo", help="local node with emulated NPUs; walk claims through their lifecycle")
     demo.add_argument("--keep", action="store_true", help="keep the temporary directory for inspection")
     args = parser.parse_args(argv)
@@ -28,9 +42,32 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"flexnpu-dra plugin: {err}", file=sys.stderr)
             return 2
         return node.run(cfg)
+    if args.command == "probe":
+        return _probe(args.host, args.port, args.timeout)
     from kubeletplugin import demo as demo_mod
 
     return demo_mod.run(keep=args.keep)
+
+
+def _probe(host: str, port: int, timeout: float) -> int:
+    """GET /healthz: 0 healthy, 1 a loop is stale, 2 no port, 3 no answer. Prints the body."""
+    import http.client
+
+    if port <= 0:
+        print("flexnpu-dra probe: no metrics port (--port or FLEXNPU_METRICS_PORT)", file=sys.stderr)
+        return 2
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request("GET", "/healthz")
+        resp = conn.getresponse()
+        body = resp.read().decode(errors="replace")
+    except OSError as exc:
+        print(f"flexnpu-dra probe: no answer from {host}:{port}: {exc}", file=sys.stderr)
+        return 3
+    finally:
+        conn.close()
+    sys.stdout.write(body)
+    return 0 if resp.status == 200 else 1
 
 
 if __name__ == "__main__":

@@ -11,13 +11,14 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from collections.abc import Callable
 from types import FrameType
 
 from controller.cleanup import Reconciler
 from controller.kube import Kube
 from controller.publisher import SlicePublisher
 from controller.status import ClaimStatusWriter
-from dra_driver import cdi, discovery, logs, netlink, slices, sweep
+from dra_driver import cdi, discovery, liveness, logs, netlink, slices, sweep
 from dra_driver.checkpoint import CheckpointStore
 from dra_driver.claims import DeviceHealthReport
 from dra_driver.config import Config
@@ -29,6 +30,11 @@ from kubeletplugin.prepare import Preparer, PrepareSettings
 from kubeletplugin.server import PluginServer
 
 log = logging.getLogger("flexnpu.node")
+
+LOOP_ACLSERVERS = "aclserver-monitor"
+LOOP_REDISCOVER = "rediscover"
+ACLSERVER_PERIOD = 2.0
+"""Seconds between two looks at the daemon's aclservers."""
 
 
 class InventoryHealth:
@@ -65,6 +71,7 @@ class NodeCore:
         self.telemetry = telemetry or Telemetry(
             node_name=cfg.node_name, driver_name=cfg.driver_name, enabled=False
         )
+        self.live = liveness.Liveness(on_error=self.telemetry.loop_error)
         self.preparer = Preparer(
             settings=PrepareSettings(
                 driver_name=cfg.driver_name,
@@ -97,9 +104,11 @@ class NodeCore:
                 run_dir=cfg.paths.run_dir,
                 shm_dir=cfg.paths.shm_dir,
             ),
+            daemon=self.daemon,
             grace_seconds=cfg.residual_grace_seconds,
             period_seconds=cfg.reconcile_period_seconds,
             telemetry=self.telemetry,
+            live=self.live,
         )
 
     def close(self) -> None:
@@ -139,8 +148,18 @@ class NodeProcess(NodeCore):
             log=logs.claim_logger("-", base=logging.getLogger("flexnpu.publisher")),
             resync_seconds=cfg.slice_resync_seconds,
             on_dropped_fields=self._counters_dropped,
+            live=self.live,
         )
+        self.telemetry.serve_health(self._health_verdict, self._loop_ages)
         self._threads: list[threading.Thread] = []
+
+    def _health_verdict(self) -> tuple[bool, str]:
+        verdict = self.live.verdict()
+        return verdict.healthy, verdict.text
+
+    def _loop_ages(self) -> dict[str, float]:
+        now = self.live.clock()
+        return {name: now - state.last_pass for name, state in self.live.snapshot().items()}
 
     def _counters_dropped(self, err: Exception) -> None:
         """The API server dropped the counter fields (DRAPartitionableDevices off): one mode per die."""
@@ -177,13 +196,11 @@ class NodeProcess(NodeCore):
         r.start()
         self._threads.append(r)
         if self.daemon is not None:
-            h = threading.Thread(target=self._watch_aclservers, name="aclserver-health", daemon=True)
-            h.start()
-            self._threads.append(h)
+            self._loop(LOOP_ACLSERVERS, self._aclserver_pass(), deadline=ACLSERVER_PERIOD * 5 + 60)
         if self.cfg.rediscover_seconds > 0:
-            d = threading.Thread(target=self._rediscover, name="rediscover", daemon=True)
-            d.start()
-            self._threads.append(d)
+            self._loop(
+                LOOP_REDISCOVER, self._rediscover_pass(), deadline=self.cfg.rediscover_seconds * 2 + 120
+            )
         log.info(
             "node %s ready: %d dies, DRA socket %s, registration socket %s",
             self.cfg.node_name,
@@ -192,17 +209,39 @@ class NodeProcess(NodeCore):
             self.cfg.registration_socket,
         )
 
-    def _rediscover(self) -> None:
+    def _loop(self, name: str, iteration: Callable[[], float | None], *, deadline: float) -> None:
+        """Run ``iteration`` in a thread that cannot die silently (dra_driver/liveness.py)."""
+        self.live.register(name, deadline=deadline)
+        t = threading.Thread(
+            target=liveness.run_forever,
+            args=(self.live, name, iteration, self.stop_event),
+            kwargs={"logger": log},
+            name=name,
+            daemon=True,
+        )
+        t.start()
+        self._threads.append(t)
+
+    def _rediscover_pass(self) -> Callable[[], float | None]:
         """Discover the dies again; on a change (health, dies added or gone) republish and re-report health."""
         source = discovery.from_config(inventory=self.cfg.inventory, npu_smi=self.cfg.npu_smi)
-        while not self.stop_event.wait(self.cfg.rediscover_seconds):
+        first = [True]
+
+        def iteration() -> float | None:
+            if first[0]:  # the inventory was just discovered at start
+                first[0] = False
+                return self.cfg.rediscover_seconds
             try:
-                fresh = source.discover()
+                self._rediscover_once(source)
             except FlexNPUError as err:
                 log.warning("rediscovery failed, keeping the last inventory: %s", err)
-                continue
-            if fresh == self.inventory:
-                continue
+            return self.cfg.rediscover_seconds
+
+        return iteration
+
+    def _rediscover_once(self, source: discovery.Discovery) -> None:
+        fresh = source.discover()
+        if fresh != self.inventory:
             changed = sorted(
                 {d.phy_id for d in fresh.dies} ^ {d.phy_id for d in self.inventory.dies}
                 | {d.phy_id for d in fresh.dies if d not in self.inventory.dies}
@@ -232,31 +271,39 @@ class NodeProcess(NodeCore):
             cp.boot_id = self.store.boot_id
         self.reconciler.trigger()
 
-    def _watch_aclservers(self, period: float = 2.0) -> None:
+    def _aclserver_pass(self) -> Callable[[], float | None]:
         """Mirror each prepared share's aclserver state into its claim's Ready condition."""
-        assert self.daemon is not None
         last: dict[str, bool] = {}
-        while not self.stop_event.wait(period):
-            try:
-                states = {e.entity_id: e for e in self.daemon.list()}
-            except FlexNPUError as err:
-                log.debug("daemon list failed: %s", err)
+
+        def iteration() -> float:
+            self._mirror_aclservers(last)
+            return ACLSERVER_PERIOD
+
+        return iteration
+
+    def _mirror_aclservers(self, last: dict[str, bool]) -> None:
+        """One look: each changed aclserver state is written to its claim's Ready condition."""
+        assert self.daemon is not None
+        try:
+            states = {e.entity_id: e for e in self.daemon.list()}
+        except FlexNPUError as err:
+            log.debug("daemon list failed: %s", err)
+            return
+        for uid, entry in self.store.read().claims.items():
+            if entry.state != "PrepareCompleted" or not entry.effect("daemon-registration"):
                 continue
-            for uid, entry in self.store.read().claims.items():
-                if entry.state != "PrepareCompleted" or not entry.effect("daemon-registration"):
-                    continue
-                ent = states.get(uid)
-                ready = ent is not None and str(ent.state) == "Running"
-                if last.get(uid, True) == ready:
-                    continue
-                if ready and ent is not None:
-                    reason, message = "Prepared", f"aclserver pid {ent.pid} serving again"
-                else:
-                    state = f"{ent.state}: {ent.message}" if ent is not None else "missing"
-                    reason, message = "AclserverDown", f"the claim's aclserver is {state}"
-                if self.preparer.set_ready(uid, ready, reason, message):
-                    last[uid] = ready
-                    log.warning("claim %s: %s", uid, message)
+            ent = states.get(uid)
+            ready = ent is not None and str(ent.state) == "Running"
+            if last.get(uid, True) == ready:
+                continue
+            if ready and ent is not None:
+                reason, message = "Prepared", f"aclserver pid {ent.pid} serving again"
+            else:
+                state = f"{ent.state}: {ent.message}" if ent is not None else "missing"
+                reason, message = "AclserverDown", f"the claim's aclserver is {state}"
+            if self.preparer.set_ready(uid, ready, reason, message):
+                last[uid] = ready
+                log.warning("claim %s: %s", uid, message)
 
     def stop(self) -> None:
         self.stop_event.set()

@@ -116,7 +116,7 @@ def _api_view(core: NodeCore, entry: Any) -> tuple[str, str]:
     if claim is not None and claim.get("metadata", {}).get("uid") == entry.uid:
         refs = (claim.get("status") or {}).get("reservedFor") or []
         pods = ",".join(f"{r.get('resource', 'pods')}/{r.get('name')}" for r in refs) or "-"
-    reason = residual_reason(entry, claim, driver_name=core.cfg.driver_name, pool_name=core.cfg.pool_name)
+    reason = residual_reason(entry.uid, claim, driver_name=core.cfg.driver_name, pool_name=core.cfg.pool_name)
     if reason is None and claim is not None and not has_consumer(claim):
         reason = "no consumer in reservedFor (residual after the grace period)"
     return pods, f"yes: {reason}" if reason else "no"

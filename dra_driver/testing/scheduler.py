@@ -252,6 +252,16 @@ class SchedulerSim:
 
     # ---- public
 
+    @property
+    def api_client(self) -> kubernetes.client.ApiClient:
+        return self._client
+
+    def schedule_pod(self, namespace: str, pod_name: str, node_name: str) -> dict[str, Any] | None:
+        """A pod's extended-resource requests (KEP-5004): see ``dra_driver/testing/extended_resources.py``."""
+        from dra_driver.testing import extended_resources
+
+        return extended_resources.schedule_pod(self, namespace, pod_name, node_name)
+
     def allocate(
         self,
         namespace: str,

@@ -321,3 +321,37 @@ def test_policy_override(soft_node: Node, tmp_path: Path) -> None:
     ex.allocate(plain.name)
     ex.prepare(plain.name)
     assert _shares(ex.conf(plain.name)) == [(0, 2 * GI, 20, "elastic")]
+
+
+def test_extended_resource(node_factory: Callable[..., Node]) -> None:
+    """The Pod of extended-resource/ asks ``flexnpu.io/npu: 1``: the chart's whole-die class serves it."""
+    from dra_driver.testing import extended_resources
+    from tests.integration.test_extended_resources import davinci_paths, install_chart_classes
+
+    node = node_factory().start()
+    wait_for("published devices", node.devices)
+    ex = Example(node, "extended-resource")
+    install_chart_classes(node)
+    (pod,) = [d for d in ex.docs if d["kind"] == "Pod"]
+    core: Any = node.api_core()
+    core.create_namespaced_pod(ex.namespace, pod)
+    claim = node.scheduler.schedule_pod(ex.namespace, "pod0", NODE)
+    assert claim is not None and claim["metadata"]["name"].startswith("pod0-extended-resources-")
+    (result,) = _results(claim)
+    assert result["device"].startswith("npu-")
+    raw = core.read_namespaced_pod("pod0", ex.namespace, _preload_content=False)
+    status = json.loads(raw.data)["status"]["extendedResourceClaimStatus"]
+    assert status["requestMappings"] == [
+        {"containerName": "ctr0", "requestName": "container-0-request-0", "resourceName": "flexnpu.io/npu"}
+    ]
+    (ref,) = extended_resources.pod_claim_refs(node.api.api_client(), ex.namespace, "pod0")
+    assert ref.name == status["resourceClaimName"]
+    assert node.kubelet is not None
+    res = node.kubelet.prepare([ref])[ref.uid]
+    assert res.error == "" and [d.device for d in res.devices] == [result["device"]]
+    (spec_path,) = [p for p in node.cdi_specs() if ref.uid in p.name]
+    assert davinci_paths(spec_path) == [f"/dev/davinci{result['device'].removeprefix('npu-')}"]
+    # Cleanup as the README says: the Pod goes, the kubelet unprepares, the claim is collected.
+    assert node.kubelet.unprepare([ref]) == {ref.uid: ""}
+    core.delete_namespaced_pod("pod0", ex.namespace)
+    assert not ex.resource.list_namespaced_resource_claim(ex.namespace).items

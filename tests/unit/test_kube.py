@@ -12,10 +12,17 @@ from kubernetes.config.config_exception import ConfigException
 from controller import kube
 from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput, Unavailable
 
+REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed"}
+REASONS |= {409: "Conflict", 410: "Expired", 422: "Invalid", 429: "TooManyRequests", 500: "InternalError"}
+REASONS |= {503: "ServiceUnavailable"}
 
-def _api(status: int, message: str = "boom") -> ApiException:
+
+def _api(status: int, message: str = "boom", *, body: str | None = None) -> ApiException:
+    """An ApiException as the client raises it: a real Status body unless ``body`` is given."""
     exc = ApiException(status=status, reason="Reason")
-    exc.body = json.dumps({"kind": "Status", "message": message, "code": status})
+    status_body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message}
+    status_body |= {"reason": REASONS.get(status, ""), "code": status}
+    exc.body = json.dumps(status_body) if body is None else body
     return exc
 
 
@@ -26,46 +33,71 @@ def _api(status: int, message: str = "boom") -> ApiException:
         pytest.param(_api(401), kube.Forbidden, Unavailable, ErrorCode.API_UNAVAILABLE, id="401"),
         pytest.param(_api(403), kube.Forbidden, Unavailable, ErrorCode.API_UNAVAILABLE, id="403"),
         pytest.param(_api(404), kube.NotFound, InvalidInput, ErrorCode.INVALID_ARGUMENT, id="404"),
+        pytest.param(
+            _api(404, body="404 page not found\n"),
+            kube.Ambiguous,
+            Unavailable,
+            ErrorCode.API_UNAVAILABLE,
+            id="404-not-a-status",
+        ),
+        pytest.param(
+            _api(404, body='{"kind": "Status", "apiVersion": "v1", "code": 404}'),
+            kube.Ambiguous,
+            Unavailable,
+            ErrorCode.API_UNAVAILABLE,
+            id="404-status-without-reason",
+        ),
+        pytest.param(
+            _api(404, body="{}"),
+            kube.Ambiguous,
+            Unavailable,
+            ErrorCode.API_UNAVAILABLE,
+            id="404-empty-object",
+        ),
         pytest.param(_api(405), InvalidInput, InvalidInput, ErrorCode.INVALID_ARGUMENT, id="405"),
         pytest.param(_api(409), kube.Conflict, Unavailable, ErrorCode.API_CONFLICT, id="409"),
         pytest.param(_api(410), kube.Gone, Unavailable, ErrorCode.API_UNAVAILABLE, id="410"),
         pytest.param(_api(422), InvalidInput, InvalidInput, ErrorCode.INVALID_ARGUMENT, id="422"),
         pytest.param(_api(429), Unavailable, Unavailable, ErrorCode.API_UNAVAILABLE, id="429"),
         pytest.param(_api(500), Unavailable, Unavailable, ErrorCode.API_UNAVAILABLE, id="500"),
-        pytest.param(_api(503), Unavailable, Unavailable, ErrorCode.API_UNAVAILABLE, id="503"),
+        pytest.param(_api(503), kube.Unreachable, Unavailable, ErrorCode.API_UNAVAILABLE, id="503"),
         pytest.param(
             ApiException(status=0, reason="SSLError"),
-            Unavailable,
+            kube.Unreachable,
             Unavailable,
             ErrorCode.API_UNAVAILABLE,
             id="ssl",
         ),
         pytest.param(
             urllib3.exceptions.MaxRetryError(None, "/x", reason=ConnectionRefusedError()),  # type: ignore[arg-type]
-            Unavailable,
+            kube.Unreachable,
             Unavailable,
             ErrorCode.API_UNAVAILABLE,
             id="connection-refused",
         ),
         pytest.param(
             urllib3.exceptions.ReadTimeoutError(None, "/x", "timed out"),  # type: ignore[arg-type]
-            Unavailable,
+            kube.Unreachable,
             Unavailable,
             ErrorCode.API_UNAVAILABLE,
             id="read-timeout",
         ),
         pytest.param(
             urllib3.exceptions.ProtocolError("reset"),
-            Unavailable,
+            kube.Unreachable,
             Unavailable,
             ErrorCode.API_UNAVAILABLE,
             id="protocol",
         ),
         pytest.param(
-            ConnectionResetError("reset"), Unavailable, Unavailable, ErrorCode.API_UNAVAILABLE, id="os-error"
+            ConnectionResetError("reset"),
+            kube.Unreachable,
+            Unavailable,
+            ErrorCode.API_UNAVAILABLE,
+            id="os-error",
         ),
         pytest.param(
-            ValueError("bad json"), Unavailable, Unavailable, ErrorCode.API_UNAVAILABLE, id="bad-json"
+            ValueError("bad json"), kube.Ambiguous, Unavailable, ErrorCode.API_UNAVAILABLE, id="bad-json"
         ),
         pytest.param(
             ConfigException("no file"), InvalidInput, InvalidInput, ErrorCode.INVALID_CONFIG, id="kubeconfig"

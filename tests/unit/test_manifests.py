@@ -424,7 +424,16 @@ def test_example_folder(folder: Path) -> None:
                         f"{folder.name}: unknown class {r['deviceClassName']}"
                     )
         if doc["kind"] == "Pod":
-            claims = {c["name"]: c for c in doc["spec"]["resourceClaims"]}
+            claims = {c["name"]: c for c in doc["spec"].get("resourceClaims") or []}
+            # or the Pod asks for an extended resource that the chart's whole-die class serves
+            extended = {
+                name
+                for ctr in doc["spec"]["containers"]
+                for name in (ctr.get("resources", {}).get("limits") or {})
+                if "/" in name
+            }
+            assert claims or extended, f"{folder.name}: Pod {doc['metadata']['name']} asks for no device"
+            assert extended <= {chart_values()["deviceClasses"]["extendedResourceName"]}
             for ctr in doc["spec"]["containers"]:
                 for ref in ctr.get("resources", {}).get("claims", []):
                     assert ref["name"] in claims
@@ -440,6 +449,30 @@ def test_every_example_uses_a_chart_device_class() -> None:
         own = {d["metadata"]["name"] for d in yaml.safe_load_all(text) if d and d["kind"] == "DeviceClass"}
         used |= set(re.findall(r"deviceClassName:\s*(\S+)", text)) - own
     assert used and used <= {"npu.flexnpu.io", "vnpu.flexnpu.io", "vnpu-template.flexnpu.io"}
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        pytest.param(None, "flexnpu.io/npu", id="default"),
+        pytest.param("huawei.com/Ascend910", "huawei.com/Ascend910", id="ascend-device-plugin-name"),
+        pytest.param("", None, id="off"),
+    ],
+)
+def test_whole_die_class_extended_resource_name(value: str | None, expected: str | None) -> None:
+    values = chart_values({} if value is None else {"deviceClasses.extendedResourceName": value})
+    jsonschema.validate(values, json.loads((CHART / "values.schema.json").read_text()))
+    classes = {d["metadata"]["name"]: d for d in render_chart(values) if d["kind"] == "DeviceClass"}
+    assert classes["npu.flexnpu.io"]["spec"].get("extendedResourceName") == expected
+    # Shares and templates are not countable resources: only the whole-die class has a name.
+    assert all("extendedResourceName" not in classes[c]["spec"] for c in classes if c != "npu.flexnpu.io")
+
+
+@pytest.mark.parametrize("bad", ["npu", "flexnpu.io/", "Flexnpu.IO/npu", "flexnpu.io/npu/x"])
+def test_values_schema_rejects_bad_extended_resource_name(bad: str) -> None:
+    values = chart_values({"deviceClasses.extendedResourceName": bad})
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(values, json.loads((CHART / "values.schema.json").read_text()))
 
 
 def main() -> None:

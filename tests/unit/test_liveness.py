@@ -1,0 +1,105 @@
+"""Loops that cannot die silently: run_forever survives every exception; the verdict sees a stuck loop."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from dra_driver import liveness
+from dra_driver.testing.waiting import wait_for
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        pytest.param(OSError(30, "Read-only file system"), id="os-error"),
+        pytest.param(KeyError("uid"), id="key-error"),
+        pytest.param(RuntimeError("bug"), id="runtime-error"),
+    ],
+)
+def test_run_forever_counts_and_goes_on_after_any_exception(exc: Exception) -> None:
+    counted: list[str] = []
+    live = liveness.Liveness(on_error=counted.append)
+    live.register("loop", deadline=60)
+    stop = threading.Event()
+    calls: list[int] = []
+
+    def iteration() -> float | None:
+        calls.append(1)
+        if len(calls) <= 2:
+            raise exc
+        if len(calls) >= 4:
+            stop.set()
+        return None
+
+    t = threading.Thread(
+        target=liveness.run_forever, args=(live, "loop", iteration, stop), kwargs={"max_backoff": 0.01}
+    )
+    t.start()
+    t.join(timeout=30)
+    assert not t.is_alive()
+    assert len(calls) == 4 and counted == ["loop", "loop"]
+    state = live.snapshot()["loop"]
+    assert state.errors == 2 and state.passes == 4 and type(exc).__name__ in state.last_error
+    assert state.done and live.verdict().healthy
+
+
+def test_a_loop_that_stops_passing_makes_the_verdict_unhealthy() -> None:
+    clock = _Clock()
+    live = liveness.Liveness(clock=clock)
+    live.register("reconciler", deadline=10)
+    live.register("claim-watch", deadline=100)
+    clock.now += 5
+    live.passed("claim-watch")
+    assert live.verdict().healthy
+    clock.now += 6  # reconciler: 11 s since its last pass, deadline 10
+    verdict = live.verdict()
+    assert not verdict.healthy and verdict.stale == ("reconciler",)
+    assert "reconciler: STALE" in verdict.text and "claim-watch: ok" in verdict.text
+    live.passed("reconciler")
+    assert live.verdict().healthy
+
+
+def test_a_thread_that_dies_without_stop_stays_stale() -> None:
+    """A BaseException (not caught by design) ends the thread; the loop is not marked finished."""
+    clock = _Clock()
+    live = liveness.Liveness(clock=clock)
+    live.register("loop", deadline=1)
+    stop = threading.Event()
+
+    def iteration() -> float | None:
+        raise SystemExit(1)
+
+    with pytest.raises(SystemExit):
+        liveness.run_forever(live, "loop", iteration, stop)
+    clock.now += 2
+    assert live.verdict().stale == ("loop",)
+
+
+def test_backoff_waits_on_stop_not_sleep() -> None:
+    live = liveness.Liveness()
+    live.register("loop", deadline=60)
+    stop = threading.Event()
+    failures: list[int] = []
+
+    def iteration() -> float | None:
+        failures.append(1)
+        raise ValueError("always")
+
+    t = threading.Thread(
+        target=liveness.run_forever, args=(live, "loop", iteration, stop), kwargs={"max_backoff": 60}
+    )
+    t.start()
+    wait_for(lambda: len(failures) >= 2, what="a second attempt after the first backoff", timeout=10)
+    stop.set()  # ends the (now 2 s) backoff at once
+    t.join(timeout=5)
+    assert not t.is_alive()
