@@ -128,3 +128,27 @@ def test_ledger_round_trip_and_doubt(tmp_path: Path) -> None:
     assert ledger.load(tmp_path) is None
     with pytest.raises(OSError):
         ledger.add(tmp_path, 118, "uid-c")
+
+
+def test_smi_rows_name_template_die_owner_and_residual_state() -> None:
+    from dra_driver.vnpu.report import hard_rows
+
+    vs = [
+        Vnpu(116, 1, 1, 0, "vir10_3c_32g"),
+        Vnpu(117, 1, 1, 0, "vir05_1c_16g"),
+        Vnpu(118, 1, 1, 0, "vir05_1c_16g"),
+    ]
+    rows = hard_rows(
+        vs,
+        ledger={116: "uid-a", 117: "uid-gone"},
+        claims={"uid-a": ("ns/a", "PrepareCompleted")},
+        inventory=INV,
+    )
+    assert [(r["DEVICE"], r["CLAIM"], r["RESIDUAL"][:3]) for r in rows] == [
+        ("vnpu 116 vir10_3c_32g", "ns/a", "no"),
+        ("vnpu 117 vir05_1c_16g", "-", "yes"),
+        ("vnpu 118 vir05_1c_16g", "-", "no:"),
+    ]
+    assert rows[0]["MEM(MiB) USED/QUOTA"] == "-/32768" and rows[0]["ENDPOINT"] == "/dev/vdavinci116"
+    assert "made outside" in rows[2]["RESIDUAL"]
+    assert hard_rows(vs[:1], ledger=None, claims={}, inventory=INV)[0]["RESIDUAL"].startswith("?")
