@@ -29,6 +29,8 @@ from controller.kube import Kube, NotFound
 from dra_driver import config, logs
 from dra_driver import smi as daemon_smi
 from dra_driver.errors import FlexNPUError, Unavailable
+from dra_driver.vnpu import ledger as vnpu_ledger
+from dra_driver.vnpu import report as vnpu_report
 from kubeletplugin.node import NodeCore
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
@@ -102,7 +104,21 @@ def info_rows(core: NodeCore, entities: Mapping[str, Any]) -> list[dict[str, str
                     "RESIDUAL": "yes: orphan aclserver (no checkpoint entry)",
                 }
             )
-    return rows
+    return rows + _hard_rows(core, entries)
+
+
+def _hard_rows(core: NodeCore, entries: Mapping[str, Any]) -> list[dict[str, str]]:
+    """Hard vNPUs on the node with their template and owner (``dra_driver/vnpu/report.py``)."""
+    if not core.hard_split:
+        return []
+    try:
+        vnpus = core.vnpus.list()
+    except FlexNPUError as err:
+        print(f"flexnpu-smi: hard vNPUs unknown: {err}", file=sys.stderr)
+        return []
+    claims = {uid: (f"{e.namespace}/{e.name}", str(e.state)) for uid, e in entries.items()}
+    book = vnpu_ledger.load(core.cfg.paths.state_dir)
+    return vnpu_report.hard_rows(vnpus, ledger=book, claims=claims, inventory=core.inventory)
 
 
 def _api_view(core: NodeCore, entry: Any) -> tuple[str, str]:
