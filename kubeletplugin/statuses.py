@@ -33,6 +33,11 @@ STATUS_BY_CODE: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.DAEMON_UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
     ErrorCode.QUOTA: grpc.StatusCode.INVALID_ARGUMENT,
     ErrorCode.POLICY_CONFLICT: grpc.StatusCode.FAILED_PRECONDITION,
+    ErrorCode.TEMPLATE_UNSUPPORTED: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorCode.VNPU_ID_IN_USE: grpc.StatusCode.UNAVAILABLE,
+    ErrorCode.VNPU_FAILED: grpc.StatusCode.UNAVAILABLE,
+    ErrorCode.VNPU_MODE: grpc.StatusCode.FAILED_PRECONDITION,
+    ErrorCode.DIE_UNHEALTHY: grpc.StatusCode.FAILED_PRECONDITION,
     ErrorCode.INTERNAL: grpc.StatusCode.INTERNAL,
 }
 

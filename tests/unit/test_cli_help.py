@@ -18,7 +18,10 @@ import pytest
 
 DIST = "flexnpu-dra-driver"
 EXPECTED_SCRIPTS = {"flexnpu-dra", "flexnpu-daemon", "flexnpu-smi", "flexnpu-aclserver"}
-EXPECTED_SUBCOMMANDS = {"flexnpu-dra": {"plugin", "probe", "demo"}, "flexnpu-smi": {"info", "cleanup", "unregister"}}
+EXPECTED_SUBCOMMANDS = {
+    "flexnpu-dra": {"plugin", "probe", "demo"},
+    "flexnpu-smi": {"info", "cleanup", "unregister"},
+}
 
 
 def _scripts() -> dict[str, Path]:
