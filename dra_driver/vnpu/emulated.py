@@ -17,8 +17,10 @@ The state file (JSON, written with ``dra_driver/files.py``)::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,6 +38,7 @@ DEFAULT_STATE_FILE = "var/lib/flexnpu-hdk/vnpus.json"
 """Under the device root: where the emulated driver keeps its vNPUs."""
 CONTAINER_MODE = "container"
 LOCK_TIMEOUT_SECONDS = 10.0
+NULL_DEVICE = (1, 3)
 
 State = dict[str, Any]
 
@@ -161,8 +164,20 @@ class HdkState:
                 )
 
     def _make_node(self, vnpu_id: int) -> None:
+        """A character device with the numbers of ``/dev/null`` (root), else an empty file.
+
+        Like the emulated node's other device nodes (``dra_driver/testing/devroot.py``): a
+        runtime that injects it (podman, containerd) needs a real device node.
+        """
         path = self.node_path(vnpu_id)
         path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists() or path.is_symlink():
+            return
+        if os.geteuid() == 0:
+            with contextlib.suppress(PermissionError):
+                os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(*NULL_DEVICE))
+                path.chmod(0o666)
+                return
         fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
         os.close(fd)
 
