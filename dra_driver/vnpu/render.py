@@ -31,7 +31,7 @@ from dra_driver.errors import ErrorCode, InvalidInput, StateError
 from dra_driver.templates import Template
 from dra_driver.vnpu import Vnpu, check_template, free_vnpu_id
 
-__all__ = ["HardVnpu", "device_edits", "orphans", "plan_vnpus", "spec_env", "status_data"]
+__all__ = ["HardVnpu", "device_edits", "from_records", "orphans", "plan_vnpus", "spec_env", "status_data"]
 
 CONTAINER_NODE_PREFIX = "/dev/davinci"
 HOST_NODE_PREFIX = "/dev/vdavinci"
@@ -107,6 +107,35 @@ def plan_vnpus(
         except StateError as err:
             raise StateError(err.message, code=err.code, claim_uid=claim_uid, field=f"{fld}.device") from None
         used.add(vnpu_id)
+        out.append(HardVnpu(request=request, device=device, die=die, template=template, vnpu_id=vnpu_id))
+    return tuple(out)
+
+
+def from_records(
+    records: Iterable[Mapping[str, Any]], *, inventory: Inventory, claim_uid: str
+) -> tuple[HardVnpu, ...]:
+    """The vNPUs a checkpoint entry recorded (``HardVnpu.to_dict``), for a repeat prepare."""
+    out: list[HardVnpu] = []
+    for rec in records:
+        try:
+            phy, vnpu_id, name = int(rec["phy"]), int(rec["vnpuID"]), str(rec["template"])
+            request, device = str(rec["request"]), str(rec["device"])
+        except (KeyError, TypeError, ValueError):
+            raise StateError(
+                f"a recorded hard vNPU is malformed: {str(dict(rec))[:200]}",
+                code=ErrorCode.CHECKPOINT_CORRUPT,
+                claim_uid=claim_uid,
+                field="effects.hard-vnpu",
+            ) from None
+        die = inventory.by_phy_id(phy)
+        if die is None:
+            raise StateError(
+                f"vNPU {vnpu_id} was made on die {phy}, which this node no longer has",
+                code=ErrorCode.DEVICE_NOT_FOUND,
+                claim_uid=claim_uid,
+                field="effects.hard-vnpu",
+            )
+        template = check_template(die, name, inventory)
         out.append(HardVnpu(request=request, device=device, die=die, template=template, vnpu_id=vnpu_id))
     return tuple(out)
 

@@ -152,3 +152,13 @@ def test_smi_rows_name_template_die_owner_and_residual_state() -> None:
     assert rows[0]["MEM(MiB) USED/QUOTA"] == "-/32768" and rows[0]["ENDPOINT"] == "/dev/vdavinci116"
     assert "made outside" in rows[2]["RESIDUAL"]
     assert hard_rows(vs[:1], ledger=None, claims={}, inventory=INV)[0]["RESIDUAL"].startswith("?")
+
+
+def test_recorded_vnpus_come_back_as_planned() -> None:
+    from dra_driver.vnpu.render import from_records
+
+    planned = plan_vnpus([("a", "npu-1-vir10-3c-32g-0")], inventory=INV, taken=[], claim_uid="u")
+    assert from_records([v.to_dict() for v in planned], inventory=INV, claim_uid="u") == planned
+    with pytest.raises(StateError) as info:
+        from_records([{"phy": 1}], inventory=INV, claim_uid="u")
+    assert info.value.code == ErrorCode.CHECKPOINT_CORRUPT
