@@ -4,8 +4,11 @@ The launch contract with flexnpu-daemon: read the spec (``load_spec``), register
 its die's ledger, listen on TCP and the unix socket, then write ``ready_file`` atomically. On
 SIGTERM (or SIGINT): stop accepting, release sessions, ledger entries and shm buffers, remove
 the unix socket and the ready file, exit 0. ``run`` can be called in a process forked from a
-pre-imported zygote. Exit codes: 0 clean, 2 bad spec, 3 ledger refused (policy conflict, full),
-4 cannot listen.
+pre-imported zygote. At start it raises its soft ``RLIMIT_NOFILE`` to the hard limit (a
+connection flood then meets ``max_connections`` before the fd table) and names itself
+``flexnpu-aclserver <claim uid>`` (``dra_driver/aclserver/proctitle.py``), so ``ps`` and
+``pgrep aclserver`` show one process per share whether it was spawned or forked. Exit codes:
+0 clean, 2 bad spec, 3 ledger refused (policy conflict, full), 4 cannot listen.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import argparse
 import contextlib
 import logging
 import os
+import resource
 import signal
 import socket
 import sys
@@ -22,6 +26,7 @@ from collections.abc import Sequence
 from types import FrameType
 
 from dra_driver import logs
+from dra_driver.aclserver import proctitle
 from dra_driver.aclserver import spec as spec_mod
 from dra_driver.aclserver.backend import EmulatedBackend
 from dra_driver.aclserver.server import Server
@@ -44,6 +49,7 @@ def load_spec(path: str | os.PathLike[str]) -> AclServerSpec:
 def run(spec: AclServerSpec) -> int:
     """Serve ``spec`` until SIGTERM/SIGINT; return the process exit code."""
     log = logs.claim_logger(spec.claim_uid, base=logging.getLogger("flexnpu.aclserver"))
+    raise_nofile_limit()
     try:
         backend = EmulatedBackend(spec)
     except (FlexNPUError, OSError) as exc:
@@ -93,6 +99,19 @@ def run(spec: AclServerSpec) -> int:
         stop_w.close()
 
 
+def raise_nofile_limit() -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard limit; return the new soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    return soft
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="flexnpu-aclserver", description="FlexNPU aclserver (one per claim)"
@@ -110,6 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InvalidInput as exc:
         print(f"flexnpu-aclserver: {exc}", file=sys.stderr)
         return EXIT_BAD_SPEC
+    title = (spec.process_name or f"flexnpu-aclserver {spec.claim_uid}").split()
+    proctitle.set_title([*title, "--spec", str(args.spec)], comm=proctitle.comm_name(spec.claim_uid))
     return run(spec)
 
 
