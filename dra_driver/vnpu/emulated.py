@@ -69,7 +69,9 @@ class HdkState:
             yield state
             after = json.dumps(state, sort_keys=True)
             if after != before:
-                files.write_atomic(self.state_file, after.encode(), mode=0o600)
+                # Not fsynced: it stands in for the driver's in-kernel state, which a power loss
+                # drops anyway; a process crash keeps the page cache.
+                files.write_atomic(self.state_file, after.encode(), mode=0o600, sync=False)
 
     def read(self) -> State:
         try:

@@ -52,4 +52,6 @@ def _change(state_dir: Path, vnpu_id: int, claim_uid: str | None) -> None:
         else:
             current[vnpu_id] = claim_uid
         data = json.dumps({str(k): v for k, v in sorted(current.items())}, indent=1).encode()
-        files.write_atomic(state_dir / FILE_NAME, data, mode=0o600)
+        # A record is durable before its vNPU is made; a removal need not be (a record whose vNPU
+        # is gone and whose claim has no entry is dropped by the sweep).
+        files.write_atomic(state_dir / FILE_NAME, data, mode=0o600, sync=claim_uid is not None)
