@@ -8,6 +8,7 @@ Pure. Accepted in a DeviceClass's and a claim's ``config[].opaque.parameters`` w
     policy: elastic          # fixed | elastic | best-effort   (default: elastic)
     isolation: full          # full (memory + compute) | memory-only   (default: full)
     transport: auto          # auto (unix socket, TCP fallback) | unix | tcp   (default: auto)
+    interposition: auto      # auto | preload | none: inject libascendcl.so (dra_driver/interposition.py)
 
 Precedence, per request: every class config, then every claim config, in order; a later
 config overrides only the fields it sets. Decoding is strict: an unknown field, a wrong type
@@ -25,7 +26,16 @@ from dra_driver.aclserver.codes import Policy
 from dra_driver.devices import MIB
 from dra_driver.errors import ErrorCode, InvalidInput
 
-__all__ = ["API_VERSION", "KIND", "Isolation", "Policy", "ShareQuota", "Transport", "VnpuConfig"]
+__all__ = [
+    "API_VERSION",
+    "KIND",
+    "Interposition",
+    "Isolation",
+    "Policy",
+    "ShareQuota",
+    "Transport",
+    "VnpuConfig",
+]
 
 API_VERSION = "npu.flexnpu.io/v1alpha1"
 KIND = "VnpuConfig"
@@ -43,18 +53,30 @@ class Transport(StrEnum):
     TCP = "tcp"
 
 
+class Interposition(StrEnum):
+    AUTO = "auto"
+    PRELOAD = "preload"
+    NONE = "none"
+
+
 @dataclass(frozen=True, slots=True)
 class VnpuConfig:
     policy: Policy = Policy.ELASTIC
     isolation: Isolation = Isolation.FULL
     transport: Transport = Transport.AUTO
+    interposition: Interposition = Interposition.AUTO
 
     @property
     def memory_only(self) -> bool:
         return self.isolation == Isolation.MEMORY_ONLY
 
 
-_ENUMS: dict[str, type[StrEnum]] = {"policy": Policy, "isolation": Isolation, "transport": Transport}
+_ENUMS: dict[str, type[StrEnum]] = {
+    "policy": Policy,
+    "isolation": Isolation,
+    "transport": Transport,
+    "interposition": Interposition,
+}
 
 
 def decode(params: Mapping[str, Any], *, claim_uid: str, where: str) -> dict[str, StrEnum]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import secrets
 import shutil
 import threading
@@ -27,10 +28,11 @@ from typing import Any, Protocol
 
 import tenacity
 
-from dra_driver import cdi, clientconf, failpoints, logs, paths, sharing
+from dra_driver import cdi, clientconf, failpoints, interposition, logs, paths, sharing
 from dra_driver.aclserver.codes import Policy
 from dra_driver.checkpoint import Checkpoint, CheckpointStore, ClaimEntry, ClaimState, Effect, write_atomic
 from dra_driver.claims import ClaimRef, ClaimResult, PreparedDevice
+from dra_driver.config import DEFAULT_CLIENT_LIBRARY
 from dra_driver.daemon.model import RegisterRequest, RegisterResult, Share
 from dra_driver.devices import DieMode, Inventory
 from dra_driver.discovery import node_files
@@ -74,6 +76,7 @@ class PrepareSettings:
     control_address: str = "127.0.0.1"
     control_cidr: str = ""
     daemon_retry_seconds: float = 30.0
+    client_library: Path = Path(DEFAULT_CLIENT_LIBRARY)
 
 
 class Preparer:
@@ -471,6 +474,17 @@ class Preparer:
             mounts.append(
                 cdi.Mount(registration.endpoints.shm_dir, CONTAINER_SHM, ("rw", "nosuid", "nodev", "rbind"))
             )
+            lib = interposition.client_library(str(s.client_library), is_file=os.path.isfile)
+            cfgs = [
+                sharing.resolve(
+                    ((str(c.index), c.parameters) for c in plan.configs_for(d.request)), claim_uid=uid
+                )
+                for d in plan.devices
+                if d.mode == DieMode.SOFT
+            ]
+            injected = interposition.for_claim(cfgs, lib, claim_uid=uid).edits
+            env.update({k: v for k, _, v in (e.partition("=") for e in injected.env)})
+            mounts.extend(injected.mounts)
         shared = cdi.Edits(
             env=tuple(f"{k}={v}" for k, v in sorted(env.items())),
             device_nodes=tuple(cdi.DeviceNode(p, cdi.host_path(s.device_root, p)) for p in nodes),

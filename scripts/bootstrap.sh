@@ -42,3 +42,8 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
   echo "$WANT" >"$STAMP"
 fi
 export PATH="$VENV/bin:$PATH"
+# The C client (libascendcl/): gcc and make from apt, then make (a no-op when nothing changed).
+if ! command -v cc >/dev/null 2>&1 || ! command -v make >/dev/null 2>&1; then
+  apt_install gcc make libc6-dev
+fi
+make -s -C "$ROOT/libascendcl" >/dev/null

@@ -28,7 +28,9 @@ from types import FrameType
 from dra_driver import logs
 from dra_driver.aclserver import proctitle
 from dra_driver.aclserver import spec as spec_mod
-from dra_driver.aclserver.backend import EmulatedBackend
+from dra_driver.aclserver.backend import AclFailure, Backend, EmulatedBackend
+from dra_driver.aclserver.backend_ascend import DEFAULT_LIBRARY as ASCEND_LIBRARY
+from dra_driver.aclserver.backend_ascend import AscendBackend
 from dra_driver.aclserver.server import Server
 from dra_driver.aclserver.spec import AclServerSpec
 from dra_driver.errors import FlexNPUError, InvalidInput
@@ -46,12 +48,18 @@ def load_spec(path: str | os.PathLike[str]) -> AclServerSpec:
     return spec_mod.load_spec(path)
 
 
-def run(spec: AclServerSpec) -> int:
+def run(spec: AclServerSpec, *, backend_name: str | None = None, ascend_library: str | None = None) -> int:
     """Serve ``spec`` until SIGTERM/SIGINT; return the process exit code."""
     log = logs.claim_logger(spec.claim_uid, base=logging.getLogger("flexnpu.aclserver"))
     raise_nofile_limit()
     try:
-        backend = EmulatedBackend(spec)
+        if (backend_name or spec.backend) == "ascend":
+            backend: Backend = AscendBackend(spec, library=ascend_library or ASCEND_LIBRARY)
+        else:
+            backend = EmulatedBackend(spec)
+    except AclFailure as exc:
+        log.error("cannot start the ascend backend: %s", exc.message)
+        return EXIT_LEDGER
     except (FlexNPUError, OSError) as exc:
         log.error("cannot register in the die ledger: %s", exc)
         return EXIT_LEDGER
@@ -122,6 +130,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=os.environ.get("FLEXNPU_LOG_LEVEL", "INFO"),
         help="log level (default INFO; env FLEXNPU_LOG_LEVEL)",
     )
+    parser.add_argument(
+        "--backend",
+        choices=("emulated", "ascend"),
+        default=os.environ.get("FLEXNPU_ACLSERVER_BACKEND") or None,
+        help="device backend, overriding the spec's (env FLEXNPU_ACLSERVER_BACKEND; default: the spec's)",
+    )
+    parser.add_argument(
+        "--ascend-library",
+        default=os.environ.get("FLEXNPU_ASCEND_LIBRARY") or ASCEND_LIBRARY,
+        help=f"CANN libascendcl.so for --backend ascend (env FLEXNPU_ASCEND_LIBRARY; default {ASCEND_LIBRARY})",
+    )
     args = parser.parse_args(argv)
     logs.setup(args.log_level)
     try:
@@ -131,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_SPEC
     title = (spec.process_name or f"flexnpu-aclserver {spec.claim_uid}").split()
     proctitle.set_title([*title, "--spec", str(args.spec)], comm=proctitle.comm_name(spec.claim_uid))
-    return run(spec)
+    return run(spec, backend_name=args.backend, ascend_library=args.ascend_library)
 
 
 def _ignore(_signum: int, _frame: FrameType | None) -> None:
