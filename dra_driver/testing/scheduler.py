@@ -26,13 +26,14 @@ scheduler differ, this module is wrong):
 * A pool is used only when all of its ``resourceSliceCount`` slices of the newest generation are
   seen, and its device names are unique; otherwise none of its devices is allocated.
 
-Supported: ``exactly`` requests (``ExactCount`` with ``count``) and ``firstAvailable``
+Supported: ``exactly`` requests (``ExactCount`` with ``count``, or ``All``: every matching
+device, each one allocatable) and ``firstAvailable``
 subrequests; CEL selectors of the forms ``device.driver == "x"`` and
 ``device.attributes["domain"].name == <literal>`` joined by ``&&`` (anything else raises
 NotImplementedError); device taints with NoSchedule/NoExecute against request tolerations.
 ``constraints`` with ``matchAttribute`` (every device of the named requests, or of all, has the
 attribute, with one value) or ``distinctAttribute`` (has it, each value once).
-Not supported (NotImplementedError): ``allocationMode: All``, ``adminAccess``.
+Not supported (NotImplementedError): ``adminAccess``.
 Unlike kube-scheduler it adds no ``resource.kubernetes.io/delete-protection`` finalizer, since no
 resourceclaim controller runs next to it to remove it again.
 
@@ -390,7 +391,7 @@ class SchedulerSim:
     def _option(self, result_name: str, request: Obj, node: _Node) -> _Option:
         """One (sub)request: the devices that match its selectors and tolerate their taints, in order."""
         mode = request.get("allocationMode", "ExactCount")
-        if mode != "ExactCount":
+        if mode not in ("ExactCount", "All"):
             raise NotImplementedError(
                 f"request {result_name!r}: allocationMode {mode!r} is not supported by SchedulerSim"
             )
@@ -424,7 +425,8 @@ class SchedulerSim:
         return _Option(
             result_name=result_name,
             class_name=request["deviceClassName"],
-            count=int(request.get("count", 1)),
+            # All: every matching device, and at least one (none matching cannot be satisfied)
+            count=(len(matching) or 1) if mode == "All" else int(request.get("count", 1)),
             tolerations=list(request.get("tolerations") or []),
             matching=matching,
             class_config=list((cls.get("spec") or {}).get("config") or []),

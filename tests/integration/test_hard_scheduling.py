@@ -272,3 +272,19 @@ def test_distinct_attribute_spreads_one_request_over_dies(
         [{"distinctAttribute": f"{DRIVER}/phyID"}],
     )
     assert pending(sim, "three")
+
+
+def test_allocation_mode_all_takes_every_matching_device(
+    env: tuple[client.ResourceV1Api, SchedulerSim],
+) -> None:
+    api, sim = env
+    publish(api, Inventory(dies=(_die(0), _die(1))), DieMode.HARD)
+    every = _template("every", "vir10_3c_32g")
+    every["exactly"]["allocationMode"] = "All"
+    _claim_with(api, "all", [every], [])
+    results = sim.allocate(NS, "all", NODE)["status"]["allocation"]["devices"]["results"]
+    assert sorted(r["device"] for r in results) == [
+        f"npu-{p}-vir10-3c-32g-{i}" for p in (0, 1) for i in (0, 1)
+    ]
+    _claim_with(api, "again", [every], [])
+    assert pending(sim, "again")  # every matching device is taken
