@@ -42,6 +42,8 @@ class ErrorCode(StrEnum):
     VNPU_FAILED = "VnpuOperationFailed"
     VNPU_MODE = "VnpuModeNotContainer"
     DIE_UNHEALTHY = "DieUnhealthy"
+    WRITE_FAILED = "WriteFailed"  # a node-side file (checkpoint, CDI spec, client.conf) could not be written
+    CHECKPOINT_UNTRUSTED = "CheckpointUntrusted"  # the checkpoint cannot be read: nothing is removed
     INTERNAL = "Internal"
 
 

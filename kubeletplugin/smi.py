@@ -6,6 +6,8 @@ Usage::
     flexnpu-smi cleanup --dry-run [--json]    what the residual reconciler would remove
     flexnpu-smi cleanup                       remove it now (what the node process does on its own)
     flexnpu-smi unregister -u CLAIM_UID       unprepare one claim, exactly as the reconciler would
+    flexnpu-smi adopt                         checkpoint untrusted: record what the node holds and the API allocated
+    flexnpu-smi discard                       checkpoint untrusted: set damaged records aside, trust the rest
 
 It reads the node's checkpoint and talks to flexnpu-daemon and, when it can, the Kubernetes
 API (``--kubeconfig`` or the in-cluster config); without the API the PODS and RESIDUAL columns
@@ -31,6 +33,7 @@ from dra_driver import smi as daemon_smi
 from dra_driver.errors import FlexNPUError, Unavailable
 from dra_driver.vnpu import ledger as vnpu_ledger
 from dra_driver.vnpu import report as vnpu_report
+from kubeletplugin import adopt
 from kubeletplugin.node import NodeCore
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
@@ -49,6 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
     cleanup.add_argument("--json", action="store_true")
     unreg = sub.add_parser("unregister", help="unprepare one claim (or stop an orphan aclserver)")
     unreg.add_argument("-u", "--uid", required=True, help="the claim UID (entity ID)")
+    sub.add_parser(
+        "adopt",
+        help="rebuild the checkpoint entries of claims the node holds evidence of (damaged checkpoint)",
+    )
+    sub.add_parser(
+        "discard", help="set damaged checkpoint records aside and trust the rest (damaged checkpoint)"
+    )
     return parser
 
 
@@ -61,7 +71,7 @@ def info_rows(core: NodeCore, entities: Mapping[str, Any]) -> list[dict[str, str
         ent = entities.get(uid)
         shares = {s.share.die_phy_id: s for s in ent.shares} if ent else {}
         for d in entry.dies:
-            usage = shares.get(int(d["phy"]))
+            usage = shares.get(d.phy)
             mem = compute = "-"
             if usage is not None:
                 used = "-" if usage.memory_used_bytes < 0 else str(usage.memory_used_bytes // daemon_smi.MIB)
@@ -72,12 +82,12 @@ def info_rows(core: NodeCore, entities: Mapping[str, Any]) -> list[dict[str, str
                 {
                     "CLAIM UID": uid,
                     "CLAIM": f"{entry.namespace}/{entry.name}",
-                    "DEVICE": str(d.get("device", "")),
-                    "DIE": str(d["phy"]),
-                    "MODE": str(d["mode"]),
+                    "DEVICE": d.device,
+                    "DIE": str(d.phy),
+                    "MODE": str(d.mode),
                     "MEM(MiB) USED/QUOTA": mem,
                     "COMPUTE(%) USED/QUOTA": compute,
-                    "POLICY": str(d.get("policy", "-")),
+                    "POLICY": d.policy or "-",
                     "ACLSERVER": f"{ent.pid} {ent.state}" if ent else "-",
                     "ENDPOINT": _endpoint(ent),
                     "STATE": str(entry.state),
@@ -160,15 +170,33 @@ def run(args: argparse.Namespace, core: NodeCore, out: TextIO) -> int:
             except Unavailable as err:
                 daemon_error = err
         rows = info_rows(core, entities)
+        doubts = core.store.doubts()
         if args.json:
-            json.dump({"rows": rows}, out, indent=2)
+            json.dump(
+                {"rows": rows, "checkpointTrusted": not doubts, "checkpointDoubts": doubts}, out, indent=2
+            )
             out.write("\n")
         else:
+            for why in doubts:
+                out.write(f"CHECKPOINT UNTRUSTED (nothing is removed; flexnpu-smi adopt or discard): {why}\n")
             table = daemon_smi.render_table(rows, COLUMNS) if rows else "nothing prepared on this node"
             out.write(table + "\n")
         if daemon_error is not None:
             print(f"flexnpu-smi: aclserver columns unknown: {daemon_error}", file=sys.stderr)
             return EXIT_UNAVAILABLE
+        return EXIT_OK
+    if args.command in ("adopt", "discard"):
+        if args.command == "adopt":
+            outcome = adopt.adopt(core.preparer, lambda: core.kube.list_claims()[0])
+        else:
+            outcome = adopt.discard(core.preparer)
+        for uid in outcome.adopted:
+            out.write(f"adopted claim {uid}\n")
+        for uid in outcome.unexplained:
+            out.write(f"left for the reconciler: {uid} (no claim allocated here explains it)\n")
+        for path in outcome.kept:
+            out.write(f"damaged record kept at {path}\n")
+        out.write("checkpoint trusted again\n")
         return EXIT_OK
     if args.command == "cleanup":
         findings = core.reconciler.plan() if args.dry_run else core.reconciler.reconcile_once()

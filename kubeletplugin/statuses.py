@@ -38,6 +38,8 @@ STATUS_BY_CODE: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.VNPU_FAILED: grpc.StatusCode.UNAVAILABLE,
     ErrorCode.VNPU_MODE: grpc.StatusCode.FAILED_PRECONDITION,
     ErrorCode.DIE_UNHEALTHY: grpc.StatusCode.FAILED_PRECONDITION,
+    ErrorCode.WRITE_FAILED: grpc.StatusCode.UNAVAILABLE,
+    ErrorCode.CHECKPOINT_UNTRUSTED: grpc.StatusCode.FAILED_PRECONDITION,
     ErrorCode.INTERNAL: grpc.StatusCode.INTERNAL,
 }
 
