@@ -27,6 +27,7 @@ from dra_driver.devices import DieMode, Health, Inventory
 from dra_driver.errors import FlexNPUError
 from dra_driver.telemetry import Telemetry
 from dra_driver.vnpu import sweeping
+from kubeletplugin import hardsplit
 from kubeletplugin.prepare import Preparer, PrepareSettings
 from kubeletplugin.server import PluginServer
 
@@ -104,6 +105,9 @@ class NodeCore:
             daemon=self.daemon,
             status=ClaimStatusWriter(self.kube, driver_name=cfg.driver_name, node_name=cfg.node_name),
             telemetry=self.telemetry,
+            hard=hardsplit.HardVnpus(self.vnpus, lambda: self.inventory, cfg.paths.state_dir)
+            if self.hard_split
+            else None,
         )
         self.reconciler = Reconciler(
             kube=self.kube,
