@@ -91,3 +91,86 @@ def test_unreadable_ledger_blocks_make_and_destroy(hard: HardVnpus) -> None:
 
 def test_taken_ids() -> None:
     assert taken_ids([Vnpu(100, 0, 0, 0, "vir10_3c_32g")], [{"vnpuID": 101}]) == {100, 101}
+
+
+# -- the plan and the rendering know hard-split devices (pure) -------------------------------------
+
+
+def _claim(device: str) -> dict[str, object]:
+    return {
+        "metadata": {"uid": "uid-h", "namespace": "ns", "name": "c"},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": "vnpu", "driver": "npu.flexnpu.io", "pool": "node-1", "device": device}
+                    ]
+                }
+            }
+        },
+    }
+
+
+def _plan(device: str = "npu-0-vir10-3c-32g-1") -> object:
+    from dra_driver.claims import ClaimRef
+    from dra_driver.plan import plan_claim
+
+    return plan_claim(
+        _claim(device),
+        ref=ClaimRef("ns", "uid-h", "c"),
+        driver_name="npu.flexnpu.io",
+        pool_name="node-1",
+        inventory=INV,
+    )
+
+
+def test_a_template_device_is_planned_in_hard_mode_and_rendered_as_its_vnpu(tmp_path: Path) -> None:
+    from dra_driver import cdi, render
+    from dra_driver.devices import DieMode
+    from dra_driver.plan import ClaimPlan
+
+    plan = _plan()
+    assert isinstance(plan, ClaimPlan)
+    assert [d.mode for d in plan.devices] == [DieMode.HARD] and plan.hard_results() == (
+        ("vnpu", "npu-0-vir10-3c-32g-1"),
+    )
+    vnpus = plan_vnpus(plan.hard_results(), inventory=INV, taken=[100], claim_uid="uid-h")
+    planned = plan.with_vnpus(vnpus)
+    layout = render.NodeLayout(
+        driver_name="npu.flexnpu.io",
+        pool_name="node-1",
+        cdi_kind=cdi.Kind.parse("flexnpu.io/vnpu"),
+        device_root=tmp_path,
+        run_dir=tmp_path / "run",
+    )
+    out = render.render(planned, None, layout=layout, token="", driver_mounts=("/usr/local/dcmi",), now="t")
+    (dev,) = out.spec.devices
+    assert [(n.path, n.host_path) for n in dev.edits.device_nodes] == [
+        ("/dev/davinci101", str(tmp_path / "dev/vdavinci101"))
+    ]
+    assert [n.path for n in out.spec.edits.device_nodes] == [
+        "/dev/davinci_manager",
+        "/dev/devmm_svm",
+        "/dev/hisi_hdc",
+    ]
+    assert [m.container_path for m in out.spec.edits.mounts] == ["/usr/local/dcmi"]
+    assert "FLEXNPU_VNPU_IDS=101" in out.spec.edits.env and not any(
+        "PHYSICAL" in e for e in out.spec.edits.env
+    )
+    (status,) = out.status
+    assert status["data"]["template"] == "vir10_3c_32g" and status["data"]["vnpuID"] == 101
+    assert status["data"]["mode"] == "hard"
+
+
+def test_a_share_and_a_template_of_one_die_conflict_on_the_node() -> None:
+    from dra_driver.devices import DieMode
+    from dra_driver.plan import ClaimPlan, HeldDie, check_conflicts
+
+    plan = _plan()
+    assert isinstance(plan, ClaimPlan)
+    share = HeldDie(phy=0, mode=DieMode.SOFT, policy="elastic", namespace="ns", name="s", uid="uid-s")
+    with pytest.raises(StateError) as info:
+        check_conflicts(plan, [share])
+    assert info.value.code == ErrorCode.DEVICE_BUSY
+    other_template = HeldDie(phy=0, mode=DieMode.HARD, policy=None, namespace="ns", name="t", uid="uid-t")
+    check_conflicts(plan, [other_template])  # templates share a die; the scheduler counted them
