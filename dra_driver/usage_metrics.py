@@ -65,7 +65,7 @@ DIE_LABELS = ("node", "driver", "die", "vdie_id")
 
 
 class DaemonLister(Protocol):
-    def list(self) -> list[EntityInfo]: ...
+    def list(self, *, probe: bool = False) -> list[EntityInfo]: ...
 
 
 class ClaimReader(Protocol):
@@ -123,7 +123,7 @@ class VnpuUsageCollector:
 
     def collect(self) -> Iterator[Metric]:
         try:
-            entities = self._daemon.list()
+            entities = self._daemon.list(probe=True)  # sessions are counted only when probed
             ok = 1.0
         except FlexNPUError as err:
             log.debug("usage metrics: daemon list failed: %s", err)
