@@ -9,6 +9,7 @@ claim and one ``vir10_3c_16g`` claim, alternating which goes first, so both see 
 from __future__ import annotations
 
 import contextlib
+import shutil
 import statistics
 import tempfile
 import time
@@ -103,7 +104,9 @@ def cycle(node: Node, request: dict[str, Any], seq: int) -> tuple[float, float]:
 def run(n: int) -> None:
     root = Path(tempfile.mkdtemp(prefix="bh", dir="/tmp"))
     times: dict[str, tuple[list[float], list[float]]] = {"whole": ([], []), "hard": ([], [])}
-    with cluster(root) as node:
+    with contextlib.ExitStack() as stack:
+        stack.callback(shutil.rmtree, root, True)
+        node = stack.enter_context(cluster(root))
         cycle(node, WHOLE, 0)  # warm-up, not measured
         cycle(node, HARD, 1)
         for i in range(n):
