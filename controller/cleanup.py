@@ -310,7 +310,7 @@ class Reconciler:
             for orphan in sweep.find(set(cp.claims), self.places, self.daemon):
                 self.telemetry.residual_found(orphan.kind)
                 try:
-                    sweep.remove(orphan, self.daemon)
+                    sweep.remove(orphan, self.daemon, self.places)
                 except Exception as exc:  # a read-only CDI dir, a daemon error: the rest still goes
                     self._failed(findings, f"remove orphan {orphan.describe()}", exc, log)
                     continue

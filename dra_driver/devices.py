@@ -149,10 +149,23 @@ class Inventory:
     """Per chip model, templates reported by ``npu-smi info -t template-info`` (override the table)."""
 
     def by_device_name(self, name: str) -> Die | None:
+        """The die of a published device: whole, soft, or a template instance slot."""
         for die in self.dies:
             if name in (die.whole_device_name, die.soft_device_name):
                 return die
-        return None
+        parsed = parse_template_device_name(name)
+        return self.by_phy_id(parsed[0]) if parsed else None
+
+    def device_mode(self, name: str) -> DieMode | None:
+        """How a published device hands out its die: ``whole``, ``soft`` or ``hard`` (None: unknown)."""
+        die = self.by_device_name(name)
+        if die is None:
+            return None
+        if name == die.whole_device_name:
+            return DieMode.WHOLE
+        if name == die.soft_device_name:
+            return DieMode.SOFT
+        return DieMode.HARD
 
     def by_phy_id(self, phy_id: int) -> Die | None:
         for die in self.dies:

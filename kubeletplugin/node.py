@@ -20,7 +20,7 @@ from controller.cleanup import Reconciler
 from controller.kube import Kube
 from controller.publisher import SlicePublisher
 from controller.status import ClaimStatusWriter
-from dra_driver import cdi, discovery, liveness, logs, netlink, slices, sweep, usage_metrics
+from dra_driver import cdi, discovery, liveness, logs, netlink, slices, sweep, usage_metrics, vnpu
 from dra_driver.checkpoint import CheckpointStore
 from dra_driver.claims import DeviceHealthReport
 from dra_driver.config import Config
@@ -28,6 +28,8 @@ from dra_driver.daemon.client import DaemonClient
 from dra_driver.devices import DieMode, Health, Inventory
 from dra_driver.errors import FlexNPUError
 from dra_driver.telemetry import Telemetry
+from dra_driver.vnpu import sweeping
+from kubeletplugin import hardsplit
 from kubeletplugin.prepare import Preparer, PrepareSettings
 from kubeletplugin.server import PluginServer
 
@@ -74,6 +76,17 @@ class NodeCore:
             node_name=cfg.node_name, driver_name=cfg.driver_name, enabled=False
         )
         self.live = liveness.Liveness(on_error=self.telemetry.loop_error)
+        # Hard-split vNPUs (dra_driver/vnpu): the manager, and whether any die publishes templates.
+        self.vnpus = vnpu.from_config(
+            inventory=self.inventory,
+            emulated=cfg.inventory is not None,
+            device_root=cfg.paths.device_root,
+            npu_smi=cfg.npu_smi,
+        )
+        self.hard_split = cfg.default_mode in ("hard", "all") or any(
+            str(m) in ("hard", "all") for m in self.inventory.die_modes.values()
+        )
+        self._foreign: tuple[vnpu.Vnpu, ...] = ()
         self.preparer = Preparer(
             settings=PrepareSettings(
                 driver_name=cfg.driver_name,
@@ -94,6 +107,9 @@ class NodeCore:
             daemon=self.daemon,
             status=ClaimStatusWriter(self.kube, driver_name=cfg.driver_name, node_name=cfg.node_name),
             telemetry=self.telemetry,
+            hard=hardsplit.HardVnpus(self.vnpus, lambda: self.inventory, cfg.paths.state_dir)
+            if self.hard_split
+            else None,
         )
         self.reconciler = Reconciler(
             kube=self.kube,
@@ -106,6 +122,9 @@ class NodeCore:
                 cdi_kind=cdi.Kind.parse(cfg.cdi_kind),
                 run_dir=cfg.paths.run_dir,
                 shm_dir=cfg.paths.shm_dir,
+                hard=sweeping.HardSweep(self.vnpus, lambda: self.inventory, cfg.paths.state_dir)
+                if self.hard_split
+                else None,
             ),
             daemon=self.daemon,
             grace_seconds=cfg.residual_grace_seconds,
@@ -206,7 +225,26 @@ class NodeProcess(NodeCore):
             mode_of=lambda die: slices.resolve_mode(die, self.inventory, mode),
             use_counters=self.use_counters,
             max_shares_per_die=self.cfg.max_shares_per_die,
+            held=self._held(),
         )
+
+    def _held(self) -> dict[int, slices.Held]:
+        """Capacity held by vNPUs made outside the driver: published without it, and reported."""
+        if not self.hard_split:
+            return {}
+        foreign = sweeping.foreign_vnpus(self.vnpus, self.cfg.paths.state_dir)
+        if foreign is None:  # cannot list now: keep what was held before
+            foreign = self._foreign
+        if foreign != self._foreign:
+            for v in foreign:
+                log.warning(
+                    "vNPU %d (%s) on die %d was not made by this driver: its capacity is not offered",
+                    v.vnpu_id,
+                    v.template,
+                    v.phy_id,
+                )
+            self._foreign = foreign
+        return sweeping.held_capacity(foreign, self.inventory)
 
     def start(self) -> None:
         self.cfg.paths.cdi_dir.mkdir(parents=True, exist_ok=True)

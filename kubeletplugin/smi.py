@@ -44,6 +44,8 @@ from dra_driver.config import Config
 from dra_driver.daemon.client import DaemonClient
 from dra_driver.daemon.model import EntityInfo, ShareUsage
 from dra_driver.errors import FlexNPUError, Unavailable
+from dra_driver.vnpu import ledger as vnpu_ledger
+from dra_driver.vnpu import report as vnpu_report
 from kubeletplugin import adopt
 
 if TYPE_CHECKING:
@@ -157,7 +159,21 @@ def info_rows(
                     "RESIDUAL": "yes: orphan aclserver (no checkpoint entry)",
                 }
             )
-    return rows
+    return rows + _hard_rows(core, entries)
+
+
+def _hard_rows(core: NodeCore, entries: Mapping[str, Any]) -> list[dict[str, str]]:
+    """Hard vNPUs on the node with their template and owner (``dra_driver/vnpu/report.py``)."""
+    if not core.hard_split:
+        return []
+    try:
+        vnpus = core.vnpus.list()
+    except FlexNPUError as err:
+        print(f"flexnpu-smi: hard vNPUs unknown: {err}", file=sys.stderr)
+        return []
+    claims = {uid: (f"{e.namespace}/{e.name}", str(e.state)) for uid, e in entries.items()}
+    book = vnpu_ledger.load(core.cfg.paths.state_dir)
+    return vnpu_report.hard_rows(vnpus, ledger=book, claims=claims, inventory=core.inventory)
 
 
 # --- what the tool looks at ----------------------------------------------------------------------
