@@ -159,21 +159,7 @@ def info_rows(
                     "RESIDUAL": "yes: orphan aclserver (no checkpoint entry)",
                 }
             )
-    return rows + _hard_rows(core, entries)
-
-
-def _hard_rows(core: NodeCore, entries: Mapping[str, Any]) -> list[dict[str, str]]:
-    """Hard vNPUs on the node with their template and owner (``dra_driver/vnpu/report.py``)."""
-    if not core.hard_split:
-        return []
-    try:
-        vnpus = core.vnpus.list()
-    except FlexNPUError as err:
-        print(f"flexnpu-smi: hard vNPUs unknown: {err}", file=sys.stderr)
-        return []
-    claims = {uid: (f"{e.namespace}/{e.name}", str(e.state)) for uid, e in entries.items()}
-    book = vnpu_ledger.load(core.cfg.paths.state_dir)
-    return vnpu_report.hard_rows(vnpus, ledger=book, claims=claims, inventory=core.inventory)
+    return rows
 
 
 # --- what the tool looks at ----------------------------------------------------------------------
@@ -207,6 +193,35 @@ class Tool:
         finally:
             if core.daemon is not None:
                 core.daemon.close()
+
+    def hard_rows(self, entries: Mapping[str, ClaimEntry]) -> list[dict[str, str]]:
+        """Hard vNPUs on the node with their template and owner (``dra_driver/vnpu/report.py``)."""
+        from dra_driver import discovery, vnpu
+
+        try:
+            inventory = discovery.from_config(
+                inventory=self.cfg.inventory, npu_smi=self.cfg.npu_smi
+            ).discover()
+        except FlexNPUError as err:
+            print(f"flexnpu-smi: hard vNPUs unknown (discovery failed): {err}", file=sys.stderr)
+            return []
+        modes = {self.cfg.default_mode, *(str(m) for m in inventory.die_modes.values())}
+        if not modes & {"hard", "all"}:
+            return []
+        manager = vnpu.from_config(
+            inventory=inventory,
+            emulated=self.cfg.inventory is not None,
+            device_root=self.cfg.paths.device_root,
+            npu_smi=self.cfg.npu_smi,
+        )
+        try:
+            vnpus = manager.list()
+        except FlexNPUError as err:
+            print(f"flexnpu-smi: hard vNPUs unknown: {err}", file=sys.stderr)
+            return []
+        claims = {uid: (f"{e.namespace}/{e.name}", str(e.state)) for uid, e in entries.items()}
+        book = vnpu_ledger.load(self.cfg.paths.state_dir)
+        return vnpu_report.hard_rows(vnpus, ledger=book, claims=claims, inventory=inventory)
 
     def api_view(self, entry: ClaimEntry) -> tuple[str, str]:
         try:
@@ -249,7 +264,9 @@ def _info(args: argparse.Namespace, tool: Tool, out: TextIO) -> int:
             entities = {e.entity_id: e for e in tool.daemon.list(probe=True)}  # PING each: live state
         except Unavailable as err:
             daemon_error = err
-    rows = info_rows(tool.entries(), entities, tool.api_view)
+    entries = tool.entries()
+    rows = info_rows(entries, entities, tool.api_view)
+    rows += [{"VNPU": "-", **r} for r in tool.hard_rows(entries)]
     store = tool.store()
     doubts = store.doubts() if store is not None else []
     if args.json:

@@ -17,6 +17,8 @@ import pytest
 
 from dra_driver.checkpoint import ClaimState
 from dra_driver.daemon.model import Endpoints, EntityInfo, EntityState, Share, ShareUsage
+from dra_driver.devices import DieMode
+from dra_driver.records import DieRecord
 from kubeletplugin import smi
 from tests.integration.daemon_harness import DaemonProc, gone, request, share
 
@@ -120,8 +122,8 @@ def test_two_vnpus_of_one_claim_on_one_die_show_their_own_usage() -> None:
         name="c",
         state=ClaimState.PREPARE_COMPLETED,
         dies=[
-            {"phy": 3, "mode": "soft", "device": "vnpu-3", "policy": "fixed"},
-            {"phy": 3, "mode": "soft", "device": "vnpu-3", "policy": "fixed"},
+            DieRecord(phy=3, mode=DieMode.SOFT, device="vnpu-3", policy="fixed"),
+            DieRecord(phy=3, mode=DieMode.SOFT, device="vnpu-3", policy="fixed"),
         ],
     )
     info = _entity(
