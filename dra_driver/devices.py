@@ -27,7 +27,7 @@ class Health(StrEnum):
 
 
 class DieMode(StrEnum):
-    """How a die is handed out (see design.md, device model)."""
+    """How a die is handed out (see README.md, "Device model and what is published")."""
 
     WHOLE = "whole"
     SOFT = "soft"
@@ -38,7 +38,7 @@ class DieMode(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class ChipModel:
-    """Published facts for one Ascend chip model (ascend-npu.md §1.2)."""
+    """Published facts for one Ascend chip model (public figures: HAMi's Ascend device config, mind-cluster's docs)."""
 
     name: str  # npu-smi "Name" / Chip Name, e.g. "910B3"
     generation: str  # "A2", "A3", "inference", "A1"
@@ -56,7 +56,7 @@ class ChipModel:
         return f"Ascend{self.name}"
 
 
-# Figures from shared/reference/ascend-npu.md §1.2 and §2.
+# Figures from HAMi's Ascend device config and mind-cluster's vNPU template docs.
 CHIP_MODELS: dict[str, ChipModel] = {
     m.name: m
     for m in (

@@ -88,7 +88,7 @@ from flexnpu_wire.launch import DEFAULT_MAX_SHARES_PER_DIE  # one default for th
 
 JSON = dict[str, Any]
 
-# resource.k8s.io/v1 limits (dra-contracts.md §3.1, 1.35+ semantics).
+# resource.k8s.io/v1 limits (k8s.io/api resource/v1 types.go, 1.35+ semantics).
 MAX_DEVICES_PER_SLICE = 128
 MAX_DEVICES_PER_SLICE_WITH_COUNTERS = 64
 MAX_COUNTER_SETS_PER_SLICE = 8

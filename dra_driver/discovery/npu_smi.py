@@ -1,6 +1,6 @@
 """Discovery on a real Ascend node, from ``npu-smi`` output.
 
-Four commands (shared/reference/ascend-npu.md §1.3):
+Four commands (sample outputs of each in ``tests/unit/test_discovery_npu_smi.py``):
 
 * ``npu-smi info`` - the chip table: NPU ID, name, health, chip, bus ID, memory. Three
   layouts: A2 (``| Chip | Bus-Id | ... HBM-Usage(MB) |``), A3 (``| Chip  Phy-ID | ...``, two
