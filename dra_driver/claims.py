@@ -11,10 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from dra_driver.errors import ErrorCode, FlexNPUError, StateError
-
-QUOTE_MAX = 200
-"""At most this many characters of any input (or of an unknown exception's text) in an error."""
+from dra_driver.errors import QUOTE_MAX, ErrorCode, FlexNPUError, StateError
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ input always gives the same plan, so a retry or a restart recomputes it instead 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -20,7 +20,7 @@ from dra_driver import sharing
 from dra_driver.claims import ClaimRef
 from dra_driver.daemon.model import Share
 from dra_driver.devices import Die, DieMode, Inventory
-from dra_driver.errors import ErrorCode, InvalidInput, StateError
+from dra_driver.errors import ErrorCode, InvalidInput, StateError, quote
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,8 +114,8 @@ def plan_claim(
     actual_uid = _get(claim, "metadata", "uid")
     if actual_uid != uid:
         raise StateError(
-            f"claim {ref.namespace}/{ref.name} got replaced: the API has UID {actual_uid!r}, "
-            f"the kubelet asked for {uid!r}",
+            f"claim {ref.namespace}/{ref.name} got replaced: the API has UID {quote(actual_uid)}, "
+            f"the kubelet asked for {quote(uid)}",
             code=ErrorCode.CLAIM_REPLACED,
             claim_uid=uid,
             field="metadata.uid",
@@ -129,8 +129,12 @@ def plan_claim(
             field="status.allocation",
         )
     results = _get(allocation, "devices", "results") or []
-    if not isinstance(results, Sequence):
-        raise InvalidInput("results is not a list", claim_uid=uid, field="status.allocation.devices.results")
+    if not isinstance(results, list):
+        raise InvalidInput(
+            f"results must be a list, got {type(results).__name__}",
+            claim_uid=uid,
+            field="status.allocation.devices.results",
+        )
 
     devices: list[PlannedDevice] = []
     for i, res in enumerate(results):
@@ -144,9 +148,16 @@ def plan_claim(
         request = res.get("request")
         if not isinstance(request, str) or not request:
             raise InvalidInput("result has no request name", claim_uid=uid, field=f"{fld}.request")
+        for key, value in (("pool", pool), ("device", device)):
+            if not isinstance(value, str):
+                raise InvalidInput(
+                    f"{key} must be a string, got {type(value).__name__}", claim_uid=uid, field=f"{fld}.{key}"
+                )
+        if res.get("shareID") is not None and not isinstance(res.get("shareID"), str):
+            raise InvalidInput("shareID must be a string", claim_uid=uid, field=f"{fld}.shareID")
         if pool != pool_name:
             raise InvalidInput(
-                f"device {device!r} is allocated from pool {pool!r}, but this node's pool is {pool_name!r}",
+                f"device {quote(device)} is allocated from pool {quote(pool)}, but this node's pool is {quote(pool_name)}",
                 code=ErrorCode.DEVICE_NOT_FOUND,
                 claim_uid=uid,
                 field=f"{fld}.pool",
@@ -154,7 +165,7 @@ def plan_claim(
         die = inventory.by_device_name(device) if isinstance(device, str) else None
         if die is None:
             raise InvalidInput(
-                f"device {device!r} is not a device of this node ({pool_name})",
+                f"device {quote(device)} is not a device of this node ({pool_name})",
                 code=ErrorCode.DEVICE_NOT_FOUND,
                 claim_uid=uid,
                 field=f"{fld}.device",
@@ -180,7 +191,22 @@ def plan_claim(
         )
 
     configs: list[OpaqueConfig] = []
-    for i, cfg in enumerate(_get(allocation, "devices", "config") or []):
+    raw_configs = _get(allocation, "devices", "config") or []
+    if not isinstance(raw_configs, list):
+        raise InvalidInput(
+            f"config must be a list, got {type(raw_configs).__name__}",
+            code=ErrorCode.INVALID_OPAQUE_CONFIG,
+            claim_uid=uid,
+            field="status.allocation.devices.config",
+        )
+    for i, cfg in enumerate(raw_configs):
+        if not isinstance(cfg, Mapping):
+            raise InvalidInput(
+                "config entry is not an object",
+                code=ErrorCode.INVALID_OPAQUE_CONFIG,
+                claim_uid=uid,
+                field=f"status.allocation.devices.config[{i}]",
+            )
         opaque = _get(cfg, "opaque")
         if not isinstance(opaque, Mapping) or opaque.get("driver") != driver_name:
             continue  # other drivers' configs are not ours to judge
@@ -192,10 +218,18 @@ def plan_claim(
                 claim_uid=uid,
                 field=f"status.allocation.devices.config[{i}].opaque.parameters",
             )
+        requests = cfg.get("requests") or []
+        if not isinstance(requests, list) or not all(isinstance(r, str) for r in requests):
+            raise InvalidInput(
+                f"requests must be a list of request names, got {quote(requests)}",
+                code=ErrorCode.INVALID_OPAQUE_CONFIG,
+                claim_uid=uid,
+                field=f"status.allocation.devices.config[{i}].requests",
+            )
         configs.append(
             OpaqueConfig(
                 source=str(cfg.get("source") or "FromClaim"),
-                requests=tuple(cfg.get("requests") or ()),
+                requests=tuple(requests),
                 parameters=params,
                 index=i,
             )
@@ -259,17 +293,27 @@ def check_conflicts(plan: ClaimPlan, held: Iterable[HeldDie]) -> None:
             mine, theirs = policies.get(d.die.phy_id), other.policy
             if mine and theirs and mine != theirs:
                 raise StateError(
-                    f"die {d.die.phy_id} runs shares with policy {theirs!r} (claim "
-                    f"{other.namespace}/{other.name}); this claim asks for {mine!r}",
+                    f"die {d.die.phy_id} runs shares with policy {quote(theirs)} (claim "
+                    f"{other.namespace}/{other.name}); this claim asks for {quote(mine)}",
                     code=ErrorCode.POLICY_CONFLICT,
                     claim_uid=uid,
                     field="config.opaque.parameters.policy",
                 )
+    whole = {d.die.phy_id for d in plan.devices if d.mode == DieMode.WHOLE}
+    for d in plan.devices:
+        if d.mode != DieMode.WHOLE and d.die.phy_id in whole:
+            raise StateError(
+                f"this claim asks for die {d.die.phy_id} whole and for a share of it ({d.device}); "
+                "a die is either exclusive or shared",
+                code=ErrorCode.DEVICE_BUSY,
+                claim_uid=uid,
+                field="status.allocation.devices.results",
+            )
     for a in shares:
         for b in shares:
             if a.die_phy_id == b.die_phy_id and a.policy != b.policy:
                 raise StateError(
-                    f"two shares of die {a.die_phy_id} in this claim ask for policies {a.policy!r} and {b.policy!r}",
+                    f"two shares of die {a.die_phy_id} in this claim ask for policies {quote(a.policy)} and {quote(b.policy)}",
                     code=ErrorCode.POLICY_CONFLICT,
                     claim_uid=uid,
                     field="config.opaque.parameters.policy",

@@ -23,7 +23,7 @@ from typing import Any
 
 from dra_driver.aclserver.codes import Policy
 from dra_driver.devices import MIB
-from dra_driver.errors import ErrorCode, InvalidInput
+from dra_driver.errors import ErrorCode, InvalidInput, quote
 
 __all__ = ["API_VERSION", "KIND", "Isolation", "Policy", "ShareQuota", "Transport", "VnpuConfig"]
 
@@ -66,23 +66,25 @@ def decode(params: Mapping[str, Any], *, claim_uid: str, where: str) -> dict[str
         )
 
     if params.get("apiVersion") != API_VERSION:
-        raise bad(f"apiVersion must be {API_VERSION!r}, got {params.get('apiVersion')!r}", "apiVersion")
+        raise bad(
+            f"apiVersion must be {quote(API_VERSION)}, got {quote(params.get('apiVersion'))}", "apiVersion"
+        )
     if params.get("kind") != KIND:
-        raise bad(f"kind must be {KIND!r}, got {params.get('kind')!r}", "kind")
+        raise bad(f"kind must be {quote(KIND)}, got {quote(params.get('kind'))}", "kind")
     out: dict[str, StrEnum] = {}
     for key, value in params.items():
         if key in ("apiVersion", "kind"):
             continue
         enum = _ENUMS.get(key)
         if enum is None:
-            raise bad(f"unknown field {key!r} (known: {', '.join(sorted(_ENUMS))})", key)
+            raise bad(f"unknown field {quote(key)} (known: {', '.join(sorted(_ENUMS))})", key)
         if not isinstance(value, str):
             raise bad(f"must be a string, got {type(value).__name__}", key)
         try:
             out[key] = enum(value)
         except ValueError:
             raise bad(
-                f"unknown value {value!r}; use one of {', '.join(e.value for e in enum)}", key
+                f"unknown value {quote(value)}; use one of {', '.join(e.value for e in enum)}", key
             ) from None
     return out
 
@@ -112,7 +114,7 @@ def parse_quantity(value: str, *, claim_uid: str, field: str) -> int:
         number, mult = text, 1
     if not number.isdigit():
         raise InvalidInput(
-            f"{value!r} is not a whole quantity", code=ErrorCode.QUOTA, claim_uid=claim_uid, field=field
+            f"{quote(value)} is not a whole quantity", code=ErrorCode.QUOTA, claim_uid=claim_uid, field=field
         )
     return int(number) * mult
 
@@ -135,18 +137,18 @@ def share_quota(
     memory = parse_quantity(consumed["memory"], claim_uid=claim_uid, field=f"{field}.memory")
     if memory <= 0 or memory % MEMORY_STEP:
         raise InvalidInput(
-            f"memory {consumed['memory']} is not a positive multiple of 128Mi",
+            f"memory {quote(consumed['memory'])} is not a positive multiple of 128Mi",
             code=ErrorCode.QUOTA, claim_uid=claim_uid, field=f"{field}.memory",
         )  # fmt: skip
     if memory > die_memory_bytes:
         raise InvalidInput(
-            f"memory {consumed['memory']} is more than the die has ({die_memory_bytes} bytes)",
+            f"memory {quote(consumed['memory'])} is more than the die has ({die_memory_bytes} bytes)",
             code=ErrorCode.QUOTA, claim_uid=claim_uid, field=f"{field}.memory",
         )  # fmt: skip
     compute = parse_quantity(consumed.get("compute", "0"), claim_uid=claim_uid, field=f"{field}.compute")
     if not 1 <= compute <= 100:
         raise InvalidInput(
-            f"compute {consumed.get('compute')!r} must be 1..100 percent",
+            f"compute {quote(consumed.get('compute'))} must be 1..100 percent",
             code=ErrorCode.QUOTA, claim_uid=claim_uid, field=f"{field}.compute",
         )  # fmt: skip
     return ShareQuota(memory_bytes=memory, compute_percent=compute)

@@ -29,7 +29,7 @@ from dra_driver.checkpoint import ClaimEntry, Effect, EffectKind, Registration, 
 from dra_driver.claims import ClaimRef
 from dra_driver.daemon.model import Endpoints, EntityInfo, RegisterRequest, RegisterResult
 from dra_driver.discovery import node_files
-from dra_driver.errors import ErrorCode, StateError, Unavailable
+from dra_driver.errors import ErrorCode, StateError, Unavailable, quote
 from dra_driver.plan import ClaimPlan
 
 JSON = dict[str, Any]
@@ -153,6 +153,7 @@ class Effects:
         elif eff.kind == EffectKind.CLIENT_CONF:
             self._write_client_conf(job)
         elif eff.kind == EffectKind.CDI_SPEC:
+            _check_host_paths(job.rendered.spec, job.plan.ref.uid)
             cdi.write_spec(self.settings.cdi_dir, job.rendered.spec, job.plan.ref.uid)
         elif eff.kind == EffectKind.CLAIM_STATUS:
             self.write_status(job.plan.ref, job.rendered.status, clog)
@@ -300,6 +301,18 @@ class Effects:
 
 def status_record(docs: Sequence[JSON]) -> StatusRecord:
     return StatusRecord(devices=tuple(dict(d) for d in docs))
+
+
+def _check_host_paths(spec: cdi.Spec, uid: str) -> None:
+    """A runtime would fail the container later (``CreateContainerError``): fail the claim now."""
+    missing = [p for p in cdi.host_paths(spec) if not os.path.lexists(p)]
+    if missing:
+        raise StateError(
+            f"the CDI spec names host paths that do not exist on this node: {quote(missing)}",
+            code=ErrorCode.DEVICE_NOT_FOUND,
+            claim_uid=uid,
+            field="cdi-spec",
+        )
 
 
 def _inside(path: Path, root: Path, uid: str, clog: logs.ClaimLogger) -> bool:

@@ -31,6 +31,7 @@ from dra_driver.daemon.model import (
 )
 from dra_driver.devices import Die, Inventory
 from dra_driver.errors import ErrorCode, InvalidInput, StateError, Unavailable
+from dra_driver.testing import devroot
 from kubeletplugin.prepare import Preparer, PrepareSettings
 
 DRIVER = "npu.flexnpu.io"
@@ -110,6 +111,7 @@ class FakeDaemon:
     registered: dict[str, RegisterRequest] = field(default_factory=dict)
     fail_register: Exception | None = None
     fail_unregister: Exception | None = None
+    fail_uids: set[str] = field(default_factory=set)
     unregistered: list[str] = field(default_factory=list)
 
     def register(self, request: RegisterRequest) -> RegisterResult:
@@ -117,6 +119,7 @@ class FakeDaemon:
             raise self.fail_register
         self.registered[request.claim_uid] = request
         shm = self.shm_root / request.claim_uid
+        shm.mkdir(parents=True, exist_ok=True)
         return RegisterResult(
             entity_id=request.claim_uid,
             pid=4242,
@@ -146,6 +149,8 @@ class FakeDaemon:
         self.unregistered.append(claim_uid)
         if self.fail_unregister is not None:
             raise self.fail_unregister
+        if claim_uid in self.fail_uids:
+            raise Unavailable("daemon cannot stop this one")
         return self.registered.pop(claim_uid, None) is not None
 
 
@@ -210,6 +215,7 @@ def world(tmp_path: Path) -> World:
     daemon = FakeDaemon(tmp_path / "shm")
     status = FakeStatus()
     claims: dict[str, dict[str, Any]] = {}
+    devroot.build_device_root(tmp_path / "root", INVENTORY)
     preparer = Preparer(
         settings=PrepareSettings(
             driver_name=DRIVER,
@@ -514,3 +520,23 @@ def test_invalid_input_is_not_an_internal_error(world: World) -> None:
     res = world.preparer.prepare([ref])[ref.uid]
     assert isinstance(res.error, str) and "InvalidPath" in res.error
     assert not isinstance(InvalidInput("x"), StateError)
+
+
+def test_batched_unprepare_releases_every_claim_and_one_failure_stays_its_own(world: World) -> None:
+    refs = [_claim(world, f"c{i}", [_share(phy=i % 2, memory="128Mi", compute="1")]) for i in range(12)]
+    assert all(r.error == "" for r in world.preparer.prepare(refs).values())
+    world.daemon.fail_uids = {refs[5].uid}
+    out = world.preparer.unprepare(refs)
+    assert set(out) == {r.uid for r in refs}
+    assert refs[5].uid in out[refs[5].uid] and "daemon cannot stop this one" in out[refs[5].uid]
+    assert all(out[r.uid] == "" for r in refs if r is not refs[5])
+    assert [r.uid for r in refs if world.remains(r.uid) != NOTHING] == [refs[5].uid]
+    assert world.remains(refs[5].uid).state == ClaimState.UNPREPARE_STARTED
+
+
+def test_missing_device_node_fails_the_claim_before_its_spec_is_written(world: World) -> None:
+    (world.root / "root" / "dev" / "davinci1").unlink()
+    ref = _claim(world, "a", [_whole(phy=1)])
+    res = world.preparer.prepare([ref])[ref.uid]
+    assert "DeviceNotFound" in res.error and "dev/davinci1" in res.error and ref.uid in res.error
+    assert world.remains(ref.uid) == NOTHING
