@@ -47,7 +47,9 @@ class PlannedDevice:
     share_id: str | None
     consumed_capacity: Mapping[str, str]
     admin_access: bool
-    share: Share | None = None  # soft split: the quota the aclserver enforces
+    shares: tuple[
+        Share, ...
+    ] = ()  # soft split: the vNPUs (one, or N with ``vnpus: N``) the aclserver enforces
     config: sharing.VnpuConfig | None = None  # soft split: the resolved opaque config
 
     @property
@@ -85,7 +87,7 @@ class ClaimPlan:
     @property
     def shares(self) -> tuple[Share, ...]:
         """The claim's shares, in virtual-ID order."""
-        return tuple(d.share for d in self.devices if d.share is not None)
+        return tuple(sh for d in self.devices for sh in d.shares)
 
 
 def strip_subrequest(request: str) -> str:
@@ -257,16 +259,20 @@ def resolve_shares(plan: ClaimPlan) -> ClaimPlan:
              for c in plan.configs_for(d.request)),
             claim_uid=uid,
         )  # fmt: skip
-        share = Share(
-            virtual_id=vid,
-            die_phy_id=d.die.phy_id,
-            memory_bytes=quota.memory_bytes,
-            compute_percent=quota.compute_percent,
-            policy=str(cfg.policy),
-            memory_only=cfg.memory_only,
+        each = sharing.split(quota, cfg.vnpus, claim_uid=uid, field=fld) if cfg.vnpus > 1 else quota
+        shares = tuple(
+            Share(
+                virtual_id=vid + i,
+                die_phy_id=d.die.phy_id,
+                memory_bytes=each.memory_bytes,
+                compute_percent=each.compute_percent,
+                policy=str(cfg.policy),
+                memory_only=cfg.memory_only,
+            )
+            for i in range(cfg.vnpus)
         )
-        out.append(replace(d, share=share, config=cfg))
-        vid += 1
+        out.append(replace(d, shares=shares, config=cfg))
+        vid += cfg.vnpus
     return replace(plan, devices=tuple(out))
 
 

@@ -79,10 +79,10 @@ def render(
     prepared: list[PreparedDevice] = []
     for d in plan.devices:
         name = cdi.device_name(uid, d.device if not d.share_id else f"{d.device}-{d.share_id}")
-        if d.share is None:
+        if not d.shares:
             edits = cdi.whole_die_edits([d.die.device_node], device_root=layout.device_root)
         else:
-            edits = cdi.Edits(env=(f"FLEXNPU_VNPU_{d.share.virtual_id}={d.device}",))
+            edits = cdi.Edits(env=tuple(f"FLEXNPU_VNPU_{sh.virtual_id}={d.device}" for sh in d.shares))
         cdi_devices.append(cdi.CDIDevice(name=name, edits=edits))
         prepared.append(
             PreparedDevice(
@@ -146,14 +146,15 @@ def _client_conf(plan: ClaimPlan, endpoints: Endpoints, token: str) -> clientcon
         shm_dir=CONTAINER_SHM,
         shares=tuple(
             clientconf.ShareInfo(
-                virtual_id=d.share.virtual_id,
-                memory_bytes=d.share.memory_bytes,
-                compute_percent=d.share.compute_percent,
+                virtual_id=sh.virtual_id,
+                memory_bytes=sh.memory_bytes,
+                compute_percent=sh.compute_percent,
                 policy=d.config.policy,
-                memory_only=d.share.memory_only,
+                memory_only=sh.memory_only,
             )
             for d in plan.devices
-            if d.share is not None and d.config is not None
+            if d.config is not None
+            for sh in d.shares
         ),
     )
 
@@ -171,8 +172,8 @@ def _status(
         doc: JSON = {"driver": layout.driver_name, "pool": d.pool, "device": d.device}
         if d.share_id:
             doc["shareID"] = d.share_id
-        if d.share is not None:
-            sh = d.share
+        if d.shares:
+            sh = d.shares[0]
             data.update(
                 virtualID=sh.virtual_id,
                 memoryBytes=sh.memory_bytes,
@@ -180,6 +181,8 @@ def _status(
                 policy=sh.policy,
                 memoryOnly=sh.memory_only,
             )
+            if len(d.shares) > 1:  # equal distribution: every vNPU has the quota above
+                data["virtualIDs"] = [s.virtual_id for s in d.shares]
             if endpoints is not None and endpoints.tcp_port:
                 data["endpoint"] = f"{endpoints.tcp_host}:{endpoints.tcp_port}"
             if layout.control_link and layout.control_cidr:

@@ -8,6 +8,12 @@ Pure. Accepted in a DeviceClass's and a claim's ``config[].opaque.parameters`` w
     policy: elastic          # fixed | elastic | best-effort   (default: elastic)
     isolation: full          # full (memory + compute) | memory-only   (default: full)
     transport: auto          # auto (unix socket, TCP fallback) | unix | tcp   (default: auto)
+    vnpus: 2                 # equal distribution: split this share into N vNPUs   (default: 1)
+
+``vnpus: N`` is FlexNPU's equal distribution: the claim asks for the total (one share request,
+``memory: 256Mi, compute: "20"``) and the node divides it into N vNPUs of total/N each (devices
+0..N-1 in the container), served by the claim's one aclserver. A total that does not divide into
+whole 128 MiB steps and whole percents is refused.
 
 Precedence, per request: every class config, then every claim config, in order; a later
 config overrides only the fields it sets. Decoding is strict: an unknown field, a wrong type
@@ -30,6 +36,7 @@ __all__ = ["API_VERSION", "KIND", "Isolation", "Policy", "ShareQuota", "Transpor
 API_VERSION = "npu.flexnpu.io/v1alpha1"
 KIND = "VnpuConfig"
 MEMORY_STEP = 128 * MIB
+MAX_VNPUS = 16
 
 
 class Isolation(StrEnum):
@@ -48,6 +55,7 @@ class VnpuConfig:
     policy: Policy = Policy.ELASTIC
     isolation: Isolation = Isolation.FULL
     transport: Transport = Transport.AUTO
+    vnpus: int = 1
 
     @property
     def memory_only(self) -> bool:
@@ -57,7 +65,7 @@ class VnpuConfig:
 _ENUMS: dict[str, type[StrEnum]] = {"policy": Policy, "isolation": Isolation, "transport": Transport}
 
 
-def decode(params: Mapping[str, Any], *, claim_uid: str, where: str) -> dict[str, StrEnum]:
+def decode(params: Mapping[str, Any], *, claim_uid: str, where: str) -> dict[str, StrEnum | int]:
     """Strictly decode one ``parameters`` object into the fields it sets."""
 
     def bad(msg: str, fld: str) -> InvalidInput:
@@ -71,13 +79,20 @@ def decode(params: Mapping[str, Any], *, claim_uid: str, where: str) -> dict[str
         )
     if params.get("kind") != KIND:
         raise bad(f"kind must be {quote(KIND)}, got {quote(params.get('kind'))}", "kind")
-    out: dict[str, StrEnum] = {}
+    out: dict[str, StrEnum | int] = {}
     for key, value in params.items():
         if key in ("apiVersion", "kind"):
             continue
+        if key == "vnpus":
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise bad(f"must be a whole number, got {type(value).__name__}", key)
+            if not 1 <= value <= MAX_VNPUS:
+                raise bad(f"must be 1..{MAX_VNPUS}, got {value}", key)
+            out[key] = value
+            continue
         enum = _ENUMS.get(key)
         if enum is None:
-            raise bad(f"unknown field {quote(key)} (known: {', '.join(sorted(_ENUMS))})", key)
+            raise bad(f"unknown field {quote(key)} (known: {', '.join(sorted([*_ENUMS, 'vnpus']))})", key)
         if not isinstance(value, str):
             raise bad(f"must be a string, got {type(value).__name__}", key)
         try:
@@ -152,3 +167,20 @@ def share_quota(
             code=ErrorCode.QUOTA, claim_uid=claim_uid, field=f"{field}.compute",
         )  # fmt: skip
     return ShareQuota(memory_bytes=memory, compute_percent=compute)
+
+
+def split(quota: ShareQuota, vnpus: int, *, claim_uid: str, field: str) -> ShareQuota:
+    """The quota of each of ``vnpus`` equal vNPUs of ``quota`` (whole 128 MiB steps, whole percents)."""
+    if quota.memory_bytes % (vnpus * MEMORY_STEP):
+        raise InvalidInput(
+            f"memory {quota.memory_bytes // MIB}Mi does not divide into {vnpus} vNPUs of whole 128Mi steps",
+            code=ErrorCode.QUOTA, claim_uid=claim_uid, field=f"{field}.memory",
+        )  # fmt: skip
+    if quota.compute_percent % vnpus:
+        raise InvalidInput(
+            f"compute {quota.compute_percent}% does not divide into {vnpus} vNPUs of whole percents",
+            code=ErrorCode.QUOTA, claim_uid=claim_uid, field=f"{field}.compute",
+        )  # fmt: skip
+    return ShareQuota(
+        memory_bytes=quota.memory_bytes // vnpus, compute_percent=quota.compute_percent // vnpus
+    )

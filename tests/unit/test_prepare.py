@@ -540,3 +540,52 @@ def test_missing_device_node_fails_the_claim_before_its_spec_is_written(world: W
     res = world.preparer.prepare([ref])[ref.uid]
     assert "DeviceNotFound" in res.error and "dev/davinci1" in res.error and ref.uid in res.error
     assert world.remains(ref.uid) == NOTHING
+
+
+def _vnpus(n: object) -> list[dict[str, Any]]:
+    params = {"apiVersion": "npu.flexnpu.io/v1alpha1", "kind": "VnpuConfig", "vnpus": n}
+    return [{"source": "FromClaim", "requests": ["vnpu"], "opaque": {"driver": DRIVER, "parameters": params}}]
+
+
+def test_equal_distribution_splits_one_share_into_n_vnpus_of_one_aclserver(world: World) -> None:
+    ref = _claim(world, "a", [_share(memory="512Mi", compute="20")], _vnpus(4))
+    res = world.preparer.prepare([ref])[ref.uid]
+    assert res.error == "" and len(res.devices) == 1  # one allocated device, one CDI device
+    conf = clientconf.load(world.conf(ref.uid))
+    assert [(s.virtual_id, s.memory_bytes, s.compute_percent) for s in conf.shares] == [
+        (i, 128 * MIB, 5) for i in range(4)
+    ]
+    (request,) = world.daemon.registered.values()  # one aclserver serves all four
+    assert [(s.virtual_id, s.die_phy_id, s.memory_bytes) for s in request.shares] == [
+        (i, 0, 128 * MIB) for i in range(4)
+    ]
+    spec = json.loads(world.spec(ref.uid).read_text())
+    assert "FLEXNPU_VISIBLE_VNPUS=0,1,2,3" in spec["containerEdits"]["env"]
+    (dev,) = spec["devices"]
+    assert dev["containerEdits"]["env"] == [f"FLEXNPU_VNPU_{i}=vnpu-0" for i in range(4)]
+    (doc,) = world.status.written[ref.uid]
+    assert doc["data"]["virtualIDs"] == [0, 1, 2, 3] and doc["data"]["memoryBytes"] == 128 * MIB
+
+
+@pytest.mark.parametrize(
+    ("memory", "compute", "n", "field"),
+    [
+        pytest.param("256Mi", "20", 3, "memory", id="memory-not-whole-steps"),
+        pytest.param("256Mi", "25", 2, "compute", id="compute-not-whole-percents"),
+        pytest.param("128Mi", "10", 2, "memory", id="less-than-a-step-each"),
+    ],
+)
+def test_equal_distribution_that_does_not_divide_is_refused(
+    world: World, memory: str, compute: str, n: int, field: str
+) -> None:
+    ref = _claim(world, "a", [_share(memory=memory, compute=compute)], _vnpus(n))
+    res = world.preparer.prepare([ref])[ref.uid]
+    assert "QuotaInvalid" in res.error and f"consumedCapacity.{field}" in res.error and "divide" in res.error
+    assert world.remains(ref.uid) == NOTHING
+
+
+@pytest.mark.parametrize("n", [0, 17, "2", True, 1.5], ids=["zero", "too-many", "string", "bool", "float"])
+def test_bad_vnpus_value_is_a_clear_error(world: World, n: object) -> None:
+    ref = _claim(world, "a", [_share()], _vnpus(n))
+    res = world.preparer.prepare([ref])[ref.uid]
+    assert "InvalidOpaqueConfig" in res.error and "opaque.parameters.vnpus" in res.error
