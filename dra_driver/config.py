@@ -15,6 +15,9 @@ from pathlib import Path
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.errors import ErrorCode, InvalidInput
 
+DEFAULT_CLIENT_LIBRARY = "/usr/lib/flexnpu/libascendcl.so"
+"""Where ``make -C libascendcl install PREFIX=/usr/lib/flexnpu`` puts the C client on a node."""
+
 
 @dataclass(frozen=True, slots=True)
 class Flag:
@@ -83,6 +86,11 @@ PLUGIN_FLAGS: tuple[Flag, ...] = (
         "30",
         "how often dies are discovered again for health and inventory changes (0 = never)",
     ),
+    Flag(
+        "client-library",
+        DEFAULT_CLIENT_LIBRARY,
+        "host path of FlexNPU's libascendcl.so client that share CDI specs inject (its ld.so.preload beside it)",
+    ),
 )
 
 
@@ -124,6 +132,7 @@ class Config:
     residual_grace_seconds: float = 300.0
     reconcile_period_seconds: float = 60.0
     rediscover_seconds: float = 30.0
+    client_library: Path = Path(DEFAULT_CLIENT_LIBRARY)
     max_shares_per_die: int = 63
     extra: Mapping[str, str] = field(default_factory=dict)
 
@@ -265,6 +274,9 @@ def build(values: Mapping[str, str | None]) -> Config:
             "reconcile-period-seconds", values.get("reconcile_period_seconds") or "60"
         ),
         rediscover_seconds=_number("rediscover-seconds", values.get("rediscover_seconds") or "30"),
+        client_library=path("client_library")
+        if values.get("client_library")
+        else Path(DEFAULT_CLIENT_LIBRARY),
         max_shares_per_die=_max_shares(values.get("max_shares_per_die")),
     )
 

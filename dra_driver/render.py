@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from dra_driver import cdi, clientconf
+from dra_driver import cdi, clientconf, interposition
 from dra_driver.claims import PreparedDevice
 from dra_driver.daemon.model import Endpoints
 from dra_driver.devices import DieMode
@@ -67,11 +67,14 @@ def render(
     layout: NodeLayout,
     token: str,
     driver_mounts: Sequence[str] = (),
+    client_library: interposition.ClientLibrary | None = None,
     now: str,
 ) -> Rendered:
     """The claim's CDI spec, kubelet devices, client.conf and status (``endpoints``: the aclserver's).
 
-    ``driver_mounts`` are the entries of ``node_files.DRIVER_MOUNTS`` present on this node.
+    ``driver_mounts`` are the entries of ``node_files.DRIVER_MOUNTS`` present on this node;
+    ``client_library`` is the node's ``libascendcl.so`` as probed (``dra_driver/interposition.py``).
+    Raises InvalidInput when the claim's ``interposition`` cannot be served.
     """
     uid = plan.ref.uid
     conf_dir = layout.conf_dir(uid)
@@ -96,7 +99,7 @@ def render(
     spec = cdi.Spec(
         kind=layout.cdi_kind,
         devices=tuple(cdi_devices),
-        edits=_shared_edits(plan, endpoints, layout, driver_mounts),
+        edits=_shared_edits(plan, endpoints, layout, driver_mounts, client_library),
     )
     conf = _client_conf(plan, endpoints, token) if endpoints is not None and plan.shares else None
     status = _status(plan, prepared, endpoints, layout, now)
@@ -104,7 +107,11 @@ def render(
 
 
 def _shared_edits(
-    plan: ClaimPlan, endpoints: Endpoints | None, layout: NodeLayout, driver_mounts: Sequence[str]
+    plan: ClaimPlan,
+    endpoints: Endpoints | None,
+    layout: NodeLayout,
+    driver_mounts: Sequence[str],
+    client_library: interposition.ClientLibrary | None,
 ) -> cdi.Edits:
     env = {"FLEXNPU_CLAIM_UID": plan.ref.uid}
     nodes: tuple[str, ...] = ()
@@ -115,9 +122,14 @@ def _shared_edits(
         nodes = tuple(node_files.SHARED_DEVICE_NODES)
         mounts = tuple(p for p in node_files.DRIVER_MOUNTS if p in driver_mounts)
     with_aclserver = endpoints is not None and bool(plan.shares)
+    injected = cdi.Edits()
     if with_aclserver:
         env["FLEXNPU_CONF"] = CONTAINER_CONF
         env["FLEXNPU_VISIBLE_VNPUS"] = ",".join(str(sh.virtual_id) for sh in plan.shares)
+        lib = client_library or interposition.ClientLibrary(library="", preload_list="", installed=False)
+        cfgs = [d.config for d in plan.devices if d.config is not None]
+        injected = interposition.for_claim(cfgs, lib, claim_uid=plan.ref.uid).edits
+        env.update({k: v for k, _, v in (e.partition("=") for e in injected.env)})
     edits = cdi.shared_edits(nodes, mounts, device_root=layout.device_root, env=env)
     if with_aclserver and endpoints is not None:
         conf_dir = layout.conf_dir(plan.ref.uid)
@@ -127,6 +139,7 @@ def _shared_edits(
                 *edits.mounts,
                 cdi.Mount(str(conf_dir / "client.conf"), CONTAINER_CONF, ("ro", "nosuid", "nodev", "rbind")),
                 cdi.Mount(endpoints.shm_dir, CONTAINER_SHM, ("rw", "nosuid", "nodev", "rbind")),
+                *injected.mounts,
             ),
         )
     return edits

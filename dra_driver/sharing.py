@@ -8,6 +8,7 @@ Pure. Accepted in a DeviceClass's and a claim's ``config[].opaque.parameters`` w
     policy: elastic          # fixed | elastic | best-effort   (default: elastic)
     isolation: full          # full (memory + compute) | memory-only   (default: full)
     transport: auto          # auto (unix socket, TCP fallback) | unix | tcp   (default: auto)
+    interposition: auto      # auto | preload | none: inject libascendcl.so (dra_driver/interposition.py)
     vnpus: 2                 # equal distribution: split this share into N vNPUs   (default: 1)
 
 ``vnpus: N`` is FlexNPU's equal distribution: the claim asks for the total (one share request,
@@ -31,7 +32,16 @@ from dra_driver.aclserver.codes import Policy
 from dra_driver.devices import MIB
 from dra_driver.errors import ErrorCode, InvalidInput, quote
 
-__all__ = ["API_VERSION", "KIND", "Isolation", "Policy", "ShareQuota", "Transport", "VnpuConfig"]
+__all__ = [
+    "API_VERSION",
+    "KIND",
+    "Interposition",
+    "Isolation",
+    "Policy",
+    "ShareQuota",
+    "Transport",
+    "VnpuConfig",
+]
 
 API_VERSION = "npu.flexnpu.io/v1alpha1"
 KIND = "VnpuConfig"
@@ -50,11 +60,18 @@ class Transport(StrEnum):
     TCP = "tcp"
 
 
+class Interposition(StrEnum):
+    AUTO = "auto"
+    PRELOAD = "preload"
+    NONE = "none"
+
+
 @dataclass(frozen=True, slots=True)
 class VnpuConfig:
     policy: Policy = Policy.ELASTIC
     isolation: Isolation = Isolation.FULL
     transport: Transport = Transport.AUTO
+    interposition: Interposition = Interposition.AUTO
     vnpus: int = 1
 
     @property
@@ -62,7 +79,12 @@ class VnpuConfig:
         return self.isolation == Isolation.MEMORY_ONLY
 
 
-_ENUMS: dict[str, type[StrEnum]] = {"policy": Policy, "isolation": Isolation, "transport": Transport}
+_ENUMS: dict[str, type[StrEnum]] = {
+    "policy": Policy,
+    "isolation": Isolation,
+    "transport": Transport,
+    "interposition": Interposition,
+}
 
 
 def decode(params: Mapping[str, Any], *, claim_uid: str, where: str) -> dict[str, StrEnum | int]:

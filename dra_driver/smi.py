@@ -96,7 +96,7 @@ def _info_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _info(args: argparse.Namespace, client: DaemonClient, out: TextIO) -> int:
-    entities = client.list()
+    entities = client.list(probe=True)
     if args.json:
         json.dump({"entities": [_jsonable(e) for e in entities]}, out, indent=2, sort_keys=True)
         out.write("\n")

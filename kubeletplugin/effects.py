@@ -24,9 +24,10 @@ from typing import Any, Protocol
 
 import tenacity
 
-from dra_driver import cdi, clientconf, files, logs, paths, render
+from dra_driver import cdi, clientconf, files, interposition, logs, paths, render
 from dra_driver.checkpoint import ClaimEntry, Effect, EffectKind, Registration, StatusRecord
 from dra_driver.claims import ClaimRef
+from dra_driver.config import DEFAULT_CLIENT_LIBRARY
 from dra_driver.daemon.model import Endpoints, EntityInfo, RegisterRequest, RegisterResult
 from dra_driver.discovery import node_files
 from dra_driver.errors import ErrorCode, StateError, Unavailable, quote
@@ -66,6 +67,7 @@ class PrepareSettings:
     control_address: str = "127.0.0.1"
     control_cidr: str = ""
     daemon_retry_seconds: float = 30.0
+    client_library: Path = Path(DEFAULT_CLIENT_LIBRARY)
 
     @property
     def layout(self) -> render.NodeLayout:
@@ -91,6 +93,7 @@ class Job:
     plan: ClaimPlan
     token: str
     layout: render.NodeLayout
+    client_library: Path | None = None
     registration: RegisterResult | None = None
     _rendered: render.Rendered | None = None
 
@@ -107,12 +110,16 @@ class Job:
                 for p in node_files.DRIVER_MOUNTS
                 if Path(cdi.host_path(self.layout.device_root, p)).exists()
             )
+            lib = None
+            if self.client_library is not None:
+                lib = interposition.client_library(str(self.client_library), is_file=os.path.isfile)
             self._rendered = render.render(
                 self.plan,
                 self.endpoints,
                 layout=self.layout,
                 token=self.token,
                 driver_mounts=mounts,
+                client_library=lib,
                 now=now(),
             )
         return self._rendered
@@ -127,6 +134,11 @@ class Effects:
         self.settings = settings
         self.daemon = daemon
         self.status = status
+
+    def job(self, plan: ClaimPlan, token: str) -> Job:
+        """A prepare of ``plan`` on this node (its layout and client library)."""
+        s = self.settings
+        return Job(plan=plan, token=token, layout=s.layout, client_library=s.client_library)
 
     def planned(self, job: Job) -> tuple[Effect, ...]:
         """The effects a new prepare makes, in order (recorded before the first is made)."""

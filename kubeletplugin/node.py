@@ -84,6 +84,7 @@ class NodeCore:
                 control_address=self.link.address if cfg.control_link else "127.0.0.1",
                 control_cidr=cfg.control_link_cidr if cfg.control_link else "",
                 daemon_retry_seconds=cfg.daemon_retry_seconds,
+                client_library=cfg.client_library,
             ),
             store=self.store,
             get_claim=self.kube.get_claim,

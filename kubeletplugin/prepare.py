@@ -166,7 +166,7 @@ class Preparer:
         self, plan: ClaimPlan, lock: ClaimLockHandle, clog: logs.ClaimLogger
     ) -> tuple[PreparedDevice, ...]:
         uid = plan.ref.uid
-        job = Job(plan=plan, token=secrets.token_hex(32), layout=self.settings.layout)
+        job = self.effects.job(plan, secrets.token_hex(32))
         intent = ClaimEntry(
             uid=uid,
             namespace=plan.ref.namespace,
@@ -222,7 +222,7 @@ class Preparer:
     ) -> tuple[PreparedDevice, ...]:
         """Repeat prepare of a completed claim: put back what is missing, refresh the status."""
         rec = entry.registration
-        job = Job(plan=plan, token=rec.token if rec else "", layout=self.settings.layout)
+        job = self.effects.job(plan, rec.token if rec else "")
         self.effects.ensure(entry, job, clog)
         docs = job.rendered.status
         new = entry.with_effect(Effect(EffectKind.CLAIM_STATUS, entry.uid)).with_details(

@@ -31,12 +31,19 @@ if [ ! -x "$VENV/bin/python" ]; then
   fi
 fi
 STAMP="$VENV/.flexnpu-installed"
-WANT="$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)"
+WANT="$(cat "$ROOT/pyproject.toml" "$ROOT/client/pyproject.toml" | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
   echo "bootstrap: installing the project and its dependencies into $VENV" >&2
   "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+  # The container client distribution first: the driver depends on it and it is not on PyPI.
+  "$VENV/bin/python" -m pip install -q -e "$ROOT/client" 2>&1 | grep -v -e '^WARNING: Location' >&2 || true
   "$VENV/bin/python" -m pip install -q -e "$ROOT[dev]" 2>&1 | grep -v -e '^WARNING: Location' >&2 || true
-  "$VENV/bin/python" -c 'import dra_driver, grpc, kubernetes, pyroute2' || { echo "bootstrap: install failed" >&2; exit 1; }
+  "$VENV/bin/python" -c 'import dra_driver, flexnpu_client, flexnpu_wire, grpc, kubernetes, pyroute2' || { echo "bootstrap: install failed" >&2; exit 1; }
   echo "$WANT" >"$STAMP"
 fi
 export PATH="$VENV/bin:$PATH"
+# The C client (libascendcl/): gcc and make from apt, then make (a no-op when nothing changed).
+if ! command -v cc >/dev/null 2>&1 || ! command -v make >/dev/null 2>&1; then
+  apt_install gcc make libc6-dev
+fi
+make -s -C "$ROOT/libascendcl" >/dev/null

@@ -87,18 +87,24 @@ class UnregisterResponse(_message.Message):
     def __init__(self, found: _Optional[bool] = ...) -> None: ...
 
 class ListRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("probe",)
+    PROBE_FIELD_NUMBER: _ClassVar[int]
+    probe: bool
+    def __init__(self, probe: _Optional[bool] = ...) -> None: ...
 
 class ShareUsage(_message.Message):
-    __slots__ = ("share", "memory_used_bytes", "compute_used_percent")
+    __slots__ = ("share", "memory_used_bytes", "compute_used_percent", "compute_used_us", "sessions")
     SHARE_FIELD_NUMBER: _ClassVar[int]
     MEMORY_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
     COMPUTE_USED_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_USED_US_FIELD_NUMBER: _ClassVar[int]
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
     share: Share
     memory_used_bytes: int
     compute_used_percent: int
-    def __init__(self, share: _Optional[_Union[Share, _Mapping]] = ..., memory_used_bytes: _Optional[int] = ..., compute_used_percent: _Optional[int] = ...) -> None: ...
+    compute_used_us: int
+    sessions: int
+    def __init__(self, share: _Optional[_Union[Share, _Mapping]] = ..., memory_used_bytes: _Optional[int] = ..., compute_used_percent: _Optional[int] = ..., compute_used_us: _Optional[int] = ..., sessions: _Optional[int] = ...) -> None: ...
 
 class Entity(_message.Message):
     __slots__ = ("entity_id", "namespace", "name", "shares", "pid", "state", "endpoints", "restarts", "rss_bytes", "started_at", "message")

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from dra_driver.aclserver import codes
+from dra_driver.aclserver.codes import Policy
 from dra_driver.aclserver.ledger import DieLedger
 from dra_driver.aclserver.spec import AclServerSpec, ShareSpec
 
@@ -49,7 +50,12 @@ class AclFailure(Exception):
 
 
 class Backend(Protocol):
-    """What the session layer needs from a device. Pointers are opaque ints the backend owns."""
+    """What the session layer needs from a device. Pointers are opaque ints the backend owns.
+
+    ``owner`` is the session an allocation belongs to: a session sees and frees only its own
+    allocations, and ``release_all(owner=...)`` frees exactly one session's (0 / None: any).
+    The memory quota is the claim's, shared by every owner.
+    """
 
     def device_count(self) -> int: ...
 
@@ -57,15 +63,15 @@ class Backend(Protocol):
         """(free, total) of the device's memory quota."""
         ...
 
-    def malloc(self, device: int, size: int, policy: int) -> int: ...
+    def malloc(self, device: int, size: int, policy: int, *, owner: int = 0) -> int: ...
 
-    def free(self, ptr: int) -> None: ...
+    def free(self, ptr: int, *, owner: int = 0) -> None: ...
 
-    def device_view(self, ptr: int, count: int) -> memoryview:
+    def device_view(self, ptr: int, count: int, *, owner: int = 0) -> memoryview:
         """A writable view of ``count`` bytes at ``ptr`` (AclFailure if not one owned allocation)."""
         ...
 
-    def memset(self, ptr: int, value: int, count: int) -> None: ...
+    def memset(self, ptr: int, value: int, count: int, *, owner: int = 0) -> None: ...
 
     def acquire_slice(self, device: int, want_us: int, cancel: threading.Event) -> tuple[float, float] | None:
         """Block until the device's die grants a compute slice of at most ``want_us`` under its
@@ -73,12 +79,18 @@ class Backend(Protocol):
         slices are booked just before the die frees), or None if ``cancel`` was set first."""
         ...
 
-    def complete_kernel(self, *, out_ptr: int, tag: int, input_view: memoryview | None) -> None:
+    def complete_kernel(
+        self, *, out_ptr: int, tag: int, input_view: memoryview | None, owner: int = 0
+    ) -> None:
         """Produce a finished kernel's visible result (tag and CRC32 of its input at ``out_ptr``)."""
         ...
 
-    def release_all(self) -> None:
-        """Free every allocation (a client disconnected or finalized)."""
+    def compute_usage(self, device: int) -> tuple[int, int]:
+        """(die microseconds used so far, compute quota in percent) of a device."""
+        ...
+
+    def release_all(self, *, owner: int | None = None) -> None:
+        """Free every allocation of ``owner`` (a session ended or finalized); None: of everyone."""
         ...
 
     def close(self) -> None: ...
@@ -90,6 +102,7 @@ class _Allocation:
     size: int
     accounted: int
     device: int
+    owner: int
     buf: bytearray | mmap.mmap
     view: memoryview = field(init=False)
 
@@ -104,6 +117,7 @@ class _Share:
         self.slot = slot
         self.used = 0
         self.count = 0
+        self.consumed_us = 0
 
 
 class EmulatedBackend:
@@ -120,12 +134,14 @@ class EmulatedBackend:
             for share in sorted(spec.shares, key=lambda s: s.virtual_id):
                 ledger = self._ledgers.get(share.die_phy_id)
                 if ledger is None:
-                    ledger = self._ledgers[share.die_phy_id] = DieLedger(spec.ledger_dir, share.die_phy_id)
+                    ledger = self._ledgers[share.die_phy_id] = DieLedger(
+                        spec.ledger_dir, share.die_phy_id, max_shares=spec.max_shares_per_die
+                    )
                 slot = ledger.register(
                     claim_uid=spec.claim_uid,
                     virtual_id=share.virtual_id,
                     quota=share.compute_percent,
-                    policy=share.policy,
+                    policy=Policy(share.policy),
                     memory_only=share.memory_only,
                     mem_quota=share.memory_bytes,
                 )
@@ -138,10 +154,11 @@ class EmulatedBackend:
         return len(self._shares)
 
     def mem_info(self, device: int) -> tuple[int, int]:
-        share = self._share(device)
-        return share.spec.memory_bytes - share.used, share.spec.memory_bytes
+        share = self._shares[device] if 0 <= device < len(self._shares) else self._share(device)
+        total = share.spec.memory_bytes
+        return total - share.used, total
 
-    def malloc(self, device: int, size: int, policy: int) -> int:
+    def malloc(self, device: int, size: int, policy: int, *, owner: int = 0) -> int:
         share = self._share(device)
         if size <= 0:
             raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, f"malloc size must be positive, got {size}")
@@ -168,7 +185,7 @@ class EmulatedBackend:
             )
             base = self._next
             self._next += -(-(size + _PTR_GAP) // _PTR_GAP) * _PTR_GAP
-            self._allocs[base] = _Allocation(base, size, accounted, device, buf)
+            self._allocs[base] = _Allocation(base, size, accounted, device, owner, buf)
             bisect.insort(self._bases, base)
             share.used += accounted
             share.count += 1
@@ -176,13 +193,14 @@ class EmulatedBackend:
         share.ledger.set_mem_used(share.slot, used)
         return base
 
-    def free(self, ptr: int) -> None:
+    def free(self, ptr: int, *, owner: int = 0) -> None:
         with self._lock:
-            alloc = self._allocs.pop(ptr, None)
-            if alloc is None:
+            alloc = self._allocs.get(ptr)
+            if alloc is None or (owner and alloc.owner != owner):
                 raise AclFailure(
                     codes.ACL_ERROR_INVALID_PARAM, f"pointer {ptr:#x} is not an allocation of this client"
                 )
+            del self._allocs[ptr]
             del self._bases[bisect.bisect_left(self._bases, ptr)]
             share = self._shares[alloc.device]
             share.used -= alloc.accounted
@@ -190,8 +208,8 @@ class EmulatedBackend:
             used = share.used
         share.ledger.set_mem_used(share.slot, used)
 
-    def device_view(self, ptr: int, count: int) -> memoryview:
-        alloc = self._find(ptr)
+    def device_view(self, ptr: int, count: int, *, owner: int = 0) -> memoryview:
+        alloc = self._find(ptr, owner)
         offset = ptr - alloc.base
         if count < 0 or offset + count > alloc.size:
             raise AclFailure(
@@ -200,34 +218,55 @@ class EmulatedBackend:
             )
         return alloc.view[offset : offset + count]
 
-    def memset(self, ptr: int, value: int, count: int) -> None:
+    def memset(self, ptr: int, value: int, count: int, *, owner: int = 0) -> None:
         if not 0 <= value <= 255:
             raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, f"memset value must be a byte, got {value}")
-        view = self.device_view(ptr, count)
+        view = self.device_view(ptr, count, owner=owner)
         view[:] = bytes([value]) * count
 
     def acquire_slice(self, device: int, want_us: int, cancel: threading.Event) -> tuple[float, float] | None:
         share = self._share(device)
-        return share.ledger.acquire(share.slot, want_us, cancel)
+        grant = share.ledger.acquire(share.slot, want_us, cancel)
+        if grant is not None:
+            with self._lock:
+                share.consumed_us += round((grant[1] - grant[0]) * 1e6)
+        return grant
 
-    def complete_kernel(self, *, out_ptr: int, tag: int, input_view: memoryview | None) -> None:
+    def compute_usage(self, device: int) -> tuple[int, int]:
+        share = self._share(device)
+        with self._lock:
+            return share.consumed_us, share.spec.compute_percent
+
+    def complete_kernel(
+        self, *, out_ptr: int, tag: int, input_view: memoryview | None, owner: int = 0
+    ) -> None:
         checksum = zlib.crc32(input_view) if input_view is not None else 0
         if out_ptr:
             # freed while the kernel ran: the result has nowhere to go, as on a device
             with contextlib.suppress(AclFailure):
-                self.device_view(out_ptr, KERNEL_RESULT_BYTES)[:] = _RESULT.pack(tag & (2**64 - 1), checksum)
+                self.device_view(out_ptr, KERNEL_RESULT_BYTES, owner=owner)[:] = _RESULT.pack(
+                    tag & (2**64 - 1), checksum
+                )
 
-    def release_all(self) -> None:
+    def release_all(self, *, owner: int | None = None) -> None:
         with self._lock:
-            allocs = list(self._allocs.values())
-            self._allocs.clear()
-            self._bases.clear()
-            for share in self._shares:
-                share.used = 0
-                share.count = 0
+            if owner is None:
+                allocs = list(self._allocs.values())
+                self._allocs.clear()
+                self._bases.clear()
+            else:
+                allocs = [a for a in self._allocs.values() if a.owner == owner]
+                for a in allocs:
+                    del self._allocs[a.base]
+                self._bases = sorted(self._allocs)
+            for a in allocs:
+                share = self._shares[a.device]
+                share.used -= a.accounted
+                share.count -= 1
+            used = [(share, share.used) for share in self._shares]
         allocs.clear()  # views handed out (a running kernel's input) keep their buffer alive
-        for share in self._shares:
-            share.ledger.set_mem_used(share.slot, 0)
+        for share, value in used:
+            share.ledger.set_mem_used(share.slot, value)
 
     def close(self) -> None:
         self.release_all()
@@ -246,11 +285,11 @@ class EmulatedBackend:
             )
         return self._shares[device]
 
-    def _find(self, ptr: int) -> _Allocation:
+    def _find(self, ptr: int, owner: int = 0) -> _Allocation:
         with self._lock:
             i = bisect.bisect_right(self._bases, ptr) - 1
             alloc = self._allocs[self._bases[i]] if i >= 0 else None
-        if alloc is None or ptr >= alloc.base + alloc.size:
+        if alloc is None or ptr >= alloc.base + alloc.size or (owner and alloc.owner != owner):
             raise AclFailure(
                 codes.ACL_ERROR_INVALID_PARAM, f"pointer {ptr:#x} is not an allocation of this client"
             )

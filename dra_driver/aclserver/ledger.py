@@ -5,9 +5,12 @@ same-policy rule, liveness (entries of dead or zombie pids are dropped, so a SIG
 reservation disappears) and the blocking ``acquire`` loop around ``scheduling.decide``.
 The ledger never trusts a client: only aclservers write it, with time they measured themselves.
 
-File ``<ledger_dir>/die-<phy>.ledger``: a header (magic, version, die, busy_until, busy_slot)
-then ``MAX_ENTRIES`` fixed-size entries (pid, process start time, claim, share, quota, policy,
-memory_only, waiting flag, period use, consumed time, memory use, kernel count).
+File ``<ledger_dir>/die-<phy>.ledger``: a header (magic, version, die, busy_until, busy_slot,
+slots) then ``slots`` fixed-size entries (pid, process start time, claim, share, quota, policy,
+memory_only, waiting flag, period use, consumed time, memory use, kernel count). ``slots`` is
+the configured per-die share limit (``max_shares_per_die``, 63 by default) of the aclserver that
+created the file; a file written before the field existed reads 0 there and has 64 slots.
+Registration refuses a share when the die already has ``max_shares_per_die`` live entries.
 """
 
 from __future__ import annotations
@@ -24,16 +27,26 @@ from pathlib import Path
 from dra_driver.aclserver import scheduling
 from dra_driver.aclserver.codes import Policy
 from dra_driver.errors import ErrorCode, StateError, Unavailable
+from flexnpu_wire.launch import DEFAULT_MAX_SHARES_PER_DIE
 
-__all__ = ["MAX_ENTRIES", "DieLedger", "LedgerEntry", "ledger_path", "read_entries"]
+__all__ = ["DEFAULT_MAX_SHARES", "MAX_ENTRIES", "DieLedger", "LedgerEntry", "ledger_path", "read_entries"]
 
 MAGIC = b"FNPULDG1"
 VERSION = 1
+DEFAULT_MAX_SHARES = DEFAULT_MAX_SHARES_PER_DIE
 MAX_ENTRIES = 64
+"""Slots of a ledger file written before the header recorded its slot count."""
 _HEADER = struct.Struct("<8sIIdi")
+_SLOTS = struct.Struct("<I")
+_SLOTS_OFFSET = 28
 _ENTRY = struct.Struct("<BBBBiiiQ48sqqqdQQQd")
 _HEADER_SIZE = 64
-_FILE_SIZE = _HEADER_SIZE + MAX_ENTRIES * _ENTRY.size
+
+
+def _file_size(slots: int) -> int:
+    return _HEADER_SIZE + slots * _ENTRY.size
+
+
 _LIVENESS_EVERY_S = 0.2
 
 
@@ -82,7 +95,7 @@ def read_entries(ledger_dir: str, die_phy_id: int) -> list[LedgerEntry]:
     path = ledger_path(ledger_dir, die_phy_id)
     if not os.path.exists(path):
         return []
-    ledger = DieLedger(ledger_dir, die_phy_id)
+    ledger = DieLedger(ledger_dir, die_phy_id, create=False)
     try:
         return ledger.entries()
     finally:
@@ -92,27 +105,48 @@ def read_entries(ledger_dir: str, die_phy_id: int) -> list[LedgerEntry]:
 class DieLedger:
     """An open die ledger. One instance per die per process; thread-safe."""
 
-    def __init__(self, ledger_dir: str, die_phy_id: int) -> None:
+    def __init__(
+        self, ledger_dir: str, die_phy_id: int, *, max_shares: int = DEFAULT_MAX_SHARES, create: bool = True
+    ) -> None:
         self.die = die_phy_id
         self.path = ledger_path(ledger_dir, die_phy_id)
-        Path(ledger_dir).mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        self.max_shares = max_shares
+        if create:
+            Path(ledger_dir).mkdir(parents=True, exist_ok=True)
+        flags = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | (os.O_CREAT if create else 0)
+        self._fd = os.open(self.path, flags, 0o600)
         self._tlock = threading.Lock()
         self._last_liveness = 0.0
-        with self._tlock:
-            fcntl.flock(self._fd, fcntl.LOCK_EX)
-            try:
-                if os.fstat(self._fd).st_size < _FILE_SIZE:
-                    os.ftruncate(self._fd, _FILE_SIZE)
-                self._mm = mmap.mmap(self._fd, _FILE_SIZE)
-                magic, version, _die, _busy, _slot = _HEADER.unpack_from(self._mm, 0)
-                if magic != MAGIC:
-                    self._mm[:_FILE_SIZE] = bytes(_FILE_SIZE)
-                    _HEADER.pack_into(self._mm, 0, MAGIC, VERSION, die_phy_id, 0.0, -1)
-                elif version != VERSION:
-                    raise StateError(f"ledger {self.path} has version {version}, expected {VERSION}")
-            finally:
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
+        try:
+            with self._tlock:
+                fcntl.flock(self._fd, fcntl.LOCK_EX)
+                try:
+                    self._open_mapping(max_shares)
+                finally:
+                    fcntl.flock(self._fd, fcntl.LOCK_UN)
+        except BaseException:
+            os.close(self._fd)
+            raise
+
+    def _open_mapping(self, max_shares: int) -> None:
+        size = os.fstat(self._fd).st_size
+        head = os.pread(self._fd, _HEADER_SIZE, 0) if size >= _HEADER_SIZE else b""
+        if len(head) == _HEADER_SIZE and head[:8] == MAGIC:
+            (_magic, version, _die, _busy, _slot) = _HEADER.unpack_from(head, 0)
+            if version != VERSION:
+                raise StateError(f"ledger {self.path} has version {version}, expected {VERSION}")
+            (slots,) = _SLOTS.unpack_from(head, _SLOTS_OFFSET)
+            self.slots = slots or MAX_ENTRIES
+            if size < _file_size(self.slots):
+                os.ftruncate(self._fd, _file_size(self.slots))
+            self._mm = mmap.mmap(self._fd, _file_size(self.slots))
+            return
+        self.slots = max_shares
+        os.ftruncate(self._fd, _file_size(self.slots))
+        self._mm = mmap.mmap(self._fd, _file_size(self.slots))
+        self._mm[: _file_size(self.slots)] = bytes(_file_size(self.slots))
+        _HEADER.pack_into(self._mm, 0, MAGIC, VERSION, self.die, 0.0, -1)
+        _SLOTS.pack_into(self._mm, _SLOTS_OFFSET, self.slots)
 
     # -- registration -------------------------------------------------------------------------
 
@@ -143,10 +177,13 @@ class DieLedger:
                         field="policy",
                     )
             used = {e.slot for e in entries}
-            free = [i for i in range(MAX_ENTRIES) if i not in used]
-            if not free:
+            free = [i for i in range(self.slots) if i not in used]
+            limit = min(self.slots, self.max_shares)
+            if not free or len(entries) >= limit:
                 raise Unavailable(
-                    f"ledger of die {self.die} is full ({MAX_ENTRIES} shares)", claim_uid=claim_uid
+                    f"die {self.die} already serves {len(entries)} shares, its limit (max_shares_per_die {limit})",
+                    claim_uid=claim_uid,
+                    field="max_shares_per_die",
                 )
             slot = free[0]
             raw = _ENTRY.pack(
@@ -299,7 +336,7 @@ class DieLedger:
         self._mm[off : off + _ENTRY.size] = raw
 
     def _live_entries(self, *, force: bool) -> list[LedgerEntry]:
-        entries = [e for e in (self._decode(i) for i in range(MAX_ENTRIES)) if e is not None]
+        entries = [e for e in (self._decode(i) for i in range(self.slots)) if e is not None]
         now = time.monotonic()
         if not force and now - self._last_liveness < _LIVENESS_EVERY_S:
             return entries

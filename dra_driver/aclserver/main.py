@@ -4,8 +4,11 @@ The launch contract with flexnpu-daemon: read the spec (``load_spec``), register
 its die's ledger, listen on TCP and the unix socket, then write ``ready_file`` atomically. On
 SIGTERM (or SIGINT): stop accepting, release sessions, ledger entries and shm buffers, remove
 the unix socket and the ready file, exit 0. ``run`` can be called in a process forked from a
-pre-imported zygote. Exit codes: 0 clean, 2 bad spec, 3 ledger refused (policy conflict, full),
-4 cannot listen.
+pre-imported zygote. At start it raises its soft ``RLIMIT_NOFILE`` to the hard limit (a
+connection flood then meets ``max_connections`` before the fd table) and names itself
+``flexnpu-aclserver <claim uid>`` (``dra_driver/aclserver/proctitle.py``), so ``ps`` and
+``pgrep aclserver`` show one process per share whether it was spawned or forked. Exit codes:
+0 clean, 2 bad spec, 3 ledger refused (policy conflict, full), 4 cannot listen.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import argparse
 import contextlib
 import logging
 import os
+import resource
 import signal
 import socket
 import sys
@@ -22,8 +26,11 @@ from collections.abc import Sequence
 from types import FrameType
 
 from dra_driver import logs
+from dra_driver.aclserver import proctitle
 from dra_driver.aclserver import spec as spec_mod
-from dra_driver.aclserver.backend import EmulatedBackend
+from dra_driver.aclserver.backend import AclFailure, Backend, EmulatedBackend
+from dra_driver.aclserver.backend_ascend import DEFAULT_LIBRARY as ASCEND_LIBRARY
+from dra_driver.aclserver.backend_ascend import AscendBackend
 from dra_driver.aclserver.server import Server
 from dra_driver.aclserver.spec import AclServerSpec
 from dra_driver.errors import FlexNPUError, InvalidInput
@@ -41,11 +48,18 @@ def load_spec(path: str | os.PathLike[str]) -> AclServerSpec:
     return spec_mod.load_spec(path)
 
 
-def run(spec: AclServerSpec) -> int:
+def run(spec: AclServerSpec, *, backend_name: str | None = None, ascend_library: str | None = None) -> int:
     """Serve ``spec`` until SIGTERM/SIGINT; return the process exit code."""
     log = logs.claim_logger(spec.claim_uid, base=logging.getLogger("flexnpu.aclserver"))
+    raise_nofile_limit()
     try:
-        backend = EmulatedBackend(spec)
+        if (backend_name or spec.backend) == "ascend":
+            backend: Backend = AscendBackend(spec, library=ascend_library or ASCEND_LIBRARY)
+        else:
+            backend = EmulatedBackend(spec)
+    except AclFailure as exc:
+        log.error("cannot start the ascend backend: %s", exc.message)
+        return EXIT_LEDGER
     except (FlexNPUError, OSError) as exc:
         log.error("cannot register in the die ledger: %s", exc)
         return EXIT_LEDGER
@@ -93,6 +107,19 @@ def run(spec: AclServerSpec) -> int:
         stop_w.close()
 
 
+def raise_nofile_limit() -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard limit; return the new soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    return soft
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="flexnpu-aclserver", description="FlexNPU aclserver (one per claim)"
@@ -103,6 +130,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=os.environ.get("FLEXNPU_LOG_LEVEL", "INFO"),
         help="log level (default INFO; env FLEXNPU_LOG_LEVEL)",
     )
+    parser.add_argument(
+        "--backend",
+        choices=("emulated", "ascend"),
+        default=os.environ.get("FLEXNPU_ACLSERVER_BACKEND") or None,
+        help="device backend, overriding the spec's (env FLEXNPU_ACLSERVER_BACKEND; default: the spec's)",
+    )
+    parser.add_argument(
+        "--ascend-library",
+        default=os.environ.get("FLEXNPU_ASCEND_LIBRARY") or ASCEND_LIBRARY,
+        help=f"CANN libascendcl.so for --backend ascend (env FLEXNPU_ASCEND_LIBRARY; default {ASCEND_LIBRARY})",
+    )
     args = parser.parse_args(argv)
     logs.setup(args.log_level)
     try:
@@ -110,7 +148,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InvalidInput as exc:
         print(f"flexnpu-aclserver: {exc}", file=sys.stderr)
         return EXIT_BAD_SPEC
-    return run(spec)
+    title = (spec.process_name or f"flexnpu-aclserver {spec.claim_uid}").split()
+    proctitle.set_title([*title, "--spec", str(args.spec)], comm=proctitle.comm_name(spec.claim_uid))
+    return run(spec, backend_name=args.backend, ascend_library=args.ascend_library)
 
 
 def _ignore(_signum: int, _frame: FrameType | None) -> None:

@@ -1,29 +1,72 @@
-"""Sockets of the aclserver: the TCP and unix listeners, authentication and the one-client rule.
+"""Sockets of the aclserver: listeners, authentication, and up to ``max_sessions`` sessions per claim.
 
-Owns the connection lifecycle: PING (unauthenticated liveness) on any connection, HELLO with
-the claim token (constant-time compare) before anything else, at most one authenticated client
-at a time, protocol errors answered (when possible) and the connection closed, and the session
-released when its connection ends for any reason. One thread per connection.
+Owns the connection lifecycle. One selector loop (the main thread) accepts connections and
+serves every connection that has not authenticated yet: it answers PING, reads frames of at most
+``MAX_PRE_AUTH_FRAME_BYTES`` (a 13-byte header announcing a large frame allocates nothing),
+closes a connection whose HELLO has not succeeded ``auth_timeout_ms`` after connect (an absolute
+deadline: PINGs do not extend it), refuses connections past ``max_connections``, and backs off
+when ``accept`` fails with EMFILE/ENFILE instead of dying. Only an authenticated session gets a
+thread (at most ``max_sessions`` of them); its calls run there with a blocking socket, the
+lowest-latency path for a small call. Sessions share the claim's quota (``Claim``); each one's
+memory, streams and host buffers are released when its connection ends for any reason (a
+SIGKILL'd client closes its socket).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hmac
 import os
 import selectors
 import socket
 import threading
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from dra_driver import files
 from dra_driver.aclserver import codes, protocol
 from dra_driver.aclserver.backend import Backend
 from dra_driver.aclserver.protocol import Op
-from dra_driver.aclserver.session import Session
+from dra_driver.aclserver.session import Claim, Session, SessionRefused
 from dra_driver.aclserver.spec import AclServerSpec
 from dra_driver.logs import ClaimLogger
 
-__all__ = ["Server"]
+__all__ = ["SOCKET_MODE", "Server"]
+
+SOCKET_MODE = 0o666
+"""The unix socket is connectable by any uid: the container's processes may run as any user and
+the file is reachable only through the claim's own shm dir; HELLO needs the claim token."""
+_BACKOFF_MIN_S = 0.05
+_BACKOFF_MAX_S = 1.0
+_PRE_AUTH_BUFFER = 1024
+_WARN_EVERY_S = 5.0
+_PING, _HELLO = int(Op.PING), int(Op.HELLO)
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A connection that has not authenticated yet (served by the selector loop)."""
+
+    sock: socket.socket
+    reader: protocol.FrameReader
+    deadline: float
+
+
+@dataclass(slots=True)
+class _Live:
+    sock: socket.socket
+    session: Session
+    thread: threading.Thread | None = None
+
+
+@dataclass(slots=True)
+class _Counters:
+    refused_full: int = 0
+    accept_errors: int = 0
+    timed_out: int = 0
+    last_warning: dict[str, float] = field(default_factory=dict)
 
 
 class Server:
@@ -34,18 +77,23 @@ class Server:
         self.backend = backend
         self.log = log
         self.tcp_port = 0
+        self.claim = Claim(backend, spec, on_sessions_changed=self._sessions_changed)
         self._token = spec.token.encode()
         self._listeners: list[socket.socket] = []
-        self._conns: dict[socket.socket, threading.Thread] = {}
-        self._conns_lock = threading.Lock()
-        self._active_lock = threading.Lock()
-        self._active_pid: int | None = None
-        self._sessions: set[Session] = set()
+        self._pending: dict[int, _Pending] = {}
+        self._live: dict[int, _Live] = {}
+        self._lock = threading.Lock()
+        self._counters = _Counters()
+        self._stopping = False
 
     def start(self) -> None:
         """Create the shm dir and bind both listeners (OSError if either endpoint fails)."""
-        Path(self.spec.shm_dir).mkdir(parents=True, exist_ok=True)
-        tcp = socket.create_server((self.spec.tcp_host, self.spec.tcp_port), backlog=16)
+        shm = Path(self.spec.shm_dir)
+        if shm.is_symlink():
+            raise OSError(errno.ELOOP, f"shm dir {shm} is a symlink; refusing to use it")
+        shm.mkdir(parents=True, exist_ok=True)
+        backlog = min(128, self.spec.max_connections)
+        tcp = socket.create_server((self.spec.tcp_host, self.spec.tcp_port), backlog=backlog)
         self._listeners.append(tcp)
         self.tcp_port = tcp.getsockname()[1]
         with contextlib.suppress(FileNotFoundError):
@@ -53,64 +101,178 @@ class Server:
         unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listeners.append(unix)
         unix.bind(self.spec.unix_socket)
-        os.chmod(self.spec.unix_socket, 0o666)  # noqa: S103 - the container may run as any user; HELLO needs the token
-        unix.listen(16)
+        os.chmod(self.spec.unix_socket, SOCKET_MODE)
+        unix.listen(backlog)
+
+    # -- the selector loop -------------------------------------------------------------------------
 
     def serve(self, stop: socket.socket) -> None:
-        """Accept connections until ``stop`` becomes readable."""
+        """Accept and authenticate connections until ``stop`` becomes readable."""
+        auth_s = self.spec.auth_timeout_ms / 1000
+        backoff = 0.0
+        paused_until = 0.0
+        listening = True
         with selectors.DefaultSelector() as sel:
             for listener in self._listeners:
                 listener.setblocking(False)
-                sel.register(listener, selectors.EVENT_READ)
-            sel.register(stop, selectors.EVENT_READ)
+                sel.register(listener, selectors.EVENT_READ, "listen")
+            sel.register(stop, selectors.EVENT_READ, "stop")
             while True:
-                for key, _ in sel.select():
-                    if key.fileobj is stop:
+                now = time.monotonic()
+                if not listening and now >= paused_until:
+                    for listener in self._listeners:
+                        sel.register(listener, selectors.EVENT_READ, "listen")
+                    listening = True
+                timeout = min((p.deadline for p in self._pending.values()), default=now + 3600) - now
+                if not listening:
+                    timeout = min(timeout, paused_until - now)
+                for key, _ in sel.select(max(0.0, timeout)):
+                    if key.data == "stop":
+                        self._close_pending(sel)
                         return
-                    assert isinstance(key.fileobj, socket.socket)
-                    try:
-                        conn, _addr = key.fileobj.accept()
-                    except (BlockingIOError, InterruptedError):
-                        continue
-                    conn.setblocking(True)
-                    if conn.family != socket.AF_UNIX:
-                        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                    thread = threading.Thread(target=self._serve_conn, args=(conn,), daemon=True, name="conn")
-                    with self._conns_lock:
-                        self._conns[conn] = thread
-                    thread.start()
+                    if key.data == "listen":
+                        assert isinstance(key.fileobj, socket.socket)
+                        try:
+                            self._accept(key.fileobj, sel, deadline=time.monotonic() + auth_s)
+                            backoff = 0.0
+                        except OSError as exc:
+                            if exc.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                                raise
+                            # Out of descriptors: stop accepting for a while, keep serving sessions.
+                            self._counters.accept_errors += 1
+                            backoff = min(_BACKOFF_MAX_S, max(_BACKOFF_MIN_S, backoff * 2))
+                            self._warn("accept", f"accept failed ({exc.strerror}); pausing {backoff:.2f}s")
+                            if listening:
+                                for listener in self._listeners:
+                                    sel.unregister(listener)
+                                listening = False
+                            paused_until = time.monotonic() + backoff
+                            break
+                    else:
+                        self._on_pending(key.data, sel)
+                now = time.monotonic()
+                for fd in [fd for fd, p in self._pending.items() if p.deadline <= now]:
+                    self._counters.timed_out += 1
+                    self._drop(fd, sel, f"no HELLO within {self.spec.auth_timeout_ms} ms of connect")
 
-    def shutdown(self) -> None:
-        """Stop accepting, end every connection (releasing its session) and remove the socket file."""
-        for listener in self._listeners:
-            listener.close()
-        self._listeners.clear()
-        with self._conns_lock:
-            conns = list(self._conns.items())
-            sessions = list(self._sessions)
-        for session in sessions:
-            session.cancel()
-        for conn, _thread in conns:
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
-        for _conn, thread in conns:
-            thread.join(timeout=10)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.spec.unix_socket)
+    def _accept(self, listener: socket.socket, sel: selectors.BaseSelector, *, deadline: float) -> None:
+        while True:
+            try:
+                conn, _addr = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            with self._lock:
+                count = len(self._pending) + len(self._live)
+            if count >= self.spec.max_connections:
+                self._counters.refused_full += 1
+                self._warn(
+                    "full", f"refused a connection: {count} open, the limit is {self.spec.max_connections}"
+                )
+                with contextlib.suppress(OSError):
+                    conn.setblocking(False)
+                    conn.send(
+                        protocol.encode_reply(
+                            Op.NONE,
+                            0,
+                            codes.ACL_ERROR_RT_RESOURCE_ALLOC_FAIL,
+                            tail=f"too many connections (limit {self.spec.max_connections})".encode(),
+                        )
+                    )
+                conn.close()
+                continue
+            conn.setblocking(False)
+            if conn.family != socket.AF_UNIX:
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            reader = protocol.FrameReader(
+                conn, protocol.MAX_PRE_AUTH_FRAME_BYTES, initial_buffer=_PRE_AUTH_BUFFER
+            )
+            self._pending[conn.fileno()] = _Pending(conn, reader, deadline)
+            sel.register(conn, selectors.EVENT_READ, conn.fileno())
 
-    def _serve_conn(self, conn: socket.socket) -> None:
-        reader = protocol.FrameReader(conn, self.spec.max_frame_bytes)
-        session: Session | None = None
-        # Until it authenticates, a connection may idle only briefly: an unauthenticated peer
-        # cannot hold a server thread (and its socket) for ever.
-        conn.settimeout(self.spec.auth_timeout_ms / 1000)
+    def _on_pending(self, fd: int, sel: selectors.BaseSelector) -> None:
+        pending = self._pending.get(fd)
+        if pending is None:
+            return
         try:
+            if not pending.reader.fill():
+                self._drop(fd, sel, "")
+                return
+            while True:
+                msg = pending.reader.next_buffered()
+                if msg is None:
+                    return
+                if msg.op == Op.PING:
+                    pending.sock.send(
+                        protocol.encode_reply(
+                            msg.op, msg.request_id, codes.ACL_SUCCESS, os.getpid(), tail=b"PONG"
+                        )
+                    )
+                    continue
+                session, reply = self._hello(msg)
+                if session is None:
+                    with contextlib.suppress(OSError):
+                        pending.sock.send(reply)
+                    self._drop(fd, sel, "")
+                    return
+                self._promote(fd, sel, pending, session, reply)
+                return
+        except (BlockingIOError, InterruptedError):
+            return
+        except protocol.ProtocolError as exc:
+            with contextlib.suppress(OSError):
+                pending.sock.send(
+                    protocol.encode_reply(Op.NONE, 0, codes.ACL_ERROR_INVALID_PARAM, tail=str(exc).encode())
+                )
+            self._drop(fd, sel, f"before authentication: {exc}")
+        except OSError:
+            self._drop(fd, sel, "")
+
+    def _drop(self, fd: int, sel: selectors.BaseSelector, why: str) -> None:
+        pending = self._pending.pop(fd, None)
+        if pending is None:
+            return
+        with contextlib.suppress(KeyError, ValueError):
+            sel.unregister(pending.sock)
+        pending.sock.close()
+        if why:
+            self._warn("drop", f"closed an unauthenticated connection: {why}")
+
+    def _close_pending(self, sel: selectors.BaseSelector) -> None:
+        for fd in list(self._pending):
+            self._drop(fd, sel, "")
+
+    def _promote(
+        self, fd: int, sel: selectors.BaseSelector, pending: _Pending, session: Session, reply: bytes
+    ) -> None:
+        """Hand an authenticated connection to its own thread."""
+        del self._pending[fd]
+        sel.unregister(pending.sock)
+        sock = pending.sock
+        sock.setblocking(True)
+        pending.reader.max_frame_bytes = self.spec.max_frame_bytes
+        live = _Live(sock, session)
+        thread = threading.Thread(
+            target=self._serve_session, args=(live, pending.reader, reply), daemon=True, name="session"
+        )
+        live.thread = thread
+        with self._lock:
+            self._live[fd] = live
+        thread.start()
+
+    # -- sessions ------------------------------------------------------------------------------------
+
+    def _serve_session(self, live: _Live, reader: protocol.FrameReader, hello_reply: bytes) -> None:
+        sock, session = live.sock, live.session
+        handle = session.handle
+        sendall = sock.sendall
+        try:
+            sendall(hello_reply)
             while True:
                 try:
                     msg = reader.read()
                 except protocol.ProtocolError as exc:
-                    self.log.warning("closing a connection: %s", exc)
-                    conn.sendall(
+                    self.log.warning("closing session %d: %s", session.session_id, exc)
+                    sendall(
                         protocol.encode_reply(
                             Op.NONE, 0, codes.ACL_ERROR_INVALID_PARAM, tail=str(exc).encode()
                         )
@@ -118,43 +280,29 @@ class Server:
                     return
                 if msg is None:
                     return
-                if msg.op == Op.PING:
-                    conn.sendall(
+                op = msg.op
+                if op > _HELLO:  # every ACL op: the hot path first
+                    sendall(handle(msg))
+                elif op == _PING:
+                    sendall(
                         protocol.encode_reply(
-                            msg.op, msg.request_id, codes.ACL_SUCCESS, os.getpid(), tail=b"PONG"
+                            op, msg.request_id, codes.ACL_SUCCESS, os.getpid(), tail=b"PONG"
                         )
                     )
-                elif session is not None:
-                    if msg.op == Op.HELLO:
-                        conn.sendall(
-                            _error(
-                                msg, codes.ACL_ERROR_INVALID_PARAM, "this connection is already authenticated"
-                            )
-                        )
-                    else:
-                        conn.sendall(session.handle(msg))
+                elif op == _HELLO:
+                    sendall(
+                        _error(msg, codes.ACL_ERROR_INVALID_PARAM, "this connection is already authenticated")
+                    )
                 else:
-                    session, reply = self._hello(msg)
-                    if session is not None:
-                        conn.settimeout(None)  # an authenticated client may idle as long as it likes
-                        with self._conns_lock:
-                            self._sessions.add(session)
-                    conn.sendall(reply)
-                    if session is None:
-                        return
+                    sendall(handle(msg))
         except OSError:
             return
         finally:
-            if session is not None:
-                with self._conns_lock:
-                    self._sessions.discard(session)
-                session.close()
-                with self._active_lock:
-                    self._active_pid = None
+            self.claim.close_session(session)
             with contextlib.suppress(OSError):
-                conn.close()
-            with self._conns_lock:
-                self._conns.pop(conn, None)
+                sock.close()
+            with self._lock:
+                self._live = {k: v for k, v in self._live.items() if v is not live}
 
     def _hello(self, msg: protocol.Message) -> tuple[Session | None, bytes]:
         if msg.op != Op.HELLO:
@@ -171,24 +319,21 @@ class Server:
                 f"HELLO must carry (protocol version {protocol.PROTOCOL_VERSION}, client pid)",
             )
         client_pid = msg.ints[1]
-        with self._active_lock:
-            if self._active_pid is not None:
-                return None, _error(
-                    msg,
-                    codes.ACL_ERROR_RT_RESOURCE_ALLOC_FAIL,
-                    f"the aclserver of claim {self.spec.claim_uid} already serves a client (pid {self._active_pid});"
-                    " one client at a time",
-                )
-            self._active_pid = client_pid
         try:
-            session = Session(self.backend, shm_dir=self.spec.shm_dir, staging_bytes=self.spec.staging_bytes)
+            session = self.claim.open_session(client_pid)
+        except SessionRefused as exc:
+            return None, _error(msg, exc.code, exc.message)
         except OSError as exc:
-            with self._active_lock:
-                self._active_pid = None
             return None, _error(
                 msg, codes.ACL_ERROR_INTERNAL_ERROR, f"cannot create the staging region: {exc}"
             )
-        self.log.info("client pid %d connected", client_pid)
+        self.log.info(
+            "session %d opened for client pid %d (%d of %d)",
+            session.session_id,
+            client_pid,
+            self.claim.session_count(),
+            self.spec.max_sessions,
+        )
         staging = session.staging
         reply = protocol.encode_reply(
             msg.op,
@@ -200,6 +345,46 @@ class Server:
             tail=staging.name.encode(),
         )
         return session, reply
+
+    def shutdown(self) -> None:
+        """Stop accepting, end every session (releasing its resources) and remove the socket file."""
+        self._stopping = True
+        for listener in self._listeners:
+            listener.close()
+        self._listeners.clear()
+        for pending in list(self._pending.values()):
+            pending.sock.close()
+        self._pending.clear()
+        with self._lock:
+            live = list(self._live.values())
+        for item in live:
+            item.session.cancel()
+            with contextlib.suppress(OSError):
+                item.sock.shutdown(socket.SHUT_RDWR)
+        for item in live:
+            if item.thread is not None:
+                item.thread.join(timeout=10)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.spec.unix_socket)
+
+    def _sessions_changed(self, count: int) -> None:
+        """Record the session count next to the ready file (``flexnpu-smi`` and metrics read it)."""
+        if self._stopping:
+            return
+        with contextlib.suppress(OSError):
+            files.write_atomic(
+                Path(self.spec.ready_file).with_suffix(".sessions"),
+                f"{count}\n".encode(),
+                mode=0o644,
+                sync=False,
+            )
+
+    def _warn(self, kind: str, message: str) -> None:
+        """Log at most one line per kind every few seconds (a flood must not flood the log)."""
+        now = time.monotonic()
+        if now - self._counters.last_warning.get(kind, 0.0) >= _WARN_EVERY_S:
+            self._counters.last_warning[kind] = now
+            self.log.warning("%s", message)
 
 
 def _error(msg: protocol.Message, code: int, text: str) -> bytes:

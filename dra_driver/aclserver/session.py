@@ -1,9 +1,13 @@
-"""One authenticated client connection's ACL state and the op handlers.
+"""The claim's sessions: what they share (``Claim``) and one connection's ACL state (``Session``).
 
-Owns ACL call semantics on the server side: init/finalize state, the current device, streams
-and their kernel queues (one worker thread per device), host regions of the data link, and
-argument validation (every failure is an ``AclFailure`` reply and changes nothing). Closing a
-session cancels queued kernels and releases every allocation and region it holds.
+``Claim`` is what every session of one aclserver shares: the backend (so the memory and compute
+quota is the claim's, across sessions), the host-buffer budget in the claim's shm dir, and the
+session limit (``max_sessions``). ``Session`` owns ACL call semantics for one connection:
+init/finalize state, the current device, streams and their kernel queues (one worker thread
+per device), its host regions of the data link, and argument validation (every failure is an
+``AclFailure`` reply and changes nothing). Every allocation is tagged with its session, so
+closing a session (its client exited, even by SIGKILL) cancels its kernels and releases exactly
+its memory, streams and regions; the other sessions keep theirs.
 """
 
 from __future__ import annotations
@@ -19,18 +23,115 @@ from dataclasses import dataclass, field
 from dra_driver.aclserver import codes, datalink, protocol, scheduling
 from dra_driver.aclserver.backend import KERNEL_RESULT_BYTES, AclFailure, Backend
 from dra_driver.aclserver.protocol import Op
+from dra_driver.aclserver.spec import AclServerSpec
+from flexnpu_wire import ops
 
-__all__ = ["MAX_KERNEL_US", "Session"]
+__all__ = ["MAX_KERNEL_US", "Claim", "Session", "SessionRefused"]
 
 MAX_KERNEL_US = 10_000_000
 MAX_HOST_BUFFERS = 256
 MAX_STREAMS = 1024
 MAX_PENDING_KERNELS = 65_536
-_ACL_ERROR_RT_NO_STREAM_RESOURCE = 207008
+_ACL_ERROR_RT_NO_STREAM_RESOURCE = codes.ACL_ERROR_RT_NO_STREAM_RESOURCE
 _PAGE = 4096
-_ACL_ERROR_REPEAT_FINALIZE = 100037
+_ACL_ERROR_REPEAT_FINALIZE = codes.ACL_ERROR_REPEAT_FINALIZE
 _STREAM_BASE = 0x5_0000_0000
 _region_names = itertools.count(1)
+_session_ids = itertools.count(1)
+_MEM_ATTRS = frozenset(int(a) for a in codes.MemAttr)
+_MALLOC_HOST = int(Op.MALLOC_HOST)
+_encode_reply = protocol.encode_reply
+_MEMCPY_KINDS = frozenset(int(k) for k in codes.MemcpyKind)
+
+
+class SessionRefused(Exception):
+    """HELLO was valid but no session can be opened (the claim is at its session limit)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class Claim:
+    """What the sessions of one claim share; thread-safe."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        spec: AclServerSpec,
+        *,
+        on_sessions_changed: Callable[[int], None] = lambda _n: None,
+    ) -> None:
+        self.backend = backend
+        self.spec = spec
+        self._lock = threading.Lock()
+        self._sessions: dict[int, Session] = {}
+        self._host_bytes = 0
+        self._host_buffers = 0
+        self._opening = 0
+        self._on_change = on_sessions_changed
+
+    def open_session(self, client_pid: int) -> Session:
+        """A new session (SessionRefused at the limit; OSError if its staging region fails)."""
+        with self._lock:
+            if len(self._sessions) + self._opening >= self.spec.max_sessions:
+                raise SessionRefused(
+                    codes.ACL_ERROR_RT_RESOURCE_ALLOC_FAIL,
+                    f"the aclserver of claim {self.spec.claim_uid} already serves {len(self._sessions)}"
+                    f" sessions, its limit (max_sessions {self.spec.max_sessions})",
+                )
+            session_id = next(_session_ids)
+            self._opening += 1
+        try:
+            session = Session(
+                self.backend,
+                shm_dir=self.spec.shm_dir,
+                staging_bytes=self.spec.staging_bytes,
+                claim=self,
+                session_id=session_id,
+                client_pid=client_pid,
+            )
+        finally:
+            with self._lock:
+                self._opening -= 1
+        with self._lock:
+            self._sessions[session_id] = session
+            count = len(self._sessions)
+        self._on_change(count)
+        return session
+
+    def close_session(self, session: Session) -> None:
+        """Release everything ``session`` holds (idempotent)."""
+        session.close()
+        with self._lock:
+            gone = self._sessions.pop(session.session_id, None) is not None
+            count = len(self._sessions)
+        if gone:
+            self._on_change(count)
+
+    def session_count(self) -> int:
+        with self._lock:
+            return len(self._sessions)
+
+    def reserve_host(self, size: int) -> None:
+        """Book ``size`` bytes of host buffers against the claim's memory quota (AclFailure if over)."""
+        limit = sum(self.backend.mem_info(d)[1] for d in range(self.backend.device_count()))
+        with self._lock:
+            if self._host_bytes + size > limit or self._host_buffers >= MAX_HOST_BUFFERS:
+                raise AclFailure(
+                    codes.ACL_ERROR_RT_MEMORY_ALLOCATION,
+                    f"host buffer of {size} bytes refused: {self._host_bytes} bytes in {self._host_buffers}"
+                    f" host buffers already, the limit is {limit} bytes (the claim's memory quota)"
+                    f" and {MAX_HOST_BUFFERS} buffers",
+                )
+            self._host_bytes += size
+            self._host_buffers += 1
+
+    def release_host(self, size: int) -> None:
+        with self._lock:
+            self._host_bytes -= size
+            self._host_buffers -= 1
 
 
 @dataclass(slots=True)
@@ -61,9 +162,22 @@ class _Worker:
 class Session:
     """ACL state of one connected client. ``handle`` turns a request frame into a reply frame."""
 
-    def __init__(self, backend: Backend, *, shm_dir: str, staging_bytes: int) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        shm_dir: str,
+        staging_bytes: int,
+        claim: Claim | None = None,
+        session_id: int = 0,
+        client_pid: int = 0,
+    ) -> None:
         self.backend = backend
         self.shm_dir = shm_dir
+        self.claim = claim
+        self.session_id = session_id or next(_session_ids)
+        self.client_pid = client_pid
+        self._closed = False
         self.initialized = False
         self.device: int | None = None
         self.regions: dict[int, datalink.Region] = {}
@@ -76,49 +190,55 @@ class Session:
         self._cond = threading.Condition()
         self._cancel = threading.Event()
         self.staging = self._new_region("staging", staging_bytes, 0)
-        self._handlers: dict[int, tuple[int, Callable[[tuple[int, ...]], tuple[int, ...]]]] = {
-            Op.INIT: (0, self._init),
-            Op.FINALIZE: (0, self._finalize),
-            Op.GET_DEVICE_COUNT: (0, self._get_device_count),
-            Op.SET_DEVICE: (1, self._set_device),
-            Op.RESET_DEVICE: (1, self._reset_device),
-            Op.GET_DEVICE: (0, self._get_device),
-            Op.MALLOC: (2, self._malloc),
-            Op.FREE: (1, self._free),
-            Op.MEMCPY: (5, self._memcpy),
-            Op.MEMSET: (4, self._memset),
-            Op.GET_MEM_INFO: (1, self._get_mem_info),
-            Op.FREE_HOST: (1, self._free_host),
-            Op.CREATE_STREAM: (0, self._create_stream),
-            Op.DESTROY_STREAM: (1, self._destroy_stream),
-            Op.SYNCHRONIZE_STREAM: (1, self._synchronize_stream),
-            Op.SYNCHRONIZE_DEVICE: (0, self._synchronize_device),
-            Op.LAUNCH_KERNEL: (6, self._launch_kernel),
-            Op.GET_STATS: (0, self._get_stats),
+        handlers: dict[Op, Callable[[tuple[int, ...]], tuple[int, ...]]] = {
+            Op.INIT: self._init,
+            Op.FINALIZE: self._finalize,
+            Op.GET_DEVICE_COUNT: self._get_device_count,
+            Op.SET_DEVICE: self._set_device,
+            Op.RESET_DEVICE: self._reset_device,
+            Op.GET_DEVICE: self._get_device,
+            Op.MALLOC: self._malloc,
+            Op.FREE: self._free,
+            Op.MEMCPY: self._memcpy,
+            Op.MEMSET: self._memset,
+            Op.GET_MEM_INFO: self._get_mem_info,
+            Op.FREE_HOST: self._free_host,
+            Op.CREATE_STREAM: self._create_stream,
+            Op.DESTROY_STREAM: self._destroy_stream,
+            Op.SYNCHRONIZE_STREAM: self._synchronize_stream,
+            Op.SYNCHRONIZE_DEVICE: self._synchronize_device,
+            Op.LAUNCH_KERNEL: self._launch_kernel,
+            Op.GET_STATS: self._get_stats,
+            Op.GET_USAGE: self._get_usage,
+        }
+        # arity comes from the op table (flexnpu_wire/ops.py), the one definition of each layout
+        self._handlers: dict[
+            int, tuple[frozenset[int], Callable[[tuple[int, ...]], tuple[int, ...]], bool]
+        ] = {
+            int(op): (frozenset(ops.spec_of(op).arities), fn, op not in (Op.INIT, Op.FINALIZE))  # type: ignore[union-attr]
+            for op, fn in handlers.items()
         }
 
     # -- dispatch ---------------------------------------------------------------------------------
 
     def handle(self, msg: protocol.Message) -> bytes:
         """Execute one request and return the encoded reply (never raises AclFailure)."""
+        op, ints = msg.op, msg.ints
         try:
-            if msg.op == Op.MALLOC_HOST:
-                self._need_init()
-                self._arity(msg, 1)
-                ptr, size, name = self._malloc_host(msg.ints[0])
-                return protocol.encode_reply(
-                    msg.op, msg.request_id, codes.ACL_SUCCESS, ptr, size, tail=name.encode()
-                )
-            entry = self._handlers.get(msg.op)
+            entry = self._handlers.get(op)
             if entry is None:
-                raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, f"unknown op {msg.op}")
-            arity, handler = entry
-            if not (msg.op == Op.MEMCPY and len(msg.ints) == arity + 1):  # optional span, see _memcpy
-                self._arity(msg, arity)
-            if msg.op not in (Op.INIT, Op.FINALIZE):
+                if op == _MALLOC_HOST:
+                    self._need_init()
+                    self._arity(msg, 1)
+                    ptr, size, name = self._malloc_host(ints[0])
+                    return _encode_reply(op, msg.request_id, 0, ptr, size, tail=name.encode())
+                raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, f"unknown op {op}")
+            arities, handler, needs_init = entry
+            if len(ints) not in arities:
+                self._arity(msg, min(arities))
+            if needs_init and not self.initialized:
                 self._need_init()
-            values = handler(msg.ints)
-            return protocol.encode_reply(msg.op, msg.request_id, codes.ACL_SUCCESS, *values)
+            return _encode_reply(op, msg.request_id, 0, *handler(ints))
         except AclFailure as exc:
             return protocol.encode_reply(msg.op, msg.request_id, exc.code, tail=exc.message.encode())
 
@@ -130,16 +250,18 @@ class Session:
 
     def close(self) -> None:
         """Cancel kernels, free every allocation and remove every region file of this session."""
+        if self._closed:
+            return
+        self._closed = True
         self.cancel()
         for worker in list(self._workers.values()):
             if worker.thread is not None:
                 worker.thread.join()
         self._workers.clear()
         self.streams.clear()
-        self.backend.release_all()
-        for region in list(self.regions.values()):
-            region.close()
-        self.regions.clear()
+        self.backend.release_all(owner=self.session_id)
+        for rid in list(self.regions):
+            self._drop_region(rid)
 
     # -- lifecycle and devices -------------------------------------------------------------------
 
@@ -154,9 +276,9 @@ class Session:
             raise AclFailure(_ACL_ERROR_REPEAT_FINALIZE, "acl.finalize without acl.init")
         self._drain_all()
         self.streams.clear()
-        self.backend.release_all()
+        self.backend.release_all(owner=self.session_id)
         for rid in [r for r in self.regions if r != 0]:
-            self.regions.pop(rid).close()
+            self._drop_region(rid)
         self.initialized = False
         self.device = None
         return ()
@@ -186,16 +308,17 @@ class Session:
 
     def _malloc(self, ints: tuple[int, ...]) -> tuple[int, ...]:
         size, policy = ints
-        return (self.backend.malloc(self._current(), size, policy),)
+        return (self.backend.malloc(self._current(), size, policy, owner=self.session_id),)
 
     def _free(self, ints: tuple[int, ...]) -> tuple[int, ...]:
-        self.backend.free(ints[0])
+        self.backend.free(ints[0], owner=self.session_id)
         return ()
 
     def _get_mem_info(self, ints: tuple[int, ...]) -> tuple[int, ...]:
-        if ints[0] not in codes.MemAttr.__members__.values():
+        if ints[0] not in _MEM_ATTRS:
             raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, f"unknown memory attribute {ints[0]}")
-        return self.backend.mem_info(self._current())
+        device = self.device
+        return self.backend.mem_info(self._current() if device is None else device)
 
     def _memset(self, ints: tuple[int, ...]) -> tuple[int, ...]:
         ptr, dst_max, value, count = ints
@@ -203,7 +326,7 @@ class Session:
             raise AclFailure(
                 codes.ACL_ERROR_INVALID_PARAM, f"memset count {count} must be in 0..dst_max ({dst_max})"
             )
-        self.backend.memset(ptr, value, count)
+        self.backend.memset(ptr, value, count, owner=self.session_id)
         return ()
 
     def _memcpy(self, ints: tuple[int, ...]) -> tuple[int, ...]:
@@ -219,7 +342,7 @@ class Session:
             raise AclFailure(
                 codes.ACL_ERROR_INVALID_PARAM, f"memcpy count {count} must be in 0..dst_max ({dst_max})"
             )
-        if kind not in codes.MemcpyKind.__members__.values():
+        if kind not in _MEMCPY_KINDS:
             raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, f"unknown memcpy kind {kind}")
         src_host, dst_host = datalink.is_host_ptr(src), datalink.is_host_ptr(dst)
         expected = {
@@ -233,9 +356,29 @@ class Session:
                 codes.ACL_ERROR_INVALID_PARAM,
                 f"memcpy kind {codes.MemcpyKind(kind).name} does not match the pointers given",
             )
-        src_view = self._host_view(src, count) if src_host else self.backend.device_view(src, span)[:count]
-        dst_view = self._host_view(dst, count) if dst_host else self.backend.device_view(dst, span)[:count]
-        dst_view[:] = src_view
+        src_region = self._host_region(src, count) if src_host else None
+        dst_region = self._host_region(dst, count) if dst_host else None
+        src_view = None if src_host else self.backend.device_view(src, span, owner=self.session_id)[:count]
+        dst_view = None if dst_host else self.backend.device_view(dst, span, owner=self.session_id)[:count]
+        try:
+            if src_region is not None and dst_region is not None:
+                buf = memoryview(bytearray(count))
+                src_region.read_into(datalink.split_host_ptr(src)[1], buf)
+                dst_region.write_from(datalink.split_host_ptr(dst)[1], buf)
+            elif src_region is not None:
+                assert dst_view is not None
+                src_region.read_into(datalink.split_host_ptr(src)[1], dst_view)
+            elif dst_region is not None:
+                assert src_view is not None
+                dst_region.write_from(datalink.split_host_ptr(dst)[1], src_view)
+            else:
+                assert dst_view is not None and src_view is not None
+                dst_view[:] = src_view
+        except OSError as exc:
+            # the client truncated or broke its own region file: its copy fails, nothing else
+            raise AclFailure(
+                codes.ACL_ERROR_INVALID_PARAM, f"memcpy through the data link failed: {exc}"
+            ) from exc
         return ()
 
     def _malloc_host(self, size: int) -> tuple[int, int, str]:
@@ -244,20 +387,17 @@ class Session:
         if size >= 1 << datalink.OFFSET_BITS:
             raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, f"malloc_host size {size} is too large")
         rounded = -(-size // _PAGE) * _PAGE
-        # Host buffers live in the node's /dev/shm: bound them by the claim's memory quota so one
-        # client cannot fill the tmpfs that other tenants share.
-        limit = sum(self.backend.mem_info(d)[1] for d in range(self.backend.device_count()))
-        in_use = sum(r.size for rid, r in self.regions.items() if rid != 0)
-        if in_use + rounded > limit or len(self.regions) > MAX_HOST_BUFFERS:
-            raise AclFailure(
-                codes.ACL_ERROR_RT_MEMORY_ALLOCATION,
-                f"host buffer of {size} bytes refused: {in_use} bytes in {len(self.regions) - 1} host buffers"
-                f" already, the limit is {limit} bytes (the claim's memory quota) and {MAX_HOST_BUFFERS} buffers",
-            )
+        # Host buffers live in the claim's shm dir: bound them, across every session of the
+        # claim, by its memory quota.
+        claim = self.claim
+        if claim is not None:
+            claim.reserve_host(rounded)
         rid = self._next_region
         try:
             region = self._new_region("host", rounded, rid)
         except OSError as exc:
+            if claim is not None:
+                claim.release_host(rounded)
             raise AclFailure(
                 codes.ACL_ERROR_BAD_ALLOC, f"cannot create a host buffer of {size} bytes: {exc}"
             ) from exc
@@ -271,22 +411,28 @@ class Session:
             raise AclFailure(
                 codes.ACL_ERROR_INVALID_PARAM, f"pointer {ptr:#x} is not a host buffer of this client"
             )
-        self.regions.pop(rid).close()
+        self._drop_region(rid)
         return ()
 
-    def _host_view(self, ptr: int, count: int) -> memoryview:
+    def _drop_region(self, rid: int) -> None:
+        region = self.regions.pop(rid)
+        region.close()
+        if rid != datalink.STAGING_REGION and self.claim is not None:
+            self.claim.release_host(region.size)
+
+    def _host_region(self, ptr: int, count: int) -> datalink.Region:
         rid, offset = datalink.split_host_ptr(ptr)
         region = self.regions.get(rid)
         if region is None:
             raise AclFailure(
                 codes.ACL_ERROR_INVALID_PARAM, f"host pointer {ptr:#x} is not a buffer of this client"
             )
-        if offset + count > region.size:
+        if count < 0 or offset + count > region.size:
             raise AclFailure(
                 codes.ACL_ERROR_INVALID_PARAM,
                 f"{count} bytes at host pointer {ptr:#x} run past its buffer ({region.size} bytes)",
             )
-        return region.view[offset : offset + count]
+        return region
 
     # -- streams and kernels ---------------------------------------------------------------------
 
@@ -323,8 +469,8 @@ class Session:
                 f"kernel duration_us must be in 1..{MAX_KERNEL_US}, got {duration_us}",
             )
         if out_ptr:
-            self.backend.device_view(out_ptr, KERNEL_RESULT_BYTES)
-        input_view = self.backend.device_view(in_ptr, in_len) if in_ptr else None
+            self.backend.device_view(out_ptr, KERNEL_RESULT_BYTES, owner=self.session_id)
+        input_view = self.backend.device_view(in_ptr, in_len, owner=self.session_id) if in_ptr else None
         if sum(s.pending for s in self.streams.values()) >= MAX_PENDING_KERNELS:
             raise AclFailure(
                 codes.ACL_ERROR_RT_RESOURCE_ALLOC_FAIL, f"at most {MAX_PENDING_KERNELS} kernels may be queued"
@@ -346,6 +492,13 @@ class Session:
     def _get_stats(self, _ints: tuple[int, ...]) -> tuple[int, ...]:
         with self._cond:
             return self.kernels_done, self.kernel_us_done
+
+    def _get_usage(self, ints: tuple[int, ...]) -> tuple[int, ...]:
+        device = ints[0]
+        free, total = self.backend.mem_info(device)
+        compute_us, compute_quota = self.backend.compute_usage(device)
+        sessions = self.claim.session_count() if self.claim is not None else 1
+        return total - free, total, compute_us, compute_quota, sessions
 
     def _run_worker(self, worker: _Worker) -> None:
         """Run the device's kernels slice by slice. While a slice runs, the next one (of this
@@ -383,7 +536,9 @@ class Session:
                     break
             if remaining > 0:
                 continue  # cancelled: the top of the loop drains the queue
-            self.backend.complete_kernel(out_ptr=kernel.out_ptr, tag=kernel.tag, input_view=kernel.input_view)
+            self.backend.complete_kernel(
+                out_ptr=kernel.out_ptr, tag=kernel.tag, input_view=kernel.input_view, owner=self.session_id
+            )
             with self._cond:
                 worker.queue.popleft()
                 kernel.stream.pending -= 1
@@ -435,7 +590,7 @@ class Session:
             )
 
     def _new_region(self, kind: str, size: int, rid: int) -> datalink.Region:
-        name = f"{kind}-{os.getpid()}-{next(_region_names)}.buf"
+        name = datalink.region_name(kind, os.getpid(), next(_region_names))
         region = datalink.create_region(self.shm_dir, name, size, rid)
         self.regions[rid] = region
         return region

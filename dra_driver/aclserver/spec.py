@@ -1,22 +1,48 @@
-"""The aclserver launch spec (written by flexnpu-daemon, mode 0600) and the ready file it answers with.
+"""The aclserver launch spec and ready file on disk: the format of ``client/flexnpu_wire/launch.py``.
 
-Owns the JSON format, strict parsing (every error names the file and the field) and rendering.
-Pure apart from ``load_spec``/``load_ready``/``write_ready``, which read or write one file.
+The format (types, parse, render) is defined once in the wire package. This module adds the
+file effects both ends use: ``load_spec`` (the aclserver), ``write_ready`` (the aclserver, via
+the atomic writer of ``dra_driver/files.py``) and ``load_ready`` (the daemon), and translates
+``ContractError`` into ``InvalidInput`` naming the file, claim and field.
 """
 
 from __future__ import annotations
 
-import json
 import os
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
-from dra_driver.aclserver.codes import Policy
+from dra_driver import files
 from dra_driver.errors import ErrorCode, InvalidInput
+from flexnpu_wire import launch as _wire
+from flexnpu_wire.errors import ContractError
+from flexnpu_wire.launch import (
+    BACKENDS,
+    DEFAULT_AUTH_TIMEOUT_MS,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_FRAME_BYTES,
+    DEFAULT_MAX_SESSIONS,
+    DEFAULT_MAX_SHARES_PER_DIE,
+    DEFAULT_STAGING_BYTES,
+    MAX_UNIX_PATH,
+    MIN_FRAME_BYTES,
+    SPEC_VERSION,
+    AclServerSpec,
+    ReadyInfo,
+    ShareSpec,
+    render_ready,
+    render_spec,
+)
 
 __all__ = [
+    "BACKENDS",
+    "DEFAULT_AUTH_TIMEOUT_MS",
+    "DEFAULT_MAX_CONNECTIONS",
+    "DEFAULT_MAX_FRAME_BYTES",
+    "DEFAULT_MAX_SESSIONS",
+    "DEFAULT_MAX_SHARES_PER_DIE",
     "DEFAULT_STAGING_BYTES",
+    "MAX_UNIX_PATH",
+    "MIN_FRAME_BYTES",
     "SPEC_VERSION",
     "AclServerSpec",
     "ReadyInfo",
@@ -25,259 +51,57 @@ __all__ = [
     "load_spec",
     "parse_ready",
     "parse_spec",
+    "render_ready",
     "render_spec",
     "write_ready",
+    "write_spec",
 ]
 
-SPEC_VERSION = 1
-DEFAULT_STAGING_BYTES = 16 * 1024 * 1024
-DEFAULT_AUTH_TIMEOUT_MS = 10_000
-"""A connection that has not authenticated (HELLO with the token) by then is closed."""
-MIN_FRAME_BYTES = 4096
-MAX_UNIX_PATH = 107
-BACKENDS = ("emulated",)
-
-
-@dataclass(frozen=True, slots=True)
-class ShareSpec:
-    """One vNPU of the claim: the container sees it as device ``virtual_id``."""
-
-    virtual_id: int
-    die_phy_id: int
-    memory_bytes: int
-    compute_percent: int
-    policy: Policy
-    memory_only: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class AclServerSpec:
-    """Everything one aclserver needs; see docs in the module docstring of ``main``."""
-
-    claim_uid: str
-    token: str
-    shm_dir: str
-    unix_socket: str
-    tcp_host: str
-    tcp_port: int
-    ledger_dir: str
-    ready_file: str
-    shares: tuple[ShareSpec, ...]
-    backend: str = "emulated"
-    max_frame_bytes: int = 1024 * 1024
-    staging_bytes: int = DEFAULT_STAGING_BYTES
-    auth_timeout_ms: int = DEFAULT_AUTH_TIMEOUT_MS
-    version: int = SPEC_VERSION
-
-
-@dataclass(frozen=True, slots=True)
-class ReadyInfo:
-    """What the aclserver writes to ``ready_file`` once both endpoints listen."""
-
-    pid: int
-    tcp_host: str
-    tcp_port: int
-    unix_socket: str
-    started_at: float
-
-
-_REQUIRED = (
-    "version",
-    "claim_uid",
-    "token",
-    "shm_dir",
-    "unix_socket",
-    "tcp_host",
-    "tcp_port",
-    "ledger_dir",
-    "ready_file",
-    "shares",
-)
-_OPTIONAL = ("backend", "max_frame_bytes", "staging_bytes", "auth_timeout_ms")
-_SHARE_FIELDS = ("virtual_id", "die_phy_id", "memory_bytes", "compute_percent", "policy")
-_SHARE_OPTIONAL = ("memory_only",)
+_MAX_READ = 1 << 20
 
 
 def parse_spec(text: str, *, source: str) -> AclServerSpec:
-    """Parse and validate a spec document; ``source`` (the file path) appears in every error."""
+    """Parse and validate a spec document (InvalidInput naming ``source``, the claim and the field)."""
     try:
-        doc = json.loads(text)
-    except ValueError as exc:
-        raise _bad(source, None, f"is not valid JSON: {exc}") from exc
-    if not isinstance(doc, dict):
-        raise _bad(source, None, "must hold a JSON object")
-    uid = doc.get("claim_uid") if isinstance(doc.get("claim_uid"), str) else None
-    p = _Fields(source, uid)
-    p.check_keys(doc, _REQUIRED, _OPTIONAL, prefix="")
-    version = p.integer(doc, "version", lo=1)
-    if version != SPEC_VERSION:
-        raise p.bad("version", f"unsupported spec version {version} (this aclserver reads {SPEC_VERSION})")
-    claim_uid = p.string(doc, "claim_uid")
-    token = p.string(doc, "token")
-    if len(token) < 16 or any(c not in "0123456789abcdefABCDEF" for c in token):
-        raise p.bad("token", "must be a hex string of at least 16 characters")
-    paths = {name: p.abspath(doc, name) for name in ("shm_dir", "unix_socket", "ledger_dir", "ready_file")}
-    if len(paths["unix_socket"].encode()) > MAX_UNIX_PATH:
-        raise p.bad("unix_socket", f"is longer than {MAX_UNIX_PATH} bytes (a unix socket path limit)")
-    tcp_host = p.string(doc, "tcp_host")
-    tcp_port = p.integer(doc, "tcp_port", lo=0, hi=65535)
-    backend = p.string(doc, "backend") if "backend" in doc else "emulated"
-    if backend not in BACKENDS:
-        raise p.bad("backend", f"unknown backend {backend!r} (available: {', '.join(BACKENDS)})")
-    max_frame = p.integer(doc, "max_frame_bytes", lo=MIN_FRAME_BYTES) if "max_frame_bytes" in doc else 1 << 20
-    staging = p.integer(doc, "staging_bytes", lo=4096) if "staging_bytes" in doc else DEFAULT_STAGING_BYTES
-    auth_timeout = (
-        p.integer(doc, "auth_timeout_ms", lo=100, hi=3_600_000)
-        if "auth_timeout_ms" in doc
-        else DEFAULT_AUTH_TIMEOUT_MS
-    )
-    raw_shares = doc["shares"]
-    if not isinstance(raw_shares, list) or not raw_shares:
-        raise p.bad("shares", "must be a non-empty list")
-    shares = tuple(_parse_share(p, raw, i) for i, raw in enumerate(raw_shares))
-    ids = sorted(s.virtual_id for s in shares)
-    if ids != list(range(len(shares))):
-        raise p.bad("shares", f"virtual_id values must be 0..{len(shares) - 1} once each, got {ids}")
-    return AclServerSpec(
-        claim_uid=claim_uid,
-        token=token,
-        tcp_host=tcp_host,
-        tcp_port=tcp_port,
-        shares=shares,
-        backend=backend,
-        max_frame_bytes=max_frame,
-        staging_bytes=staging,
-        auth_timeout_ms=auth_timeout,
-        version=version,
-        **paths,
-    )
+        return _wire.parse_spec(text, source=source)
+    except ContractError as exc:
+        raise _invalid(exc) from exc
+
+
+def parse_ready(text: str, *, source: str) -> ReadyInfo:
+    try:
+        return _wire.parse_ready(text, source=source)
+    except ContractError as exc:
+        raise _invalid(exc) from exc
 
 
 def load_spec(path: str | os.PathLike[str]) -> AclServerSpec:
     """Read and parse a spec file (InvalidInput naming the file if it is missing or malformed)."""
     try:
-        text = Path(path).read_text()
-    except OSError as exc:
+        text = files.read_nofollow(Path(path), max_bytes=_MAX_READ).decode()
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else str(exc)
         raise InvalidInput(
-            f"cannot read aclserver spec {path}: {exc.strerror}", code=ErrorCode.INVALID_CONFIG
+            f"cannot read aclserver spec {path}: {why}", code=ErrorCode.INVALID_CONFIG
         ) from exc
     return parse_spec(text, source=str(path))
 
 
-def render_spec(spec: AclServerSpec) -> str:
-    """The JSON text of a spec (what the daemon writes; ``parse_spec`` round-trips it)."""
-    doc: dict[str, Any] = asdict(spec)
-    doc["shares"] = [{**asdict(s), "policy": str(s.policy)} for s in spec.shares]
-    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+def write_spec(path: str | os.PathLike[str], spec: AclServerSpec) -> None:
+    """Write a launch spec (mode 0600: it holds the claim's token). Not fsynced: the run dir is
+    volatile by design and a spec is rewritten at every start."""
+    files.write_atomic(Path(path), render_spec(spec).encode(), mode=0o600, sync=False, dir_mode=0o700)
 
 
-def write_ready(path: str, info: ReadyInfo) -> None:
-    """Write the ready file atomically (temp file in the same directory, fsync, rename)."""
-    tmp = f"{path}.{os.getpid()}.tmp"  # no tempfile import: start-up time matters here
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(asdict(info), f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def parse_ready(text: str, *, source: str) -> ReadyInfo:
-    """Parse a ready file's text."""
-    try:
-        doc = json.loads(text)
-        return ReadyInfo(
-            pid=int(doc["pid"]),
-            tcp_host=str(doc["tcp_host"]),
-            tcp_port=int(doc["tcp_port"]),
-            unix_socket=str(doc["unix_socket"]),
-            started_at=float(doc["started_at"]),
-        )
-    except (ValueError, KeyError, TypeError) as exc:
-        raise InvalidInput(
-            f"{source}: malformed aclserver ready file: {exc}", code=ErrorCode.INVALID_CONFIG
-        ) from exc
+def write_ready(path: str | os.PathLike[str], info: ReadyInfo) -> None:
+    """Write the ready file atomically (mode 0644: it holds no secret)."""
+    files.write_atomic(Path(path), render_ready(info).encode(), mode=0o644, sync=False)
 
 
 def load_ready(path: str | os.PathLike[str]) -> ReadyInfo:
-    """Read a ready file (OSError propagates: the caller polls for it)."""
-    return parse_ready(Path(path).read_text(), source=str(path))
+    """Read a ready file (OSError propagates: the caller polls for it; InvalidInput if malformed)."""
+    return parse_ready(files.read_nofollow(Path(path), max_bytes=_MAX_READ).decode(), source=str(path))
 
 
-def _parse_share(p: _Fields, raw: object, index: int) -> ShareSpec:
-    prefix = f"shares[{index}]."
-    if not isinstance(raw, dict):
-        raise p.bad(f"shares[{index}]", "must be an object")
-    p.check_keys(raw, _SHARE_FIELDS, _SHARE_OPTIONAL, prefix=prefix)
-    policy_text = p.string(raw, "policy", prefix=prefix)
-    try:
-        policy = Policy(policy_text)
-    except ValueError:
-        allowed = ", ".join(str(x) for x in Policy)
-        raise p.bad(prefix + "policy", f"unknown policy {policy_text!r} (one of {allowed})") from None
-    memory_only = raw.get("memory_only", False)
-    if not isinstance(memory_only, bool):
-        raise p.bad(prefix + "memory_only", "must be true or false")
-    return ShareSpec(
-        virtual_id=p.integer(raw, "virtual_id", lo=0, prefix=prefix),
-        die_phy_id=p.integer(raw, "die_phy_id", lo=0, prefix=prefix),
-        memory_bytes=p.integer(raw, "memory_bytes", lo=1, prefix=prefix),
-        compute_percent=p.integer(raw, "compute_percent", lo=0, hi=100, prefix=prefix),
-        policy=policy,
-        memory_only=memory_only,
-    )
-
-
-class _Fields:
-    """Typed field readers that raise InvalidInput naming the file, claim and field."""
-
-    def __init__(self, source: str, claim_uid: str | None) -> None:
-        self.source = source
-        self.claim_uid = claim_uid
-
-    def bad(self, field: str, message: str) -> InvalidInput:
-        return _bad(self.source, field, message, self.claim_uid)
-
-    def check_keys(
-        self, doc: dict[str, Any], required: tuple[str, ...], optional: tuple[str, ...], *, prefix: str
-    ) -> None:
-        for key in required:
-            if key not in doc:
-                raise self.bad(prefix + key, "is required")
-        for key in doc:
-            if key not in required and key not in optional:
-                raise self.bad(prefix + str(key), "is not a known field")
-
-    def string(self, doc: dict[str, Any], key: str, *, prefix: str = "") -> str:
-        value = doc.get(key)
-        if not isinstance(value, str) or not value:
-            raise self.bad(prefix + key, "must be a non-empty string")
-        return value
-
-    def abspath(self, doc: dict[str, Any], key: str) -> str:
-        value = self.string(doc, key)
-        if not value.startswith("/"):
-            raise self.bad(key, f"must be an absolute path, got {value!r}")
-        return value
-
-    def integer(
-        self, doc: dict[str, Any], key: str, *, lo: int | None = None, hi: int | None = None, prefix: str = ""
-    ) -> int:
-        value = doc.get(key)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.bad(prefix + key, f"must be an integer, got {value!r}")
-        if (lo is not None and value < lo) or (hi is not None and value > hi):
-            bounds = f"{lo if lo is not None else '-inf'}..{hi if hi is not None else 'inf'}"
-            raise self.bad(prefix + key, f"must be in {bounds}, got {value}")
-        return value
-
-
-def _bad(source: str, field: str | None, message: str, claim_uid: str | None = None) -> InvalidInput:
-    where = f"{source}: " + (f"field {field} " if field else "")
-    return InvalidInput(
-        f"aclserver spec {where}{message}", code=ErrorCode.INVALID_CONFIG, claim_uid=claim_uid, field=field
-    )
+def _invalid(exc: ContractError) -> InvalidInput:
+    return InvalidInput(exc.message, code=ErrorCode.INVALID_CONFIG, claim_uid=exc.claim_uid, field=exc.field)

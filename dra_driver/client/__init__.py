@@ -1,24 +1,20 @@
-"""FlexNPU client library: forwards ACL calls from the container to the claim's aclserver.
+"""Compatibility path of the container client: the library is ``flexnpu_client`` (``client/``).
 
-Two faces over one ``Session``: the object API (``Session.open()``) and the pyACL-shaped module
-``dra_driver.client.acl`` (``acl.init()``, ``acl.rt.malloc(...)`` returning ``(value, ret)``).
-Modules: ``transport`` (sockets), ``session`` (calls and the data link), ``acl``/``rt``
-(pyACL shape), ``errors``, ``probe`` (CLI). numpy is accepted for host buffers but not imported.
+``from dra_driver.client import acl`` keeps working inside the driver distribution: every
+``dra_driver.client.<module>`` is the very module object ``flexnpu_client.<module>`` (same
+process-wide state), registered here. Application images install the ``flexnpu-client``
+distribution alone and import ``flexnpu_client`` (see client/README.md).
 """
 
 from __future__ import annotations
 
-from dra_driver.aclserver.codes import MallocPolicy, MemAttr, MemcpyKind, Policy
-from dra_driver.client.errors import AclError, ClientError, ConnectError
-from dra_driver.client.session import Session
+import sys
 
-__all__ = [
-    "AclError",
-    "ClientError",
-    "ConnectError",
-    "MallocPolicy",
-    "MemAttr",
-    "MemcpyKind",
-    "Policy",
-    "Session",
-]
+import flexnpu_client
+from flexnpu_client import *  # noqa: F403
+from flexnpu_client import _state, acl, errors, rt, session, transport
+
+for _mod in (_state, acl, errors, rt, session, transport):
+    sys.modules[f"{__name__}.{_mod.__name__.rsplit('.', 1)[1]}"] = _mod
+del _mod
+_ = flexnpu_client

@@ -66,8 +66,9 @@ class DaemonClient:
         resp = self._call(self._stub.Unregister, pb.UnregisterRequest(claim_uid=claim_uid), claim_uid)
         return bool(resp.found)
 
-    def list(self) -> list[EntityInfo]:
-        resp = self._call(self._stub.List, pb.ListRequest(), None)
+    def list(self, *, probe: bool = False) -> list[EntityInfo]:
+        """Every registered claim; with ``probe`` each running aclserver is also PINGed."""
+        resp = self._call(self._stub.List, pb.ListRequest(probe=probe), None)
         return [wire.entity_from_pb(e) for e in resp.entities]
 
     def health(self) -> HealthInfo:

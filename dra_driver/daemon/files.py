@@ -1,82 +1,67 @@
-"""Files the daemon owns on disk: atomic writes, and a claim's shm dir, spec and ready file.
+"""Files the daemon owns on disk: a claim's shm dir, launch spec, ready file and captured stderr.
 
+Atomic writes are ``dra_driver/files.py``'s; the spec and ready formats are
+``client/flexnpu_wire/launch.py`` (read and written through ``dra_driver/aclserver/spec.py``).
 Nothing here knows about processes; ``manager`` decides when to create or remove.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import shutil
-from collections.abc import Mapping
+import stat
 from pathlib import Path
-from typing import Any
 
+from dra_driver import files
+from dra_driver.aclserver import spec as launch
+from dra_driver.aclserver.spec import AclServerSpec, ReadyInfo
+from dra_driver.daemon import shmfs
 from dra_driver.daemon.spec import ClaimPaths
+from dra_driver.errors import FlexNPUError
 
-
-def write_atomic(path: Path, data: bytes, *, mode: int = 0o600, sync: bool = True) -> None:
-    """Write ``data`` to ``path`` via a temp file and rename; with ``sync``, fsync file and directory.
-
-    Without ``sync`` the new content is visible at once (it survives a crash of this process)
-    but is only durable after :func:`sync`, which callers may run while other work proceeds.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        os.fchmod(fd, mode)
-        os.write(fd, data)
-        if sync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    if sync:
-        _fsync_dir(path.parent)
+write_atomic = files.write_atomic
 
 
 def sync(path: Path) -> None:
     """Make an earlier ``write_atomic(..., sync=False)`` of ``path`` durable (file and directory)."""
-    fd = os.open(path, os.O_RDONLY)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
-    _fsync_dir(path.parent)
+    files.fsync_dir(path.parent)
 
 
-def _fsync_dir(directory: Path) -> None:
-    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+def write_spec(path: Path, spec: AclServerSpec) -> None:
+    """Write the aclserver launch spec (mode 0600: it holds the claim's token; not fsynced)."""
+    launch.write_spec(path, spec)
 
 
-def write_spec(path: Path, spec: Mapping[str, Any]) -> None:
-    """Write the aclserver launch spec (mode 0600: it holds the claim's token).
+def prepare_shm_dir(paths: ClaimPaths, *, ledger_dir: Path, tmpfs_bytes: int | None = None) -> None:
+    """Create the claim's shm dir (and the shared ledger dir); remove a stale socket and ready file.
 
-    Not fsynced: the run dir is volatile by design, and a spec is rewritten at every start.
+    A symlink (or any non-directory) where the shm dir belongs is removed, never followed. With
+    ``tmpfs_bytes`` the dir becomes its own tmpfs of that size (``dra_driver/daemon/shmfs.py``).
     """
-    write_atomic(path, json.dumps(spec, indent=1, sort_keys=True).encode(), sync=False)
-
-
-def prepare_shm_dir(paths: ClaimPaths, *, ledger_dir: Path) -> None:
-    """Create the claim's shm dir (and the shared ledger dir); remove a stale socket and ready file."""
     ledger_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
-    paths.shm_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
-    for stale in (paths.unix_socket, paths.ready):
+    with contextlib.suppress(FileNotFoundError):
+        st = os.lstat(paths.shm_dir)
+        if not stat.S_ISDIR(st.st_mode):
+            files.remove_nofollow(paths.shm_dir)
+    paths.shm_dir.mkdir(parents=True, exist_ok=True, mode=0o711)
+    if tmpfs_bytes is not None:
+        shmfs.mount(paths.shm_dir, size_bytes=tmpfs_bytes)
+    for stale in (paths.unix_socket, paths.ready, paths.sessions):
         stale.unlink(missing_ok=True)
 
 
-def read_ready(path: Path) -> dict[str, Any] | None:
-    """The aclserver's ready document, or None if it is not (completely) written yet."""
+def read_ready(path: Path) -> ReadyInfo | None:
+    """The aclserver's ready file, or None if it is not there yet or not readable as one."""
     try:
-        doc = json.loads(path.read_bytes())
-    except (FileNotFoundError, ValueError):
+        return launch.load_ready(path)
+    except (OSError, UnicodeDecodeError, FlexNPUError):
         return None
-    return doc if isinstance(doc, dict) else None
 
 
 def stderr_tail(path: Path, limit: int = 2000) -> str:
@@ -92,7 +77,17 @@ def stderr_tail(path: Path, limit: int = 2000) -> str:
 
 
 def remove_claim_files(paths: ClaimPaths) -> None:
-    """Remove the claim's shm dir, spec, ready file and captured stderr (missing is fine)."""
-    shutil.rmtree(paths.shm_dir, ignore_errors=True)
+    """Remove the claim's shm dir (unmounting its tmpfs), spec, ready and sessions files and
+    captured stderr (missing is fine; a symlink is removed, never followed)."""
+    with contextlib.suppress(OSError):
+        shmfs.unmount_all_under(paths.shm_dir)
+    try:
+        st = os.lstat(paths.shm_dir)
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        files.remove_nofollow(paths.shm_dir)
+    else:
+        shutil.rmtree(paths.shm_dir, ignore_errors=True)
     for f in paths.files():
         f.unlink(missing_ok=True)

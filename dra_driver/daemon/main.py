@@ -27,6 +27,7 @@ from dra_driver.daemon.manager import Manager, Settings
 from dra_driver.daemon.model import DieCapacity
 from dra_driver.devices import Health
 from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput
+from flexnpu_wire.launch import DEFAULT_MAX_SESSIONS, DEFAULT_MAX_SHARES_PER_DIE
 
 log = logging.getLogger("flexnpu.daemon")
 
@@ -63,8 +64,27 @@ FLAGS: tuple[config.Flag, ...] = (
     DaemonFlag("launcher", "zygote", "how the default aclserver starts: zygote (fork, fast) or spawn"),
     DaemonFlag("ready-timeout", "10", "seconds to wait for a new aclserver's ready file"),
     DaemonFlag("stop-timeout", "2", "seconds between SIGTERM and SIGKILL of an aclserver group"),
-    DaemonFlag("monitor-interval", "0.5", "seconds between liveness checks of the aclservers"),
+    DaemonFlag(
+        "monitor-interval",
+        "0.5",
+        "seconds between liveness checks when exit notification (pidfd) is unavailable or an exit is pending",
+    ),
     DaemonFlag("max-restarts", "1", "times a dead aclserver is restarted (0 = never)"),
+    DaemonFlag(
+        "max-sessions",
+        str(DEFAULT_MAX_SESSIONS),
+        "concurrent client sessions one claim's aclserver serves (any processes of the pod; 1..1024)",
+    ),
+    DaemonFlag(
+        "max-shares-per-die",
+        str(DEFAULT_MAX_SHARES_PER_DIE),
+        "shares a die's ledger admits; must match the plugin's --max-shares-per-die (1..1024)",
+    ),
+    DaemonFlag(
+        "shm-mount",
+        "auto",
+        "give each claim's shm dir its own size-limited tmpfs: auto (when root), always, never",
+    ),
 )
 
 
@@ -116,6 +136,18 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> DaemonCo
             field="launcher",
         )
     inventory = values["inventory"]
+    max_sessions = int(number("max_sessions", low=1))
+    max_shares = int(number("max_shares_per_die", low=1))
+    for key, value in (("max-sessions", max_sessions), ("max-shares-per-die", max_shares)):
+        if value > 1024:
+            raise InvalidInput(f"must be at most 1024, got {value}", code=ErrorCode.INVALID_CONFIG, field=key)
+    shm_mount = values["shm_mount"] or "auto"
+    if shm_mount not in ("auto", "always", "never"):
+        raise InvalidInput(
+            f"unknown value {shm_mount!r}; use auto, always or never",
+            code=ErrorCode.INVALID_CONFIG,
+            field="shm-mount",
+        )
     log_json = (values["log_json"] or "").strip().lower() in ("1", "true", "yes", "on")
     return DaemonConfig(
         socket=path("socket"),
@@ -128,6 +160,9 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> DaemonCo
             stop_timeout=number("stop_timeout"),
             monitor_interval=number("monitor_interval", low=0.01),
             max_restarts=int(number("max_restarts")),
+            max_sessions=max_sessions,
+            max_shares_per_die=max_shares,
+            shm_mount=shm_mount != "never" and (shm_mount == "always" or os.geteuid() == 0),
         ),
         aclserver_command=command,
         use_zygote=launcher == "zygote" and not custom,

@@ -11,8 +11,11 @@ a process starts or stops); one short global lock guards the map and the registr
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+import os
+import selectors
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -20,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dra_driver.daemon import files, liveness, processes, registry, spec, usage, validation
+from dra_driver.daemon import files, liveness, processes, registry, shmfs, spec, usage, validation
 from dra_driver.daemon.launcher import Launcher
 from dra_driver.daemon.model import (
     DieCapacity,
@@ -34,8 +37,12 @@ from dra_driver.daemon.model import (
 )
 from dra_driver.errors import ErrorCode, FlexNPUError, StateError
 from dra_driver.logs import claim_logger
+from flexnpu_wire.launch import DEFAULT_MAX_SESSIONS, DEFAULT_MAX_SHARES_PER_DIE, DEFAULT_STAGING_BYTES
 
 log = logging.getLogger("flexnpu.daemon")
+
+RESYNC_SECONDS = 30.0
+"""A full liveness pass this often even when no pidfd fired (a safety net, not the mechanism)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +57,10 @@ class Settings:
     stop_timeout: float = 2.0
     monitor_interval: float = 0.5
     max_restarts: int = 1
+    max_sessions: int = DEFAULT_MAX_SESSIONS
+    max_shares_per_die: int = DEFAULT_MAX_SHARES_PER_DIE
+    shm_mount: bool = False
+    """Each claim's shm dir is its own tmpfs, sized from its quota (needs CAP_SYS_ADMIN)."""
 
     @property
     def registry_file(self) -> Path:
@@ -93,6 +104,8 @@ class Manager:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._monitor: threading.Thread | None = None
+        self._sampler = usage.Sampler()
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
 
     # ---- start-up ----
 
@@ -228,11 +241,15 @@ class Manager:
             )
             return True
 
-    def list(self) -> list[EntityInfo]:
-        """Every registered claim with its current process state."""
+    def list(self, *, probe: bool = False) -> list[EntityInfo]:
+        """Every registered claim with its process state and usage per vNPU.
+
+        Liveness comes from the process table (exits are noticed by the monitor as they happen);
+        ``probe`` also PINGs each running aclserver and reports a live but silent one as Unknown.
+        """
         with self._lock:
             snapshot = sorted(self._entities.values(), key=lambda e: e.claim_uid)
-        used = usage.memory_used(
+        figures = usage.ledger_figures(
             self.settings.ledger_dir, (s.die_phy_id for e in snapshot for s in e.request.shares)
         )
         out = []
@@ -241,17 +258,28 @@ class Manager:
             alive = processes.is_alive(e.pid, e.pid_start_time)
             if state is EntityState.RUNNING and not alive:
                 state = EntityState.EXITED
-            elif state is EntityState.RUNNING and liveness.ping(e.endpoints.unix_socket) != e.pid:
+            elif probe and state is EntityState.RUNNING and liveness.ping(e.endpoints.unix_socket) != e.pid:
                 state, message = EntityState.UNKNOWN, f"aclserver pid {e.pid} runs but does not answer PING"
+            sessions = usage.sessions(self.settings.paths(e.claim_uid).sessions) if alive else -1
+            shares = []
+            for s in e.request.shares:
+                key = (e.claim_uid, s.virtual_id)
+                fig = figures.get(key)
+                shares.append(
+                    ShareUsage(
+                        share=s,
+                        memory_used_bytes=fig.mem_used if fig else -1,
+                        compute_used_percent=self._sampler.percent(key, fig.consumed_us) if fig else -1,
+                        compute_used_us=fig.consumed_us if fig else -1,
+                        sessions=sessions,
+                    )
+                )
             out.append(
                 EntityInfo(
                     entity_id=e.claim_uid,
                     namespace=e.request.namespace,
                     name=e.request.name,
-                    shares=tuple(
-                        ShareUsage(share=s, memory_used_bytes=used.get((e.claim_uid, s.virtual_id), -1))
-                        for s in e.request.shares
-                    ),
+                    shares=tuple(shares),
                     pid=e.pid,
                     state=state,
                     endpoints=e.endpoints,
@@ -275,6 +303,7 @@ class Manager:
 
     def stop_monitor(self) -> None:
         self._stop.set()
+        self._wake()
         if self._monitor is not None:
             self._monitor.join(timeout=self.settings.stop_timeout + self.settings.ready_timeout)
 
@@ -299,11 +328,68 @@ class Manager:
                 claim.lock.release()
 
     def _monitor_loop(self) -> None:
-        while not self._stop.wait(self.settings.monitor_interval):
+        """Wait for aclserver exits on their pidfds (no polling while nothing happens); without
+        pidfd support, check every ``monitor_interval``. A full pass also runs every
+        ``RESYNC_SECONDS`` as a safety net."""
+        watched: dict[int, tuple[int, int]] = {}  # pidfd -> (pid, start time)
+        with selectors.DefaultSelector() as sel:
+            sel.register(self._wake_r, selectors.EVENT_READ)
+            while not self._stop.is_set():
+                try:
+                    quiet = self._watch_running(sel, watched)
+                    timeout = RESYNC_SECONDS if quiet else self.settings.monitor_interval
+                    events = sel.select(timeout)
+                    for key, _ in events:
+                        if key.fileobj == self._wake_r:
+                            with contextlib.suppress(BlockingIOError):
+                                os.read(self._wake_r, 4096)
+                        else:
+                            assert isinstance(key.fileobj, int)
+                            sel.unregister(key.fileobj)
+                            os.close(key.fileobj)
+                            watched.pop(key.fileobj, None)
+                    if self._stop.is_set():
+                        break
+                    self.check_once()
+                except Exception:
+                    log.exception("monitor pass failed")
+                    self._stop.wait(self.settings.monitor_interval)
+            for fd in watched:
+                os.close(fd)
+
+    def _watch_running(self, sel: selectors.BaseSelector, watched: dict[int, tuple[int, int]]) -> bool:
+        """Open a pidfd for every running aclserver not watched yet. False when the monitor must
+        poll instead: pidfds are unavailable, or a dead aclserver still waits to be handled."""
+        with self._lock:
+            want = {
+                (e.pid, e.pid_start_time) for e in self._entities.values() if e.state is EntityState.RUNNING
+            }
+        have = set(watched.values())
+        for fd, ident in list(watched.items()):
+            if ident not in want:
+                sel.unregister(fd)
+                os.close(fd)
+                del watched[fd]
+        quiet = True
+        for pid, start in want - have:
             try:
-                self.check_once()
-            except Exception:
-                log.exception("monitor pass failed")
+                fd = os.pidfd_open(pid)
+            except ProcessLookupError:
+                quiet = False  # already gone: a pass handles it soon
+                continue
+            except (OSError, AttributeError):
+                return False
+            if not processes.is_alive(pid, start):  # exited (or the pid was reused) before we opened it
+                os.close(fd)
+                quiet = False
+                continue
+            watched[fd] = (pid, start)
+            sel.register(fd, selectors.EVENT_READ)
+        return quiet
+
+    def _wake(self) -> None:
+        with contextlib.suppress(OSError):
+            os.write(self._wake_w, b"x")
 
     def _handle_exit(self, claim: _Claim, entity: Entity) -> None:
         uid = entity.claim_uid
@@ -355,13 +441,32 @@ class Manager:
         s = self.settings
         uid = entity.claim_uid
         paths = s.paths(uid)
-        files.prepare_shm_dir(paths, ledger_dir=s.ledger_dir)
+        tmpfs = (
+            shmfs.size_for(
+                memory_bytes=sum(sh.memory_bytes for sh in entity.request.shares),
+                max_sessions=s.max_sessions,
+                staging_bytes=DEFAULT_STAGING_BYTES,
+            )
+            if s.shm_mount
+            else None
+        )
+        try:
+            files.prepare_shm_dir(paths, ledger_dir=s.ledger_dir, tmpfs_bytes=tmpfs)
+        except OSError as exc:
+            raise StateError(
+                f"cannot prepare the shm dir {paths.shm_dir}: {exc.strerror or exc}",
+                code=ErrorCode.INTERNAL,
+                claim_uid=uid,
+                field="shm_dir",
+            ) from exc
         doc = spec.build_spec(
             entity.request,
             paths=paths,
             shm_root=s.shm_root,
             tcp_host=entity.endpoints.tcp_host,
             tcp_port=tcp_port,
+            max_sessions=s.max_sessions,
+            max_shares_per_die=s.max_shares_per_die,
         )
         files.write_spec(paths.spec, doc)
         launched = self.launcher.launch(spec_path=paths.spec, stderr_path=paths.stderr)
@@ -390,17 +495,18 @@ class Manager:
             pid_start_time=launched.start_time,
             cmdline=processes.cmdline(launched.pid) or launched.cmdline,
             endpoints=Endpoints(
-                tcp_host=str(ready.get("tcp_host", entity.endpoints.tcp_host)),
-                tcp_port=int(ready.get("tcp_port", 0)),
-                unix_socket=str(ready.get("unix_socket", paths.unix_socket)),
+                tcp_host=ready.tcp_host,
+                tcp_port=ready.tcp_port,
+                unix_socket=ready.unix_socket,
                 shm_dir=str(paths.shm_dir),
             ),
-            started_at=float(ready.get("started_at", time.time())),
+            started_at=ready.started_at,
             message=entity.message if entity.restarts else "",
         )
         with self._lock:
             self._entities[uid] = running
             self._persist()
+        self._wake()  # the monitor opens a pidfd for the new process
         return running
 
     def _discard(self, claim: _Claim, entity: Entity) -> None:

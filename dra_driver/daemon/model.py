@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from dra_driver.aclserver.codes import Policy
 from dra_driver.errors import ErrorCode, InvalidInput
+from flexnpu_wire import shares
+from flexnpu_wire.codes import Policy
 
 
 class EntityState(StrEnum):
@@ -22,37 +23,8 @@ class EntityState(StrEnum):
     UNKNOWN = "Unknown"
 
 
-@dataclass(frozen=True, slots=True)
-class Share:
-    """One vNPU of a claim: a quota on one die."""
-
-    virtual_id: int
-    die_phy_id: int
-    memory_bytes: int
-    compute_percent: int
-    policy: str
-    memory_only: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "virtual_id": self.virtual_id,
-            "die_phy_id": self.die_phy_id,
-            "memory_bytes": self.memory_bytes,
-            "compute_percent": self.compute_percent,
-            "policy": self.policy,
-            "memory_only": self.memory_only,
-        }
-
-    @classmethod
-    def from_dict(cls, doc: Mapping[str, Any]) -> Share:
-        return cls(
-            virtual_id=int(doc["virtual_id"]),
-            die_phy_id=int(doc["die_phy_id"]),
-            memory_bytes=int(doc["memory_bytes"]),
-            compute_percent=int(doc["compute_percent"]),
-            policy=str(doc["policy"]),
-            memory_only=bool(doc.get("memory_only", False)),
-        )
+Share = shares.Share
+"""One vNPU of a claim: the one share record of ``client/flexnpu_wire/shares.py``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,8 +152,16 @@ class RegisterResult:
 @dataclass(frozen=True, slots=True)
 class ShareUsage:
     share: Share
-    memory_used_bytes: int = -1  # -1: unknown
-    compute_used_percent: int = -1  # -1: unknown
+    """Usage of one vNPU (virtual id ``share.virtual_id``); quotas are ``share.memory_bytes`` and
+    ``share.compute_percent``. -1 means unknown."""
+
+    memory_used_bytes: int = -1
+    compute_used_percent: int = -1
+    """Percent of the die used since the previous ``List`` (-1 on the first)."""
+    compute_used_us: int = -1
+    """Die microseconds used since the aclserver started."""
+    sessions: int = -1
+    """Client sessions open on the claim's aclserver."""
 
 
 @dataclass(frozen=True, slots=True)

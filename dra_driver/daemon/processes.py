@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from dra_driver.aclserver.spec import ReadyInfo
 from dra_driver.daemon import files, zygote_marker
 from dra_driver.errors import ErrorCode, FlexNPUError
 
@@ -123,14 +123,14 @@ def launch(command: Sequence[str], *, spec_path: Path, stderr_path: Path) -> Lau
 
 def wait_ready(
     launched: Launched, *, ready_path: Path, stderr_path: Path, timeout: float, claim_uid: str
-) -> dict[str, Any]:
+) -> ReadyInfo:
     """Wait until the aclserver writes its ready file; raise if it exits or the deadline passes."""
     deadline = time.monotonic() + timeout
     delay = 0.001
     while True:
-        doc = files.read_ready(ready_path)
-        if doc is not None and int(doc.get("pid", launched.pid)) == launched.pid:
-            return doc
+        ready = files.read_ready(ready_path)
+        if ready is not None and ready.pid == launched.pid:
+            return ready
         status = launched.exit_status()
         if status is None and launched.popen is None and not is_alive(launched.pid, launched.start_time):
             status = -1

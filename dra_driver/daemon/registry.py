@@ -56,7 +56,7 @@ def save(path: Path, entities: Iterable[Entity], *, sync: bool = True) -> None:
     entries = [e.to_dict() for e in sorted(entities, key=lambda e: e.claim_uid)]
     doc = {"version": VERSION, "checksum": _checksum(entries), "entries": entries}
     data = json.dumps(doc, indent=1, sort_keys=True).encode()
-    files.write_atomic(path, data, sync=sync)
+    files.write_atomic(path, data, mode=0o600, sync=sync, dir_mode=0o700)
 
 
 def quarantine(path: Path) -> Path:

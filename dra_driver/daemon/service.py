@@ -62,7 +62,10 @@ class DaemonServicer(pb_grpc.FlexNPUDaemonServicer):
 
     def List(self, request: pb.ListRequest, context: grpc.ServicerContext) -> pb.ListResponse:  # noqa: N802
         return _call(
-            context, lambda: pb.ListResponse(entities=[wire.entity_to_pb(e) for e in self.manager.list()])
+            context,
+            lambda: pb.ListResponse(
+                entities=[wire.entity_to_pb(e) for e in self.manager.list(probe=bool(request.probe))]
+            ),
         )
 
     def Health(self, request: pb.HealthRequest, context: grpc.ServicerContext) -> pb.HealthResponse:  # noqa: N802

@@ -1,21 +1,39 @@
 """Pure: where a claim's files live and what its aclserver launch spec says.
 
-The spec format is the launch contract with ``dra_driver.aclserver`` (version 1): JSON, mode
-0600, one aclserver per claim serving all of its shares. This module only builds the data;
-``processes`` writes it.
+The spec is the typed launch contract of ``client/flexnpu_wire/launch.py`` (version 1): JSON,
+mode 0600, one aclserver per claim serving all of its shares. This module only builds the
+value; ``files`` writes it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from dra_driver.daemon.model import RegisterRequest
+from flexnpu_wire.launch import (
+    DEFAULT_MAX_FRAME_BYTES,
+    DEFAULT_MAX_SESSIONS,
+    DEFAULT_MAX_SHARES_PER_DIE,
+    SPEC_VERSION,
+    AclServerSpec,
+)
 
-SPEC_VERSION = 1
+__all__ = [
+    "BACKEND",
+    "LEDGER_DIR_NAME",
+    "MAX_FRAME_BYTES",
+    "SPEC_VERSION",
+    "ClaimPaths",
+    "build_spec",
+    "claim_paths",
+    "claim_uid_of_file",
+    "process_name",
+    "specs_dir",
+]
+
 LEDGER_DIR_NAME = ".ledger"
-MAX_FRAME_BYTES = 1024 * 1024
+MAX_FRAME_BYTES = DEFAULT_MAX_FRAME_BYTES
 BACKEND = "emulated"
 
 
@@ -28,9 +46,10 @@ class ClaimPaths:
     spec: Path
     ready: Path
     stderr: Path
+    sessions: Path
 
     def files(self) -> tuple[Path, ...]:
-        return (self.spec, self.ready, self.stderr)
+        return (self.spec, self.ready, self.stderr, self.sessions)
 
 
 def claim_paths(claim_uid: str, *, run_dir: Path, shm_root: Path) -> ClaimPaths:
@@ -43,6 +62,7 @@ def claim_paths(claim_uid: str, *, run_dir: Path, shm_root: Path) -> ClaimPaths:
         spec=specs / f"{claim_uid}.spec.json",
         ready=specs / f"{claim_uid}.ready.json",
         stderr=specs / f"{claim_uid}.stderr.log",
+        sessions=specs / f"{claim_uid}.ready.sessions",
     )
 
 
@@ -55,21 +75,36 @@ def claim_uid_of_file(name: str) -> str:
     return name.lstrip(".").split(".", 1)[0]
 
 
+def process_name(claim_uid: str) -> str:
+    """What ``ps`` shows for a claim's aclserver (``pgrep aclserver`` finds it)."""
+    return f"flexnpu-aclserver {claim_uid}"
+
+
 def build_spec(
-    request: RegisterRequest, *, paths: ClaimPaths, shm_root: Path, tcp_host: str, tcp_port: int = 0
-) -> dict[str, Any]:
-    """The JSON document the aclserver reads with ``--spec``."""
-    return {
-        "version": SPEC_VERSION,
-        "claim_uid": request.claim_uid,
-        "token": request.token,
-        "shm_dir": str(paths.shm_dir),
-        "unix_socket": str(paths.unix_socket),
-        "tcp_host": tcp_host,
-        "tcp_port": tcp_port,
-        "ledger_dir": str(shm_root / LEDGER_DIR_NAME),
-        "ready_file": str(paths.ready),
-        "backend": BACKEND,
-        "max_frame_bytes": MAX_FRAME_BYTES,
-        "shares": [s.to_dict() for s in request.shares],
-    }
+    request: RegisterRequest,
+    *,
+    paths: ClaimPaths,
+    shm_root: Path,
+    tcp_host: str,
+    tcp_port: int = 0,
+    max_sessions: int = DEFAULT_MAX_SESSIONS,
+    max_shares_per_die: int = DEFAULT_MAX_SHARES_PER_DIE,
+) -> AclServerSpec:
+    """The launch spec the aclserver reads with ``--spec``."""
+    return AclServerSpec(
+        claim_uid=request.claim_uid,
+        token=request.token,
+        shm_dir=str(paths.shm_dir),
+        unix_socket=str(paths.unix_socket),
+        tcp_host=tcp_host,
+        tcp_port=tcp_port,
+        ledger_dir=str(shm_root / LEDGER_DIR_NAME),
+        ready_file=str(paths.ready),
+        shares=request.shares,
+        backend=BACKEND,
+        max_frame_bytes=MAX_FRAME_BYTES,
+        max_sessions=max_sessions,
+        max_shares_per_die=max_shares_per_die,
+        process_name=process_name(request.claim_uid),
+        version=SPEC_VERSION,
+    )

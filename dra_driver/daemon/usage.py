@@ -1,24 +1,40 @@
-"""Memory in use per vNPU, read from the aclservers' per-die ledgers (cheap: one mmap per die).
+"""Usage per vNPU: memory and die time from the per-die ledgers, sessions from the aclserver.
 
-Best effort: a die without a ledger, or a ledger that cannot be read, reports nothing, and the
-caller shows "unknown". Never raises.
+Memory in use and die microseconds consumed come from each share's ledger entry (cheap: one
+mmap per die; only aclservers write it, with figures they measured). The session count comes
+from the small ``<uid>.ready.sessions`` file the aclserver rewrites when a session opens or
+closes (``dra_driver/aclserver/server.py``). ``Sampler`` turns consumed microseconds into a
+percent of the die since the previous sample. Best effort: what cannot be read is reported as
+unknown (-1); nothing here raises.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
+from dra_driver import files
 from dra_driver.aclserver import ledger
 from dra_driver.errors import FlexNPUError
+
+__all__ = ["Sampler", "ShareFigures", "ledger_figures", "memory_used", "sessions"]
 
 log = logging.getLogger("flexnpu.daemon")
 
 
-def memory_used(ledger_dir: Path, dies: Iterable[int]) -> dict[tuple[str, int], int]:
-    """(claim UID, virtual ID) → bytes in use, for every live ledger entry on ``dies``."""
-    out: dict[tuple[str, int], int] = {}
+@dataclass(frozen=True, slots=True)
+class ShareFigures:
+    mem_used: int
+    consumed_us: int
+
+
+def ledger_figures(ledger_dir: Path, dies: Iterable[int]) -> dict[tuple[str, int], ShareFigures]:
+    """(claim UID, virtual ID) → figures, for every live ledger entry on ``dies``."""
+    out: dict[tuple[str, int], ShareFigures] = {}
     for die in sorted(set(dies)):
         try:
             entries = ledger.read_entries(str(ledger_dir), die)
@@ -26,5 +42,40 @@ def memory_used(ledger_dir: Path, dies: Iterable[int]) -> dict[tuple[str, int], 
             log.debug("cannot read the ledger of die %d: %s", die, exc)
             continue
         for e in entries:
-            out[(e.claim_uid, e.virtual_id)] = e.mem_used
+            out[(e.claim_uid, e.virtual_id)] = ShareFigures(e.mem_used, e.consumed_us)
     return out
+
+
+def memory_used(ledger_dir: Path, dies: Iterable[int]) -> dict[tuple[str, int], int]:
+    """(claim UID, virtual ID) → bytes in use."""
+    return {k: v.mem_used for k, v in ledger_figures(ledger_dir, dies).items()}
+
+
+def sessions(path: Path) -> int:
+    """The session count an aclserver recorded in ``path``; -1 when unknown."""
+    try:
+        return int(files.read_nofollow(path, max_bytes=64).decode().strip())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return -1
+
+
+class Sampler:
+    """Percent of the die a vNPU used between two samples of its consumed microseconds."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: dict[tuple[str, int], tuple[float, int]] = {}
+
+    def percent(self, key: tuple[str, int], consumed_us: int, *, now: float | None = None) -> int:
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            prev = self._last.get(key)
+            self._last[key] = (now, consumed_us)
+        if prev is None or now <= prev[0] or consumed_us < prev[1]:
+            return -1
+        return min(100, round(100 * (consumed_us - prev[1]) / ((now - prev[0]) * 1e6)))
+
+    def forget(self, live: Iterable[tuple[str, int]]) -> None:
+        keep = set(live)
+        with self._lock:
+            self._last = {k: v for k, v in self._last.items() if k in keep}

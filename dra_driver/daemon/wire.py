@@ -107,6 +107,8 @@ def entity_to_pb(info: EntityInfo) -> pb.Entity:
                 share=share_to_pb(u.share),
                 memory_used_bytes=u.memory_used_bytes,
                 compute_used_percent=u.compute_used_percent,
+                compute_used_us=u.compute_used_us,
+                sessions=u.sessions,
             )
             for u in info.shares
         ],
@@ -137,6 +139,8 @@ def entity_from_pb(msg: pb.Entity) -> EntityInfo:
                 share=share_from_pb(u.share),
                 memory_used_bytes=int(u.memory_used_bytes),
                 compute_used_percent=int(u.compute_used_percent),
+                compute_used_us=int(u.compute_used_us),
+                sessions=int(u.sessions),
             )
             for u in msg.shares
         ),

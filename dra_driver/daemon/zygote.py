@@ -28,6 +28,7 @@ from dra_driver.daemon.zygote_marker import MODULE
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=MODULE)
     parser.add_argument("--run-dir", required=True, help="the daemon's run dir (marks forked aclservers)")
+    parser.add_argument("--title-room", default="", help="spare argv bytes for the children's process titles")
     parser.parse_args(argv)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the daemon decides when we stop (stdin EOF)

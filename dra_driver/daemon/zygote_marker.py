@@ -12,8 +12,13 @@ from pathlib import Path
 MODULE = "dra_driver.daemon.zygote"
 
 
+TITLE_ROOM = 192
+"""Spare bytes in the zygote's argv: a forked aclserver rewrites its argv area to show
+``flexnpu-aclserver <claim uid> --spec <path>`` (``dra_driver/aclserver/proctitle.py``)."""
+
+
 def zygote_argv(python: str, run_dir: Path) -> tuple[str, ...]:
-    return (python, "-m", MODULE, "--run-dir", str(run_dir))
+    return (python, "-m", MODULE, "--run-dir", str(run_dir), "--title-room", "_" * TITLE_ROOM)
 
 
 def is_zygote_cmdline(args: Sequence[str], run_dir: Path) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import secrets
 import shutil
 import signal
@@ -63,6 +64,9 @@ def make_spec(
     max_frame_bytes: int = 1 << 20,
     staging_bytes: int = 4 << 20,
     auth_timeout_ms: int = spec_mod.DEFAULT_AUTH_TIMEOUT_MS,
+    max_sessions: int = spec_mod.DEFAULT_MAX_SESSIONS,
+    max_connections: int = spec_mod.DEFAULT_MAX_CONNECTIONS,
+    max_shares_per_die: int = spec_mod.DEFAULT_MAX_SHARES_PER_DIE,
 ) -> AclServerSpec:
     """A spec with fresh paths: shm dir /dev/shm/fnpu-t-<hex>, files in ``work_dir``."""
     uid = claim_uid or str(uuid.uuid4())
@@ -80,6 +84,9 @@ def make_spec(
         max_frame_bytes=max_frame_bytes,
         staging_bytes=staging_bytes,
         auth_timeout_ms=auth_timeout_ms,
+        max_sessions=max_sessions,
+        max_connections=max(max_connections, max_sessions + 1),
+        max_shares_per_die=max_shares_per_die,
     )
 
 
@@ -92,7 +99,7 @@ def client_conf(spec: AclServerSpec, ready: ReadyInfo, *, unix: bool = True, tcp
         ),
         shm_dir=spec.shm_dir,
         shares=tuple(
-            ShareInfo(s.virtual_id, s.memory_bytes, s.compute_percent, s.policy, s.memory_only)
+            ShareInfo(s.virtual_id, s.memory_bytes, s.compute_percent, Policy(s.policy), s.memory_only)
             for s in spec.shares
         ),
     )
@@ -124,8 +131,18 @@ class RunningAclServer:
         return self.proc.returncode
 
 
-def start_aclserver(spec: AclServerSpec, work_dir: Path, *, timeout: float = 15.0) -> RunningAclServer:
-    """Write the spec (0600), start the process and wait for its ready file (RuntimeError if it exits)."""
+def start_aclserver(
+    spec: AclServerSpec, work_dir: Path, *, timeout: float = 15.0, nofile_limit: int | None = None
+) -> RunningAclServer:
+    """Write the spec (0600), start the process and wait for its ready file (RuntimeError if it exits).
+
+    ``nofile_limit`` caps the process's RLIMIT_NOFILE (soft and hard) before it starts.
+    """
+
+    def limit() -> None:
+        if nofile_limit is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile_limit, nofile_limit))
+
     spec_path = work_dir / f"{spec.claim_uid}.spec.json"
     spec_path.write_text(spec_mod.render_spec(spec))
     spec_path.chmod(0o600)
@@ -137,6 +154,7 @@ def start_aclserver(spec: AclServerSpec, work_dir: Path, *, timeout: float = 15.
             stdout=subprocess.DEVNULL,
             stderr=err,
             start_new_session=True,
+            preexec_fn=limit if nofile_limit is not None else None,  # noqa: PLW1509 - only setrlimit
         )
     deadline = time.monotonic() + timeout
     while True:
@@ -154,12 +172,17 @@ def start_aclserver(spec: AclServerSpec, work_dir: Path, *, timeout: float = 15.
 
 @contextlib.contextmanager
 def running_aclserver(
-    work_dir: Path, *, shares: Sequence[ShareSpec], ledger_dir: str, **spec_args: object
+    work_dir: Path,
+    *,
+    shares: Sequence[ShareSpec],
+    ledger_dir: str,
+    nofile_limit: int | None = None,
+    **spec_args: object,
 ) -> Iterator[RunningAclServer]:
     """Start an aclserver for a fresh spec; always stop it and remove its shm dir."""
     spec = make_spec(work_dir, shares=shares, ledger_dir=ledger_dir, **spec_args)  # type: ignore[arg-type]
     try:
-        server = start_aclserver(spec, work_dir)
+        server = start_aclserver(spec, work_dir, nofile_limit=nofile_limit)
         try:
             yield server
         finally:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from dra_driver.aclserver import protocol
-from dra_driver.daemon import processes
+from dra_driver.daemon import processes, shmfs
 from dra_driver.daemon.client import DaemonClient
 from dra_driver.daemon.model import RegisterRequest, Share
 from dra_driver.testing import inventories
@@ -196,5 +196,6 @@ class DaemonProc:
                 os.killpg(pid, signal.SIGKILL)
         with contextlib.suppress(AssertionError):
             wait_for(lambda: not self.aclserver_pids(), timeout=5, what="aclservers gone")
+        shmfs.unmount_all_under(self.shm_root)  # the claims' own tmpfs mounts, if the daemon made them
         shutil.rmtree(self.root, ignore_errors=True)
         shutil.rmtree(self.shm_root, ignore_errors=True)

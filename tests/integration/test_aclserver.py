@@ -124,28 +124,6 @@ def test_client_with_wrong_token_gets_connect_error(server: RunningAclServer) ->
         Session.open(bad)
 
 
-def test_second_client_refused_while_first_connected(server: RunningAclServer) -> None:
-    first = Session.open(server.conf())
-    try:
-        with pytest.raises(ConnectError, match="already serves a client"):
-            Session.open(server.conf())
-        with raw_connect(server, "tcp") as sock:
-            assert hello(sock, server).ints[0] == codes.ACL_ERROR_RT_RESOURCE_ALLOC_FAIL
-    finally:
-        first.close()
-    # The server releases the first session when it sees the disconnect; wait for that.
-    second = aclservers.wait_for(lambda: _try_open(server), what="second client accepted")
-    assert isinstance(second, Session)
-    second.close()
-
-
-def _try_open(server: RunningAclServer) -> Session | None:
-    try:
-        return Session.open(server.conf())
-    except ConnectError:
-        return None
-
-
 def test_tcp_fallback_when_unix_socket_unreachable(server: RunningAclServer) -> None:
     conf = server.conf()
     broken = clientconf.ClientConf(

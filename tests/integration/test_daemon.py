@@ -368,6 +368,8 @@ def test_unresponsive_aclserver_is_reported_unknown(daemon: DaemonProc) -> None:
         os.kill(res.pid, signal.SIGSTOP)
         try:
             [info] = c.list()
+            assert info.state == EntityState.RUNNING  # the periodic list does not probe
+            [info] = c.list(probe=True)
             assert (info.state, info.pid) == (EntityState.UNKNOWN, res.pid)
             assert "does not answer PING" in info.message
         finally:

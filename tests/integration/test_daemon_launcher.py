@@ -50,9 +50,18 @@ def test_zygote_forks_session_leaders_and_survives_its_own_death(dirs: tuple[Pat
         first = _start(launcher, run, shm, "claim-one")
         st = processes.stat(first.pid)
         assert st is not None and st.pgrp == first.pid  # its own process group / session
-        assert first.popen is None and first.cmdline == launcher.argv == processes.cmdline(first.pid)
+        assert first.popen is None and first.cmdline == launcher.argv
+        # the forked aclserver names itself after its claim (ps / pgrep aclserver)
+        title = processes.cmdline(first.pid)
+        assert title is not None and title[:4] == (
+            "flexnpu-aclserver",
+            "claim-one",
+            "--spec",
+            str(run / "aclservers" / "claim-one.spec.json"),
+        )
+        assert (Path("/proc") / str(first.pid) / "comm").read_text().strip() == "aclserver-claim"
         assert processes.find_aclservers(run / "aclservers", run_dir=run) == [
-            (first.pid, "forked by the zygote")
+            (first.pid, f"spec {run / 'aclservers' / 'claim-one.spec.json'}")
         ]
         zygote_pid = launcher._proc.pid if launcher._proc else 0
         processes.kill(zygote_pid)

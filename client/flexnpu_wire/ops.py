@@ -1,0 +1,140 @@
+"""The op table of the aclserver control link: one row per operation, as data.
+
+Each row gives the op number, its name, the int64 values a request carries, the values a reply
+carries after the return code, and what the tails hold. The server validates arity from this
+table; ``python -m flexnpu_wire.emit`` writes it as JSON and as a C header for the C client
+(``client/flexnpu_wire/generated/``), and a test proves the checked-in copies match.
+
+Semantics of the fields are those of the ACL runtime call of the same name (reference in
+docs/client-conf.md for the endpoints); only PING and HELLO are accepted before
+authentication.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+__all__ = ["OPS", "Op", "OpSpec", "spec_of"]
+
+
+class Op(IntEnum):
+    """Operation codes (numbers are the wire contract; never renumber, only add)."""
+
+    NONE = 0
+    PING = 1
+    HELLO = 2
+    INIT = 3
+    FINALIZE = 4
+    GET_DEVICE_COUNT = 5
+    SET_DEVICE = 6
+    RESET_DEVICE = 7
+    GET_DEVICE = 8
+    MALLOC = 10
+    FREE = 11
+    MEMCPY = 12
+    MEMSET = 13
+    GET_MEM_INFO = 14
+    MALLOC_HOST = 15
+    FREE_HOST = 16
+    CREATE_STREAM = 20
+    DESTROY_STREAM = 21
+    SYNCHRONIZE_STREAM = 22
+    SYNCHRONIZE_DEVICE = 23
+    LAUNCH_KERNEL = 24
+    GET_STATS = 30
+    GET_USAGE = 31
+
+
+@dataclass(frozen=True, slots=True)
+class OpSpec:
+    """One operation: request values, optional trailing request values, reply values and tails."""
+
+    op: Op
+    request: tuple[str, ...] = ()
+    optional: tuple[str, ...] = ()
+    reply: tuple[str, ...] = ()
+    request_tail: str = ""
+    reply_tail: str = ""
+    pre_auth: bool = False
+    summary: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.op.name
+
+    @property
+    def arities(self) -> tuple[int, ...]:
+        """Every accepted number of request values."""
+        return tuple(range(len(self.request), len(self.request) + len(self.optional) + 1))
+
+
+OPS: tuple[OpSpec, ...] = (
+    OpSpec(Op.NONE, reply_tail="error text", summary="reply-only: a frame the server could not decode"),
+    OpSpec(Op.PING, reply=("server_pid",), reply_tail='"PONG"', pre_auth=True, summary="liveness"),
+    OpSpec(
+        Op.HELLO,
+        request=("protocol_version", "client_pid"),
+        reply=("server_pid", "device_count", "staging_bytes"),
+        request_tail="claim token (ASCII hex)",
+        reply_tail="staging region file name in the shm dir",
+        pre_auth=True,
+        summary="authenticate; opens a session with its own staging region",
+    ),
+    OpSpec(Op.INIT, summary="aclInit"),
+    OpSpec(Op.FINALIZE, summary="aclFinalize: frees this session's memory, streams and host buffers"),
+    OpSpec(Op.GET_DEVICE_COUNT, reply=("count",), summary="aclrtGetDeviceCount"),
+    OpSpec(Op.SET_DEVICE, request=("device",), summary="aclrtSetDevice"),
+    OpSpec(Op.RESET_DEVICE, request=("device",), summary="aclrtResetDevice"),
+    OpSpec(Op.GET_DEVICE, reply=("device",), summary="aclrtGetDevice"),
+    OpSpec(Op.MALLOC, request=("size", "policy"), reply=("device_ptr",), summary="aclrtMalloc"),
+    OpSpec(Op.FREE, request=("device_ptr",), summary="aclrtFree"),
+    OpSpec(
+        Op.MEMCPY,
+        request=("dst", "dst_max", "src", "count", "kind"),
+        optional=("span",),
+        summary="aclrtMemcpy; host sides are data-link host pointers; span = bytes of the whole staged copy",
+    ),
+    OpSpec(Op.MEMSET, request=("device_ptr", "dst_max", "value", "count"), summary="aclrtMemset"),
+    OpSpec(
+        Op.GET_MEM_INFO,
+        request=("attr",),
+        reply=("free", "total"),
+        summary="aclrtGetMemInfo: the claim's quota and what all its sessions leave free",
+    ),
+    OpSpec(
+        Op.MALLOC_HOST,
+        request=("size",),
+        reply=("host_ptr", "mapped_bytes"),
+        reply_tail="region file name in the shm dir",
+        summary="aclrtMallocHost: a zero-copy buffer in the data link",
+    ),
+    OpSpec(Op.FREE_HOST, request=("host_ptr",), summary="aclrtFreeHost"),
+    OpSpec(Op.CREATE_STREAM, reply=("stream",), summary="aclrtCreateStream"),
+    OpSpec(Op.DESTROY_STREAM, request=("stream",), summary="aclrtDestroyStream"),
+    OpSpec(Op.SYNCHRONIZE_STREAM, request=("stream",), summary="aclrtSynchronizeStream"),
+    OpSpec(Op.SYNCHRONIZE_DEVICE, summary="aclrtSynchronizeDevice"),
+    OpSpec(
+        Op.LAUNCH_KERNEL,
+        request=("stream", "duration_us", "tag", "out_ptr", "in_ptr", "in_len"),
+        reply=("queued",),
+        summary="the emulated kernel: holds the die for duration_us, then writes (tag, crc32) at out_ptr",
+    ),
+    OpSpec(Op.GET_STATS, reply=("kernels_done", "kernel_us_done"), summary="this session's kernel counters"),
+    OpSpec(
+        Op.GET_USAGE,
+        request=("device",),
+        reply=("memory_used", "memory_quota", "compute_used_us", "compute_quota_percent", "sessions"),
+        summary="usage of one vNPU across every session of the claim (additive, version 1)",
+    ),
+)
+
+_BY_OP = {row.op: row for row in OPS}
+
+
+def spec_of(op: int) -> OpSpec | None:
+    """The row of ``op``, or None for an unknown number."""
+    try:
+        return _BY_OP[Op(op)]
+    except ValueError:
+        return None

@@ -1,0 +1,55 @@
+"""The share record: one vNPU of a claim (a memory and compute quota on one die).
+
+The kubelet plugin builds it, the daemon API carries it (``api_protos``), the daemon registry
+stores it and the aclserver launch spec hands it to the aclserver: one type for all of them.
+``policy`` holds the policy name as given; :attr:`Share.policy_enum` is the validated value
+(the daemon refuses unknown names with an error naming the field before anything starts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from flexnpu_wire.codes import Policy
+
+__all__ = ["Share"]
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """One vNPU of a claim: the container sees it as device ``virtual_id``."""
+
+    virtual_id: int
+    die_phy_id: int
+    memory_bytes: int
+    compute_percent: int
+    policy: str
+    memory_only: bool = False
+
+    @property
+    def policy_enum(self) -> Policy:
+        """The policy as an enum (ValueError for an unknown name)."""
+        return Policy(self.policy)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "virtual_id": self.virtual_id,
+            "die_phy_id": self.die_phy_id,
+            "memory_bytes": self.memory_bytes,
+            "compute_percent": self.compute_percent,
+            "policy": str(self.policy),
+            "memory_only": self.memory_only,
+        }
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> Share:
+        return cls(
+            virtual_id=int(doc["virtual_id"]),
+            die_phy_id=int(doc["die_phy_id"]),
+            memory_bytes=int(doc["memory_bytes"]),
+            compute_percent=int(doc["compute_percent"]),
+            policy=str(doc["policy"]),
+            memory_only=bool(doc.get("memory_only", False)),
+        )

@@ -1,0 +1,129 @@
+/*
+ * wire.h: the aclserver wire protocol as the C client speaks it. Byte-compatible with
+ * dra_driver/aclserver/protocol.py (framing, op numbers) and dra_driver/aclserver/datalink.py
+ * (host pointers); tests/c/test_constants.py checks every number here against the Python side.
+ *
+ * A frame: uint32 length (big-endian, of what follows) | uint16 op | uint16 flags |
+ * uint32 request_id | uint8 n_ints | n_ints x int64 (big-endian) | tail bytes.
+ *
+ * When the generated wire contract (client/flexnpu_wire/generated/flexnpu_wire.h, on the include
+ * path from the Makefile) is present, its numbers are used and every op number below is checked
+ * against it at compile time; otherwise the same numbers are defined here.
+ */
+#ifndef FLEXNPU_WIRE_H_
+#define FLEXNPU_WIRE_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__has_include)
+#if __has_include("flexnpu_wire.h")
+#include "flexnpu_wire.h"
+#endif
+#endif
+
+#ifndef FLEXNPU_WIRE_H /* no generated contract in this tree */
+#define FLEXNPU_PROTOCOL_VERSION 1
+#define FLEXNPU_FLAG_REPLY 0x1
+#define FLEXNPU_HEADER_BYTES 9
+#define FLEXNPU_HOST_TAG (UINT64_C(1) << 60)
+#define FLEXNPU_OFFSET_BITS 36
+#endif
+#define FLEXNPU_MAX_INTS 255
+#define FLEXNPU_REPLY_MAX_FRAME (1u << 20)
+
+enum flexnpu_op {
+    OP_NONE = 0,
+    OP_PING = 1,
+    OP_HELLO = 2,
+    OP_INIT = 3,
+    OP_FINALIZE = 4,
+    OP_GET_DEVICE_COUNT = 5,
+    OP_SET_DEVICE = 6,
+    OP_RESET_DEVICE = 7,
+    OP_GET_DEVICE = 8,
+    OP_MALLOC = 10,
+    OP_FREE = 11,
+    OP_MEMCPY = 12,
+    OP_MEMSET = 13,
+    OP_GET_MEM_INFO = 14,
+    OP_MALLOC_HOST = 15,
+    OP_FREE_HOST = 16,
+    OP_CREATE_STREAM = 20,
+    OP_DESTROY_STREAM = 21,
+    OP_SYNCHRONIZE_STREAM = 22,
+    OP_SYNCHRONIZE_DEVICE = 23,
+    OP_LAUNCH_KERNEL = 24,
+    OP_GET_STATS = 30,
+    OP_GET_USAGE = 31,
+};
+
+#ifdef FLEXNPU_WIRE_H
+#define FLEXNPU_SAME_OP(name) _Static_assert(OP_##name == FLEXNPU_OP_##name, "op " #name " differs from the contract")
+FLEXNPU_SAME_OP(NONE);
+FLEXNPU_SAME_OP(PING);
+FLEXNPU_SAME_OP(HELLO);
+FLEXNPU_SAME_OP(INIT);
+FLEXNPU_SAME_OP(FINALIZE);
+FLEXNPU_SAME_OP(GET_DEVICE_COUNT);
+FLEXNPU_SAME_OP(SET_DEVICE);
+FLEXNPU_SAME_OP(RESET_DEVICE);
+FLEXNPU_SAME_OP(GET_DEVICE);
+FLEXNPU_SAME_OP(MALLOC);
+FLEXNPU_SAME_OP(FREE);
+FLEXNPU_SAME_OP(MEMCPY);
+FLEXNPU_SAME_OP(MEMSET);
+FLEXNPU_SAME_OP(GET_MEM_INFO);
+FLEXNPU_SAME_OP(MALLOC_HOST);
+FLEXNPU_SAME_OP(FREE_HOST);
+FLEXNPU_SAME_OP(CREATE_STREAM);
+FLEXNPU_SAME_OP(DESTROY_STREAM);
+FLEXNPU_SAME_OP(SYNCHRONIZE_STREAM);
+FLEXNPU_SAME_OP(SYNCHRONIZE_DEVICE);
+FLEXNPU_SAME_OP(LAUNCH_KERNEL);
+FLEXNPU_SAME_OP(GET_STATS);
+FLEXNPU_SAME_OP(GET_USAGE);
+_Static_assert(FLEXNPU_OP_HELLO_NREPLY == 3, "HELLO reply: server pid, device count, staging size");
+_Static_assert(FLEXNPU_OP_MALLOC_HOST_NREPLY == 2, "MALLOC_HOST reply: wire pointer, mapped size");
+_Static_assert(FLEXNPU_OP_GET_MEM_INFO_NREPLY == 2, "GET_MEM_INFO reply: free, total");
+_Static_assert(FLEXNPU_OP_MEMCPY_NREQ_MAX == 6, "MEMCPY takes an optional span");
+#endif
+
+/* The wire form of a host pointer: HOST_TAG | region_id << OFFSET_BITS | offset. */
+static inline uint64_t wire_host_ptr(uint64_t region_id, uint64_t offset)
+{
+    return FLEXNPU_HOST_TAG | (region_id << FLEXNPU_OFFSET_BITS) | offset;
+}
+
+/* One decoded reply. ints[0] is the ACL return code. tail points into the reader's buffer and
+ * stays valid until the next read. */
+struct wire_msg {
+    uint16_t op;
+    uint16_t flags;
+    uint32_t request_id;
+    unsigned n_ints;
+    int64_t ints[FLEXNPU_MAX_INTS];
+    const char *tail;
+    size_t tail_len;
+};
+
+struct wire_reader {
+    unsigned char *buf;
+    size_t cap, start, end;
+};
+
+/* Encode one frame into out (capacity cap). Returns its length, or 0 if it does not fit. */
+size_t wire_encode(unsigned char *out, size_t cap, uint16_t op, uint32_t request_id, const int64_t *ints,
+                   unsigned n_ints, const void *tail, size_t tail_len);
+
+/* Send all of buf, waiting at most timeout_ms (< 0: no limit) in total. 0 or -errno. */
+int wire_send_all(int fd, const void *buf, size_t len, int timeout_ms);
+
+/* Read the next frame, waiting at most timeout_ms (< 0: no limit). 0 on success, -errno on a
+ * socket error, -ETIMEDOUT, -ECONNRESET when the peer closed, -EPROTO for a malformed or
+ * oversized frame. */
+int wire_read(int fd, struct wire_reader *r, struct wire_msg *msg, int timeout_ms);
+
+void wire_reader_free(struct wire_reader *r);
+
+#endif /* FLEXNPU_WIRE_H_ */

@@ -1,0 +1,224 @@
+"""The aclserver's ascend backend (dra_driver/aclserver/backend_ascend.py) against an ABI-compatible
+CANN emulator (tests/c/cann_emulator.c: device memory in host RAM, call counters, injected
+failures). Real C calls exercise the ctypes binding, the error pass-through and the accounting;
+no NPU is involved, and the backend is not verified on hardware.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dra_driver import clientconf
+from dra_driver.aclserver import codes
+from dra_driver.aclserver.backend import AclFailure
+from dra_driver.aclserver.backend_ascend import AscendBackend
+from dra_driver.testing import aclservers, clibrary
+from tests.c.conftest import HERE, MIB, run
+
+QUOTA = 64 * MIB
+
+
+@pytest.fixture(scope="module")
+def emulator_build() -> Path:
+    return clibrary.compile_program(
+        HERE / "cann_emulator.c", include_acl_headers=False, extra_flags=["-shared", "-fPIC", "-pthread"]
+    )
+
+
+@pytest.fixture
+def emulator(emulator_build: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private copy per test: each load has fresh emulator state (ctypes caches by path)."""
+    monkeypatch.setenv("FLEXNPU_EMU_DEVICES", "2")
+    monkeypatch.setenv("FLEXNPU_EMU_MEMORY", str(1 << 30))
+    lib = tmp_path / "libascendcl.so"
+    shutil.copy(emulator_build, lib)
+    return lib
+
+
+class Emu:
+    """The emulator's test hooks, on the same loaded library the backend uses."""
+
+    def __init__(self, path: Path) -> None:
+        self.lib = ctypes.CDLL(str(path))
+        self.lib.emu_calls.argtypes = [ctypes.c_char_p]
+        self.lib.emu_calls.restype = ctypes.c_long
+        self.lib.emu_fail_next.argtypes = [ctypes.c_char_p, ctypes.c_int]
+        self.lib.emu_allocated.restype = ctypes.c_longlong
+
+    def calls(self, name: str) -> int:
+        return int(self.lib.emu_calls(name.encode()))
+
+    def fail_next(self, name: str, code: int) -> None:
+        assert self.lib.emu_fail_next(name.encode(), code) == 0
+
+    def allocated(self, device: int) -> int:
+        return int(self.lib.emu_allocated(device))
+
+
+@pytest.fixture
+def backend(emulator: Path, tmp_path: Path) -> Iterator[tuple[AscendBackend, Emu]]:
+    spec = aclservers.make_spec(
+        tmp_path,
+        shares=[aclservers.share(0, die=1, memory=QUOTA), aclservers.share(1, die=0, memory=2 * QUOTA)],
+        ledger_dir=str(tmp_path / "ledger"),
+    )
+    b = AscendBackend(spec, library=str(emulator))
+    yield b, Emu(emulator)
+    b.close()
+
+
+def test_quota_is_checked_before_the_runtime_is_asked(backend: tuple[AscendBackend, Emu]) -> None:
+    b, emu = backend
+    assert b.device_count() == 2 and emu.calls("aclInit") == 1
+    p = b.malloc(0, QUOTA // 2, 0, owner=1)
+    assert emu.allocated(1) == QUOTA // 2 and emu.allocated(0) == 0  # virtual device 0 is die 1
+    assert b.mem_info(0) == (QUOTA // 2, QUOTA)
+    mallocs = emu.calls("aclrtMalloc")
+    with pytest.raises(AclFailure) as err:
+        b.malloc(0, QUOTA // 2 + 1, 0, owner=1)
+    assert err.value.code == codes.ACL_ERROR_RT_MEMORY_ALLOCATION and "quota" in err.value.message
+    assert emu.calls("aclrtMalloc") == mallocs  # refused without a runtime call
+    b.free(p, owner=1)
+    assert emu.allocated(1) == 0 and b.mem_info(0) == (QUOTA, QUOTA)
+
+
+def test_runtime_errors_pass_through_and_leave_no_accounting(backend: tuple[AscendBackend, Emu]) -> None:
+    b, emu = backend
+    emu.fail_next("aclrtMalloc", 507899)
+    with pytest.raises(AclFailure) as err:
+        b.malloc(1, MIB, 0)
+    assert err.value.code == 507899 and "injected failure of aclrtMalloc" in err.value.message
+    assert b.mem_info(1) == (2 * QUOTA, 2 * QUOTA)
+    emu.fail_next("aclrtMemcpy", 107000)
+    p = b.malloc(1, MIB, 0)
+    with pytest.raises(AclFailure) as err:
+        b.copy_to_device(p, memoryview(b"x" * 10))
+    assert err.value.code == 107000
+
+
+def test_the_die_really_having_less_free_memory_than_the_quota(
+    emulator: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLEXNPU_EMU_MEMORY", str(8 * MIB))
+    spec = aclservers.make_spec(
+        tmp_path, shares=[aclservers.share(0, memory=QUOTA)], ledger_dir=str(tmp_path / "l")
+    )
+    b = AscendBackend(spec, library=str(emulator))
+    try:
+        assert b.mem_info(0) == (8 * MIB, QUOTA)
+        with pytest.raises(AclFailure) as err:
+            b.malloc(0, 16 * MIB, 0)  # within the quota, beyond the die
+        assert err.value.code == codes.ACL_ERROR_RT_MEMORY_ALLOCATION and "EL0004" in err.value.message
+        assert b.mem_info(0) == (8 * MIB, QUOTA)
+    finally:
+        b.close()
+
+
+def test_copies_memset_and_ranges(backend: tuple[AscendBackend, Emu]) -> None:
+    b, emu = backend
+    a, c = b.malloc(0, 4096, 0), b.malloc(0, 4096, 0)
+    b.copy_to_device(a, memoryview(bytes(range(256)) * 16))
+    out = bytearray(4096)
+    b.copy_from_device(a, memoryview(out))
+    assert bytes(out) == bytes(range(256)) * 16
+    b.copy_on_device(c, a + 100, 1000)
+    part = bytearray(1000)
+    b.copy_from_device(c, memoryview(part))
+    assert bytes(part) == (bytes(range(256)) * 16)[100:1100]
+    b.memset(c, 0xAB, 16)
+    b.copy_from_device(c, memoryview(part)[:16])
+    assert bytes(part[:16]) == b"\xab" * 16
+    copies = emu.calls("aclrtMemcpy")
+    for bad in (
+        lambda: b.copy_to_device(a + 4000, memoryview(b"y" * 200)),
+        lambda: b.copy_on_device(c, a, 5000),
+    ):
+        with pytest.raises(AclFailure) as err:
+            bad()
+        assert err.value.code == codes.ACL_ERROR_INVALID_PARAM and "run past" in err.value.message
+    assert emu.calls("aclrtMemcpy") == copies
+    with pytest.raises(AclFailure) as err:
+        b.device_view(a, 16)
+    assert err.value.code == codes.ACL_ERROR_API_NOT_SUPPORT
+
+
+def test_owners_and_release(backend: tuple[AscendBackend, Emu]) -> None:
+    b, emu = backend
+    mine, theirs = b.malloc(1, MIB, 0, owner=1), b.malloc(1, 2 * MIB, 0, owner=2)
+    with pytest.raises(AclFailure):
+        b.free(theirs, owner=1)
+    b.release_all(owner=2)
+    assert emu.allocated(0) == MIB
+    b.free(mine, owner=1)
+    assert emu.allocated(0) == 0 and emu.calls("aclrtFree") == 2
+
+
+def test_each_thread_selects_its_device(backend: tuple[AscendBackend, Emu]) -> None:
+    b, emu = backend
+    before = emu.calls("aclrtSetDevice")
+    b.mem_info(0)
+    b.mem_info(0)
+    assert emu.calls("aclrtSetDevice") == before + 1  # cached within a thread
+    t = threading.Thread(target=lambda: b.mem_info(0))
+    t.start()
+    t.join()
+    assert emu.calls("aclrtSetDevice") == before + 2
+
+
+def test_close_frees_resets_and_finalizes(emulator: Path, tmp_path: Path) -> None:
+    spec = aclservers.make_spec(
+        tmp_path, shares=[aclservers.share(0, memory=QUOTA)], ledger_dir=str(tmp_path / "l")
+    )
+    b = AscendBackend(spec, library=str(emulator))
+    emu = Emu(emulator)
+    b.malloc(0, MIB, 0)
+    b.close()
+    assert emu.allocated(0) == 0
+    assert emu.calls("aclrtResetDevice") == 1 and emu.calls("aclFinalize") == 1
+
+
+def test_a_share_on_a_die_the_runtime_does_not_see(emulator: Path, tmp_path: Path) -> None:
+    spec = aclservers.make_spec(tmp_path, shares=[aclservers.share(0, die=5)], ledger_dir=str(tmp_path / "l"))
+    with pytest.raises(AclFailure) as err:
+        AscendBackend(spec, library=str(emulator))
+    assert err.value.code == codes.ACL_ERROR_INVALID_DEVICE and "die 5" in err.value.message
+    assert Emu(emulator).calls("aclFinalize") == 1
+
+
+def test_missing_library(tmp_path: Path) -> None:
+    spec = aclservers.make_spec(tmp_path, shares=[aclservers.share(0)], ledger_dir=str(tmp_path / "l"))
+    with pytest.raises(AclFailure) as err:
+        AscendBackend(spec, library=str(tmp_path / "nope.so"))
+    assert err.value.code == codes.ACL_ERROR_INTERNAL_ERROR and "nope.so" in err.value.message
+
+
+def test_aclserver_process_with_the_ascend_backend(
+    emulator: Path, acl_check: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """C client -> aclserver (--backend ascend, via its environment twin) -> ctypes -> emulator.
+
+    The emulated die has 48 MiB, less than the 64 MiB quota: what the client sees can only come
+    from the emulator."""
+    monkeypatch.setenv("FLEXNPU_ACLSERVER_BACKEND", "ascend")
+    monkeypatch.setenv("FLEXNPU_ASCEND_LIBRARY", str(emulator))
+    monkeypatch.setenv("FLEXNPU_EMU_MEMORY", str(48 * MIB))
+    with aclservers.running_aclserver(
+        tmp_path, shares=[aclservers.share(0, memory=QUOTA)], ledger_dir=str(tmp_path / "l")
+    ) as server:
+        conf = tmp_path / "client.conf"
+        conf.write_text(clientconf.render(server.conf()))
+        res = run(acl_check, "hold", str(32 * MIB), conf=conf)
+        assert "val hold_code 0" in res.stdout, res.stdout + server.stderr()
+        assert f"val hold_free {16 * MIB}" in res.stdout and f"val hold_total {QUOTA}" in res.stdout, (
+            res.stdout
+        )
+        die = run(acl_check, "hold", str(56 * MIB), conf=conf)  # within the quota, beyond the die
+        assert "val hold_code 207001" in die.stdout and "EL0004" in die.stdout, die.stdout
+        over = run(acl_check, "hold", str(2 * QUOTA), conf=conf)  # beyond the quota: refused first
+        assert "val hold_code 207001" in over.stdout and "exceeds the memory quota" in over.stdout

@@ -1,0 +1,47 @@
+"""The C client's scenarios again, with libascendcl.so and the program built with AddressSanitizer,
+LeakSanitizer and UndefinedBehaviorSanitizer: any memory error, leak or undefined behaviour fails
+the run (and so the test), not only a wrong result."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from dra_driver.testing import aclservers, clibrary
+from tests.c.conftest import HERE, MIB, Claim, run
+
+SCENARIOS = [
+    pytest.param(("quota", str(256 * MIB), "2"), id="quota"),
+    pytest.param(("memcpy", str(4 * MIB)), id="memcpy"),
+    pytest.param(("streams", "2000"), id="streams"),
+    pytest.param(("badargs",), id="badargs"),
+    pytest.param(("threads", "8"), id="threads"),
+    pytest.param(("fork",), id="fork"),
+]
+
+
+@pytest.fixture(scope="module")
+def sanitized_check() -> Path:
+    lib = clibrary.build_library(sanitized=True)
+    return clibrary.compile_program(
+        HERE / "acl_check.c", link_library=lib, extra_flags=[*clibrary.SANITIZERS, "-g"], out_dir=lib.parent
+    )
+
+
+@pytest.mark.parametrize("args", SCENARIOS)
+def test_scenario_is_sanitizer_clean(
+    sanitized_check: Path, claim_factory: Callable[..., Claim], args: tuple[str, ...]
+) -> None:
+    claim = claim_factory(
+        [aclservers.share(0, die=0, memory=256 * MIB), aclservers.share(1, die=1, memory=256 * MIB)],
+        staging_bytes=4 * MIB,
+    )
+    env = {"ASAN_OPTIONS": "detect_leaks=1:halt_on_error=1", "UBSAN_OPTIONS": "print_stacktrace=1"}
+    res = run(sanitized_check, *args, conf=claim.conf, **env)
+    assert "ERROR: AddressSanitizer" not in res.stderr and "runtime error:" not in res.stderr, res.stderr[
+        -4000:
+    ]
+    assert "LeakSanitizer" not in res.stderr, res.stderr[-4000:]
+    res.ok()

@@ -1,0 +1,221 @@
+"""A hostile container against its own aclserver, while another claim's client keeps working.
+
+Real aclserver processes: slow authentication (PINGs do not extend the deadline), large
+pre-authentication frames, connection floods under the connection cap and under a low fd limit
+(EMFILE), and a truncated staging file (an error for that copy, never a SIGBUS).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import struct
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+import pytest
+
+from dra_driver.aclserver import codes, datalink, protocol
+from dra_driver.aclserver.codes import MemcpyKind
+from dra_driver.aclserver.protocol import Op
+from dra_driver.client import AclError, Session
+from dra_driver.testing import aclservers
+from dra_driver.testing.aclservers import RunningAclServer
+from dra_driver.testing.waiting import wait_for
+
+MEM = 64 << 20
+
+
+@pytest.fixture
+def bystander(tmp_path: Path) -> Iterator[Session]:
+    """Another claim's aclserver and an authenticated client of it: it must never notice."""
+    work = tmp_path / "bystander"
+    work.mkdir()
+    with aclservers.running_aclserver(
+        work, shares=[aclservers.share(0, die=3, memory=MEM)], ledger_dir=str(tmp_path / "ledger")
+    ) as srv:
+        with Session.open(srv.conf()) as s:
+            s.init()
+            s.set_device(0)
+            yield s
+
+
+def _victim(tmp_path: Path, **spec_args: object) -> AbstractContextManager[RunningAclServer]:
+    work = tmp_path / "victim"
+    work.mkdir(exist_ok=True)
+    return aclservers.running_aclserver(
+        work,
+        shares=[aclservers.share(0, die=4, memory=MEM)],
+        ledger_dir=str(tmp_path / "ledger"),
+        **spec_args,  # type: ignore[arg-type]
+    )
+
+
+def _works(s: Session) -> None:
+    ptr = s.malloc(1 << 20)
+    s.copy_to_device(ptr, b"ok" * 512)
+    assert s.copy_from_device(ptr, 1024) == b"ok" * 512
+    s.free(ptr)
+
+
+def _unix(server: RunningAclServer) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(server.spec.unix_socket)
+    return sock
+
+
+def _closed(sock: socket.socket) -> bool:
+    try:
+        return sock.recv(65536) == b""
+    except ConnectionResetError:
+        return True
+    except BlockingIOError:
+        return False
+
+
+def test_pinging_peer_is_closed_at_the_absolute_auth_deadline(tmp_path: Path, bystander: Session) -> None:
+    with _victim(tmp_path, auth_timeout_ms=400) as victim:
+        sock = _unix(victim)
+        sock.settimeout(5)
+        rid = 0
+
+        def ping_until_closed() -> bool:
+            nonlocal rid
+            rid += 1
+            try:
+                sock.sendall(protocol.encode(Op.PING, rid))
+                data = sock.recv(65536)
+            except (BrokenPipeError, ConnectionResetError):
+                return True
+            return data == b""
+
+        # the old idle timeout never fired for a peer that keeps pinging
+        wait_for(ping_until_closed, timeout=30, interval=0.05, what="the pinging peer closed")
+        sock.close()
+        with Session.open(victim.conf()) as s:  # an honest client still gets in
+            s.init()
+            s.set_device(0)
+            _works(s)
+    _works(bystander)
+
+
+def test_large_pre_auth_frames_are_refused_without_allocating(tmp_path: Path, bystander: Session) -> None:
+    with _victim(tmp_path, max_connections=256) as victim:
+        rss_before = _rss(victim.proc.pid)
+        socks = []
+        for _ in range(120):
+            sock = _unix(victim)
+            sock.sendall(struct.pack(">I", 64 << 20) + b"\0" * 9)  # announces a 64 MiB frame
+            socks.append(sock)
+        for sock in socks:
+            sock.settimeout(10)
+            reader = protocol.FrameReader(sock, 1 << 16)
+            reply = reader.read()
+            assert reply is not None and reply.op == Op.NONE
+            assert reply.ints[0] == codes.ACL_ERROR_INVALID_PARAM and b"exceeds" in reply.tail
+            assert _closed(sock)
+            sock.close()
+        assert _rss(victim.proc.pid) - rss_before < 16 << 20
+        assert victim.proc.poll() is None
+    _works(bystander)
+
+
+def test_connection_cap_refuses_extra_connections_and_keeps_the_session(
+    tmp_path: Path, bystander: Session
+) -> None:
+    with _victim(tmp_path, max_sessions=2, max_connections=6) as victim:
+        with Session.open(victim.conf()) as s:
+            s.init()
+            s.set_device(0)
+            flood = [_unix(victim) for _ in range(30)]
+            refused = 0
+            for sock in flood:
+                sock.settimeout(10)
+                with contextlib.suppress(OSError):  # a refused one is closed already; its reply waits
+                    sock.sendall(protocol.encode(Op.PING, 1))
+                reply = protocol.FrameReader(sock, 1 << 16).read()
+                if reply is not None and reply.op == Op.NONE:
+                    assert reply.ints[0] == codes.ACL_ERROR_RT_RESOURCE_ALLOC_FAIL
+                    assert b"too many connections" in reply.tail
+                    refused += 1
+            assert refused >= 30 - 5  # the session holds one of the six
+            _works(s)
+            for sock in flood:
+                sock.close()
+            # after the flood, new connections are accepted again
+            wait_for(lambda: _ping_ok(victim), timeout=10, what="accepting again")
+    _works(bystander)
+
+
+def test_fd_exhaustion_is_survived(tmp_path: Path, bystander: Session) -> None:
+    # the hard limit caps what the aclserver can raise its soft limit to; the cap is above it
+    with _victim(tmp_path, max_connections=4096, nofile_limit=48) as victim:
+        with Session.open(victim.conf()) as s:
+            s.init()
+            s.set_device(0)
+            flood = []
+            for _ in range(200):
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.settimeout(2)  # once the backlog is full, connect blocks: stop there
+                try:
+                    sock.connect(victim.spec.unix_socket)
+                except OSError:
+                    sock.close()
+                    break
+                flood.append(sock)
+            assert len(flood) > 48  # more than the aclserver can hold: accept() met EMFILE
+            _works(s)  # the authenticated session is served while accept() fails with EMFILE
+            assert victim.proc.poll() is None
+            for sock in flood:
+                sock.close()
+            wait_for(lambda: _ping_ok(victim), timeout=15, what="accepting again after EMFILE")
+            _works(s)
+        stderr = victim.stderr_path.read_text()
+        assert "accept failed" in stderr
+    _works(bystander)
+
+
+def test_truncated_staging_file_fails_the_copy_not_the_server(tmp_path: Path, bystander: Session) -> None:
+    with _victim(tmp_path, staging_bytes=1 << 20) as victim:
+        with Session.open(victim.conf()) as s, Session.open(victim.conf()) as other:
+            s.init()
+            s.set_device(0)
+            other.init()
+            other.set_device(0)
+            ptr = s.malloc(4 << 20)
+            staging = [
+                f for f in os.listdir(victim.spec.shm_dir) if f.startswith(f"staging-{victim.proc.pid}-")
+            ]
+            for name in staging:  # a hostile container truncates every staging file it can see
+                os.truncate(os.path.join(victim.spec.shm_dir, name), 0)
+            # the copy is sent as frames only: the client's own mapping of a truncated file would
+            # SIGBUS the client, which is the container hurting itself, not the aclserver
+            with pytest.raises(AclError) as err:
+                s.call(Op.MEMCPY, ptr, 4 << 20, datalink.host_ptr(0, 0), 1 << 19, MemcpyKind.HOST_TO_DEVICE)
+            assert err.value.ret == codes.ACL_ERROR_INVALID_PARAM and "data link" in err.value.message
+            assert victim.proc.poll() is None
+            s.free(ptr)
+            assert s.get_mem_info() == (MEM, MEM)
+        with Session.open(victim.conf()) as fresh:  # a new session gets a fresh staging region
+            fresh.init()
+            fresh.set_device(0)
+            _works(fresh)
+    _works(bystander)
+
+
+def _ping_ok(server: RunningAclServer) -> bool:
+    try:
+        with _unix(server) as sock:
+            sock.settimeout(5)
+            sock.sendall(protocol.encode(Op.PING, 9))
+            reply = protocol.FrameReader(sock, 1 << 16).read()
+            return reply is not None and reply.op == Op.PING and reply.ints[0] == 0
+    except OSError:
+        return False
+
+
+def _rss(pid: int) -> int:
+    with open(f"/proc/{pid}/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
