@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -134,6 +135,27 @@ class Effects:
         self.settings = settings
         self.daemon = daemon
         self.status = status
+        self._call = threading.local()  # the kubelet's deadline of the claim this thread works on
+
+    @contextlib.contextmanager
+    def bounded(self, deadline: float | None) -> Iterator[None]:
+        """Bound the daemon retries of this thread's work by ``deadline`` (``time.monotonic()``)."""
+        before = getattr(self._call, "deadline", None)
+        self._call.deadline = deadline
+        try:
+            yield
+        finally:
+            self._call.deadline = before
+
+    def lock_budget(self) -> float:
+        """How long to wait for a claim's lock: long enough for its other call's daemon retries."""
+        return self.retry_budget() + 15.0
+
+    def retry_budget(self) -> float:
+        """Seconds a daemon call may keep retrying: the configured budget, cut to the deadline."""
+        deadline: float | None = getattr(self._call, "deadline", None)
+        budget = self.settings.daemon_retry_seconds
+        return budget if deadline is None else max(0.0, min(budget, deadline - time.monotonic()))
 
     def job(self, plan: ClaimPlan, token: str) -> Job:
         """A prepare of ``plan`` on this node (its layout and client library)."""
@@ -300,7 +322,7 @@ class Effects:
     def _retrying(self, clog: logs.ClaimLogger) -> tenacity.Retrying:
         return tenacity.Retrying(
             retry=tenacity.retry_if_exception_type(Unavailable),
-            stop=tenacity.stop_after_delay(self.settings.daemon_retry_seconds),
+            stop=tenacity.stop_before_delay(self.retry_budget()),  # no attempt starts after it
             wait=tenacity.wait_exponential_jitter(initial=0.1, max=2.0),
             before_sleep=lambda rs: clog.warning(
                 "daemon not reachable (attempt %d): %s; retrying",

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import secrets
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -28,9 +29,9 @@ from typing import Any, Literal, TypeVar
 
 from dra_driver import checkpoint, failpoints, logs, paths, render
 from dra_driver.checkpoint import CheckpointStore, ClaimEntry, ClaimLockHandle, ClaimState, Effect, EffectKind
-from dra_driver.claims import ClaimRef, ClaimResult, PreparedDevice, claim_error
+from dra_driver.claims import CALL_DEADLINE, ClaimRef, ClaimResult, PreparedDevice, claim_error
 from dra_driver.devices import Inventory
-from dra_driver.errors import FlexNPUError
+from dra_driver.errors import FlexNPUError, Unavailable
 from dra_driver.plan import ClaimPlan, check_conflicts, plan_claim, resolve_shares
 from dra_driver.telemetry import Telemetry
 from kubeletplugin.effects import PREPARE_POINT, Daemon, Effects, Job, PrepareSettings, StatusWriter, now
@@ -59,7 +60,6 @@ class Preparer:
         daemon: Daemon | None = None,
         status: StatusWriter | None = None,
         telemetry: Telemetry | None = None,
-        claim_lock_timeout: float | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -71,8 +71,6 @@ class Preparer:
         self.telemetry = telemetry or Telemetry(
             node_name=settings.pool_name, driver_name=settings.driver_name, enabled=False
         )
-        # long enough for another call of the same claim to finish its daemon retries
-        self.claim_lock_timeout = claim_lock_timeout or settings.daemon_retry_seconds + 15.0
 
     # -- kubelet calls ---------------------------------------------------------------------
 
@@ -103,13 +101,18 @@ class Preparer:
         """``one`` per claim, each its own result (one bad claim never fails the batch). Unprepares
         run side by side (own claim locks); prepares in order, so conflicts resolve in the kubelet's."""
 
+        deadline = CALL_DEADLINE.get()
+
         def run(ref: ClaimRef) -> T:
             clog = logs.claim_logger(ref.uid, ref.namespace, ref.name)
             with self.telemetry.operation(
                 verb, claim_uid=ref.uid or "-", namespace=ref.namespace, name=ref.name
             ) as rec:
                 try:
-                    return one(ref, clog)
+                    if deadline is not None and time.monotonic() >= deadline:
+                        raise Unavailable(f"not started: the kubelet's deadline for this {verb} call passed")
+                    with self.effects.bounded(deadline):
+                        return one(ref, clog)
                 except Exception as exc:  # a bug must not fail the other claims of the batch
                     err = claim_error(exc, ref.uid, log=clog)
                     clog.warning("%s failed: %s", verb, err)
@@ -143,7 +146,7 @@ class Preparer:
             return ClaimResult(devices=())  # only other drivers' results: nothing to do here
         try:
             plan = resolve_shares(base)  # validates quotas and opaque config before any effect
-            with self.store.claim_locks.hold(ref.uid, timeout=self.claim_lock_timeout) as lock:
+            with self.store.claim_locks.hold(ref.uid, timeout=self.effects.lock_budget()) as lock:
                 entry = self.store.get(ref.uid)
                 if entry is not None and entry.state == ClaimState.PREPARE_COMPLETED:
                     return ClaimResult(devices=self._repeat(entry, plan, clog))
@@ -279,7 +282,7 @@ class Preparer:
     # -- unprepare -------------------------------------------------------------------------
 
     def unprepare_uid(self, uid: str, clog: logs.ClaimLogger) -> bool:
-        with self.store.claim_locks.hold(uid, timeout=self.claim_lock_timeout) as lock:
+        with self.store.claim_locks.hold(uid, timeout=self.effects.lock_budget()) as lock:
             entry = self.store.update(uid, checkpoint.set_state(uid, ClaimState.UNPREPARE_STARTED))
             if entry is None:
                 lock.drop = True

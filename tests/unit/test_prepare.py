@@ -11,8 +11,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ import pytest
 
 from dra_driver import cdi, clientconf, files
 from dra_driver.checkpoint import Checkpoint, ClaimEntry, ClaimLocks, ClaimState, Mutation
-from dra_driver.claims import ClaimRef
+from dra_driver.claims import CALL_DEADLINE, ClaimRef
 from dra_driver.daemon.model import (
     Endpoints,
     EntityInfo,
@@ -231,7 +232,6 @@ def world(tmp_path: Path) -> World:
         inventory=lambda: INVENTORY,
         daemon=daemon,
         status=status,
-        claim_lock_timeout=5.0,
     )
     return World(tmp_path, store, daemon, status, claims, preparer)
 
@@ -589,3 +589,36 @@ def test_bad_vnpus_value_is_a_clear_error(world: World, n: object) -> None:
     ref = _claim(world, "a", [_share()], _vnpus(n))
     res = world.preparer.prepare([ref])[ref.uid]
     assert "InvalidOpaqueConfig" in res.error and "opaque.parameters.vnpus" in res.error
+
+
+def test_a_claim_is_not_started_after_the_kubelets_deadline(world: World) -> None:
+    ref = _claim(world, "a", [_share()])
+    token = CALL_DEADLINE.set(time.monotonic() - 1.0)
+    try:
+        res = world.preparer.prepare([ref])[ref.uid]
+    finally:
+        CALL_DEADLINE.reset(token)
+    assert "deadline" in res.error and ref.uid in res.error
+    assert world.store.updates == 0 and world.daemon.registered == {}
+
+
+def test_daemon_retries_stop_at_the_kubelets_deadline(world: World) -> None:
+    world.preparer.settings = replace(world.preparer.settings, daemon_retry_seconds=3600.0)
+    world.preparer.effects.settings = world.preparer.settings
+    attempts: list[float] = []
+
+    def register(request: RegisterRequest) -> RegisterResult:
+        attempts.append(time.monotonic())
+        raise Unavailable("daemon restarting")
+
+    world.daemon.register = register  # type: ignore[method-assign]
+    ref = _claim(world, "a", [_share()])
+    deadline = time.monotonic() + 0.5
+    token = CALL_DEADLINE.set(deadline)
+    try:
+        res = world.preparer.prepare([ref])[ref.uid]
+    finally:
+        CALL_DEADLINE.reset(token)
+    assert "daemon restarting" in res.error
+    assert attempts and all(t <= deadline for t in attempts)  # no attempt after the deadline
+    assert world.remains(ref.uid) == NOTHING
