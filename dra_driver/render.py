@@ -43,6 +43,7 @@ class NodeLayout:
     run_dir: Path
     control_link: str = ""
     control_cidr: str = ""
+    client_library: Path = Path(interposition.CONTAINER_LIBRARY)  # host path of libascendcl.so
 
     def conf_dir(self, claim_uid: str) -> Path:
         """The claim's ``client.conf`` directory (the UID was checked by ``dra_driver/paths.py``)."""
@@ -126,9 +127,7 @@ def _shared_edits(
     if with_aclserver:
         env["FLEXNPU_CONF"] = CONTAINER_CONF
         env["FLEXNPU_VISIBLE_VNPUS"] = ",".join(str(sh.virtual_id) for sh in plan.shares)
-        lib = client_library or interposition.ClientLibrary(library="", preload_list="", installed=False)
-        cfgs = [d.config for d in plan.devices if d.config is not None]
-        injected = interposition.for_claim(cfgs, lib, claim_uid=plan.ref.uid).edits
+        injected = interposition_plan(plan, layout, client_library).edits
         env.update({k: v for k, _, v in (e.partition("=") for e in injected.env)})
     edits = cdi.shared_edits(nodes, mounts, device_root=layout.device_root, env=env)
     if with_aclserver and endpoints is not None:
@@ -143,6 +142,17 @@ def _shared_edits(
             ),
         )
     return edits
+
+
+def interposition_plan(
+    plan: ClaimPlan, layout: NodeLayout, client_library: interposition.ClientLibrary | None
+) -> interposition.Plan:
+    """How the claim's shares get libascendcl.so; InvalidInput (naming the field) if impossible."""
+    lib = client_library or interposition.ClientLibrary(
+        str(layout.client_library), str(layout.client_library.parent / interposition.PRELOAD_LIST_NAME), False
+    )
+    configs = [d.config for d in plan.devices if d.config is not None]
+    return interposition.for_claim(configs, lib, claim_uid=plan.ref.uid)
 
 
 def _client_conf(plan: ClaimPlan, endpoints: Endpoints, token: str) -> clientconf.ClientConf:

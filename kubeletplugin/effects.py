@@ -80,7 +80,13 @@ class PrepareSettings:
             run_dir=self.run_dir,
             control_link=self.control_link,
             control_cidr=self.control_cidr,
+            client_library=self.client_library,
         )
+
+
+def client_library(layout: render.NodeLayout) -> interposition.ClientLibrary:
+    """FlexNPU's libascendcl.so on this node, probed now (``--client-library``)."""
+    return interposition.client_library(str(layout.client_library), is_file=os.path.isfile)
 
 
 def now() -> str:
@@ -94,7 +100,6 @@ class Job:
     plan: ClaimPlan
     token: str
     layout: render.NodeLayout
-    client_library: Path | None = None
     registration: RegisterResult | None = None
     _rendered: render.Rendered | None = None
 
@@ -111,16 +116,13 @@ class Job:
                 for p in node_files.DRIVER_MOUNTS
                 if Path(cdi.host_path(self.layout.device_root, p)).exists()
             )
-            lib = None
-            if self.client_library is not None:
-                lib = interposition.client_library(str(self.client_library), is_file=os.path.isfile)
             self._rendered = render.render(
                 self.plan,
                 self.endpoints,
                 layout=self.layout,
                 token=self.token,
                 driver_mounts=mounts,
-                client_library=lib,
+                client_library=client_library(self.layout),
                 now=now(),
             )
         return self._rendered
@@ -159,8 +161,7 @@ class Effects:
 
     def job(self, plan: ClaimPlan, token: str) -> Job:
         """A prepare of ``plan`` on this node (its layout and client library)."""
-        s = self.settings
-        return Job(plan=plan, token=token, layout=s.layout, client_library=s.client_library)
+        return Job(plan=plan, token=token, layout=self.settings.layout)
 
     def planned(self, job: Job) -> tuple[Effect, ...]:
         """The effects a new prepare makes, in order (recorded before the first is made)."""

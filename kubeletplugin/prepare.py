@@ -1,20 +1,13 @@
 """Prepare and unprepare claims: the only place that sequences side effects.
 
-Order, always: GET the claim → plan and resolve shares (pure, ``dra_driver/plan.py``) → under
-the claim's own lock: record the intent (``PrepareStarted`` with every planned effect, after
-the conflict check, in one checkpoint step) → make each effect in order (register shares with
-the daemon, which starts the aclserver; write ``client.conf``; write the CDI spec — what they
-write is rendered once by ``dra_driver/render.py``) → record ``PrepareCompleted`` with the
-device status → write the claim's device status (best effort). Unprepare records
-``UnprepareStarted``, undoes the recorded effects in reverse order and drops the entry.
-
-Each recorded step is one :meth:`CheckpointStore.update` under the timed checkpoint lock; the
-daemon's network retries run outside it, under the claim lock only. A crash anywhere leaves a
-checkpoint entry from which the next prepare or unprepare of the claim (or the reconciler)
-converges, because each effect is idempotent (``kubeletplugin/effects.py``). A prepare that
-fails part-way, for any reason, rolls back what it made, so nothing half-prepared remains.
-
-Each claim gets its own result; one bad claim never fails the batch.
+GET the claim → plan and resolve shares (pure, ``dra_driver/plan.py``) → under the claim's own
+lock: record ``PrepareStarted`` with every planned effect (conflict check in the same step) →
+make each effect in order (``kubeletplugin/effects.py``: daemon Register, ``client.conf``, CDI
+spec, all rendered once by ``dra_driver/render.py``) → record ``PrepareCompleted`` → write the
+claim status (best effort). Unprepare records ``UnprepareStarted``, undoes the effects newest
+first and drops the entry. Each recorded step is one ``CheckpointStore.update``; daemon retries
+run under the claim lock only. Effects are idempotent, so a crash anywhere converges; a prepare
+that fails part-way, for any reason, rolls back. One bad claim never fails the batch.
 """
 
 from __future__ import annotations
@@ -34,7 +27,8 @@ from dra_driver.devices import Inventory
 from dra_driver.errors import FlexNPUError, Unavailable
 from dra_driver.plan import ClaimPlan, check_conflicts, plan_claim, resolve_shares
 from dra_driver.telemetry import Telemetry
-from kubeletplugin.effects import PREPARE_POINT, Daemon, Effects, Job, PrepareSettings, StatusWriter, now
+from kubeletplugin import effects
+from kubeletplugin.effects import Daemon, PrepareSettings, StatusWriter
 
 __all__ = ["CONTAINER_CONF", "CONTAINER_SHM", "Daemon", "PrepareSettings", "Preparer", "StatusWriter"]
 
@@ -67,7 +61,7 @@ class Preparer:
         self.inventory = inventory
         self.daemon = daemon
         self.status = status
-        self.effects = Effects(settings=settings, daemon=daemon, status=status)
+        self.effects = effects.Effects(settings=settings, daemon=daemon, status=status)
         self.telemetry = telemetry or Telemetry(
             node_name=settings.pool_name, driver_name=settings.driver_name, enabled=False
         )
@@ -146,6 +140,8 @@ class Preparer:
             return ClaimResult(devices=())  # only other drivers' results: nothing to do here
         try:
             plan = resolve_shares(base)  # validates quotas and opaque config before any effect
+            if plan.shares:  # and that the chosen interposition is possible on this node
+                render.interposition_plan(plan, s.layout, effects.client_library(s.layout))
             with self.store.claim_locks.hold(ref.uid, timeout=self.effects.lock_budget()) as lock:
                 entry = self.store.get(ref.uid)
                 if entry is not None and entry.state == ClaimState.PREPARE_COMPLETED:
@@ -158,7 +154,7 @@ class Preparer:
         except Exception as exc:
             err = claim_error(exc, ref.uid, log=clog)
             docs = render.failure_status(
-                base, driver_name=s.driver_name, reason=str(err.code), message=str(err), now=now()
+                base, driver_name=s.driver_name, reason=str(err.code), message=str(err), now=effects.now()
             )
             self.effects.write_status(ref, docs, clog)
             if err is exc:
@@ -188,7 +184,7 @@ class Preparer:
         try:
             for eff in intent.effects:
                 self.effects.do(eff, job, clog)
-                failpoints.hit(PREPARE_POINT[eff.kind])
+                failpoints.hit(effects.PREPARE_POINT[eff.kind])
             r = job.rendered
             done = replace(intent, state=ClaimState.PREPARE_COMPLETED, devices=r.devices).with_effect(
                 Effect(EffectKind.CLAIM_STATUS, uid, checkpoint.StatusRecord(r.status))
@@ -205,7 +201,9 @@ class Preparer:
         self.effects.write_status(plan.ref, r.status, clog)
         return r.devices
 
-    def _rollback(self, intent: ClaimEntry, job: Job, lock: ClaimLockHandle, clog: logs.ClaimLogger) -> None:
+    def _rollback(
+        self, intent: ClaimEntry, job: effects.Job, lock: ClaimLockHandle, clog: logs.ClaimLogger
+    ) -> None:
         entry = intent
         try:
             if job.plan.shares and job.registration is None:

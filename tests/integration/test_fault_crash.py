@@ -38,6 +38,7 @@ from dra_driver.checkpoint import (
 )
 from dra_driver.claims import ClaimRef, ClaimResult, PreparedDevice
 from dra_driver.client.session import Session
+from dra_driver.daemon import shmfs
 from dra_driver.daemon.model import Endpoints, Share
 from dra_driver.devices import DieMode
 from dra_driver.testing.kubelet import KubeletError, PluginHandle
@@ -247,6 +248,7 @@ def test_crash_during_unprepare(fault_node: Node, point: str) -> None:
 
 
 def _empty(directory: Path) -> None:
+    shmfs.unmount_all_under(directory)  # a reboot also drops the claims' own shm tmpfs mounts
     for p in directory.iterdir():
         if os.path.ismount(p):  # a claim's own shm tmpfs: a reboot drops the mount
             subprocess.run(["umount", "-l", str(p)], check=True)
