@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from dra_driver import cdi, clientconf, files
-from dra_driver.checkpoint import Checkpoint, ClaimEntry, ClaimLocks, ClaimState, Mutation
+from dra_driver.checkpoint import Checkpoint, ClaimEntry, ClaimLocks, ClaimState, EffectKind, Mutation
 from dra_driver.claims import CALL_DEADLINE, ClaimRef
 from dra_driver.daemon.model import (
     Endpoints,
@@ -622,3 +622,28 @@ def test_daemon_retries_stop_at_the_kubelets_deadline(world: World) -> None:
     assert "daemon restarting" in res.error
     assert attempts and all(t <= deadline for t in attempts)  # no attempt after the deadline
     assert world.remains(ref.uid) == NOTHING
+
+
+def test_recorded_paths_outside_the_driver_directories_are_never_removed(world: World) -> None:
+    ref = _claim(world, "a", [_share()])
+    world.preparer.prepare([ref])
+    victim_file = world.root / "etc-passwd"
+    victim_file.write_text("root:x:0:0")
+    victim_dir = world.root / "home"
+    (victim_dir / "claims" / ref.uid).mkdir(parents=True)
+    entry = world.store.get(ref.uid)
+    assert entry is not None
+    hostile = replace(
+        entry,
+        effects=tuple(
+            replace(e, ref=str(victim_file))
+            if e.kind == EffectKind.CDI_SPEC
+            else replace(e, ref=str(victim_dir / "claims" / ref.uid))
+            if e.kind == EffectKind.CLIENT_CONF
+            else e
+            for e in entry.effects
+        ),
+    )
+    world.store.claims[ref.uid] = hostile  # what a tampered checkpoint record says
+    assert world.preparer.unprepare([ref]) == {ref.uid: ""}
+    assert victim_file.read_text() == "root:x:0:0" and (victim_dir / "claims" / ref.uid).is_dir()
