@@ -179,7 +179,11 @@ class Preparer:
             check_conflicts(plan, checkpoint.held_dies(entries, but=uid))
             return intent
 
-        self.store.update(uid, record_intent)  # the intent is on disk before any effect
+        try:
+            self.store.update(uid, record_intent)  # the intent is on disk before any effect
+        except Exception:
+            lock.drop = True  # refused or not recorded: no entry, so no lock file either
+            raise
         failpoints.hit("prepare-after-intent")
         try:
             for eff in intent.effects:

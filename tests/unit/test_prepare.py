@@ -375,6 +375,7 @@ def test_prepare_that_fails_at_a_step_leaves_nothing(
     assert res.devices == () and ref.uid in res.error and message in res.error
     assert world.remains(ref.uid) == want
     assert not list(world.root.glob("run/claims/*/.*tmp*")) and not list(world.root.glob("cdi/.*tmp*"))
+    assert not (world.root / "state" / "locks" / f"{ref.uid}.lock").exists()
     (doc,) = world.status.written[ref.uid]  # kubectl describe says why
     assert doc["conditions"][0]["status"] == "False"
     monkeypatch.undo()
@@ -479,6 +480,7 @@ def test_policy_conflict_with_another_claim_is_refused(world: World) -> None:
     b = _claim(world, "b", [_share()], _policy("elastic"))
     assert "PolicyConflict" in world.preparer.prepare([b])[b.uid].error
     assert world.remains(b.uid) == NOTHING
+    assert not (world.root / "state" / "locks" / f"{b.uid}.lock").exists()  # no lock file left behind
 
 
 def test_one_bad_claim_does_not_fail_the_batch(world: World) -> None:
