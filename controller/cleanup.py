@@ -47,6 +47,8 @@ from dra_driver.telemetry import Telemetry
 
 log = logging.getLogger("flexnpu.cleanup")
 
+RECENT_NS = 100_000_000
+"""A store file changed less than this long ago (ns) is read again at the next event."""
 MIN_PASS_INTERVAL = 0.5
 """Seconds between two passes at least, so a burst of watch events makes one pass."""
 MAX_BACKOFF = 30.0
@@ -156,6 +158,8 @@ class ClaimIndex:
             if entries is None and not force and token is not None and token == self._token:
                 return
         fresh = entries if entries is not None else self._load()
+        if token is not None and time.time_ns() - token[2] < RECENT_NS:
+            token = None  # changed within a timestamp tick: a second change may not move mtime
         by_uid = {uid: IndexedClaim(uid, e.namespace, e.name, str(e.state)) for uid, e in fresh.items()}
         with self._lock:
             self._token = token
@@ -225,7 +229,8 @@ class Reconciler:
     # -- the store, through its public face ----------------------------------------------------
 
     def _entries(self) -> dict[str, ClaimEntry]:
-        return dict(self.preparer.store.read().claims)
+        entries = getattr(self.preparer.store, "entries", None)  # the per-claim store's snapshot
+        return dict(entries()) if callable(entries) else dict(self.preparer.store.read().claims)
 
     def _trusted(self) -> bool:
         """False while the store says its state is damaged and ownership is not rebuilt."""
@@ -293,17 +298,11 @@ class Reconciler:
             self.passes += 1
             return findings
         for r in findings.residuals:
-            clog = logs.claim_logger(r.uid, r.namespace, r.name)
-            clog.warning("residual claim: %s; unpreparing it", r.reason)
-            self.telemetry.residual_found("claim")
             try:
-                self.preparer.unprepare_uid(r.uid, clog)
+                self.remove_claim(r)
             except Exception as exc:  # one claim's failure must not stop the others' cleanup
+                clog = logs.claim_logger(r.uid, r.namespace, r.name)
                 self._failed(findings, f"unprepare residual claim {r.uid}", exc, clog)
-                continue
-            self._unreserved_since.pop(r.uid, None)
-            self.telemetry.residual_removed("claim")
-            self._event(f"unprepared residual claim {r.namespace}/{r.name} ({r.uid}): {r.reason}")
         if findings.interrupted:
             for uid in self.preparer.settle_interrupted():
                 log.warning("rolled back claim %s left half-done by a crash", uid)
@@ -311,7 +310,7 @@ class Reconciler:
             for orphan in sweep.find(set(cp.claims), self.places, self.daemon):
                 self.telemetry.residual_found(orphan.kind)
                 try:
-                    sweep.remove(orphan, self.daemon)
+                    sweep.remove(orphan, self.daemon, self.places)
                 except Exception as exc:  # a read-only CDI dir, a daemon error: the rest still goes
                     self._failed(findings, f"remove orphan {orphan.describe()}", exc, log)
                     continue
@@ -321,6 +320,21 @@ class Reconciler:
         self.index.refresh(force=True)
         self.passes += 1
         return findings
+
+    def remove_claim(self, r: Residual) -> bool:
+        """Unprepare one claim as a residual: log, count, unprepare, post the Node Event.
+
+        What every pass does for each residual, and what ``flexnpu-smi unregister`` does for one
+        claim. Returns whether the claim was prepared here. Raises what the unprepare raises.
+        """
+        clog = logs.claim_logger(r.uid, r.namespace, r.name)
+        clog.warning("residual claim: %s; unpreparing it", r.reason)
+        self.telemetry.residual_found("claim")
+        found = self.preparer.unprepare_uid(r.uid, clog)
+        self._unreserved_since.pop(r.uid, None)
+        self.telemetry.residual_removed("claim")
+        self._event(f"unprepared residual claim {r.namespace}/{r.name} ({r.uid}): {r.reason}")
+        return found
 
     def _failed(
         self, findings: Findings, what: str, exc: BaseException, logger: logging.Logger | logs.ClaimLogger

@@ -1,12 +1,11 @@
 """The only module that talks to the Kubernetes API, for the whole project.
 
-Wraps the official ``kubernetes`` client (37.x, pydantic-v2 models) and deals in plain dicts:
-bodies go out as wire JSON (camelCase) and responses come back JSON-decoded, so callers never
-depend on pydantic model quirks (``StrictStr`` quantities, ``extra="forbid"``, snake_case
-``to_dict``) and fields this client does not know pass through unchanged. To get there, every
-call goes through the typed API method's undecorated function (``raw_function``, which skips
-the pydantic argument validation that would reject unknown fields) with
-``_preload_content=False``.
+Uses the official ``kubernetes`` client (37.x) for configuration, authentication and the
+connection pool, and deals in plain dicts: bodies go out as wire JSON (camelCase) and responses
+come back JSON-decoded, so callers never depend on pydantic model quirks (``StrictStr``
+quantities, ``extra="forbid"``, snake_case ``to_dict``) and fields this client does not know
+pass through unchanged. Requests are made by REST path through ``ApiClient.param_serialize`` and
+``call_api`` (see :class:`Kube`); the generated API classes are never built.
 
 Every ``kubernetes`` / ``urllib3`` / socket exception is translated here, with
 ``raise ... from exc``, into :mod:`dra_driver.errors` (see :func:`translate`)::
@@ -34,18 +33,20 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import urllib3
-from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
-from kubernetes.config.config_exception import ConfigException
+if TYPE_CHECKING:
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
 
 from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput, Unavailable
 
 JSON = dict[str, Any]
 
+CORE = "/api/v1"
+RESOURCE = "/apis/resource.k8s.io/v1"
 DEFAULT_REQUEST_TIMEOUT = 30.0
 """Seconds for one non-watch request (connect and read)."""
 
@@ -95,6 +96,10 @@ def translate(exc: BaseException, *, what: str) -> FlexNPUError:
     """The driver error for one client-library exception; ``what`` names the request."""
     if isinstance(exc, FlexNPUError):
         return exc
+    import urllib3
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.config.config_exception import ConfigException
+
     if isinstance(exc, ApiException):
         status = int(exc.status or 0)
         message = f"{what}: HTTP {status} {_status_message(exc)}".rstrip()
@@ -132,70 +137,111 @@ def boundary(what: str) -> Iterator[None]:
         yield
     except FlexNPUError:
         raise
-    except (ApiException, urllib3.exceptions.HTTPError, OSError, ConfigException, ValueError) as exc:
+    except Exception as exc:
+        if not isinstance(exc, _client_errors()):
+            raise
         raise translate(exc, what=what) from exc
 
 
+def _client_errors() -> tuple[type[BaseException], ...]:
+    """What :func:`boundary` translates (imported when an error happens, not at start-up)."""
+    import urllib3
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.config.config_exception import ConfigException
+
+    return (ApiException, urllib3.exceptions.HTTPError, OSError, ConfigException, ValueError)
+
+
 class Kube:
-    """Typed-method access to the API server with dicts in and out.
+    """REST access to the API server with dicts in and out.
 
     Usage::
 
         kube = Kube.from_config(cfg.kubeconfig)
         items, rv = kube.list_slices(driver="npu.flexnpu.io", node="node1")
 
+    Requests go through the official ``ApiClient`` (its configuration, authentication, TLS and
+    connection pool) by REST path, not through the generated ``CoreV1Api``/``ResourceV1Api``
+    classes: building those imports some 300 pydantic models (about 1 s at start, see
+    bench/bench_startup.py) that a node that deals in plain dicts never uses.
+
     **Parameters:** ``api_client`` (an official ``ApiClient``), ``request_timeout`` (seconds per
     non-watch request).
     """
 
-    def __init__(self, api_client: client.ApiClient, *, request_timeout: float = DEFAULT_REQUEST_TIMEOUT):
-        self.api_client = api_client
+    def __init__(
+        self,
+        api_client: client.ApiClient | None = None,
+        *,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        connect: Callable[[], client.ApiClient] | None = None,
+    ) -> None:
+        if api_client is None and connect is None:
+            raise ValueError("Kube needs an api_client or a connect function")
+        self._api_client = api_client
+        self._connect = connect
+        self._connect_lock = threading.Lock()
         self.request_timeout = request_timeout
-        self._core = client.CoreV1Api(api_client)
-        self._resource = client.ResourceV1Api(api_client)
+
+    @property
+    def api_client(self) -> client.ApiClient:
+        """The official ``ApiClient``; built on first use for :meth:`deferred` clients."""
+        if self._api_client is None:
+            with self._connect_lock:
+                if self._api_client is None:
+                    assert self._connect is not None
+                    with boundary("load kubeconfig"):
+                        self._api_client = self._connect()
+        return self._api_client
 
     @classmethod
     def from_config(cls, kubeconfig: str | None) -> Kube:
         """From a kubeconfig file, or the in-cluster service account when ``kubeconfig`` is None."""
-        with boundary("load kubeconfig" if kubeconfig else "load in-cluster config"):
-            if kubeconfig:
-                return cls(config.new_client_from_config(config_file=kubeconfig))  # type: ignore[no-untyped-call]
-            configuration = client.Configuration()
-            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-            return cls(client.ApiClient(configuration))
+        kube = cls.deferred(kubeconfig)
+        kube.connect()
+        return kube
+
+    @classmethod
+    def deferred(cls, kubeconfig: str | None) -> Kube:
+        """Like :meth:`from_config`, but ``kubernetes`` is imported and the config loaded on first use.
+
+        The node process registers with the kubelet first and connects right after
+        (:meth:`connect`): importing the client costs more than the rest of start-up.
+        """
+        return cls(connect=lambda: _load_client(kubeconfig))
+
+    def connect(self) -> None:
+        """Import the client and load the configuration now; raises InvalidInput on a bad kubeconfig."""
+        _ = self.api_client
 
     @classmethod
     def offline(cls) -> Kube:
         """A client with no API server behind it: every call fails fast with :class:`Unavailable`."""
+        from kubernetes import client
+
         configuration = client.Configuration()
         configuration.host = "http://127.0.0.1:1"  # nothing listens on port 1: connection refused
         configuration.retries = 0
         return cls(client.ApiClient(configuration), request_timeout=2.0)
 
     def close(self) -> None:
-        self.api_client.close()  # type: ignore[no-untyped-call]
+        if self._api_client is not None:
+            self._api_client.close()  # type: ignore[no-untyped-call]
 
     # --- nodes --------------------------------------------------------------------------
 
     def get_node(self, name: str) -> JSON:
-        return self._call(f"get node {name}", self._core.read_node, name)
+        return self._call(f"get node {name}", "GET", f"{CORE}/nodes/{_seg(name)}")
 
     # --- ResourceSlices ------------------------------------------------------------------
 
     def list_slices(self, *, driver: str, node: str) -> tuple[list[JSON], str]:
         """All slices of ``driver`` on ``node`` (paged), and the list's resourceVersion."""
-        items: list[JSON] = []
-        token: str | None = None
-        while True:
-            kwargs: JSON = {"field_selector": _slice_selector(driver, node), "limit": 500}
-            if token:
-                kwargs["_continue"] = token
-            page = self._call("list resourceslices", self._resource.list_resource_slice, **kwargs)
-            items += page.get("items") or []
-            meta = page.get("metadata") or {}
-            token = meta.get("continue")
-            if not token:
-                return items, str(meta.get("resourceVersion", ""))
+        return self._list_all(
+            "list resourceslices",
+            f"{RESOURCE}/resourceslices",
+            {"fieldSelector": _slice_selector(driver, node)},
+        )
 
     def watch_slices(
         self,
@@ -215,34 +261,20 @@ class Kube:
         """
         return self._watch(
             "watch resourceslices",
-            self._resource.list_resource_slice,
+            f"{RESOURCE}/resourceslices",
             stop=stop,
             timeout_seconds=timeout_seconds,
-            field_selector=_slice_selector(driver, node),
-            resource_version=resource_version,
+            query={"fieldSelector": _slice_selector(driver, node), "resourceVersion": resource_version},
         )
 
     def list_claims(self) -> tuple[list[JSON], str]:
         """All ResourceClaims in all namespaces (paged), and the list's resourceVersion."""
-        items: list[JSON] = []
-        token: str | None = None
-        while True:
-            kwargs: JSON = {"limit": 500}
-            if token:
-                kwargs["_continue"] = token
-            page = self._call(
-                "list resourceclaims", self._resource.list_resource_claim_for_all_namespaces, **kwargs
-            )
-            items += page.get("items") or []
-            meta = page.get("metadata") or {}
-            token = meta.get("continue")
-            if not token:
-                return items, str(meta.get("resourceVersion", ""))
+        return self._list_all("list resourceclaims", f"{RESOURCE}/resourceclaims", {})
 
     def claims_resource_version(self) -> str:
         """A resourceVersion to start a claim watch from: a ``limit=1`` list, not the cluster's claims."""
         page = self._call(
-            "list resourceclaims (limit=1)", self._resource.list_resource_claim_for_all_namespaces, limit=1
+            "list resourceclaims (limit=1)", "GET", f"{RESOURCE}/resourceclaims", query={"limit": 1}
         )
         rv = str((page.get("metadata") or {}).get("resourceVersion") or "")
         if not rv:
@@ -255,72 +287,28 @@ class Kube:
         """Watch events of ResourceClaims in all namespaces (same contract as :meth:`watch_slices`)."""
         return self._watch(
             "watch resourceclaims",
-            self._resource.list_resource_claim_for_all_namespaces,
+            f"{RESOURCE}/resourceclaims",
             stop=stop,
             timeout_seconds=timeout_seconds,
-            resource_version=resource_version,
+            query={"resourceVersion": resource_version},
         )
-
-    def _watch(
-        self,
-        what: str,
-        method: Callable[..., Any],
-        *,
-        stop: threading.Event,
-        timeout_seconds: int,
-        **kwargs: Any,
-    ) -> Iterator[tuple[str, JSON]]:
-        resp = self._open(
-            what,
-            method,
-            timeout=(self.request_timeout, timeout_seconds + self.request_timeout),
-            allow_watch_bookmarks=True,
-            timeout_seconds=timeout_seconds,
-            watch=True,
-            **kwargs,
-        )
-        done = threading.Event()
-        interrupter = threading.Thread(
-            target=_interrupt_on_stop, args=(resp, stop, done), name="watch-interrupter", daemon=True
-        )
-        interrupter.start()
-        try:
-            with boundary(what):
-                for line in resp:
-                    if stop.is_set():
-                        return
-                    if not line.strip():
-                        continue
-                    event = json.loads(line)
-                    kind, obj = str(event.get("type", "")), event.get("object") or {}
-                    if kind == "ERROR":
-                        code = int(obj.get("code") or 0)
-                        err = ApiException(status=code, reason=obj.get("reason"))
-                        err.body = json.dumps(obj)
-                        raise translate(err, what=what) from None
-                    yield kind, obj
-        except FlexNPUError:
-            if stop.is_set():
-                return
-            raise
-        finally:
-            done.set()
-            resp.release_conn()
 
     def create_slice(self, body: JSON) -> JSON:
-        return self._call("create resourceslice", self._resource.create_resource_slice, body=body)
+        return self._call("create resourceslice", "POST", f"{RESOURCE}/resourceslices", body=body)
 
     def update_slice(self, body: JSON) -> JSON:
         name = body["metadata"]["name"]
         return self._call(
-            f"update resourceslice {name}", self._resource.replace_resource_slice, name=name, body=body
+            f"update resourceslice {name}", "PUT", f"{RESOURCE}/resourceslices/{_seg(name)}", body=body
         )
 
     def delete_slice(self, name: str, *, uid: str, resource_version: str) -> None:
         """Delete with uid + resourceVersion preconditions; a slice already gone is fine."""
         body = {"preconditions": {"uid": uid, "resourceVersion": resource_version}}
         with contextlib.suppress(NotFound):
-            self._call(f"delete resourceslice {name}", self._resource.delete_resource_slice, name, body=body)
+            self._call(
+                f"delete resourceslice {name}", "DELETE", f"{RESOURCE}/resourceslices/{_seg(name)}", body=body
+            )
 
     # --- ResourceClaims ------------------------------------------------------------------
 
@@ -332,7 +320,7 @@ class Kube:
         """
         what = f"get resourceclaim {namespace}/{name}"
         try:
-            claim = self._call(what, self._resource.read_namespaced_resource_claim, name, namespace)
+            claim = self._call(what, "GET", _claim_path(namespace, name))
         except NotFound as err:
             if not err.proves(kind="resourceclaims", name=name, group="resource.k8s.io"):
                 raise Ambiguous(
@@ -359,16 +347,16 @@ class Kube:
         force: bool | None = None,
     ) -> JSON:
         """Patch ``status`` (merge patch by default; ``application/apply-patch+yaml`` for SSA)."""
-        kwargs: JSON = {"field_manager": field_manager, "_content_type": content_type}
+        query: JSON = {"fieldManager": field_manager}
         if force is not None:
-            kwargs["force"] = force
+            query["force"] = "true" if force else "false"
         return self._call(
             f"patch resourceclaim {namespace}/{name} status",
-            self._resource.patch_namespaced_resource_claim_status,
-            name,
-            namespace,
+            "PATCH",
+            _claim_path(namespace, name) + "/status",
+            query=query,
             body=patch,
-            **kwargs,
+            content_type=content_type,
         )
 
     # --- Events --------------------------------------------------------------------------
@@ -396,14 +384,100 @@ class Kube:
             "source": {"component": component, **({"host": host} if host else {})},
             "count": 1,
         }
-        return self._call(f"create event {reason}", self._core.create_namespaced_event, namespace, body=body)
+        return self._call(
+            f"create event {reason}", "POST", f"{CORE}/namespaces/{_seg(namespace)}/events", body=body
+        )
 
     # --- plumbing ------------------------------------------------------------------------
 
-    def _call(self, what: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> JSON:
-        """Call a typed API method without pydantic validation; the decoded JSON object."""
+    def _list_all(self, what: str, path: str, query: JSON) -> tuple[list[JSON], str]:
+        items: list[JSON] = []
+        token: str | None = None
+        while True:
+            page = self._call(
+                what, "GET", path, query={**query, "limit": 500, **({"continue": token} if token else {})}
+            )
+            items += page.get("items") or []
+            meta = page.get("metadata") or {}
+            token = meta.get("continue")
+            if not token:
+                return items, str(meta.get("resourceVersion", ""))
+
+    def _watch(
+        self,
+        what: str,
+        path: str,
+        *,
+        stop: threading.Event,
+        timeout_seconds: int,
+        query: JSON,
+    ) -> Iterator[tuple[str, JSON]]:
+        resp = self._open(
+            what,
+            "GET",
+            path,
+            query={
+                **query,
+                "watch": "true",
+                "allowWatchBookmarks": "true",
+                "timeoutSeconds": timeout_seconds,
+            },
+            timeout=(self.request_timeout, timeout_seconds + self.request_timeout),
+        )
+        done = threading.Event()
+        interrupter = threading.Thread(
+            target=_interrupt_on_stop, args=(resp, stop, done), name="watch-interrupter", daemon=True
+        )
+        interrupter.start()
+        try:
+            with boundary(what):
+                for line in resp:
+                    if stop.is_set():
+                        return
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    kind, obj = str(event.get("type", "")), event.get("object") or {}
+                    if kind == "ERROR":
+                        from kubernetes.client.exceptions import ApiException
+
+                        code = int(obj.get("code") or 0)
+                        err = ApiException(status=code, reason=obj.get("reason"))
+                        err.body = json.dumps(obj)
+                        raise translate(err, what=what) from None
+                    yield kind, obj
+        except FlexNPUError:
+            if stop.is_set():
+                return
+            raise
+        finally:
+            done.set()
+            resp.release_conn()
+
+    def _call(
+        self,
+        what: str,
+        method: str | Callable[..., Any],
+        path: Any = None,
+        *args: Any,
+        query: JSON | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        **kwargs: Any,
+    ) -> JSON:
+        """One request; the decoded JSON object of a 2xx answer.
+
+        ``method`` is an HTTP verb and ``path`` a REST path. (A generated API method, with its
+        arguments after it, still works, for code written against the typed classes; it builds
+        them on first use, see :attr:`_resource`.)
+        """
         with boundary(what):
-            resp = self._open(what, method, *args, **kwargs)
+            if callable(method):
+                resp = self._open_typed(
+                    method, *(() if path is None else (path,)), *args, body=body, **kwargs
+                )
+            else:
+                resp = self._open(what, method, str(path), query=query, body=body, content_type=content_type)
             try:
                 data = resp.data
             finally:
@@ -413,25 +487,62 @@ class Kube:
                 raise ValueError(f"expected a JSON object, got {type(decoded).__name__}")
             return decoded
 
+    @property
+    def _core(self) -> Any:
+        """The generated ``CoreV1Api``, built on first use (slow: prefer REST paths with :meth:`_call`)."""
+        from kubernetes import client
+
+        return client.CoreV1Api(self.api_client)
+
+    @property
+    def _resource(self) -> Any:
+        """The generated ``ResourceV1Api``, built on first use (slow: prefer REST paths)."""
+        from kubernetes import client
+
+        return client.ResourceV1Api(self.api_client)
+
+    def _open_typed(self, method: Callable[..., Any], *args: Any, body: Any = None, **kwargs: Any) -> Any:
+        """Call a generated API method without its pydantic validation; the raw urllib3 response."""
+        function = getattr(method, "raw_function", None)
+        owner = getattr(method, "__self__", None)
+        call = (lambda *a, **k: function(owner, *a, **k)) if function and owner else method
+        if body is not None:
+            kwargs["body"] = body
+        return call(*args, _preload_content=False, _request_timeout=self.request_timeout, **kwargs)  # type: ignore[no-untyped-call]
+
     def _open(
         self,
         what: str,
-        method: Callable[..., Any],
-        *args: Any,
+        method: str,
+        path: str,
+        *,
+        query: JSON | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
         timeout: float | tuple[float, float] | None = None,
-        **kwargs: Any,
     ) -> Any:
-        """Call a typed API method without pydantic validation; the raw urllib3 response."""
-        function = getattr(method, "raw_function", None)
-        owner = getattr(method, "__self__", None)
+        """Send one request through the ApiClient; the raw urllib3 response of a 2xx answer."""
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
         with boundary(what):
-            call = (lambda *a, **k: function(owner, *a, **k)) if function and owner else method
-            return call(  # type: ignore[no-untyped-call]
-                *args,
-                _preload_content=False,
-                _request_timeout=timeout if timeout is not None else self.request_timeout,
-                **kwargs,
+            request = self.api_client.param_serialize(
+                method,
+                path,
+                query_params=[(k, v) for k, v in (query or {}).items() if v not in (None, "")],
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
             )
+            resp = self.api_client.call_api(
+                *request, _request_timeout=timeout if timeout is not None else self.request_timeout
+            )
+            if not 200 <= resp.status <= 299:
+                from kubernetes.client.exceptions import ApiException
+
+                resp.read()  # type: ignore[no-untyped-call]
+                raise ApiException.from_response(http_resp=resp, body=None, data=None)
+            return resp.response
 
 
 def claim_answer_problem(claim: Mapping[str, Any], *, namespace: str, name: str) -> str | None:
@@ -451,6 +562,26 @@ def claim_answer_problem(claim: Mapping[str, Any], *, namespace: str, name: str)
     if meta.get("name") != name or meta.get("namespace") != namespace:
         return f"HTTP 200 with ResourceClaim {_excerpt(meta.get('namespace'))}/{_excerpt(meta.get('name'))}"
     return None
+
+
+def _load_client(kubeconfig: str | None) -> client.ApiClient:
+    from kubernetes import client, config
+
+    if kubeconfig:
+        api_client: client.ApiClient = config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+        return api_client
+    configuration = client.Configuration()
+    config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    return client.ApiClient(configuration)
+
+
+def _seg(value: str) -> str:
+    """One path segment, percent-encoded (names come from the API, never trusted as paths)."""
+    return urllib.parse.quote(value, safe="")
+
+
+def _claim_path(namespace: str, name: str) -> str:
+    return f"{RESOURCE}/namespaces/{_seg(namespace)}/resourceclaims/{_seg(name)}"
 
 
 def _slice_selector(driver: str, node: str) -> str:
@@ -485,7 +616,7 @@ def _status_message(exc: ApiException) -> str:
 def _interrupt_on_stop(resp: Any, stop: threading.Event, done: threading.Event) -> None:
     """Unblock a watch read when ``stop`` is set (``HTTPResponse.shutdown``, urllib3 >= 2.3)."""
     while not done.is_set():
-        if stop.wait(0.2):
+        if stop.wait(1.0):  # a wake-up a second per open watch, not five
             with contextlib.suppress(Exception):
                 resp.shutdown()
             return

@@ -1,7 +1,7 @@
 """Publishes this node's pool as ResourceSlices and keeps it published.
 
 Owns the ResourceSlice controller algorithm of the Go helper
-(``dynamic-resource-allocation/resourceslice``, dra-contracts.md §3): a pure planner,
+(``k8s.io/dynamic-resource-allocation/resourceslice``): a pure planner,
 :func:`plan_sync`, that compares the slices the API holds with the desired pool, and
 :class:`SlicePublisher`, which lists, applies a plan (delete obsolete, update changed in place,
 create missing) and keeps it true with a watch. It calls the API only through
@@ -164,7 +164,7 @@ def plan_sync(
     node_name: str,
     ignore: Iterable[str] = (),
 ) -> Plan:
-    """Compare the slices the API holds with the desired pool (dra-contracts.md §3, steps 1-6).
+    """Compare the slices the API holds with the desired pool (the Go helper's sync, steps 1-6).
 
     ``existing`` are this driver's slices on this node as the server returned them. ``ignore``
     names fields the server is known to drop; they are left out of comparisons. Create bodies

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.errors import ErrorCode, InvalidInput
+from flexnpu_wire.launch import DEFAULT_MAX_SHARES_PER_DIE
 
 DEFAULT_CLIENT_LIBRARY = "/usr/lib/flexnpu/libascendcl.so"
 """Where ``make -C libascendcl install PREFIX=/usr/lib/flexnpu`` puts the C client on a node."""
@@ -84,7 +85,7 @@ PLUGIN_FLAGS: tuple[Flag, ...] = (
     Flag("reconcile-period-seconds", "60", "period of the residual reconciler's full pass (jittered ±20 %)"),
     Flag(
         "max-shares-per-die",
-        "63",
+        str(DEFAULT_MAX_SHARES_PER_DIE),
         "most soft shares (aclservers) one die serves; published as each share device's `shares` capacity",
     ),
     Flag(
@@ -140,7 +141,7 @@ class Config:
     rediscover_seconds: float = 30.0
     build_device_root: bool = False
     client_library: Path = Path(DEFAULT_CLIENT_LIBRARY)
-    max_shares_per_die: int = 63
+    max_shares_per_die: int = DEFAULT_MAX_SHARES_PER_DIE
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -296,7 +297,7 @@ def build(values: Mapping[str, str | None]) -> Config:
 
 
 def _max_shares(value: str | None) -> int:
-    number = _number("max-shares-per-die", value or "63")
+    number = _number("max-shares-per-die", value or str(DEFAULT_MAX_SHARES_PER_DIE))
     if number != int(number) or not 1 <= number <= 1_000_000:
         raise InvalidInput(
             f"expected a whole number of shares >= 1, got {value!r}",

@@ -27,7 +27,7 @@ class Health(StrEnum):
 
 
 class DieMode(StrEnum):
-    """How a die is handed out (see design.md, device model)."""
+    """How a die is handed out (see README.md, "Device model and what is published")."""
 
     WHOLE = "whole"
     SOFT = "soft"
@@ -38,7 +38,7 @@ class DieMode(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class ChipModel:
-    """Published facts for one Ascend chip model (ascend-npu.md §1.2)."""
+    """Published facts for one Ascend chip model (public figures: HAMi's Ascend device config, mind-cluster's docs)."""
 
     name: str  # npu-smi "Name" / Chip Name, e.g. "910B3"
     generation: str  # "A2", "A3", "inference", "A1"
@@ -56,7 +56,7 @@ class ChipModel:
         return f"Ascend{self.name}"
 
 
-# Figures from shared/reference/ascend-npu.md §1.2 and §2.
+# Figures from HAMi's Ascend device config and mind-cluster's vNPU template docs.
 CHIP_MODELS: dict[str, ChipModel] = {
     m.name: m
     for m in (
@@ -149,10 +149,23 @@ class Inventory:
     """Per chip model, templates reported by ``npu-smi info -t template-info`` (override the table)."""
 
     def by_device_name(self, name: str) -> Die | None:
+        """The die of a published device: whole, soft, or a template instance slot."""
         for die in self.dies:
             if name in (die.whole_device_name, die.soft_device_name):
                 return die
-        return None
+        parsed = parse_template_device_name(name)
+        return self.by_phy_id(parsed[0]) if parsed else None
+
+    def device_mode(self, name: str) -> DieMode | None:
+        """How a published device hands out its die: ``whole``, ``soft`` or ``hard`` (None: unknown)."""
+        die = self.by_device_name(name)
+        if die is None:
+            return None
+        if name == die.whole_device_name:
+            return DieMode.WHOLE
+        if name == die.soft_device_name:
+            return DieMode.SOFT
+        return DieMode.HARD
 
     def by_phy_id(self, phy_id: int) -> Die | None:
         for die in self.dies:

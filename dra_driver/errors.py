@@ -50,6 +50,11 @@ class ErrorCode(StrEnum):
     DAEMON_UNAVAILABLE = "DaemonUnavailable"
     QUOTA = "QuotaInvalid"
     POLICY_CONFLICT = "PolicyConflict"
+    TEMPLATE_UNSUPPORTED = "TemplateUnsupported"
+    VNPU_ID_IN_USE = "VnpuIdInUse"
+    VNPU_FAILED = "VnpuOperationFailed"
+    VNPU_MODE = "VnpuModeNotContainer"
+    DIE_UNHEALTHY = "DieUnhealthy"
     WRITE_FAILED = "WriteFailed"  # a node-side file (checkpoint, CDI spec, client.conf) could not be written
     CHECKPOINT_UNTRUSTED = "CheckpointUntrusted"  # the checkpoint cannot be read: nothing is removed
     INTERNAL = "Internal"

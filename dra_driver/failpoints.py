@@ -26,8 +26,14 @@ POINTS = (
     "unprepare-after-daemon-registration",
 )
 
+HARD_POINTS = (
+    "prepare-after-hard-vnpu",  # a hard-split vNPU made (dra_driver/vnpu), nothing else yet
+    "unprepare-after-hard-vnpu",  # a hard-split vNPU destroyed
+)
+"""Points only a claim with a hard-split vNPU reaches (tests/integration/test_node_hard_split.py)."""
+
 _ARMED = frozenset(p.strip() for p in os.environ.get("FLEXNPU_FAILPOINTS", "").split(",") if p.strip())
-_unknown = _ARMED - set(POINTS)
+_unknown = _ARMED - set(POINTS) - set(HARD_POINTS)
 if _unknown:
     raise SystemExit(f"FLEXNPU_FAILPOINTS names unknown failpoints: {', '.join(sorted(_unknown))}")
 

@@ -1,4 +1,5 @@
-"""The control link: a host link that aclservers listen on for TCP (the only pyroute2 import).
+"""The control link: a host link that aclservers listen on for TCP (the only pyroute2 import, made
+inside the functions that talk netlink, so importing this module costs nothing).
 
 The node keeps one link (default a bridge ``flexnpu0``; this kernel family may lack ``dummy``
 links, so ``bridge`` or ``tap`` are used) with a link-local address (default
@@ -16,10 +17,10 @@ from __future__ import annotations
 import ipaddress
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pyroute2 import IPRoute
-from pyroute2.netlink.exceptions import NetlinkError
+if TYPE_CHECKING:
+    from pyroute2 import IPRoute
 
 from dra_driver.errors import ErrorCode, InvalidInput, Unavailable
 
@@ -77,6 +78,9 @@ def _fail(what: str, exc: BaseException) -> Unavailable:
 
 def ensure_link(spec: LinkSpec) -> int:
     """Create (or adopt) the link, set it up and give it its address. Returns the ifindex."""
+    from pyroute2 import IPRoute  # imported on first use: a node without a link never loads it
+    from pyroute2.netlink.exceptions import NetlinkError
+
     spec.validate()
     try:
         with IPRoute() as ipr:
@@ -111,6 +115,9 @@ def ensure_link(spec: LinkSpec) -> int:
 
 def remove_link(name: str) -> bool:
     """Delete the link if present (idempotent)."""
+    from pyroute2 import IPRoute  # imported on first use: a node without a link never loads it
+    from pyroute2.netlink.exceptions import NetlinkError
+
     try:
         with IPRoute() as ipr:
             found = ipr.link_lookup(ifname=name)
@@ -124,6 +131,9 @@ def remove_link(name: str) -> bool:
 
 def add_address(name: str, cidr: str) -> None:
     """Add an extra address to the link (idempotent)."""
+    from pyroute2 import IPRoute  # imported on first use: a node without a link never loads it
+    from pyroute2.netlink.exceptions import NetlinkError
+
     iface = ipaddress.ip_interface(cidr)
     try:
         with IPRoute() as ipr:
@@ -138,6 +148,9 @@ def add_address(name: str, cidr: str) -> None:
 
 
 def remove_address(name: str, cidr: str) -> bool:
+    from pyroute2 import IPRoute  # imported on first use: a node without a link never loads it
+    from pyroute2.netlink.exceptions import NetlinkError
+
     iface = ipaddress.ip_interface(cidr)
     try:
         with IPRoute() as ipr:
@@ -157,6 +170,8 @@ def remove_address(name: str, cidr: str) -> bool:
 
 def addresses(name: str) -> list[str]:
     """The link's IPv4 addresses as CIDR strings (empty if the link is missing)."""
+    from pyroute2 import IPRoute  # imported on first use: a node without a link never loads it
+
     with IPRoute() as ipr:
         found = ipr.link_lookup(ifname=name)
         if not found:

@@ -12,7 +12,7 @@ input always gives the same plan, so a retry or a restart recomputes it instead 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -21,6 +21,7 @@ from dra_driver.claims import ClaimRef
 from dra_driver.daemon.model import Share
 from dra_driver.devices import Die, DieMode, Inventory
 from dra_driver.errors import ErrorCode, InvalidInput, StateError, quote
+from dra_driver.vnpu.render import HardVnpu
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,7 @@ class PlannedDevice:
         Share, ...
     ] = ()  # soft split: the vNPUs (one, or N with ``vnpus: N``) the aclserver enforces
     config: sharing.VnpuConfig | None = None  # soft split: the resolved opaque config
+    vnpu: HardVnpu | None = None  # hard split: the vNPU made for it (dra_driver/vnpu/render.py)
 
     @property
     def request_name(self) -> str:
@@ -83,6 +85,22 @@ class ClaimPlan:
             key=lambda c: (0 if c.source == "FromClass" else 1, c.index),
         )
         return ordered
+
+    @property
+    def vnpus(self) -> tuple[HardVnpu, ...]:
+        """The claim's hard-split vNPUs, once assigned (``with_vnpus``)."""
+        return tuple(d.vnpu for d in self.devices if d.vnpu is not None)
+
+    def hard_results(self) -> tuple[tuple[str, str], ...]:
+        """(request, device) of each hard-split device, for ``dra_driver.vnpu.render.plan_vnpus``."""
+        return tuple((d.request, d.device) for d in self.devices if d.mode == DieMode.HARD)
+
+    def with_vnpus(self, vnpus: Sequence[HardVnpu]) -> ClaimPlan:
+        """The plan with each hard-split device's vNPU (in device order)."""
+        by_device = {v.device: v for v in vnpus}
+        return replace(
+            self, devices=tuple(replace(d, vnpu=by_device.get(d.device, d.vnpu)) for d in self.devices)
+        )
 
     @property
     def shares(self) -> tuple[Share, ...]:
@@ -172,7 +190,7 @@ def plan_claim(
                 claim_uid=uid,
                 field=f"{fld}.device",
             )
-        mode = DieMode.WHOLE if device == die.whole_device_name else DieMode.SOFT
+        mode = inventory.device_mode(str(device)) or DieMode.SOFT
         share_id = res.get("shareID")
         consumed = res.get("consumedCapacity") or {}
         if not isinstance(consumed, Mapping):
@@ -287,7 +305,7 @@ def check_conflicts(plan: ClaimPlan, held: Iterable[HeldDie]) -> None:
         for other in held:
             if other.phy != d.die.phy_id:
                 continue
-            if DieMode.WHOLE in (d.mode, other.mode):
+            if DieMode.WHOLE in (d.mode, other.mode) or {d.mode, other.mode} == {DieMode.SOFT, DieMode.HARD}:
                 raise StateError(
                     f"die {d.die.phy_id} ({d.device}) is already prepared "
                     f"{'exclusively' if other.mode == DieMode.WHOLE else 'as shares'} for claim "

@@ -33,6 +33,7 @@ class ClaimState(StrEnum):
 class EffectKind(StrEnum):
     """Side effects of a prepare, in the order they are made (undone in reverse)."""
 
+    HARD_VNPU = "hard-vnpu"  # ref: the vNPU ID; details: HardVnpuRecord (dra_driver/vnpu)
     DAEMON_REGISTRATION = "daemon-registration"  # ref: claim UID; details: Registration
     CLIENT_CONF = "client-conf"  # ref: the claim's client.conf directory
     CDI_SPEC = "cdi-spec"  # ref: the spec file
@@ -85,8 +86,26 @@ class StatusRecord:
         return cls(devices=tuple(devices))
 
 
-EffectDetails = Registration | StatusRecord
+@dataclass(frozen=True, slots=True)
+class HardVnpuRecord:
+    """A hard-split vNPU the claim gets (``HardVnpu.to_dict`` of ``dra_driver/vnpu/render.py``)."""
+
+    vnpu: Mapping[str, Any]
+
+    def to_json(self) -> JSON:
+        return dict(self.vnpu)
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> HardVnpuRecord:
+        for key in ("vnpuID", "phy", "template"):
+            if key not in doc:
+                raise TypeError(f"hard-vnpu details need {key!r}")
+        return cls(vnpu=dict(doc))
+
+
+EffectDetails = Registration | StatusRecord | HardVnpuRecord
 _DETAILS: dict[EffectKind, Callable[[Mapping[str, Any]], EffectDetails]] = {
+    EffectKind.HARD_VNPU: HardVnpuRecord.from_json,
     EffectKind.DAEMON_REGISTRATION: Registration.from_json,
     EffectKind.CLAIM_STATUS: StatusRecord.from_json,
 }

@@ -24,6 +24,7 @@ from dra_driver.devices import DieMode
 from dra_driver.discovery import node_files
 from dra_driver.plan import ClaimPlan
 from dra_driver.sharing import Transport
+from dra_driver.vnpu import render as hard
 
 CONTAINER_CONF = "/etc/flexnpu/client.conf"
 CONTAINER_SHM = "/dev/shm/flexnpu"
@@ -83,7 +84,9 @@ def render(
     prepared: list[PreparedDevice] = []
     for d in plan.devices:
         name = cdi.device_name(uid, d.device if not d.share_id else f"{d.device}-{d.share_id}")
-        if not d.shares:
+        if d.vnpu is not None:
+            edits = hard.device_edits(d.vnpu, device_root=layout.device_root)
+        elif not d.shares:
             edits = cdi.whole_die_edits([d.die.device_node], device_root=layout.device_root)
         else:
             edits = cdi.Edits(env=tuple(f"FLEXNPU_VNPU_{sh.virtual_id}={d.device}" for sh in d.shares))
@@ -120,6 +123,8 @@ def _shared_edits(
     whole = [d for d in plan.devices if d.mode == DieMode.WHOLE]
     if whole:
         env["FLEXNPU_PHYSICAL_IDS"] = ",".join(str(d.die.phy_id) for d in whole)
+    env.update(hard.spec_env(plan.vnpus))
+    if whole or plan.vnpus:  # a device node of the driver's own: the shared nodes and driver files too
         nodes = tuple(node_files.SHARED_DEVICE_NODES)
         mounts = tuple(p for p in node_files.DRIVER_MOUNTS if p in driver_mounts)
     with_aclserver = endpoints is not None and bool(plan.shares)
@@ -195,6 +200,8 @@ def _status(
         doc: JSON = {"driver": layout.driver_name, "pool": d.pool, "device": d.device}
         if d.share_id:
             doc["shareID"] = d.share_id
+        if d.vnpu is not None:
+            data.update(hard.status_data(d.vnpu))
         if d.shares:
             sh = d.shares[0]
             data.update(

@@ -84,10 +84,11 @@ from dra_driver import templates
 from dra_driver.devices import MIB, Die, DieMode, Health, Inventory, template_device_name
 from dra_driver.errors import ErrorCode, InvalidInput
 from dra_driver.templates import Template
+from flexnpu_wire.launch import DEFAULT_MAX_SHARES_PER_DIE  # one default for the node and the ledger
 
 JSON = dict[str, Any]
 
-# resource.k8s.io/v1 limits (dra-contracts.md §3.1, 1.35+ semantics).
+# resource.k8s.io/v1 limits (k8s.io/api resource/v1 types.go, 1.35+ semantics).
 MAX_DEVICES_PER_SLICE = 128
 MAX_DEVICES_PER_SLICE_WITH_COUNTERS = 64
 MAX_COUNTER_SETS_PER_SLICE = 8
@@ -107,8 +108,6 @@ other shares; 1 % keeps them packable, and the elastic / best-effort policies (o
 let such a share borrow idle time beyond its floor.
 """
 FULL_COMPUTE = 100
-DEFAULT_MAX_SHARES_PER_DIE = 63
-"""CANN serves at most 63 user processes per A2/A3 device; each share is one aclserver process."""
 SHARES_CAPACITY = "shares"
 SHARE_TOKEN = "1"  # noqa: S105 (a counter amount, not a secret)
 """What a soft device consumes from its die's ``memory`` counter (see the module docstring)."""

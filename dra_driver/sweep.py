@@ -6,7 +6,10 @@ prepare is in flight and no entry can appear while it decides. What it looks at:
 * aclserver groups in the daemon's registry whose claim UID no entry names → Unregister;
 * CDI spec files of this driver's kind whose claim UID no entry names → delete;
 * per-claim ``client.conf`` directories under ``<run-dir>/claims`` → delete;
-* per-claim shm directories under the shm root that neither an entry nor the daemon owns → delete.
+* per-claim shm directories under the shm root that neither an entry nor the daemon owns → delete;
+* hard-split vNPUs the driver's ledger says it made for a claim no entry names, and that no
+  container uses → destroy (``dra_driver/vnpu/sweeping.py``; a vNPU made outside the driver is
+  never an orphan).
 
 The control link itself is node infrastructure and stays; this driver adds no per-claim
 addresses to it. Each removal is reported to the caller (who logs it and posts an Event).
@@ -24,6 +27,7 @@ from typing import Protocol
 from dra_driver import cdi
 from dra_driver.daemon.model import EntityInfo
 from dra_driver.errors import Unavailable
+from dra_driver.vnpu.sweeping import HardSweep
 
 
 class DaemonView(Protocol):
@@ -34,7 +38,7 @@ class DaemonView(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Orphan:
-    kind: str  # aclserver | cdi-spec | client-conf | shm-dir
+    kind: str  # aclserver | cdi-spec | client-conf | shm-dir | hard-vnpu | vnpu-record
     uid: str
     ref: str  # what it is: a path, or "pid N"
 
@@ -48,6 +52,7 @@ class SweepPlaces:
     cdi_kind: cdi.Kind
     run_dir: Path
     shm_dir: Path
+    hard: HardSweep | None = None
 
 
 def find(owned: Collection[str], places: SweepPlaces, daemon: DaemonView | None) -> list[Orphan]:
@@ -71,11 +76,17 @@ def find(owned: Collection[str], places: SweepPlaces, daemon: DaemonView | None)
     for d in _children(places.shm_dir):
         if d.name not in owned and d.name not in daemon_uids and not d.name.startswith("."):
             out.append(Orphan("shm-dir", d.name, str(d)))
+    if places.hard is not None:
+        for uid, vnpu_id, exists in places.hard.find(owned):
+            out.append(Orphan("hard-vnpu" if exists else "vnpu-record", uid, f"vnpu {vnpu_id}"))
     return out
 
 
-def remove(orphan: Orphan, daemon: DaemonView | None) -> None:
-    if orphan.kind == "aclserver":
+def remove(orphan: Orphan, daemon: DaemonView | None, places: SweepPlaces | None = None) -> None:
+    if orphan.kind in ("hard-vnpu", "vnpu-record"):
+        if places is not None and places.hard is not None:
+            places.hard.remove(int(orphan.ref.split()[-1]))
+    elif orphan.kind == "aclserver":
         if daemon is not None:
             daemon.unregister(orphan.uid)
     elif orphan.kind == "cdi-spec":

@@ -29,7 +29,7 @@ prepare or unprepare, not one kubelet gRPC call, which may carry a batch of clai
     flexnpu_dra_residuals_found_total{kind}                    counter
     flexnpu_dra_residuals_removed_total{kind}                  counter
     flexnpu_dra_loop_errors_total{loop}                        counter
-    flexnpu_dra_loop_seconds_since_pass{loop}                  gauge
+    flexnpu_dra_loop_since_last_pass_seconds{loop}             gauge
     target_info{node,driver,service_name,k8s_node_name}        OpenTelemetry resource, value 1
 
 - ``result`` is ``success`` or ``error``. ``error_type`` is empty on success, else the
@@ -38,12 +38,13 @@ prepare or unprepare, not one kubelet gRPC call, which may carry a batch of clai
   The request counters are pre-created at zero for ``success`` and for every ``ErrorCode``, the
   in-flight gauge for both operations and the residual counters for every kind, so dashboards
   show 0 rather than "no data". Histograms cannot be pre-created without a fake observation.
-- The 45 s top bucket is the kubelet's per-call DRA timeout (dra-contracts.md §2.6); anything
+- The 45 s top bucket is the kubelet's per-call DRA timeout (the kubelet's DRA manager cancels a
+  NodePrepareResources/NodeUnprepareResources call after 45 s); anything
   slower lands in ``+Inf`` and has already failed on the kubelet side.
 - ``kind`` is one of :class:`ResidualKind`: what the reconciler or the sweep found without an
   owner (``claim``, ``aclserver``, ``cdi-spec``, ``shm-dir``, ``client-conf``, ``link-address``).
 
-Relation to the Ascend conventions (ascend-npu.md §5): mind-cluster's npu-exporter labels chips
+Relation to the Ascend conventions: mind-cluster's npu-exporter labels chips
 with ``id`` (the NPU *logic* ID), ``vdie_id`` (the die's stable VDie ID) and ``model_name``, and
 HAMi uses ``hami_*`` names with bytes and 0-100 ratios. ``die`` here is the *physical* ID (npu-smi
 "Phy-ID", the same number the CDI and daemon code use), because the logic ID changes when
@@ -339,7 +340,7 @@ class Telemetry:
             description="Unexpected errors a long-lived loop caught, logged and went on from, by loop.",
         )
         meter.create_observable_gauge(
-            f"{PREFIX}_loop_seconds_since_pass",
+            f"{PREFIX}_loop_since_last_pass",
             callbacks=[self._observe_loop_ages],
             unit="s",
             description="Seconds since each long-lived loop last completed a pass.",

@@ -41,7 +41,7 @@ __all__ = [
 
 GIB_IN_MIB = 1024
 VNPU_ID_BASE = 100
-"""vNPU IDs of the die with physical ID p are ``p*16+100`` … (ascend-npu.md §1.4)."""
+"""vNPU IDs of the die with physical ID p are ``p*16+100`` … (mind-cluster's devmanager: MinVDevID 100)."""
 VNPU_IDS_PER_DIE_STRIDE = 16
 
 _NAME = re.compile(r"^vir(\d{2})(?:_(\d+)c)?(?:_(\d+)g)?(?:_(m|nm|dvpp|ndvpp))?$")
@@ -118,7 +118,7 @@ def _p310(name: str, cores: int, gb: int, cpus: int) -> Template:
 _A2_TRAINING = _named(("vir03_1c_8g", "vir06_1c_16g", "vir12_3c_32g"))
 _A3_TRAINING = _named(("vir06_1c_16g", "vir12_3c_32g"))
 
-# Chip model -> templates (ascend-npu.md §2; 310P per-template resources from CCE cce_10_1009).
+# Chip model -> templates (mind-cluster's vNPU template docs; 310P per-template resources from Huawei CCE's docs).
 TABLE: dict[str, _ChipTemplates] = {
     "910B1": _ChipTemplates(_A2_TRAINING, 65536, 16, None),
     "910B2": _ChipTemplates(_A2_TRAINING, 65536, 16, None),

@@ -26,7 +26,7 @@ Series (gauges unless noted; ``node`` and ``driver`` on every one)::
     flexnpu_die_compute_allocated_percent{die,vdie_id}                                 quotas summed (0..100)
     flexnpu_vnpu_collect_ok                                                            0 when the daemon did not answer
 
-Conventions (``/work/shared/reference/ascend-npu.md`` §5): the names follow mind-cluster's
+Conventions (mind-cluster's npu-exporter): the names follow mind-cluster's
 ``vnpu_pod_total_memory`` / ``vnpu_pod_used_memory`` and ``container_npu_*``, with a ``flexnpu_`` prefix and
 Prometheus base units (bytes, not KB/MB); ``v_dev_id`` is mind-cluster's label for the vNPU's id (here the
 virtual device number the container sees), ``vdie_id`` its stable die ID, ``die`` the physical ID used by the
@@ -65,7 +65,7 @@ DIE_LABELS = ("node", "driver", "die", "vdie_id")
 
 
 class DaemonLister(Protocol):
-    def list(self) -> list[EntityInfo]: ...
+    def list(self, *, probe: bool = False) -> list[EntityInfo]: ...
 
 
 class ClaimReader(Protocol):
@@ -123,7 +123,7 @@ class VnpuUsageCollector:
 
     def collect(self) -> Iterator[Metric]:
         try:
-            entities = self._daemon.list()
+            entities = self._daemon.list(probe=True)  # sessions are counted only when probed
             ok = 1.0
         except FlexNPUError as err:
             log.debug("usage metrics: daemon list failed: %s", err)

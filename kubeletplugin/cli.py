@@ -48,17 +48,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return node.run(cfg)
     if args.command == "probe":
         return _probe(args.host, args.port, args.timeout)
-    import importlib.util
-
-    if importlib.util.find_spec("dra_driver.testing") is None:  # the container image does not ship them
+    try:  # the demo drives test doubles, which a production image need not ship
+        from dra_driver.testing import demo as demo_mod
+    except ImportError as exc:
         print(
-            "flexnpu-dra demo: needs the test doubles (dra_driver/testing), which this installation does not "
-            "have (the container image leaves them out); run scripts/demo.sh from a checkout",
+            f"flexnpu-dra demo: needs the test doubles (dra_driver/testing), which this installation does not"
+            f" have ({exc}; the container image leaves them out): run scripts/demo.sh from a checkout",
             file=sys.stderr,
         )
         return 2
-    from kubeletplugin import demo as demo_mod
-
     return demo_mod.run(keep=args.keep)
 
 

@@ -33,10 +33,13 @@ from dra_driver.daemon.model import Endpoints, EntityInfo, RegisterRequest, Regi
 from dra_driver.discovery import node_files
 from dra_driver.errors import ErrorCode, StateError, Unavailable, quote
 from dra_driver.plan import ClaimPlan
+from dra_driver.records import HardVnpuRecord
+from kubeletplugin.hardsplit import HardVnpus
 
 JSON = dict[str, Any]
 
 PREPARE_POINT: Mapping[EffectKind, str] = {
+    EffectKind.HARD_VNPU: "prepare-after-hard-vnpu",
     EffectKind.DAEMON_REGISTRATION: "prepare-after-register",
     EffectKind.CLIENT_CONF: "prepare-after-client-conf",
     EffectKind.CDI_SPEC: "prepare-after-cdi",
@@ -132,11 +135,17 @@ class Effects:
     """Makes, repeats and undoes the effects of a claim."""
 
     def __init__(
-        self, *, settings: PrepareSettings, daemon: Daemon | None, status: StatusWriter | None
+        self,
+        *,
+        settings: PrepareSettings,
+        daemon: Daemon | None,
+        status: StatusWriter | None,
+        hard: HardVnpus | None = None,
     ) -> None:
         self.settings = settings
         self.daemon = daemon
         self.status = status
+        self.hard = hard  # hard-split vNPUs (kubeletplugin/hardsplit.py), None on a node without templates
         self._call = threading.local()  # the kubelet's deadline of the claim this thread works on
 
     @contextlib.contextmanager
@@ -166,7 +175,9 @@ class Effects:
     def planned(self, job: Job) -> tuple[Effect, ...]:
         """The effects a new prepare makes, in order (recorded before the first is made)."""
         s, uid = self.settings, job.plan.ref.uid
-        out: list[Effect] = []
+        out: list[Effect] = [
+            Effect(EffectKind.HARD_VNPU, str(v.vnpu_id), HardVnpuRecord(v.to_dict())) for v in job.plan.vnpus
+        ]
         if job.plan.shares:
             conf_dir = paths.inside(s.run_dir / "claims", uid, claim_uid=uid)
             out += [
@@ -183,7 +194,9 @@ class Effects:
             self._do(eff, job, clog)
 
     def _do(self, eff: Effect, job: Job, clog: logs.ClaimLogger) -> None:
-        if eff.kind == EffectKind.DAEMON_REGISTRATION:
+        if eff.kind == EffectKind.HARD_VNPU:
+            self._hard(job.plan.ref.uid).do(_vnpu_record(eff), job.plan.ref.uid, clog)
+        elif eff.kind == EffectKind.DAEMON_REGISTRATION:
             job.registration = self.register(job, clog)
         elif eff.kind == EffectKind.CLIENT_CONF:
             self._write_client_conf(job)
@@ -207,7 +220,11 @@ class Effects:
             job.registration = self.register(job, clog)
             moved = rec.endpoints != job.registration.endpoints
         for eff in entry.effects:
-            if eff.kind == EffectKind.CLIENT_CONF and (moved or not (Path(eff.ref) / "client.conf").exists()):
+            if eff.kind == EffectKind.HARD_VNPU:
+                self._hard(entry.uid).ensure(_vnpu_record(eff), entry.uid, clog)
+            elif eff.kind == EffectKind.CLIENT_CONF and (
+                moved or not (Path(eff.ref) / "client.conf").exists()
+            ):
                 clog.info("client.conf missing or aclserver endpoints changed; writing it again")
                 self._write_client_conf(job)
             elif eff.kind == EffectKind.CDI_SPEC and (moved or not Path(eff.ref).exists()):
@@ -281,7 +298,9 @@ class Effects:
             self._undo(entry, eff, clog)
 
     def _undo(self, entry: ClaimEntry, eff: Effect, clog: logs.ClaimLogger) -> None:
-        if eff.kind == EffectKind.CDI_SPEC:
+        if eff.kind == EffectKind.HARD_VNPU:
+            self._hard(entry.uid).undo(_vnpu_record(eff), entry.uid, clog)
+        elif eff.kind == EffectKind.CDI_SPEC:
             path = Path(eff.ref)
             if _inside(path, self.settings.cdi_dir, entry.uid, clog) and cdi.remove_spec(path):
                 clog.debug("removed CDI spec %s", eff.ref)
@@ -309,6 +328,16 @@ class Effects:
                     clog.info("could not clear claim status (claim gone?): %s", err)
         else:  # pragma: no cover - the enum is closed
             raise _unknown(eff, entry.uid)
+
+    def _hard(self, uid: str) -> HardVnpus:
+        if self.hard is None:
+            raise StateError(
+                "the claim has a hard-split vNPU but this node has no vNPU manager",
+                code=ErrorCode.VNPU_FAILED,
+                claim_uid=uid,
+                field="effects.hard-vnpu",
+            )
+        return self.hard
 
     def forget_registration(self, uid: str, clog: logs.ClaimLogger) -> None:
         """Ask the daemon once to drop a registration it never confirmed (rollback)."""
@@ -378,6 +407,10 @@ def _oserror_names(eff: Effect, uid: str, verb: str) -> Iterator[None]:
             claim_uid=uid,
             field=str(eff.kind),
         ) from exc
+
+
+def _vnpu_record(eff: Effect) -> Mapping[str, Any]:
+    return eff.details.vnpu if isinstance(eff.details, HardVnpuRecord) else {"vnpuID": eff.ref}
 
 
 def _unknown(eff: Effect, uid: str) -> StateError:

@@ -1,7 +1,9 @@
 """The node process: kubelet plugin plus controllers, wired from one :class:`Config`.
 
 Start order: discover dies → open the checkpoint (a corrupt one is kept aside, never fatal)
-→ serve DRA on the plugin socket, then registration → publish ResourceSlices in a thread.
+→ serve DRA on the plugin socket, then registration → load the Kubernetes client (the costliest
+import, so it comes after the kubelet can register us; bench/bench_startup.py) → publish
+ResourceSlices and run the reconciler in threads.
 SIGTERM/SIGINT: stop publishing, stop serving, remove both sockets. Running aclservers and
 prepared claims are not touched, so a restart or rolling update is seamless.
 """
@@ -18,7 +20,7 @@ from controller.cleanup import Reconciler
 from controller.kube import Kube
 from controller.publisher import SlicePublisher
 from controller.status import ClaimStatusWriter
-from dra_driver import cdi, discovery, liveness, logs, netlink, slices, sweep, usage_metrics
+from dra_driver import cdi, discovery, liveness, logs, netlink, slices, sweep, usage_metrics, vnpu
 from dra_driver.checkpoint import CheckpointStore
 from dra_driver.claims import DeviceHealthReport
 from dra_driver.config import Config
@@ -26,6 +28,8 @@ from dra_driver.daemon.client import DaemonClient
 from dra_driver.devices import DieMode, Health, Inventory
 from dra_driver.errors import FlexNPUError
 from dra_driver.telemetry import Telemetry
+from dra_driver.vnpu import sweeping
+from kubeletplugin import hardsplit
 from kubeletplugin.prepare import Preparer, PrepareSettings
 from kubeletplugin.server import PluginServer
 
@@ -60,8 +64,8 @@ class NodeCore:
 
     def __init__(self, cfg: Config, *, kube: Kube | None = None, telemetry: Telemetry | None = None) -> None:
         self.cfg = cfg
-        self.inventory = discovery.from_config(inventory=cfg.inventory, npu_smi=cfg.npu_smi).discover()
-        self.kube = kube or Kube.from_config(cfg.kubeconfig)
+        self._inventory: Inventory | None = None  # discovered on first use (flexnpu-smi may not need it)
+        self.kube = kube or Kube.deferred(cfg.kubeconfig)  # connected in start(), after registration
         self.store = CheckpointStore(cfg.paths.checkpoint_file)
         self.store.read()  # surfaces (and sets aside) a corrupt checkpoint at start
         self.link = netlink.LinkSpec(cfg.control_link, cfg.control_link_cidr, cfg.control_link_kind)
@@ -72,6 +76,17 @@ class NodeCore:
             node_name=cfg.node_name, driver_name=cfg.driver_name, enabled=False
         )
         self.live = liveness.Liveness(on_error=self.telemetry.loop_error)
+        # Hard-split vNPUs (dra_driver/vnpu): the manager, and whether any die publishes templates.
+        self.vnpus = vnpu.from_config(
+            inventory=self.inventory,
+            emulated=cfg.inventory is not None,
+            device_root=cfg.paths.device_root,
+            npu_smi=cfg.npu_smi,
+        )
+        self.hard_split = cfg.default_mode in ("hard", "all") or any(
+            str(m) in ("hard", "all") for m in self.inventory.die_modes.values()
+        )
+        self._foreign: tuple[vnpu.Vnpu, ...] = ()
         self.preparer = Preparer(
             settings=PrepareSettings(
                 driver_name=cfg.driver_name,
@@ -92,6 +107,9 @@ class NodeCore:
             daemon=self.daemon,
             status=ClaimStatusWriter(self.kube, driver_name=cfg.driver_name, node_name=cfg.node_name),
             telemetry=self.telemetry,
+            hard=hardsplit.HardVnpus(self.vnpus, lambda: self.inventory, cfg.paths.state_dir)
+            if self.hard_split
+            else None,
         )
         self.reconciler = Reconciler(
             kube=self.kube,
@@ -104,6 +122,9 @@ class NodeCore:
                 cdi_kind=cdi.Kind.parse(cfg.cdi_kind),
                 run_dir=cfg.paths.run_dir,
                 shm_dir=cfg.paths.shm_dir,
+                hard=sweeping.HardSweep(self.vnpus, lambda: self.inventory, cfg.paths.state_dir)
+                if self.hard_split
+                else None,
             ),
             daemon=self.daemon,
             grace_seconds=cfg.residual_grace_seconds,
@@ -111,6 +132,18 @@ class NodeCore:
             telemetry=self.telemetry,
             live=self.live,
         )
+
+    @property
+    def inventory(self) -> Inventory:
+        if self._inventory is None:
+            self._inventory = discovery.from_config(
+                inventory=self.cfg.inventory, npu_smi=self.cfg.npu_smi
+            ).discover()
+        return self._inventory
+
+    @inventory.setter
+    def inventory(self, value: Inventory) -> None:
+        self._inventory = value
 
     def close(self) -> None:
         self.kube.close()
@@ -192,7 +225,26 @@ class NodeProcess(NodeCore):
             mode_of=lambda die: slices.resolve_mode(die, self.inventory, mode),
             use_counters=self.use_counters,
             max_shares_per_die=self.cfg.max_shares_per_die,
+            held=self._held(),
         )
+
+    def _held(self) -> dict[int, slices.Held]:
+        """Capacity held by vNPUs made outside the driver: published without it, and reported."""
+        if not self.hard_split:
+            return {}
+        foreign = sweeping.foreign_vnpus(self.vnpus, self.cfg.paths.state_dir)
+        if foreign is None:  # cannot list now: keep what was held before
+            foreign = self._foreign
+        if foreign != self._foreign:
+            for v in foreign:
+                log.warning(
+                    "vNPU %d (%s) on die %d was not made by this driver: its capacity is not offered",
+                    v.vnpu_id,
+                    v.template,
+                    v.phy_id,
+                )
+            self._foreign = foreign
+        return sweeping.held_capacity(foreign, self.inventory)
 
     def start(self) -> None:
         self.cfg.paths.cdi_dir.mkdir(parents=True, exist_ok=True)
@@ -201,6 +253,11 @@ class NodeProcess(NodeCore):
         self.telemetry.start()
         self._check_boot()
         self.server.start()
+        try:
+            self.kube.connect()  # the kubernetes client loads while the kubelet registers the plugin
+        except FlexNPUError:
+            self.server.stop(grace=0)
+            raise
         t = threading.Thread(
             target=self.publisher.run, args=(self.stop_event,), name="publisher", daemon=True
         )

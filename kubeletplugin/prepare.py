@@ -26,9 +26,12 @@ from dra_driver.claims import CALL_DEADLINE, ClaimRef, ClaimResult, PreparedDevi
 from dra_driver.devices import Inventory
 from dra_driver.errors import FlexNPUError, Unavailable
 from dra_driver.plan import ClaimPlan, check_conflicts, plan_claim, resolve_shares
+from dra_driver.records import HardVnpuRecord
 from dra_driver.telemetry import Telemetry
-from kubeletplugin import effects
+from dra_driver.vnpu import render as vnpu_render
+from kubeletplugin import effects, hardsplit
 from kubeletplugin.effects import Daemon, PrepareSettings, StatusWriter
+from kubeletplugin.hardsplit import HardVnpus
 
 __all__ = ["CONTAINER_CONF", "CONTAINER_SHM", "Daemon", "PrepareSettings", "Preparer", "StatusWriter"]
 
@@ -54,6 +57,7 @@ class Preparer:
         daemon: Daemon | None = None,
         status: StatusWriter | None = None,
         telemetry: Telemetry | None = None,
+        hard: HardVnpus | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -61,7 +65,8 @@ class Preparer:
         self.inventory = inventory
         self.daemon = daemon
         self.status = status
-        self.effects = effects.Effects(settings=settings, daemon=daemon, status=status)
+        self.hard = hard
+        self.effects = effects.Effects(settings=settings, daemon=daemon, status=status, hard=hard)
         self.telemetry = telemetry or Telemetry(
             node_name=settings.pool_name, driver_name=settings.driver_name, enabled=False
         )
@@ -166,17 +171,38 @@ class Preparer:
     ) -> tuple[PreparedDevice, ...]:
         uid = plan.ref.uid
         job = self.effects.job(plan, secrets.token_hex(32))
-        intent = ClaimEntry(
-            uid=uid,
-            namespace=plan.ref.namespace,
-            name=plan.ref.name,
-            state=ClaimState.PREPARE_STARTED,
-            dies=checkpoint.die_records(plan),
-            effects=self.effects.planned(job),
-        )
+        existing = self.hard.manager.list() if self.hard is not None and plan.hard_results() else ()
+
+        def intent_of(job: effects.Job) -> ClaimEntry:
+            return ClaimEntry(
+                uid=uid,
+                namespace=plan.ref.namespace,
+                name=plan.ref.name,
+                state=ClaimState.PREPARE_STARTED,
+                dies=checkpoint.die_records(job.plan),
+                effects=self.effects.planned(job),
+            )
+
+        intent = intent_of(job)
 
         def record_intent(entries: Mapping[str, ClaimEntry]) -> ClaimEntry:
+            nonlocal intent
             check_conflicts(plan, checkpoint.held_dies(entries, but=uid))
+            if plan.hard_results():  # vNPU IDs are chosen under the lock, against every recorded one
+                recorded = [
+                    dict(e.details.vnpu)
+                    for other in entries.values()
+                    for e in other.effects
+                    if isinstance(e.details, HardVnpuRecord)
+                ]
+                vnpus = vnpu_render.plan_vnpus(
+                    plan.hard_results(),
+                    inventory=self.inventory(),
+                    taken=hardsplit.taken_ids(existing, recorded),
+                    claim_uid=uid,
+                )
+                job.plan = plan.with_vnpus(vnpus)
+                intent = intent_of(job)
             return intent
 
         try:
@@ -227,6 +253,11 @@ class Preparer:
     ) -> tuple[PreparedDevice, ...]:
         """Repeat prepare of a completed claim: put back what is missing, refresh the status."""
         rec = entry.registration
+        recorded = [dict(e.details.vnpu) for e in entry.effects if isinstance(e.details, HardVnpuRecord)]
+        if recorded:  # the vNPUs this claim got, for the CDI spec and status rendered again
+            plan = plan.with_vnpus(
+                vnpu_render.from_records(recorded, inventory=self.inventory(), claim_uid=entry.uid)
+            )
         job = self.effects.job(plan, rec.token if rec else "")
         self.effects.ensure(entry, job, clog)
         docs = job.rendered.status

@@ -1,112 +1,159 @@
-"""``flexnpu-smi``: the operator's view of this node's vNPUs, whole dies and residuals.
+"""``flexnpu-smi``: the one operator tool for this node's vNPUs, whole dies and residuals.
 
 Usage::
 
-    flexnpu-smi info [--json]                 every prepared claim and vNPU, with pods and residual state
+    flexnpu-smi info [--json]                 one row per vNPU (virtual id) and whole die: quotas, usage,
+                                              aclserver, pods (reservedFor), residual?
     flexnpu-smi cleanup --dry-run [--json]    what the residual reconciler would remove
     flexnpu-smi cleanup                       remove it now (what the node process does on its own)
-    flexnpu-smi unregister -u CLAIM_UID       unprepare one claim, exactly as the reconciler would
+    flexnpu-smi unregister -u CLAIM_UID       unprepare one claim exactly as the reconciler does for a
+                                              residual (or stop an orphan aclserver no entry owns)
     flexnpu-smi adopt                         checkpoint untrusted: record what the node holds and the API allocated
     flexnpu-smi discard                       checkpoint untrusted: set damaged records aside, trust the rest
 
 It reads the node's checkpoint and talks to flexnpu-daemon and, when it can, the Kubernetes
-API (``--kubeconfig`` or the in-cluster config); without the API the PODS and RESIDUAL columns
-say ``?`` and ``cleanup`` refuses (never delete on doubt). Node flags and their ``FLEXNPU_…``
-twins are the node process's (``flexnpu-dra plugin --help``), so in the plugin container it needs
-no flags. ``unregister`` takes the same locks as prepare, so it is safe against a concurrent one.
-Exit codes: 0 success, 1 the request failed, 2 bad usage, 3 daemon or API unreachable.
+API (``--kubeconfig`` or the in-cluster config). Without the API the PODS and RESIDUAL columns
+say ``?`` and ``cleanup`` refuses (never delete on doubt); without the daemon the usage and
+ACLSERVER columns are unknown (exit 3) and what the checkpoint says is still shown; without a
+checkpoint (the daemon's container) it shows what the daemon runs. Node flags and their
+``FLEXNPU_…`` twins are the node process's (``flexnpu-dra plugin --help``), so in the plugin
+container it needs no flags. ``unregister`` takes the same locks as prepare, so it is safe
+against a concurrent one. Exit codes: 0 success, 1 the request failed, 2 bad usage, 3 daemon or
+API unreachable.
+
+Subcommands are rows of :data:`COMMANDS` (name → help, argument adder, runner): add one there.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
-from typing import Any, TextIO
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TextIO
 
-from controller.cleanup import has_consumer, residual_reason
+from controller.cleanup import Residual, has_consumer, residual_reason
 from controller.kube import Kube, NotFound
-from dra_driver import config, logs
-from dra_driver import smi as daemon_smi
+from dra_driver import config
+from dra_driver.checkpoint import CheckpointStore, ClaimEntry
+from dra_driver.config import Config
+from dra_driver.daemon.client import DaemonClient
+from dra_driver.daemon.model import EntityInfo, ShareUsage
 from dra_driver.errors import FlexNPUError, Unavailable
+from dra_driver.vnpu import ledger as vnpu_ledger
+from dra_driver.vnpu import report as vnpu_report
 from kubeletplugin import adopt
-from kubeletplugin.node import NodeCore
+
+if TYPE_CHECKING:
+    from kubeletplugin.node import NodeCore
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
+MIB = 1024 * 1024
+
+COLUMNS = (
+    "CLAIM UID", "CLAIM", "VNPU", "DEVICE", "DIE", "MODE", "MEM(MiB) USED/QUOTA", "COMPUTE(%) USED/QUOTA",
+    "POLICY", "ACLSERVER", "ENDPOINT", "STATE", "PODS", "RESIDUAL",
+)  # fmt: skip
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="flexnpu-smi", description=__doc__.split("\n\n")[0])
-    config.add_flags(parser)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    info = sub.add_parser("info", help="every prepared claim and vNPU, with pods and residual state")
-    info.add_argument("--json", action="store_true")
-    cleanup = sub.add_parser(
-        "cleanup", help="remove residual claims and orphans (or list them with --dry-run)"
-    )
-    cleanup.add_argument("--dry-run", action="store_true", help="only list what would be removed")
-    cleanup.add_argument("--json", action="store_true")
-    unreg = sub.add_parser("unregister", help="unprepare one claim (or stop an orphan aclserver)")
-    unreg.add_argument("-u", "--uid", required=True, help="the claim UID (entity ID)")
-    sub.add_parser(
-        "adopt",
-        help="rebuild the checkpoint entries of claims the node holds evidence of (damaged checkpoint)",
-    )
-    sub.add_parser(
-        "discard", help="set damaged checkpoint records aside and trust the rest (damaged checkpoint)"
-    )
-    return parser
+# --- pure rendering ----------------------------------------------------------------------------
 
 
-def info_rows(core: NodeCore, entities: Mapping[str, Any]) -> list[dict[str, str]]:
-    """One row per prepared device: claim, die, mode, quota, aclserver, endpoint, pods, residual."""
-    entries = core.store.read().claims
+def render_table(rows: Sequence[Mapping[str, str]], columns: Sequence[str]) -> str:
+    """Left-aligned columns separated by two spaces. Pure."""
+    widths = [max([len(c)] + [len(r[c]) for r in rows]) for c in columns]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()]
+    lines += ["  ".join(r[c].ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def usage_cells(usage: ShareUsage | None) -> tuple[str, str]:
+    """(memory used/quota in MiB, compute used/quota in %) of one vNPU; ``-`` for unknown. Pure."""
+    if usage is None:
+        return "-", "-"
+    used = "-" if usage.memory_used_bytes < 0 else str(usage.memory_used_bytes // MIB)
+    busy = "-" if usage.compute_used_percent < 0 else str(usage.compute_used_percent)
+    quota = "-" if usage.share.memory_only else str(usage.share.compute_percent)
+    return f"{used}/{usage.share.memory_bytes // MIB}", f"{busy}/{quota}"
+
+
+def aclserver_cell(ent: EntityInfo | None) -> str:
+    if ent is None:
+        return "-"
+    restarts = f" (restarts {ent.restarts})" if ent.restarts else ""
+    return f"{ent.pid or '-'} {ent.state}{restarts}"
+
+
+def endpoint_cell(ent: EntityInfo | None) -> str:
+    if ent is None or not ent.endpoints.tcp_port:
+        return "-"
+    return f"{ent.endpoints.tcp_host}:{ent.endpoints.tcp_port}"
+
+
+def info_rows(
+    entries: Mapping[str, ClaimEntry],
+    entities: Mapping[str, EntityInfo],
+    api_view: Callable[[ClaimEntry], tuple[str, str]],
+) -> list[dict[str, str]]:
+    """One row per vNPU (by virtual id) and per whole die; then the daemon's orphan aclservers.
+
+    A claim's shares on one die are told apart by their virtual ids (the daemon's ``Share``), so
+    two vNPUs of one claim on one die show their own usage. ``api_view(entry)`` gives the PODS and
+    RESIDUAL cells.
+    """
     rows: list[dict[str, str]] = []
     for uid, entry in sorted(entries.items()):
-        pods, residual = _api_view(core, entry)
+        pods, residual = api_view(entry)
         ent = entities.get(uid)
-        shares = {s.share.die_phy_id: s for s in ent.shares} if ent else {}
+        unused = sorted(ent.shares, key=lambda u: u.share.virtual_id) if ent else []
         for d in entry.dies:
-            usage = shares.get(d.phy)
-            mem = compute = "-"
-            if usage is not None:
-                used = "-" if usage.memory_used_bytes < 0 else str(usage.memory_used_bytes // daemon_smi.MIB)
-                mem = f"{used}/{usage.share.memory_bytes // daemon_smi.MIB}"
-                busy = "-" if usage.compute_used_percent < 0 else str(usage.compute_used_percent)
-                compute = f"{busy}/{'-' if usage.share.memory_only else usage.share.compute_percent}"
+            phy, mode = d.phy, str(d.mode)
+            usage = None
+            if mode != "whole":
+                usage = next((u for u in unused if u.share.die_phy_id == phy), None)
+                if usage is not None:
+                    unused.remove(usage)
+            mem, compute = usage_cells(usage)
             rows.append(
                 {
                     "CLAIM UID": uid,
                     "CLAIM": f"{entry.namespace}/{entry.name}",
+                    "VNPU": str(usage.share.virtual_id) if usage is not None else "-",
                     "DEVICE": d.device,
-                    "DIE": str(d.phy),
-                    "MODE": str(d.mode),
+                    "DIE": str(phy),
+                    "MODE": mode,
                     "MEM(MiB) USED/QUOTA": mem,
                     "COMPUTE(%) USED/QUOTA": compute,
                     "POLICY": d.policy or "-",
-                    "ACLSERVER": f"{ent.pid} {ent.state}" if ent else "-",
-                    "ENDPOINT": _endpoint(ent),
+                    "ACLSERVER": aclserver_cell(ent) if mode != "whole" else "-",
+                    "ENDPOINT": endpoint_cell(ent) if mode != "whole" else "-",
                     "STATE": str(entry.state),
                     "PODS": pods,
                     "RESIDUAL": residual,
                 }
             )
     for uid, ent in sorted(entities.items()):
-        if uid not in entries:
+        if uid in entries:
+            continue
+        for usage in sorted(ent.shares, key=lambda u: u.share.virtual_id):
+            mem, compute = usage_cells(usage)
             rows.append(
                 {
                     "CLAIM UID": uid,
                     "CLAIM": f"{ent.namespace}/{ent.name}",
+                    "VNPU": str(usage.share.virtual_id),
                     "DEVICE": "-",
-                    "DIE": ",".join(str(s.share.die_phy_id) for s in ent.shares),
+                    "DIE": str(usage.share.die_phy_id),
                     "MODE": "soft",
-                    "MEM(MiB) USED/QUOTA": "-",
-                    "COMPUTE(%) USED/QUOTA": "-",
-                    "POLICY": ",".join(sorted({s.share.policy for s in ent.shares})),
-                    "ACLSERVER": f"{ent.pid} {ent.state}",
-                    "ENDPOINT": _endpoint(ent),
+                    "MEM(MiB) USED/QUOTA": mem,
+                    "COMPUTE(%) USED/QUOTA": compute,
+                    "POLICY": usage.share.policy,
+                    "ACLSERVER": aclserver_cell(ent),
+                    "ENDPOINT": endpoint_cell(ent),
                     "STATE": "-",
                     "PODS": "-",
                     "RESIDUAL": "yes: orphan aclserver (no checkpoint entry)",
@@ -115,113 +162,263 @@ def info_rows(core: NodeCore, entities: Mapping[str, Any]) -> list[dict[str, str
     return rows
 
 
-def _api_view(core: NodeCore, entry: Any) -> tuple[str, str]:
-    try:
-        claim: Mapping[str, Any] | None = core.kube.get_claim(entry.namespace, entry.name)
-    except NotFound:
-        claim = None
-    except FlexNPUError:
-        return "?", "? (API unreachable)"
-    pods = "-"
-    if claim is not None and claim.get("metadata", {}).get("uid") == entry.uid:
-        refs = (claim.get("status") or {}).get("reservedFor") or []
-        pods = ",".join(f"{r.get('resource', 'pods')}/{r.get('name')}" for r in refs) or "-"
-    reason = residual_reason(entry.uid, claim, driver_name=core.cfg.driver_name, pool_name=core.cfg.pool_name)
-    if reason is None and claim is not None and not has_consumer(claim):
-        reason = "no consumer in reservedFor (residual after the grace period)"
-    return pods, f"yes: {reason}" if reason else "no"
+# --- what the tool looks at ----------------------------------------------------------------------
 
 
-def _endpoint(ent: Any) -> str:
-    if ent is None or not ent.endpoints.tcp_port:
-        return "-"
-    return f"{ent.endpoints.tcp_host}:{ent.endpoints.tcp_port}"
+@dataclass
+class Tool:
+    """The node's configuration and the read-only views; the full node core only when it acts."""
+
+    cfg: Config
+    kube: Kube
+    daemon: DaemonClient | None
+
+    def store(self) -> CheckpointStore | None:
+        """The checkpoint store, or None when this node has no checkpoint (nothing to read or lock)."""
+        path = self.cfg.paths.checkpoint_file
+        return CheckpointStore(path) if path.exists() else None
+
+    def entries(self) -> dict[str, ClaimEntry]:
+        store = self.store()
+        return dict(store.read().claims) if store is not None else {}
+
+    @contextlib.contextmanager
+    def core(self) -> Iterator[NodeCore]:
+        """The full node core (preparer, reconciler), built only to act; shares this tool's API client."""
+        from kubeletplugin.node import NodeCore
+
+        core = NodeCore(self.cfg, kube=self.kube)
+        try:
+            yield core
+        finally:
+            if core.daemon is not None:
+                core.daemon.close()
+
+    def hard_rows(self, entries: Mapping[str, ClaimEntry]) -> list[dict[str, str]]:
+        """Hard vNPUs on the node with their template and owner (``dra_driver/vnpu/report.py``)."""
+        from dra_driver import discovery, vnpu
+
+        try:
+            inventory = discovery.from_config(
+                inventory=self.cfg.inventory, npu_smi=self.cfg.npu_smi
+            ).discover()
+        except FlexNPUError as err:
+            print(f"flexnpu-smi: hard vNPUs unknown (discovery failed): {err}", file=sys.stderr)
+            return []
+        modes = {self.cfg.default_mode, *(str(m) for m in inventory.die_modes.values())}
+        if not modes & {"hard", "all"}:
+            return []
+        manager = vnpu.from_config(
+            inventory=inventory,
+            emulated=self.cfg.inventory is not None,
+            device_root=self.cfg.paths.device_root,
+            npu_smi=self.cfg.npu_smi,
+        )
+        try:
+            vnpus = manager.list()
+        except FlexNPUError as err:
+            print(f"flexnpu-smi: hard vNPUs unknown: {err}", file=sys.stderr)
+            return []
+        claims = {uid: (f"{e.namespace}/{e.name}", str(e.state)) for uid, e in entries.items()}
+        book = vnpu_ledger.load(self.cfg.paths.state_dir)
+        return vnpu_report.hard_rows(vnpus, ledger=book, claims=claims, inventory=inventory)
+
+    def api_view(self, entry: ClaimEntry) -> tuple[str, str]:
+        try:
+            claim: Mapping[str, Any] | None = self.kube.get_claim(entry.namespace, entry.name)
+        except NotFound:
+            claim = None
+        except FlexNPUError as err:
+            return "?", f"? ({'API unreachable' if isinstance(err, Unavailable) else err.code})"
+        pods = "-"
+        if claim is not None and claim.get("metadata", {}).get("uid") == entry.uid:
+            refs = (claim.get("status") or {}).get("reservedFor") or []
+            pods = ",".join(f"{r.get('resource', 'pods')}/{r.get('name')}" for r in refs) or "-"
+        reason = residual_reason(
+            entry.uid, claim, driver_name=self.cfg.driver_name, pool_name=self.cfg.pool_name
+        )
+        if reason is None and claim is not None and not has_consumer(claim):
+            reason = "no consumer in reservedFor (residual after the grace period)"
+        return pods, f"yes: {reason}" if reason else "no"
 
 
-COLUMNS = (
-    "CLAIM UID", "CLAIM", "DEVICE", "DIE", "MODE", "MEM(MiB) USED/QUOTA", "COMPUTE(%) USED/QUOTA", "POLICY",
-    "ACLSERVER", "ENDPOINT", "STATE", "PODS", "RESIDUAL",
-)  # fmt: skip
+# --- subcommands ---------------------------------------------------------------------------------
 
 
-def run(args: argparse.Namespace, core: NodeCore, out: TextIO) -> int:
-    if args.command == "info":
-        entities: dict[str, Any] = {}
-        daemon_error: FlexNPUError | None = None
-        if core.daemon is not None:
-            try:
-                entities = {e.entity_id: e for e in core.daemon.list()}
-            except Unavailable as err:
-                daemon_error = err
-        rows = info_rows(core, entities)
-        doubts = core.store.doubts()
-        if args.json:
-            json.dump(
-                {"rows": rows, "checkpointTrusted": not doubts, "checkpointDoubts": doubts}, out, indent=2
+@dataclass(frozen=True, slots=True)
+class Command:
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace, Tool, TextIO], int]
+
+
+def _info_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="rows and the daemon's raw answer as JSON")
+
+
+def _info(args: argparse.Namespace, tool: Tool, out: TextIO) -> int:
+    entities: dict[str, EntityInfo] = {}
+    daemon_error: FlexNPUError | None = None
+    if tool.daemon is not None:
+        try:
+            entities = {e.entity_id: e for e in tool.daemon.list(probe=True)}  # PING each: live state
+        except Unavailable as err:
+            daemon_error = err
+    entries = tool.entries()
+    rows = info_rows(entries, entities, tool.api_view)
+    rows += [{"VNPU": "-", **r} for r in tool.hard_rows(entries)]
+    store = tool.store()
+    doubts = store.doubts() if store is not None else []
+    if args.json:
+        doc = {
+            "rows": rows,
+            "entities": [_jsonable(e) for e in entities.values()],
+            "checkpointTrusted": not doubts,
+            "checkpointDoubts": doubts,
+        }
+        json.dump(doc, out, indent=2)
+        out.write("\n")
+    else:
+        for why in doubts:
+            out.write(f"CHECKPOINT UNTRUSTED (nothing is removed; flexnpu-smi adopt or discard): {why}\n")
+        out.write((render_table(rows, COLUMNS) if rows else "nothing prepared on this node") + "\n")
+    if daemon_error is not None:
+        print(f"flexnpu-smi: aclserver columns unknown: {daemon_error}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    return EXIT_OK
+
+
+def _cleanup_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dry-run", action="store_true", help="only list what would be removed")
+    parser.add_argument("--json", action="store_true")
+
+
+def _cleanup(args: argparse.Namespace, tool: Tool, out: TextIO) -> int:
+    with tool.core() as core:
+        findings = core.reconciler.plan() if args.dry_run else core.reconciler.reconcile_once()
+    doc = {
+        "residualClaims": [
+            {"uid": r.uid, "namespace": r.namespace, "name": r.name, "reason": r.reason}
+            for r in findings.residuals
+        ],
+        "interrupted": findings.interrupted,
+        "orphans": [{"kind": o.kind, "uid": o.uid, "ref": o.ref} for o in findings.orphans],
+        "kept": [
+            {"uid": d.uid, "namespace": d.namespace, "name": d.name, "why": d.why} for d in findings.doubts
+        ],
+        "untrusted": findings.untrusted,
+        "errors": findings.errors,
+    }
+    verb = "would remove" if args.dry_run or findings.untrusted else "removed"
+    if args.json:
+        json.dump({"dryRun": bool(args.dry_run), **doc}, out, indent=2)
+        out.write("\n")
+    else:
+        if findings.untrusted:
+            out.write("the checkpoint is not trusted: nothing was removed\n")
+        for r in findings.residuals:
+            out.write(f"{verb} residual claim {r.namespace}/{r.name} ({r.uid}): {r.reason}\n")
+        for uid in findings.interrupted:
+            out.write(f"{verb} half-done claim {uid} (interrupted prepare/unprepare)\n")
+        for o in findings.orphans:
+            out.write(f"{verb} orphan {o.describe()}\n")
+        for d in findings.doubts:
+            out.write(
+                f"kept claim {d.namespace}/{d.name} ({d.uid}): the API's answer proves nothing ({d.why})\n"
             )
-            out.write("\n")
-        else:
-            for why in doubts:
-                out.write(f"CHECKPOINT UNTRUSTED (nothing is removed; flexnpu-smi adopt or discard): {why}\n")
-            table = daemon_smi.render_table(rows, COLUMNS) if rows else "nothing prepared on this node"
-            out.write(table + "\n")
-        if daemon_error is not None:
-            print(f"flexnpu-smi: aclserver columns unknown: {daemon_error}", file=sys.stderr)
-            return EXIT_UNAVAILABLE
-        return EXIT_OK
-    if args.command in ("adopt", "discard"):
+        for e in findings.errors:
+            out.write(f"failed: {e}\n")
+        if not (findings.residuals or findings.interrupted or findings.orphans or findings.doubts):
+            out.write("nothing residual on this node\n")
+    return EXIT_FAILED if findings.errors else EXIT_OK
+
+
+def _unregister_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-u", "--uid", required=True, help="the claim UID (the daemon's entity ID)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def _unregister(args: argparse.Namespace, tool: Tool, out: TextIO) -> int:
+    uid = args.uid
+    entry = tool.entries().get(uid)
+    if entry is not None:
+        with tool.core() as core:
+            core.reconciler.remove_claim(
+                Residual(uid, entry.namespace, entry.name, "removed by flexnpu-smi unregister")
+            )
+        result = {"uid": uid, "unprepared": True, "aclserverStopped": False}
+        message = f"unprepared claim {uid} (CDI spec, client.conf, aclserver and status removed)"
+    elif tool.daemon is not None and tool.daemon.unregister(uid):
+        result = {"uid": uid, "unprepared": False, "aclserverStopped": True}
+        message = f"stopped orphan aclserver {uid} (no checkpoint entry)"
+    else:
+        print(f"flexnpu-smi: no claim or vNPU with ID {uid!r} on this node", file=sys.stderr)
+        return EXIT_FAILED
+    if args.json:
+        json.dump(result, out)
+        out.write("\n")
+    else:
+        out.write(message + "\n")
+    return EXIT_OK
+
+
+def _no_args(parser: argparse.ArgumentParser) -> None:
+    del parser
+
+
+def _adopt_or_discard(args: argparse.Namespace, tool: Tool, out: TextIO) -> int:
+    """End a damaged checkpoint's doubt: adopt from evidence, or discard the damaged records."""
+    with tool.core() as core:
         if args.command == "adopt":
             outcome = adopt.adopt(core.preparer, lambda: core.kube.list_claims()[0])
         else:
             outcome = adopt.discard(core.preparer)
-        for uid in outcome.adopted:
-            out.write(f"adopted claim {uid}\n")
-        for uid in outcome.unexplained:
-            out.write(f"left for the reconciler: {uid} (no claim allocated here explains it)\n")
-        for path in outcome.kept:
-            out.write(f"damaged record kept at {path}\n")
-        out.write("checkpoint trusted again\n")
-        return EXIT_OK
-    if args.command == "cleanup":
-        findings = core.reconciler.plan() if args.dry_run else core.reconciler.reconcile_once()
-        doc = {
-            "residualClaims": [
-                {"uid": r.uid, "namespace": r.namespace, "name": r.name, "reason": r.reason}
-                for r in findings.residuals
-            ],
-            "interrupted": findings.interrupted,
-            "orphans": [{"kind": o.kind, "uid": o.uid, "ref": o.ref} for o in findings.orphans],
-        }
-        verb = "would remove" if args.dry_run else "removed"
-        if args.json:
-            json.dump({"dryRun": bool(args.dry_run), **doc}, out, indent=2)
-            out.write("\n")
-        else:
-            for r in findings.residuals:
-                out.write(f"{verb} residual claim {r.namespace}/{r.name} ({r.uid}): {r.reason}\n")
-            for uid in findings.interrupted:
-                out.write(f"{verb} half-done claim {uid} (interrupted prepare/unprepare)\n")
-            for o in findings.orphans:
-                out.write(f"{verb} orphan {o.describe()}\n")
-            if not (findings.residuals or findings.interrupted or findings.orphans):
-                out.write("nothing residual on this node\n")
-        return EXIT_OK
-    # unregister
-    uid = args.uid
-    if uid in core.store.read().claims:
-        core.preparer.unprepare_uid(uid, logs.claim_logger(uid))
-        out.write(f"unprepared claim {uid} (CDI spec, client.conf, aclserver and status removed)\n")
-        return EXIT_OK
-    if core.daemon is not None and core.daemon.unregister(uid):
-        out.write(f"stopped orphan aclserver {uid} (no checkpoint entry)\n")
-        return EXIT_OK
-    print(f"flexnpu-smi: no claim or vNPU with ID {uid!r} on this node", file=sys.stderr)
-    return EXIT_FAILED
+    for uid in outcome.adopted:
+        out.write(f"adopted claim {uid}\n")
+    for uid in outcome.unexplained:
+        out.write(f"left for the reconciler: {uid} (no claim allocated here explains it)\n")
+    for path in outcome.kept:
+        out.write(f"damaged record kept at {path}\n")
+    out.write("checkpoint trusted again\n")
+    return EXIT_OK
+
+
+COMMANDS: dict[str, Command] = {
+    "info": Command(
+        "every prepared claim, vNPU and whole die, with pods and residual state", _info_args, _info
+    ),
+    "cleanup": Command(
+        "remove residual claims and orphans (or list them with --dry-run)", _cleanup_args, _cleanup
+    ),
+    "unregister": Command(
+        "unprepare one claim as the reconciler would (or stop an orphan aclserver)",
+        _unregister_args,
+        _unregister,
+    ),
+    "adopt": Command(
+        "rebuild the checkpoint entries of claims the node holds evidence of (damaged checkpoint)",
+        _no_args,
+        _adopt_or_discard,
+    ),
+    "discard": Command(
+        "set damaged checkpoint records aside and trust the rest (damaged checkpoint)",
+        _no_args,
+        _adopt_or_discard,
+    ),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="flexnpu-smi", description=__doc__.split("\n\n")[0])
+    config.add_flags(parser)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, cmd in COMMANDS.items():
+        cmd.add_arguments(sub.add_parser(name, help=cmd.help, description=cmd.help))
+    return parser
 
 
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     values = config.resolve(args, os.environ)
     if not values.get("node_name"):
         values["node_name"] = os.uname().nodename
@@ -232,12 +429,12 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
         except FlexNPUError as err:  # no API here: show what the node knows, mark API columns "?"
             print(f"flexnpu-smi: no Kubernetes API ({err}); PODS and RESIDUAL unknown", file=sys.stderr)
             kube = Kube.offline()
-        core = NodeCore(cfg, kube=kube)
     except FlexNPUError as err:
         print(f"flexnpu-smi: {err}", file=sys.stderr)
         return EXIT_USAGE
+    tool = Tool(cfg, kube, DaemonClient(cfg.daemon_socket, timeout=20.0) if cfg.daemon_socket else None)
     try:
-        return run(args, core, out or sys.stdout)
+        return COMMANDS[args.command].run(args, tool, out or sys.stdout)
     except Unavailable as err:
         print(f"flexnpu-smi: {err}", file=sys.stderr)
         return EXIT_UNAVAILABLE
@@ -245,7 +442,15 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
         print(f"flexnpu-smi: {err}", file=sys.stderr)
         return EXIT_FAILED
     finally:
-        core.close()
+        kube.close()
+        if tool.daemon is not None:
+            tool.daemon.close()
+
+
+def _jsonable(entity: EntityInfo) -> dict[str, Any]:
+    doc = dataclasses.asdict(entity)
+    doc["state"] = str(entity.state)
+    return doc
 
 
 if __name__ == "__main__":

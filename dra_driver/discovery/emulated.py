@@ -26,7 +26,7 @@ from dra_driver.errors import ErrorCode, InvalidInput
 
 __all__ = ["EmulatedDiscovery", "load_inventory", "parse_inventory"]
 
-MAX_CARD_ID = 63  # mind-cluster: 64 cards per node (ascend-npu.md §1.1)
+MAX_CARD_ID = 63  # mind-cluster's devmanager: at most 64 cards per node
 MAX_CHIP_INDEX = 3  # mind-cluster: HiAIMaxDeviceNum = 4 chips per card
 
 _TOP_FIELDS = {"driverVersion": str, "firmwareVersion": str, "seed": str, "chips": list}

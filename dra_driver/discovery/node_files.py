@@ -1,6 +1,6 @@
 """The host files an Ascend container needs besides its ``/dev/davinciN`` node.
 
-Source: shared/reference/ascend-npu.md §1.5 ("Device nodes and mounts"): the shared
+Source: mind-cluster's ``ascend-common/cdi/devnode.go`` and the Ascend Docker Runtime: the shared
 device nodes every Ascend container needs, and the driver files the Ascend Docker Runtime
 mounts by default (``base.list``) plus the ones HAMi's soft split adds (``version.info``,
 ``/etc/ascend_install.info``).

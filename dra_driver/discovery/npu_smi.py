@@ -1,13 +1,15 @@
 """Discovery on a real Ascend node, from ``npu-smi`` output.
 
-Three commands (shared/reference/ascend-npu.md §1.3):
+Four commands (sample outputs of each in ``tests/unit/test_discovery_npu_smi.py``):
 
 * ``npu-smi info`` - the chip table: NPU ID, name, health, chip, bus ID, memory. Three
   layouts: A2 (``| Chip | Bus-Id | ... HBM-Usage(MB) |``), A3 (``| Chip  Phy-ID | ...``, two
   rows per NPU) and 310P (``| Chip  Device | ... Memory-Usage(MB) |``, no HBM column);
 * ``npu-smi info -m`` - NPU ID / Chip ID -> Chip Logic ID;
 * ``npu-smi info -t board -i <NPU> -c <chip>`` - per chip: Chip Name, NPU Name (A3), VDie
-  ID, PCIe bus, firmware version.
+  ID, PCIe bus, firmware version;
+* ``npu-smi info -t template-info`` - the hard-split templates the chips offer (optional: the
+  built-in table of ``dra_driver/templates.py`` is used when it fails).
 
 The ``parse_*`` functions and :func:`build_inventory` are pure (text in, data out) and
 raise :class:`InvalidInput` with code ``INVALID_NPU_SMI`` naming what was expected;
@@ -19,6 +21,8 @@ column, and the physical ID of an A2 chip is its NPU ID (one chip per card).
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import re
 import subprocess
 from collections.abc import Callable, Mapping
@@ -26,8 +30,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from dra_driver import templates
 from dra_driver.devices import CHIP_MODELS, PCI_BUS_RE, VDIE_RE, Die, Health, Inventory
-from dra_driver.errors import ErrorCode, InvalidInput, Unavailable
+from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput, Unavailable
+from dra_driver.templates import Template
 
 __all__ = [
     "BoardInfo",
@@ -40,6 +46,8 @@ __all__ = [
     "parse_info",
     "parse_logic_ids",
 ]
+
+log = logging.getLogger("flexnpu.discovery")
 
 DEFAULT_TIMEOUT_SECONDS = 15.0
 UNKNOWN_NUMA_NODE = -1
@@ -290,7 +298,25 @@ class NpuSmiDiscovery:
             args = ("info", "-t", "board", "-i", str(row.npu_id), "-c", str(row.chip_id))
             boards[(row.npu_id, row.chip_id)] = parse_board(self.run(*args), where=" ".join(args[1:]))
         numa = {row.bus_id.lower(): self.numa_node(row.bus_id) for row in table.rows}
-        return build_inventory(table, boards=boards, logic_ids=logic_ids, numa_nodes=numa)
+        inventory = build_inventory(table, boards=boards, logic_ids=logic_ids, numa_nodes=numa)
+        return dataclasses.replace(inventory, templates=self.template_overrides(inventory))
+
+    def template_overrides(self, inventory: Inventory) -> dict[str, tuple[Template, ...]]:
+        """Templates from ``npu-smi info -t template-info`` for the node's chip model.
+
+        Only for a node with one chip model (all NPUs of a server have the same spec). When the
+        command fails (a driver without it) or prints an unknown format, the built-in table
+        (``dra_driver/templates.py``) is used and the reason is logged.
+        """
+        models = sorted({d.model for d in inventory.dies})
+        if len(models) != 1:
+            return {}
+        try:
+            parsed = templates.parse_template_info(self.run("info", "-t", "template-info"), model=models[0])
+        except FlexNPUError as err:
+            log.info("npu-smi template-info not used, built-in template table instead: %s", err)
+            return {}
+        return {models[0]: parsed}
 
     def run(self, *args: str) -> str:
         """Run npu-smi with ``args``; return stdout or raise InvalidInput/Unavailable."""

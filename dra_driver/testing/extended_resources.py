@@ -2,8 +2,8 @@
 
 A DeviceClass with ``spec.extendedResourceName: flexnpu.io/npu`` lets a pod ask ``resources.limits:
 {flexnpu.io/npu: 1}`` without writing a claim. Every class also answers to its implicit name
-``deviceclass.resource.kubernetes.io/<class>``. For such a pod the scheduler (facts measured on v1.36, see
-``/work/shared/reference/dra-contracts.md`` §7):
+``deviceclass.resource.kubernetes.io/<class>``. For such a pod the scheduler (as measured on a real v1.36
+kube-scheduler):
 
 * creates one ResourceClaim in the pod's namespace, ``generateName: <pod>-extended-resources-``, annotated
   ``resource.kubernetes.io/extended-resource-claim: "true"``, owned by the pod (controller, blockOwnerDeletion), with

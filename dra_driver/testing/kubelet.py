@@ -1,6 +1,6 @@
 """A kubelet simulator for the DRA plugin: registration, prepare/unprepare and health, over real sockets.
 
-It behaves like the kubelet's plugin watcher and DRA manager (see dra-contracts.md §2.2, §2.6):
+It behaves like the kubelet's plugin watcher and DRA manager (kubelet 1.36):
 
 * finds ``<driver>-reg.sock`` (or any ``*-reg.sock`` not starting with ``.``) in the registry
   directory, calls ``GetInfo``, checks ``type == "DRAPlugin"`` and the driver name, and picks

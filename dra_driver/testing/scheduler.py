@@ -26,11 +26,14 @@ scheduler differ, this module is wrong):
 * A pool is used only when all of its ``resourceSliceCount`` slices of the newest generation are
   seen, and its device names are unique; otherwise none of its devices is allocated.
 
-Supported: ``exactly`` requests (``ExactCount`` with ``count``) and ``firstAvailable``
+Supported: ``exactly`` requests (``ExactCount`` with ``count``, or ``All``: every matching
+device, each one allocatable) and ``firstAvailable``
 subrequests; CEL selectors of the forms ``device.driver == "x"`` and
 ``device.attributes["domain"].name == <literal>`` joined by ``&&`` (anything else raises
 NotImplementedError); device taints with NoSchedule/NoExecute against request tolerations.
-Not supported (NotImplementedError): ``allocationMode: All``, ``constraints``, ``adminAccess``.
+``constraints`` with ``matchAttribute`` (every device of the named requests, or of all, has the
+attribute, with one value) or ``distinctAttribute`` (has it, each value once).
+Not supported (NotImplementedError): ``adminAccess``.
 Unlike kube-scheduler it adds no ``resource.kubernetes.io/delete-protection`` finalizer, since no
 resourceclaim controller runs next to it to remove it again.
 
@@ -45,7 +48,7 @@ from __future__ import annotations
 import math
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -131,12 +134,35 @@ MAX_SEARCH_STEPS = 200_000
 """Bound on devices tried per claim (kube-scheduler bounds its filter by time instead)."""
 
 
+@dataclass(frozen=True)
+class _Constraint:
+    """``matchAttribute`` or ``distinctAttribute`` over some (or all) of the claim's requests."""
+
+    requests: frozenset[str]  # empty: every request
+    attribute: str  # fully qualified: <domain>/<name>
+    distinct: bool
+
+    def allows(self, request: str, cand: _Candidate, placed: Sequence[tuple[str, _Candidate]]) -> bool:
+        if self.requests and request not in self.requests:
+            return True
+        domain, _, name = self.attribute.rpartition("/")
+        value = _attribute(cand, domain, name)
+        if value is None:
+            return False
+        others = [
+            _attribute(c, domain, name) for req, c in placed if not self.requests or req in self.requests
+        ]
+        return value not in others if self.distinct else all(v == value for v in others)
+
+
 class _Search:
     """Depth-first search with backtracking over requests, then devices, like the real allocator."""
 
-    def __init__(self, node: _Node, state: _State) -> None:
+    def __init__(self, node: _Node, state: _State, constraints: Sequence[_Constraint] = ()) -> None:
         self.node = node
         self.state = state
+        self.constraints = tuple(constraints)
+        self.placed: list[tuple[str, _Candidate]] = []  # (top-level request, device) so far
         self.steps = 0
         self.best: dict[int, int] = {}  # request index -> most devices ever placed for it
 
@@ -191,12 +217,18 @@ class _Search:
                 return False
             self.steps += 1
             index, consumed = option.matching[pos]
-            undo = self._take(self.node.candidates[index], consumed)
+            cand = self.node.candidates[index]
+            request = option.result_name.split("/", 1)[0]
+            if not all(c.allows(request, cand, self.placed) for c in self.constraints):
+                continue
+            undo = self._take(cand, consumed)
             if undo is None:
                 continue
             picks.append((index, consumed))
+            self.placed.append((request, cand))
             if self._device(requests, r, option=option, start=pos + 1, picks=picks, chosen=chosen):
                 return True
+            self.placed.pop()
             picks.pop()
             undo()
         return False
@@ -314,10 +346,7 @@ class SchedulerSim:
         meta = claim["metadata"]
         ns, name = meta["namespace"], meta["name"]
         devices = (claim.get("spec") or {}).get("devices") or {}
-        if devices.get("constraints"):
-            raise NotImplementedError(
-                f"claim {ns}/{name}: spec.devices.constraints are not supported by SchedulerSim"
-            )
+        constraints = [_constraint(c, f"claim {ns}/{name}") for c in devices.get("constraints") or []]
         node = self._node_devices(node_name)
         state = self._usage(claim, node)
         requests: list[list[_Option]] = []
@@ -330,7 +359,7 @@ class SchedulerSim:
                 ]
             )
             requests.append([self._option(result_name, sub, node) for result_name, sub in subs])
-        search = _Search(node, state)
+        search = _Search(node, state, constraints)
         chosen = search.run(requests)
         if chosen is None:
             raise Unschedulable(ns, name, search.reason(requests, devices.get("requests") or []))
@@ -362,7 +391,7 @@ class SchedulerSim:
     def _option(self, result_name: str, request: Obj, node: _Node) -> _Option:
         """One (sub)request: the devices that match its selectors and tolerate their taints, in order."""
         mode = request.get("allocationMode", "ExactCount")
-        if mode != "ExactCount":
+        if mode not in ("ExactCount", "All"):
             raise NotImplementedError(
                 f"request {result_name!r}: allocationMode {mode!r} is not supported by SchedulerSim"
             )
@@ -396,7 +425,8 @@ class SchedulerSim:
         return _Option(
             result_name=result_name,
             class_name=request["deviceClassName"],
-            count=int(request.get("count", 1)),
+            # All: every matching device, and at least one (none matching cannot be satisfied)
+            count=(len(matching) or 1) if mode == "All" else int(request.get("count", 1)),
             tolerations=list(request.get("tolerations") or []),
             matching=matching,
             class_config=list((cls.get("spec") or {}).get("config") or []),
@@ -501,6 +531,19 @@ class SchedulerSim:
 
 
 # ---- pure helpers
+
+
+def _constraint(doc: Obj, where: str) -> _Constraint:
+    kinds = [k for k in ("matchAttribute", "distinctAttribute") if doc.get(k)]
+    if len(kinds) != 1:
+        raise NotImplementedError(
+            f"{where}: a constraint needs exactly one of matchAttribute, distinctAttribute"
+        )
+    return _Constraint(
+        requests=frozenset(doc.get("requests") or ()),
+        attribute=str(doc[kinds[0]]),
+        distinct=kinds[0] == "distinctAttribute",
+    )
 
 
 def _config_body(cfg: Obj) -> Obj:

@@ -27,6 +27,8 @@ def test_demo_runs_every_step_and_leaves_nothing_behind() -> None:
         "kubelet registered npu.flexnpu.io",
         "one CDI spec written",
         "malloc 512 MiB more refused: ACL error 207001",
+        "aclInit resolves to FlexNPU's libascendcl.so",
+        "aclrtMalloc beyond the quota returns 207001",
         "claim status cleared",
         "registration and DRA sockets removed",
         "nothing left behind",

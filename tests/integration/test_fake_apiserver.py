@@ -1188,3 +1188,36 @@ def test_raw_watch_is_chunked_json_lines_and_dry_run_is_refused(
         api.create_resource_slice(slice_body("s3"), dry_run="All")
     assert err.value.status == 400
     assert srv.get_object("resourceslices", "s3") is None
+
+
+def test_limit_pages_a_list_with_continue_tokens(srv: FakeAPIServer, api: client.ResourceV1Api) -> None:
+    names = [f"s{i}" for i in range(5)]
+    for name in names:
+        api.create_resource_slice(slice_body(name))
+    first = json.loads(api.list_resource_slice(limit=2, _preload_content=False).data)
+    assert [i["metadata"]["name"] for i in first["items"]] == names[:2]
+    assert first["metadata"]["remainingItemCount"] == 3 and first["metadata"]["continue"]
+    api.create_resource_slice(slice_body("s9"))  # written after the first page
+    seen = [i["metadata"]["name"] for i in first["items"]]
+    token = first["metadata"]["continue"]
+    while token:
+        page = json.loads(api.list_resource_slice(limit=2, _continue=token, _preload_content=False).data)
+        assert page["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
+        seen += [i["metadata"]["name"] for i in page["items"]]
+        token = page["metadata"].get("continue")
+    assert seen == [*names, "s9"]
+    one = json.loads(api.list_resource_slice(limit=1, _preload_content=False).data)
+    assert len(one["items"]) == 1 and int(one["metadata"]["resourceVersion"]) == srv.resource_version()
+
+
+def test_a_continue_token_older_than_the_history_is_expired(
+    srv: FakeAPIServer, api: client.ResourceV1Api
+) -> None:
+    for name in ("a", "b"):
+        api.create_resource_slice(slice_body(name))
+    token = json.loads(api.list_resource_slice(limit=1, _preload_content=False).data)["metadata"]["continue"]
+    api.create_resource_slice(slice_body("c"))
+    srv.compact()
+    with pytest.raises(ApiException) as info:
+        api.list_resource_slice(limit=1, _continue=token)
+    assert info.value.status == 410

@@ -213,3 +213,78 @@ def test_the_api_server_rejects_a_counter_set_over_32_counters(
     with pytest.raises(client.exceptions.ApiException) as info:
         api.create_resource_slice(body)
     assert info.value.status == 422 and "at most 32" in info.value.body
+
+
+def _claim_with(
+    api: client.ResourceV1Api, name: str, requests: list[dict[str, Any]], constraints: list[dict[str, Any]]
+) -> None:
+    api.create_namespaced_resource_claim(
+        NS,
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"devices": {"requests": requests, "constraints": constraints}},
+        },
+    )
+
+
+def _template(name: str, template: str) -> dict[str, Any]:
+    expr = f'device.attributes["{DRIVER}"].template == "{template}"'
+    return {
+        "name": name,
+        "exactly": {
+            "deviceClassName": "vnpu-template.flexnpu.io",
+            "selectors": [{"cel": {"expression": expr}}],
+        },
+    }
+
+
+def test_match_attribute_puts_two_templates_on_one_die(
+    env: tuple[client.ResourceV1Api, SchedulerSim],
+) -> None:
+    api, sim = env
+    publish(api, Inventory(dies=(_die(0), _die(1))), DieMode.HARD)
+    claim(api, "filler", "vnpu-template.flexnpu.io", template="vir10_3c_32g")
+    assert device(sim, "filler") == "npu-1-vir10-3c-32g-0"  # die 1 has 10 AI Cores left
+    requests = [_template("big", "vir10_3c_32g"), _template("small", "vir05_1c_16g")]
+    _claim_with(api, "pair", requests, [{"matchAttribute": f"{DRIVER}/phyID"}])
+    results = sim.allocate(NS, "pair", NODE)["status"]["allocation"]["devices"]["results"]
+    # first fit puts "big" on die 1 (10 AI Cores left), where "small" no longer fits; the
+    # constraint makes the search go back and put both on die 0
+    assert [r["device"] for r in results] == ["npu-0-vir10-3c-32g-0", "npu-0-vir05-1c-16g-0"]
+
+
+def test_distinct_attribute_spreads_one_request_over_dies(
+    env: tuple[client.ResourceV1Api, SchedulerSim],
+) -> None:
+    api, sim = env
+    publish(api, Inventory(dies=(_die(0), _die(1))), DieMode.HARD)
+    two = _template("two", "vir05_1c_16g")
+    two["exactly"]["count"] = 2
+    _claim_with(api, "spread", [two], [{"distinctAttribute": f"{DRIVER}/phyID"}])
+    results = sim.allocate(NS, "spread", NODE)["status"]["allocation"]["devices"]["results"]
+    assert [r["device"] for r in results] == ["npu-1-vir05-1c-16g-0", "npu-0-vir05-1c-16g-0"]
+    _claim_with(
+        api,
+        "three",
+        [{**two, "exactly": {**two["exactly"], "count": 3}}],
+        [{"distinctAttribute": f"{DRIVER}/phyID"}],
+    )
+    assert pending(sim, "three")
+
+
+def test_allocation_mode_all_takes_every_matching_device(
+    env: tuple[client.ResourceV1Api, SchedulerSim],
+) -> None:
+    api, sim = env
+    publish(api, Inventory(dies=(_die(0), _die(1))), DieMode.HARD)
+    every = _template("every", "vir10_3c_32g")
+    every["exactly"]["allocationMode"] = "All"
+    _claim_with(api, "all", [every], [])
+    results = sim.allocate(NS, "all", NODE)["status"]["allocation"]["devices"]["results"]
+    assert sorted(r["device"] for r in results) == [
+        f"npu-{p}-vir10-3c-32g-{i}" for p in (0, 1) for i in (0, 1)
+    ]
+    _claim_with(api, "again", [every], [])
+    assert pending(sim, "again")  # every matching device is taken

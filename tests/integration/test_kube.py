@@ -184,3 +184,22 @@ def test_claims_and_events(server: FakeAPIServer, k: Kube) -> None:
     )
     assert event["reason"] == "Prepared"
     assert event["metadata"]["namespace"] == "ns"
+
+
+def test_deferred_client_connects_on_first_use(server: FakeAPIServer, tmp_path: Path) -> None:
+    lazy = Kube.deferred(str(server.write_kubeconfig(tmp_path / "kubeconfig")))
+    try:
+        assert lazy._api_client is None  # nothing loaded until a request or connect()
+        assert lazy.get_node(NODE)["metadata"]["name"] == NODE
+    finally:
+        lazy.close()
+    bad = Kube.deferred(str(tmp_path / "missing-kubeconfig"))
+    with pytest.raises(kube.InvalidInput) as info:
+        bad.connect()
+    assert info.value.field == "kubeconfig"
+
+
+def test_a_generated_api_method_still_works_through_call(k: Kube) -> None:
+    """Code written against the typed classes (``self._core.read_node``) keeps working."""
+    node = k._call("get node", k._core.read_node, NODE)
+    assert node["metadata"]["name"] == NODE

@@ -573,3 +573,27 @@ def test_a_share_cannot_ask_for_more_than_one_share_slot(
     make_claim(api, "greedy", "vnpu.flexnpu.io", capacity={"shares": "2"})
     with pytest.raises(Unschedulable):
         sim.allocate(NS, "greedy", NODE)
+
+
+def test_an_overdrawn_pool_fits_nothing_that_consumes_counters(
+    env: tuple[client.ResourceV1Api, SchedulerSim],
+) -> None:
+    """Counters shrank under an allocation (a republished smaller die): v1.36 refuses every device."""
+    api, sim = env
+    dev = lambda name, cset: {  # noqa: E731
+        **whole(name),
+        "consumesCounters": [{"counterSet": cset, "counters": {"memory": {"value": "2"}}}],
+    }
+    publish_counters(
+        api,
+        [dev("die-0", "die-0"), dev("die-1", "die-1")],
+        {"die-0": {"memory": {"value": "2"}}, "die-1": {"memory": {"value": "2"}}},
+    )
+    make_claim(api, "a", "npu.flexnpu.io")
+    make_claim(api, "b", "npu.flexnpu.io")
+    assert results(sim.allocate(NS, "a", NODE))[0]["device"] == "die-0"
+    counters = api.read_resource_slice("s-counters")
+    counters.spec.shared_counters[0].counters["memory"].value = "1"  # die-0 now overdrawn
+    api.replace_resource_slice("s-counters", counters)
+    with pytest.raises(Unschedulable):  # die-1 has room, but the pool has an overdrawn counter
+        sim.allocate(NS, "b", NODE)

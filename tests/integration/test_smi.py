@@ -1,4 +1,9 @@
-"""flexnpu-smi against a live daemon, and its error exits."""
+"""flexnpu-smi where only the daemon runs (its container: no checkpoint, no API), and its pure rows.
+
+The node-side behaviour (claims, pods, residuals, cleanup, unregister of a prepared claim) is in
+test_smi_node.py; this file covers the daemon's view: one row per vNPU by virtual id, orphan
+aclservers stopped by ``unregister``, and clear exits when the daemon is not there.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +11,18 @@ import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from dra_driver import smi
-from dra_driver.daemon.model import Endpoints, EntityInfo, EntityState, ShareUsage
+from dra_driver.checkpoint import ClaimState
+from dra_driver.daemon.model import Endpoints, EntityInfo, EntityState, Share, ShareUsage
+from dra_driver.devices import DieMode
+from dra_driver.records import DieRecord
+from kubeletplugin import smi
 from tests.integration.daemon_harness import DaemonProc, gone, request, share
+
+MIB = 1024 * 1024
 
 
 @pytest.fixture
@@ -23,7 +34,7 @@ def daemon() -> Iterator[DaemonProc]:
         d.cleanup()
 
 
-def test_info_and_unregister(daemon: DaemonProc) -> None:
+def test_info_shows_each_vnpu_and_unregister_stops_an_orphan(daemon: DaemonProc) -> None:
     claim = str(uuid.uuid4())
     with daemon.client() as c:
         res = c.register(request(claim, share(2, vid=0, compute=30), share(5, vid=1, mem_gib=2, compute=100)))
@@ -31,37 +42,40 @@ def test_info_and_unregister(daemon: DaemonProc) -> None:
     table = daemon.smi("info")
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
-    assert lines[0].split()[:3] == ["ENTITY", "VNPU", "DIE"]
-    rows = [line.split() for line in lines[1:]]
-    assert [(r[0], r[1], r[2]) for r in rows] == [(claim, "0", "2"), (claim, "1", "5")]
-    assert all(str(res.pid) in r and "Running" in r for r in rows)
-    assert f"{res.endpoints.tcp_host}:{res.endpoints.tcp_port}" in rows[0]
-    assert (
-        "0/1024" in rows[0] and "-/30" in rows[0] and "0/2048" in rows[1]
-    )  # used/quota; compute use unknown
-
-    doc = json.loads(daemon.smi("info", "--json").stdout)
-    [entity] = doc["entities"]
-    assert (entity["entity_id"], entity["pid"], entity["state"]) == (claim, res.pid, "Running")
-    assert [s["share"]["die_phy_id"] for s in entity["shares"]] == [2, 5]
+    assert lines[0].split()[:4] == ["CLAIM", "UID", "CLAIM", "VNPU"]
+    rows = json.loads(daemon.smi("info", "--json").stdout)["rows"]
+    assert [(r["CLAIM UID"], r["VNPU"], r["DIE"]) for r in rows] == [(claim, "0", "2"), (claim, "1", "5")]
+    assert all(r["ACLSERVER"] == f"{res.pid} Running" for r in rows)
+    assert rows[0]["ENDPOINT"] == f"{res.endpoints.tcp_host}:{res.endpoints.tcp_port}"
+    assert (rows[0]["MEM(MiB) USED/QUOTA"], rows[0]["COMPUTE(%) USED/QUOTA"]) == (
+        "0/1024",
+        "0/30",
+    )  # probed: idle
+    assert rows[1]["MEM(MiB) USED/QUOTA"] == "0/2048"
+    assert all(r["RESIDUAL"].startswith("yes: orphan aclserver") for r in rows)  # no checkpoint owns it
 
     out = daemon.smi("unregister", "-u", claim, "--json")
-    assert out.returncode == 0 and json.loads(out.stdout) == {"entity_id": claim, "found": True}
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {"uid": claim, "unprepared": False, "aclserverStopped": True}
     assert gone(res.pid)
-    assert daemon.smi("info").stdout.strip() == "no vNPUs registered"
+    assert daemon.smi("info").stdout.strip() == "nothing prepared on this node"
 
 
 def test_unregister_unknown_id_fails(daemon: DaemonProc) -> None:
     out = daemon.smi("unregister", "-u", "no-such-claim")
     assert out.returncode == smi.EXIT_FAILED
-    assert out.stderr == "flexnpu-smi: no vNPU with entity ID 'no-such-claim' is registered\n"
+    assert "flexnpu-smi: no claim or vNPU with ID 'no-such-claim' on this node" in out.stderr
     assert out.stdout == ""
 
 
 @pytest.mark.parametrize(
-    "args", [pytest.param(("info",), id="info"), pytest.param(("unregister", "-u", "x"), id="unregister")]
+    ("args", "stdout"),
+    [
+        pytest.param(("info",), "nothing prepared on this node\n", id="info"),
+        pytest.param(("unregister", "-u", "x"), "", id="unregister"),
+    ],
 )
-def test_no_daemon_is_a_clear_error(tmp_path: Path, args: tuple[str, ...]) -> None:
+def test_no_daemon_is_a_clear_error(tmp_path: Path, args: tuple[str, ...], stdout: str) -> None:
     d = DaemonProc()  # never started
     try:
         out = d.smi(*args, socket_path=tmp_path / "nothing.sock")
@@ -69,25 +83,57 @@ def test_no_daemon_is_a_clear_error(tmp_path: Path, args: tuple[str, ...]) -> No
         d.cleanup()
     assert out.returncode == smi.EXIT_UNAVAILABLE
     assert "cannot reach flexnpu-daemon" in out.stderr and "nothing.sock" in out.stderr
-    assert out.stdout == ""
+    assert out.stdout == stdout
 
 
-def test_info_rows_show_unknown_usage_and_restarts() -> None:
-    from dra_driver.daemon.model import Share
-
-    info = EntityInfo(
-        entity_id="u1",
+def _entity(
+    uid: str, *usages: ShareUsage, restarts: int = 0, state: EntityState = EntityState.RUNNING
+) -> EntityInfo:
+    return EntityInfo(
+        entity_id=uid,
         namespace="ns",
         name="n",
-        shares=(
-            ShareUsage(Share(0, 1, 512 * 1024 * 1024, 0, "elastic", memory_only=True), 256 * 1024 * 1024, -1),
-        ),
-        pid=0,
-        state=EntityState.EXITED,
+        shares=usages,
+        pid=0 if state is EntityState.EXITED else 42,
+        state=state,
         endpoints=Endpoints(),
-        restarts=1,
+        restarts=restarts,
     )
-    [row] = smi.info_rows([info])
+
+
+def test_rows_show_unknown_usage_and_restarts() -> None:
+    info = _entity(
+        "u1",
+        ShareUsage(Share(0, 1, 512 * MIB, 0, "elastic", memory_only=True), 256 * MIB, -1),
+        restarts=1,
+        state=EntityState.EXITED,
+    )
+    [row] = smi.info_rows({}, {"u1": info}, lambda e: ("-", "-"))
     assert row["MEM(MiB) USED/QUOTA"] == "256/512"
     assert row["COMPUTE(%) USED/QUOTA"] == "-/-"
-    assert (row["PID"], row["STATE"], row["ENDPOINT"]) == ("-", "Exited (restarts 1)", "-")
+    assert (row["ACLSERVER"], row["ENDPOINT"]) == ("- Exited (restarts 1)", "-")
+
+
+def test_two_vnpus_of_one_claim_on_one_die_show_their_own_usage() -> None:
+    """Usage is keyed by virtual id, not by die: two shares of one die are two rows with two figures."""
+    entry = SimpleNamespace(
+        uid="u1",
+        namespace="ns",
+        name="c",
+        state=ClaimState.PREPARE_COMPLETED,
+        dies=[
+            DieRecord(phy=3, mode=DieMode.SOFT, device="vnpu-3", policy="fixed"),
+            DieRecord(phy=3, mode=DieMode.SOFT, device="vnpu-3", policy="fixed"),
+        ],
+    )
+    info = _entity(
+        "u1",
+        ShareUsage(Share(1, 3, 256 * MIB, 20, "fixed"), 100 * MIB, 7),
+        ShareUsage(Share(0, 3, 128 * MIB, 10, "fixed"), 5 * MIB, 3),
+    )
+    rows = smi.info_rows({"u1": entry}, {"u1": info}, lambda e: ("pods/p", "no"))  # type: ignore[dict-item]
+    assert [(r["VNPU"], r["MEM(MiB) USED/QUOTA"], r["COMPUTE(%) USED/QUOTA"]) for r in rows] == [
+        ("0", "5/128", "3/10"),
+        ("1", "100/256", "7/20"),
+    ]
+    assert all(r["RESIDUAL"] == "no" and r["PODS"] == "pods/p" for r in rows)

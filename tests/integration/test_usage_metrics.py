@@ -231,7 +231,7 @@ def test_every_dashboard_and_alert_expression_names_exported_series(
     for needed in (
         "flexnpu_dra_prepare_requests_total",
         "flexnpu_dra_residuals_found_total",
-        "flexnpu_dra_loop_seconds_since_pass_seconds",
+        "flexnpu_dra_loop_since_last_pass_seconds",
         "flexnpu_aclserver_restarts_total",
         "flexnpu_die_share_limit",
     ):

@@ -424,3 +424,19 @@ def test_timeout_is_unavailable_and_kills_the_child(tmp_path: Path) -> None:
     # subprocess.run kills and reaps the child on timeout: the pid no longer exists.
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_template_info_overrides_the_table_when_npu_smi_has_it(tmp_path: Path) -> None:
+    from dra_driver import templates
+    from dra_driver.testing import fake_npu_smi
+
+    exe = fake_npu_smi.install(tmp_path / "smi", device_root=tmp_path / "root", samples=DATA / "a2-8x910b4")
+    inv = npu_smi.NpuSmiDiscovery(str(exe), timeout=60).discover()
+    assert dict(inv.templates) == {"910B4": templates.for_model("910B4")}
+    fake_npu_smi.inject(tmp_path / "smi", "template-info", rc=0, stdout="something else\n")
+    assert dict(npu_smi.NpuSmiDiscovery(str(exe), timeout=60).discover().templates) == {}
+
+
+def test_without_template_info_the_table_is_used(tmp_path: Path) -> None:
+    inv = npu_smi.NpuSmiDiscovery(fake_npu_smi(tmp_path, "a2-8x910b4"), timeout=60).discover()
+    assert dict(inv.templates) == {}

@@ -103,3 +103,29 @@ def test_backoff_waits_on_stop_not_sleep() -> None:
     stop.set()  # ends the (now 2 s) backoff at once
     t.join(timeout=5)
     assert not t.is_alive()
+
+
+def test_healthz_answers_503_naming_the_stale_loop() -> None:
+    import urllib.error
+    import urllib.request
+
+    from dra_driver.telemetry import Telemetry
+
+    clock = _Clock()
+    live = liveness.Liveness(clock=clock)
+    live.register("reconciler", deadline=10)
+    tel = Telemetry(node_name="n", driver_name="npu.flexnpu.io", metrics_port=0, metrics_host="127.0.0.1")
+    tel.serve_health(lambda: (live.verdict().healthy, live.verdict().text), lambda: {"reconciler": 3.0})
+    tel.start()
+    try:
+        url = f"http://127.0.0.1:{tel.port}"
+        ok = urllib.request.urlopen(f"{url}/healthz", timeout=10)
+        assert ok.status == 200 and b"reconciler: ok" in ok.read()
+        clock.now += 11
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(f"{url}/healthz", timeout=10)
+        assert info.value.code == 503 and b"reconciler: STALE" in info.value.read()
+        metrics = urllib.request.urlopen(f"{url}/metrics", timeout=10).read().decode()
+        assert "flexnpu_dra_loop_since_last_pass_seconds{" in metrics and 'loop="reconciler"' in metrics
+    finally:
+        tel.shutdown()

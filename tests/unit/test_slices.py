@@ -605,3 +605,14 @@ def test_template_device_names_parse_back() -> None:
     assert parse_template_device_name("npu-12-vir04-3c-ndvpp-1") == (12, "vir04_3c_ndvpp", 1)
     assert parse_template_device_name("npu-12") is None
     assert parse_template_device_name("vnpu-1") is None
+
+
+def test_inventory_knows_the_mode_of_every_published_device() -> None:
+    assert B3.by_device_name("npu-0-vir10-3c-32g-1") == B3.dies[0]
+    assert [B3.device_mode(n) for n in ("npu-0", "vnpu-0", "npu-0-vir10-3c-32g-1", "npu-9", "x")] == [
+        DieMode.WHOLE,
+        DieMode.SOFT,
+        DieMode.HARD,
+        None,
+        None,
+    ]

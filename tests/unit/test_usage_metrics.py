@@ -35,7 +35,7 @@ class Daemon:
         self.entities = entities
         self.down = False
 
-    def list(self) -> list[EntityInfo]:
+    def list(self, *, probe: bool = False) -> list[EntityInfo]:
         if self.down:
             raise Unavailable("daemon down", code=ErrorCode.DAEMON_UNAVAILABLE)
         return self.entities

@@ -19,8 +19,9 @@ Usage::
 
 Run standalone: ``python -m dra_driver.testing.fake_apiserver --port 6443 --kubeconfig-out kc``.
 
-Simplified on purpose (see also the project report): ``limit``/``continue`` and the list
-``resourceVersion``/``resourceVersionMatch`` parameters are ignored (lists return everything, current);
+Simplified on purpose: ``limit``/``continue`` page lists, but a
+continued page shows the objects after the token's key as they are now (not a snapshot); the list
+``resourceVersion``/``resourceVersionMatch`` parameters are ignored (lists are current);
 the garbage collector runs synchronously inside the delete (background propagation; ``Orphan``
 leaves dependents and their ownerReferences as they are; ``Foreground`` acts like background);
 no namespace cascade; pods are deleted at once (no graceful termination); ``dryRun`` is refused

@@ -291,7 +291,13 @@ class Handler(BaseHTTPRequestHandler):
             if query.get("watch", "").lower() in ("true", "1"):
                 self._watch(sel, query)
             else:
-                self._send_json(200, store.list(sel))
+                try:
+                    limit = int(query.get("limit") or 0)
+                except ValueError as exc:
+                    raise bad_request(f"invalid limit: {query['limit']}") from exc
+                self._send_json(
+                    200, store.list(sel, limit=max(limit, 0), continue_token=query.get("continue", ""))
+                )
         elif method == "POST":
             if res.namespaced and ns is None:
                 raise APIError(

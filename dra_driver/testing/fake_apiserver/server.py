@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import signal
 import socket
 import threading
@@ -170,8 +171,32 @@ class FakeAPIServer:
             return None
 
     def put_object(self, resource: str, obj: dict[str, Any]) -> dict[str, Any]:
-        """Create or unconditionally replace an object (validation and watch events included)."""
-        return self._store.put_raw(self._resource(resource), obj)
+        """Create or unconditionally replace an object (validation and watch events included).
+
+        A ``status`` in ``obj`` is written too, through the status subresource (a second write,
+        as a controller would do after creating the object).
+        """
+        res = self._resource(resource)
+        stored = self._store.put_raw(res, obj)
+        if res.has_status and "status" in obj and stored.get("status") != obj["status"]:
+            meta = stored["metadata"]
+            stored = self._store.update(
+                res,
+                meta.get("namespace") if res.namespaced else None,
+                meta["name"],
+                "status",
+                lambda old: {**old, "status": copy.deepcopy(obj["status"])},
+            )
+        return stored
+
+    def delete_object(self, resource: str, name: str, namespace: str | None = None) -> bool:
+        """Delete an object as a DELETE request would (finalizers, GC, watch events); False if absent."""
+        res = self._resource(resource)
+        try:
+            self._store.delete(res, namespace if res.namespaced else None, name, {})
+        except APIError:
+            return False
+        return True
 
     def resource_version(self) -> int:
         """The current global resourceVersion."""

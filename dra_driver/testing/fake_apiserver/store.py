@@ -6,6 +6,7 @@ finalizers, server-side apply ownership, the garbage collector) and what each wa
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import copy
 import json
@@ -80,6 +81,19 @@ class Watcher:
     queue: queue.Queue[Obj | None] = field(default_factory=queue.Queue)
 
 
+def _encode_continue(rv: int, key: tuple[str, str]) -> str:
+    raw = json.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": list(key)}).encode()
+    return base64.urlsafe_b64encode(raw).decode()
+
+
+def _decode_continue(token: str) -> tuple[int, tuple[str, str]]:
+    try:
+        doc = json.loads(base64.urlsafe_b64decode(token.encode()))
+        return int(doc["rv"]), (str(doc["start"][0]), str(doc["start"][1]))
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        raise bad_request(f"continue key is not valid: {exc}") from exc
+
+
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -115,17 +129,50 @@ class Store:
                 raise not_found(res, name)
             return copy.deepcopy(obj)
 
-    def list(self, sel: Selector) -> Obj:
+    def list(self, sel: Selector, *, limit: int = 0, continue_token: str = "") -> Obj:
+        """Matching objects in key order; ``limit`` pages them with a ``continue`` token.
+
+        A continued list answers at the first page's resourceVersion with the objects after
+        the token's key as they are now (a real apiserver reads a snapshot at that version).
+        A token older than the watch history is 410 Expired, as after a compaction.
+        """
+        start: tuple[str, str] | None = None
+        list_rv: int | None = None
+        if continue_token:
+            list_rv, start = _decode_continue(continue_token)
         with self.lock:
-            items = [copy.deepcopy(o) for _, o in sorted(self.objects[sel.res.key].items()) if sel.matches(o)]
-            rv = self.rv
+            if list_rv is not None and list_rv < self.floor:
+                raise APIError(
+                    410,
+                    "Expired",
+                    "The provided continue parameter is too old to display a consistent list result.",
+                )
+            keys = sorted(self.objects[sel.res.key])
+            matched: list[tuple[tuple[str, str], Obj]] = []
+            remaining = 0
+            for key in keys:
+                if start is not None and key <= start:
+                    continue
+                obj = self.objects[sel.res.key][key]
+                if not sel.matches(obj):
+                    continue
+                if limit and len(matched) >= limit:
+                    remaining += 1
+                    continue
+                matched.append((key, copy.deepcopy(obj)))
+            rv = self.rv if list_rv is None else list_rv
+        items = [o for _, o in matched]
         for item in items:  # typed lists carry kind/apiVersion only on the list
             item.pop("kind", None)
             item.pop("apiVersion", None)
+        meta: Obj = {"resourceVersion": str(rv)}
+        if remaining:
+            meta["continue"] = _encode_continue(rv, matched[-1][0])
+            meta["remainingItemCount"] = remaining
         return {
             "kind": f"{sel.res.kind}List",
             "apiVersion": sel.res.api_version,
-            "metadata": {"resourceVersion": str(rv)},
+            "metadata": meta,
             "items": items,
         }
 

@@ -5,6 +5,9 @@ REST/watch protocol), a scheduler stand-in that writes allocations like kube-sch
 kubelet simulator that registers the plugin and calls it over the real gRPC sockets. The node
 process runs as a real subprocess, exactly as the DaemonSet runs it. The demo checks each step,
 exits non-zero if one fails, and leaves no files or processes behind.
+
+It lives with the test doubles it drives (``dra_driver/testing/``), outside the production import
+graph; ``kubeletplugin/cli.py`` imports it only for the ``demo`` subcommand.
 """
 
 from __future__ import annotations
@@ -27,9 +30,7 @@ from dra_driver.claims import ClaimRef
 
 NODE = "demo-node"
 NAMESPACE = "demo"
-INVENTORY = (
-    Path(__file__).resolve().parents[1] / "dra_driver" / "testing" / "inventories" / "two-chip-910b3.yaml"
-)
+INVENTORY = Path(__file__).resolve().parent / "inventories" / "two-chip-910b3.yaml"
 DEVICE_CLASSES = {
     "npu.flexnpu.io": 'device.driver == "npu.flexnpu.io" && device.attributes["npu.flexnpu.io"].mode == "whole"',
     "vnpu.flexnpu.io": 'device.driver == "npu.flexnpu.io" && device.attributes["npu.flexnpu.io"].mode == "soft"',
@@ -127,6 +128,7 @@ def run(*, keep: bool = False) -> int:
     from kubernetes import client
 
     from dra_driver import discovery
+    from dra_driver.testing import clibrary
     from dra_driver.testing.devroot import build_device_root
     from dra_driver.testing.fake_apiserver import FakeAPIServer
 
@@ -169,6 +171,8 @@ def run(*, keep: bool = False) -> int:
                     "FLEXNPU_SHM_DIR": str(shm_root),
                     "FLEXNPU_DAEMON_SOCKET": str(dirs["run"] / "daemon.sock"),
                     "FLEXNPU_CONTROL_LINK": link,
+                    # FlexNPU's C client, injected into share containers (dra_driver/interposition.py)
+                    "FLEXNPU_CLIENT_LIBRARY": str(clibrary.build_library()),
                 }
             )
             _step(
@@ -419,6 +423,8 @@ def _soft_walk(
             raise DemoFailed("an allocation over the quota succeeded")
         s.free(ptr)
 
+    _c_client_walk(spec, host_conf, dirs["run"].parent / "c-app")
+
     _step("kubelet: NodeUnprepareResources")
     _check(handle.unprepare([ref]) == {uid: ""}, "unprepared")
     _check(not list(dirs["cdi"].glob("*.json")), "CDI spec removed")
@@ -439,3 +445,66 @@ def _soft_walk(
     _check(smi.returncode == 0 and uid not in smi.stdout, "flexnpu-smi: nothing prepared, no aclserver left")
     sched.deallocate(NAMESPACE, "vnpu-share")
     resource.delete_namespaced_resource_claim("vnpu-share", NAMESPACE)
+
+
+def _c_client_walk(spec: dict[str, Any], host_conf: Any, work: Path) -> None:
+    """An unmodified C ACL program uses the share through the C client the CDI spec injects.
+
+    The program declares the ACL functions itself and is linked with ``-lascendcl`` against a
+    stub library (no FlexNPU header or library path). In a container the spec's
+    ``/etc/ld.so.preload`` mount loads FlexNPU's ``libascendcl.so`` first; here on the host
+    ``LD_PRELOAD`` of the same mounted file does what that mount does.
+    """
+    from dra_driver import clientconf, interposition
+    from dra_driver.testing import clibrary
+
+    _step(
+        "an unmodified C ACL program (built against a stub libascendcl) uses the vNPU through the injected shim"
+    )
+    mounts = {m["containerPath"]: m["hostPath"] for m in spec["containerEdits"]["mounts"]}
+    _check(
+        interposition.CONTAINER_LIBRARY in mounts and interposition.CONTAINER_PRELOAD in mounts,
+        f"the CDI spec mounts {interposition.CONTAINER_LIBRARY} and {interposition.CONTAINER_PRELOAD}",
+    )
+    c_dir = clibrary.REPO / "tests" / "c"
+    stub = clibrary.compile_program(
+        c_dir / "stub_ascendcl.c",
+        include_acl_headers=False,
+        extra_flags=["-shared", "-fPIC", "-Wl,-soname,libascendcl.so"],
+        out_dir=work / "stub",
+    )
+    stub_lib = stub.with_name("libascendcl.so")
+    stub.rename(stub_lib)
+    app = clibrary.compile_program(
+        c_dir / "unmodified_app.c", include_acl_headers=False, link_library=stub_lib, out_dir=work
+    )
+    conf_file = work / "client.conf"
+    conf_file.write_text(clientconf.render(host_conf))
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "FLEXNPU_CONF": str(conf_file),
+        "LD_PRELOAD": mounts[interposition.CONTAINER_LIBRARY],
+    }
+    quota = host_conf.shares[0].memory_bytes
+    res = subprocess.run(
+        [str(app), str(quota), "1"], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    values = {
+        k: v
+        for k, _, v in (
+            line[4:].partition(" ") for line in res.stdout.splitlines() if line.startswith("val ")
+        )
+    }
+    _say(
+        "  "
+        + "\n  ".join(line for line in res.stdout.splitlines() if not line.startswith("val over_quota_msg"))
+    )
+    _check(
+        values.get("provider") == mounts[interposition.CONTAINER_LIBRARY],
+        "aclInit resolves to FlexNPU's libascendcl.so",
+    )
+    _check(values.get("total") == str(quota), "aclrtGetMemInfo total is the claim's quota")
+    _check(values.get("over_quota_code") == "207001", "aclrtMalloc beyond the quota returns 207001")
+    _check(
+        res.returncode == 0, "every check of the C program passed (memcpy both ways through the data link)"
+    )
