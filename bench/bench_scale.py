@@ -8,6 +8,9 @@ call to its reply, and the node process's CPU (utime + stime from ``/proc``) is 
 them. Printed per level: prepare and unprepare p50 / p99, node and daemon CPU per cycle, the
 checkpoint's size on disk, node and daemon RSS, total aclserver PSS.
 
+Each level also times ``-k`` cycles of a whole-die claim on a 17th die (no daemon, no aclserver),
+interleaved in blocks with the share cycles: the node's own path, without the daemon's cost.
+
 The baseline (N = 1) is measured first and again after the largest level has been released,
 and the ratios use the mean of the two, so drift of the machine during the run shows as a
 difference between them instead of landing in the ratios. At the largest level, every held
@@ -48,6 +51,7 @@ from dra_driver.testing.fake_apiserver import FakeAPIServer  # noqa: E402
 from tests.integration.conftest import NAMESPACE, NODE, SOFT_CEL, WHOLE_CEL, Node, make_node, wait_for  # noqa: E402
 from tests.integration.daemon_harness import DaemonProc  # noqa: E402
 
+WHOLE = {"name": "npu", "exactly": {"deviceClassName": "npu.flexnpu.io"}}
 SHARE = {
     "name": "vnpu",
     "exactly": {
@@ -62,6 +66,7 @@ DIES = 16
 def inventory_file(root: Path) -> Path:
     path = root / "sixteen-910b4.yaml"
     chips = "\n".join(f"  - {{model: 910B4, card: {i}, numaNode: {i // 8}}}" for i in range(DIES))
+    chips += f"\n  - {{model: 910B4, card: {DIES}, numaNode: 1, mode: whole}}"  # the node-only baseline
     path.write_text(f'driverVersion: "24.1.rc3"\nfirmwareVersion: "7.5.0.1.129"\nchips:\n{chips}\n')
     return path
 
@@ -126,7 +131,7 @@ def cluster(root: Path) -> Iterator[Node]:
                 str(inv),
                 FLEXNPU_DAEMON_SOCKET=str(daemon.socket),
                 FLEXNPU_SHM_DIR=str(daemon.shm_root),
-                FLEXNPU_DEFAULT_MODE="soft",
+                FLEXNPU_DEFAULT_MODE="soft",  # the last die is whole (inventory)
                 FLEXNPU_LOG_LEVEL="WARNING",
             )
             node.daemon = daemon
@@ -146,10 +151,10 @@ class Claims:
         self.res: Any = node.resource
         self.seq = 0
 
-    def make(self) -> ClaimRef:
+    def make(self, request: dict[str, Any] = SHARE) -> ClaimRef:
         self.seq += 1
         name = f"s{self.seq}"
-        uid = self.node.create_claim(name, [SHARE])
+        uid = self.node.create_claim(name, [request])
         pod = {"resource": "pods", "name": f"pod-{name}", "uid": str(uuid.uuid4())}
         self.node.scheduler.allocate(NAMESPACE, name, NODE, reserved_for=[pod])
         return ClaimRef(NAMESPACE, uid, name)
@@ -170,6 +175,9 @@ class Level:
     node_rss: float
     daemon_rss: float
     aclserver_pss: float
+    whole_prepare: list[float]
+    whole_unprepare: list[float]
+    whole_node_cpu: float
 
     def figures(self) -> dict[str, float]:
         return {
@@ -184,18 +192,21 @@ class Level:
             "node_rss_mib": round(self.node_rss, 1),
             "daemon_rss_mib": round(self.daemon_rss, 1),
             "aclserver_pss_mib": round(self.aclserver_pss, 1),
+            "whole_prepare_p50_ms": round(statistics.median(self.whole_prepare) * 1000, 1),
+            "whole_prepare_p99_ms": round(pct(self.whole_prepare, 0.99) * 1000, 1),
+            "whole_unprepare_p50_ms": round(statistics.median(self.whole_unprepare) * 1000, 1),
+            "whole_node_cpu_ms_per_cycle": round(self.whole_node_cpu * 1000, 1),
         }
 
 
-def measure(node: Node, claims: Claims, n_held: int, cycles: int) -> Level:
-    kubelet, daemon = node.kubelet, node.daemon
-    assert kubelet is not None and daemon is not None and node.proc is not None and daemon.proc is not None
-    node_pid, daemon_pid = node.proc.pid, daemon.proc.pid
-    refs = [claims.make() for _ in range(cycles)]  # API objects made outside the clock
+def cycles_of(node: Node, claims: Claims, request: dict[str, Any], n: int) -> tuple[list[float], list[float]]:
+    """``n`` prepare + unprepare cycles, each of a fresh claim made and released outside the clock."""
+    kubelet = node.kubelet
+    assert kubelet is not None
     prep: list[float] = []
     unprep: list[float] = []
-    cpu0, dcpu0 = cpu_seconds(node_pid), cpu_seconds(daemon_pid)
-    for ref in refs:
+    for _ in range(n):
+        ref = claims.make(request)
         t0 = time.perf_counter()
         res = kubelet.prepare([ref])[ref.uid]
         prep.append(time.perf_counter() - t0)
@@ -206,20 +217,50 @@ def measure(node: Node, claims: Claims, n_held: int, cycles: int) -> Level:
         unprep.append(time.perf_counter() - t0)
         if out != {ref.uid: ""}:
             raise SystemExit(f"unprepare failed: {out}")
-    cpu1, dcpu1 = cpu_seconds(node_pid), cpu_seconds(daemon_pid)
+        claims.drop(ref)
+    return prep, unprep
+
+
+def measure(node: Node, claims: Claims, n_held: int, cycles: int) -> Level:
+    """Share cycles and whole-die cycles (no daemon: the node's own path), interleaved in blocks.
+
+    CPU includes the node's reaction to the claim's API events (made outside the clock)."""
+    daemon = node.daemon
+    assert daemon is not None and node.proc is not None and daemon.proc is not None
+    node_pid, daemon_pid = node.proc.pid, daemon.proc.pid
+    prep: list[float] = []
+    unprep: list[float] = []
+    wprep: list[float] = []
+    wunprep: list[float] = []
+    cpu = dcpu = wcpu = 0.0
+    for _ in range(2):
+        c0, d0 = cpu_seconds(node_pid), cpu_seconds(daemon_pid)
+        p, u = cycles_of(node, claims, SHARE, max(cycles // 2, 1))
+        c1, d1 = cpu_seconds(node_pid), cpu_seconds(daemon_pid)
+        wp, wu = cycles_of(node, claims, WHOLE, max(cycles // 2, 1))
+        c2 = cpu_seconds(node_pid)
+        prep += p
+        unprep += u
+        wprep += wp
+        wunprep += wu
+        cpu += c1 - c0
+        dcpu += d1 - d0
+        wcpu += c2 - c1
+    n = len(prep)
     level = Level(
         n=n_held,
         prepare=prep,
         unprepare=unprep,
-        node_cpu=(cpu1 - cpu0) / cycles,
-        daemon_cpu=(dcpu1 - dcpu0) / cycles,
+        node_cpu=cpu / n,
+        daemon_cpu=dcpu / n,
         state_bytes=tree_bytes(node.dirs["state"] / "checkpoint.json"),
         node_rss=rss_mib(node_pid),
         daemon_rss=rss_mib(daemon_pid),
         aclserver_pss=pss_mib(daemon.aclserver_pids()),
+        whole_prepare=wprep,
+        whole_unprepare=wunprep,
+        whole_node_cpu=wcpu / len(wprep),
     )
-    for ref in refs:
-        claims.drop(ref)
     return level
 
 
@@ -256,13 +297,18 @@ def show(level: Level, base: Level | None) -> None:
         f"unprepare p50 {f['unprepare_p50_ms']:6.1f} p99 {f['unprepare_p99_ms']:6.1f} ms  "
         f"node CPU {f['node_cpu_ms_per_cycle']:6.1f} ms/cycle  daemon CPU {f['daemon_cpu_ms_per_cycle']:5.1f}  "
         f"state {f['state_kib']:7.1f} KiB  RSS node {f['node_rss_mib']:5.1f} daemon {f['daemon_rss_mib']:5.1f} MiB  "
-        f"aclserver PSS {f['aclserver_pss_mib']:7.1f} MiB"
+        f"aclserver PSS {f['aclserver_pss_mib']:7.1f} MiB\n"
+        f"        whole die (node only, no daemon): prepare p50 {f['whole_prepare_p50_ms']:6.1f} "
+        f"p99 {f['whole_prepare_p99_ms']:6.1f} ms  unprepare p50 {f['whole_unprepare_p50_ms']:6.1f} ms  "
+        f"node CPU {f['whole_node_cpu_ms_per_cycle']:5.1f} ms/cycle"
     )
     if base is not None:
         b = base.figures()
         line += (
             f"  x{f['prepare_p50_ms'] / b['prepare_p50_ms']:.2f} prepare,"
-            f" x{f['node_cpu_ms_per_cycle'] / max(b['node_cpu_ms_per_cycle'], 0.1):.2f} CPU"
+            f" x{f['node_cpu_ms_per_cycle'] / max(b['node_cpu_ms_per_cycle'], 0.1):.2f} CPU;"
+            f" whole die x{f['whole_prepare_p50_ms'] / b['whole_prepare_p50_ms']:.2f} prepare,"
+            f" x{f['whole_node_cpu_ms_per_cycle'] / max(b['whole_node_cpu_ms_per_cycle'], 0.1):.2f} CPU"
         )
     print(line, flush=True)
 
@@ -278,6 +324,9 @@ def mean_level(a: Level, b: Level) -> Level:
         node_rss=a.node_rss,
         daemon_rss=a.daemon_rss,
         aclserver_pss=a.aclserver_pss,
+        whole_prepare=a.whole_prepare + b.whole_prepare,
+        whole_unprepare=a.whole_unprepare + b.whole_unprepare,
+        whole_node_cpu=(a.whole_node_cpu + b.whole_node_cpu) / 2,
     )
 
 

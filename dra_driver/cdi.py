@@ -211,6 +211,17 @@ def list_specs(cdi_dir: Path, kind: Kind) -> dict[str, Path]:
     return out
 
 
+def host_paths(spec: Spec) -> tuple[str, ...]:
+    """Every host path the spec names (device nodes and mount sources), in order, once each."""
+    out: dict[str, None] = {}
+    for e in (spec.edits, *(d.edits for d in spec.devices)):
+        for n in e.device_nodes:
+            out.setdefault(n.host_path or n.path, None)
+        for m in e.mounts:
+            out.setdefault(m.host_path, None)
+    return tuple(out)
+
+
 def host_path(device_root: Path, container_path: str) -> str:
     """Where a node path lives on the host, under the configured device root."""
     return str(device_root / container_path.lstrip("/"))

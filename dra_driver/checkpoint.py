@@ -268,9 +268,11 @@ class ClaimLocks:
                     with files.locked(path, timeout=max(deadline - time.monotonic(), 0.0)) as fd:
                         if not _same_file(fd, path):
                             continue  # the previous holder unlinked it: lock the new one
-                        yield handle
-                        if handle.drop:
-                            files.remove_nofollow(path)
+                        try:
+                            yield handle
+                        finally:  # also when the holder raised (a rollback that dropped the entry)
+                            if handle.drop:
+                                files.remove_nofollow(path)
                         return
                 except files.LockTimeout as exc:
                     raise _busy(uid, timeout) from exc
@@ -386,6 +388,17 @@ class CheckpointStore:
                     raise _bad(str(p), "not a file this driver writes")
             except (StateError, OSError) as err:
                 bad[name] = str(err)[:400]
+        trusted, was = not bad and not doubt, not self._bad and not self._doubt
+        if trusted != was or (self._gen is None and not trusted):
+            log.log(
+                logging.WARNING if trusted else logging.ERROR,
+                "checkpoint condition Trusted=%s reason=%s: %s",
+                trusted,
+                "Readable" if trusted else "DamagedRecords",
+                "every record reads"
+                if trusted
+                else f"{len(bad)} damaged record(s){'; ' + doubt if doubt else ''}",
+            )
         for name, why in bad.items():
             if name not in self._bad:
                 log.error(

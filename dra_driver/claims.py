@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Protocol
 
-from dra_driver.errors import ErrorCode, FlexNPUError, StateError
+from dra_driver.errors import QUOTE_MAX, ErrorCode, FlexNPUError, StateError
 
-QUOTE_MAX = 200
-"""At most this many characters of any input (or of an unknown exception's text) in an error."""
+CALL_DEADLINE: ContextVar[float | None] = ContextVar("flexnpu_call_deadline", default=None)
+"""``time.monotonic()`` by which the kubelet's current call must be answered (None: no deadline).
+
+Set by ``kubeletplugin/claimbatch.py`` around a preparer call; the preparer starts no claim and
+no retry that would outlive it.
+"""
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,19 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+QUOTE_MAX = 200
+"""At most this many characters of any input are quoted in an error (see :func:`quote`)."""
+MESSAGE_MAX = 2000
+FIELD_MAX = 256
+
+
+def quote(value: object, limit: int = QUOTE_MAX) -> str:
+    """``repr(value)``, cut to ``limit`` characters (with how much was left out), for error messages."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit} more characters)"
+
 
 class ErrorCode(StrEnum):
     """Stable machine-readable error codes (they appear in logs, events and claim conditions)."""
@@ -60,10 +73,10 @@ class FlexNPUError(Exception):
         claim_uid: str | None = None,
         field: str | None = None,
     ) -> None:
-        self.message = message
+        self.message = message if len(message) <= MESSAGE_MAX else message[:MESSAGE_MAX] + "…"
         self.code = code or self.default_code
         self.claim_uid = claim_uid
-        self.field = field
+        self.field = field if field is None or len(field) <= FIELD_MAX else field[:FIELD_MAX] + "…"
         super().__init__(self._render())
 
     def _render(self) -> str:

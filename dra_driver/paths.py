@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from dra_driver.errors import ErrorCode, InvalidInput
+from dra_driver.errors import ErrorCode, InvalidInput, quote
 
 _UID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,62}$")
 _DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -21,7 +21,7 @@ def check_uid(uid: str, *, field: str = "uid") -> str:
     """A claim UID usable as one path component (letters, digits, dashes; ≤63)."""
     if not isinstance(uid, str) or not _UID_RE.match(uid):
         raise InvalidInput(
-            f"claim UID {uid!r} is not a safe identifier (letters, digits and '-', at most 63)",
+            f"claim UID {quote(uid)} is not a safe identifier (letters, digits and '-', at most 63)",
             code=ErrorCode.INVALID_PATH,
             claim_uid=uid if isinstance(uid, str) and _UID_RE.match(uid or "") else None,
             field=field,
@@ -32,7 +32,7 @@ def check_uid(uid: str, *, field: str = "uid") -> str:
 def check_namespace(namespace: str, *, claim_uid: str | None = None) -> str:
     if not isinstance(namespace, str) or not _DNS_LABEL_RE.match(namespace):
         raise InvalidInput(
-            f"namespace {namespace!r} is not a DNS label",
+            f"namespace {quote(namespace)} is not a DNS label",
             code=ErrorCode.INVALID_PATH,
             claim_uid=claim_uid,
             field="namespace",
@@ -43,7 +43,7 @@ def check_namespace(namespace: str, *, claim_uid: str | None = None) -> str:
 def check_name(name: str, *, claim_uid: str | None = None, field: str = "name") -> str:
     if not isinstance(name, str) or len(name) > 253 or not _DNS_SUBDOMAIN_RE.match(name):
         raise InvalidInput(
-            f"name {name!r} is not a DNS subdomain",
+            f"name {quote(name)} is not a DNS subdomain",
             code=ErrorCode.INVALID_PATH,
             claim_uid=claim_uid,
             field=field,
@@ -63,7 +63,7 @@ def inside(root: Path, *parts: str, claim_uid: str | None = None) -> Path:
     for part in parts:
         if not part or part in (".", "..") or "/" in part or "\0" in part:
             raise InvalidInput(
-                f"path component {part!r} is not allowed",
+                f"path component {quote(part)} is not allowed",
                 code=ErrorCode.INVALID_PATH,
                 claim_uid=claim_uid,
                 field="path",

@@ -20,7 +20,7 @@ from dra_driver import sharing
 from dra_driver.claims import ClaimRef
 from dra_driver.daemon.model import Share
 from dra_driver.devices import Die, DieMode, Inventory
-from dra_driver.errors import ErrorCode, InvalidInput, StateError
+from dra_driver.errors import ErrorCode, InvalidInput, StateError, quote
 from dra_driver.vnpu.render import HardVnpu
 
 
@@ -48,7 +48,9 @@ class PlannedDevice:
     share_id: str | None
     consumed_capacity: Mapping[str, str]
     admin_access: bool
-    share: Share | None = None  # soft split: the quota the aclserver enforces
+    shares: tuple[
+        Share, ...
+    ] = ()  # soft split: the vNPUs (one, or N with ``vnpus: N``) the aclserver enforces
     config: sharing.VnpuConfig | None = None  # soft split: the resolved opaque config
     vnpu: HardVnpu | None = None  # hard split: the vNPU made for it (dra_driver/vnpu/render.py)
 
@@ -103,7 +105,7 @@ class ClaimPlan:
     @property
     def shares(self) -> tuple[Share, ...]:
         """The claim's shares, in virtual-ID order."""
-        return tuple(d.share for d in self.devices if d.share is not None)
+        return tuple(sh for d in self.devices for sh in d.shares)
 
 
 def strip_subrequest(request: str) -> str:
@@ -132,8 +134,8 @@ def plan_claim(
     actual_uid = _get(claim, "metadata", "uid")
     if actual_uid != uid:
         raise StateError(
-            f"claim {ref.namespace}/{ref.name} got replaced: the API has UID {actual_uid!r}, "
-            f"the kubelet asked for {uid!r}",
+            f"claim {ref.namespace}/{ref.name} got replaced: the API has UID {quote(actual_uid)}, "
+            f"the kubelet asked for {quote(uid)}",
             code=ErrorCode.CLAIM_REPLACED,
             claim_uid=uid,
             field="metadata.uid",
@@ -147,8 +149,12 @@ def plan_claim(
             field="status.allocation",
         )
     results = _get(allocation, "devices", "results") or []
-    if not isinstance(results, Sequence):
-        raise InvalidInput("results is not a list", claim_uid=uid, field="status.allocation.devices.results")
+    if not isinstance(results, list):
+        raise InvalidInput(
+            f"results must be a list, got {type(results).__name__}",
+            claim_uid=uid,
+            field="status.allocation.devices.results",
+        )
 
     devices: list[PlannedDevice] = []
     for i, res in enumerate(results):
@@ -162,9 +168,16 @@ def plan_claim(
         request = res.get("request")
         if not isinstance(request, str) or not request:
             raise InvalidInput("result has no request name", claim_uid=uid, field=f"{fld}.request")
+        for key, value in (("pool", pool), ("device", device)):
+            if not isinstance(value, str):
+                raise InvalidInput(
+                    f"{key} must be a string, got {type(value).__name__}", claim_uid=uid, field=f"{fld}.{key}"
+                )
+        if res.get("shareID") is not None and not isinstance(res.get("shareID"), str):
+            raise InvalidInput("shareID must be a string", claim_uid=uid, field=f"{fld}.shareID")
         if pool != pool_name:
             raise InvalidInput(
-                f"device {device!r} is allocated from pool {pool!r}, but this node's pool is {pool_name!r}",
+                f"device {quote(device)} is allocated from pool {quote(pool)}, but this node's pool is {quote(pool_name)}",
                 code=ErrorCode.DEVICE_NOT_FOUND,
                 claim_uid=uid,
                 field=f"{fld}.pool",
@@ -172,7 +185,7 @@ def plan_claim(
         die = inventory.by_device_name(device) if isinstance(device, str) else None
         if die is None:
             raise InvalidInput(
-                f"device {device!r} is not a device of this node ({pool_name})",
+                f"device {quote(device)} is not a device of this node ({pool_name})",
                 code=ErrorCode.DEVICE_NOT_FOUND,
                 claim_uid=uid,
                 field=f"{fld}.device",
@@ -198,7 +211,22 @@ def plan_claim(
         )
 
     configs: list[OpaqueConfig] = []
-    for i, cfg in enumerate(_get(allocation, "devices", "config") or []):
+    raw_configs = _get(allocation, "devices", "config") or []
+    if not isinstance(raw_configs, list):
+        raise InvalidInput(
+            f"config must be a list, got {type(raw_configs).__name__}",
+            code=ErrorCode.INVALID_OPAQUE_CONFIG,
+            claim_uid=uid,
+            field="status.allocation.devices.config",
+        )
+    for i, cfg in enumerate(raw_configs):
+        if not isinstance(cfg, Mapping):
+            raise InvalidInput(
+                "config entry is not an object",
+                code=ErrorCode.INVALID_OPAQUE_CONFIG,
+                claim_uid=uid,
+                field=f"status.allocation.devices.config[{i}]",
+            )
         opaque = _get(cfg, "opaque")
         if not isinstance(opaque, Mapping) or opaque.get("driver") != driver_name:
             continue  # other drivers' configs are not ours to judge
@@ -210,10 +238,18 @@ def plan_claim(
                 claim_uid=uid,
                 field=f"status.allocation.devices.config[{i}].opaque.parameters",
             )
+        requests = cfg.get("requests") or []
+        if not isinstance(requests, list) or not all(isinstance(r, str) for r in requests):
+            raise InvalidInput(
+                f"requests must be a list of request names, got {quote(requests)}",
+                code=ErrorCode.INVALID_OPAQUE_CONFIG,
+                claim_uid=uid,
+                field=f"status.allocation.devices.config[{i}].requests",
+            )
         configs.append(
             OpaqueConfig(
                 source=str(cfg.get("source") or "FromClaim"),
-                requests=tuple(cfg.get("requests") or ()),
+                requests=tuple(requests),
                 parameters=params,
                 index=i,
             )
@@ -241,16 +277,20 @@ def resolve_shares(plan: ClaimPlan) -> ClaimPlan:
              for c in plan.configs_for(d.request)),
             claim_uid=uid,
         )  # fmt: skip
-        share = Share(
-            virtual_id=vid,
-            die_phy_id=d.die.phy_id,
-            memory_bytes=quota.memory_bytes,
-            compute_percent=quota.compute_percent,
-            policy=str(cfg.policy),
-            memory_only=cfg.memory_only,
+        each = sharing.split(quota, cfg.vnpus, claim_uid=uid, field=fld) if cfg.vnpus > 1 else quota
+        shares = tuple(
+            Share(
+                virtual_id=vid + i,
+                die_phy_id=d.die.phy_id,
+                memory_bytes=each.memory_bytes,
+                compute_percent=each.compute_percent,
+                policy=str(cfg.policy),
+                memory_only=cfg.memory_only,
+            )
+            for i in range(cfg.vnpus)
         )
-        out.append(replace(d, share=share, config=cfg))
-        vid += 1
+        out.append(replace(d, shares=shares, config=cfg))
+        vid += cfg.vnpus
     return replace(plan, devices=tuple(out))
 
 
@@ -277,17 +317,27 @@ def check_conflicts(plan: ClaimPlan, held: Iterable[HeldDie]) -> None:
             mine, theirs = policies.get(d.die.phy_id), other.policy
             if mine and theirs and mine != theirs:
                 raise StateError(
-                    f"die {d.die.phy_id} runs shares with policy {theirs!r} (claim "
-                    f"{other.namespace}/{other.name}); this claim asks for {mine!r}",
+                    f"die {d.die.phy_id} runs shares with policy {quote(theirs)} (claim "
+                    f"{other.namespace}/{other.name}); this claim asks for {quote(mine)}",
                     code=ErrorCode.POLICY_CONFLICT,
                     claim_uid=uid,
                     field="config.opaque.parameters.policy",
                 )
+    whole = {d.die.phy_id for d in plan.devices if d.mode == DieMode.WHOLE}
+    for d in plan.devices:
+        if d.mode != DieMode.WHOLE and d.die.phy_id in whole:
+            raise StateError(
+                f"this claim asks for die {d.die.phy_id} whole and for a share of it ({d.device}); "
+                "a die is either exclusive or shared",
+                code=ErrorCode.DEVICE_BUSY,
+                claim_uid=uid,
+                field="status.allocation.devices.results",
+            )
     for a in shares:
         for b in shares:
             if a.die_phy_id == b.die_phy_id and a.policy != b.policy:
                 raise StateError(
-                    f"two shares of die {a.die_phy_id} in this claim ask for policies {a.policy!r} and {b.policy!r}",
+                    f"two shares of die {a.die_phy_id} in this claim ask for policies {quote(a.policy)} and {quote(b.policy)}",
                     code=ErrorCode.POLICY_CONFLICT,
                     claim_uid=uid,
                     field="config.opaque.parameters.policy",

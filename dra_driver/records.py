@@ -263,7 +263,7 @@ def die_records(plan: ClaimPlan) -> tuple[DieRecord, ...]:
             mode=d.mode,
             device=d.device,
             share_id=d.share_id,
-            policy=d.share.policy if d.share is not None else None,
+            policy=d.shares[0].policy if d.shares else None,
         )
         for d in plan.devices
     )

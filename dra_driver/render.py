@@ -75,8 +75,8 @@ def render(
     """The claim's CDI spec, kubelet devices, client.conf and status (``endpoints``: the aclserver's).
 
     ``driver_mounts`` are the entries of ``node_files.DRIVER_MOUNTS`` present on this node;
-    ``client_library`` says whether FlexNPU's libascendcl.so is installed (None: it is not), for
-    the share's ``interposition`` (``dra_driver/interposition.py``).
+    ``client_library`` is the node's ``libascendcl.so`` as probed (``dra_driver/interposition.py``).
+    Raises InvalidInput when the claim's ``interposition`` cannot be served.
     """
     uid = plan.ref.uid
     conf_dir = layout.conf_dir(uid)
@@ -86,10 +86,10 @@ def render(
         name = cdi.device_name(uid, d.device if not d.share_id else f"{d.device}-{d.share_id}")
         if d.vnpu is not None:
             edits = hard.device_edits(d.vnpu, device_root=layout.device_root)
-        elif d.share is None:
+        elif not d.shares:
             edits = cdi.whole_die_edits([d.die.device_node], device_root=layout.device_root)
         else:
-            edits = cdi.Edits(env=(f"FLEXNPU_VNPU_{d.share.virtual_id}={d.device}",))
+            edits = cdi.Edits(env=tuple(f"FLEXNPU_VNPU_{sh.virtual_id}={d.device}" for sh in d.shares))
         cdi_devices.append(cdi.CDIDevice(name=name, edits=edits))
         prepared.append(
             PreparedDevice(
@@ -128,9 +128,12 @@ def _shared_edits(
         nodes = tuple(node_files.SHARED_DEVICE_NODES)
         mounts = tuple(p for p in node_files.DRIVER_MOUNTS if p in driver_mounts)
     with_aclserver = endpoints is not None and bool(plan.shares)
+    injected = cdi.Edits()
     if with_aclserver:
         env["FLEXNPU_CONF"] = CONTAINER_CONF
         env["FLEXNPU_VISIBLE_VNPUS"] = ",".join(str(sh.virtual_id) for sh in plan.shares)
+        injected = interposition_plan(plan, layout, client_library).edits
+        env.update({k: v for k, _, v in (e.partition("=") for e in injected.env)})
     edits = cdi.shared_edits(nodes, mounts, device_root=layout.device_root, env=env)
     if with_aclserver and endpoints is not None:
         conf_dir = layout.conf_dir(plan.ref.uid)
@@ -140,10 +143,9 @@ def _shared_edits(
                 *edits.mounts,
                 cdi.Mount(str(conf_dir / "client.conf"), CONTAINER_CONF, ("ro", "nosuid", "nodev", "rbind")),
                 cdi.Mount(endpoints.shm_dir, CONTAINER_SHM, ("rw", "nosuid", "nodev", "rbind")),
+                *injected.mounts,
             ),
         )
-        injected = interposition_plan(plan, layout, client_library).edits
-        edits = replace(edits, env=(*edits.env, *injected.env), mounts=(*edits.mounts, *injected.mounts))
     return edits
 
 
@@ -172,14 +174,15 @@ def _client_conf(plan: ClaimPlan, endpoints: Endpoints, token: str) -> clientcon
         shm_dir=CONTAINER_SHM,
         shares=tuple(
             clientconf.ShareInfo(
-                virtual_id=d.share.virtual_id,
-                memory_bytes=d.share.memory_bytes,
-                compute_percent=d.share.compute_percent,
+                virtual_id=sh.virtual_id,
+                memory_bytes=sh.memory_bytes,
+                compute_percent=sh.compute_percent,
                 policy=d.config.policy,
-                memory_only=d.share.memory_only,
+                memory_only=sh.memory_only,
             )
             for d in plan.devices
-            if d.share is not None and d.config is not None
+            if d.config is not None
+            for sh in d.shares
         ),
     )
 
@@ -199,8 +202,8 @@ def _status(
             doc["shareID"] = d.share_id
         if d.vnpu is not None:
             data.update(hard.status_data(d.vnpu))
-        if d.share is not None:
-            sh = d.share
+        if d.shares:
+            sh = d.shares[0]
             data.update(
                 virtualID=sh.virtual_id,
                 memoryBytes=sh.memory_bytes,
@@ -208,6 +211,8 @@ def _status(
                 policy=sh.policy,
                 memoryOnly=sh.memory_only,
             )
+            if len(d.shares) > 1:  # equal distribution: every vNPU has the quota above
+                data["virtualIDs"] = [s.virtual_id for s in d.shares]
             if endpoints is not None and endpoints.tcp_port:
                 data["endpoint"] = f"{endpoints.tcp_host}:{endpoints.tcp_port}"
             if layout.control_link and layout.control_cidr:

@@ -9,6 +9,12 @@ Pure. Accepted in a DeviceClass's and a claim's ``config[].opaque.parameters`` w
     isolation: full          # full (memory + compute) | memory-only   (default: full)
     transport: auto          # auto (unix socket, TCP fallback) | unix | tcp   (default: auto)
     interposition: auto      # auto | preload | none: inject libascendcl.so (dra_driver/interposition.py)
+    vnpus: 2                 # equal distribution: split this share into N vNPUs   (default: 1)
+
+``vnpus: N`` is FlexNPU's equal distribution: the claim asks for the total (one share request,
+``memory: 256Mi, compute: "20"``) and the node divides it into N vNPUs of total/N each (devices
+0..N-1 in the container), served by the claim's one aclserver. A total that does not divide into
+whole 128 MiB steps and whole percents is refused.
 
 Precedence, per request: every class config, then every claim config, in order; a later
 config overrides only the fields it sets. Decoding is strict: an unknown field, a wrong type
@@ -24,7 +30,7 @@ from typing import Any
 
 from dra_driver.aclserver.codes import Policy
 from dra_driver.devices import MIB
-from dra_driver.errors import ErrorCode, InvalidInput
+from dra_driver.errors import ErrorCode, InvalidInput, quote
 
 __all__ = [
     "API_VERSION",
@@ -40,6 +46,7 @@ __all__ = [
 API_VERSION = "npu.flexnpu.io/v1alpha1"
 KIND = "VnpuConfig"
 MEMORY_STEP = 128 * MIB
+MAX_VNPUS = 16
 
 
 class Isolation(StrEnum):
@@ -65,6 +72,7 @@ class VnpuConfig:
     isolation: Isolation = Isolation.FULL
     transport: Transport = Transport.AUTO
     interposition: Interposition = Interposition.AUTO
+    vnpus: int = 1
 
     @property
     def memory_only(self) -> bool:
@@ -79,7 +87,7 @@ _ENUMS: dict[str, type[StrEnum]] = {
 }
 
 
-def decode(params: Mapping[str, Any], *, claim_uid: str, where: str) -> dict[str, StrEnum]:
+def decode(params: Mapping[str, Any], *, claim_uid: str, where: str) -> dict[str, StrEnum | int]:
     """Strictly decode one ``parameters`` object into the fields it sets."""
 
     def bad(msg: str, fld: str) -> InvalidInput:
@@ -88,23 +96,32 @@ def decode(params: Mapping[str, Any], *, claim_uid: str, where: str) -> dict[str
         )
 
     if params.get("apiVersion") != API_VERSION:
-        raise bad(f"apiVersion must be {API_VERSION!r}, got {params.get('apiVersion')!r}", "apiVersion")
+        raise bad(
+            f"apiVersion must be {quote(API_VERSION)}, got {quote(params.get('apiVersion'))}", "apiVersion"
+        )
     if params.get("kind") != KIND:
-        raise bad(f"kind must be {KIND!r}, got {params.get('kind')!r}", "kind")
-    out: dict[str, StrEnum] = {}
+        raise bad(f"kind must be {quote(KIND)}, got {quote(params.get('kind'))}", "kind")
+    out: dict[str, StrEnum | int] = {}
     for key, value in params.items():
         if key in ("apiVersion", "kind"):
             continue
+        if key == "vnpus":
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise bad(f"must be a whole number, got {type(value).__name__}", key)
+            if not 1 <= value <= MAX_VNPUS:
+                raise bad(f"must be 1..{MAX_VNPUS}, got {value}", key)
+            out[key] = value
+            continue
         enum = _ENUMS.get(key)
         if enum is None:
-            raise bad(f"unknown field {key!r} (known: {', '.join(sorted(_ENUMS))})", key)
+            raise bad(f"unknown field {quote(key)} (known: {', '.join(sorted([*_ENUMS, 'vnpus']))})", key)
         if not isinstance(value, str):
             raise bad(f"must be a string, got {type(value).__name__}", key)
         try:
             out[key] = enum(value)
         except ValueError:
             raise bad(
-                f"unknown value {value!r}; use one of {', '.join(e.value for e in enum)}", key
+                f"unknown value {quote(value)}; use one of {', '.join(e.value for e in enum)}", key
             ) from None
     return out
 
@@ -134,7 +151,7 @@ def parse_quantity(value: str, *, claim_uid: str, field: str) -> int:
         number, mult = text, 1
     if not number.isdigit():
         raise InvalidInput(
-            f"{value!r} is not a whole quantity", code=ErrorCode.QUOTA, claim_uid=claim_uid, field=field
+            f"{quote(value)} is not a whole quantity", code=ErrorCode.QUOTA, claim_uid=claim_uid, field=field
         )
     return int(number) * mult
 
@@ -157,18 +174,35 @@ def share_quota(
     memory = parse_quantity(consumed["memory"], claim_uid=claim_uid, field=f"{field}.memory")
     if memory <= 0 or memory % MEMORY_STEP:
         raise InvalidInput(
-            f"memory {consumed['memory']} is not a positive multiple of 128Mi",
+            f"memory {quote(consumed['memory'])} is not a positive multiple of 128Mi",
             code=ErrorCode.QUOTA, claim_uid=claim_uid, field=f"{field}.memory",
         )  # fmt: skip
     if memory > die_memory_bytes:
         raise InvalidInput(
-            f"memory {consumed['memory']} is more than the die has ({die_memory_bytes} bytes)",
+            f"memory {quote(consumed['memory'])} is more than the die has ({die_memory_bytes} bytes)",
             code=ErrorCode.QUOTA, claim_uid=claim_uid, field=f"{field}.memory",
         )  # fmt: skip
     compute = parse_quantity(consumed.get("compute", "0"), claim_uid=claim_uid, field=f"{field}.compute")
     if not 1 <= compute <= 100:
         raise InvalidInput(
-            f"compute {consumed.get('compute')!r} must be 1..100 percent",
+            f"compute {quote(consumed.get('compute'))} must be 1..100 percent",
             code=ErrorCode.QUOTA, claim_uid=claim_uid, field=f"{field}.compute",
         )  # fmt: skip
     return ShareQuota(memory_bytes=memory, compute_percent=compute)
+
+
+def split(quota: ShareQuota, vnpus: int, *, claim_uid: str, field: str) -> ShareQuota:
+    """The quota of each of ``vnpus`` equal vNPUs of ``quota`` (whole 128 MiB steps, whole percents)."""
+    if quota.memory_bytes % (vnpus * MEMORY_STEP):
+        raise InvalidInput(
+            f"memory {quota.memory_bytes // MIB}Mi does not divide into {vnpus} vNPUs of whole 128Mi steps",
+            code=ErrorCode.QUOTA, claim_uid=claim_uid, field=f"{field}.memory",
+        )  # fmt: skip
+    if quota.compute_percent % vnpus:
+        raise InvalidInput(
+            f"compute {quota.compute_percent}% does not divide into {vnpus} vNPUs of whole percents",
+            code=ErrorCode.QUOTA, claim_uid=claim_uid, field=f"{field}.compute",
+        )  # fmt: skip
+    return ShareQuota(
+        memory_bytes=quota.memory_bytes // vnpus, compute_percent=quota.compute_percent // vnpus
+    )

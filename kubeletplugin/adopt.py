@@ -29,7 +29,6 @@ from dra_driver.claims import ClaimRef
 from dra_driver.daemon.model import EntityInfo, RegisterResult
 from dra_driver.errors import FlexNPUError
 from dra_driver.plan import plan_claim, resolve_shares
-from kubeletplugin.effects import Job
 from kubeletplugin.prepare import Preparer
 
 log = logging.getLogger("flexnpu.adopt")
@@ -117,7 +116,7 @@ def _rebuild(preparer: Preparer, claim: Mapping[str, Any], ent: EntityInfo | Non
     plan = resolve_shares(base)
     conf = s.layout.conf_dir(ref.uid) / "client.conf"
     token = clientconf.load(conf).token if conf.is_file() else secrets.token_hex(32)
-    job = Job(plan=plan, token=token, layout=s.layout)
+    job = preparer.effects.job(plan, token)
     if ent is not None:
         job.registration = RegisterResult(ent.entity_id, ent.pid, ent.endpoints, existing=True)
     effects = list(preparer.effects.planned(job))

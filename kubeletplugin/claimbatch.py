@@ -9,17 +9,19 @@ protobuf; it owns the kubelet's per-call rules:
 * a claim with an empty ``uid``/``namespace``/``name`` gets its own error naming the field,
   the others are still processed;
 * request names lose their ``/subrequest`` suffix (the kubelet matches top-level names);
-* calls are serialised through a :class:`~kubeletplugin.serialize.CallSerializer`.
+* calls are serialised through a :class:`~kubeletplugin.serialize.CallSerializer`;
+* the kubelet's deadline for the call is handed to the preparer (``claims.CALL_DEADLINE``).
 
 Exceptions from the preparer propagate; the servicers turn them into a gRPC status.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import contextlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from dra_driver.claims import ClaimPreparer, ClaimRef, ClaimResult, PreparedDevice
+from dra_driver.claims import CALL_DEADLINE, ClaimPreparer, ClaimRef, ClaimResult, PreparedDevice
 from dra_driver.errors import InvalidInput
 from dra_driver.logs import claim_logger
 from kubeletplugin.serialize import CallSerializer
@@ -122,12 +124,15 @@ class BatchRunner:
         self._preparer = preparer
         self._serializer = serializer
 
-    def prepare(self, refs: Sequence[ClaimRef]) -> dict[str, ClaimResult]:
-        """Prepare ``refs``; return one result per requested UID. Preparer exceptions propagate."""
+    def prepare(self, refs: Sequence[ClaimRef], *, deadline: float | None = None) -> dict[str, ClaimResult]:
+        """Prepare ``refs``; return one result per requested UID. Preparer exceptions propagate.
+
+        ``deadline`` (``time.monotonic()``) is the kubelet's: no claim or retry starts that outlives it.
+        """
         checked = check_claims(refs)
         results: dict[str, ClaimResult] = {}
         if checked.valid:
-            with self._serializer:
+            with self._serializer, _deadline(deadline):
                 results = self._preparer.prepare(checked.valid)
         _log_unexpected(checked, results, "prepare")
         completed = complete_prepare(checked, results)
@@ -138,12 +143,12 @@ class BatchRunner:
                 claim_logger(uid).info("prepared %d device(s)", len(result.devices))
         return completed
 
-    def unprepare(self, refs: Sequence[ClaimRef]) -> dict[str, str]:
+    def unprepare(self, refs: Sequence[ClaimRef], *, deadline: float | None = None) -> dict[str, str]:
         """Unprepare ``refs``; return UID -> error ("" = released). Preparer exceptions propagate."""
         checked = check_claims(refs)
         results: dict[str, str] = {}
         if checked.valid:
-            with self._serializer:
+            with self._serializer, _deadline(deadline):
                 results = self._preparer.unprepare(checked.valid)
         _log_unexpected(checked, results, "unprepare")
         completed = complete_unprepare(checked, results)
@@ -153,6 +158,15 @@ class BatchRunner:
             else:
                 claim_logger(uid).info("unprepared")
         return completed
+
+
+@contextlib.contextmanager
+def _deadline(deadline: float | None) -> Iterator[None]:
+    token = CALL_DEADLINE.set(deadline)
+    try:
+        yield
+    finally:
+        CALL_DEADLINE.reset(token)
 
 
 def _normalise_device(device: PreparedDevice) -> PreparedDevice:

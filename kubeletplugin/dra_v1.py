@@ -10,6 +10,7 @@ v1beta1.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from types import ModuleType
 from typing import Any
@@ -78,7 +79,7 @@ class DRAPluginServicer:
     def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802 - gRPC name
         refs = self._codec.claims_from_proto(request.claims)
         try:
-            results = self._runner.prepare(refs)
+            results = self._runner.prepare(refs, deadline=_deadline(context))
         except Exception as exc:  # every failure becomes a status, never a dead server
             statuses.abort_with(context, exc, what="NodePrepareResources", log=_batch_log(refs))
         return self._codec.prepare_response(results)
@@ -86,7 +87,7 @@ class DRAPluginServicer:
     def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
         refs = self._codec.claims_from_proto(request.claims)
         try:
-            results = self._runner.unprepare(refs)
+            results = self._runner.unprepare(refs, deadline=_deadline(context))
         except Exception as exc:
             statuses.abort_with(context, exc, what="NodeUnprepareResources", log=_batch_log(refs))
         return self._codec.unprepare_response(results)
@@ -104,6 +105,12 @@ class DRAPluginV1Servicer(DRAPluginServicer):
 
     def __init__(self, runner: BatchRunner) -> None:
         super().__init__(runner, CODEC)
+
+
+def _deadline(context: grpc.ServicerContext) -> float | None:
+    """The kubelet's deadline as ``time.monotonic()``, a second early so the reply still arrives."""
+    remaining = context.time_remaining()
+    return None if remaining is None else time.monotonic() + max(remaining - 1.0, 0.0)
 
 
 def _batch_log(refs: list[ClaimRef]) -> ClaimLogger:

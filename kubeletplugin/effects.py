@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from dra_driver.claims import ClaimRef
 from dra_driver.config import DEFAULT_CLIENT_LIBRARY
 from dra_driver.daemon.model import Endpoints, EntityInfo, RegisterRequest, RegisterResult
 from dra_driver.discovery import node_files
-from dra_driver.errors import ErrorCode, StateError, Unavailable
+from dra_driver.errors import ErrorCode, StateError, Unavailable, quote
 from dra_driver.plan import ClaimPlan
 from dra_driver.records import HardVnpuRecord
 from kubeletplugin.hardsplit import HardVnpus
@@ -145,6 +146,31 @@ class Effects:
         self.daemon = daemon
         self.status = status
         self.hard = hard  # hard-split vNPUs (kubeletplugin/hardsplit.py), None on a node without templates
+        self._call = threading.local()  # the kubelet's deadline of the claim this thread works on
+
+    @contextlib.contextmanager
+    def bounded(self, deadline: float | None) -> Iterator[None]:
+        """Bound the daemon retries of this thread's work by ``deadline`` (``time.monotonic()``)."""
+        before = getattr(self._call, "deadline", None)
+        self._call.deadline = deadline
+        try:
+            yield
+        finally:
+            self._call.deadline = before
+
+    def lock_budget(self) -> float:
+        """How long to wait for a claim's lock: long enough for its other call's daemon retries."""
+        return self.retry_budget() + 15.0
+
+    def retry_budget(self) -> float:
+        """Seconds a daemon call may keep retrying: the configured budget, cut to the deadline."""
+        deadline: float | None = getattr(self._call, "deadline", None)
+        budget = self.settings.daemon_retry_seconds
+        return budget if deadline is None else max(0.0, min(budget, deadline - time.monotonic()))
+
+    def job(self, plan: ClaimPlan, token: str) -> Job:
+        """A prepare of ``plan`` on this node (its layout and client library)."""
+        return Job(plan=plan, token=token, layout=self.settings.layout)
 
     def planned(self, job: Job) -> tuple[Effect, ...]:
         """The effects a new prepare makes, in order (recorded before the first is made)."""
@@ -175,6 +201,7 @@ class Effects:
         elif eff.kind == EffectKind.CLIENT_CONF:
             self._write_client_conf(job)
         elif eff.kind == EffectKind.CDI_SPEC:
+            _check_host_paths(job.rendered.spec, job.plan.ref.uid)
             cdi.write_spec(self.settings.cdi_dir, job.rendered.spec, job.plan.ref.uid)
         elif eff.kind == EffectKind.CLAIM_STATUS:
             self.write_status(job.plan.ref, job.rendered.status, clog)
@@ -325,7 +352,7 @@ class Effects:
     def _retrying(self, clog: logs.ClaimLogger) -> tenacity.Retrying:
         return tenacity.Retrying(
             retry=tenacity.retry_if_exception_type(Unavailable),
-            stop=tenacity.stop_after_delay(self.settings.daemon_retry_seconds),
+            stop=tenacity.stop_before_delay(self.retry_budget()),  # no attempt starts after it
             wait=tenacity.wait_exponential_jitter(initial=0.1, max=2.0),
             before_sleep=lambda rs: clog.warning(
                 "daemon not reachable (attempt %d): %s; retrying",
@@ -338,6 +365,18 @@ class Effects:
 
 def status_record(docs: Sequence[JSON]) -> StatusRecord:
     return StatusRecord(devices=tuple(dict(d) for d in docs))
+
+
+def _check_host_paths(spec: cdi.Spec, uid: str) -> None:
+    """A runtime would fail the container later (``CreateContainerError``): fail the claim now."""
+    missing = [p for p in cdi.host_paths(spec) if not os.path.lexists(p)]
+    if missing:
+        raise StateError(
+            f"the CDI spec names host paths that do not exist on this node: {quote(missing)}",
+            code=ErrorCode.DEVICE_NOT_FOUND,
+            claim_uid=uid,
+            field="cdi-spec",
+        )
 
 
 def _inside(path: Path, root: Path, uid: str, clog: logs.ClaimLogger) -> bool:

@@ -1,56 +1,39 @@
 """Prepare and unprepare claims: the only place that sequences side effects.
 
-Order, always: GET the claim → plan and resolve shares (pure, ``dra_driver/plan.py``) → under
-the claim's own lock: record the intent (``PrepareStarted`` with every planned effect, after
-the conflict check, in one checkpoint step) → make each effect in order (register shares with
-the daemon, which starts the aclserver; write ``client.conf``; write the CDI spec — what they
-write is rendered once by ``dra_driver/render.py``) → record ``PrepareCompleted`` with the
-device status → write the claim's device status (best effort). Unprepare records
-``UnprepareStarted``, undoes the recorded effects in reverse order and drops the entry.
-
-Each recorded step is one :meth:`CheckpointStore.update` under the timed checkpoint lock; the
-daemon's network retries run outside it, under the claim lock only. A crash anywhere leaves a
-checkpoint entry from which the next prepare or unprepare of the claim (or the reconciler)
-converges, because each effect is idempotent (``kubeletplugin/effects.py``). A prepare that
-fails part-way, for any reason, rolls back what it made, so nothing half-prepared remains.
-
-Each claim gets its own result; one bad claim never fails the batch.
+GET the claim → plan and resolve shares (pure, ``dra_driver/plan.py``) → under the claim's own
+lock: record ``PrepareStarted`` with every planned effect (conflict check in the same step) →
+make each effect in order (``kubeletplugin/effects.py``: daemon Register, ``client.conf``, CDI
+spec, all rendered once by ``dra_driver/render.py``) → record ``PrepareCompleted`` → write the
+claim status (best effort). Unprepare records ``UnprepareStarted``, undoes the effects newest
+first and drops the entry. Each recorded step is one ``CheckpointStore.update``; daemon retries
+run under the claim lock only. Effects are idempotent, so a crash anywhere converges; a prepare
+that fails part-way, for any reason, rolls back. One bad claim never fails the batch.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import secrets
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, Literal, TypeVar
 
 from dra_driver import checkpoint, failpoints, logs, paths, render
 from dra_driver.checkpoint import CheckpointStore, ClaimEntry, ClaimLockHandle, ClaimState, Effect, EffectKind
-from dra_driver.claims import ClaimRef, ClaimResult, PreparedDevice, claim_error
+from dra_driver.claims import CALL_DEADLINE, ClaimRef, ClaimResult, PreparedDevice, claim_error
 from dra_driver.devices import Inventory
-from dra_driver.errors import FlexNPUError
+from dra_driver.errors import FlexNPUError, Unavailable
 from dra_driver.plan import ClaimPlan, check_conflicts, plan_claim, resolve_shares
 from dra_driver.records import HardVnpuRecord
 from dra_driver.telemetry import Telemetry
 from dra_driver.vnpu import render as vnpu_render
-from kubeletplugin import hardsplit
-from kubeletplugin.effects import (
-    PREPARE_POINT,
-    Daemon,
-    Effects,
-    Job,
-    PrepareSettings,
-    StatusWriter,
-    client_library,
-    now,
-)
+from kubeletplugin import effects, hardsplit
+from kubeletplugin.effects import Daemon, PrepareSettings, StatusWriter
 from kubeletplugin.hardsplit import HardVnpus
 
 __all__ = ["CONTAINER_CONF", "CONTAINER_SHM", "Daemon", "PrepareSettings", "Preparer", "StatusWriter"]
-
-log = logging.getLogger("flexnpu.prepare")
 
 ClaimGetter = Callable[[str, str], Mapping[str, Any]]
 
@@ -58,6 +41,7 @@ CONTAINER_CONF = render.CONTAINER_CONF
 CONTAINER_SHM = render.CONTAINER_SHM
 DAEMON = EffectKind.DAEMON_REGISTRATION
 T = TypeVar("T")
+UNPREPARE_WORKERS = 8
 
 
 class Preparer:
@@ -73,7 +57,6 @@ class Preparer:
         daemon: Daemon | None = None,
         status: StatusWriter | None = None,
         telemetry: Telemetry | None = None,
-        claim_lock_timeout: float | None = None,
         hard: HardVnpus | None = None,
     ) -> None:
         self.settings = settings
@@ -83,12 +66,10 @@ class Preparer:
         self.daemon = daemon
         self.status = status
         self.hard = hard
-        self.effects = Effects(settings=settings, daemon=daemon, status=status, hard=hard)
+        self.effects = effects.Effects(settings=settings, daemon=daemon, status=status, hard=hard)
         self.telemetry = telemetry or Telemetry(
             node_name=settings.pool_name, driver_name=settings.driver_name, enabled=False
         )
-        # long enough for another call of the same claim to finish its daemon retries
-        self.claim_lock_timeout = claim_lock_timeout or settings.daemon_retry_seconds + 15.0
 
     # -- kubelet calls ---------------------------------------------------------------------
 
@@ -116,20 +97,34 @@ class Preparer:
         one: Callable[[ClaimRef, logs.ClaimLogger], T],
         failed: Callable[[str], T],
     ) -> dict[str, T]:
-        """Run ``one`` per claim: each claim gets its own result, one bad claim never fails the batch."""
-        out: dict[str, T] = {}
-        for ref in claims:
+        """``one`` per claim, each its own result (one bad claim never fails the batch). Unprepares
+        run side by side (own claim locks); prepares in order, so conflicts resolve in the kubelet's."""
+
+        deadline = CALL_DEADLINE.get()
+
+        def run(ref: ClaimRef) -> T:
             clog = logs.claim_logger(ref.uid, ref.namespace, ref.name)
             with self.telemetry.operation(
                 verb, claim_uid=ref.uid or "-", namespace=ref.namespace, name=ref.name
             ) as rec:
                 try:
-                    out[ref.uid] = one(ref, clog)
+                    if deadline is not None and time.monotonic() >= deadline:
+                        raise Unavailable(f"not started: the kubelet's deadline for this {verb} call passed")
+                    with self.effects.bounded(deadline):
+                        return one(ref, clog)
                 except Exception as exc:  # a bug must not fail the other claims of the batch
                     err = claim_error(exc, ref.uid, log=clog)
                     clog.warning("%s failed: %s", verb, err)
                     rec.fail(err.code)
-                    out[ref.uid] = failed(str(err))
+                    return failed(str(err))
+
+        if verb == "unprepare" and len(claims) > 1:
+            with ThreadPoolExecutor(
+                min(UNPREPARE_WORKERS, len(claims)), thread_name_prefix="unprepare"
+            ) as pool:
+                out = dict(zip((r.uid for r in claims), pool.map(run, claims), strict=True))
+        else:
+            out = {ref.uid: run(ref) for ref in claims}
         self._report_prepared()
         return out
 
@@ -151,8 +146,8 @@ class Preparer:
         try:
             plan = resolve_shares(base)  # validates quotas and opaque config before any effect
             if plan.shares:  # and that the chosen interposition is possible on this node
-                render.interposition_plan(plan, s.layout, client_library(s.layout))
-            with self.store.claim_locks.hold(ref.uid, timeout=self.claim_lock_timeout) as lock:
+                render.interposition_plan(plan, s.layout, effects.client_library(s.layout))
+            with self.store.claim_locks.hold(ref.uid, timeout=self.effects.lock_budget()) as lock:
                 entry = self.store.get(ref.uid)
                 if entry is not None and entry.state == ClaimState.PREPARE_COMPLETED:
                     return ClaimResult(devices=self._repeat(entry, plan, clog))
@@ -164,7 +159,7 @@ class Preparer:
         except Exception as exc:
             err = claim_error(exc, ref.uid, log=clog)
             docs = render.failure_status(
-                base, driver_name=s.driver_name, reason=str(err.code), message=str(err), now=now()
+                base, driver_name=s.driver_name, reason=str(err.code), message=str(err), now=effects.now()
             )
             self.effects.write_status(ref, docs, clog)
             if err is exc:
@@ -175,10 +170,10 @@ class Preparer:
         self, plan: ClaimPlan, lock: ClaimLockHandle, clog: logs.ClaimLogger
     ) -> tuple[PreparedDevice, ...]:
         uid = plan.ref.uid
-        job = Job(plan=plan, token=secrets.token_hex(32), layout=self.settings.layout)
+        job = self.effects.job(plan, secrets.token_hex(32))
         existing = self.hard.manager.list() if self.hard is not None and plan.hard_results() else ()
 
-        def intent_of(job: Job) -> ClaimEntry:
+        def intent_of(job: effects.Job) -> ClaimEntry:
             return ClaimEntry(
                 uid=uid,
                 namespace=plan.ref.namespace,
@@ -210,12 +205,16 @@ class Preparer:
                 intent = intent_of(job)
             return intent
 
-        self.store.update(uid, record_intent)  # the intent is on disk before any effect
+        try:
+            self.store.update(uid, record_intent)  # the intent is on disk before any effect
+        except Exception:
+            lock.drop = True  # refused or not recorded: no entry, so no lock file either
+            raise
         failpoints.hit("prepare-after-intent")
         try:
             for eff in intent.effects:
                 self.effects.do(eff, job, clog)
-                failpoints.hit(PREPARE_POINT[eff.kind])
+                failpoints.hit(effects.PREPARE_POINT[eff.kind])
             r = job.rendered
             done = replace(intent, state=ClaimState.PREPARE_COMPLETED, devices=r.devices).with_effect(
                 Effect(EffectKind.CLAIM_STATUS, uid, checkpoint.StatusRecord(r.status))
@@ -232,7 +231,9 @@ class Preparer:
         self.effects.write_status(plan.ref, r.status, clog)
         return r.devices
 
-    def _rollback(self, intent: ClaimEntry, job: Job, lock: ClaimLockHandle, clog: logs.ClaimLogger) -> None:
+    def _rollback(
+        self, intent: ClaimEntry, job: effects.Job, lock: ClaimLockHandle, clog: logs.ClaimLogger
+    ) -> None:
         entry = intent
         try:
             if job.plan.shares and job.registration is None:
@@ -257,7 +258,7 @@ class Preparer:
             plan = plan.with_vnpus(
                 vnpu_render.from_records(recorded, inventory=self.inventory(), claim_uid=entry.uid)
             )
-        job = Job(plan=plan, token=rec.token if rec else "", layout=self.settings.layout)
+        job = self.effects.job(plan, rec.token if rec else "")
         self.effects.ensure(entry, job, clog)
         docs = job.rendered.status
         new = entry.with_effect(Effect(EffectKind.CLAIM_STATUS, entry.uid)).with_details(
@@ -274,8 +275,7 @@ class Preparer:
     # -- claim status ------------------------------------------------------------------------
 
     def set_ready(self, uid: str, ready: bool, reason: str, message: str) -> bool:
-        """Rewrite the claim's device status with a new Ready condition (aclserver down or back);
-        whether a status was written. Uses the device status recorded at prepare."""
+        """Write the recorded device status with a new Ready condition; whether it was written."""
         entry = self.store.get(uid)
         if entry is None or entry.state != ClaimState.PREPARE_COMPLETED:
             return False
@@ -290,12 +290,8 @@ class Preparer:
             yield cp
 
     def settle_interrupted(self) -> list[str]:
-        """Roll back entries a crash left in PrepareStarted/UnprepareStarted; their UIDs.
-
-        An entry whose claim lock is held belongs to a call in flight (in this or another
-        process) and is left alone. An effect that cannot be undone now (daemon down) keeps the
-        entry for the next pass.
-        """
+        """Roll back entries a crash left half-done; their UIDs. A held claim lock means a call in
+        flight (any process): left alone. An effect that cannot be undone now keeps the entry."""
         done: list[str] = []
         for uid, entry in self.store.entries().items():
             if entry.state == ClaimState.PREPARE_COMPLETED or self.store.claim_locks.busy(uid):
@@ -319,7 +315,7 @@ class Preparer:
     # -- unprepare -------------------------------------------------------------------------
 
     def unprepare_uid(self, uid: str, clog: logs.ClaimLogger) -> bool:
-        with self.store.claim_locks.hold(uid, timeout=self.claim_lock_timeout) as lock:
+        with self.store.claim_locks.hold(uid, timeout=self.effects.lock_budget()) as lock:
             entry = self.store.update(uid, checkpoint.set_state(uid, ClaimState.UNPREPARE_STARTED))
             if entry is None:
                 lock.drop = True

@@ -228,8 +228,8 @@ def test_equal_distribution(soft_node: Node, tmp_path: Path, capsys: pytest.Capt
     (claim,) = ex.pod_claims().values()
     ex.create(claim)
     results = _results(ex.allocate(claim.name))
-    assert [_consumed(r) for r in results] == [{"memory": 128 * MI, "compute": 10, "shares": 1}] * 2
-    assert len(ex.prepare(claim.name).devices) == 2
+    assert [_consumed(r) for r in results] == [{"memory": 256 * MI, "compute": 20, "shares": 1}]
+    assert len(ex.prepare(claim.name).devices) == 1  # one share of the total, split by vnpus: 2
     assert _shares(ex.conf(claim.name)) == [(0, 128 * MI, 10, "elastic"), (1, 128 * MI, 10, "elastic")]
     assert "FLEXNPU_VISIBLE_VNPUS=0,1" in ex.cdi_env(claim.name)
     out = run_probe(ex.host_conf(claim.name, tmp_path), capsys)

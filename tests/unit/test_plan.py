@@ -10,7 +10,7 @@ import pytest
 from dra_driver.claims import ClaimRef
 from dra_driver.devices import Die, DieMode, Inventory
 from dra_driver.errors import ErrorCode, FlexNPUError
-from dra_driver.plan import plan_claim, strip_subrequest
+from dra_driver.plan import check_conflicts, plan_claim, resolve_shares, strip_subrequest
 
 DRIVER = "npu.flexnpu.io"
 UID = "0b7d7a5c-1111-2222-3333-444455556666"
@@ -122,6 +122,30 @@ def _replaced() -> dict[str, Any]:
             "status.allocation.devices.config[0].opaque.parameters",
             id="opaque-not-object",
         ),
+        pytest.param(
+            _claim([_res("npu-0")], [{"requests": 5, "opaque": {"driver": DRIVER, "parameters": {}}}]),
+            ErrorCode.INVALID_OPAQUE_CONFIG,
+            "status.allocation.devices.config[0].requests",
+            id="requests-not-a-list",
+        ),
+        pytest.param(
+            _claim([_res("npu-0")], {"oops": 1}),  # type: ignore[arg-type]
+            ErrorCode.INVALID_OPAQUE_CONFIG,
+            "status.allocation.devices.config",
+            id="config-not-a-list",
+        ),
+        pytest.param(
+            {"metadata": {"uid": UID}, "status": {"allocation": {"devices": {"results": "npu-0"}}}},
+            ErrorCode.INVALID_ARGUMENT,
+            "status.allocation.devices.results",
+            id="results-a-string",
+        ),
+        pytest.param(
+            _claim([_res(7)]),  # type: ignore[arg-type]
+            ErrorCode.INVALID_ARGUMENT,
+            "status.allocation.devices.results[0].device",
+            id="device-not-a-string",
+        ),
     ],
 )
 def test_bad_claims(claim: dict[str, Any], code: ErrorCode, field: str) -> None:
@@ -133,3 +157,30 @@ def test_bad_claims(claim: dict[str, Any], code: ErrorCode, field: str) -> None:
 @pytest.mark.parametrize(("req", "top"), [("a", "a"), ("a/b", "a"), ("a/b/c", "a")])
 def test_strip_subrequest(req: str, top: str) -> None:
     assert strip_subrequest(req) == top
+
+
+def test_error_quotes_at_most_200_characters_of_input() -> None:
+    with pytest.raises(FlexNPUError) as info:
+        _plan(_claim([_res("npu-" + "9" * 1_000_000)]))
+    assert len(str(info.value)) < 600 and "more characters" in str(info.value)
+
+
+def test_a_whole_die_and_a_share_of_it_in_one_claim_are_refused() -> None:
+    plan = resolve_shares(
+        _plan(
+            _claim(
+                [
+                    _res("npu-0", request="whole"),
+                    _res(
+                        "vnpu-0",
+                        request="share",
+                        shareID="s",
+                        consumedCapacity={"memory": "128Mi", "compute": "1"},
+                    ),
+                ]
+            )
+        )
+    )
+    with pytest.raises(FlexNPUError) as info:
+        check_conflicts(plan, [])
+    assert info.value.code == ErrorCode.DEVICE_BUSY and "whole and for a share" in str(info.value)

@@ -11,16 +11,17 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from dra_driver import cdi, clientconf, files
-from dra_driver.checkpoint import Checkpoint, ClaimEntry, ClaimLocks, ClaimState, Mutation
-from dra_driver.claims import ClaimRef
+from dra_driver.checkpoint import Checkpoint, ClaimEntry, ClaimLocks, ClaimState, EffectKind, Mutation
+from dra_driver.claims import CALL_DEADLINE, ClaimRef
 from dra_driver.daemon.model import (
     Endpoints,
     EntityInfo,
@@ -31,6 +32,7 @@ from dra_driver.daemon.model import (
 )
 from dra_driver.devices import Die, Inventory
 from dra_driver.errors import ErrorCode, InvalidInput, StateError, Unavailable
+from dra_driver.testing import devroot
 from kubeletplugin.prepare import Preparer, PrepareSettings
 
 DRIVER = "npu.flexnpu.io"
@@ -110,6 +112,7 @@ class FakeDaemon:
     registered: dict[str, RegisterRequest] = field(default_factory=dict)
     fail_register: Exception | None = None
     fail_unregister: Exception | None = None
+    fail_uids: set[str] = field(default_factory=set)
     unregistered: list[str] = field(default_factory=list)
 
     def register(self, request: RegisterRequest) -> RegisterResult:
@@ -117,6 +120,7 @@ class FakeDaemon:
             raise self.fail_register
         self.registered[request.claim_uid] = request
         shm = self.shm_root / request.claim_uid
+        shm.mkdir(parents=True, exist_ok=True)
         return RegisterResult(
             entity_id=request.claim_uid,
             pid=4242,
@@ -146,6 +150,8 @@ class FakeDaemon:
         self.unregistered.append(claim_uid)
         if self.fail_unregister is not None:
             raise self.fail_unregister
+        if claim_uid in self.fail_uids:
+            raise Unavailable("daemon cannot stop this one")
         return self.registered.pop(claim_uid, None) is not None
 
 
@@ -210,6 +216,7 @@ def world(tmp_path: Path) -> World:
     daemon = FakeDaemon(tmp_path / "shm")
     status = FakeStatus()
     claims: dict[str, dict[str, Any]] = {}
+    devroot.build_device_root(tmp_path / "root", INVENTORY)
     preparer = Preparer(
         settings=PrepareSettings(
             driver_name=DRIVER,
@@ -225,7 +232,6 @@ def world(tmp_path: Path) -> World:
         inventory=lambda: INVENTORY,
         daemon=daemon,
         status=status,
-        claim_lock_timeout=5.0,
     )
     return World(tmp_path, store, daemon, status, claims, preparer)
 
@@ -369,6 +375,7 @@ def test_prepare_that_fails_at_a_step_leaves_nothing(
     assert res.devices == () and ref.uid in res.error and message in res.error
     assert world.remains(ref.uid) == want
     assert not list(world.root.glob("run/claims/*/.*tmp*")) and not list(world.root.glob("cdi/.*tmp*"))
+    assert not (world.root / "state" / "locks" / f"{ref.uid}.lock").exists()
     (doc,) = world.status.written[ref.uid]  # kubectl describe says why
     assert doc["conditions"][0]["status"] == "False"
     monkeypatch.undo()
@@ -473,6 +480,7 @@ def test_policy_conflict_with_another_claim_is_refused(world: World) -> None:
     b = _claim(world, "b", [_share()], _policy("elastic"))
     assert "PolicyConflict" in world.preparer.prepare([b])[b.uid].error
     assert world.remains(b.uid) == NOTHING
+    assert not (world.root / "state" / "locks" / f"{b.uid}.lock").exists()  # no lock file left behind
 
 
 def test_one_bad_claim_does_not_fail_the_batch(world: World) -> None:
@@ -514,3 +522,130 @@ def test_invalid_input_is_not_an_internal_error(world: World) -> None:
     res = world.preparer.prepare([ref])[ref.uid]
     assert isinstance(res.error, str) and "InvalidPath" in res.error
     assert not isinstance(InvalidInput("x"), StateError)
+
+
+def test_batched_unprepare_releases_every_claim_and_one_failure_stays_its_own(world: World) -> None:
+    refs = [_claim(world, f"c{i}", [_share(phy=i % 2, memory="128Mi", compute="1")]) for i in range(12)]
+    assert all(r.error == "" for r in world.preparer.prepare(refs).values())
+    world.daemon.fail_uids = {refs[5].uid}
+    out = world.preparer.unprepare(refs)
+    assert set(out) == {r.uid for r in refs}
+    assert refs[5].uid in out[refs[5].uid] and "daemon cannot stop this one" in out[refs[5].uid]
+    assert all(out[r.uid] == "" for r in refs if r is not refs[5])
+    assert [r.uid for r in refs if world.remains(r.uid) != NOTHING] == [refs[5].uid]
+    assert world.remains(refs[5].uid).state == ClaimState.UNPREPARE_STARTED
+
+
+def test_missing_device_node_fails_the_claim_before_its_spec_is_written(world: World) -> None:
+    (world.root / "root" / "dev" / "davinci1").unlink()
+    ref = _claim(world, "a", [_whole(phy=1)])
+    res = world.preparer.prepare([ref])[ref.uid]
+    assert "DeviceNotFound" in res.error and "dev/davinci1" in res.error and ref.uid in res.error
+    assert world.remains(ref.uid) == NOTHING
+
+
+def _vnpus(n: object) -> list[dict[str, Any]]:
+    params = {"apiVersion": "npu.flexnpu.io/v1alpha1", "kind": "VnpuConfig", "vnpus": n}
+    return [{"source": "FromClaim", "requests": ["vnpu"], "opaque": {"driver": DRIVER, "parameters": params}}]
+
+
+def test_equal_distribution_splits_one_share_into_n_vnpus_of_one_aclserver(world: World) -> None:
+    ref = _claim(world, "a", [_share(memory="512Mi", compute="20")], _vnpus(4))
+    res = world.preparer.prepare([ref])[ref.uid]
+    assert res.error == "" and len(res.devices) == 1  # one allocated device, one CDI device
+    conf = clientconf.load(world.conf(ref.uid))
+    assert [(s.virtual_id, s.memory_bytes, s.compute_percent) for s in conf.shares] == [
+        (i, 128 * MIB, 5) for i in range(4)
+    ]
+    (request,) = world.daemon.registered.values()  # one aclserver serves all four
+    assert [(s.virtual_id, s.die_phy_id, s.memory_bytes) for s in request.shares] == [
+        (i, 0, 128 * MIB) for i in range(4)
+    ]
+    spec = json.loads(world.spec(ref.uid).read_text())
+    assert "FLEXNPU_VISIBLE_VNPUS=0,1,2,3" in spec["containerEdits"]["env"]
+    (dev,) = spec["devices"]
+    assert dev["containerEdits"]["env"] == [f"FLEXNPU_VNPU_{i}=vnpu-0" for i in range(4)]
+    (doc,) = world.status.written[ref.uid]
+    assert doc["data"]["virtualIDs"] == [0, 1, 2, 3] and doc["data"]["memoryBytes"] == 128 * MIB
+
+
+@pytest.mark.parametrize(
+    ("memory", "compute", "n", "field"),
+    [
+        pytest.param("256Mi", "20", 3, "memory", id="memory-not-whole-steps"),
+        pytest.param("256Mi", "25", 2, "compute", id="compute-not-whole-percents"),
+        pytest.param("128Mi", "10", 2, "memory", id="less-than-a-step-each"),
+    ],
+)
+def test_equal_distribution_that_does_not_divide_is_refused(
+    world: World, memory: str, compute: str, n: int, field: str
+) -> None:
+    ref = _claim(world, "a", [_share(memory=memory, compute=compute)], _vnpus(n))
+    res = world.preparer.prepare([ref])[ref.uid]
+    assert "QuotaInvalid" in res.error and f"consumedCapacity.{field}" in res.error and "divide" in res.error
+    assert world.remains(ref.uid) == NOTHING
+
+
+@pytest.mark.parametrize("n", [0, 17, "2", True, 1.5], ids=["zero", "too-many", "string", "bool", "float"])
+def test_bad_vnpus_value_is_a_clear_error(world: World, n: object) -> None:
+    ref = _claim(world, "a", [_share()], _vnpus(n))
+    res = world.preparer.prepare([ref])[ref.uid]
+    assert "InvalidOpaqueConfig" in res.error and "opaque.parameters.vnpus" in res.error
+
+
+def test_a_claim_is_not_started_after_the_kubelets_deadline(world: World) -> None:
+    ref = _claim(world, "a", [_share()])
+    token = CALL_DEADLINE.set(time.monotonic() - 1.0)
+    try:
+        res = world.preparer.prepare([ref])[ref.uid]
+    finally:
+        CALL_DEADLINE.reset(token)
+    assert "deadline" in res.error and ref.uid in res.error
+    assert world.store.updates == 0 and world.daemon.registered == {}
+
+
+def test_daemon_retries_stop_at_the_kubelets_deadline(world: World) -> None:
+    world.preparer.settings = replace(world.preparer.settings, daemon_retry_seconds=3600.0)
+    world.preparer.effects.settings = world.preparer.settings
+    attempts: list[float] = []
+
+    def register(request: RegisterRequest) -> RegisterResult:
+        attempts.append(time.monotonic())
+        raise Unavailable("daemon restarting")
+
+    world.daemon.register = register  # type: ignore[method-assign]
+    ref = _claim(world, "a", [_share()])
+    deadline = time.monotonic() + 0.5
+    token = CALL_DEADLINE.set(deadline)
+    try:
+        res = world.preparer.prepare([ref])[ref.uid]
+    finally:
+        CALL_DEADLINE.reset(token)
+    assert "daemon restarting" in res.error
+    assert attempts and all(t <= deadline for t in attempts)  # no attempt after the deadline
+    assert world.remains(ref.uid) == NOTHING
+
+
+def test_recorded_paths_outside_the_driver_directories_are_never_removed(world: World) -> None:
+    ref = _claim(world, "a", [_share()])
+    world.preparer.prepare([ref])
+    victim_file = world.root / "etc-passwd"
+    victim_file.write_text("root:x:0:0")
+    victim_dir = world.root / "home"
+    (victim_dir / "claims" / ref.uid).mkdir(parents=True)
+    entry = world.store.get(ref.uid)
+    assert entry is not None
+    hostile = replace(
+        entry,
+        effects=tuple(
+            replace(e, ref=str(victim_file))
+            if e.kind == EffectKind.CDI_SPEC
+            else replace(e, ref=str(victim_dir / "claims" / ref.uid))
+            if e.kind == EffectKind.CLIENT_CONF
+            else e
+            for e in entry.effects
+        ),
+    )
+    world.store.claims[ref.uid] = hostile  # what a tampered checkpoint record says
+    assert world.preparer.unprepare([ref]) == {ref.uid: ""}
+    assert victim_file.read_text() == "root:x:0:0" and (victim_dir / "claims" / ref.uid).is_dir()
