@@ -23,9 +23,44 @@ from typing import Any
 from dra_driver import logs
 from dra_driver.devices import Die, Inventory
 from dra_driver.errors import ErrorCode, FlexNPUError, StateError
+from dra_driver.plan import ClaimPlan
+from dra_driver.records import ClaimEntry, HardVnpuRecord
 from dra_driver.vnpu import Vnpu, VnpuManager, check_template, ledger
+from dra_driver.vnpu import render as vnpu_render
 
-__all__ = ["HardVnpus", "taken_ids"]
+__all__ = ["HardVnpus", "assign_vnpus", "recorded_vnpus", "taken_ids"]
+
+
+def assign_vnpus(
+    plan: ClaimPlan,
+    entries: Mapping[str, ClaimEntry],
+    *,
+    existing: Iterable[Vnpu],
+    inventory: Inventory,
+) -> ClaimPlan:
+    """The plan with a vNPU ID for each hard result, avoiding every existing and recorded one (pure;
+    the caller runs it under the checkpoint lock, so two prepares never pick the same ID)."""
+    recorded = [
+        dict(e.details.vnpu)
+        for other in entries.values()
+        for e in other.effects
+        if isinstance(e.details, HardVnpuRecord)
+    ]
+    vnpus = vnpu_render.plan_vnpus(
+        plan.hard_results(),
+        inventory=inventory,
+        taken=taken_ids(existing, recorded),
+        claim_uid=plan.ref.uid,
+    )
+    return plan.with_vnpus(vnpus)
+
+
+def recorded_vnpus(plan: ClaimPlan, entry: ClaimEntry, *, inventory: Inventory) -> ClaimPlan:
+    """The plan with the vNPUs a completed claim got (for a repeat prepare's CDI spec and status)."""
+    recorded = [dict(e.details.vnpu) for e in entry.effects if isinstance(e.details, HardVnpuRecord)]
+    if not recorded:
+        return plan
+    return plan.with_vnpus(vnpu_render.from_records(recorded, inventory=inventory, claim_uid=entry.uid))
 
 
 def taken_ids(existing: Iterable[Vnpu], recorded: Iterable[Mapping[str, Any]]) -> set[int]:

@@ -26,9 +26,7 @@ from dra_driver.claims import CALL_DEADLINE, ClaimRef, ClaimResult, PreparedDevi
 from dra_driver.devices import Inventory
 from dra_driver.errors import FlexNPUError, Unavailable
 from dra_driver.plan import ClaimPlan, check_conflicts, plan_claim, resolve_shares
-from dra_driver.records import HardVnpuRecord
 from dra_driver.telemetry import Telemetry
-from dra_driver.vnpu import render as vnpu_render
 from kubeletplugin import effects, hardsplit
 from kubeletplugin.effects import Daemon, PrepareSettings, StatusWriter
 from kubeletplugin.hardsplit import HardVnpus
@@ -189,19 +187,9 @@ class Preparer:
             nonlocal intent
             check_conflicts(plan, checkpoint.held_dies(entries, but=uid))
             if plan.hard_results():  # vNPU IDs are chosen under the lock, against every recorded one
-                recorded = [
-                    dict(e.details.vnpu)
-                    for other in entries.values()
-                    for e in other.effects
-                    if isinstance(e.details, HardVnpuRecord)
-                ]
-                vnpus = vnpu_render.plan_vnpus(
-                    plan.hard_results(),
-                    inventory=self.inventory(),
-                    taken=hardsplit.taken_ids(existing, recorded),
-                    claim_uid=uid,
+                job.plan = hardsplit.assign_vnpus(
+                    plan, entries, existing=existing, inventory=self.inventory()
                 )
-                job.plan = plan.with_vnpus(vnpus)
                 intent = intent_of(job)
             return intent
 
@@ -253,11 +241,7 @@ class Preparer:
     ) -> tuple[PreparedDevice, ...]:
         """Repeat prepare of a completed claim: put back what is missing, refresh the status."""
         rec = entry.registration
-        recorded = [dict(e.details.vnpu) for e in entry.effects if isinstance(e.details, HardVnpuRecord)]
-        if recorded:  # the vNPUs this claim got, for the CDI spec and status rendered again
-            plan = plan.with_vnpus(
-                vnpu_render.from_records(recorded, inventory=self.inventory(), claim_uid=entry.uid)
-            )
+        plan = hardsplit.recorded_vnpus(plan, entry, inventory=self.inventory())
         job = self.effects.job(plan, rec.token if rec else "")
         self.effects.ensure(entry, job, clog)
         docs = job.rendered.status
