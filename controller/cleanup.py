@@ -220,6 +220,7 @@ class Reconciler:
         self.index = ClaimIndex(self._entries, getattr(preparer.store, "path", None))
         self._unreserved_since: dict[str, float] = {}
         self._wake = threading.Event()
+        self._reported_doubts: tuple[str, ...] = ()
         self._backoff = 1.0
         self._watch_backoff = 1.0
         self.passes = 0
@@ -291,12 +292,22 @@ class Reconciler:
                 "kept: the API's answer about the claim proves nothing (%s); asking again later", d.why
             )
         if findings.untrusted:
+            doubts = tuple(getattr(self.preparer.store, "doubts", list)())
             log.error(
                 "the checkpoint store is not trusted (damaged state, ownership not rebuilt): "
-                "the reconciler and the orphan sweep remove nothing until it is"
+                "the reconciler and the orphan sweep remove nothing until it is: %s",
+                "; ".join(doubts) or "?",
             )
+            if doubts != self._reported_doubts:  # one Node Event per distinct doubt, not one per pass
+                self._reported_doubts = doubts
+                self._event(
+                    "checkpoint not trusted, nothing is removed until `flexnpu-smi adopt` or `discard`: "
+                    + "; ".join(doubts)[:800],
+                    reason="FlexNPUCheckpointUntrusted",
+                )
             self.passes += 1
             return findings
+        self._reported_doubts = ()
         for r in findings.residuals:
             try:
                 self.remove_claim(r)
@@ -343,11 +354,11 @@ class Reconciler:
         self.live.failed(LOOP_RECONCILER, exc)
         logger.error("could not %s (%s: %s); kept for the next pass", what, type(exc).__name__, exc)
 
-    def _event(self, message: str) -> None:
+    def _event(self, message: str, *, reason: str = "FlexNPUResidualRemoved") -> None:
         try:
             self.kube.create_event(
                 involved={"apiVersion": "v1", "kind": "Node", "name": self.node_name, "namespace": "default"},
-                reason="FlexNPUResidualRemoved",
+                reason=reason,
                 message=message,
                 event_type="Warning",
                 host=self.node_name,

@@ -374,6 +374,10 @@ def test_damaged_checkpoint_removes_nothing_and_the_node_keeps_serving(
     # two reconcile passes ran (1 s period) and each refused to remove anything
     wait_for("two refused passes", lambda: n.log().count("store is not trusted") >= 2, timeout=30)
     assert assert_share_works(n, a.uid) == a_pid  # A's aclserver, CDI spec and client.conf survive
+    events = json.loads(n.api_core().list_namespaced_event("default", _preload_content=False).data)["items"]
+    untrusted = [e for e in events if e["reason"] == "FlexNPUCheckpointUntrusted"]
+    assert len(untrusted) == 1, untrusted  # reported on the Node once, not once per pass
+    assert untrusted[0]["involvedObject"]["kind"] == "Node" and "flexnpu-smi adopt" in untrusted[0]["message"]
     assert any(p.read_bytes() == bad for p in n.dirs["state"].rglob("*") if p.is_file())  # kept
     assert n.slices()  # publishes
     d = _allocate(n, "d", SHARE)
