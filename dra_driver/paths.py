@@ -12,7 +12,9 @@ from pathlib import Path
 
 from dra_driver.errors import ErrorCode, InvalidInput, quote
 
-_UID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,62}$")
+UID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,62}$")
+"""The one claim-UID rule (a Kubernetes UID is a UUID: hex digits and dashes); the daemon uses it too."""
+_UID_RE = UID_RE
 _DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DNS_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 

@@ -109,6 +109,8 @@ class ClaimPlan:
 
 
 def strip_subrequest(request: str) -> str:
+    """``"req/sub"`` -> ``"req"``: the top-level request name the kubelet matches containers against
+    (the one implementation; ``kubeletplugin/claimbatch.py`` uses it for a whole batch)."""
     return request.split("/", 1)[0]
 
 

@@ -21,6 +21,7 @@ import contextlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from dra_driver import plan
 from dra_driver.claims import CALL_DEADLINE, ClaimPreparer, ClaimRef, ClaimResult, PreparedDevice
 from dra_driver.errors import InvalidInput
 from dra_driver.logs import claim_logger
@@ -43,7 +44,7 @@ def strip_subrequests(names: Iterable[str]) -> tuple[str, ...]:
     """``("req/sub", "req", "b")`` -> ``("req", "b")``: top-level names, deduplicated, order kept."""
     out: dict[str, None] = {}
     for name in names:
-        out.setdefault(name.split("/", 1)[0], None)
+        out.setdefault(plan.strip_subrequest(name), None)
     return tuple(out)
 
 

@@ -11,13 +11,14 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from dra_driver import paths
 from dra_driver.aclserver.codes import Policy
 from dra_driver.daemon.model import DieCapacity, Entity, RegisterRequest, parse_policy
 from dra_driver.errors import ErrorCode, InvalidInput, StateError
 
-# Claim UIDs become file and directory names: the Kubernetes UID alphabet only (no dots, so
-# "<uid>.spec.json" parses back unambiguously and nothing can collide with ".ledger").
-CLAIM_UID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
+# Claim UIDs become file and directory names: the node's one rule (dra_driver/paths.py; no dots,
+# so "<uid>.spec.json" parses back unambiguously and nothing can collide with ".ledger").
+CLAIM_UID_RE = paths.UID_RE
 TOKEN_RE = re.compile(r"^[0-9a-fA-F]{16,512}$")
 MAX_SHARES = 64
 
@@ -62,7 +63,7 @@ def _check_shape(request: RegisterRequest) -> None:
     uid = request.claim_uid
     if not CLAIM_UID_RE.match(uid):
         raise InvalidInput(
-            f"claim UID {uid!r} is empty or has characters outside [A-Za-z0-9_-]",
+            f"claim UID {uid!r} is empty, longer than 63 or has characters outside [A-Za-z0-9-]",
             claim_uid=uid or None,
             field="claim_uid",
         )
