@@ -320,34 +320,7 @@ class NpuSmiDiscovery:
 
     def run(self, *args: str) -> str:
         """Run npu-smi with ``args``; return stdout or raise InvalidInput/Unavailable."""
-        argv = [self.executable, *args]
-        command = " ".join(argv)
-        try:
-            done = self._runner(argv, self.timeout)
-        except FileNotFoundError as exc:
-            raise InvalidInput(
-                f"npu-smi executable {self.executable!r} not found (set --npu-smi or --inventory)",
-                code=ErrorCode.INVALID_CONFIG,
-                field="npu-smi",
-            ) from exc
-        except subprocess.TimeoutExpired as exc:
-            raise Unavailable(
-                f"{command!r} did not finish within {self.timeout:g}s",
-                code=ErrorCode.INTERNAL,
-                field="npu-smi",
-            ) from exc
-        except OSError as exc:
-            raise Unavailable(
-                f"cannot run {command!r}: {exc}", code=ErrorCode.INTERNAL, field="npu-smi"
-            ) from exc
-        if done.returncode != 0:
-            detail = (done.stderr or done.stdout).strip()[-500:]
-            raise Unavailable(
-                f"{command!r} exited with status {done.returncode}: {detail}",
-                code=ErrorCode.INTERNAL,
-                field="npu-smi",
-            )
-        return done.stdout
+        return run_npu_smi(self._runner, self.executable, args, timeout=self.timeout, code=ErrorCode.INTERNAL)
 
     def numa_node(self, bus_id: str) -> int:
         path = self.sysfs / "bus" / "pci" / "devices" / bus_id.lower() / "numa_node"
@@ -411,3 +384,39 @@ def _chip_row(fmt: SmiFormat, npu: tuple[int, str, str], cells: list[str], where
         phy_id=int(tokens[1]) if len(tokens) == 2 else None,
         memory_total_mib=int(pairs[-1][1]),
     )
+
+
+Runner = Callable[[list[str], float], "subprocess.CompletedProcess[str]"]
+
+
+def run_npu_smi(
+    runner: Runner, executable: str, args: tuple[str, ...], *, timeout: float, code: ErrorCode
+) -> str:
+    """Run ``executable args`` through ``runner``; its stdout, or InvalidInput (not installed) /
+    Unavailable with ``code`` (timeout, cannot run, non-zero exit). The one npu-smi runner of the
+    driver: discovery and the vNPU backend (``dra_driver/vnpu/npu_smi.py``) both use it."""
+    argv = [executable, *args]
+    command = " ".join(argv)[:MAX_QUOTED_COMMAND]
+    try:
+        done = runner(argv, timeout)
+    except FileNotFoundError as exc:
+        raise InvalidInput(
+            f"npu-smi executable {executable[:MAX_QUOTED_COMMAND]!r} not found (set --npu-smi or --inventory)",
+            code=ErrorCode.INVALID_CONFIG,
+            field="npu-smi",
+        ) from exc
+    except subprocess.TimeoutExpired as exc:
+        raise Unavailable(
+            f"{command!r} did not finish within {timeout:g}s", code=code, field="npu-smi"
+        ) from exc
+    except OSError as exc:
+        raise Unavailable(f"cannot run {command!r}: {exc}", code=code, field="npu-smi") from exc
+    if done.returncode != 0:
+        detail = (done.stderr or done.stdout).strip()[-MAX_QUOTED_COMMAND:]
+        raise Unavailable(
+            f"{command!r} exited with status {done.returncode}: {detail}", code=code, field="npu-smi"
+        )
+    return done.stdout
+
+
+MAX_QUOTED_COMMAND = 200

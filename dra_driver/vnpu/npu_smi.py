@@ -23,7 +23,8 @@ import subprocess
 from collections.abc import Callable
 
 from dra_driver.devices import Die, Inventory
-from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput, StateError, Unavailable
+from dra_driver.discovery import npu_smi as discovery_npu_smi
+from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput, StateError
 from dra_driver.templates import Template
 from dra_driver.vnpu import Vnpu, check_template
 
@@ -208,34 +209,9 @@ class NpuSmiVnpus:
             pass  # the original error is the one to report; the sweep retries the orphan
 
     def _run(self, *args: str) -> str:
-        argv = [self.executable, *args]
-        command = " ".join(argv)[:MAX_QUOTED]
-        try:
-            done = self._runner(argv, self.timeout)
-        except FileNotFoundError as exc:
-            raise InvalidInput(
-                f"npu-smi executable {self.executable[:MAX_QUOTED]!r} not found (set --npu-smi)",
-                code=ErrorCode.INVALID_CONFIG,
-                field="npu-smi",
-            ) from exc
-        except subprocess.TimeoutExpired as exc:
-            raise Unavailable(
-                f"{command!r} did not finish within {self.timeout:g}s",
-                code=ErrorCode.VNPU_FAILED,
-                field="npu-smi",
-            ) from exc
-        except OSError as exc:
-            raise Unavailable(
-                f"cannot run {command!r}: {exc}", code=ErrorCode.VNPU_FAILED, field="npu-smi"
-            ) from exc
-        if done.returncode != 0:
-            detail = (done.stderr or done.stdout).strip()[-MAX_QUOTED:]
-            raise Unavailable(
-                f"{command!r} exited with status {done.returncode}: {detail}",
-                code=ErrorCode.VNPU_FAILED,
-                field="npu-smi",
-            )
-        return done.stdout
+        return discovery_npu_smi.run_npu_smi(
+            self._runner, self.executable, args, timeout=self.timeout, code=ErrorCode.VNPU_FAILED
+        )
 
     def __repr__(self) -> str:
         return f"NpuSmiVnpus({self.executable!r})"
