@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import tenacity
 
 from controller.kube import Conflict, Gone, Kube, NotFound
-from dra_driver import liveness, slices
+from dra_driver import liveness, retrying, slices
 from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput, Unavailable
 
 JSON = dict[str, Any]
@@ -536,13 +536,12 @@ class SlicePublisher:
                 "%s failed (attempt %d), retrying in %.1fs: %s", what, state.attempt_number, delay, err
             )
 
-        return tenacity.Retrying(
-            retry=tenacity.retry_if_exception_type(Unavailable),
-            wait=tenacity.wait_random_exponential(multiplier=0.2, max=self.max_backoff_seconds),
+        return retrying.policy(
             stop=lambda _state: stop.is_set(),
             sleep=self._sleeper(stop),
             before_sleep=before_sleep,
-            reraise=True,
+            base=0.2,
+            max_wait=self.max_backoff_seconds,
         )
 
     @staticmethod

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import tenacity
 
-from dra_driver import cdi, clientconf, files, interposition, logs, paths, render
+from dra_driver import cdi, clientconf, files, interposition, logs, paths, render, retrying
 from dra_driver.checkpoint import ClaimEntry, Effect, EffectKind, Registration, StatusRecord
 from dra_driver.claims import ClaimRef
 from dra_driver.config import DEFAULT_CLIENT_LIBRARY
@@ -350,16 +350,13 @@ class Effects:
             )
 
     def _retrying(self, clog: logs.ClaimLogger) -> tenacity.Retrying:
-        return tenacity.Retrying(
-            retry=tenacity.retry_if_exception_type(Unavailable),
+        return retrying.policy(
             stop=tenacity.stop_before_delay(self.retry_budget()),  # no attempt starts after it
-            wait=tenacity.wait_exponential_jitter(initial=0.1, max=2.0),
             before_sleep=lambda rs: clog.warning(
                 "daemon not reachable (attempt %d): %s; retrying",
                 rs.attempt_number,
                 rs.outcome and rs.outcome.exception(),
             ),
-            reraise=True,
         )
 
 
