@@ -7,10 +7,12 @@ measured in the same run:
   Python, so the second ratio is what the protocol and the shim add);
 * 64 MiB ``aclrtMemcpy`` host->device and device->host from ``aclrtMallocHost`` buffers vs an
   in-process ``memcpy`` of the same size, interleaved (target >= 0.9x); the same copies from
-  plain ``malloc`` memory (staged through the connection's staging region) are reported too;
+  plain ``malloc`` memory (staged through the connection's staging region) are reported too,
+  and (as root) the same with the data link on a tmpfs mounted ``huge=within_size``;
 * 16 sessions vs 4 on one claim: aggregate small-call throughput (target >= 0.9x; needs the
   multi-session aclserver);
-* RSS the shim adds to a process.
+* RSS the shim adds to a process;
+* SIGKILL of a process holding memory until another session of the claim sees it free (target < 1 s).
 
 Usage: ``.venv/bin/python bench/bench_c_client.py [--rounds 20] [--per 500]``.
 """
@@ -18,10 +20,13 @@ Usage: ``.venv/bin/python bench/bench_c_client.py [--rounds 20] [--per 500]``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
+import time
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
 from _aclbench import med, p99, workdir
@@ -101,6 +106,90 @@ def sessions_throughput(bench: Path, conf: Path, n: int, seconds: float) -> floa
                 p.wait()
 
 
+@contextlib.contextmanager
+def huge_page_server(work: Path) -> Iterator[Path | None]:
+    """An aclserver whose shm dir is a tmpfs mounted with ``huge=within_size`` (root only; else
+    None): the server's pread/pwrite of the data link then walks 2 MiB pages."""
+    if os.geteuid() != 0:
+        yield None
+        return
+    spec = aclservers.make_spec(
+        work,
+        shares=[aclservers.share(0, memory=1024 * MIB)],
+        ledger_dir=str(work / "ledger-hp"),
+        staging_bytes=16 * MIB,
+    )
+    mnt = Path(spec.shm_dir)
+    mnt.mkdir(mode=0o711)
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1g,huge=within_size", "fnpu-bench-hp", str(mnt)], check=True
+    )
+    try:
+        srv = aclservers.start_aclserver(spec, work)
+        try:
+            conf = work / "client-hp.conf"
+            conf.write_text(clientconf.render(srv.conf()))
+            yield conf
+        finally:
+            srv.stop()
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
+        mnt.rmdir()
+
+
+def copy_rows(bench: Path, conf: Path, rounds: int, title: str) -> None:
+    copy = samples(run(bench, "memcpy", str(64 * MIB), str(rounds), conf=conf))
+    base = med(copy["memcpy"])
+    print(f"\n64 MiB copies, {rounds} interleaved rounds, {title} (median GB/s, ratio to in-process memcpy)")
+    for kind in ("h2d", "d2h", "memcpy", "h2d-staged", "d2h-staged"):
+        gbs = 64 * MIB / med(copy[kind]) / 1e9
+        print(f"  {kind:10} {gbs:6.2f} GB/s  {base / med(copy[kind]):5.2f}x")
+
+
+def kill_to_free(check: Path, conf: Path, trials: int) -> list[float]:
+    """Seconds from SIGKILL of a process holding 256 MiB until another session sees it free again."""
+    env = {**os.environ, "FLEXNPU_CONF": str(conf)}
+    out: list[float] = []
+    watcher = subprocess.Popen(
+        [str(check), "hold", "4096"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+    )
+    assert watcher.stdin is not None and watcher.stdout is not None
+
+    def free_now() -> int:
+        watcher.stdin.write("i")
+        watcher.stdin.flush()
+        while True:
+            line = watcher.stdout.readline()
+            if line.startswith("val hold_free "):
+                return int(line.split()[-1])
+
+    try:
+        while watcher.stdout.readline().strip() != "held":
+            pass
+        for _ in range(trials):
+            holder = subprocess.Popen(
+                [str(check), "hold", str(256 * MIB)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
+            assert holder.stdout is not None
+            while holder.stdout.readline().strip() != "held":
+                pass
+            before = free_now()
+            t0 = time.monotonic()
+            holder.kill()
+            while free_now() < before + 256 * MIB:
+                pass
+            out.append(time.monotonic() - t0)
+            holder.wait()
+    finally:
+        watcher.kill()
+        watcher.wait()
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=20)
@@ -139,14 +228,12 @@ def main() -> None:
                 f"{name:12} {med(a) * 1e6:11.1f} {med(r) * 1e6:11.1f} {med(a) / med(r):6.2f}"
                 f" {p99(a) * 1e6:8.1f} {p99(r) * 1e6:8.1f} {p99(a) / p99(r):6.2f}"
             )
-        copy = samples(run(bench, "memcpy", str(64 * MIB), str(args.copy_rounds), conf=conf))
-        base = med(copy["memcpy"])
-        print(
-            f"\n64 MiB copies, {args.copy_rounds} interleaved rounds (median GB/s, ratio to in-process memcpy)"
-        )
-        for kind in ("h2d", "d2h", "memcpy", "h2d-staged", "d2h-staged"):
-            gbs = 64 * MIB / med(copy[kind]) / 1e9
-            print(f"  {kind:10} {gbs:6.2f} GB/s  {base / med(copy[kind]):5.2f}x")
+        copy_rows(bench, conf, args.copy_rounds, "data link on /dev/shm")
+        with huge_page_server(work) as hp_conf:
+            if hp_conf is None:
+                print("  (not root: no huge-page tmpfs comparison)")
+            else:
+                copy_rows(bench, hp_conf, args.copy_rounds, "data link on a huge=within_size tmpfs")
         rss = {k: int(v) for k, v in (line.split()[1:] for line in run(bench, "rss", conf=conf).splitlines())}
         rss.update(
             {k: int(v) for k, v in (line.split()[1:] for line in run(baseline, conf=conf).splitlines())}
@@ -156,6 +243,12 @@ def main() -> None:
             f" (+{rss['loaded'] - rss['baseline']}); after aclInit {rss['initialized']} kB"
             f" (+{rss['initialized'] - rss['baseline']}; the staging region is mapped lazily);"
             f" after a malloc and a copy {rss['used']} kB"
+        )
+        check = clibrary.compile_program(HERE.parent / "tests" / "c" / "acl_check.c", link_library=lib)
+        freed = kill_to_free(check, conf, 5)
+        print(
+            f"\nSIGKILL of a process holding 256 MiB -> another session sees it free: median"
+            f" {med(freed) * 1e3:.1f} ms, max {max(freed) * 1e3:.1f} ms ({len(freed)} trials; target < 1 s)"
         )
         four = sessions_throughput(bench, conf, 4, args.seconds)
         sixteen = sessions_throughput(bench, conf, 16, args.seconds)

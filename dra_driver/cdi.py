@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dra_driver import paths
-from dra_driver.checkpoint import write_atomic
+from dra_driver import files, paths
 from dra_driver.errors import ErrorCode, InvalidInput
 
 _VENDOR_RE = re.compile(r"^[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
@@ -183,17 +182,19 @@ def write_spec(cdi_dir: Path, spec: Spec, claim_uid: str) -> Path:
     validate(spec, claim_uid=claim_uid)
     path = spec_path(cdi_dir, spec.kind, claim_uid)
     payload = (json.dumps(spec.to_json(), indent=2, sort_keys=True) + "\n").encode()
-    write_atomic(path, payload, mode=0o644)
+    files.write_atomic(path, payload, mode=0o644, dir_mode=0o755)
     return path
 
 
 def remove_spec(path: Path) -> bool:
-    """Remove a spec file; a missing file is fine (idempotent). Returns whether it existed."""
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
+    """Remove a spec file; a missing file is fine (idempotent). Returns whether it existed.
+
+    A missing file is checked first: on a read-only CDI directory ``unlink`` fails with EROFS
+    even for a name that is not there, and an absent spec must not block a rollback.
+    """
+    if not os.path.lexists(path):
         return False
-    return True
+    return files.remove_nofollow(path)
 
 
 def list_specs(cdi_dir: Path, kind: Kind) -> dict[str, Path]:

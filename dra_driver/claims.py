@@ -6,9 +6,15 @@ core never sees protobuf types.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+from dra_driver.errors import ErrorCode, FlexNPUError, StateError
+
+QUOTE_MAX = 200
+"""At most this many characters of any input (or of an unknown exception's text) in an error."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,3 +69,15 @@ class HealthSource(Protocol):
     """Current health of every published device (the full set each time)."""
 
     def device_health(self) -> list[DeviceHealthReport]: ...
+
+
+def claim_error(
+    exc: Exception, claim_uid: str, *, log: logging.LoggerAdapter[logging.Logger]
+) -> FlexNPUError:
+    """The per-claim error for ``exc``: a driver error as is, with the claim named; anything else
+    is a bug, logged with its traceback and reported as ``Internal`` naming the claim."""
+    if isinstance(exc, FlexNPUError):
+        return exc.for_claim(claim_uid)
+    log.error("internal error", exc_info=exc)
+    text = f"{type(exc).__name__}: {exc}"
+    return StateError(f"internal error: {text[:QUOTE_MAX]}", code=ErrorCode.INTERNAL, claim_uid=claim_uid)

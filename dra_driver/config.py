@@ -50,6 +50,12 @@ PLUGIN_FLAGS: tuple[Flag, ...] = (
     Flag(
         "device-root", "/", "prefix for device nodes and driver paths (an emulated node points at a temp dir)"
     ),
+    Flag(
+        "build-device-root",
+        "false",
+        "with --inventory: create the emulated device nodes and driver files under --device-root at start, "
+        "so containers start on a node without NPUs (true|false; refused for device root /)",
+    ),
     Flag("cdi-kind", "flexnpu.io/vnpu", "CDI kind (vendor/class) of the specs this driver writes"),
     Flag(
         "default-mode",
@@ -132,6 +138,7 @@ class Config:
     residual_grace_seconds: float = 300.0
     reconcile_period_seconds: float = 60.0
     rediscover_seconds: float = 30.0
+    build_device_root: bool = False
     client_library: Path = Path(DEFAULT_CLIENT_LIBRARY)
     max_shares_per_die: int = 63
     extra: Mapping[str, str] = field(default_factory=dict)
@@ -170,6 +177,11 @@ def add_flags(parser: argparse.ArgumentParser, flags: Sequence[Flag] = PLUGIN_FL
             default=None,
             help=text.replace("%", "%%"),
         )
+
+
+def from_args_namespace(flags: Sequence[Flag] = PLUGIN_FLAGS) -> argparse.Namespace:
+    """A namespace with no flag given, for callers that read only the environment twins (dra_driver/probes.py)."""
+    return argparse.Namespace(**{f.dest: None for f in flags})
 
 
 def resolve(
@@ -238,6 +250,7 @@ def build(values: Mapping[str, str | None]) -> Config:
         return p
 
     inventory = values.get("inventory")
+    build_root = _bool("build-device-root", values.get("build_device_root"))
     return Config(
         node_name=node,
         driver_name=values.get("driver_name") or DEFAULT_DRIVER_NAME,
@@ -274,6 +287,7 @@ def build(values: Mapping[str, str | None]) -> Config:
             "reconcile-period-seconds", values.get("reconcile_period_seconds") or "60"
         ),
         rediscover_seconds=_number("rediscover-seconds", values.get("rediscover_seconds") or "30"),
+        build_device_root=build_root,
         client_library=path("client_library")
         if values.get("client_library")
         else Path(DEFAULT_CLIENT_LIBRARY),

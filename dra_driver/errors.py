@@ -37,6 +37,8 @@ class ErrorCode(StrEnum):
     DAEMON_UNAVAILABLE = "DaemonUnavailable"
     QUOTA = "QuotaInvalid"
     POLICY_CONFLICT = "PolicyConflict"
+    WRITE_FAILED = "WriteFailed"  # a node-side file (checkpoint, CDI spec, client.conf) could not be written
+    CHECKPOINT_UNTRUSTED = "CheckpointUntrusted"  # the checkpoint cannot be read: nothing is removed
     INTERNAL = "Internal"
 
 

@@ -51,6 +51,13 @@ def check_name(name: str, *, claim_uid: str | None = None, field: str = "name") 
     return name
 
 
+def check_ref(uid: str, namespace: str, name: str) -> None:
+    """A claim reference usable in paths: its UID, namespace and name all pass."""
+    check_uid(uid)
+    check_namespace(namespace, claim_uid=uid)
+    check_name(name, claim_uid=uid)
+
+
 def inside(root: Path, *parts: str, claim_uid: str | None = None) -> Path:
     """Join ``parts`` under ``root`` and refuse anything that would leave ``root``."""
     for part in parts:

@@ -2,18 +2,23 @@
 
 Given the ResourceClaim (as the API returned it), the driver name, this node's pool and
 inventory, :func:`plan_claim` decides which dies the claim gets and how, and which opaque
-configs apply to which request. It performs no I/O and logs nothing; every error names the
-claim UID and the field. The same input always gives the same plan, so a retry or a restart
-recomputes it instead of storing it.
+configs apply to which request; :func:`resolve_shares` then gives each soft-split device its
+share (quota from the allocation, virtual ID) and its resolved ``VnpuConfig`` — resolved
+once, here.
+:func:`check_conflicts` is the node's last line of defence against what other claims hold.
+It performs no I/O and logs nothing; every error names the claim UID and the field. The same
+input always gives the same plan, so a retry or a restart recomputes it instead of storing it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
+from dra_driver import sharing
 from dra_driver.claims import ClaimRef
+from dra_driver.daemon.model import Share
 from dra_driver.devices import Die, DieMode, Inventory
 from dra_driver.errors import ErrorCode, InvalidInput, StateError
 
@@ -42,11 +47,25 @@ class PlannedDevice:
     share_id: str | None
     consumed_capacity: Mapping[str, str]
     admin_access: bool
+    share: Share | None = None  # soft split: the quota the aclserver enforces
+    config: sharing.VnpuConfig | None = None  # soft split: the resolved opaque config
 
     @property
     def request_name(self) -> str:
         """The top-level request name (the kubelet matches containers against it)."""
         return self.request.split("/", 1)[0]
+
+
+@dataclass(frozen=True, slots=True)
+class HeldDie:
+    """A die another claim holds on this node (from its checkpoint entry), for the conflict check."""
+
+    phy: int
+    mode: DieMode
+    policy: str | None
+    namespace: str
+    name: str
+    uid: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +81,11 @@ class ClaimPlan:
             key=lambda c: (0 if c.source == "FromClass" else 1, c.index),
         )
         return ordered
+
+    @property
+    def shares(self) -> tuple[Share, ...]:
+        """The claim's shares, in virtual-ID order."""
+        return tuple(d.share for d in self.devices if d.share is not None)
 
 
 def strip_subrequest(request: str) -> str:
@@ -178,3 +202,75 @@ def plan_claim(
         )
     devices.sort(key=lambda d: (d.request, d.device, d.share_id or ""))
     return ClaimPlan(ref=ref, devices=tuple(devices), configs=tuple(configs))
+
+
+def resolve_shares(plan: ClaimPlan) -> ClaimPlan:
+    """The plan with each soft device's share (quota from the allocation, virtual IDs in device
+    order) and its resolved opaque config. Raises InvalidInput naming the field."""
+    uid = plan.ref.uid
+    out: list[PlannedDevice] = []
+    vid = 0
+    for d in plan.devices:
+        if d.mode != DieMode.SOFT:
+            out.append(d)
+            continue
+        fld = f"status.allocation.devices.results[{d.request}/{d.device}].consumedCapacity"
+        quota = sharing.share_quota(
+            d.consumed_capacity, die_memory_bytes=d.die.memory_bytes, claim_uid=uid, field=fld
+        )
+        cfg = sharing.resolve(
+            ((f"status.allocation.devices.config[{c.index}].opaque.parameters", c.parameters)
+             for c in plan.configs_for(d.request)),
+            claim_uid=uid,
+        )  # fmt: skip
+        share = Share(
+            virtual_id=vid,
+            die_phy_id=d.die.phy_id,
+            memory_bytes=quota.memory_bytes,
+            compute_percent=quota.compute_percent,
+            policy=str(cfg.policy),
+            memory_only=cfg.memory_only,
+        )
+        out.append(replace(d, share=share, config=cfg))
+        vid += 1
+    return replace(plan, devices=tuple(out))
+
+
+def check_conflicts(plan: ClaimPlan, held: Iterable[HeldDie]) -> None:
+    """Refuse a plan that collides with what other claims hold: one die is whole XOR shared,
+    one policy per die (also within the claim)."""
+    uid = plan.ref.uid
+    shares = plan.shares
+    policies = {s.die_phy_id: s.policy for s in shares}
+    held = list(held)
+    for d in plan.devices:
+        for other in held:
+            if other.phy != d.die.phy_id:
+                continue
+            if DieMode.WHOLE in (d.mode, other.mode):
+                raise StateError(
+                    f"die {d.die.phy_id} ({d.device}) is already prepared "
+                    f"{'exclusively' if other.mode == DieMode.WHOLE else 'as shares'} for claim "
+                    f"{other.namespace}/{other.name} ({other.uid})",
+                    code=ErrorCode.DEVICE_BUSY,
+                    claim_uid=uid,
+                    field="status.allocation.devices.results",
+                )
+            mine, theirs = policies.get(d.die.phy_id), other.policy
+            if mine and theirs and mine != theirs:
+                raise StateError(
+                    f"die {d.die.phy_id} runs shares with policy {theirs!r} (claim "
+                    f"{other.namespace}/{other.name}); this claim asks for {mine!r}",
+                    code=ErrorCode.POLICY_CONFLICT,
+                    claim_uid=uid,
+                    field="config.opaque.parameters.policy",
+                )
+    for a in shares:
+        for b in shares:
+            if a.die_phy_id == b.die_phy_id and a.policy != b.policy:
+                raise StateError(
+                    f"two shares of die {a.die_phy_id} in this claim ask for policies {a.policy!r} and {b.policy!r}",
+                    code=ErrorCode.POLICY_CONFLICT,
+                    claim_uid=uid,
+                    field="config.opaque.parameters.policy",
+                )

@@ -72,6 +72,7 @@ drops the span work and keeps the metrics. ``bench/bench_telemetry_overhead.py``
 from __future__ import annotations
 
 import collections
+import errno
 import importlib
 import re
 import socket
@@ -101,6 +102,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
+from prometheus_client.registry import Collector
 
 from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput
 
@@ -114,6 +116,7 @@ __all__ = [
 ]
 
 PREFIX: Final = "flexnpu_dra"
+PORT_RETRY_SECONDS: Final = 1.0
 SERVICE_NAME: Final = "flexnpu-dra-driver"
 SCOPE_NAME: Final = "dra_driver.telemetry"
 
@@ -225,6 +228,10 @@ class Telemetry:
     * **otlp_endpoint** - also export spans over OTLP to this endpoint; needs tracing and an
       installed ``opentelemetry-exporter-otlp`` package.
     * **enabled** - ``False`` turns every method into a no-op (nothing is built or recorded).
+    * **wait_for_port** - when the port is in use, keep trying to bind it in the background
+      (every ``PORT_RETRY_SECONDS``) instead of failing ``start()``: during a rolling update of a
+      host-network DaemonSet the old pod holds the port until it exits (``kubeletplugin/node.py``
+      sets it when ``--pod-uid`` is given).
     """
 
     def __init__(
@@ -237,7 +244,10 @@ class Telemetry:
         tracing: bool = True,
         otlp_endpoint: str = "",
         enabled: bool = True,
+        wait_for_port: bool = False,
     ) -> None:
+        self._wait_for_port = wait_for_port
+        self._port_retry: threading.Thread | None = None
         if not node_name:
             raise InvalidInput("node name must not be empty", field="node_name")
         if not driver_name:
@@ -342,15 +352,43 @@ class Telemetry:
         """Start the Prometheus endpoint (``GET /metrics``) if a port was given; idempotent."""
         if self._closed or self._metrics_port < 0 or self._server is not None:
             return
+        if self._port_retry is not None:
+            return
         try:
             httpd, thread = _serve(self._metrics_host, self._metrics_port, self._wsgi_app())
         except OSError as exc:
+            if self._wait_for_port and exc.errno == errno.EADDRINUSE and self._metrics_port > 0:
+                self._port_retry = threading.Thread(target=self._bind_later, name="metrics-bind", daemon=True)
+                self._port_retry.start()
+                return
             raise InvalidInput(
                 f"cannot serve metrics on {self._metrics_host}:{self._metrics_port}: {exc.strerror or exc}",
                 code=ErrorCode.INVALID_CONFIG,
                 field="metrics_port",
             ) from exc
         self._server = _Server(httpd.shutdown, httpd.server_close, thread, int(httpd.server_port))
+
+    def _bind_later(self) -> None:
+        """Bind the metrics port once its holder (the previous pod of a rolling update) let it go."""
+        stop = threading.Event()
+        while not self._closed:
+            stop.wait(PORT_RETRY_SECONDS)  # a polled condition: the port becomes free
+            try:
+                httpd, thread = _serve(self._metrics_host, self._metrics_port, self._wsgi_app())
+            except OSError:
+                continue
+            with self._lock:
+                if self._closed:
+                    httpd.shutdown()
+                    httpd.server_close()
+                    return
+                self._server = _Server(httpd.shutdown, httpd.server_close, thread, int(httpd.server_port))
+            return
+
+    def add_collector(self, collector: Collector) -> None:
+        """Serve ``collector``'s series on this endpoint too (``dra_driver/usage_metrics.py``)."""
+        if self.enabled:
+            self._registry.register(collector)
 
     def serve_health(
         self,
@@ -377,9 +415,9 @@ class Telemetry:
             if self._closed:
                 return
             self._closed = True
-        if self._server is not None:
-            self._server.stop()
-            self._server = None
+            server, self._server = self._server, None
+        if server is not None:
+            server.stop()
         if self._tracer_provider is not None:
             self._tracer_provider.shutdown()
         self._meter_provider.shutdown()

@@ -38,17 +38,27 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         try:
             cfg = config.build(config.resolve(args, os.environ))
+            if cfg.build_device_root:
+                from dra_driver import devroot
+
+                devroot.build_for_config(cfg)
         except FlexNPUError as err:
             print(f"flexnpu-dra plugin: {err}", file=sys.stderr)
             return 2
         return node.run(cfg)
     if args.command == "probe":
         return _probe(args.host, args.port, args.timeout)
-    try:  # the demo drives test doubles, which a production image need not ship
-        from dra_driver.testing import demo as demo_mod
-    except ImportError as exc:
-        print(f"flexnpu-dra demo: the test doubles are not installed here ({exc})", file=sys.stderr)
+    import importlib.util
+
+    if importlib.util.find_spec("dra_driver.testing") is None:  # the container image does not ship them
+        print(
+            "flexnpu-dra demo: needs the test doubles (dra_driver/testing), which this installation does not "
+            "have (the container image leaves them out); run scripts/demo.sh from a checkout",
+            file=sys.stderr,
+        )
         return 2
+    from dra_driver.testing import demo as demo_mod
+
     return demo_mod.run(keep=args.keep)
 
 

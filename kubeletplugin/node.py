@@ -20,7 +20,7 @@ from controller.cleanup import Reconciler
 from controller.kube import Kube
 from controller.publisher import SlicePublisher
 from controller.status import ClaimStatusWriter
-from dra_driver import cdi, discovery, liveness, logs, netlink, slices, sweep
+from dra_driver import cdi, discovery, liveness, logs, netlink, slices, sweep, usage_metrics
 from dra_driver.checkpoint import CheckpointStore
 from dra_driver.claims import DeviceHealthReport
 from dra_driver.config import Config
@@ -140,7 +140,10 @@ class NodeProcess(NodeCore):
             cfg,
             kube=kube,
             telemetry=Telemetry(
-                node_name=cfg.node_name, driver_name=cfg.driver_name, metrics_port=cfg.metrics_port
+                node_name=cfg.node_name,
+                driver_name=cfg.driver_name,
+                metrics_port=cfg.metrics_port,
+                wait_for_port=cfg.pod_uid is not None,  # a rolling update's old pod may still hold it
             ),
         )
         self.stop_event = threading.Event()
@@ -166,6 +169,18 @@ class NodeProcess(NodeCore):
             live=self.live,
         )
         self.telemetry.serve_health(self._health_verdict, self._loop_ages)
+        if cfg.daemon_socket is not None:  # per-vNPU usage series (dra_driver/usage_metrics.py)
+            self.telemetry.add_collector(
+                usage_metrics.VnpuUsageCollector(
+                    daemon=DaemonClient(cfg.daemon_socket, timeout=3.0),
+                    kube=self.kube,
+                    inventory=lambda: self.inventory,
+                    node_name=cfg.node_name,
+                    driver_name=cfg.driver_name,
+                    max_shares_per_die=cfg.max_shares_per_die,
+                    shm_dir=cfg.paths.shm_dir,
+                )
+            )
         self._threads: list[threading.Thread] = []
 
     def _health_verdict(self) -> tuple[bool, str]:

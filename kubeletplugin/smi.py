@@ -8,6 +8,8 @@ Usage::
     flexnpu-smi cleanup                       remove it now (what the node process does on its own)
     flexnpu-smi unregister -u CLAIM_UID       unprepare one claim exactly as the reconciler does for a
                                               residual (or stop an orphan aclserver no entry owns)
+    flexnpu-smi adopt                         checkpoint untrusted: record what the node holds and the API allocated
+    flexnpu-smi discard                       checkpoint untrusted: set damaged records aside, trust the rest
 
 It reads the node's checkpoint and talks to flexnpu-daemon and, when it can, the Kubernetes
 API (``--kubeconfig`` or the in-cluster config). Without the API the PODS and RESIDUAL columns
@@ -106,7 +108,7 @@ def info_rows(
         ent = entities.get(uid)
         unused = sorted(ent.shares, key=lambda u: u.share.virtual_id) if ent else []
         for d in entry.dies:
-            phy, mode = int(d["phy"]), str(d["mode"])
+            phy, mode = d.phy, str(d.mode)
             usage = None
             if mode != "whole":
                 usage = next((u for u in unused if u.share.die_phy_id == phy), None)
@@ -118,12 +120,12 @@ def info_rows(
                     "CLAIM UID": uid,
                     "CLAIM": f"{entry.namespace}/{entry.name}",
                     "VNPU": str(usage.share.virtual_id) if usage is not None else "-",
-                    "DEVICE": str(d.get("device", "")),
+                    "DEVICE": d.device,
                     "DIE": str(phy),
                     "MODE": mode,
                     "MEM(MiB) USED/QUOTA": mem,
                     "COMPUTE(%) USED/QUOTA": compute,
-                    "POLICY": str(d.get("policy", "-")),
+                    "POLICY": d.policy or "-",
                     "ACLSERVER": aclserver_cell(ent) if mode != "whole" else "-",
                     "ENDPOINT": endpoint_cell(ent) if mode != "whole" else "-",
                     "STATE": str(entry.state),
@@ -175,7 +177,12 @@ class Tool:
 
     def entries(self) -> dict[str, ClaimEntry]:
         store = self.store()
-        return dict(store.read().claims) if store is not None else {}
+        return store.entries() if store is not None else {}
+
+    def doubts(self) -> list[str]:
+        """Why the checkpoint is not trusted (empty when it is, or when there is none)."""
+        store = self.store()
+        return store.doubts() if store is not None else []
 
     @contextlib.contextmanager
     def core(self) -> Iterator[NodeCore]:
@@ -231,10 +238,14 @@ def _info(args: argparse.Namespace, tool: Tool, out: TextIO) -> int:
         except Unavailable as err:
             daemon_error = err
     rows = info_rows(tool.entries(), entities, tool.api_view)
+    doubts = tool.doubts()
     if args.json:
-        json.dump({"rows": rows, "entities": [_jsonable(e) for e in entities.values()]}, out, indent=2)
+        doc = {"rows": rows, "checkpointTrusted": not doubts, "checkpointDoubts": doubts}
+        json.dump({**doc, "entities": [_jsonable(e) for e in entities.values()]}, out, indent=2)
         out.write("\n")
     else:
+        for why in doubts:
+            out.write(f"CHECKPOINT UNTRUSTED (nothing is removed; flexnpu-smi adopt or discard): {why}\n")
         out.write((render_table(rows, COLUMNS) if rows else "nothing prepared on this node") + "\n")
     if daemon_error is not None:
         print(f"flexnpu-smi: aclserver columns unknown: {daemon_error}", file=sys.stderr)
@@ -316,6 +327,29 @@ def _unregister(args: argparse.Namespace, tool: Tool, out: TextIO) -> int:
     return EXIT_OK
 
 
+def _trust_args(parser: argparse.ArgumentParser) -> None:
+    del parser  # no options
+
+
+def _adopt(args: argparse.Namespace, tool: Tool, out: TextIO) -> int:
+    """``adopt`` / ``discard``: end an untrusted checkpoint (kubeletplugin/adopt.py), logged."""
+    from kubeletplugin import adopt
+
+    with tool.core() as core:
+        if args.command == "adopt":
+            outcome = adopt.adopt(core.preparer, lambda: core.kube.list_claims()[0])
+        else:
+            outcome = adopt.discard(core.preparer)
+    for uid in outcome.adopted:
+        out.write(f"adopted claim {uid}\n")
+    for uid in outcome.unexplained:
+        out.write(f"left for the reconciler: {uid} (no claim allocated here explains it)\n")
+    for path in outcome.kept:
+        out.write(f"damaged record kept at {path}\n")
+    out.write("checkpoint trusted again\n")
+    return EXIT_OK
+
+
 COMMANDS: dict[str, Command] = {
     "info": Command(
         "every prepared claim, vNPU and whole die, with pods and residual state", _info_args, _info
@@ -327,6 +361,14 @@ COMMANDS: dict[str, Command] = {
         "unprepare one claim as the reconciler would (or stop an orphan aclserver)",
         _unregister_args,
         _unregister,
+    ),
+    "adopt": Command(
+        "rebuild the checkpoint entries of claims the node holds evidence of (damaged checkpoint)",
+        _trust_args,
+        _adopt,
+    ),
+    "discard": Command(
+        "set damaged checkpoint records aside and trust the rest (damaged checkpoint)", _trust_args, _adopt
     ),
 }
 

@@ -33,6 +33,8 @@ STATUS_BY_CODE: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.DAEMON_UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
     ErrorCode.QUOTA: grpc.StatusCode.INVALID_ARGUMENT,
     ErrorCode.POLICY_CONFLICT: grpc.StatusCode.FAILED_PRECONDITION,
+    ErrorCode.WRITE_FAILED: grpc.StatusCode.UNAVAILABLE,
+    ErrorCode.CHECKPOINT_UNTRUSTED: grpc.StatusCode.FAILED_PRECONDITION,
     ErrorCode.INTERNAL: grpc.StatusCode.INTERNAL,
 }
 

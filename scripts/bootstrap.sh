@@ -43,7 +43,8 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
 fi
 export PATH="$VENV/bin:$PATH"
 # The C client (libascendcl/): gcc and make from apt, then make (a no-op when nothing changed).
-if ! command -v cc >/dev/null 2>&1 || ! command -v make >/dev/null 2>&1; then
-  apt_install gcc make libc6-dev
+# (g++ only for the test that builds a C++ program against the headers; gcc brings the sanitizer runtimes)
+if ! command -v cc >/dev/null 2>&1 || ! command -v c++ >/dev/null 2>&1 || ! command -v make >/dev/null 2>&1; then
+  apt_install gcc g++ make libc6-dev
 fi
 make -s -C "$ROOT/libascendcl" >/dev/null

@@ -61,9 +61,17 @@ fi
 echo "build-image: wheels" >&2
 rm -rf build/dist
 mkdir -p build/wheels build/dist
-"$PY" -m pip wheel -q --disable-pip-version-check --wheel-dir build/dist --no-deps . 2>&1 | grep -v '^WARNING: Location' >&2 || true
-"$PY" -m pip wheel -q --disable-pip-version-check --wheel-dir build/wheels build/dist/*.whl 2>&1 | grep -v '^WARNING: Location' >&2 || true
-rm -f build/wheels/flexnpu_dra_driver-*.whl
+# This project's two distributions (the driver, and the container client in client/ when the tree has it),
+# then every dependency, resolved against them.
+dists=(./)
+if [ -f client/pyproject.toml ]; then dists=(./client .); fi
+for d in "${dists[@]}"; do
+  "$PY" -m pip wheel -q --disable-pip-version-check --wheel-dir build/dist --no-deps "$d" 2>&1 \
+    | grep -v '^WARNING: Location' >&2 || true
+done
+"$PY" -m pip wheel -q --disable-pip-version-check --wheel-dir build/wheels --find-links build/dist \
+  build/dist/flexnpu_dra_driver-*.whl 2>&1 | grep -v '^WARNING: Location' >&2 || true
+rm -f build/wheels/flexnpu_dra_driver-*.whl build/wheels/flexnpu_client-*.whl
 ls build/dist/flexnpu_dra_driver-*.whl >/dev/null
 
 echo "build-image: podman build $IMAGE on $BASE" >&2
@@ -74,5 +82,7 @@ podman build "${BUILD_FLAGS[@]}" ${PODMAN_BUILD_ARGS:-} \
   --build-arg REVISION="$(git rev-parse HEAD 2>/dev/null || echo unknown)" \
   --build-arg CREATED="$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
   -f Containerfile -t "$IMAGE" . >&2
+# Earlier builds of this image that the tag moved away from (labelled, untagged): not a cache anyone uses.
+podman image prune -f --filter label=org.opencontainers.image.title=flexnpu-dra-driver >/dev/null 2>&1 || true
 size="$(podman image inspect --format '{{.Size}}' "$IMAGE")"
 echo "$IMAGE $size"

@@ -1,4 +1,4 @@
-"""The control link as seen by the client: one request/reply at a time over a stream socket.
+"""The control link as seen by the client: requests and replies over one stream socket.
 
 ``connect`` prefers the unix socket of client.conf when it answers and falls back to TCP.
 """
@@ -19,7 +19,15 @@ _REPLY_MAX_FRAME = 1 << 20
 
 
 class SocketTransport:
-    """Frames over one connected socket; thread-safe (requests are serialized)."""
+    """Frames over one connected socket; thread-safe, several requests in flight at once.
+
+    Threads sharing the connection do not wait for each other's round trips: each sends its
+    request (under a short send lock) and waits for the reply with its own request id. Whichever
+    waiting thread holds the read lock reads frames off the socket and hands every reply that is
+    not its own to the thread waiting for it; when it has its own reply it passes the reading
+    role on. The aclserver may answer out of order (a blocking synchronize does not hold up the
+    calls of other threads), so replies are matched by id, never by order.
+    """
 
     def __init__(self, sock: socket.socket, kind: str) -> None:
         self.sock = sock
@@ -28,44 +36,136 @@ class SocketTransport:
         self._read = self._reader.read
         self._sendall = sock.sendall
         self._ids = itertools.count(1)
+        self._send_lock = threading.Lock()
+        self._recv_lock = threading.Lock()
+        self._mutex = threading.Lock()
+        self._replies: dict[int, protocol.Message] = {}
+        self._waiters: dict[int, threading.Lock] = {}
+        self._broken: ConnectError | None = None
         self.lock = threading.RLock()
-        """Held across a pipelined exchange (``send`` ... ``receive``)."""
+        """Held by a multi-frame exchange that needs the session's staging region to itself."""
 
     def request(self, op: int, ints: tuple[int, ...] = (), tail: bytes = b"") -> protocol.Message:
         """Send one request and return its reply (ConnectError if the link breaks)."""
-        with self.lock:
+        with self._send_lock:  # send() inlined: this is the hot path of every call
             rid = next(self._ids) & 0xFFFFFFFF
             try:
                 self._sendall(protocol.encode(op, rid, ints, tail))
-                reply = self._read()
-            except (OSError, protocol.ProtocolError) as exc:
-                raise ConnectError(f"aclserver connection ({self.kind}) failed: {exc}") from exc
-            if reply is None:
-                raise ConnectError(f"aclserver closed the connection ({self.kind})")
-            if reply.request_id != rid and reply.op != 0:
-                raise ConnectError(f"aclserver answered request {reply.request_id}, expected {rid}")
-            return reply
+            except OSError as exc:
+                raise self._break(f"aclserver connection ({self.kind}) failed: {exc}") from exc
+        if not self._replies and self._recv_lock.acquire(blocking=False):
+            # the common case: nobody else is reading, and the next frame is our reply
+            try:
+                try:
+                    msg = self._read()
+                except (OSError, protocol.ProtocolError) as exc:
+                    raise self._break(f"aclserver connection ({self.kind}) failed: {exc}") from exc
+                if msg is not None and msg.request_id == rid:
+                    return msg
+                return self._read_until(rid, have_first=True, first=msg)
+            finally:
+                self._recv_lock.release()
+                if self._waiters:
+                    self._wake_one()
+        return self.receive(rid)
 
     def send(self, op: int, ints: tuple[int, ...] = (), tail: bytes = b"") -> int:
-        """Send a request without waiting; return its id (hold ``lock`` until its ``receive``)."""
-        rid = next(self._ids) & 0xFFFFFFFF
-        try:
-            self.sock.sendall(protocol.encode(op, rid, ints, tail))
-        except OSError as exc:
-            raise ConnectError(f"aclserver connection ({self.kind}) failed: {exc}") from exc
+        """Send a request without waiting; return its id (pass it to ``receive``)."""
+        with self._send_lock:
+            rid = next(self._ids) & 0xFFFFFFFF
+            try:
+                self._sendall(protocol.encode(op, rid, ints, tail))
+            except OSError as exc:
+                raise self._break(f"aclserver connection ({self.kind}) failed: {exc}") from exc
         return rid
 
     def receive(self, rid: int) -> protocol.Message:
-        """The reply to request ``rid`` (replies come in request order)."""
-        try:
-            reply = self._reader.read()
-        except (OSError, protocol.ProtocolError) as exc:
-            raise ConnectError(f"aclserver connection ({self.kind}) failed: {exc}") from exc
-        if reply is None:
-            raise ConnectError(f"aclserver closed the connection ({self.kind})")
-        if reply.request_id != rid and reply.op != protocol.Op.NONE:
-            raise ConnectError(f"aclserver answered request {reply.request_id}, expected {rid}")
-        return reply
+        """The reply to request ``rid`` (in whatever order the replies arrive)."""
+        while True:
+            if self._broken is not None:
+                raise self._broken
+            if self._replies:
+                with self._mutex:
+                    reply = self._replies.pop(rid, None)
+                if reply is not None:
+                    return reply
+            if self._recv_lock.acquire(blocking=False):
+                try:
+                    return self._read_until(rid)
+                finally:
+                    self._recv_lock.release()
+                    if self._waiters:
+                        self._wake_one()
+            self._wait_turn(rid)
+
+    def _read_until(
+        self, rid: int, *, have_first: bool = False, first: protocol.Message | None = None
+    ) -> protocol.Message:
+        """As the reader: read frames until ``rid``'s reply arrives; deliver the others.
+
+        With ``have_first``, ``first`` is a frame (or None: end of stream) the caller already read.
+        """
+        if not have_first and self._replies:
+            with self._mutex:
+                reply = self._replies.pop(rid, None)
+            if reply is not None:
+                return reply
+        while True:
+            msg: protocol.Message | None
+            if have_first:
+                msg, have_first = first, False
+            else:
+                try:
+                    msg = self._read()
+                except (OSError, protocol.ProtocolError) as exc:
+                    raise self._break(f"aclserver connection ({self.kind}) failed: {exc}") from exc
+            if msg is None:
+                raise self._break(f"aclserver closed the connection ({self.kind})")
+            if msg.request_id == rid:
+                return msg
+            if msg.op == 0:  # the server could not decode a frame: it closes the connection
+                text = msg.tail.decode(errors="replace")
+                raise self._break(f"aclserver refused a frame and closed the connection: {text}")
+            with self._mutex:
+                self._replies[msg.request_id] = msg
+                waiter = self._waiters.pop(msg.request_id, None)
+            if waiter is not None:
+                waiter.release()
+
+    def _wait_turn(self, rid: int) -> None:
+        """Block until ``rid``'s reply was delivered or the reading role is free."""
+        gate = threading.Lock()
+        gate.acquire()
+        with self._mutex:
+            if rid in self._replies or self._broken is not None:
+                return
+            self._waiters[rid] = gate
+        if self._recv_lock.acquire(blocking=False):  # the reader left meanwhile: take over
+            self._recv_lock.release()
+            with self._mutex:
+                if self._waiters.get(rid) is gate:
+                    del self._waiters[rid]
+                    return
+        gate.acquire()  # released by the reader (our reply, its departure, or a broken link)
+
+    def _wake_one(self) -> None:
+        with self._mutex:
+            if not self._waiters:
+                return
+            rid = next(iter(self._waiters))
+            gate = self._waiters.pop(rid)
+        gate.release()
+
+    def _break(self, message: str) -> ConnectError:
+        err = ConnectError(message)
+        with self._mutex:
+            if self._broken is None:
+                self._broken = err
+            waiters = list(self._waiters.values())
+            self._waiters.clear()
+        for gate in waiters:
+            gate.release()
+        return self._broken
 
     def close(self, *, wait: float = 5.0) -> None:
         """Half-close and wait (up to ``wait`` s) until the server has released this connection's

@@ -89,9 +89,14 @@ def encode(
     """One complete frame (length prefix included), ready for ``sendall``."""
     n = len(ints)
     packer = _PACKERS.get(n) or _new_packer(n)
-    if tail:
-        return packer.pack(packer.size - 4 + len(tail), op, flags, request_id, n, *ints) + tail
-    return packer.pack(packer.size - 4, op, flags, request_id, n, *ints)
+    try:
+        if tail:
+            return packer.pack(packer.size - 4 + len(tail), op, flags, request_id, n, *ints) + tail
+        return packer.pack(packer.size - 4, op, flags, request_id, n, *ints)
+    except struct.error as exc:
+        raise ValueError(
+            f"frame values must be 64-bit signed integers, got {repr(ints)[:200]}: {exc}"
+        ) from None
 
 
 def encode_reply(op: int, request_id: int, ret: int, *values: int, tail: bytes = b"") -> bytes:
@@ -113,6 +118,11 @@ _VALUES: dict[int, struct.Struct] = {}
 _new_message = tuple.__new__
 
 
+def _values(n: int) -> struct.Struct:
+    values = _VALUES[n] = struct.Struct(f">{n}q")
+    return values
+
+
 def decode(payload: bytes | bytearray | memoryview, offset: int, length: int) -> Message:
     """Decode one payload of ``length`` bytes starting at ``offset`` (length prefix excluded)."""
     if length < _HEADER_SIZE:
@@ -121,13 +131,8 @@ def decode(payload: bytes | bytearray | memoryview, offset: int, length: int) ->
     body = _HEADER_SIZE + 8 * n
     if length < body:
         raise FrameTruncated(f"frame of {length} bytes is too short for its {n} values ({body} bytes)")
-    if n:
-        values = _VALUES.get(n)
-        if values is None:
-            values = _VALUES[n] = struct.Struct(f">{n}q")
-        ints = values.unpack_from(payload, offset + _HEADER_SIZE)
-    else:
-        ints = ()
+    values = _VALUES.get(n) or _values(n)
+    ints = values.unpack_from(payload, offset + _HEADER_SIZE)
     tail = bytes(payload[offset + body : offset + length]) if length > body else b""
     return _new_message(Message, (op, flags, request_id, ints, tail))  # C-level: skips NamedTuple.__new__
 
@@ -194,10 +199,21 @@ class FrameReader:
         Raises FrameTooLarge, FrameTruncated, or OSError from the socket.
         """
         if self._start == self._end and self._view is not None:
-            # fast path: an empty buffer and (usually) one whole frame per recv
+            # fast path: an empty buffer and (usually) exactly one whole frame per recv
+            buf = self._buf
             got = self._sock.recv_into(self._view)
             if got == 0:
                 return None
+            if got >= 4 + _HEADER_SIZE:
+                (length,) = _LENGTH_UNPACK(buf, 0)
+                if got == 4 + length and length <= self._max:
+                    op, flags, request_id, n = _HEADER_UNPACK(buf, 4)
+                    body = _HEADER_SIZE + 8 * n
+                    if length >= body:
+                        values = _VALUES.get(n) or _values(n)
+                        ints = values.unpack_from(buf, 4 + _HEADER_SIZE)
+                        tail = bytes(buf[4 + body : got]) if length > body else b""
+                        return _new_message(Message, (op, flags, request_id, ints, tail))
             self._end = got
         while True:
             msg = self.next_buffered()

@@ -36,6 +36,7 @@ MAX_ALLOCATIONS = 65_536
 _PTR_BASE = 0x1_0000_0000_0000
 _PTR_GAP = 4096
 _MMAP_THRESHOLD = 1 << 20
+_HUGE_THRESHOLD = 4 << 20
 KERNEL_RESULT_BYTES = 16
 _RESULT = struct.Struct("<QQ")
 
@@ -178,11 +179,16 @@ class EmulatedBackend:
                     codes.ACL_ERROR_RT_MEMORY_ALLOCATION,
                     f"device {device} already has {MAX_ALLOCATIONS} allocations",
                 )
-            buf: bytearray | mmap.mmap = (
-                mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-                if size >= _MMAP_THRESHOLD
-                else bytearray(size)
-            )
+            buf: bytearray | mmap.mmap
+            if size >= _MMAP_THRESHOLD:
+                buf = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+                if size >= _HUGE_THRESHOLD:
+                    # transparent huge pages where the node offers them on request (as numpy does
+                    # for its large arrays): copies into device memory run at memcpy speed
+                    with contextlib.suppress(OSError, AttributeError):
+                        buf.madvise(mmap.MADV_HUGEPAGE)
+            else:
+                buf = bytearray(size)
             base = self._next
             self._next += -(-(size + _PTR_GAP) // _PTR_GAP) * _PTR_GAP
             self._allocs[base] = _Allocation(base, size, accounted, device, owner, buf)

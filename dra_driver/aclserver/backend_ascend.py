@@ -13,9 +13,10 @@ ABI-compatible library with device memory in host RAM and call counters.
 * Threads: ACL's current device is per thread, so every call first selects its share's device in
   the calling thread (cached per thread).
 * Device memory is not host-addressable. ``device_view`` refuses with
-  ``ACL_ERROR_API_NOT_SUPPORT``; copies go through ``copy_to_device``, ``copy_from_device`` and
-  ``copy_on_device`` (``aclrtMemcpy``). The session layer uses them when a backend's
-  ``host_addressable`` is False.
+  ``ACL_ERROR_API_NOT_SUPPORT`` (so emulated kernels, which read device memory, are refused);
+  copies go through ``copy_to_device``, ``copy_from_device`` and ``copy_on_device``
+  (``aclrtMemcpy``). When ``host_addressable`` is False, the session layer hands its memcpy to
+  ``memcpy_regions``, which bounces data-link regions through host memory.
 * Compute: slices come from the die ledger, as with the emulated backend, so compute quotas
   hold across aclservers. Real kernels are not intercepted.
 """
@@ -30,7 +31,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from dra_driver.aclserver import codes
+from dra_driver.aclserver import codes, datalink
 from dra_driver.aclserver.backend import KERNEL_RESULT_BYTES, AclFailure
 from dra_driver.aclserver.datalink import HOST_TAG
 from dra_driver.aclserver.ledger import DieLedger
@@ -247,6 +248,40 @@ class AscendBackend:
         self.rt.call(
             "aclrtMemcpy", dst, d.base + d.size - dst, src, s.base + s.size - src if count else 0, _D2D
         )
+
+    def memcpy_regions(
+        self,
+        *,
+        dst: int,
+        src: int,
+        count: int,
+        span: int,
+        dst_region: datalink.Region | None,
+        src_region: datalink.Region | None,
+        owner: int = 0,
+    ) -> None:
+        """The session layer's memcpy: a host side is a data-link region (read or written with
+        pread/pwrite through a bounce buffer), a device side is checked for all of ``span`` first."""
+        for ptr, region in ((dst, dst_region), (src, src_region)):
+            if region is None:
+                self._find(ptr, span, owner=owner)
+        try:
+            if dst_region is None and src_region is None:
+                self.copy_on_device(dst, src, count, owner=owner)
+                return
+            buf = memoryview(bytearray(count))
+            if src_region is not None:
+                src_region.read_into(datalink.split_host_ptr(src)[1], buf)
+            else:
+                self.copy_from_device(src, buf, owner=owner)
+            if dst_region is not None:
+                dst_region.write_from(datalink.split_host_ptr(dst)[1], buf)
+            else:
+                self.copy_to_device(dst, buf, owner=owner)
+        except OSError as exc:  # the client truncated or broke its own region file
+            raise AclFailure(
+                codes.ACL_ERROR_INVALID_PARAM, f"memcpy through the data link failed: {exc}"
+            ) from exc
 
     def memset(self, ptr: int, value: int, count: int, *, owner: int = 0) -> None:
         if not 0 <= value <= 255:

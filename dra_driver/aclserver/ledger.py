@@ -90,14 +90,18 @@ def ledger_path(ledger_dir: str, die_phy_id: int) -> str:
     return os.path.join(ledger_dir, f"die-{die_phy_id}.ledger")
 
 
-def read_entries(ledger_dir: str, die_phy_id: int) -> list[LedgerEntry]:
-    """Live entries of a die's ledger (empty if the file does not exist)."""
+def read_entries(ledger_dir: str, die_phy_id: int, *, check_liveness: bool = True) -> list[LedgerEntry]:
+    """Live entries of a die's ledger (empty if the file does not exist).
+
+    Without ``check_liveness`` the entries are only decoded (no /proc lookups, nothing written):
+    for an observer that knows by other means which aclservers live (the daemon's usage report).
+    """
     path = ledger_path(ledger_dir, die_phy_id)
     if not os.path.exists(path):
         return []
     ledger = DieLedger(ledger_dir, die_phy_id, create=False)
     try:
-        return ledger.entries()
+        return ledger.entries() if check_liveness else ledger.snapshot()
     finally:
         ledger.close()
 
@@ -262,6 +266,11 @@ class DieLedger:
     def entries(self) -> list[LedgerEntry]:
         with self._locked():
             return self._live_entries(force=True)
+
+    def snapshot(self) -> list[LedgerEntry]:
+        """Every used entry as written, dead pids included (no liveness check, no writes)."""
+        with self._locked():
+            return [e for e in (self._decode(i) for i in range(self.slots)) if e is not None]
 
     def close(self) -> None:
         try:

@@ -126,6 +126,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--spec", required=True, help="path of the JSON spec written by flexnpu-daemon")
     parser.add_argument(
+        "--title-room", default="", help="ignored: spare argv bytes for the process title (see proctitle)"
+    )
+    parser.add_argument(
         "--log-level",
         default=os.environ.get("FLEXNPU_LOG_LEVEL", "INFO"),
         help="log level (default INFO; env FLEXNPU_LOG_LEVEL)",

@@ -29,7 +29,7 @@ from dra_driver import files
 from dra_driver.aclserver import codes, protocol
 from dra_driver.aclserver.backend import Backend
 from dra_driver.aclserver.protocol import Op
-from dra_driver.aclserver.session import Claim, Session, SessionRefused
+from dra_driver.aclserver.session import WAITING_OPS, Claim, Session, SessionRefused
 from dra_driver.aclserver.spec import AclServerSpec
 from dra_driver.logs import ClaimLogger
 
@@ -43,6 +43,8 @@ _BACKOFF_MAX_S = 1.0
 _PRE_AUTH_BUFFER = 1024
 _WARN_EVERY_S = 5.0
 _PING, _HELLO = int(Op.PING), int(Op.HELLO)
+_MAX_WAITERS = 64
+"""Blocking synchronize calls of one session served off its thread at once (more run inline)."""
 
 
 @dataclass(slots=True)
@@ -264,7 +266,22 @@ class Server:
     def _serve_session(self, live: _Live, reader: protocol.FrameReader, hello_reply: bytes) -> None:
         sock, session = live.sock, live.session
         handle = session.handle
-        sendall = sock.sendall
+        send_lock = threading.Lock()
+        raw_sendall = sock.sendall
+        waiters = threading.BoundedSemaphore(_MAX_WAITERS)
+
+        def sendall(data: bytes) -> None:
+            with send_lock:
+                raw_sendall(data)
+
+        def answer_later(msg: protocol.Message) -> None:
+            try:
+                reply = handle(msg)
+                with contextlib.suppress(OSError):
+                    sendall(reply)
+            finally:
+                waiters.release()
+
         try:
             sendall(hello_reply)
             while True:
@@ -282,7 +299,13 @@ class Server:
                     return
                 op = msg.op
                 if op > _HELLO:  # every ACL op: the hot path first
-                    sendall(handle(msg))
+                    if op in WAITING_OPS and session.would_block(msg) and waiters.acquire(blocking=False):
+                        # replies may go out of order: clients match them by request id
+                        threading.Thread(target=answer_later, args=(msg,), daemon=True, name="wait").start()
+                    else:
+                        reply = handle(msg)
+                        with send_lock:
+                            raw_sendall(reply)
                 elif op == _PING:
                     sendall(
                         protocol.encode_reply(
@@ -349,6 +372,14 @@ class Server:
     def shutdown(self) -> None:
         """Stop accepting, end every session (releasing its resources) and remove the socket file."""
         self._stopping = True
+        c = self._counters
+        if c.refused_full or c.accept_errors or c.timed_out:
+            self.log.info(
+                "connections refused at the cap: %d, accept errors: %d, closed without HELLO in time: %d",
+                c.refused_full,
+                c.accept_errors,
+                c.timed_out,
+            )
         for listener in self._listeners:
             listener.close()
         self._listeners.clear()

@@ -40,6 +40,7 @@ _region_names = itertools.count(1)
 _session_ids = itertools.count(1)
 _MEM_ATTRS = frozenset(int(a) for a in codes.MemAttr)
 _MALLOC_HOST = int(Op.MALLOC_HOST)
+WAITING_OPS = frozenset({int(Op.SYNCHRONIZE_STREAM), int(Op.SYNCHRONIZE_DEVICE), int(Op.DESTROY_STREAM)})
 _encode_reply = protocol.encode_reply
 _MEMCPY_KINDS = frozenset(int(k) for k in codes.MemcpyKind)
 
@@ -242,6 +243,14 @@ class Session:
         except AclFailure as exc:
             return protocol.encode_reply(msg.op, msg.request_id, exc.code, tail=exc.message.encode())
 
+    def would_block(self, msg: protocol.Message) -> bool:
+        """True for a synchronize/destroy that has kernels to wait for: the server runs it off
+        the session's thread, so the other threads of the client are not held up behind it."""
+        if msg.op not in WAITING_OPS:
+            return False
+        with self._cond:
+            return any(s.pending for s in self.streams.values())
+
     def cancel(self) -> None:
         """Stop running and queued kernels and wake any call waiting on them (thread-safe)."""
         self._cancel.set()
@@ -358,6 +367,12 @@ class Session:
             )
         src_region = self._host_region(src, count) if src_host else None
         dst_region = self._host_region(dst, count) if dst_host else None
+        if not getattr(self.backend, "host_addressable", True):  # device memory reached only by copies
+            self.backend.memcpy_regions(  # type: ignore[attr-defined]
+                dst=dst, src=src, count=count, span=span, dst_region=dst_region, src_region=src_region,
+                owner=self.session_id,
+            )  # fmt: skip
+            return ()
         src_view = None if src_host else self.backend.device_view(src, span, owner=self.session_id)[:count]
         dst_view = None if dst_host else self.backend.device_view(dst, span, owner=self.session_id)[:count]
         try:
@@ -441,13 +456,15 @@ class Session:
             raise AclFailure(_ACL_ERROR_RT_NO_STREAM_RESOURCE, f"at most {MAX_STREAMS} streams per client")
         self._next_stream += 1
         stream = _Stream(self._next_stream, self._current())
-        self.streams[stream.stream_id] = stream
+        with self._cond:
+            self.streams[stream.stream_id] = stream
         return (stream.stream_id,)
 
     def _destroy_stream(self, ints: tuple[int, ...]) -> tuple[int, ...]:
         stream = self._stream(ints[0])
         self._wait(lambda: stream.pending == 0)
-        del self.streams[stream.stream_id]
+        with self._cond:
+            self.streams.pop(stream.stream_id, None)
         return ()
 
     def _synchronize_stream(self, ints: tuple[int, ...]) -> tuple[int, ...]:
@@ -471,7 +488,9 @@ class Session:
         if out_ptr:
             self.backend.device_view(out_ptr, KERNEL_RESULT_BYTES, owner=self.session_id)
         input_view = self.backend.device_view(in_ptr, in_len, owner=self.session_id) if in_ptr else None
-        if sum(s.pending for s in self.streams.values()) >= MAX_PENDING_KERNELS:
+        with self._cond:
+            queued = sum(s.pending for s in self.streams.values())
+        if queued >= MAX_PENDING_KERNELS:
             raise AclFailure(
                 codes.ACL_ERROR_RT_RESOURCE_ALLOC_FAIL, f"at most {MAX_PENDING_KERNELS} kernels may be queued"
             )
@@ -487,7 +506,8 @@ class Session:
             stream.pending += 1
             worker.queue.append(kernel)
             self._cond.notify_all()
-        return (self.kernels_done + sum(s.pending for s in self.streams.values()),)
+        with self._cond:
+            return (self.kernels_done + sum(s.pending for s in self.streams.values()),)
 
     def _get_stats(self, _ints: tuple[int, ...]) -> tuple[int, ...]:
         with self._cond:

@@ -20,7 +20,7 @@ from pathlib import Path
 from types import FrameType
 
 from dra_driver import config, discovery, logs
-from dra_driver.daemon import service
+from dra_driver.daemon import service, shmfs
 from dra_driver.daemon.client import DEFAULT_SOCKET
 from dra_driver.daemon.launcher import Launcher, SpawnLauncher, ZygoteLauncher
 from dra_driver.daemon.manager import Manager, Settings
@@ -31,7 +31,8 @@ from flexnpu_wire.launch import DEFAULT_MAX_SESSIONS, DEFAULT_MAX_SHARES_PER_DIE
 
 log = logging.getLogger("flexnpu.daemon")
 
-DEFAULT_ACLSERVER_COMMAND = f"{shlex.quote(sys.executable)} -m dra_driver.aclserver"
+DEFAULT_ACLSERVER_COMMAND = f"{shlex.quote(sys.executable)} -m dra_driver.aclserver --title-room {'_' * 64}"
+"""The spare ``--title-room`` argument leaves the aclserver room to show its claim UID in ``ps``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +84,8 @@ FLAGS: tuple[config.Flag, ...] = (
     DaemonFlag(
         "shm-mount",
         "auto",
-        "give each claim's shm dir its own size-limited tmpfs: auto (when root), always, never",
+        "give each claim's shm dir its own size-limited tmpfs: auto (when root and the shm root is a"
+        " shared mount, so the tmpfs reaches the containers), always, never",
     ),
 )
 
@@ -162,7 +164,8 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> DaemonCo
             max_restarts=int(number("max_restarts")),
             max_sessions=max_sessions,
             max_shares_per_die=max_shares,
-            shm_mount=shm_mount != "never" and (shm_mount == "always" or os.geteuid() == 0),
+            shm_mount=shm_mount == "always"
+            or (shm_mount == "auto" and os.geteuid() == 0 and shmfs.propagates(path("shm_root"))),
         ),
         aclserver_command=command,
         use_zygote=launcher == "zygote" and not custom,
@@ -222,6 +225,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("cannot start: %s", exc)
         return 1
     manager.start_monitor()
+    if not cfg.settings.shm_mount:
+        log.warning(
+            "claims' shm dirs under %s are not size-limited tmpfs mounts (--shm-mount; auto needs root and a"
+            " shared mount, e.g. mountPropagation: Bidirectional): a container can fill the node's /dev/shm",
+            cfg.settings.shm_root,
+        )
     log.info("serving on %s with %d dies", cfg.socket, len(dies))
     stop.wait()
     server.stop(grace=1.0).wait()

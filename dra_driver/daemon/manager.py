@@ -105,6 +105,7 @@ class Manager:
         self._stop = threading.Event()
         self._monitor: threading.Thread | None = None
         self._sampler = usage.Sampler()
+        self._ledgers = usage.LedgerReader(self.settings.ledger_dir)
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
 
     # ---- start-up ----
@@ -245,11 +246,13 @@ class Manager:
         """Every registered claim with its process state and usage per vNPU.
 
         Liveness comes from the process table (exits are noticed by the monitor as they happen);
-        ``probe`` also PINGs each running aclserver and reports a live but silent one as Unknown.
+        ``probe`` also PINGs each running aclserver (a live but silent one is reported Unknown)
+        and reads its RSS and session count; without it (the node's periodic watch) those are -1
+        and a List costs a few /proc reads and one pass over the cached die ledgers.
         """
         with self._lock:
             snapshot = sorted(self._entities.values(), key=lambda e: e.claim_uid)
-        figures = usage.ledger_figures(
+        figures = self._ledgers.figures(
             self.settings.ledger_dir, (s.die_phy_id for e in snapshot for s in e.request.shares)
         )
         out = []
@@ -260,7 +263,7 @@ class Manager:
                 state = EntityState.EXITED
             elif probe and state is EntityState.RUNNING and liveness.ping(e.endpoints.unix_socket) != e.pid:
                 state, message = EntityState.UNKNOWN, f"aclserver pid {e.pid} runs but does not answer PING"
-            sessions = usage.sessions(self.settings.paths(e.claim_uid).sessions) if alive else -1
+            sessions = usage.sessions(self.settings.paths(e.claim_uid).sessions) if alive and probe else -1
             shares = []
             for s in e.request.shares:
                 key = (e.claim_uid, s.virtual_id)
@@ -284,11 +287,12 @@ class Manager:
                     state=state,
                     endpoints=e.endpoints,
                     restarts=e.restarts,
-                    rss_bytes=processes.rss_bytes(e.pid) if alive else -1,
+                    rss_bytes=processes.rss_bytes(e.pid) if alive and probe else -1,
                     started_at=e.started_at,
                     message=message,
                 )
             )
+        self._sampler.forget((e.claim_uid, s.virtual_id) for e in snapshot for s in e.request.shares)
         return out
 
     def entity_count(self) -> int:

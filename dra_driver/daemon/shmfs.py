@@ -1,6 +1,7 @@
 """Each claim's shm dir as its own size-limited tmpfs, so a container can fill only its own.
 
-The daemon mounts a tmpfs (``nosuid,nodev,noexec``, mode 0711, source ``flexnpu-shm``) on the
+The daemon mounts a tmpfs (``nosuid,nodev,noexec``, mode 0711, transparent huge pages within
+file size, source ``flexnpu-shm``) on the
 claim's shm dir, sized from what the claim may legitimately put there: host buffers up to its
 memory quota, one staging region per session, and a little slack (``size_for``). Mode 0711: the
 container's processes (any uid) only traverse the directory to reach the unix socket and the
@@ -20,7 +21,16 @@ import os
 import stat
 from pathlib import Path
 
-__all__ = ["SOURCE", "is_mount", "mount", "mounts_under", "size_for", "unmount", "unmount_all_under"]
+__all__ = [
+    "SOURCE",
+    "is_mount",
+    "mount",
+    "mounts_under",
+    "propagates",
+    "size_for",
+    "unmount",
+    "unmount_all_under",
+]
 
 SOURCE = "flexnpu-shm"
 SLACK_BYTES = 1 << 20
@@ -41,7 +51,9 @@ def mount(path: Path, *, size_bytes: int) -> None:
         raise OSError(errno.ENOTDIR, f"{path} is not a directory (a symlink is never followed)")
     if is_mount(path):
         return
-    opts = f"size={size_bytes},mode=0711,nr_inodes=4096".encode()
+    # huge=within_size: region files (>= 2 MiB) get transparent huge pages, so the aclserver's
+    # pread/pwrite copies run at memcpy speed (measured: 64 MiB in 2.9 ms vs 8.3 ms on 4 KiB pages)
+    opts = f"size={size_bytes},mode=0711,nr_inodes=4096,huge=within_size".encode()
     if _lib().mount(SOURCE.encode(), str(path).encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, opts):
         err = ctypes.get_errno()
         raise OSError(err, f"cannot mount a tmpfs on {path}: {os.strerror(err)}")
@@ -85,6 +97,24 @@ def unmount_all_under(root: Path) -> int:
         if _lib().umount2(point.encode(), _MNT_DETACH | _UMOUNT_NOFOLLOW) == 0:
             count += 1
     return count
+
+
+def propagates(path: Path) -> bool:
+    """True if mounts made under ``path`` reach the other mount namespaces (the host, and through
+    it the containers): the mount holding ``path`` has shared propagation. In a pod that needs
+    ``mountPropagation: Bidirectional`` on the shm root's hostPath volume."""
+    target = str(path).rstrip("/") or "/"
+    best, shared = -1, False
+    with contextlib.suppress(OSError), open("/proc/self/mountinfo", "rb") as fh:
+        for line in fh:
+            fields = line.decode(errors="replace").split()
+            point = _unescape(fields[4])
+            inside = target == point or target.startswith(point.rstrip("/") + "/")
+            if inside and len(point) >= best:
+                best = len(point)
+                optional = fields[6 : fields.index("-")]
+                shared = any(f.startswith("shared:") for f in optional)
+    return shared
 
 
 def _unescape(text: str) -> str:

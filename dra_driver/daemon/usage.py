@@ -10,6 +10,7 @@ unknown (-1); nothing here raises.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -21,7 +22,7 @@ from dra_driver import files
 from dra_driver.aclserver import ledger
 from dra_driver.errors import FlexNPUError
 
-__all__ = ["Sampler", "ShareFigures", "ledger_figures", "memory_used", "sessions"]
+__all__ = ["LedgerReader", "Sampler", "ShareFigures", "ledger_figures", "memory_used", "sessions"]
 
 log = logging.getLogger("flexnpu.daemon")
 
@@ -37,13 +38,47 @@ def ledger_figures(ledger_dir: Path, dies: Iterable[int]) -> dict[tuple[str, int
     out: dict[tuple[str, int], ShareFigures] = {}
     for die in sorted(set(dies)):
         try:
-            entries = ledger.read_entries(str(ledger_dir), die)
+            entries = ledger.read_entries(str(ledger_dir), die, check_liveness=False)
         except (FlexNPUError, OSError, ValueError) as exc:
             log.debug("cannot read the ledger of die %d: %s", die, exc)
             continue
         for e in entries:
             out[(e.claim_uid, e.virtual_id)] = ShareFigures(e.mem_used, e.consumed_us)
     return out
+
+
+class LedgerReader:
+    """``ledger_figures`` with the die ledgers kept open between calls (one mmap per die)."""
+
+    def __init__(self, ledger_dir: Path) -> None:
+        self.ledger_dir = ledger_dir
+        self._open: dict[int, ledger.DieLedger] = {}
+        self._lock = threading.Lock()
+
+    def figures(self, _ledger_dir: Path, dies: Iterable[int]) -> dict[tuple[str, int], ShareFigures]:
+        out: dict[tuple[str, int], ShareFigures] = {}
+        with self._lock:
+            for die in sorted(set(dies)):
+                try:
+                    handle = self._open.get(die)
+                    if handle is None:
+                        if not Path(ledger.ledger_path(str(self.ledger_dir), die)).exists():
+                            continue
+                        handle = self._open[die] = ledger.DieLedger(str(self.ledger_dir), die, create=False)
+                    entries = handle.snapshot()
+                except (FlexNPUError, OSError, ValueError) as exc:
+                    log.debug("cannot read the ledger of die %d: %s", die, exc)
+                    self._drop(die)
+                    continue
+                for e in entries:
+                    out[(e.claim_uid, e.virtual_id)] = ShareFigures(e.mem_used, e.consumed_us)
+        return out
+
+    def _drop(self, die: int) -> None:
+        handle = self._open.pop(die, None)
+        if handle is not None:
+            with contextlib.suppress(OSError):
+                handle.close()
 
 
 def memory_used(ledger_dir: Path, dies: Iterable[int]) -> dict[tuple[str, int], int]:

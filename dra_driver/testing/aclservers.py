@@ -28,6 +28,7 @@ from dra_driver.aclserver.codes import Policy
 from dra_driver.aclserver.spec import AclServerSpec, ReadyInfo, ShareSpec
 from dra_driver.client.session import Session
 from dra_driver.clientconf import ClientConf, Endpoints, ShareInfo
+from dra_driver.daemon import shmfs
 from dra_driver.testing.waiting import wait_for
 
 __all__ = [
@@ -177,10 +178,18 @@ def running_aclserver(
     shares: Sequence[ShareSpec],
     ledger_dir: str,
     nofile_limit: int | None = None,
+    shm_mount_bytes: int | None = None,
     **spec_args: object,
 ) -> Iterator[RunningAclServer]:
-    """Start an aclserver for a fresh spec; always stop it and remove its shm dir."""
+    """Start an aclserver for a fresh spec; always stop it and remove its shm dir.
+
+    ``shm_mount_bytes`` makes the shm dir its own tmpfs of that size first, as flexnpu-daemon
+    does on a node (needs root).
+    """
     spec = make_spec(work_dir, shares=shares, ledger_dir=ledger_dir, **spec_args)  # type: ignore[arg-type]
+    if shm_mount_bytes is not None:
+        os.makedirs(spec.shm_dir, mode=0o711)
+        shmfs.mount(Path(spec.shm_dir), size_bytes=shm_mount_bytes)
     try:
         server = start_aclserver(spec, work_dir, nofile_limit=nofile_limit)
         try:
@@ -188,6 +197,7 @@ def running_aclserver(
         finally:
             server.stop()
     finally:
+        shmfs.unmount_all_under(Path(spec.shm_dir))
         shutil.rmtree(spec.shm_dir, ignore_errors=True)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(spec.ready_file)

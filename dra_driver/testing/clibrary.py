@@ -25,6 +25,7 @@ from dra_driver import files
 __all__ = [
     "LIBRARY_DIR",
     "SANITIZERS",
+    "THREAD_SANITIZER",
     "build_library",
     "compile_program",
     "install_elf",
@@ -44,19 +45,22 @@ def library_path() -> Path:
 
 
 SANITIZERS = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer")
+THREAD_SANITIZER = ("-fsanitize=thread",)
 
 
-def build_library(timeout: float = 300.0, *, sanitized: bool = False) -> Path:
+def build_library(timeout: float = 300.0, *, sanitized: bool = False, thread_sanitized: bool = False) -> Path:
     """Build the library (if anything changed) and return its path; RuntimeError with make's output.
 
     ``sanitized``: a separate build in ``build/sanitized`` with AddressSanitizer and
-    UndefinedBehaviorSanitizer (programs linked to it need ``SANITIZERS`` too)."""
+    UndefinedBehaviorSanitizer (programs linked to it need ``SANITIZERS`` too);
+    ``thread_sanitized``: one in ``build/tsan`` with ThreadSanitizer (``THREAD_SANITIZER``)."""
     if shutil.which("make") is None or shutil.which("cc") is None:
         raise RuntimeError("make and a C compiler are needed (apt-get install gcc make)")
     _BUILD.mkdir(parents=True, exist_ok=True)
+    variant, flags = ("sanitized", SANITIZERS) if sanitized else ("tsan", THREAD_SANITIZER)
     extra = (
-        ["BUILD=build/sanitized", f"CFLAGS=-O1 -g {' '.join(SANITIZERS)}", f"LDFLAGS={SANITIZERS[0]}"]
-        if sanitized
+        [f"BUILD=build/{variant}", f"CFLAGS=-O1 -g {' '.join(flags)}", f"LDFLAGS={flags[0]}"]
+        if sanitized or thread_sanitized
         else []
     )
     with files.locked(_BUILD / ".lock", timeout=timeout):
@@ -69,7 +73,7 @@ def build_library(timeout: float = 300.0, *, sanitized: bool = False) -> Path:
         )
     if res.returncode != 0:
         raise RuntimeError(f"make -C libascendcl failed ({res.returncode}):\n{res.stdout}\n{res.stderr}")
-    return _BUILD / "sanitized" / "libascendcl.so" if sanitized else library_path()
+    return _BUILD / variant / "libascendcl.so" if sanitized or thread_sanitized else library_path()
 
 
 def compile_program(

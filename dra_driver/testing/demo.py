@@ -280,7 +280,7 @@ def _walk(
     store = CheckpointStore(dirs["state"] / "checkpoint.json")
     for entry in store.read().claims.values():
         _say(
-            f"  {entry.uid}  {entry.namespace}/{entry.name}  {entry.state}  dies={[d['phy'] for d in entry.dies]}"
+            f"  {entry.uid}  {entry.namespace}/{entry.name}  {entry.state}  dies={[d.phy for d in entry.dies]}"
         )
 
     _step("idempotent: the kubelet restarts and prepares again")

@@ -140,19 +140,13 @@ API const char *aclGetRecentErrMsg(void)
 
 /* -- fork -------------------------------------------------------------------------------------- */
 
-static void atfork_prepare(void)
-{
-    pthread_mutex_lock(&g.lock);
-}
-
-static void atfork_parent(void)
-{
-    pthread_mutex_unlock(&g.lock);
-}
-
-/* In the child: forget the parent's session without touching it (close only our copy of the
- * socket; the parent's host buffers stay mapped as ordinary memory). */
-static void atfork_child(void)
+/* In the child: forget the parent's session without touching it. fork() does not wait for an ACL
+ * call of another thread (that could be a long synchronize), so the child cannot trust the
+ * state that call may have been changing: it closes only its copy of the socket, drops every
+ * table without freeing it (a small leak in the child, never a double free), and starts with a
+ * fresh mutex (the only thread of the child owns nothing). The staging region is not inherited
+ * (MADV_DONTFORK); aclrtMallocHost buffers stay mapped, shared with the parent, as plain memory. */
+static void forget_inherited(void)
 {
     if (g.initialized || g.fd >= 0) {
         g.forked_from = g.owner;
@@ -161,27 +155,33 @@ static void atfork_child(void)
         g.fd = -1;
         g.initialized = 0;
         g.dead = 0;
-        wire_reader_free(&g.reader);
-        free(g.hosts);
+        memset(&g.reader, 0, sizeof g.reader);
+        g.sendbuf = NULL;
+        g.sendcap = 0;
         g.hosts = NULL;
         g.nhosts = g.caphosts = 0;
-        free(g.allocs);
         g.allocs = NULL;
         g.nallocs = g.capallocs = 0;
-        free(g.default_streams);
         g.default_streams = NULL;
+        g.objects = NULL;
+        g.nobjects = g.capobjects = 0;
         memset(&g.staging, 0, sizeof g.staging);
         g.server_device = g.process_device = NO_DEVICE;
         g.generation++;
     }
     t_device = NO_DEVICE;
     t_context = NULL;
-    pthread_mutex_unlock(&g.lock);
+}
+
+static void atfork_child(void)
+{
+    pthread_mutex_init(&g.lock, NULL);
+    forget_inherited();
 }
 
 static void install_atfork(void)
 {
-    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    pthread_atfork(NULL, NULL, atfork_child);
 }
 
 /* -- connection -------------------------------------------------------------------------------- */
@@ -211,7 +211,7 @@ static int broken(int err, const char *what)
 {
     g.dead = 1;
     drop_connection();
-    const char *why = err == -ETIMEDOUT      ? "no reply in time (FLEXNPU_CALL_TIMEOUT_MS)"
+    const char *why = err == -ETIMEDOUT      ? "no reply in time (FLEXNPU_CONNECT_TIMEOUT_MS for aclInit, else FLEXNPU_CALL_TIMEOUT_MS)"
                       : err == -ECONNRESET || err == -EPIPE ? "the aclserver closed the connection"
                       : err == -EPROTO       ? "malformed frame from the aclserver"
                                              : strerror(-err);
@@ -233,6 +233,20 @@ static int send_request(uint16_t op, const int64_t *ints, unsigned n, const void
     *rid = ++g.next_id;
     size_t len = wire_encode(g.sendbuf, g.sendcap, op, *rid, ints, n, tail, tail_len);
     int rc = wire_send_all(g.fd, g.sendbuf, len, g.call_timeout_ms);
+    if (rc == -EPIPE || rc == -ECONNRESET) {
+        /* the server may have refused the connection (too many connections) with a frame and
+         * closed it before this request went out: report its reason, not only the broken pipe */
+        struct wire_msg m;
+        if (wire_read(g.fd, &g.reader, &m, 0) == 0 && m.op == OP_NONE && m.n_ints >= 1 && m.ints[0] != 0) {
+            int code = flexnpu_fail((int)m.ints[0], "%s: %.*s", what, (int)(m.tail_len > 900 ? 900 : m.tail_len),
+                                    m.tail);
+            char saved[ERR_MAX];
+            memcpy(saved, t_err, sizeof saved);
+            broken(rc, what);
+            memcpy(t_err, saved, sizeof saved);
+            return code;
+        }
+    }
     return rc ? broken(rc, what) : 0;
 }
 
@@ -249,10 +263,15 @@ static int receive_reply(uint32_t rid, int64_t *out, unsigned nout, int timeout_
     if (m->n_ints < 1 || !(m->flags & FLEXNPU_FLAG_REPLY) || (m->request_id != rid && m->op != OP_NONE))
         return broken(-EPROTO, what);
     if (m->ints[0] != 0) {
-        int code = (int)m->ints[0];
-        if (m->op == OP_NONE)
+        int code = flexnpu_fail((int)m->ints[0], "%s: %.*s", what, (int)(m->tail_len > 900 ? 900 : m->tail_len),
+                                m->tail);
+        if (m->op == OP_NONE) { /* the server refused the connection itself and closes it */
+            char saved[ERR_MAX];
+            memcpy(saved, t_err, sizeof saved); /* the message is formatted: the reader's buffer may go */
             broken(-EPROTO, what);
-        return flexnpu_fail(code, "%s: %.*s", what, (int)(m->tail_len > 900 ? 900 : m->tail_len), m->tail);
+            memcpy(t_err, saved, sizeof saved);
+        }
+        return code;
     }
     if (m->n_ints - 1 < nout)
         return broken(-EPROTO, what);
@@ -421,15 +440,8 @@ static void close_connection(void)
 static void ensure_fork_checked(void)
 {
     pthread_once(&atfork_once, install_atfork);
-    if ((g.initialized || g.fd >= 0) && getpid() != g.owner) {
-        /* forked without the atfork handler (a raw clone): the same treatment */
-        g.forked_from = g.owner;
-        if (g.fd >= 0)
-            close(g.fd);
-        g.fd = -1;
-        g.initialized = 0;
-        g.generation++;
-    }
+    if ((g.initialized || g.fd >= 0) && getpid() != g.owner)
+        forget_inherited(); /* forked without the atfork handler (a raw clone): the same treatment */
 }
 
 static int ready(const char *what)
@@ -643,6 +655,8 @@ static int do_init(const char *config_path)
     /* the server pre-touched the staging pages: mapping them lazily costs only minor faults, and a
      * process that never stages a copy does not carry them in its RSS */
     rc = map_region(m.tail, m.tail_len, g.staging.size, &g.staging.addr, 0, "aclInit (staging region)");
+    if (!rc)
+        madvise(g.staging.addr, g.staging.size, MADV_DONTFORK); /* a child must never write into it */
     if (!rc) {
         g.default_streams = calloc((size_t)g.device_count, sizeof *g.default_streams);
         if (!g.default_streams)
@@ -1170,6 +1184,8 @@ static int do_malloc(void **dev, size_t size, int policy, const char *what)
         rc = use_device(what, NULL);
     if (rc)
         return rc;
+    /* the memory-type flags select a kind of memory a share does not distinguish */
+    policy &= ~(ACL_MEM_TYPE_LOW_BAND_WIDTH | ACL_MEM_TYPE_HIGH_BAND_WIDTH);
     int64_t args[2] = {(int64_t)size, policy}, ptr;
     rc = call(OP_MALLOC, args, 2, &ptr, 1, g.call_timeout_ms, what);
     if (rc)
@@ -1436,8 +1452,12 @@ static int do_memcpy(void *dst, size_t dest_max, const void *src, size_t count, 
         return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: count %zu exceeds destMax %zu", what, count, dest_max);
     if (dest_max > (size_t)INT64_MAX)
         return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: destMax %zu overflows", what, dest_max);
-    if (kind < ACL_MEMCPY_HOST_TO_HOST || kind > ACL_MEMCPY_DEFAULT)
+    if (kind < ACL_MEMCPY_HOST_TO_HOST || kind > ACL_MEMCPY_INTER_DEVICE_TO_DEVICE)
         return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: unknown memcpy kind %d", what, kind);
+    if (kind == ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE)
+        kind = ACL_MEMCPY_HOST_TO_DEVICE;
+    else if (kind > ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE)
+        kind = ACL_MEMCPY_DEVICE_TO_DEVICE;
     if (!dst || !src)
         return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: %s is NULL", what, dst ? "src" : "dst");
     if ((uintptr_t)dst + count < (uintptr_t)dst || (uintptr_t)src + count < (uintptr_t)src)

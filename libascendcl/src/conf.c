@@ -1,5 +1,5 @@
 /*
- * conf.c: a small strict JSON reader (RFC 8259 values, depth and size bounded) and the
+ * conf.c: a small strict JSON reader (standard JSON values, depth and size bounded) and the
  * client.conf rules of docs/client-conf.md. The file is opened without following a symlink in
  * its last component.
  */

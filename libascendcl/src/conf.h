@@ -12,7 +12,7 @@
 
 struct client_conf {
     char claim_uid[128];
-    char token[256];
+    char token[612]; /* the aclserver accepts a HELLO frame of at most 640 bytes before authentication */
     char unix_path[108]; /* "" when absent */
     char tcp_host[64];   /* "" when absent */
     int tcp_port;

@@ -9,10 +9,12 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -161,7 +163,7 @@ static void scenario_memcpy(size_t staging)
     CALL(aclrtMalloc(&d2, n, ACL_MEM_MALLOC_HUGE_FIRST));
     CALL(aclrtMallocHost((void **)&h, n));
     CALL(aclrtMemset(d1, n, 0x5A, n));
-    CALL(aclrtMemcpy(d2, n, d1, n, ACL_MEMCPY_DEVICE_TO_DEVICE));
+    CALL(aclrtMemcpy(d2, n, d1, n, ACL_MEMCPY_INNER_DEVICE_TO_DEVICE));
     memset(h, 0, n);
     CALL(aclrtMemcpy(h, n, d2, n, ACL_MEMCPY_DEVICE_TO_HOST));
     int all = 1;
@@ -170,7 +172,7 @@ static void scenario_memcpy(size_t staging)
     CHECK(all, "memset then device-to-device copy: every byte is 0x5A");
     /* an offset inside a host buffer and inside an allocation */
     fill(h, n, 9);
-    CALL(aclrtMemcpy((char *)d1 + 1000, n - 1000, h + 500, 4096, ACL_MEMCPY_HOST_TO_DEVICE));
+    CALL(aclrtMemcpy((char *)d1 + 1000, n - 1000, h + 500, 4096, ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE));
     unsigned char back[4096];
     CALL(aclrtMemcpy(back, sizeof back, (char *)d1 + 1000, 4096, ACL_MEMCPY_DEVICE_TO_HOST));
     CHECK(memcmp(back, h + 500, 4096) == 0, "copy at offsets inside a host buffer and an allocation");
@@ -296,6 +298,8 @@ static void scenario_badargs(void)
     expect(aclrtMalloc(&p, (size_t)1 << 62, ACL_MEM_MALLOC_HUGE_FIRST), ACL_ERROR_RT_MEMORY_ALLOCATION,
            "malloc 2^62 bytes");
     expect(aclrtMalloc(&p, 1024, (aclrtMemMallocPolicy)77), ACL_ERROR_INVALID_PARAM, "malloc unknown policy");
+    CALL(aclrtMalloc(&p, 1024, (aclrtMemMallocPolicy)(ACL_MEM_MALLOC_HUGE_FIRST | ACL_MEM_TYPE_HIGH_BAND_WIDTH)));
+    CALL(aclrtFree(p));
     expect(aclrtMallocHost(NULL, 10), ACL_ERROR_INVALID_PARAM, "malloc host NULL out");
     expect(aclrtMallocHost(&p, SIZE_MAX), ACL_ERROR_INVALID_PARAM, "malloc host SIZE_MAX");
     expect(aclrtMallocHost(&p, (size_t)1 << 50), ACL_ERROR_INVALID_PARAM, "malloc host 2^50 bytes");
@@ -434,6 +438,79 @@ static void scenario_afterline(void)
     printf("val finalize_code %d\n", aclFinalize());
 }
 
+struct syncer {
+    aclrtStream stream;
+    _Atomic int tid;
+    _Atomic int done;
+    int rc;
+};
+
+static void *sync_main(void *arg)
+{
+    struct syncer *s = arg;
+    atomic_store(&s->tid, (int)syscall(SYS_gettid));
+    s->rc = aclrtSynchronizeStream(s->stream);
+    atomic_store(&s->done, 1);
+    return NULL;
+}
+
+/* Whether thread tid is blocked in poll/ppoll (waiting for the aclserver's reply). */
+static int in_poll(pid_t tid)
+{
+    char path[64], buf[64] = {0};
+    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)tid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    long nr = strtol(buf, NULL, 10);
+#ifdef SYS_poll
+    if (nr == SYS_poll)
+        return 1;
+#endif
+    return nr == SYS_ppoll;
+}
+
+/* forkbusy <kernel_us>: fork while another thread waits in aclrtSynchronizeStream for a long
+ * kernel (holding the client's lock): fork does not wait for it, and the child gets its clean
+ * error at once. */
+static void scenario_forkbusy(uint64_t kernel_us)
+{
+    CALL(aclInit(NULL));
+    CALL(aclrtSetDevice(0));
+    struct syncer sy = {0};
+    CALL(aclrtCreateStream(&sy.stream));
+    aclrtEmulatedKernelArgs k = {.duration_us = kernel_us};
+    CALL(aclrtLaunchKernel(NULL, 1, &k, sizeof k, sy.stream));
+    pthread_t th;
+    pthread_create(&th, NULL, sync_main, &sy);
+    while (!atomic_load(&sy.tid) || !in_poll((pid_t)atomic_load(&sy.tid)))
+        ; /* until the thread is blocked waiting for the aclserver's reply, inside the call */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    fflush(stdout);
+    pid_t child = fork();
+    if (child == 0) {
+        void *q = NULL;
+        int r = aclrtMalloc(&q, 4096, ACL_MEM_MALLOC_HUGE_FIRST);
+        printf("val child_malloc_code %d\n", r);
+        fflush(stdout);
+        _exit(0);
+    }
+    int status;
+    waitpid(child, &status, 0);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    /* had fork waited for the lock, the other thread's synchronize would have finished first */
+    printf("val sync_done_when_child_exited %d\n", atomic_load(&sy.done));
+    printf("val fork_ms %.1f\n", (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6);
+    pthread_join(th, NULL);
+    CHECK(sy.rc == 0, "the other thread's synchronize completed: %d", sy.rc);
+    CALL(aclrtDestroyStream(sy.stream));
+    CALL(aclFinalize());
+}
+
 struct worker {
     int index, ok;
 };
@@ -536,6 +613,8 @@ int main(int argc, char **argv)
         scenario_hold(strtoull(argv[2], NULL, 10));
     else if (!strcmp(s, "threads") && argc == 3)
         scenario_threads(atoi(argv[2]));
+    else if (!strcmp(s, "forkbusy") && argc == 3)
+        scenario_forkbusy(strtoull(argv[2], NULL, 10));
     else if (!strcmp(s, "afterline"))
         scenario_afterline();
     else if (!strcmp(s, "fork"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import select
+import shutil
 import subprocess
 import tempfile
 import time
@@ -55,7 +56,13 @@ def run(exe: Path, *args: str, conf: Path | None, timeout: float = 60, **env: st
         environ["FLEXNPU_CONF"] = str(conf)
     environ.update(env)
     res = subprocess.run(
-        [str(exe), *args], capture_output=True, text=True, timeout=timeout, env=environ, check=False
+        [str(exe), *args],
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=timeout,
+        env=environ,
+        check=False,
     )
     return Result(res.returncode, res.stdout, res.stderr)
 
@@ -99,7 +106,7 @@ def claim_factory() -> Iterator[Callable[..., Claim]]:
     yield factory
     for cm in reversed(stack):
         cm.__exit__(None, None, None)  # type: ignore[attr-defined]
-    subprocess.run(["rm", "-rf", str(work)], check=False)
+    shutil.rmtree(work, ignore_errors=True)
 
 
 @pytest.fixture

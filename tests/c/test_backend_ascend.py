@@ -7,19 +7,23 @@ no NPU is involved, and the backend is not verified on hardware.
 from __future__ import annotations
 
 import ctypes
+import os
 import shutil
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from dra_driver import clientconf
-from dra_driver.aclserver import codes
+from dra_driver.aclserver import codes, datalink
 from dra_driver.aclserver.backend import AclFailure
 from dra_driver.aclserver.backend_ascend import AscendBackend
 from dra_driver.testing import aclservers, clibrary
 from tests.c.conftest import HERE, MIB, run
+from tests.integration import daemon_harness
+from tests.integration.daemon_harness import DaemonProc
 
 QUOTA = 64 * MIB
 
@@ -222,3 +226,72 @@ def test_aclserver_process_with_the_ascend_backend(
         assert "val hold_code 207001" in die.stdout and "EL0004" in die.stdout, die.stdout
         over = run(acl_check, "hold", str(2 * QUOTA), conf=conf)  # beyond the quota: refused first
         assert "val hold_code 207001" in over.stdout and "exceeds the memory quota" in over.stdout
+        # copies both ways (plain and aclrtMallocHost memory), memset, device to device: aclrtMemcpy
+        # and aclrtMemset in the emulator, content checked by the program
+        run(acl_check, "memcpy", str(server.spec.staging_bytes), conf=conf).ok()
+
+
+@pytest.mark.parametrize("launcher", ["zygote", "spawn"])
+def test_daemon_started_aclservers_take_the_backend_from_its_environment(
+    emulator: Path, acl_check: Path, monkeypatch: pytest.MonkeyPatch, launcher: str
+) -> None:
+    """flexnpu-daemon with FLEXNPU_ACLSERVER_BACKEND=ascend: its aclservers (forked by the zygote or
+    spawned) serve the claim from the CANN emulator (48 MiB die, 64 MiB quota)."""
+    monkeypatch.setenv("FLEXNPU_ACLSERVER_BACKEND", "ascend")
+    monkeypatch.setenv("FLEXNPU_ASCEND_LIBRARY", str(emulator))
+    monkeypatch.setenv("FLEXNPU_EMU_DEVICES", "8")
+    monkeypatch.setenv("FLEXNPU_EMU_MEMORY", str(48 * MIB))
+    daemon = DaemonProc(extra=("--launcher", launcher)).start()
+    try:
+        uid = str(uuid.uuid4())
+        with daemon.client() as c:
+            res = c.register(daemon_harness.request(uid, daemon_harness.share(2, mem_gib=QUOTA / (1 << 30))))
+        conf = daemon.root / "client.conf"
+        conf.write_text(
+            clientconf.render(
+                clientconf.ClientConf(
+                    claim_uid=uid,
+                    token="ab" * 16,
+                    endpoints=clientconf.Endpoints(unix=res.endpoints.unix_socket),
+                    shm_dir=res.endpoints.shm_dir,
+                    shares=(clientconf.ShareInfo(0, QUOTA, 30, codes.Policy.FIXED),),
+                )
+            )
+        )
+        out = run(acl_check, "hold", str(32 * MIB), conf=conf).stdout
+        assert "val hold_code 0" in out and f"val hold_free {16 * MIB}" in out, out + daemon.log()
+    finally:
+        daemon.cleanup()
+
+
+def test_memcpy_through_regions_and_a_truncated_one(
+    backend: tuple[AscendBackend, Emu], tmp_path: Path
+) -> None:
+    """The session layer's memcpy for a backend without host-addressable memory: data-link regions
+    on both sides of aclrtMemcpy; a region the client truncated fails that copy with 100000."""
+    b, emu = backend
+    region = datalink.create_region(str(tmp_path), "host-1.buf", 8192, 1)
+    try:
+        region.write_from(0, memoryview(bytes(range(256)) * 32))
+        dev = b.malloc(0, 8192, 0)
+        host = datalink.host_ptr(1, 0)
+        b.memcpy_regions(dst=dev, src=host, count=8192, span=8192, dst_region=None, src_region=region)
+        back = bytearray(8192)
+        b.copy_from_device(dev, memoryview(back))
+        assert bytes(back) == bytes(range(256)) * 32
+        b.memset(dev, 7, 100)
+        b.memcpy_regions(dst=host + 4000, src=dev, count=100, span=100, dst_region=region, src_region=None)
+        out = memoryview(bytearray(100))
+        region.read_into(4000, out)
+        assert bytes(out) == b"\x07" * 100
+        with pytest.raises(AclFailure) as err:  # the device side is checked for the whole span first
+            b.memcpy_regions(dst=dev, src=host, count=100, span=9000, dst_region=None, src_region=region)
+        assert err.value.code == codes.ACL_ERROR_INVALID_PARAM and "run past" in err.value.message
+        os.truncate(region.path, 100)
+        copies = emu.calls("aclrtMemcpy")
+        with pytest.raises(AclFailure) as err:
+            b.memcpy_regions(dst=dev, src=host, count=8192, span=8192, dst_region=None, src_region=region)
+        assert err.value.code == codes.ACL_ERROR_INVALID_PARAM and "data link" in err.value.message
+        assert emu.calls("aclrtMemcpy") == copies  # nothing reached the device
+    finally:
+        region.close()

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from dra_driver import clientconf
+from dra_driver.testing import aclservers
 from dra_driver.testing.waiting import wait_for
 from tests.c.conftest import Claim, Interactive, run
 
@@ -140,6 +141,18 @@ def test_a_shm_dir_without_the_data_link(acl_check: Path, claim: Claim, tmp_path
     run(acl_check, "quota", str(64 << 20), "1", conf=claim.conf).ok()  # the server released that session
 
 
+def test_a_long_token_is_sent_whole(acl_check: Path, claim: Claim, tmp_path: Path) -> None:
+    """A 512-character token (longer than the claim's) reaches the server intact and is refused as
+    wrong, not cut short by the client; one past the client's limit is refused locally."""
+    conf = tmp_path / "client.conf"
+    conf.write_text(json.dumps({**_doc(claim), "token": "f" * 512}))
+    values = run(acl_check, "init", conf=conf).values
+    assert int(values["init_code"]) == NO_PERMISSION and "invalid token" in values["init_msg"], values
+    conf.write_text(json.dumps({**_doc(claim), "token": "f" * 612}))
+    values = run(acl_check, "init", conf=conf).values
+    assert int(values["init_code"]) == ATTR_INVALID and "field token" in values["init_msg"], values
+
+
 def test_no_aclserver_listening_fails_fast(acl_check: Path, claim: Claim, tmp_path: Path) -> None:
     with socket.socket() as s:  # a TCP port nothing listens on
         s.bind(("127.0.0.1", 0))
@@ -212,3 +225,30 @@ def test_fork_child_gets_a_clean_error_and_the_parent_keeps_its_session(
         assert int(v["child_own_malloc_code"]) == 0 and int(v["child_finalize_code"]) == 0
     else:
         assert "already serves a client" in v["child_init_msg"]
+
+
+def test_fork_does_not_wait_for_another_threads_call(acl_check: Path, claim: Claim) -> None:
+    """Another thread waits in aclrtSynchronizeStream for a 3 s kernel, holding the client's lock:
+    the child is forked, refused and gone while that call is still waiting."""
+    res = run(acl_check, "forkbusy", "3000000", conf=claim.conf).ok()
+    assert int(res.values["child_malloc_code"]) == UNINITIALIZE
+    assert res.values["sync_done_when_child_exited"] == "0", res.values
+
+
+def test_a_full_aclserver_says_so(acl_check: Path, claim_factory: Callable[..., Claim]) -> None:
+    """Past max_connections the aclserver answers with an Op.NONE refusal and closes: aclInit
+    reports its reason (207005, "too many connections"), however the race with HELLO goes."""
+    claim = claim_factory([aclservers.share(0, memory=64 << 20)], max_sessions=1, max_connections=2)
+    holders = []
+    try:
+        for _ in range(2):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(claim.server.spec.unix_socket)
+            holders.append(s)
+        for _ in range(3):
+            values = run(acl_check, "init", conf=claim.conf).values
+            assert int(values["init_code"]) == 207005, values
+            assert "too many connections" in values["init_msg"], values
+    finally:
+        for s in holders:
+            s.close()

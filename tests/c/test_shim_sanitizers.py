@@ -4,6 +4,8 @@ the run (and so the test), not only a wrong result."""
 
 from __future__ import annotations
 
+import signal
+import socket
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,6 +21,7 @@ SCENARIOS = [
     pytest.param(("badargs",), id="badargs"),
     pytest.param(("threads", "8"), id="threads"),
     pytest.param(("fork",), id="fork"),
+    pytest.param(("forkbusy", "300000"), id="forkbusy"),
 ]
 
 
@@ -44,4 +47,51 @@ def test_scenario_is_sanitizer_clean(
         -4000:
     ]
     assert "LeakSanitizer" not in res.stderr, res.stderr[-4000:]
+    res.ok()
+
+
+def test_refusals_are_sanitizer_clean(sanitized_check: Path, claim_factory: Callable[..., Claim]) -> None:
+    """A full aclserver's Op.NONE refusal and a server killed mid-session, under the sanitizers."""
+    claim = claim_factory([aclservers.share(0, memory=64 * MIB)], max_sessions=1, max_connections=2)
+    env = {"ASAN_OPTIONS": "detect_leaks=1:halt_on_error=1", "UBSAN_OPTIONS": "print_stacktrace=1"}
+    holders = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(2)]
+    try:
+        for s in holders:
+            s.connect(claim.server.spec.unix_socket)
+        res = run(sanitized_check, "init", conf=claim.conf, **env)
+        assert res.values["init_code"] == "207005" and "AddressSanitizer" not in res.stderr, res.stderr[
+            -4000:
+        ]
+    finally:
+        for s in holders:
+            s.close()
+    other = claim_factory([aclservers.share(0, memory=64 * MIB)])
+    other.server.stop(signal.SIGKILL)
+    res = run(sanitized_check, "init", conf=other.conf, **env)
+    assert res.values["init_code"] == "500000" and "Sanitizer" not in res.stderr, res.stderr[-4000:]
+
+
+@pytest.fixture(scope="module")
+def tsan_check() -> Path:
+    lib = clibrary.build_library(thread_sanitized=True)
+    return clibrary.compile_program(
+        HERE / "acl_check.c",
+        link_library=lib,
+        extra_flags=[*clibrary.THREAD_SANITIZER, "-g"],
+        out_dir=lib.parent,
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [pytest.param(("threads", "8"), id="threads"), pytest.param(("forkbusy", "300000"), id="forkbusy")],
+)
+def test_threads_are_thread_sanitizer_clean(
+    tsan_check: Path, claim_factory: Callable[..., Claim], args: tuple[str, ...]
+) -> None:
+    """Eight threads copying through the one connection, and a fork while a thread is in a call,
+    under ThreadSanitizer: no data race is reported."""
+    claim = claim_factory([aclservers.share(0, memory=256 * MIB)], staging_bytes=4 * MIB)
+    res = run(tsan_check, *args, conf=claim.conf, TSAN_OPTIONS="halt_on_error=1")
+    assert "ThreadSanitizer" not in res.stderr, res.stderr[-4000:]
     res.ok()

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from dra_driver.testing.podman import Podman
+from tests.e2e import image
 from tests.integration.conftest import api, node_factory, short_tmp  # noqa: F401  (re-exported fixtures)
 
 
@@ -42,3 +43,9 @@ def podman() -> Iterator[Podman]:
         assert p.containers() == [], "a container outlived its podman run"
         assert _our_mounts(p.workdir) == before, "a podman run leaked a mount into the host mount namespace"
     assert not p.workdir.exists(), f"{p.workdir} was not removed"
+
+
+@pytest.fixture(scope="session")
+def built_image() -> Iterator[image.Built]:
+    """The container image, built once per session by scripts/build-image.sh (tests/e2e/image.py)."""
+    yield image.build()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 
 import pytest
 
@@ -17,9 +16,9 @@ pytestmark = [pytest.mark.root, pytest.mark.podman, pytest.mark.timeout(img.BUIL
 LIBASCENDCL = img.ROOT / "libascendcl" / "Makefile"
 
 
-@pytest.fixture(scope="module")
-def built() -> Iterator[img.Built]:
-    yield img.build()
+@pytest.fixture
+def built(built_image: img.Built) -> img.Built:
+    return built_image
 
 
 def inspect(image: str) -> dict[str, object]:
@@ -46,12 +45,20 @@ def test_entry_points_answer(built: img.Built, argv: list[str]) -> None:
     assert proc.stdout.startswith(f"usage: {argv[0]}"), proc.stdout[:300]
 
 
+def test_demo_says_why_it_does_not_run_here(built: img.Built) -> None:
+    proc = img.run(built.image, ["flexnpu-dra", "demo"])
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and "scripts/demo.sh" in proc.stderr
+
+
 def test_client_libraries_load(built: img.Built) -> None:
     # The Python client (what a container's program imports), and the C library when the tree has it.
     script = (
         "import ctypes, os\n"
         "from dra_driver.client import acl\n"
         "print('python-client', callable(acl.init))\n"
+        "import importlib.util\n"
+        "print('flexnpu_client', importlib.util.find_spec('flexnpu_client.acl') is not None)\n"
         "so = '/usr/lib/flexnpu/libascendcl.so'\n"
         "if os.path.exists(so):\n"
         "    lib = ctypes.CDLL(so)\n"
@@ -63,7 +70,9 @@ def test_client_libraries_load(built: img.Built) -> None:
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0] == "python-client True"
-    assert lines[1] == ("libascendcl True True" if LIBASCENDCL.exists() else "libascendcl absent")
+    # The container client's own distribution (client/), when the tree has it.
+    assert lines[1] == f"flexnpu_client {(img.ROOT / 'client' / 'flexnpu_client' / 'acl.py').exists()}"
+    assert lines[2] == ("libascendcl True True" if LIBASCENDCL.exists() else "libascendcl absent")
 
 
 def test_image_ships_no_test_doubles_and_runs_as_non_root(built: img.Built) -> None:

@@ -27,7 +27,7 @@ from dra_driver.aclserver import protocol
 from dra_driver.checkpoint import CheckpointStore
 from dra_driver.claims import ClaimRef
 from dra_driver.testing.podman import UNRESOLVABLE, Podman
-from kubeletplugin.prepare import CONTAINER_CONF, CONTAINER_SHM, DAEMON
+from kubeletplugin.prepare import CONTAINER_CONF, CONTAINER_SHM
 from tests.e2e.conftest import podman_unavailable
 from tests.integration.conftest import (
     NAMESPACE,
@@ -104,7 +104,8 @@ def share(node_factory: Callable[..., Node]) -> Share:
     }
     conf_host = Path(mounts[CONTAINER_CONF])
     entry = CheckpointStore(node.dirs["state"] / "checkpoint.json").read().claims[uid]
-    (registration,) = entry.effect(DAEMON)
+    registration = entry.registration
+    assert registration is not None
     return Share(
         node=node,
         ref=ref,
@@ -112,7 +113,7 @@ def share(node_factory: Callable[..., Node]) -> Share:
         conf=json.loads(conf_host.read_text()),
         conf_host=conf_host,
         shm_host=Path(mounts[CONTAINER_SHM]),
-        token=str(registration.details["token"]),
+        token=registration.token,
     )
 
 

@@ -175,6 +175,25 @@ def test_device_count_is_the_claims_vnpus(shim_node: Node, podman: Podman, tmp_p
     assert v["device_count"] == "2" and int(v["total"]) == MEMORY, v
 
 
+def test_c_scenarios_in_the_container(shim_node: Node, podman: Podman, tmp_path: Path) -> None:
+    """tests/c/acl_check.c in the container through the injected shim (its RUNPATH names a host
+    directory the container does not have): quota, copies both ways with content checked,
+    streams, events and kernels, bad arguments, fork."""
+    share = _prepare(shim_node, "shim-scenarios")
+    _image(podman, tmp_path)
+    check = clibrary.compile_program(C_DIR / "acl_check.c", link_library=clibrary.build_library())
+    clibrary.install_elf(podman.rootfs, check, "/app/acl_check")
+    runs = [f"quota {MEMORY} 1", f"memcpy {16 * MIB}", "streams 20000", "badargs", "fork", "threads 4"]
+    script = "\n".join(f'echo "@@{r.split()[0]}"; /app/acl_check {r}; echo "rc=$?"' for r in runs)
+    res = podman.run(cdi_ids=share.cdi_ids, cdi_spec_dir=shim_node.dirs["cdi"], command=script, timeout=120)
+    assert res.returncode == 0, f"{res.stdout}\n{res.stderr}"
+    seen = sections(res.stdout)
+    for r in runs:
+        out = seen[r.split()[0]]
+        assert out.endswith("rc=0") and "FAIL" not in out, f"{r}:\n{out}"
+    assert _values(seen["quota"])["over_quota_code"] == "207001"
+
+
 def test_interposition_none_leaves_the_container_alone(shim_node: Node) -> None:
     params = {"apiVersion": "npu.flexnpu.io/v1alpha1", "kind": "VnpuConfig", "interposition": "none"}
     share = _prepare(shim_node, "shim-none", [{"opaque": {"driver": "npu.flexnpu.io", "parameters": params}}])

@@ -150,13 +150,59 @@ def test_sigkilled_client_process_returns_its_memory(server: RunningAclServer, t
         for p in procs:
             os.kill(p.pid, signal.SIGKILL)
             p.wait(timeout=30)
-        wait_for(lambda: observer.get_mem_info() == (MEM, MEM), timeout=5, what="memory of the killed client")
+        wait_for(
+            lambda: observer.get_mem_info() == (MEM, MEM), timeout=10, what="memory of the killed client"
+        )
         ptr = observer.malloc(60 << 20)  # the whole quota is usable again
         observer.free(ptr)
-        assert not [f for f in os.listdir(server.spec.shm_dir) if f.startswith("host-")]
+        wait_for(
+            lambda: not [f for f in os.listdir(server.spec.shm_dir) if f.startswith("host-")],
+            timeout=10,
+            what="the killed client's host buffer files removed",
+        )
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
                 p.wait()
         observer.close()
+
+
+def test_threads_sharing_one_session_are_not_held_up_by_a_synchronize(server: RunningAclServer) -> None:
+    s = _open(server)
+    try:
+        stream = s.create_stream()
+        s.launch_kernel(stream, 3_000_000)  # the die is busy for 3 s of this 40 % share (≈ 7.5 s)
+        synced = threading.Event()
+
+        def sync() -> None:
+            s.synchronize_stream(stream)
+            synced.set()
+
+        waiter = threading.Thread(target=sync)
+        waiter.start()
+        results: list[tuple[int, int]] = []
+        errors: list[BaseException] = []
+
+        def small_calls() -> None:
+            try:
+                for _ in range(50):
+                    results.append(s.get_mem_info())
+                    ptr = s.malloc(4096)
+                    s.free(ptr)
+            except BaseException as exc:
+                errors.append(exc)
+
+        workers = [threading.Thread(target=small_calls) for _ in range(8)]
+        for t in workers:
+            t.start()
+        for t in workers:
+            t.join(timeout=60)
+        # 800 calls from 8 threads on the same session completed while the synchronize still waits
+        assert not errors, errors
+        assert len(results) == 400 and all(r[1] == MEM and MEM - 8 * 4096 <= r[0] <= MEM for r in results)
+        assert not synced.is_set()
+        waiter.join(timeout=60)
+        assert synced.is_set()
+    finally:
+        s.close()

@@ -61,10 +61,14 @@ def test_register_serves_both_endpoints_and_lists(make_daemon: MakeDaemon, launc
         assert ep.shm_dir == str(daemon.shm_root / claim)
         assert ping_unix(ep.unix_socket) == res.pid
         assert ping_tcp(ep.tcp_host, ep.tcp_port) == res.pid
-        [info] = c.list()
+        [info] = c.list(probe=True)
+        [quick] = c.list()
         health = c.health()
     assert info.entity_id == claim and info.state is EntityState.RUNNING and info.pid == res.pid
     assert info.endpoints == ep and info.restarts == 0 and info.rss_bytes > 0
+    assert (
+        quick.state is EntityState.RUNNING and quick.rss_bytes == -1
+    )  # the cheap List skips /proc/<pid>/statm
     assert [(u.share.die_phy_id, u.share.compute_percent) for u in info.shares] == [(2, 30), (3, 50)]
     assert health.ok and health.entities == 1 and health.dies == 8
     spec = daemon.run_dir / "aclservers" / f"{claim}.spec.json"

@@ -7,6 +7,7 @@ its own shm dir until the filesystem is full, while another claim keeps working.
 from __future__ import annotations
 
 import os
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -129,7 +130,7 @@ def test_list_reports_usage_per_vnpu(daemon: DaemonProc) -> None:
 
         def usage() -> EntityInfo | None:
             with daemon.client() as c:
-                info = next(e for e in c.list() if e.entity_id == claim)
+                info = next(e for e in c.list(probe=True) if e.entity_id == claim)
             return (
                 info
                 if info.shares[1].sessions == 2 and info.shares[1].memory_used_bytes == 96 << 20
@@ -140,3 +141,16 @@ def test_list_reports_usage_per_vnpu(daemon: DaemonProc) -> None:
         first, second = info.shares
         assert first.share.virtual_id == 0 and first.memory_used_bytes == 0 and first.sessions == 2
         assert second.share.memory_bytes == GIB // 2 and second.compute_used_us >= 0
+
+
+def test_auto_mounts_only_where_the_mount_reaches_other_namespaces(tmp_path: Path) -> None:
+    root = tmp_path / "shmroot"
+    root.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "fnpu-prop-test", str(root)], check=True)
+    try:
+        subprocess.run(["mount", "--make-private", str(root)], check=True)
+        assert not shmfs.propagates(root / "claim")
+        subprocess.run(["mount", "--make-shared", str(root)], check=True)
+        assert shmfs.propagates(root / "claim")
+    finally:
+        subprocess.run(["umount", "-l", str(root)], check=True)

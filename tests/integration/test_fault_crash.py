@@ -14,6 +14,8 @@ import dataclasses
 import json
 import os
 import signal
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,9 +25,22 @@ from typing import Any
 import pytest
 
 from dra_driver import checkpoint, clientconf, failpoints
-from dra_driver.checkpoint import Checkpoint, CheckpointStore, ClaimEntry, ClaimState, Effect
-from dra_driver.claims import ClaimRef, ClaimResult
+from dra_driver.checkpoint import (
+    Checkpoint,
+    CheckpointStore,
+    ClaimEntry,
+    ClaimState,
+    DieRecord,
+    Effect,
+    EffectKind,
+    Registration,
+    StatusRecord,
+)
+from dra_driver.claims import ClaimRef, ClaimResult, PreparedDevice
 from dra_driver.client.session import Session
+from dra_driver.daemon import shmfs
+from dra_driver.daemon.model import Endpoints, Share
+from dra_driver.devices import DieMode
 from dra_driver.testing.kubelet import KubeletError, PluginHandle
 from tests.integration.conftest import NAMESPACE, NODE, Node, wait_for
 from tests.integration.lifecycle_helpers import (
@@ -233,6 +248,7 @@ def test_crash_during_unprepare(fault_node: Node, point: str) -> None:
 
 
 def _empty(directory: Path) -> None:
+    shmfs.unmount_all_under(directory)  # a reboot also drops the claims' own shm tmpfs mounts
     for p in directory.iterdir():
         if p.is_dir() and not p.is_symlink():
             _rmtree(p)
@@ -261,12 +277,9 @@ def test_reboot_restores_running_claims_and_drops_the_rest(fault_node: Node) -> 
     wait_for("aclservers gone", lambda: not d.aclserver_pids())
     for tmpfs in (n.dirs["cdi"], n.dirs["run"], d.shm_root, d.run_dir):
         _empty(tmpfs)
-    store = CheckpointStore(n.dirs["state"] / "checkpoint.json")
-    with store.locked():
-        cp = checkpoint.decode(store.path.read_bytes())
+    with CheckpointStore(n.dirs["state"] / "checkpoint.json").locked() as cp:
         assert set(cp.claims) == {a.uid, b.uid, c.uid}
         cp.boot_id = str(uuid.uuid4())
-        store.save(cp)
 
     d.start()
     n.start()
@@ -285,7 +298,7 @@ def test_reboot_restores_running_claims_and_drops_the_rest(fault_node: Node) -> 
     assert_clean(n, {a.uid, c.uid})
 
 
-# -- bad checkpoint at start -------------------------------------------------------------------
+# -- damaged checkpoint at start: nothing is removed, the node keeps serving --------------------
 
 
 def _truncated(raw: bytes) -> bytes:
@@ -303,36 +316,105 @@ def _future(raw: bytes) -> bytes:
     return json.dumps(doc).encode()
 
 
-@pytest.mark.parametrize(
-    "spoil",
-    [
-        pytest.param(_corrupt, id="corrupt"),
-        pytest.param(_truncated, id="truncated"),
-        pytest.param(_future, id="future-version"),
-    ],
-)
-def test_bad_checkpoint_is_kept_aside_and_its_orphans_swept(
-    fault_node: Node, spoil: Callable[[bytes], bytes]
+def _wrong_shape(raw: bytes) -> bytes:
+    doc = json.loads(raw)
+    body = {**doc["entry"], "dies": [{"phy": "seven", "mode": "sideways"}]}
+    return json.dumps(
+        {"version": doc["version"], "checksum": checkpoint._checksum(body), "entry": body}
+    ).encode()
+
+
+def _spoil_record(path: Path, uid: str, spoil: Callable[[bytes], bytes]) -> bytes:
+    rec = path / f"{uid}.json"
+    bad = spoil(rec.read_bytes())
+    rec.write_bytes(bad)
+    return bad
+
+
+def _spoil_as_v1(path: Path, uid: str, spoil: Callable[[bytes], bytes]) -> bytes:
+    """The checkpoint as the previous release wrote it (one version-1 file), then damaged."""
+    with CheckpointStore(path).locked() as cp:
+        raw = checkpoint.encode(cp)
+    for p in path.iterdir():
+        p.unlink()
+    path.rmdir()
+    doc = json.loads(raw)
+    bad = spoil(raw) if spoil is not _future else json.dumps({**doc, "version": 3}).encode()
+    path.write_bytes(bad)
+    return bad
+
+
+DAMAGE = [
+    pytest.param(_spoil_record, _corrupt, id="record-corrupt"),
+    pytest.param(_spoil_record, _truncated, id="record-truncated"),
+    pytest.param(_spoil_record, _wrong_shape, id="record-wrong-shape"),
+    pytest.param(_spoil_record, _future, id="record-newer-version"),
+    pytest.param(_spoil_as_v1, _corrupt, id="v1-file-corrupt"),
+    pytest.param(_spoil_as_v1, _truncated, id="v1-file-truncated"),
+    pytest.param(_spoil_as_v1, _future, id="v1-file-newer-version"),
+]
+
+
+@pytest.mark.parametrize(("where", "spoil"), DAMAGE)
+def test_damaged_checkpoint_removes_nothing_and_the_node_keeps_serving(
+    fault_node: Node,
+    where: Callable[[Path, str, Callable[[bytes], bytes]], bytes],
+    spoil: Callable[[bytes], bytes],
 ) -> None:
     n = fault_node
     a = _allocate(n, "a", SHARE)
     _prepare_ok(n, a)
     a_pid = assert_share_works(n, a.uid)
     n.stop()
-    path = n.dirs["state"] / "checkpoint.json"
-    bad = spoil(path.read_bytes())
-    path.write_bytes(bad)
+    bad = where(n.dirs["state"] / "checkpoint.json", a.uid, spoil)
 
     n.start()
-    (copy,) = wait_for("the corrupt copy", lambda: list(n.dirs["state"].glob("checkpoint.json.corrupt-*")))
-    assert copy.read_bytes() == bad
-    assert "CheckpointCorrupt" in n.log() and copy.name in n.log()
+    # two reconcile passes ran (1 s period) and each refused to remove anything
+    wait_for("two refused passes", lambda: n.log().count("store is not trusted") >= 2, timeout=30)
+    assert assert_share_works(n, a.uid) == a_pid  # A's aclserver, CDI spec and client.conf survive
+    assert any(p.read_bytes() == bad for p in n.dirs["state"].rglob("*") if p.is_file())  # kept
     assert n.slices()  # publishes
     d = _allocate(n, "d", SHARE)
-    _prepare_ok(n, d)
+    _prepare_ok(n, d)  # and serves new claims
     assert_share_works(n, d.uid)
-    assert_clean(n, {d.uid})  # A's aclserver, spec, client.conf and shm dir: owned by nobody now
+
+    # the operator adopts what the node holds: A is recorded again from the evidence and the API
+    res = _smi(n, "adopt")
+    assert res.returncode == 0 and f"adopted claim {a.uid}" in res.stdout, res.stdout + res.stderr
+    assert _prepare_ok(n, a).devices  # the kubelet's repeat prepare finds it prepared
+    assert assert_share_works(n, a.uid) == a_pid
+    _client_sees_its_quota(n, a)
+    assert_clean(n, {a.uid, d.uid})  # the reconciler runs again and removes nothing live
+    assert _kubelet(n).unprepare([a]) == {a.uid: ""}
+    assert_clean(n, {d.uid})
+
+
+def test_discarding_a_damaged_record_makes_its_effects_orphans(fault_node: Node) -> None:
+    n = fault_node
+    a = _allocate(n, "a", SHARE)
+    _prepare_ok(n, a)
+    a_pid = assert_share_works(n, a.uid)
+    n.stop()
+    _spoil_record(n.dirs["state"] / "checkpoint.json", a.uid, _corrupt)
+    n.start()
+    wait_for("a refused pass", lambda: "store is not trusted" in n.log(), timeout=30)
+    info = json.loads(_smi(n, "info", "--json").stdout)
+    assert info["checkpointTrusted"] is False and a.uid in " ".join(info["checkpointDoubts"])
+    res = _smi(n, "discard")
+    assert res.returncode == 0 and "damaged record kept at" in res.stdout, res.stdout + res.stderr
+    assert_clean(n, set())  # the operator said so: A's aclserver, CDI spec and client.conf go
     assert n.daemon is not None and a_pid not in n.daemon.aclserver_pids()
+
+
+def _smi(node: Node, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kubeletplugin.smi", *args],
+        env=node.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 # -- every checkpoint version ever written still decodes -----------------------------------------
@@ -364,15 +446,19 @@ def _ready(device: str, data: dict[str, Any], **extra: Any) -> dict[str, Any]:
     }
 
 
-def _share_doc(vid: int, phy: int, policy: str) -> dict[str, Any]:
-    return {
-        "virtual_id": vid,
-        "die_phy_id": phy,
-        "memory_bytes": 268435456,
-        "compute_percent": 10,
-        "policy": policy,
-        "memory_only": False,
-    }
+def _share(vid: int, phy: int, policy: str) -> Share:
+    return Share(
+        virtual_id=vid,
+        die_phy_id=phy,
+        memory_bytes=268435456,
+        compute_percent=10,
+        policy=policy,
+        memory_only=False,
+    )
+
+
+def _status(uid: str, *docs: dict[str, Any]) -> Effect:
+    return Effect(EffectKind.CLAIM_STATUS, uid, StatusRecord(devices=docs))
 
 
 GOLDEN_V1 = Checkpoint(
@@ -383,36 +469,31 @@ GOLDEN_V1 = Checkpoint(
             namespace="team-a",
             name="whole",
             state=ClaimState.PREPARE_COMPLETED,
-            devices=[
-                {
-                    "requestNames": ["npu"],
-                    "pool": "node-a",
-                    "device": "npu-0",
-                    "cdiDeviceIDs": [f"flexnpu.io/vnpu={WHOLE_UID}-npu-0"],
-                }
-            ],
-            effects=[
-                Effect("cdi-spec", f"{CDI}{WHOLE_UID}.json"),
-                Effect(
-                    "claim-status",
-                    WHOLE_UID,
-                    {
-                        "devices": [
-                            _ready(
-                                "npu-0",
-                                {
-                                    "die": 0,
-                                    "vdieID": "6E9CDD8A-ED95D381-7C09AFF4-E12B1FDA-9FBA2226",
-                                    "model": "910B4",
-                                    "mode": "whole",
-                                    "cdiDeviceIDs": [f"flexnpu.io/vnpu={WHOLE_UID}-npu-0"],
-                                },
-                            )
-                        ]
-                    },
+            devices=(
+                PreparedDevice(
+                    request_names=("npu",),
+                    pool="node-a",
+                    device="npu-0",
+                    cdi_device_ids=(f"flexnpu.io/vnpu={WHOLE_UID}-npu-0",),
                 ),
-            ],
-            dies=[{"phy": 0, "mode": "whole", "device": "npu-0", "shareID": None}],
+            ),
+            effects=(
+                Effect(EffectKind.CDI_SPEC, f"{CDI}{WHOLE_UID}.json"),
+                _status(
+                    WHOLE_UID,
+                    _ready(
+                        "npu-0",
+                        {
+                            "die": 0,
+                            "vdieID": "6E9CDD8A-ED95D381-7C09AFF4-E12B1FDA-9FBA2226",
+                            "model": "910B4",
+                            "mode": "whole",
+                            "cdiDeviceIDs": [f"flexnpu.io/vnpu={WHOLE_UID}-npu-0"],
+                        },
+                    ),
+                ),
+            ),
+            dies=(DieRecord(phy=0, mode=DieMode.WHOLE, device="npu-0", share_id=None),),
             updated_at=1796039067.6157975,
         ),
         SHARE_UID: ClaimEntry(
@@ -420,61 +501,56 @@ GOLDEN_V1 = Checkpoint(
             namespace="team-a",
             name="share",
             state=ClaimState.PREPARE_COMPLETED,
-            devices=[
-                {
-                    "requestNames": ["vnpu"],
-                    "pool": "node-a",
-                    "device": "vnpu-7",
-                    "shareID": SHARE_ID,
-                    "cdiDeviceIDs": [f"flexnpu.io/vnpu={SHARE_UID}-vnpu-7-{SHARE_ID}"],
-                }
-            ],
-            effects=[
+            devices=(
+                PreparedDevice(
+                    request_names=("vnpu",),
+                    pool="node-a",
+                    device="vnpu-7",
+                    share_id=SHARE_ID,
+                    cdi_device_ids=(f"flexnpu.io/vnpu={SHARE_UID}-vnpu-7-{SHARE_ID}",),
+                ),
+            ),
+            effects=(
                 Effect(
-                    "daemon-registration",
+                    EffectKind.DAEMON_REGISTRATION,
                     SHARE_UID,
-                    {
-                        "token": "3594e824949d79f7a320bcb1a6575df3218b16054802d82e085f2fdabf999497",
-                        "shares": [_share_doc(0, 7, "elastic")],
-                        "endpoints": {
-                            "shm_dir": f"/dev/shm/flexnpu/{SHARE_UID}",
-                            "tcp_host": "169.254.213.1",
-                            "tcp_port": 44051,
-                            "unix_socket": f"/dev/shm/flexnpu/{SHARE_UID}/aclserver.sock",
+                    Registration(
+                        token="3594e824949d79f7a320bcb1a6575df3218b16054802d82e085f2fdabf999497",
+                        shares=(_share(0, 7, "elastic"),),
+                        endpoints=Endpoints(
+                            shm_dir=f"/dev/shm/flexnpu/{SHARE_UID}",
+                            tcp_host="169.254.213.1",
+                            tcp_port=44051,
+                            unix_socket=f"/dev/shm/flexnpu/{SHARE_UID}/aclserver.sock",
+                        ),
+                        pid=21230,
+                    ),
+                ),
+                Effect(EffectKind.CLIENT_CONF, f"{CLAIMS}{SHARE_UID}"),
+                Effect(EffectKind.CDI_SPEC, f"{CDI}{SHARE_UID}.json"),
+                _status(
+                    SHARE_UID,
+                    _ready(
+                        "vnpu-7",
+                        {
+                            "die": 7,
+                            "vdieID": "9707DC4A-90B0EDAB-8350426A-78CD8477-9220354A",
+                            "model": "910B4",
+                            "mode": "soft",
+                            "virtualID": 0,
+                            "memoryBytes": 268435456,
+                            "computePercent": 10,
+                            "policy": "elastic",
+                            "memoryOnly": False,
+                            "endpoint": "169.254.213.1:44051",
+                            "cdiDeviceIDs": [f"flexnpu.io/vnpu={SHARE_UID}-vnpu-7-{SHARE_ID}"],
                         },
-                        "pid": 21230,
-                    },
+                        shareID=SHARE_ID,
+                        networkData={"interfaceName": "flexnpu0", "ips": ["169.254.213.1/24"]},
+                    ),
                 ),
-                Effect("client-conf", f"{CLAIMS}{SHARE_UID}"),
-                Effect("cdi-spec", f"{CDI}{SHARE_UID}.json"),
-                Effect(
-                    "claim-status",
-                    SHARE_UID,
-                    {
-                        "devices": [
-                            _ready(
-                                "vnpu-7",
-                                {
-                                    "die": 7,
-                                    "vdieID": "9707DC4A-90B0EDAB-8350426A-78CD8477-9220354A",
-                                    "model": "910B4",
-                                    "mode": "soft",
-                                    "virtualID": 0,
-                                    "memoryBytes": 268435456,
-                                    "computePercent": 10,
-                                    "policy": "elastic",
-                                    "memoryOnly": False,
-                                    "endpoint": "169.254.213.1:44051",
-                                    "cdiDeviceIDs": [f"flexnpu.io/vnpu={SHARE_UID}-vnpu-7-{SHARE_ID}"],
-                                },
-                                shareID=SHARE_ID,
-                                networkData={"interfaceName": "flexnpu0", "ips": ["169.254.213.1/24"]},
-                            )
-                        ]
-                    },
-                ),
-            ],
-            dies=[{"phy": 7, "mode": "soft", "device": "vnpu-7", "shareID": SHARE_ID, "policy": "elastic"}],
+            ),
+            dies=(DieRecord(phy=7, mode=DieMode.SOFT, device="vnpu-7", share_id=SHARE_ID, policy="elastic"),),
             updated_at=1796039067.4020314,
         ),
         STARTED_UID: ClaimEntry(
@@ -482,28 +558,21 @@ GOLDEN_V1 = Checkpoint(
             namespace="team-b",
             name="half-done",
             state=ClaimState.PREPARE_STARTED,
-            effects=[
+            effects=(
                 Effect(
-                    "daemon-registration",
+                    EffectKind.DAEMON_REGISTRATION,
                     STARTED_UID,
-                    {
-                        "token": "9f" * 32,
-                        "shares": [_share_doc(0, 7, "elastic"), _share_doc(1, 6, "elastic")],
-                    },
+                    Registration(token="9f" * 32, shares=(_share(0, 7, "elastic"), _share(1, 6, "elastic"))),
                 ),
-                Effect("client-conf", f"{CLAIMS}{STARTED_UID}"),
-                Effect("cdi-spec", f"{CDI}{STARTED_UID}.json"),
-            ],
-            dies=[
-                {
-                    "phy": 7,
-                    "mode": "soft",
-                    "device": "vnpu-7",
-                    "shareID": STARTED_SHARE_ID,
-                    "policy": "elastic",
-                },
-                {"phy": 6, "mode": "soft", "device": "vnpu-6", "shareID": None, "policy": "elastic"},
-            ],
+                Effect(EffectKind.CLIENT_CONF, f"{CLAIMS}{STARTED_UID}"),
+                Effect(EffectKind.CDI_SPEC, f"{CDI}{STARTED_UID}.json"),
+            ),
+            dies=(
+                DieRecord(
+                    phy=7, mode=DieMode.SOFT, device="vnpu-7", share_id=STARTED_SHARE_ID, policy="elastic"
+                ),
+                DieRecord(phy=6, mode=DieMode.SOFT, device="vnpu-6", share_id=None, policy="elastic"),
+            ),
             updated_at=1796039070.25,
         ),
     },
@@ -511,8 +580,12 @@ GOLDEN_V1 = Checkpoint(
 
 # One row per file in tests/data/checkpoint: a new checkpoint version keeps the old files and
 # adds its own v<N>-*.json (written by the code of that version) with the object it must decode to.
-GOLDEN = {
+# Version 1 is one file for the node; version 2 is one record file per claim.
+GOLDEN: dict[str, Checkpoint | ClaimEntry] = {
     "v1-representative.json": GOLDEN_V1,
+    "v2-record-whole.json": GOLDEN_V1.claims[WHOLE_UID],
+    "v2-record-share.json": GOLDEN_V1.claims[SHARE_UID],
+    "v2-record-started.json": GOLDEN_V1.claims[STARTED_UID],
 }
 
 
@@ -525,10 +598,30 @@ def test_every_golden_file_has_a_row() -> None:
 
 
 @pytest.mark.parametrize(("name", "want"), _golden_rows())
-def test_checkpoint_written_by_an_earlier_version_decodes(name: str, want: Checkpoint) -> None:
-    got = checkpoint.decode((GOLDEN_DIR / name).read_bytes(), source=name)
+def test_checkpoint_written_by_an_earlier_version_decodes(name: str, want: Checkpoint | ClaimEntry) -> None:
+    raw = (GOLDEN_DIR / name).read_bytes()
+    if isinstance(want, ClaimEntry):
+        entry = checkpoint.decode_record(raw, source=name)
+        assert entry == want
+        assert checkpoint.decode_record(checkpoint.encode_record(entry), source=name) == entry
+        return
+    got = checkpoint.decode(raw, source=name)
     assert got.boot_id == want.boot_id
     assert sorted(got.claims) == sorted(want.claims)
-    for uid, entry in want.claims.items():
-        assert got.claims[uid] == entry, uid
+    for uid, e in want.claims.items():
+        assert got.claims[uid] == e, uid
     assert checkpoint.decode(checkpoint.encode(got)) == got  # and it is re-written losslessly
+
+
+def test_a_version_1_checkpoint_migrates_to_records(tmp_path: Path) -> None:
+    """The node of the previous release left its single file: the store reads it as records."""
+    path = tmp_path / "checkpoint.json"
+    path.write_bytes((GOLDEN_DIR / "v1-representative.json").read_bytes())
+    store = CheckpointStore(path, boot_id="new-boot")
+    got = store.read()
+    assert got.boot_id == GOLDEN_V1.boot_id and got.claims == GOLDEN_V1.claims
+    assert store.trusted and path.is_dir()
+    for uid in GOLDEN_V1.claims:
+        assert (
+            checkpoint.decode_record((path / f"{uid}.json").read_bytes(), source=uid) == GOLDEN_V1.claims[uid]
+        )

@@ -15,8 +15,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from dra_driver.checkpoint import ClaimState
+from dra_driver.checkpoint import ClaimState, DieRecord
 from dra_driver.daemon.model import Endpoints, EntityInfo, EntityState, Share, ShareUsage
+from dra_driver.devices import DieMode
 from kubeletplugin import smi
 from tests.integration.daemon_harness import DaemonProc, gone, request, share
 
@@ -120,8 +121,8 @@ def test_two_vnpus_of_one_claim_on_one_die_show_their_own_usage() -> None:
         name="c",
         state=ClaimState.PREPARE_COMPLETED,
         dies=[
-            {"phy": 3, "mode": "soft", "device": "vnpu-3", "policy": "fixed"},
-            {"phy": 3, "mode": "soft", "device": "vnpu-3", "policy": "fixed"},
+            DieRecord(3, DieMode.SOFT, "vnpu-3", share_id="s0", policy="fixed"),
+            DieRecord(3, DieMode.SOFT, "vnpu-3", share_id="s1", policy="fixed"),
         ],
     )
     info = _entity(

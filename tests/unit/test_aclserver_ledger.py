@@ -12,7 +12,7 @@ import pytest
 
 from dra_driver.aclserver import ledger
 from dra_driver.aclserver.codes import Policy
-from dra_driver.errors import ErrorCode, StateError
+from dra_driver.errors import ErrorCode, StateError, Unavailable
 from dra_driver.testing.aclservers import wait_for
 
 
@@ -109,3 +109,40 @@ def test_acquire_waits_over_budget_and_cancel_clears_waiting(die: ledger.DieLedg
     waiter.join(10)
     assert result == [None]
     assert die.entries()[0].waiting is False
+
+
+def test_share_limit_comes_from_max_shares_per_die(tmp_path: Path) -> None:
+    d = ledger.DieLedger(str(tmp_path), 3, max_shares=3)
+    try:
+        assert d.slots == 3
+        for _ in range(3):
+            reg(d, Policy.FIXED)
+        with pytest.raises(Unavailable) as err:
+            reg(d, Policy.FIXED)
+        assert err.value.field == "max_shares_per_die" and "limit" in str(err.value)
+    finally:
+        d.close()
+    # another aclserver opening the same die reads the slot count from the file
+    again = ledger.DieLedger(str(tmp_path), 3, max_shares=63)
+    try:
+        assert again.slots == 3 and len(again.entries()) == 3
+    finally:
+        again.close()
+
+
+def test_default_limit_is_63_and_a_file_without_a_slot_count_has_64(tmp_path: Path) -> None:
+    d = ledger.DieLedger(str(tmp_path), 4)
+    try:
+        assert d.slots == 63 == ledger.DEFAULT_MAX_SHARES
+    finally:
+        d.close()
+    path = Path(ledger.ledger_path(str(tmp_path), 4))
+    raw = bytearray(path.read_bytes())
+    raw[28:32] = bytes(4)  # as written by the previous version: no slot count in the header
+    path.write_bytes(bytes(raw) + bytes(ledger._ENTRY.size))  # and its 64th slot
+    old = ledger.DieLedger(str(tmp_path), 4, max_shares=63)
+    try:
+        assert old.slots == ledger.MAX_ENTRIES == 64
+        assert old.entries() == []
+    finally:
+        old.close()

@@ -20,7 +20,7 @@ DIST = "flexnpu-dra-driver"
 EXPECTED_SCRIPTS = {"flexnpu-dra", "flexnpu-daemon", "flexnpu-smi", "flexnpu-aclserver"}
 EXPECTED_SUBCOMMANDS = {
     "flexnpu-dra": {"plugin", "probe", "demo"},
-    "flexnpu-smi": {"info", "cleanup", "unregister"},
+    "flexnpu-smi": {"info", "cleanup", "unregister", "adopt", "discard"},
 }
 
 

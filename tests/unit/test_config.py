@@ -41,6 +41,7 @@ READ: dict[str, tuple[str, Callable[[Config], Any], Any]] = {
     "residual-grace-seconds": ("7", lambda c: c.residual_grace_seconds, 7.0),
     "reconcile-period-seconds": ("9", lambda c: c.reconcile_period_seconds, 9.0),
     "rediscover-seconds": ("3", lambda c: c.rediscover_seconds, 3.0),
+    "build-device-root": ("true", lambda c: c.build_device_root, True),
     "client-library": ("/opt/l/libascendcl.so", lambda c: c.client_library, Path("/opt/l/libascendcl.so")),
     "max-shares-per-die": ("7", lambda c: c.max_shares_per_die, 7),
 }

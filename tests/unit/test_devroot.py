@@ -134,3 +134,54 @@ def test_command_builds_the_root_in_a_real_process(tmp_path: Path) -> None:
 def test_command_errors(args: list[str], code: int, message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert devroot.main(args) == code
     assert message in capsys.readouterr().err
+
+
+# -- production use: `flexnpu-dra plugin --build-device-root` ------------------------------------
+
+
+def test_symlink_below_the_root_is_refused_not_followed(tmp_path: Path) -> None:
+    from dra_driver.errors import ErrorCode, InvalidInput
+
+    inv = emulated.load_inventory(inventories.path("two-chip-910b3.yaml"))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for planted in ("dev", "usr/local/Ascend/driver/version.info"):
+        root = tmp_path / f"root-{planted.replace('/', '-')}"
+        link = root / planted
+        link.parent.mkdir(parents=True)
+        link.symlink_to(outside / "target")
+        with pytest.raises(InvalidInput) as err:
+            devroot.build_device_root(root, inv)
+        assert err.value.code == ErrorCode.INVALID_PATH and str(link) in str(err.value)
+        assert list(outside.iterdir()) == []  # nothing was written through the link
+
+
+def _plugin(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEXNPU_")}
+    return subprocess.run(
+        [sys.executable, "-m", "kubeletplugin.cli", "plugin", "--node-name", "n1", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=tmp_path,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(["--build-device-root", "true"], "needs --inventory", id="no-inventory"),
+        pytest.param(
+            ["--build-device-root", "true", "--inventory", "INV", "--device-root", "/"],
+            "other than /",
+            id="host-root",
+        ),
+    ],
+)
+def test_plugin_flag_refuses_before_touching_anything(tmp_path: Path, args: list[str], message: str) -> None:
+    inv = str(inventories.path("two-chip-910b3.yaml"))
+    proc = _plugin([inv if a == "INV" else a for a in args], tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and "build-device-root" in proc.stderr

@@ -60,7 +60,7 @@ NAMESPACED = {"ServiceAccount", "ConfigMap", "Pod", "DaemonSet", "ResourceClaimT
 
 
 # -- a renderer for the Go-template subset the chart uses --------------------------------------
-# Supported: {{ .Values.a.b }}, .Release.*, .Chart.*, pipes `quote`, `nindent N`, `toYaml X`,
+# Supported: {{ .Values.a.b }}, .Release.*, .Chart.*, `.Files.Get "path"`, pipes `quote`, `nindent N`, `toYaml X`,
 # `{{ if X }} ... {{ else }} ... {{ end }}`, and `{{-` / `-}}` whitespace trimming. Anything
 # else fails loudly, so the chart cannot drift outside what this test understands.
 
@@ -91,7 +91,12 @@ def _text(value: Any) -> str:
 def _evaluate(expr: str, scope: Mapping[str, Any]) -> Any:
     stages = [s.strip() for s in expr.split("|")]
     head = stages[0].split()
-    value = _to_yaml(_lookup(head[1], scope)) if head[0] == "toYaml" else _lookup(head[0], scope)
+    if head[0] == "toYaml":
+        value = _to_yaml(_lookup(head[1], scope))
+    elif head[0] == ".Files.Get":
+        value = (CHART / json.loads(head[1])).read_text()  # a file of the chart, as is (not templated)
+    else:
+        value = _lookup(head[0], scope)
     for stage in stages[1:]:
         name, *args = stage.split()
         if name == "quote":
@@ -185,7 +190,73 @@ def key(doc: Mapping[str, Any]) -> tuple[str, str, str]:
     return (doc["kind"], meta.get("namespace", ""), meta["name"])
 
 
+# Prometheus-operator kinds (no Python models): the fields the chart writes, checked by shape.
+CRD_SCHEMAS: dict[str, dict[str, Any]] = {
+    "PrometheusRule": {
+        "type": "object",
+        "required": ["groups"],
+        "additionalProperties": False,
+        "properties": {
+            "groups": {
+                "type": "array",
+                "minItems": 1,
+                "items": {
+                    "type": "object",
+                    "required": ["name", "rules"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "name": {"type": "string"},
+                        "rules": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "required": ["alert", "expr", "labels", "annotations"],
+                                "additionalProperties": False,
+                                "properties": {
+                                    "alert": {"type": "string", "pattern": "^[A-Za-z][A-Za-z0-9]*$"},
+                                    "expr": {"type": "string", "minLength": 1},
+                                    "for": {"type": "string", "pattern": "^[0-9]+[smh]$"},
+                                    "labels": {"type": "object", "required": ["severity"]},
+                                    "annotations": {"type": "object", "required": ["summary", "description"]},
+                                },
+                            },
+                        },
+                    },
+                },
+            }
+        },
+    },
+    "PodMonitor": {
+        "type": "object",
+        "required": ["selector", "podMetricsEndpoints"],
+        "additionalProperties": False,
+        "properties": {
+            "selector": {"type": "object", "required": ["matchLabels"]},
+            "podMetricsEndpoints": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["targetPort"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "targetPort": {"type": "integer"},
+                        "path": {"type": "string"},
+                        "interval": {"type": "string"},
+                    },
+                },
+            },
+        },
+    },
+}
+
+
 def check_shape(doc: dict[str, Any], where: str) -> None:
+    kind = doc.get("kind")
+    if kind in CRD_SCHEMAS:
+        assert doc.get("apiVersion") == "monitoring.coreos.com/v1", where
+        assert doc["metadata"].get("name") and doc["metadata"].get("namespace"), where
+        jsonschema.validate(doc["spec"], CRD_SCHEMAS[kind])
+        return
     kind = doc.get("kind")
     assert kind in MODELS, f"{where}: unexpected kind {kind!r}"
     assert doc.get("apiVersion") == API_VERSIONS[kind], f"{where}: {kind} must be {API_VERSIONS[kind]}"
@@ -224,6 +295,14 @@ CHART_VARIANTS = [
     ),
     pytest.param(
         {
+            "monitoring.dashboard.enabled": True,
+            "monitoring.prometheusRule.enabled": True,
+            "monitoring.podMonitor.enabled": True,
+        },
+        id="monitoring",
+    ),
+    pytest.param(
+        {
             "plugin.nodeSelector": {"accelerator": "ascend"},
             "plugin.resources": {"limits": {"memory": "512Mi"}},
         },
@@ -241,8 +320,11 @@ def test_chart_renders_valid_objects(overrides: dict[str, Any]) -> None:
         check_shape(doc, f"chart {doc.get('kind')}")
     kinds = sorted(d["kind"] for d in docs)
     assert kinds.count("DaemonSet") == 2
-    assert ("ConfigMap" in kinds) == bool(overrides.get("emulated.enabled"))
+    configmaps = bool(overrides.get("emulated.enabled")) + bool(overrides.get("monitoring.dashboard.enabled"))
+    assert kinds.count("ConfigMap") == configmaps
     assert kinds.count("DeviceClass") == (0 if overrides.get("deviceClasses.create") is False else 3)
+    monitoring = bool(overrides.get("monitoring.prometheusRule.enabled"))
+    assert ("PrometheusRule" in kinds) == monitoring and ("PodMonitor" in kinds) == monitoring
 
 
 def test_plain_manifest_matches_the_chart() -> None:
@@ -261,6 +343,8 @@ def test_plain_manifest_matches_the_chart() -> None:
         pytest.param("plugin.defaultMode", "shared", id="bad-mode"),
         pytest.param("driverName", "NPU_FlexNPU", id="bad-driver-name"),
         pytest.param("plugin.metricsPort", "9090", id="port-as-string"),
+        pytest.param("plugin.metricsPort", -1, id="metrics-off-breaks-liveness"),
+        pytest.param("monitoring.podMonitor.interval", "often", id="bad-interval"),
         pytest.param("image.pullPolicy", "Sometimes", id="bad-pull-policy"),
         pytest.param("emulated.inventory", {"chips": []}, id="empty-inventory"),
         pytest.param("unknownTopLevel", 1, id="unknown-field"),
@@ -344,32 +428,78 @@ def test_plugin_daemonset(emulated_node: bool) -> None:
     assert pod["serviceAccountName"] == "flexnpu-dra-driver"
     (ctr,) = pod["containers"]
     assert ctr["command"] == ["flexnpu-dra", "plugin"]
-    assert ctr["securityContext"]["privileged"] is True
+    sc = ctr["securityContext"]
+    assert sc["runAsUser"] == 0 and sc["readOnlyRootFilesystem"] is True
+    if emulated_node:
+        # Without NPUs nothing needs a privileged container: exactly the control link and mknod.
+        assert "privileged" not in sc and sc["allowPrivilegeEscalation"] is False
+        assert sc["capabilities"] == {"drop": ["ALL"], "add": ["NET_ADMIN", "MKNOD"]}
+    else:
+        assert sc["privileged"] is True  # npu-smi opens the device nodes
     env = _container_env(ds)
     assert env["FLEXNPU_NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     assert env["POD_UID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.uid"
     assert env["FLEXNPU_POD_UID"]["value"] == "$(POD_UID)"
     assert ("FLEXNPU_INVENTORY" in env) == emulated_node
     assert ("FLEXNPU_NPU_SMI" in env) != emulated_node
-    host_paths = {v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    assert ("FLEXNPU_BUILD_DEVICE_ROOT" in env) == emulated_node
+    host_paths = {v["hostPath"]["path"]: v for v in pod["volumes"] if "hostPath" in v}
     required = {
         "/var/lib/kubelet/plugins_registry",
         "/var/lib/kubelet/plugins",
         "/var/lib/flexnpu",
         "/var/run/flexnpu",
         "/var/run/cdi",
-        "/dev",
         "/dev/shm",
     }
-    assert required <= host_paths
-    mounted = {m["name"] for m in ctr["volumeMounts"]}
-    assert mounted == {v["name"] for v in pod["volumes"]}
-    for probe in ("readinessProbe", "livenessProbe"):
-        assert DEFAULT_DRIVER_NAME in " ".join(ctr[probe]["exec"]["command"])
+    assert required <= set(host_paths)
+    assert ("/dev" in host_paths) != emulated_node  # the emulated device root lives under /var/lib/flexnpu
+    mounts = {m["name"]: m for m in ctr["volumeMounts"]}
+    assert set(mounts) == {v["name"] for v in pod["volumes"]}
+    by_path = {v["hostPath"]["path"]: mounts[v["name"]] for v in host_paths.values()}
+    # The kubelet dials the endpoint the plugin names: its dirs are mounted at their host paths.
+    for kubelet_dir in ("/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins"):
+        assert by_path[kubelet_dir]["mountPath"] == kubelet_dir
+    assert env["FLEXNPU_KUBELET_REGISTRY_DIR"]["value"] == "/var/lib/kubelet/plugins_registry"
+    assert env["FLEXNPU_KUBELET_PLUGINS_DIR"]["value"] == "/var/lib/kubelet/plugins"
+    # The plugin mounts nothing, so nothing propagates back to the host; it sees the daemon's shm mounts.
+    assert all(m.get("mountPropagation") in (None, "HostToContainer") for m in mounts.values())
+    assert by_path["/dev/shm"]["mountPropagation"] == "HostToContainer"
+    if not emulated_node:
+        assert by_path["/dev"]["mountPropagation"] == "HostToContainer"
+    assert ctr["readinessProbe"]["exec"]["command"] == ["python3", "-m", "dra_driver.probes", "plugin"]
+    assert ctr["livenessProbe"]["exec"]["command"] == ["flexnpu-dra", "probe"]  # the loops are alive
+    # hostNetwork: a declared port would become a hostPort and block the rolling update's surge pod.
+    assert "ports" not in ctr
+    assert int(env["FLEXNPU_METRICS_PORT"]["value"]) > 0  # what the liveness probe asks
+    # The C client library reaches the host, at the path the plugin names in CDI specs.
+    (init,) = pod["initContainers"]
+    assert init["image"] == ctr["image"] and "/usr/lib/flexnpu/$f" in init["command"][2]
+    lib = env["FLEXNPU_CLIENT_LIBRARY"]["value"]
+    assert (
+        lib == "/var/lib/flexnpu/client/libascendcl.so"
+        and by_path["/var/lib/flexnpu"]["mountPath"] == "/var/lib/flexnpu"
+    )
+    assert {m["name"] for m in init["volumeMounts"]} == {"state-dir"}
+    assert "privileged" not in init["securityContext"]
     if emulated_node:
-        (init,) = pod["initContainers"]
-        assert init["command"][:3] == ["python3", "-m", "dra_driver.testing.devroot"]
-        assert env["FLEXNPU_DEVICE_ROOT"]["value"] == init["command"][4]
+        assert env["FLEXNPU_BUILD_DEVICE_ROOT"]["value"] == "true"
+        assert env["FLEXNPU_DEVICE_ROOT"]["value"].startswith("/var/lib/flexnpu/")
+
+
+def test_kubelet_dir_moves_every_kubelet_path() -> None:
+    docs = {
+        d["metadata"]["name"]: d for d in render_chart(chart_values({"kubeletDir": "/var/snap/k/kubelet"}))
+    }
+    ds = docs["flexnpu-dra-plugin"]
+    pod = ds["spec"]["template"]["spec"]
+    text = json.dumps(ds)
+    assert "/var/lib/kubelet" not in text
+    paths = {v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    assert {"/var/snap/k/kubelet/plugins_registry", "/var/snap/k/kubelet/plugins"} <= paths
+    assert (
+        _container_env(ds)["FLEXNPU_KUBELET_REGISTRY_DIR"]["value"] == "/var/snap/k/kubelet/plugins_registry"
+    )
 
 
 @pytest.mark.parametrize(
@@ -382,7 +512,15 @@ def test_daemon_daemonset_is_on_delete(emulated_node: bool) -> None:
     pod = ds["spec"]["template"]["spec"]
     (ctr,) = pod["containers"]
     assert ctr["command"] == ["flexnpu-daemon"]
-    assert ctr["securityContext"]["privileged"] is True
+    sc = ctr["securityContext"]
+    assert sc["runAsUser"] == 0 and sc["readOnlyRootFilesystem"] is True
+    # The claim tmpfs mounts must reach the host: Bidirectional, which needs a privileged container.
+    assert sc["privileged"] is True
+    mounts = {m["mountPath"]: m for m in ctr["volumeMounts"]}
+    assert mounts["/dev/shm"]["mountPropagation"] == "Bidirectional"
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert ctr[probe]["exec"]["command"] == ["python3", "-m", "dra_driver.probes", "daemon"]
+    assert pod["automountServiceAccountToken"] is False
     env = _container_env(ds)
     assert ("FLEXNPU_DAEMON_INVENTORY" in env) == emulated_node
     assert ("FLEXNPU_DAEMON_NPU_SMI" in env) != emulated_node
@@ -492,3 +630,47 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def test_dashboard_and_alerts_files_are_well_formed() -> None:
+    """Grafana loads the dashboard and Prometheus the rules: unique ids, a layout on the 24-column grid, the
+    datasource variable everywhere; every alert has a severity and a summary. (That every expression names
+    exported series is checked against a node's scrape: tests/integration/test_usage_metrics.py.)"""
+    dash = json.loads((CHART / "monitoring" / "dashboard.json").read_text())
+    ids = [p["id"] for p in dash["panels"]]
+    assert len(ids) == len(set(ids)) and dash["uid"] == "flexnpu-vnpus"
+    names = {v["name"] for v in dash["templating"]["list"]}
+    assert {"datasource", "node", "namespace"} <= names
+    for panel in dash["panels"]:
+        grid = panel["gridPos"]
+        assert grid["x"] >= 0 and grid["x"] + grid["w"] <= 24 and grid["h"] > 0, panel["title"]
+        if panel["type"] == "row":
+            continue
+        assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
+        refs = [t["refId"] for t in panel["targets"]]
+        assert refs and len(refs) == len(set(refs)), panel["title"]
+    rules = yaml.safe_load((CHART / "monitoring" / "alerts.yaml").read_text())
+    jsonschema.validate(rules, CRD_SCHEMAS["PrometheusRule"])
+    alerts = [r["alert"] for g in rules["groups"] for r in g["rules"]]
+    assert len(alerts) == len(set(alerts))
+    # What issue 13 asks the alerts to cover.
+    assert {
+        "FlexNPUPrepareErrors",
+        "FlexNPUResidualsFound",
+        "FlexNPULoopStalled",
+        "FlexNPUAclserverRestarts",
+        "FlexNPUDieNearShareLimit",
+    } <= set(alerts)
+    rendered = {
+        d["kind"]: d
+        for d in render_chart(
+            chart_values({"monitoring.prometheusRule.enabled": True, "monitoring.dashboard.enabled": True})
+        )
+    }
+    assert rendered["PrometheusRule"]["spec"] == rules  # the file, as is
+    (dash_text,) = next(
+        d
+        for d in render_chart(chart_values({"monitoring.dashboard.enabled": True}))
+        if d["kind"] == "ConfigMap" and "dashboard" in d["metadata"]["name"]
+    )["data"].values()
+    assert json.loads(dash_text) == dash

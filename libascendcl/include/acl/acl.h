@@ -1,6 +1,6 @@
 /*
  * acl.h: the AscendCL entry points (aclInit, aclFinalize) and the runtime API of FlexNPU's
- * libascendcl.so. Written from the public API facts in this project's reference notes.
+ * libascendcl.so. Written from public ACL API facts (names, signatures, values); not copied from CANN.
  *
  * aclInit reads the claim's client.conf ($FLEXNPU_CONF, else /etc/flexnpu/client.conf) and
  * connects to its aclserver; configPath is the usual ACL JSON config and may be NULL.

@@ -1,7 +1,7 @@
 /*
  * acl_base.h: the base types, enums and error codes of the AscendCL (ACL) runtime API, as
- * implemented by FlexNPU's libascendcl.so client. Written from the public API facts collected in
- * this project's reference notes (ACL C API, enums and error codes); not copied from CANN.
+ * implemented by FlexNPU's libascendcl.so client. Written from public ACL API facts (C API, enums
+ * and error codes); not copied from CANN.
  *
  * Applications compiled against CANN's headers use the same names and numeric values, so a
  * binary built for CANN runs unchanged against this library.

@@ -1,7 +1,7 @@
 /*
  * acl_rt.h: the AscendCL runtime functions (devices, contexts, streams, events, memory) that
- * FlexNPU's libascendcl.so serves by forwarding them to the claim's aclserver. Written from the
- * public API facts in this project's reference notes; not copied from CANN.
+ * FlexNPU's libascendcl.so serves by forwarding them to the claim's aclserver. Written from
+ * public ACL API facts; not copied from CANN.
  */
 #ifndef FLEXNPU_ACL_RT_H_
 #define FLEXNPU_ACL_RT_H_
@@ -23,6 +23,9 @@ typedef enum aclrtMemcpyKind {
     ACL_MEMCPY_DEVICE_TO_HOST = 2,
     ACL_MEMCPY_DEVICE_TO_DEVICE = 3,
     ACL_MEMCPY_DEFAULT = 4,
+    ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE = 5, /* served as HOST_TO_DEVICE */
+    ACL_MEMCPY_INNER_DEVICE_TO_DEVICE = 6, /* served as DEVICE_TO_DEVICE */
+    ACL_MEMCPY_INTER_DEVICE_TO_DEVICE = 7, /* served as DEVICE_TO_DEVICE (within the claim) */
 } aclrtMemcpyKind;
 
 typedef enum aclrtMemMallocPolicy {
@@ -33,6 +36,10 @@ typedef enum aclrtMemMallocPolicy {
     ACL_MEM_MALLOC_HUGE_ONLY_P2P = 4,
     ACL_MEM_MALLOC_NORMAL_ONLY_P2P = 5,
 } aclrtMemMallocPolicy;
+
+/* Memory-type flags that may be or-ed into an aclrtMemMallocPolicy (a share has one kind of memory). */
+#define ACL_MEM_TYPE_LOW_BAND_WIDTH 0x0100
+#define ACL_MEM_TYPE_HIGH_BAND_WIDTH 0x1000
 
 typedef enum aclrtMemAttr {
     ACL_DDR_MEM = 0,

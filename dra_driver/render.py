@@ -1,0 +1,261 @@
+"""What a prepared claim looks like on the node and in the API: pure rendering from the plan.
+
+:func:`render` turns a resolved :class:`~dra_driver.plan.ClaimPlan` and the aclserver's
+endpoints (when the claim has shares) into everything the node writes for it: the CDI spec,
+the devices returned to the kubelet, ``client.conf`` and the claim's device status documents.
+:func:`failure_status` and :func:`ready_status` build the other two status documents the
+node writes (a failed prepare; an aclserver that went down or came back). Nothing here
+touches the world: the caller says which driver mounts exist on this node and what time it
+is, so the same input always renders the same output. ``kubeletplugin/prepare.py`` writes
+what this module returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from dra_driver import cdi, clientconf, interposition
+from dra_driver.claims import PreparedDevice
+from dra_driver.daemon.model import Endpoints
+from dra_driver.devices import DieMode
+from dra_driver.discovery import node_files
+from dra_driver.plan import ClaimPlan
+from dra_driver.sharing import Transport
+
+CONTAINER_CONF = "/etc/flexnpu/client.conf"
+CONTAINER_SHM = "/dev/shm/flexnpu"
+CONDITION_MESSAGE_MAX = 1024
+
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLayout:
+    """Where this node puts a claim's files and what it calls itself (from the configuration)."""
+
+    driver_name: str
+    pool_name: str
+    cdi_kind: cdi.Kind
+    device_root: Path
+    run_dir: Path
+    control_link: str = ""
+    control_cidr: str = ""
+    client_library: Path = Path(interposition.CONTAINER_LIBRARY)  # host path of libascendcl.so
+
+    def conf_dir(self, claim_uid: str) -> Path:
+        """The claim's ``client.conf`` directory (the UID was checked by ``dra_driver/paths.py``)."""
+        return self.run_dir / "claims" / claim_uid
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """Everything the node writes for one prepared claim."""
+
+    spec: cdi.Spec
+    devices: tuple[PreparedDevice, ...]
+    client_conf: clientconf.ClientConf | None  # None: no shares, no aclserver
+    conf_dir: Path
+    status: tuple[JSON, ...]
+
+
+def render(
+    plan: ClaimPlan,
+    endpoints: Endpoints | None,
+    *,
+    layout: NodeLayout,
+    token: str,
+    driver_mounts: Sequence[str] = (),
+    client_library: interposition.ClientLibrary | None = None,
+    now: str,
+) -> Rendered:
+    """The claim's CDI spec, kubelet devices, client.conf and status (``endpoints``: the aclserver's).
+
+    ``driver_mounts`` are the entries of ``node_files.DRIVER_MOUNTS`` present on this node;
+    ``client_library`` says whether FlexNPU's libascendcl.so is installed (None: it is not), for
+    the share's ``interposition`` (``dra_driver/interposition.py``).
+    """
+    uid = plan.ref.uid
+    conf_dir = layout.conf_dir(uid)
+    cdi_devices: list[cdi.CDIDevice] = []
+    prepared: list[PreparedDevice] = []
+    for d in plan.devices:
+        name = cdi.device_name(uid, d.device if not d.share_id else f"{d.device}-{d.share_id}")
+        if d.share is None:
+            edits = cdi.whole_die_edits([d.die.device_node], device_root=layout.device_root)
+        else:
+            edits = cdi.Edits(env=(f"FLEXNPU_VNPU_{d.share.virtual_id}={d.device}",))
+        cdi_devices.append(cdi.CDIDevice(name=name, edits=edits))
+        prepared.append(
+            PreparedDevice(
+                request_names=(d.request_name,),
+                pool=d.pool,
+                device=d.device,
+                cdi_device_ids=(cdi.qualified_id(layout.cdi_kind, name),),
+                share_id=d.share_id,
+            )
+        )
+    spec = cdi.Spec(
+        kind=layout.cdi_kind,
+        devices=tuple(cdi_devices),
+        edits=_shared_edits(plan, endpoints, layout, driver_mounts, client_library),
+    )
+    conf = _client_conf(plan, endpoints, token) if endpoints is not None and plan.shares else None
+    status = _status(plan, prepared, endpoints, layout, now)
+    return Rendered(spec=spec, devices=tuple(prepared), client_conf=conf, conf_dir=conf_dir, status=status)
+
+
+def _shared_edits(
+    plan: ClaimPlan,
+    endpoints: Endpoints | None,
+    layout: NodeLayout,
+    driver_mounts: Sequence[str],
+    client_library: interposition.ClientLibrary | None,
+) -> cdi.Edits:
+    env = {"FLEXNPU_CLAIM_UID": plan.ref.uid}
+    nodes: tuple[str, ...] = ()
+    mounts: tuple[str, ...] = ()
+    whole = [d for d in plan.devices if d.mode == DieMode.WHOLE]
+    if whole:
+        env["FLEXNPU_PHYSICAL_IDS"] = ",".join(str(d.die.phy_id) for d in whole)
+        nodes = tuple(node_files.SHARED_DEVICE_NODES)
+        mounts = tuple(p for p in node_files.DRIVER_MOUNTS if p in driver_mounts)
+    with_aclserver = endpoints is not None and bool(plan.shares)
+    if with_aclserver:
+        env["FLEXNPU_CONF"] = CONTAINER_CONF
+        env["FLEXNPU_VISIBLE_VNPUS"] = ",".join(str(sh.virtual_id) for sh in plan.shares)
+    edits = cdi.shared_edits(nodes, mounts, device_root=layout.device_root, env=env)
+    if with_aclserver and endpoints is not None:
+        conf_dir = layout.conf_dir(plan.ref.uid)
+        edits = replace(
+            edits,
+            mounts=(
+                *edits.mounts,
+                cdi.Mount(str(conf_dir / "client.conf"), CONTAINER_CONF, ("ro", "nosuid", "nodev", "rbind")),
+                cdi.Mount(endpoints.shm_dir, CONTAINER_SHM, ("rw", "nosuid", "nodev", "rbind")),
+            ),
+        )
+        injected = interposition_plan(plan, layout, client_library).edits
+        edits = replace(edits, env=(*edits.env, *injected.env), mounts=(*edits.mounts, *injected.mounts))
+    return edits
+
+
+def interposition_plan(
+    plan: ClaimPlan, layout: NodeLayout, client_library: interposition.ClientLibrary | None
+) -> interposition.Plan:
+    """How the claim's shares get libascendcl.so; InvalidInput (naming the field) if impossible."""
+    lib = client_library or interposition.ClientLibrary(
+        str(layout.client_library), str(layout.client_library.parent / interposition.PRELOAD_LIST_NAME), False
+    )
+    configs = [d.config for d in plan.devices if d.config is not None]
+    return interposition.for_claim(configs, lib, claim_uid=plan.ref.uid)
+
+
+def _client_conf(plan: ClaimPlan, endpoints: Endpoints, token: str) -> clientconf.ClientConf:
+    transports = {d.config.transport for d in plan.devices if d.config is not None}
+    unix = tcp = None
+    if endpoints.unix_socket and Transport.TCP not in transports:
+        unix = f"{CONTAINER_SHM}/{Path(endpoints.unix_socket).name}"
+    if endpoints.tcp_port and Transport.UNIX not in transports:
+        tcp = f"{endpoints.tcp_host}:{endpoints.tcp_port}"
+    return clientconf.ClientConf(
+        claim_uid=plan.ref.uid,
+        token=token,
+        endpoints=clientconf.Endpoints(unix=unix, tcp=tcp),
+        shm_dir=CONTAINER_SHM,
+        shares=tuple(
+            clientconf.ShareInfo(
+                virtual_id=d.share.virtual_id,
+                memory_bytes=d.share.memory_bytes,
+                compute_percent=d.share.compute_percent,
+                policy=d.config.policy,
+                memory_only=d.share.memory_only,
+            )
+            for d in plan.devices
+            if d.share is not None and d.config is not None
+        ),
+    )
+
+
+def _status(
+    plan: ClaimPlan,
+    prepared: Sequence[PreparedDevice],
+    endpoints: Endpoints | None,
+    layout: NodeLayout,
+    now: str,
+) -> tuple[JSON, ...]:
+    docs: list[JSON] = []
+    for d, pd in zip(plan.devices, prepared, strict=True):
+        data: JSON = {"die": d.die.phy_id, "vdieID": d.die.vdie_id, "model": d.die.model, "mode": str(d.mode)}
+        doc: JSON = {"driver": layout.driver_name, "pool": d.pool, "device": d.device}
+        if d.share_id:
+            doc["shareID"] = d.share_id
+        if d.share is not None:
+            sh = d.share
+            data.update(
+                virtualID=sh.virtual_id,
+                memoryBytes=sh.memory_bytes,
+                computePercent=sh.compute_percent,
+                policy=sh.policy,
+                memoryOnly=sh.memory_only,
+            )
+            if endpoints is not None and endpoints.tcp_port:
+                data["endpoint"] = f"{endpoints.tcp_host}:{endpoints.tcp_port}"
+            if layout.control_link and layout.control_cidr:
+                doc["networkData"] = {"interfaceName": layout.control_link, "ips": [layout.control_cidr]}
+        data["cdiDeviceIDs"] = list(pd.cdi_device_ids)
+        doc["data"] = data
+        doc["conditions"] = [
+            condition("Ready", "True", "Prepared", f"prepared on node {layout.pool_name}", now)
+        ]
+        docs.append(doc)
+    return tuple(docs)
+
+
+def failure_status(
+    plan: ClaimPlan, *, driver_name: str, reason: str, message: str, now: str
+) -> tuple[JSON, ...]:
+    """``Ready=False`` with the error code as the reason, on each device this driver was to prepare."""
+    docs: list[JSON] = []
+    for d in plan.devices:
+        doc: JSON = {"driver": driver_name, "pool": d.pool, "device": d.device}
+        if d.share_id:
+            doc["shareID"] = d.share_id
+        doc["conditions"] = [condition("Ready", "False", reason, message, now)]
+        docs.append(doc)
+    return tuple(docs)
+
+
+def ready_status(
+    recorded: Sequence[Mapping[str, Any]],
+    endpoints: Endpoints | None,
+    *,
+    ready: bool,
+    reason: str,
+    message: str,
+    now: str,
+) -> tuple[JSON, ...]:
+    """The recorded device status with a new Ready condition; the recorded endpoint is the truth
+    (a repeat prepare may have moved the aclserver)."""
+    cond = condition("Ready", "True" if ready else "False", reason, message, now)
+    out: list[JSON] = []
+    for raw in recorded:
+        doc = dict(raw)
+        data = doc.get("data")
+        if endpoints is not None and endpoints.tcp_port and isinstance(data, Mapping) and "endpoint" in data:
+            doc["data"] = {**data, "endpoint": f"{endpoints.tcp_host}:{endpoints.tcp_port}"}
+        doc["conditions"] = [cond]
+        out.append(doc)
+    return tuple(out)
+
+
+def condition(ctype: str, status: str, reason: str, message: str, now: str) -> JSON:
+    return {
+        "type": ctype,
+        "status": status,
+        "reason": reason,
+        "message": message[:CONDITION_MESSAGE_MAX],
+        "lastTransitionTime": now,
+    }

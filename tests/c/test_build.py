@@ -1,0 +1,148 @@
+"""The built library: ``make install`` lays out what the image and the CDI spec expect, the SONAME
+is ``libascendcl.so``, every function issue 11 lists is exported, nothing but ACL names is, and it
+needs nothing beyond libc."""
+
+from __future__ import annotations
+
+import re
+import stat
+import subprocess
+from pathlib import Path
+
+from dra_driver import interposition
+from dra_driver.testing import clibrary
+from tests.c.conftest import MIB, Claim, run
+
+LISTED = [
+    "aclInit",
+    "aclFinalize",
+    "aclrtSetDevice",
+    "aclrtResetDevice",
+    "aclrtGetDevice",
+    "aclrtGetDeviceCount",
+    "aclrtGetSocName",
+    "aclrtGetRunMode",
+    "aclrtCreateContext",
+    "aclrtDestroyContext",
+    "aclrtSetCurrentContext",
+    "aclrtGetCurrentContext",
+    "aclrtCreateStream",
+    "aclrtDestroyStream",
+    "aclrtSynchronizeStream",
+    "aclrtSynchronizeDevice",
+    "aclrtCreateEvent",
+    "aclrtRecordEvent",
+    "aclrtSynchronizeEvent",
+    "aclrtEventElapsedTime",
+    "aclrtDestroyEvent",
+    "aclrtMalloc",
+    "aclrtMallocAlign32",
+    "aclrtFree",
+    "aclrtMallocHost",
+    "aclrtFreeHost",
+    "aclrtMemset",
+    "aclrtMemcpy",
+    "aclrtMemcpyAsync",
+    "aclrtGetMemInfo",
+    "aclrtLaunchKernel",
+    "aclGetRecentErrMsg",
+]
+
+
+def _dynamic(lib: Path) -> str:
+    return subprocess.run(
+        ["readelf", "-d", "--wide", str(lib)], capture_output=True, text=True, check=True
+    ).stdout
+
+
+def test_install_layout(library: Path, tmp_path: Path) -> None:
+    subprocess.run(
+        [
+            "make",
+            "-s",
+            "-C",
+            str(clibrary.LIBRARY_DIR),
+            "install",
+            f"DESTDIR={tmp_path}",
+            "PREFIX=/usr/lib/flexnpu",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    lib = tmp_path / "usr/lib/flexnpu/libascendcl.so"
+    preload = tmp_path / "usr/lib/flexnpu/ld.so.preload"
+    assert stat.S_IMODE(lib.stat().st_mode) == 0o755 and stat.S_IMODE(preload.stat().st_mode) == 0o644
+    assert preload.read_text() == interposition.CONTAINER_LIBRARY + "\n"
+    assert lib.read_bytes() == library.read_bytes()
+
+
+def test_soname_and_dependencies(library: Path) -> None:
+    dynamic = _dynamic(library)
+    assert "Library soname: [libascendcl.so]" in dynamic
+    needed = set(re.findall(r"Shared library: \[([^\]]+)\]", dynamic))
+    assert "libc.so.6" in needed and needed <= {
+        "libc.so.6",
+        "ld-linux-x86-64.so.2",
+        "ld-linux-aarch64.so.1",
+    }, needed
+    assert "BIND_NOW" in dynamic or "FLAGS_1" in dynamic
+
+
+def test_exported_symbols(library: Path) -> None:
+    out = subprocess.run(
+        ["nm", "-D", "--defined-only", str(library)], capture_output=True, text=True, check=True
+    ).stdout
+    exported = {line.split()[-1] for line in out.splitlines() if line.split()[1] in ("T", "W")}
+    assert set(LISTED) <= exported, sorted(set(LISTED) - exported)
+    foreign = sorted(s for s in exported if not s.startswith("acl"))
+    assert foreign == [], foreign
+    assert len(exported) > 100  # the listed functions, more served ones, and the refusing stubs
+
+
+def test_a_cxx_program_builds_against_the_headers_and_runs(
+    library: Path, tmp_path: Path, claim: Claim
+) -> None:
+    """The headers' extern "C" guards and enums work for C++ (warnings are errors), and the
+    program is served like a C one."""
+    exe = tmp_path / "cxx_app"
+    subprocess.run(
+        ["c++", "-std=c++17", "-Wall", "-Wextra", "-Werror", f"-I{clibrary.LIBRARY_DIR / 'include'}",
+         str(Path(__file__).with_name("cxx_app.cc")), f"-L{library.parent}", "-lascendcl",
+         f"-Wl,-rpath,{library.parent}", "-o", str(exe)],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    out = subprocess.run(["nm", "-u", str(exe)], capture_output=True, text=True, check=True).stdout
+    assert "aclrtGetMemInfo" in out and "_Z" not in "".join(line for line in out.split() if "acl" in line)
+    values = run(exe, conf=claim.conf).ok().values
+    assert values == {"count": "1", "total": str(64 * MIB), "over": "207001"}
+
+
+def _declared() -> set[str]:
+    """Functions the public headers declare (the ones the library serves)."""
+    text = "".join(
+        (clibrary.LIBRARY_DIR / "include" / "acl" / h).read_text()
+        for h in ("acl.h", "acl_rt.h", "acl_base.h")
+    )
+    return set(re.findall(r"ACL_FUNC_VISIBILITY [^;(]*?\b(acl\w+)\(", text))
+
+
+def test_every_undeclared_symbol_refuses_cleanly(library: Path) -> None:
+    """Each exported ACL symbol the headers do not declare is a stub: 200001 and a message naming it."""
+    out = subprocess.run(
+        ["nm", "-D", "--defined-only", str(library)], capture_output=True, text=True, check=True
+    )
+    exported = {line.split()[-1] for line in out.stdout.splitlines() if line.split()[1] == "T"}
+    declared = _declared()
+    assert set(LISTED) <= declared
+    stubs = sorted(exported - declared)
+    assert len(stubs) > 80, stubs
+    exe = clibrary.compile_program(Path(__file__).with_name("call_stubs.c"), include_acl_headers=False)
+    res = subprocess.run(
+        [str(exe), *stubs], capture_output=True, text=True, check=True, timeout=60,
+        env={"LD_LIBRARY_PATH": str(library.parent)},
+    )  # fmt: skip
+    rows = [line.split(" ", 2) for line in res.stdout.splitlines()]
+    assert [r[0] for r in rows] == stubs
+    bad = [r for r in rows if r[1] != "200001" or f"{r[0]} is not supported" not in r[2]]
+    assert bad == [], bad

@@ -1,0 +1,280 @@
+"""The chart's two DaemonSets, run in podman exactly as rendered, on a node rooted in a temp directory.
+
+The chart is rendered with ``emulated.enabled`` (a node without NPUs), the image built by scripts/build-image.sh,
+``kubeletDir`` and every other host directory under the temp root, and a control link of its own. Each container
+runs with exactly its command, environment, mounts (with their propagation) and security context
+(tests/e2e/podspec.py), with the in-cluster API config the kubelet would give it (TLS in front of the fake API
+server). Then, from the host side, like a kubelet: the registration socket appears, both readiness probes pass,
+the kubelet simulator registers the plugin, and a whole-die claim and a vNPU share claim are prepared (the share
+through the daemon's aclserver, used from the host over its unix socket); a rolling update replaces the plugin
+pod while the share's session stays up, and the new instance unprepares both claims.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import socket
+import stat
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from kubernetes import client
+
+from dra_driver import clientconf, netlink
+from dra_driver.client.session import Session
+from dra_driver.testing.fake_apiserver import FakeAPIServer
+from dra_driver.testing.kubelet import KubeletSimulator
+from dra_driver.testing.scheduler import SchedulerSim
+from tests.e2e import image as img
+from tests.e2e import podspec
+from tests.e2e.tlsproxy import TLSProxy, make_certificate
+from tests.integration.conftest import DRIVER, NAMESPACE, NODE, wait_for
+from tests.unit.test_manifests import RELEASE, chart_values, render_chart
+
+pytestmark = [pytest.mark.root, pytest.mark.podman, pytest.mark.timeout(img.BUILD_TIMEOUT + 600)]
+
+MI = 1024 * 1024
+
+
+@pytest.fixture
+def built(built_image: img.Built) -> img.Built:
+    return built_image
+
+
+@dataclasses.dataclass
+class Cluster:
+    api: FakeAPIServer
+    node: podspec.NodeRoot
+    docs: dict[str, dict[str, Any]]
+    configmaps: dict[str, dict[str, Any]]
+    link: str
+
+
+@pytest.fixture
+def cluster(built: img.Built, api: FakeAPIServer, short_tmp: Path) -> Iterator[Cluster]:
+    root = short_tmp / "n"
+    certs = short_tmp / "certs"
+    certs.mkdir()
+    cert, key = make_certificate(certs)
+    sa_dir = podspec.write_service_account(short_tmp / "sa", cert.read_bytes(), RELEASE["Namespace"])
+    link = f"fxs{uuid.uuid4().hex[:8]}"
+    repo, tag = built.image.rsplit(":", 1)
+    values = chart_values(
+        {
+            "emulated.enabled": True,
+            "image.repository": repo,
+            "image.tag": tag,
+            "image.pullPolicy": "Never",
+            "kubeletDir": str(root / "kubelet"),
+            "plugin.controlLink": {"name": link, "cidr": "169.254.213.1/24"},
+            "plugin.metricsPort": _free_port(),  # host network: not the default, which may be taken here
+        }
+    )
+    docs = {f"{d['kind']}/{d['metadata']['name']}": d for d in render_chart(values)}
+    configmaps = {d["metadata"]["name"]: d for d in docs.values() if d["kind"] == "ConfigMap"}
+    # What a node has before the driver is installed: the kubelet's registry, and /dev/shm as a tmpfs
+    # with shared propagation (as systemd sets it up), so the daemon's claim tmpfs mounts reach "the host".
+    (root / "kubelet" / "plugins_registry").mkdir(parents=True)
+    shm = root / "dev" / "shm"
+    shm.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m,mode=1777", "fx-node-shm", str(shm)], check=True)
+    subprocess.run(["mount", "--make-shared", str(shm)], check=True)
+    backend = urlsplit(api.url)
+    try:
+        with TLSProxy(cert, key, (backend.hostname or "127.0.0.1", backend.port or 80)) as proxy:
+            node = podspec.NodeRoot(root, NODE, "127.0.0.1", proxy.port, sa_dir)
+            try:
+                yield Cluster(api, node, docs, configmaps, link)
+            finally:
+                netlink.remove_link(link)
+    finally:
+        podspec.unmount_under(root)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start(cluster: Cluster, name: str, pods: list[podspec.RunningPod]) -> podspec.RunningPod:
+    pod = podspec.start_pod(
+        cluster.docs[f"DaemonSet/{name}"], cluster.node, cluster.configmaps, namespace=RELEASE["Namespace"]
+    )
+    pods.append(pod)
+    return pod
+
+
+def wait_ready(pod: podspec.RunningPod, container: str, timeout: float = 90) -> str:
+    last: list[str] = []
+
+    def ready() -> bool:
+        if not pod.running(container):
+            raise AssertionError(f"{container} exited:\n{pod.logs(container)[-4000:]}")
+        proc = pod.exec_probe(container, "readinessProbe")
+        last[:] = [proc.stdout + proc.stderr]
+        return proc.returncode == 0
+
+    wait_for(f"{container} readiness probe", ready, timeout=timeout)
+    return last[0]
+
+
+def create_claim(api: FakeAPIServer, name: str, request: dict[str, Any]) -> str:
+    body = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {"devices": {"requests": [request]}},
+    }
+    raw = client.ResourceV1Api(api.api_client()).create_namespaced_resource_claim(
+        NAMESPACE, body, _preload_content=False
+    )
+    uid: str = json.loads(raw.data)["metadata"]["uid"]
+    return uid
+
+
+def published(api: FakeAPIServer) -> list[dict[str, Any]]:
+    raw = client.ResourceV1Api(api.api_client()).list_resource_slice(
+        field_selector=f"spec.nodeName={NODE}", _preload_content=False
+    )
+    return [d for s in json.loads(raw.data)["items"] for d in s["spec"].get("devices") or []]
+
+
+def test_daemonsets_run_as_rendered_and_serve_prepares(cluster: Cluster) -> None:
+    from dra_driver.claims import ClaimRef
+
+    root = cluster.node.root
+    pods: list[podspec.RunningPod] = []
+    try:
+        daemon = start(cluster, "flexnpu-daemon", pods)
+        assert "answers on /var/run/flexnpu/daemon.sock" in wait_ready(daemon, "daemon")
+        plugin = start(cluster, "flexnpu-dra-plugin", pods)
+        reg = root / "kubelet" / "plugins_registry" / f"{DRIVER}-{plugin.uid}-reg.sock"
+        wait_for("registration socket on the host side", reg.exists, timeout=60)
+        assert stat.S_ISSOCK(reg.stat().st_mode)
+        assert f"plugin {DRIVER} answers" in wait_ready(plugin, "plugin")
+        # Liveness: every loop of the node process passed recently (/healthz on the metrics port).
+        live = plugin.exec_probe("plugin", "livenessProbe")
+        assert live.returncode == 0, live.stdout + live.stderr
+        live = daemon.exec_probe("daemon", "livenessProbe")
+        assert live.returncode == 0, live.stdout + live.stderr
+        wait_for("published devices", lambda: len(published(cluster.api)) >= 2, timeout=60)
+        # The plugin built the emulated device root itself (--build-device-root), with real device nodes.
+        devroot = root / "var/lib/flexnpu/devroot"
+        assert stat.S_ISCHR((devroot / "dev/davinci0").stat().st_mode)
+        assert (devroot / "usr/local/Ascend/driver/version.info").is_file()
+
+        kubelet = KubeletSimulator(root / "kubelet" / "plugins_registry").wait_for_plugin(DRIVER, timeout=30)
+        assert kubelet.info.endpoint == str(root / "kubelet" / "plugins" / DRIVER / f"dra-{plugin.uid}.sock")
+        sim = SchedulerSim(cluster.api.api_client(), DRIVER)
+        consumer = {"resource": "pods", "name": "p", "uid": str(uuid.uuid4())}
+        whole_uid = create_claim(
+            cluster.api, "whole", {"name": "npu", "exactly": {"deviceClassName": "npu.flexnpu.io"}}
+        )
+        share_uid = create_claim(
+            cluster.api,
+            "share",
+            {
+                "name": "vnpu",
+                "exactly": {
+                    "deviceClassName": "vnpu.flexnpu.io",
+                    "capacity": {"requests": {"memory": "256Mi", "compute": "20"}},
+                },
+            },
+        )
+        sim.allocate(NAMESPACE, "whole", NODE, reserved_for=[consumer])
+        sim.allocate(NAMESPACE, "share", NODE, reserved_for=[consumer])
+        refs = [ClaimRef(NAMESPACE, whole_uid, "whole"), ClaimRef(NAMESPACE, share_uid, "share")]
+        results = kubelet.prepare(refs)
+        assert {uid: r.error for uid, r in results.items()} == {whole_uid: "", share_uid: ""}
+
+        cdi = root / "var/run/cdi"
+        specs = {p.name: json.loads(p.read_text()) for p in cdi.glob("*.json")}
+        (whole_spec,) = [s for n, s in specs.items() if whole_uid in n]
+        nodes = [d for dev in whole_spec["devices"] for d in dev["containerEdits"].get("deviceNodes") or []]
+        nodes += whole_spec.get("containerEdits", {}).get("deviceNodes") or []
+        for dn in nodes:
+            # Every host path the spec names exists on the node (here: under the temp root).
+            assert cluster.node.host(dn.get("hostPath") or dn["path"]).exists(), dn
+
+        # The share's spec injects the C client library from where the init container put it on the host.
+        (share_spec,) = [s for n, s in specs.items() if share_uid in n]
+        lib_mounts = [
+            m
+            for m in share_spec.get("containerEdits", {}).get("mounts") or []
+            if "libascendcl" in m["hostPath"] or m["containerPath"] == "/etc/ld.so.preload"
+        ]
+        assert {m["containerPath"] for m in lib_mounts} == {
+            "/usr/lib/flexnpu/libascendcl.so",
+            "/etc/ld.so.preload",
+        }
+        for m in lib_mounts:
+            assert (
+                m["hostPath"].startswith("/var/lib/flexnpu/client/")
+                and cluster.node.host(m["hostPath"]).is_file()
+            )
+        # The share is served by an aclserver the daemon container started, in the claim's own tmpfs, which
+        # reached the host side (Bidirectional); use it from the host.
+        assert podspec.is_mount(cluster.node.host(f"/dev/shm/flexnpu/{share_uid}"))
+        conf_path = root / "var/run/flexnpu/claims" / share_uid / "client.conf"
+        conf = clientconf.load(conf_path)
+        assert [(s.memory_bytes, s.compute_percent) for s in conf.shares] == [(256 * MI, 20)]
+        host_shm = cluster.node.host(f"/dev/shm/flexnpu/{share_uid}")
+        assert conf.endpoints.unix is not None
+        mapped = dataclasses.replace(
+            conf,
+            shm_dir=str(host_shm),
+            endpoints=clientconf.Endpoints(unix=str(host_shm / Path(conf.endpoints.unix).name), tcp=None),
+        )
+        host_conf = root / "host-client.conf"
+        host_conf.write_text(clientconf.render(mapped))
+        with Session.open(host_conf) as session:
+            session.init()
+            session.set_device(0)
+            assert session.get_mem_info()[1] == 256 * MI
+            ptr = session.malloc(16 * MI)
+
+            # Rolling update (maxSurge 1): a second plugin pod registers on its own sockets, the first one
+            # goes; the share's aclserver and this session are not disturbed, and the new instance unprepares.
+            kubelet.close()
+            plugin2 = start(cluster, "flexnpu-dra-plugin", pods)
+            reg2 = root / "kubelet" / "plugins_registry" / f"{DRIVER}-{plugin2.uid}-reg.sock"
+            wait_for("the new instance's registration socket", reg2.exists, timeout=60)
+            wait_ready(plugin2, "plugin")
+            plugin.stop()
+            assert not plugin.running("plugin") and not reg.exists()
+            assert "Traceback" not in plugin.logs("plugin"), plugin.logs("plugin")[-4000:]
+            assert session.get_mem_info()[0] == 240 * MI  # same aclserver, same allocation
+            # The new instance took over the metrics port the old one held: its liveness probe passes.
+            wait_for(
+                "the new instance's liveness (metrics port taken over)",
+                lambda: plugin2.exec_probe("plugin", "livenessProbe").returncode == 0,
+                timeout=60,
+            )
+            session.free(ptr)
+        kubelet = KubeletSimulator(root / "kubelet" / "plugins_registry").wait_for_plugin(DRIVER, timeout=30)
+        assert kubelet.info.endpoint.endswith(f"dra-{plugin2.uid}.sock")
+
+        assert kubelet.unprepare(refs) == {whole_uid: "", share_uid: ""}
+        assert list(cdi.glob("*.json")) == []
+        assert not conf_path.exists()
+        assert not podspec.is_mount(cluster.node.host(f"/dev/shm/flexnpu/{share_uid}"))
+        kubelet.close()
+
+        # SIGTERM, as the kubelet sends: both exit cleanly.
+        for pod, container in ((plugin2, "plugin"), (daemon, "daemon")):
+            pod.stop()
+            assert not pod.running(container)
+            assert "Traceback" not in pod.logs(container), pod.logs(container)[-4000:]
+        assert not reg2.exists()
+    finally:
+        for pod in pods:  # diagnostics, shown by pytest when the test failed
+            for container in pod.containers:
+                print(f"==== {pod.name}/{container}\n{pod.logs(container)[-6000:]}")
+            pod.remove()

@@ -1,0 +1,516 @@
+"""Preparer, with in-memory fakes for the daemon, the claim status writer and the checkpoint store.
+
+Each table row makes one recorded step of a prepare or an unprepare raise, and asserts what
+remains on the node (checkpoint entry and state, aclserver, client.conf, CDI spec, status) and
+what was rolled back. Files are real, under ``tmp_path``; the SIGKILL version of the same
+question is ``tests/integration/test_fault_crash.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dra_driver import cdi, clientconf, files
+from dra_driver.checkpoint import Checkpoint, ClaimEntry, ClaimLocks, ClaimState, Mutation
+from dra_driver.claims import ClaimRef
+from dra_driver.daemon.model import (
+    Endpoints,
+    EntityInfo,
+    EntityState,
+    RegisterRequest,
+    RegisterResult,
+    ShareUsage,
+)
+from dra_driver.devices import Die, Inventory
+from dra_driver.errors import ErrorCode, InvalidInput, StateError, Unavailable
+from kubeletplugin.prepare import Preparer, PrepareSettings
+
+DRIVER = "npu.flexnpu.io"
+POOL = "node1"
+KIND = cdi.Kind.parse("flexnpu.io/vnpu")
+MIB = 1024 * 1024
+
+
+class Boom(Exception):
+    """An exception the driver does not know (a bug, or a library error nobody translated)."""
+
+
+def _die(phy: int) -> Die:
+    return Die(
+        vdie_id=f"{phy:08X}-00000000-00000000-00000000-00000000",
+        model="910B3",
+        card_id=phy,
+        chip_id=0,
+        phy_id=phy,
+        logic_id=phy,
+        pci_bus_id=f"0000:{phy + 1:02x}:00.0",
+        numa_node=0,
+        memory_mib=65536,
+        aicore=20,
+        aicpu=7,
+    )
+
+
+INVENTORY = Inventory(dies=(_die(0), _die(1)))
+
+
+# -- fakes ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class FakeStore:
+    """The CheckpointStore interface, in memory; ``fail_at`` makes the n-th update (1-based) raise."""
+
+    directory: Path
+    claims: dict[str, ClaimEntry] = field(default_factory=dict)
+    boot_id: str = "boot"
+    updates: int = 0
+    fail_at: int = 0
+    error: Exception = field(default_factory=lambda: StateError("disk full", code=ErrorCode.INTERNAL))
+
+    def __post_init__(self) -> None:
+        self.claim_locks = ClaimLocks(self.directory / "locks")
+
+    def update(self, uid: str, mutate: Mutation) -> ClaimEntry | None:
+        self.updates += 1
+        new = mutate(dict(self.claims))
+        if self.updates == self.fail_at:
+            raise self.error
+        if new is None:
+            self.claims.pop(uid, None)
+        else:
+            self.claims[uid] = new
+        return new
+
+    def entries(self) -> dict[str, ClaimEntry]:
+        return dict(self.claims)
+
+    def get(self, uid: str) -> ClaimEntry | None:
+        return self.claims.get(uid)
+
+    def read(self) -> Checkpoint:
+        return Checkpoint(self.boot_id, dict(self.claims))
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[Checkpoint]:
+        yield self.read()
+
+
+@dataclass
+class FakeDaemon:
+    shm_root: Path
+    registered: dict[str, RegisterRequest] = field(default_factory=dict)
+    fail_register: Exception | None = None
+    fail_unregister: Exception | None = None
+    unregistered: list[str] = field(default_factory=list)
+
+    def register(self, request: RegisterRequest) -> RegisterResult:
+        if self.fail_register is not None:
+            raise self.fail_register
+        self.registered[request.claim_uid] = request
+        shm = self.shm_root / request.claim_uid
+        return RegisterResult(
+            entity_id=request.claim_uid,
+            pid=4242,
+            endpoints=Endpoints(
+                tcp_host="127.0.0.1",
+                tcp_port=40000,
+                unix_socket=str(shm / "aclserver.sock"),
+                shm_dir=str(shm),
+            ),
+        )
+
+    def list(self) -> list[EntityInfo]:
+        return [
+            EntityInfo(
+                entity_id=uid,
+                namespace=req.namespace,
+                name=req.name,
+                shares=tuple(ShareUsage(sh) for sh in req.shares),
+                pid=4242,
+                state=EntityState.RUNNING,
+                endpoints=self.register(req).endpoints,
+            )
+            for uid, req in self.registered.items()
+        ]
+
+    def unregister(self, claim_uid: str) -> bool:
+        self.unregistered.append(claim_uid)
+        if self.fail_unregister is not None:
+            raise self.fail_unregister
+        return self.registered.pop(claim_uid, None) is not None
+
+
+@dataclass
+class FakeStatus:
+    written: dict[str, list[Mapping[str, Any]]] = field(default_factory=dict)
+    fail: Exception | None = None
+
+    def write(self, ref: ClaimRef, devices: Sequence[Mapping[str, Any]]) -> None:
+        if self.fail is not None:
+            raise self.fail
+        self.written[ref.uid] = list(devices)
+
+
+@dataclass
+class World:
+    root: Path
+    store: FakeStore
+    daemon: FakeDaemon
+    status: FakeStatus
+    claims: dict[str, dict[str, Any]]
+    preparer: Preparer
+
+    @property
+    def cdi_dir(self) -> Path:
+        return self.root / "cdi"
+
+    def conf(self, uid: str) -> Path:
+        return self.root / "run" / "claims" / uid / "client.conf"
+
+    def spec(self, uid: str) -> Path:
+        return cdi.spec_path(self.cdi_dir, KIND, uid)
+
+    def remains(self, uid: str) -> Remains:
+        entry = self.store.get(uid)
+        return Remains(
+            state=entry.state if entry else None,
+            aclserver=uid in self.daemon.registered,
+            conf=self.conf(uid).exists(),
+            cdi=self.spec(uid).exists(),
+            status=any(d["conditions"][0]["status"] == "True" for d in self.status.written.get(uid, [])),
+        )
+
+
+@dataclass(frozen=True)
+class Remains:
+    state: ClaimState | None
+    aclserver: bool
+    conf: bool
+    cdi: bool
+    status: bool
+
+
+NOTHING = Remains(state=None, aclserver=False, conf=False, cdi=False, status=False)
+DONE = Remains(ClaimState.PREPARE_COMPLETED, aclserver=True, conf=True, cdi=True, status=True)
+WHOLE_DONE = Remains(ClaimState.PREPARE_COMPLETED, aclserver=False, conf=False, cdi=True, status=True)
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> World:
+    store = FakeStore(tmp_path / "state")
+    daemon = FakeDaemon(tmp_path / "shm")
+    status = FakeStatus()
+    claims: dict[str, dict[str, Any]] = {}
+    preparer = Preparer(
+        settings=PrepareSettings(
+            driver_name=DRIVER,
+            pool_name=POOL,
+            cdi_dir=tmp_path / "cdi",
+            cdi_kind=KIND,
+            device_root=tmp_path / "root",
+            run_dir=tmp_path / "run",
+            daemon_retry_seconds=0.0,
+        ),
+        store=store,  # type: ignore[arg-type]
+        get_claim=lambda ns, name: claims[name],
+        inventory=lambda: INVENTORY,
+        daemon=daemon,
+        status=status,
+        claim_lock_timeout=5.0,
+    )
+    return World(tmp_path, store, daemon, status, claims, preparer)
+
+
+def _claim(
+    world: World, name: str, results: list[dict[str, Any]], config: list[dict[str, Any]] | None = None
+) -> ClaimRef:
+    uid = f"0b7d7a5c-1111-2222-3333-{len(world.claims):012d}"
+    world.claims[name] = {
+        "metadata": {"uid": uid, "name": name, "namespace": "ns"},
+        "status": {"allocation": {"devices": {"results": results, "config": config or []}}},
+    }
+    return ClaimRef("ns", uid, name)
+
+
+def _share(phy: int = 0, memory: str = "256Mi", compute: str = "10", request: str = "vnpu") -> dict[str, Any]:
+    return {
+        "request": request,
+        "driver": DRIVER,
+        "pool": POOL,
+        "device": f"vnpu-{phy}",
+        "shareID": f"5a4e{phy:04d}-0000-0000-0000-000000000000",
+        "consumedCapacity": {"memory": memory, "compute": compute},
+    }
+
+
+def _whole(phy: int = 1) -> dict[str, Any]:
+    return {"request": "npu", "driver": DRIVER, "pool": POOL, "device": f"npu-{phy}"}
+
+
+def _policy(policy: str) -> list[dict[str, Any]]:
+    params = {"apiVersion": "npu.flexnpu.io/v1alpha1", "kind": "VnpuConfig", "policy": policy}
+    return [{"source": "FromClaim", "requests": [], "opaque": {"driver": DRIVER, "parameters": params}}]
+
+
+# -- the happy path ------------------------------------------------------------------------------
+
+
+def test_share_prepare_makes_every_effect_and_renders_them_once(world: World) -> None:
+    ref = _claim(world, "a", [_share()])
+    res = world.preparer.prepare([ref])[ref.uid]
+    assert res.error == ""
+    assert world.remains(ref.uid) == DONE
+    (dev,) = res.devices
+    assert dev.cdi_device_ids == (f"flexnpu.io/vnpu={ref.uid}-vnpu-0-{_share()['shareID']}",)
+    spec = json.loads(world.spec(ref.uid).read_text())
+    assert [d["name"] for d in spec["devices"]] == [dev.cdi_device_ids[0].split("=", 1)[1]]
+    conf = clientconf.load(world.conf(ref.uid))
+    assert (conf.claim_uid, conf.endpoints.tcp) == (ref.uid, "127.0.0.1:40000")
+    assert [(s.virtual_id, s.memory_bytes, s.compute_percent) for s in conf.shares] == [(0, 256 * MIB, 10)]
+    (doc,) = world.status.written[ref.uid]
+    assert doc["data"]["endpoint"] == "127.0.0.1:40000" and doc["conditions"][0]["status"] == "True"
+    entry = world.store.get(ref.uid)
+    assert entry is not None and entry.status_docs == (doc,)  # what was written is what is recorded
+    assert entry.registration is not None and entry.registration.token == conf.token
+    assert world.daemon.registered[ref.uid].token == conf.token
+
+
+def test_repeat_prepare_returns_the_same_devices_and_puts_back_lost_files(world: World) -> None:
+    ref = _claim(world, "a", [_share()])
+    first = world.preparer.prepare([ref])[ref.uid]
+    world.spec(ref.uid).unlink()
+    world.conf(ref.uid).unlink()
+    again = world.preparer.prepare([ref])[ref.uid]
+    assert again == first
+    assert world.remains(ref.uid) == DONE
+
+
+def test_unprepare_undoes_everything_and_is_idempotent(world: World) -> None:
+    ref = _claim(world, "a", [_share()])
+    world.preparer.prepare([ref])
+    assert world.preparer.unprepare([ref]) == {ref.uid: ""}
+    assert world.remains(ref.uid) == NOTHING
+    assert world.preparer.unprepare([ref]) == {ref.uid: ""}
+    assert not list((world.root / "state" / "locks").iterdir())  # the claim's lock file went with it
+
+
+# -- a recorded step raises during prepare -------------------------------------------------------
+
+
+def _fail_update(n: int, error: Exception | None = None) -> Callable[[World, pytest.MonkeyPatch], None]:
+    def arm(world: World, _mp: pytest.MonkeyPatch) -> None:
+        world.store.fail_at = world.store.updates + n
+        if error is not None:
+            world.store.error = error
+
+    return arm
+
+
+def _fail_register(error: Exception) -> Callable[[World, pytest.MonkeyPatch], None]:
+    def arm(world: World, _mp: pytest.MonkeyPatch) -> None:
+        world.daemon.fail_register = error
+
+    return arm
+
+
+def _enospc(which: str) -> Callable[[World, pytest.MonkeyPatch], None]:
+    """The file write of effect ``which`` fails as on a full disk (the real writer, told to fail)."""
+
+    def arm(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+        real = files.write_atomic
+
+        def write_atomic(path: Path, data: bytes, **kw: Any) -> None:
+            if (which == "client-conf") == (path.name == "client.conf"):
+                raise files.WriteFailed(
+                    errno.ENOSPC, f"cannot write {path}: No space left on device", str(path)
+                )
+            real(path, data, **kw)
+
+        monkeypatch.setattr(files, "write_atomic", write_atomic)
+
+    return arm
+
+
+PREPARE_FAULTS = [
+    pytest.param(_fail_update(1), NOTHING, "disk full", id="intent-record"),
+    pytest.param(_fail_register(Unavailable("daemon down")), NOTHING, "daemon down", id="daemon-unavailable"),
+    pytest.param(
+        _fail_register(Boom("bug in the daemon client")), NOTHING, "Internal", id="daemon-unknown-error"
+    ),
+    pytest.param(_enospc("client-conf"), NOTHING, "No space left", id="client-conf-write"),
+    pytest.param(_enospc("cdi-spec"), NOTHING, "No space left", id="cdi-spec-write"),
+    pytest.param(_fail_update(2), NOTHING, "disk full", id="completion-record"),
+    pytest.param(_fail_update(2, Boom("weird")), NOTHING, "Internal", id="completion-unknown-error"),
+]
+
+
+@pytest.mark.parametrize(("arm", "want", "message"), PREPARE_FAULTS)
+def test_prepare_that_fails_at_a_step_leaves_nothing(
+    world: World,
+    monkeypatch: pytest.MonkeyPatch,
+    arm: Callable[[World, pytest.MonkeyPatch], None],
+    want: Remains,
+    message: str,
+) -> None:
+    keep = _claim(world, "keep", [_share(phy=1)])
+    assert world.preparer.prepare([keep])[keep.uid].error == ""
+    ref = _claim(world, "a", [_share()])
+    arm(world, monkeypatch)
+    res = world.preparer.prepare([ref])[ref.uid]
+    assert res.devices == () and ref.uid in res.error and message in res.error
+    assert world.remains(ref.uid) == want
+    assert not list(world.root.glob("run/claims/*/.*tmp*")) and not list(world.root.glob("cdi/.*tmp*"))
+    (doc,) = world.status.written[ref.uid]  # kubectl describe says why
+    assert doc["conditions"][0]["status"] == "False"
+    monkeypatch.undo()
+    world.store.fail_at = 0
+    world.daemon.fail_register = None
+    assert world.remains(keep.uid) == DONE  # the other claim is untouched
+    assert world.preparer.prepare([ref])[ref.uid].error == ""  # and the kubelet's retry works
+    assert world.remains(ref.uid) == DONE
+
+
+def test_prepare_whose_status_write_fails_is_still_prepared(world: World) -> None:
+    ref = _claim(world, "a", [_share()])
+    world.status.fail = Unavailable("API down")
+    res = world.preparer.prepare([ref])[ref.uid]
+    assert res.error == "" and res.devices
+    assert world.remains(ref.uid) == Remains(ClaimState.PREPARE_COMPLETED, True, True, True, status=False)
+
+
+def test_failed_prepare_writes_ready_false_with_the_error_code(world: World) -> None:
+    ref = _claim(world, "a", [_share()], _policy("nonsense"))
+    res = world.preparer.prepare([ref])[ref.uid]
+    assert "InvalidOpaqueConfig" in res.error
+    (doc,) = world.status.written[ref.uid]
+    assert (doc["conditions"][0]["status"], doc["conditions"][0]["reason"]) == (
+        "False",
+        "InvalidOpaqueConfig",
+    )
+    assert world.store.updates == 0  # refused before any recorded step
+
+
+def test_rollback_that_cannot_finish_keeps_the_entry_for_the_reconciler(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ref = _claim(world, "a", [_share()])
+    _enospc("cdi-spec")(world, monkeypatch)
+    world.daemon.fail_unregister = Unavailable("daemon gone")
+    res = world.preparer.prepare([ref])[ref.uid]
+    assert "claim" in res.error
+    assert world.remains(ref.uid).state == ClaimState.PREPARE_STARTED  # doubt keeps the record
+    world.daemon.fail_unregister = None
+    monkeypatch.undo()
+    assert world.preparer.settle_interrupted() == [ref.uid]
+    assert world.remains(ref.uid) == NOTHING
+
+
+# -- a recorded step raises during unprepare -----------------------------------------------------
+
+
+def _fail_unregister(world: World, _mp: pytest.MonkeyPatch) -> None:
+    world.daemon.fail_unregister = Unavailable("daemon down")
+
+
+UNPREPARE_FAULTS = [
+    pytest.param(_fail_update(1), DONE, id="intent-record"),
+    pytest.param(
+        _fail_unregister,
+        Remains(ClaimState.UNPREPARE_STARTED, aclserver=True, conf=False, cdi=False, status=False),
+        id="daemon-unregister",
+    ),
+    pytest.param(
+        _fail_update(2),
+        Remains(ClaimState.UNPREPARE_STARTED, aclserver=False, conf=False, cdi=False, status=False),
+        id="drop-record",
+    ),
+]
+
+
+@pytest.mark.parametrize(("arm", "want"), UNPREPARE_FAULTS)
+def test_unprepare_that_fails_at_a_step_keeps_the_entry_and_a_retry_finishes(
+    world: World,
+    monkeypatch: pytest.MonkeyPatch,
+    arm: Callable[[World, pytest.MonkeyPatch], None],
+    want: Remains,
+) -> None:
+    ref = _claim(world, "a", [_share()])
+    world.preparer.prepare([ref])
+    arm(world, monkeypatch)
+    err = world.preparer.unprepare([ref])[ref.uid]
+    assert ref.uid in err
+    assert world.remains(ref.uid) == want
+    world.daemon.fail_unregister = None
+    world.store.fail_at = 0
+    assert world.preparer.unprepare([ref]) == {ref.uid: ""}
+    assert world.remains(ref.uid) == NOTHING
+
+
+# -- refusals ------------------------------------------------------------------------------------
+
+
+def test_whole_die_already_shared_is_refused_before_any_effect(world: World) -> None:
+    a = _claim(world, "a", [_share(phy=1)])
+    world.preparer.prepare([a])
+    b = _claim(world, "b", [_whole(phy=1)])
+    res = world.preparer.prepare([b])[b.uid]
+    assert "DeviceBusy" in res.error and "ns/a" in res.error
+    assert world.remains(b.uid) == NOTHING
+
+
+def test_policy_conflict_with_another_claim_is_refused(world: World) -> None:
+    a = _claim(world, "a", [_share()], _policy("fixed"))
+    world.preparer.prepare([a])
+    b = _claim(world, "b", [_share()], _policy("elastic"))
+    assert "PolicyConflict" in world.preparer.prepare([b])[b.uid].error
+    assert world.remains(b.uid) == NOTHING
+
+
+def test_one_bad_claim_does_not_fail_the_batch(world: World) -> None:
+    good = _claim(world, "good", [_whole(phy=0)])
+    bad = _claim(world, "bad", [_share(memory="100Mi")])
+    out = world.preparer.prepare([bad, good])
+    assert "QuotaInvalid" in out[bad.uid].error
+    assert out[good.uid].error == "" and world.remains(good.uid) == WHOLE_DONE
+
+
+def test_unknown_exception_from_the_api_becomes_internal_naming_the_claim(world: World) -> None:
+    ref = _claim(world, "a", [_share()])
+
+    def broken(ns: str, name: str) -> Mapping[str, Any]:
+        raise Boom("x" * 5000)
+
+    world.preparer.get_claim = broken
+    res = world.preparer.prepare([ref])[ref.uid]
+    assert res.error.startswith(f"claim {ref.uid}: internal error: Boom: xxx") and "[Internal]" in res.error
+    assert len(res.error) < 400  # input is quoted at most 200 characters
+
+
+def test_in_flight_claim_is_not_rolled_back_by_the_reconciler(world: World) -> None:
+    ref = _claim(world, "a", [_share()])
+    seen: list[list[str]] = []
+
+    def register(request: RegisterRequest) -> RegisterResult:
+        # the reconciler's pass runs while this claim talks to the daemon (its entry: PrepareStarted)
+        seen.append(world.preparer.settle_interrupted())
+        return FakeDaemon.register(world.daemon, request)
+
+    world.daemon.register = register  # type: ignore[method-assign]
+    assert world.preparer.prepare([ref])[ref.uid].error == ""
+    assert seen == [[]] and world.remains(ref.uid) == DONE
+
+
+def test_invalid_input_is_not_an_internal_error(world: World) -> None:
+    ref = ClaimRef("ns", "bad_uid!", "a")
+    res = world.preparer.prepare([ref])[ref.uid]
+    assert isinstance(res.error, str) and "InvalidPath" in res.error
+    assert not isinstance(InvalidInput("x"), StateError)
