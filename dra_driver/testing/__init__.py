@@ -10,6 +10,8 @@ console-script entry points are checked by ``tests/unit/test_production_imports.
 
 Modules: ``fake_apiserver/`` (a package: store, patch, selectors, validation, HTTP, faults),
 ``kubelet.py``, ``scheduler.py``, ``extended_resources.py``, ``daemon.py`` (flexnpu-daemon
-harness), ``fake_aclserver.py``, ``aclservers.py`` (aclserver harness), ``podman.py``,
-``devroot.py``, ``inventories/``, ``waiting.py`` (wait on a condition with a deadline), ``demo.py``.
+harness), ``fake_aclserver.py``, ``aclservers.py`` (aclserver harness), ``clibrary.py`` (builds
+the C client and C test programs), ``podman.py``, ``devroot.py`` (re-exports the production
+``dra_driver/devroot.py``), ``inventories/``, ``waiting.py`` (wait on a condition with a deadline),
+``demo.py``.
 """
