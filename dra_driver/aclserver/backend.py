@@ -20,6 +20,7 @@ import mmap
 import struct
 import threading
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -97,6 +98,29 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
+def register_shares(
+    spec: AclServerSpec, ledgers: dict[int, DieLedger]
+) -> Iterator[tuple[ShareSpec, DieLedger, int]]:
+    """Register each share of ``spec`` (virtual-id order) in its die's ledger, opened once per die
+    into ``ledgers``; yields (share, ledger, slot). Every backend admits its shares this way; on an
+    error the caller closes what ``ledgers`` holds."""
+    for share in sorted(spec.shares, key=lambda s: s.virtual_id):
+        ledger = ledgers.get(share.die_phy_id)
+        if ledger is None:
+            ledger = ledgers[share.die_phy_id] = DieLedger(
+                spec.ledger_dir, share.die_phy_id, max_shares=spec.max_shares_per_die
+            )
+        slot = ledger.register(
+            claim_uid=spec.claim_uid,
+            virtual_id=share.virtual_id,
+            quota=share.compute_percent,
+            policy=Policy(share.policy),
+            memory_only=share.memory_only,
+            mem_quota=share.memory_bytes,
+        )
+        yield share, ledger, slot
+
+
 @dataclass(slots=True)
 class _Allocation:
     base: int
@@ -132,20 +156,7 @@ class EmulatedBackend:
         self._bases: list[int] = []
         self._next = _PTR_BASE
         try:
-            for share in sorted(spec.shares, key=lambda s: s.virtual_id):
-                ledger = self._ledgers.get(share.die_phy_id)
-                if ledger is None:
-                    ledger = self._ledgers[share.die_phy_id] = DieLedger(
-                        spec.ledger_dir, share.die_phy_id, max_shares=spec.max_shares_per_die
-                    )
-                slot = ledger.register(
-                    claim_uid=spec.claim_uid,
-                    virtual_id=share.virtual_id,
-                    quota=share.compute_percent,
-                    policy=Policy(share.policy),
-                    memory_only=share.memory_only,
-                    mem_quota=share.memory_bytes,
-                )
+            for share, ledger, slot in register_shares(spec, self._ledgers):
                 self._shares.append(_Share(share, ledger, slot))
         except BaseException:
             self.close()

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dra_driver.aclserver import codes, datalink
-from dra_driver.aclserver.backend import KERNEL_RESULT_BYTES, AclFailure
+from dra_driver.aclserver.backend import KERNEL_RESULT_BYTES, AclFailure, register_shares
 from dra_driver.aclserver.datalink import HOST_TAG
 from dra_driver.aclserver.ledger import DieLedger
 from dra_driver.aclserver.spec import AclServerSpec, ShareSpec
@@ -151,19 +151,7 @@ class AscendBackend:
                         f"share {share.virtual_id} is on die {share.die_phy_id}, but the CANN runtime sees"
                         f" devices 0..{visible - 1}",
                     )
-                ledger = self._ledgers.get(share.die_phy_id)
-                if ledger is None:
-                    ledger = self._ledgers[share.die_phy_id] = DieLedger(
-                        spec.ledger_dir, share.die_phy_id, max_shares=spec.max_shares_per_die
-                    )
-                slot = ledger.register(
-                    claim_uid=spec.claim_uid,
-                    virtual_id=share.virtual_id,
-                    quota=share.compute_percent,
-                    policy=codes.Policy(share.policy),
-                    memory_only=share.memory_only,
-                    mem_quota=share.memory_bytes,
-                )
+            for share, ledger, slot in register_shares(spec, self._ledgers):
                 self._shares.append(_Share(share, ledger, slot))
         except BaseException:
             self.close()
