@@ -14,16 +14,14 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client
+import _node
+from _node import cluster, ms, pct
 
-from dra_driver import netlink
 from dra_driver.claims import ClaimRef
-from dra_driver.testing.fake_apiserver import FakeAPIServer
-from tests.integration.conftest import DRIVER, NAMESPACE, NODE, SOFT_CEL, WHOLE_CEL, Node, make_node, wait_for
+from tests.integration.conftest import DRIVER, NAMESPACE, NODE, Node
 
 HARD_CEL = f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].mode == "hard"'
 WHOLE = {"name": "npu", "exactly": {"deviceClassName": "npu.flexnpu.io"}}
@@ -34,47 +32,6 @@ HARD = {
         "selectors": [{"cel": {"expression": f'device.attributes["{DRIVER}"].template == "vir10_3c_16g"'}}],
     },
 }
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def ms(seconds: float) -> str:
-    return f"{seconds * 1000:7.1f} ms"
-
-
-@contextlib.contextmanager
-def cluster(root: Path) -> Iterator[Node]:
-    with FakeAPIServer() as srv:
-        core: Any = client.CoreV1Api(srv.api_client())
-        core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
-        core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-        res: Any = client.ResourceV1Api(srv.api_client())
-        for name, cel in (
-            ("npu.flexnpu.io", WHOLE_CEL),
-            ("vnpu.flexnpu.io", SOFT_CEL),
-            ("vnpu-template.flexnpu.io", HARD_CEL),
-        ):
-            res.create_device_class(
-                {
-                    "apiVersion": "resource.k8s.io/v1",
-                    "kind": "DeviceClass",
-                    "metadata": {"name": name},
-                    "spec": {"selectors": [{"cel": {"expression": cel}}]},
-                }
-            )
-        node = make_node(
-            srv, root / "n0", "eight-910b4.yaml", FLEXNPU_DEFAULT_MODE="all", FLEXNPU_LOG_LEVEL="INFO"
-        )
-        try:
-            node.start()
-            wait_for("published devices", node.devices, timeout=30)
-            yield node
-        finally:
-            node.stop()
-            netlink.remove_link(node.env["FLEXNPU_CONTROL_LINK"])
 
 
 def cycle(node: Node, request: dict[str, Any], seq: int) -> tuple[float, float]:
@@ -106,7 +63,15 @@ def run(n: int) -> None:
     times: dict[str, tuple[list[float], list[float]]] = {"whole": ([], []), "hard": ([], [])}
     with contextlib.ExitStack() as stack:
         stack.callback(shutil.rmtree, root, True)
-        node = stack.enter_context(cluster(root))
+        node = stack.enter_context(
+            cluster(
+                root,
+                classes=(*_node.CLASSES, ("vnpu-template.flexnpu.io", HARD_CEL)),
+                with_daemon=False,
+                FLEXNPU_DEFAULT_MODE="all",
+                FLEXNPU_LOG_LEVEL="INFO",
+            )
+        )
         cycle(node, WHOLE, 0)  # warm-up, not measured
         cycle(node, HARD, 1)
         for i in range(n):

@@ -31,6 +31,7 @@ if str(REPO) not in sys.path:
 
 import logging  # noqa: E402
 
+from _node import ms, pct  # noqa: E402
 from kubernetes import client  # noqa: E402
 
 from controller.kube import Kube  # noqa: E402
@@ -41,15 +42,6 @@ from dra_driver.testing.fake_apiserver import FakeAPIServer  # noqa: E402
 
 DRIVER = "npu.flexnpu.io"
 NODE = "bench-node"
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def ms(seconds: float) -> str:
-    return f"{seconds * 1000:8.2f} ms"
 
 
 def a3_node(dies: int = 16) -> Inventory:

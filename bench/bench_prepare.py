@@ -22,7 +22,6 @@ Everything it creates (processes, sockets, links, temp dirs) is removed at the e
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import shutil
 import statistics
@@ -30,7 +29,6 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,21 +36,15 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from kubernetes import client  # noqa: E402
+from _node import cluster, ms, pct  # noqa: E402
 
-from dra_driver import netlink  # noqa: E402
 from dra_driver.claims import ClaimRef  # noqa: E402
-from dra_driver.testing.fake_apiserver import FakeAPIServer  # noqa: E402
 from tests.integration.conftest import (  # noqa: E402
     NAMESPACE,
     NODE,
-    SOFT_CEL,
-    WHOLE_CEL,
     Node,
-    make_node,
     wait_for,
 )
-from tests.integration.daemon_harness import DaemonProc  # noqa: E402
 
 SHARE = {
     "name": "vnpu",
@@ -69,56 +61,6 @@ SMALL_SHARE = {
     },
 }
 WHOLE = {"name": "npu", "exactly": {"deviceClassName": "npu.flexnpu.io"}}
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def ms(seconds: float) -> str:
-    return f"{seconds * 1000:7.1f} ms"
-
-
-@contextlib.contextmanager
-def cluster(root: Path) -> Iterator[Node]:
-    """Fake API server + daemon + node process; all torn down on exit."""
-    with FakeAPIServer() as srv:
-        core: Any = client.CoreV1Api(srv.api_client())
-        core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
-        core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-        res: Any = client.ResourceV1Api(srv.api_client())
-        for name, cel in (("npu.flexnpu.io", WHOLE_CEL), ("vnpu.flexnpu.io", SOFT_CEL)):
-            res.create_device_class(
-                {
-                    "apiVersion": "resource.k8s.io/v1",
-                    "kind": "DeviceClass",
-                    "metadata": {"name": name},
-                    "spec": {"selectors": [{"cel": {"expression": cel}}]},
-                }
-            )
-        daemon = DaemonProc(extra=("--log-level", "INFO"))
-        node: Node | None = None
-        try:
-            daemon.start()
-            node = make_node(
-                srv,
-                root / "n0",
-                "eight-910b4.yaml",
-                FLEXNPU_DAEMON_SOCKET=str(daemon.socket),
-                FLEXNPU_SHM_DIR=str(daemon.shm_root),
-                FLEXNPU_DEFAULT_MODE="both",
-                FLEXNPU_LOG_LEVEL="INFO",
-            )
-            node.daemon = daemon
-            node.start()
-            wait_for("published devices", node.devices, timeout=30)
-            yield node
-        finally:
-            if node is not None:
-                node.stop()
-                netlink.remove_link(node.env["FLEXNPU_CONTROL_LINK"])
-            daemon.cleanup()
 
 
 class Claims:
@@ -218,7 +160,7 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="fxb", dir="/tmp"))
     figures: dict[str, Any] = {}
     try:
-        with cluster(root) as node:
+        with cluster(root, FLEXNPU_DEFAULT_MODE="both", FLEXNPU_LOG_LEVEL="INFO") as node:
             claims = Claims(node)
             prepare_cycle(node, claims, SHARE, 3)  # warm-up: imports, zygote, gRPC channels
             prepare_cycle(node, claims, WHOLE, 3)

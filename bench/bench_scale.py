@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,13 +43,10 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from kubernetes import client  # noqa: E402
+from _node import cluster, pct  # noqa: E402
 
-from dra_driver import netlink  # noqa: E402
 from dra_driver.claims import ClaimRef  # noqa: E402
-from dra_driver.testing.fake_apiserver import FakeAPIServer  # noqa: E402
-from tests.integration.conftest import NAMESPACE, NODE, SOFT_CEL, WHOLE_CEL, Node, make_node, wait_for  # noqa: E402
-from tests.integration.daemon_harness import DaemonProc  # noqa: E402
+from tests.integration.conftest import NAMESPACE, NODE, Node, wait_for  # noqa: E402
 
 WHOLE = {"name": "npu", "exactly": {"deviceClassName": "npu.flexnpu.io"}}
 SHARE = {
@@ -69,11 +66,6 @@ def inventory_file(root: Path) -> Path:
     chips += f"\n  - {{model: 910B4, card: {DIES}, numaNode: 1, mode: whole}}"  # the node-only baseline
     path.write_text(f'driverVersion: "24.1.rc3"\nfirmwareVersion: "7.5.0.1.129"\nchips:\n{chips}\n')
     return path
-
-
-def pct(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def cpu_seconds(pid: int) -> float:
@@ -102,47 +94,6 @@ def tree_bytes(path: Path) -> int:
     if path.is_file():
         return path.stat().st_size
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.exists() else 0
-
-
-@contextlib.contextmanager
-def cluster(root: Path) -> Iterator[Node]:
-    inv = inventory_file(root)
-    with FakeAPIServer() as srv:
-        core: Any = client.CoreV1Api(srv.api_client())
-        core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
-        core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-        res: Any = client.ResourceV1Api(srv.api_client())
-        for name, cel in (("npu.flexnpu.io", WHOLE_CEL), ("vnpu.flexnpu.io", SOFT_CEL)):
-            res.create_device_class(
-                {
-                    "apiVersion": "resource.k8s.io/v1",
-                    "kind": "DeviceClass",
-                    "metadata": {"name": name},
-                    "spec": {"selectors": [{"cel": {"expression": cel}}]},
-                }
-            )
-        daemon = DaemonProc(extra=("--inventory", str(inv), "--log-level", "INFO"))
-        node: Node | None = None
-        try:
-            daemon.start()
-            node = make_node(
-                srv,
-                root / "n0",
-                str(inv),
-                FLEXNPU_DAEMON_SOCKET=str(daemon.socket),
-                FLEXNPU_SHM_DIR=str(daemon.shm_root),
-                FLEXNPU_DEFAULT_MODE="soft",  # the last die is whole (inventory)
-                FLEXNPU_LOG_LEVEL="WARNING",
-            )
-            node.daemon = daemon
-            node.start()
-            wait_for("published devices", node.devices, timeout=60)
-            yield node
-        finally:
-            if node is not None:
-                node.stop()
-                netlink.remove_link(node.env["FLEXNPU_CONTROL_LINK"])
-            daemon.cleanup()
 
 
 class Claims:
@@ -340,7 +291,15 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="fxs", dir="/tmp"))
     out: dict[str, Any] = {"levels": []}
     try:
-        with cluster(root) as node:
+        inv = inventory_file(root)
+        with cluster(
+            root,
+            inventory=str(inv),
+            daemon_args=("--inventory", str(inv)),
+            published_timeout=60,
+            FLEXNPU_DEFAULT_MODE="soft",  # the last die is whole (inventory)
+            FLEXNPU_LOG_LEVEL="WARNING",
+        ) as node:
             claims = Claims(node)
             held: list[ClaimRef] = []
             measure(node, claims, 0, 3)  # warm-up: imports, zygote, gRPC channels

@@ -40,7 +40,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,13 +48,11 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from kubernetes import client  # noqa: E402
+from _node import cluster  # noqa: E402
 
-from dra_driver import netlink  # noqa: E402
 from dra_driver.claims import ClaimRef  # noqa: E402
-from dra_driver.testing.daemon import DaemonProc  # noqa: E402
-from dra_driver.testing.fake_apiserver import Ambiguity, FakeAPIServer  # noqa: E402
-from tests.integration.conftest import NAMESPACE, NODE, SOFT_CEL, WHOLE_CEL, Node, make_node, wait_for  # noqa: E402
+from dra_driver.testing.fake_apiserver import Ambiguity  # noqa: E402
+from tests.integration.conftest import NAMESPACE, NODE, Node, wait_for  # noqa: E402
 from tests.integration.lifecycle_helpers import (  # noqa: E402
     assert_clean,
     assert_share_works,
@@ -74,51 +71,6 @@ class Claim:
     uid: str
     prepared: bool = False
     deleted: bool = False
-
-
-@contextlib.contextmanager
-def cluster(root: Path) -> Iterator[Node]:
-    with FakeAPIServer() as srv:
-        core: Any = client.CoreV1Api(srv.api_client())
-        core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
-        core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-        res: Any = client.ResourceV1Api(srv.api_client())
-        for name, cel in (("npu.flexnpu.io", WHOLE_CEL), ("vnpu.flexnpu.io", SOFT_CEL)):
-            res.create_device_class(
-                {
-                    "apiVersion": "resource.k8s.io/v1",
-                    "kind": "DeviceClass",
-                    "metadata": {"name": name},
-                    "spec": {"selectors": [{"cel": {"expression": cel}}]},
-                }
-            )
-        daemon = DaemonProc(extra=("--log-level", "INFO"))
-        node: Node | None = None
-        try:
-            daemon.start()
-            node = make_node(
-                srv,
-                root / "n0",
-                "eight-910b4.yaml",
-                FLEXNPU_DAEMON_SOCKET=str(daemon.socket),
-                FLEXNPU_SHM_DIR=str(daemon.shm_root),
-                FLEXNPU_DEFAULT_MODE="both",
-                FLEXNPU_LOG_LEVEL="INFO",
-                FLEXNPU_RECONCILE_PERIOD_SECONDS="1",
-                FLEXNPU_RESIDUAL_GRACE_SECONDS="3",
-            )
-            node.daemon = daemon
-            node.start()
-            wait_for("published devices", node.devices, timeout=30)
-            yield node
-        finally:
-            srv.set_down(False)
-            srv.answer_normally()
-            if node is not None:
-                node.stop()
-                with contextlib.suppress(Exception):
-                    netlink.remove_link(node.env["FLEXNPU_CONTROL_LINK"])
-            daemon.cleanup()
 
 
 class Soak:
@@ -323,7 +275,13 @@ def main() -> int:
     rng = random.Random(args.seed)
     problems: list[str] = []
     try:
-        with cluster(root) as node:
+        with cluster(
+            root,
+            FLEXNPU_DEFAULT_MODE="both",
+            FLEXNPU_LOG_LEVEL="INFO",
+            FLEXNPU_RECONCILE_PERIOD_SECONDS="1",
+            FLEXNPU_RESIDUAL_GRACE_SECONDS="3",
+        ) as node:
             soak = Soak(node, rng, args.max_claims)
             stop = threading.Event()
             faults = threading.Thread(
