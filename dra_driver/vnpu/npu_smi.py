@@ -153,19 +153,8 @@ class NpuSmiVnpus:
     def destroy(self, die: Die, vnpu_id: int) -> bool:
         if not any(v.vnpu_id == vnpu_id for v in self._list_die(die)):
             return False
-        args = [
-            "set",
-            "-t",
-            "destroy-vnpu",
-            "-i",
-            str(die.card_id),
-            "-c",
-            str(die.chip_id),
-            "-v",
-            str(vnpu_id),
-        ]
         try:
-            self._run(*args)
+            self._destroy(die, vnpu_id)
         except FlexNPUError:
             if any(v.vnpu_id == vnpu_id for v in self._list_die(die)):
                 raise
@@ -186,6 +175,11 @@ class NpuSmiVnpus:
                 field="vnpu-mode",
             )
 
+    def _destroy(self, die: Die, vnpu_id: int) -> None:
+        self._run(
+            "set", "-t", "destroy-vnpu", "-i", str(die.card_id), "-c", str(die.chip_id), "-v", str(vnpu_id)
+        )
+
     def _list_die(self, die: Die) -> tuple[Vnpu, ...]:
         text = self._run("info", "-t", "info-vnpu", "-i", str(die.card_id), "-c", str(die.chip_id))
         return parse_info_vnpu(text, die=die)
@@ -194,17 +188,7 @@ class NpuSmiVnpus:
         """After a failed create: destroy the vNPU if it appeared anyway (nothing half-made)."""
         try:
             if any(v.vnpu_id == vnpu_id for v in self._list_die(die)):
-                self._run(
-                    "set",
-                    "-t",
-                    "destroy-vnpu",
-                    "-i",
-                    str(die.card_id),
-                    "-c",
-                    str(die.chip_id),
-                    "-v",
-                    str(vnpu_id),
-                )
+                self._destroy(die, vnpu_id)
         except FlexNPUError:
             pass  # the original error is the one to report; the sweep retries the orphan
 
