@@ -24,6 +24,9 @@ __all__ = [
     "ACL_ERROR_RT_RESOURCE_ALLOC_FAIL",
     "ACL_ERROR_UNINITIALIZE",
     "ACL_SUCCESS",
+    "MALLOC_POLICY_BASES",
+    "MALLOC_POLICY_FLAGS",
+    "MEM_ATTR_VALUES",
     "MallocPolicy",
     "MemAttr",
     "MemcpyKind",
@@ -80,6 +83,15 @@ class MallocPolicy(IntEnum):
     HUGE_FIRST_P2P = 3
     HUGE_ONLY_P2P = 4
     NORMAL_ONLY_P2P = 5
+
+
+MEM_ATTR_VALUES = range(18)
+"""Every aclrtMemAttr CANN defines (ACL_DDR_MEM = 0 … ACL_MEM_P2P_HUGE1G = 17), as the server accepts them."""
+MALLOC_POLICY_BASES = range(8)
+"""Every base aclrtMemMallocPolicy (HUGE_FIRST = 0 … ACL_MEM_MALLOC_HUGE1G_ONLY_P2P = 7)."""
+MALLOC_POLICY_FLAGS = 0x0100 | 0x1000 | 0x100000
+"""Flags CANN accepts or-ed onto a base policy: ACL_MEM_TYPE_LOW_BAND_WIDTH, ACL_MEM_TYPE_HIGH_BAND_WIDTH,
+ACL_MEM_ACCESS_USER_SPACE_READONLY."""
 
 
 class Policy(StrEnum):

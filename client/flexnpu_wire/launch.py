@@ -81,6 +81,11 @@ class AclServerSpec:
     """What ``ps`` shows for the aclserver (empty: ``flexnpu-aclserver <claim uid>``)."""
     version: int = SPEC_VERSION
 
+    @property
+    def host_memory_limit(self) -> int:
+        """Host memory the claim's sessions may hold at once (the sum over its vNPUs)."""
+        return sum(s.host_memory_limit for s in self.shares)
+
 
 @dataclass(frozen=True, slots=True)
 class ReadyInfo:
@@ -116,7 +121,7 @@ _OPTIONAL = (
     "process_name",
 )
 _SHARE_FIELDS = ("virtual_id", "die_phy_id", "memory_bytes", "compute_percent", "policy")
-_SHARE_OPTIONAL = ("memory_only",)
+_SHARE_OPTIONAL = ("memory_only", "host_memory_bytes")
 
 
 def parse_spec(text: str, *, source: str) -> AclServerSpec:
@@ -246,6 +251,9 @@ def _parse_share(p: _Fields, raw: object, index: int) -> ShareSpec:
         compute_percent=p.integer(raw, "compute_percent", lo=0, hi=100, prefix=prefix),
         policy=policy,
         memory_only=memory_only,
+        host_memory_bytes=p.integer(raw, "host_memory_bytes", lo=0, prefix=prefix)
+        if "host_memory_bytes" in raw
+        else 0,
     )
 
 

@@ -27,6 +27,13 @@ class Share:
     compute_percent: int
     policy: str
     memory_only: bool = False
+    host_memory_bytes: int = 0
+    """This vNPU's part of the claim's host-memory limit (``hostMemory``); 0: its memory quota."""
+
+    @property
+    def host_memory_limit(self) -> int:
+        """Host memory (aclrtMallocHost buffers, model bytes in flight) this vNPU adds to the claim's limit."""
+        return self.host_memory_bytes or self.memory_bytes
 
     @property
     def policy_enum(self) -> Policy:
@@ -34,7 +41,7 @@ class Share:
         return Policy(self.policy)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "virtual_id": self.virtual_id,
             "die_phy_id": self.die_phy_id,
             "memory_bytes": self.memory_bytes,
@@ -42,6 +49,9 @@ class Share:
             "policy": str(self.policy),
             "memory_only": self.memory_only,
         }
+        if self.host_memory_bytes:  # absent when unset: records written before the field read the same
+            doc["host_memory_bytes"] = self.host_memory_bytes
+        return doc
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> Share:
@@ -52,4 +62,5 @@ class Share:
             compute_percent=int(doc["compute_percent"]),
             policy=str(doc["policy"]),
             memory_only=bool(doc.get("memory_only", False)),
+            host_memory_bytes=int(doc.get("host_memory_bytes", 0)),
         )

@@ -3,7 +3,10 @@
 Modules: ``spec`` (the launch spec the daemon writes), ``codes`` (ACL error codes and enums),
 ``protocol`` (the wire framing shared with the client), ``datalink`` (shared-memory buffers),
 ``scheduling`` (pure compute-quota decisions), ``ledger`` (the per-die shared ledger),
-``backend`` (the device behind a ``Backend`` protocol; ``emulated`` here), ``session`` (one
-client connection's ACL state), ``server`` (sockets, authentication) and ``main`` (entry point).
+``quota`` (the quota book both backends share: shares, allocations, die time), ``backend`` (the
+``Backend`` protocol; ``backend_emulated``, ``backend_ascend``), ``claim`` (what a claim's
+sessions share), ``dispatch`` (one connection's ACL session and its op table), ``memory``
+(device memory, host buffers, copies), ``streams`` (streams, kernels and the task queue),
+``server`` (sockets, authentication) and ``main`` (entry point).
 Nothing here imports grpc, kubernetes or numpy: the process must start fast and stay small.
 """

@@ -6,41 +6,37 @@ ABI-compatible library with device memory in host RAM and call counters.
 
 * Devices: share ``virtual_id`` i is ACL device ``die_phy_id`` of share i. On nodes where ACL's
   logic IDs differ from physical IDs this mapping needs the logic ID (not handled yet).
-* Memory: the share's quota is checked before every ``aclrtMalloc``, with the same 32-byte
-  accounting as the emulated backend. ``mem_info`` reports free as the smaller of what the
-  quota leaves and what the die really has free.
+* Memory: the quota book (``quota.py``, shared with the emulated backend) checks the share's
+  quota before every ``aclrtMalloc`` and frees through ``aclrtFree``. ``mem_info`` reports free
+  as the smaller of what the quota leaves and what the die really has free.
 * Errors: a non-zero ACL code is passed through unchanged, with ``aclGetRecentErrMsg``'s text.
 * Threads: ACL's current device is per thread, so every call first selects its share's device in
   the calling thread (cached per thread).
 * Device memory is not host-addressable. ``device_view`` refuses with
   ``ACL_ERROR_API_NOT_SUPPORT`` (so emulated kernels, which read device memory, are refused);
   copies go through ``copy_to_device``, ``copy_from_device`` and ``copy_on_device``
-  (``aclrtMemcpy``). When ``host_addressable`` is False, the session layer hands its memcpy to
-  ``memcpy_regions``, which bounces data-link regions through host memory.
-* Compute: slices come from the die ledger, as with the emulated backend, so compute quotas
-  hold across aclservers. Real kernels are not intercepted.
+  (``aclrtMemcpy``); the session layer's ``memcpy`` bounces data-link regions through host memory.
+* Compute: slices come from the die ledger through the quota book, as with the emulated backend,
+  so compute quotas hold across aclservers. Real kernels are not intercepted.
 """
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import ctypes
 import struct
 import threading
-from dataclasses import dataclass
 from typing import Any
 
 from dra_driver.aclserver import codes, datalink
-from dra_driver.aclserver.backend import KERNEL_RESULT_BYTES, AclFailure, register_shares
+from dra_driver.aclserver.backend import KERNEL_RESULT_BYTES, AclFailure
 from dra_driver.aclserver.datalink import HOST_TAG
-from dra_driver.aclserver.ledger import DieLedger
-from dra_driver.aclserver.spec import AclServerSpec, ShareSpec
+from dra_driver.aclserver.quota import Allocation, QuotaBook
+from dra_driver.aclserver.spec import AclServerSpec
 
 __all__ = ["DEFAULT_LIBRARY", "AscendBackend", "AscendRuntime"]
 
 DEFAULT_LIBRARY = "/usr/local/Ascend/ascend-toolkit/latest/lib64/libascendcl.so"
-ALLOC_ALIGN = 32
 _H2D, _D2H, _D2D = 1, 2, 3
 _HBM = int(codes.MemAttr.HBM_MEM)
 _RESULT = struct.Struct("<QQ")
@@ -110,37 +106,13 @@ class AscendRuntime:
         return free.value, total.value
 
 
-@dataclass(slots=True)
-class _Allocation:
-    base: int
-    size: int
-    accounted: int
-    device: int
-    owner: int
-
-
-class _Share:
-    def __init__(self, spec: ShareSpec, ledger: DieLedger, slot: int) -> None:
-        self.spec = spec
-        self.ledger = ledger
-        self.slot = slot
-        self.used = 0
-        self.die_us = 0
-
-
 class AscendBackend:
-    """Real device memory through CANN; quotas and die time as the emulated backend keeps them."""
-
-    host_addressable = False
+    """Real device memory through CANN; quotas and die time kept by the quota book."""
 
     def __init__(self, spec: AclServerSpec, *, library: str = DEFAULT_LIBRARY) -> None:
         self.rt = AscendRuntime(library)
-        self._lock = threading.Lock()
         self._local = threading.local()
-        self._allocs: dict[int, _Allocation] = {}
-        self._bases: list[int] = []
-        self._ledgers: dict[int, DieLedger] = {}
-        self._shares: list[_Share] = []
+        self._dies: dict[int, int] = {}
         self.rt.call("aclInit", None)
         try:
             visible = self.rt.device_count()
@@ -151,42 +123,23 @@ class AscendBackend:
                         f"share {share.virtual_id} is on die {share.die_phy_id}, but the CANN runtime sees"
                         f" devices 0..{visible - 1}",
                     )
-            for share, ledger, slot in register_shares(spec, self._ledgers):
-                self._shares.append(_Share(share, ledger, slot))
+                self._dies[share.virtual_id] = share.die_phy_id
+            self.book = QuotaBook(spec, drop=self._drop)
         except BaseException:
-            self.close()
+            self._finalize()
             raise
 
     # -- devices and memory ------------------------------------------------------------------
 
-    def device_count(self) -> int:
-        return len(self._shares)
-
     def mem_info(self, device: int) -> tuple[int, int]:
-        share = self._share(device)
-        self._select(share)
+        free, quota = self.book.mem_info(device)
+        self._select(device)
         real_free, _total = self.rt.mem_info()
-        quota = share.spec.memory_bytes
-        return min(quota - share.used, real_free), quota
+        return min(free, real_free), quota
 
     def malloc(self, device: int, size: int, policy: int, *, owner: int = 0) -> int:
-        share = self._share(device)
-        if size <= 0:
-            raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, f"malloc size must be positive, got {size}")
-        if policy not in codes.MallocPolicy.__members__.values():
-            raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, f"unknown malloc policy {policy}")
-        accounted = -(-size // ALLOC_ALIGN) * ALLOC_ALIGN
-        with self._lock:  # the quota check and the reservation are one step
-            quota = share.spec.memory_bytes
-            if share.used + accounted > quota:
-                raise AclFailure(
-                    codes.ACL_ERROR_RT_MEMORY_ALLOCATION,
-                    f"malloc of {size} bytes exceeds the memory quota of device {device}:"
-                    f" {share.used} of {quota} bytes in use",
-                )
-            share.used += accounted
-        try:
-            self._select(share)
+        def make(size: int) -> tuple[int, None]:
+            self._select(device)
             ptr = self.rt.malloc(size, policy)
             if not 0 < ptr < HOST_TAG:
                 if ptr:
@@ -194,22 +147,13 @@ class AscendBackend:
                 raise AclFailure(
                     codes.ACL_ERROR_INTERNAL_ERROR, f"the CANN runtime returned pointer {ptr:#x}"
                 )
-        except BaseException:
-            with self._lock:
-                share.used -= accounted
-            raise
-        with self._lock:
-            self._allocs[ptr] = _Allocation(ptr, size, accounted, device, owner)
-            bisect.insort(self._bases, ptr)
-            used = share.used
-        share.ledger.set_mem_used(share.slot, used)
-        return ptr
+            return ptr, None
 
-    def free(self, ptr: int, *, owner: int = 0) -> None:
-        alloc = self._find(ptr, 0, owner=owner, exact=True)
-        self._select(self._shares[alloc.device])
-        self.rt.call("aclrtFree", ptr)
-        self._forget(alloc)
+        return self.book.allocate(device, size, policy, owner=owner, make=make).base
+
+    def _drop(self, alloc: Allocation) -> None:
+        self._select(alloc.device)
+        self.rt.call("aclrtFree", alloc.base)
 
     def device_view(self, ptr: int, count: int, *, owner: int = 0) -> memoryview:
         raise AclFailure(
@@ -218,26 +162,26 @@ class AscendBackend:
         )
 
     def copy_to_device(self, ptr: int, src: memoryview, *, owner: int = 0) -> None:
-        alloc = self._find(ptr, src.nbytes, owner=owner)
+        alloc = self.book.find(ptr, src.nbytes, owner=owner)
         buf = _host_buffer(src)
-        self._select(self._shares[alloc.device])
+        self._select(alloc.device)
         self.rt.call("aclrtMemcpy", ptr, alloc.base + alloc.size - ptr, buf, src.nbytes, _H2D)
 
     def copy_from_device(self, ptr: int, dst: memoryview, *, owner: int = 0) -> None:
-        alloc = self._find(ptr, dst.nbytes, owner=owner)
+        alloc = self.book.find(ptr, dst.nbytes, owner=owner)
         if dst.readonly:
             raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, "the destination host buffer is read-only")
-        self._select(self._shares[alloc.device])
+        self._select(alloc.device)
         self.rt.call("aclrtMemcpy", _host_buffer(dst), dst.nbytes, ptr, dst.nbytes, _D2H)
 
     def copy_on_device(self, dst: int, src: int, count: int, *, owner: int = 0) -> None:
-        d, s = self._find(dst, count, owner=owner), self._find(src, count, owner=owner)
-        self._select(self._shares[d.device])
+        d, s = self.book.find(dst, count, owner=owner), self.book.find(src, count, owner=owner)
+        self._select(d.device)
         self.rt.call(
             "aclrtMemcpy", dst, d.base + d.size - dst, src, s.base + s.size - src if count else 0, _D2D
         )
 
-    def memcpy_regions(
+    def memcpy(
         self,
         *,
         dst: int,
@@ -248,44 +192,32 @@ class AscendBackend:
         src_region: datalink.Region | None,
         owner: int = 0,
     ) -> None:
-        """The session layer's memcpy: a host side is a data-link region (read or written with
-        pread/pwrite through a bounce buffer), a device side is checked for all of ``span`` first."""
+        """A host side is a data-link region (read or written through a bounce buffer), a device
+        side is checked for all of ``span`` first."""
         for ptr, region in ((dst, dst_region), (src, src_region)):
             if region is None:
-                self._find(ptr, span, owner=owner)
-        try:
-            if dst_region is None and src_region is None:
-                self.copy_on_device(dst, src, count, owner=owner)
-                return
-            buf = memoryview(bytearray(count))
-            if src_region is not None:
-                src_region.read_into(datalink.split_host_ptr(src)[1], buf)
-            else:
-                self.copy_from_device(src, buf, owner=owner)
-            if dst_region is not None:
-                dst_region.write_from(datalink.split_host_ptr(dst)[1], buf)
-            else:
-                self.copy_to_device(dst, buf, owner=owner)
-        except OSError as exc:  # the client truncated or broke its own region file
-            raise AclFailure(
-                codes.ACL_ERROR_INVALID_PARAM, f"memcpy through the data link failed: {exc}"
-            ) from exc
+                self.book.find(ptr, span, owner=owner)
+        if dst_region is None and src_region is None:
+            self.copy_on_device(dst, src, count, owner=owner)
+            return
+        buf = memoryview(bytearray(count))
+        if src_region is not None:
+            src_region.read_into(datalink.split_host_ptr(src)[1], buf)
+        else:
+            self.copy_from_device(src, buf, owner=owner)
+        if dst_region is not None:
+            dst_region.write_from(datalink.split_host_ptr(dst)[1], buf)
+        else:
+            self.copy_to_device(dst, buf, owner=owner)
 
     def memset(self, ptr: int, value: int, count: int, *, owner: int = 0) -> None:
         if not 0 <= value <= 255:
             raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, f"memset value must be a byte, got {value}")
-        alloc = self._find(ptr, count, owner=owner)
-        self._select(self._shares[alloc.device])
+        alloc = self.book.find(ptr, count, owner=owner)
+        self._select(alloc.device)
         self.rt.call("aclrtMemset", ptr, alloc.base + alloc.size - ptr, value, count)
 
     # -- compute -----------------------------------------------------------------------------
-
-    def acquire_slice(self, device: int, want_us: int, cancel: threading.Event) -> tuple[float, float] | None:
-        share = self._share(device)
-        grant = share.ledger.acquire(share.slot, want_us, cancel)
-        if grant is not None:
-            share.die_us += round((grant[1] - grant[0]) * 1e6)
-        return grant
 
     def complete_kernel(
         self, *, out_ptr: int, tag: int, input_view: memoryview | None, owner: int = 0
@@ -296,32 +228,13 @@ class AscendBackend:
             with contextlib.suppress(AclFailure):
                 self.copy_to_device(out_ptr, result[:KERNEL_RESULT_BYTES], owner=owner)
 
-    def compute_usage(self, device: int) -> tuple[int, int]:
-        share = self._share(device)
-        return share.die_us, share.spec.compute_percent
-
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def release_all(self, *, owner: int | None = None) -> None:
-        with self._lock:
-            doomed = [a for a in self._allocs.values() if owner is None or owner in (0, a.owner)]
-        for alloc in doomed:
-            try:
-                self._select(self._shares[alloc.device])
-                self.rt.call("aclrtFree", alloc.base)
-            except AclFailure:
-                pass  # counted as released: the device runtime owns what it could not free
-            self._forget(alloc)
-
     def close(self) -> None:
-        self.release_all()
-        for share in self._shares:
-            with contextlib.suppress(OSError):
-                share.ledger.unregister(share.slot)
-        self._shares.clear()
-        for ledger in self._ledgers.values():
-            ledger.close()
-        self._ledgers.clear()
+        self.book.close()
+        self._finalize()
+
+    def _finalize(self) -> None:
         for device in getattr(self._local, "devices", set()):
             with contextlib.suppress(AclFailure):
                 self.rt.call("aclrtResetDevice", device)
@@ -330,50 +243,13 @@ class AscendBackend:
 
     # -- helpers -----------------------------------------------------------------------------
 
-    def _share(self, device: int) -> _Share:
-        if not 0 <= device < len(self._shares):
-            raise AclFailure(
-                codes.ACL_ERROR_INVALID_DEVICE, f"device {device} does not exist (0..{len(self._shares) - 1})"
-            )
-        return self._shares[device]
-
-    def _select(self, share: _Share) -> None:
-        """Make the share's die the calling thread's current ACL device."""
-        phy = share.spec.die_phy_id
+    def _select(self, device: int) -> None:
+        """Make the die of virtual device ``device`` the calling thread's current ACL device."""
+        phy = self._dies[device]
         if getattr(self._local, "device", None) != phy:
             self.rt.set_device(phy)
             self._local.device = phy
             self._local.devices = getattr(self._local, "devices", set()) | {phy}
-
-    def _find(self, ptr: int, count: int, *, owner: int, exact: bool = False) -> _Allocation:
-        with self._lock:
-            i = bisect.bisect_right(self._bases, ptr) - 1
-            alloc = self._allocs[self._bases[i]] if i >= 0 else None
-        if (
-            alloc is None
-            or (exact and alloc.base != ptr)
-            or ptr >= alloc.base + alloc.size
-            or (owner and alloc.owner != owner)
-        ):
-            raise AclFailure(
-                codes.ACL_ERROR_INVALID_PARAM, f"pointer {ptr:#x} is not an allocation of this client"
-            )
-        if count < 0 or ptr + count > alloc.base + alloc.size:
-            raise AclFailure(
-                codes.ACL_ERROR_INVALID_PARAM,
-                f"{count} bytes at {ptr:#x} run past the end of its allocation ({alloc.size} bytes at {alloc.base:#x})",
-            )
-        return alloc
-
-    def _forget(self, alloc: _Allocation) -> None:
-        share = self._shares[alloc.device]
-        with self._lock:
-            if self._allocs.pop(alloc.base, None) is None:
-                return
-            del self._bases[bisect.bisect_left(self._bases, alloc.base)]
-            share.used -= alloc.accounted
-            used = share.used
-        share.ledger.set_mem_used(share.slot, used)
 
 
 def _host_buffer(view: memoryview) -> Any:

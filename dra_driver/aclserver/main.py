@@ -28,9 +28,10 @@ from types import FrameType
 from dra_driver import logs
 from dra_driver.aclserver import proctitle
 from dra_driver.aclserver import spec as spec_mod
-from dra_driver.aclserver.backend import AclFailure, Backend, EmulatedBackend
+from dra_driver.aclserver.backend import AclFailure, Backend
 from dra_driver.aclserver.backend_ascend import DEFAULT_LIBRARY as ASCEND_LIBRARY
 from dra_driver.aclserver.backend_ascend import AscendBackend
+from dra_driver.aclserver.backend_emulated import EmulatedBackend
 from dra_driver.aclserver.server import Server
 from dra_driver.aclserver.spec import AclServerSpec
 from dra_driver.errors import FlexNPUError, InvalidInput

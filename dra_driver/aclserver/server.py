@@ -28,8 +28,9 @@ from pathlib import Path
 from dra_driver import files
 from dra_driver.aclserver import codes, protocol
 from dra_driver.aclserver.backend import Backend
+from dra_driver.aclserver.claim import Claim, SessionRefused
+from dra_driver.aclserver.dispatch import WAITING_OPS, Session
 from dra_driver.aclserver.protocol import Op
-from dra_driver.aclserver.session import WAITING_OPS, Claim, Session, SessionRefused
 from dra_driver.aclserver.spec import AclServerSpec
 from dra_driver.logs import ClaimLogger
 
@@ -363,7 +364,7 @@ class Server:
             msg.request_id,
             codes.ACL_SUCCESS,
             os.getpid(),
-            self.backend.device_count(),
+            self.backend.book.device_count(),
             staging.size,
             tail=staging.name.encode(),
         )

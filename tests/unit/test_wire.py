@@ -33,14 +33,17 @@ def test_every_op_has_exactly_one_row() -> None:
 
 
 def test_server_serves_every_op_of_the_table_with_its_arities(tmp_path: Path) -> None:
-    from dra_driver.aclserver.session import Session
+    from dra_driver.aclserver.dispatch import Session
 
-    class _NoBackend:
+    class _NoBook:
         def device_count(self) -> int:
             return 1
 
         def release_all(self, *, owner: int | None = None) -> None:
             pass
+
+    class _NoBackend:
+        book = _NoBook()
 
     served = {op for op in ops.Op if op not in (ops.Op.NONE, ops.Op.PING, ops.Op.HELLO, ops.Op.MALLOC_HOST)}
     session = Session(_NoBackend(), shm_dir=str(tmp_path), staging_bytes=4096)  # type: ignore[arg-type]

@@ -1,0 +1,182 @@
+"""One connection's ACL session: the op table dispatch, init/finalize and the current device.
+
+``Session.handle`` turns a request frame into a reply frame: it looks the op up in one table
+built from the parts that own the calls — ``memory.Memory`` (device memory, host buffers,
+copies), ``streams.Streams`` (streams, kernels, the task queue) — checks arity against the wire
+op table (``flexnpu_wire/ops.py``) and that ``aclInit`` came first, and encodes what the handler
+returns. Every failure is an ``AclFailure`` reply and changes nothing. Every allocation is tagged
+with the session, so closing it (its client exited, even by SIGKILL) cancels its work and
+releases exactly its memory, streams and regions; the other sessions keep theirs.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from dra_driver.aclserver import codes, protocol
+from dra_driver.aclserver.backend import AclFailure, Backend
+from dra_driver.aclserver.memory import Memory
+from dra_driver.aclserver.protocol import Op
+from dra_driver.aclserver.streams import WAITING_OPS, Streams
+from flexnpu_wire import ops
+
+if TYPE_CHECKING:
+    from dra_driver.aclserver.claim import Claim
+
+__all__ = ["WAITING_OPS", "Session"]
+
+_session_ids = itertools.count(1 << 40)
+_MALLOC_HOST = int(Op.MALLOC_HOST)
+_encode_reply = protocol.encode_reply
+Handler = Callable[[tuple[int, ...]], tuple[int, ...]]
+
+
+class Session:
+    """ACL state of one connected client. ``handle`` turns a request frame into a reply frame."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        shm_dir: str,
+        staging_bytes: int,
+        claim: Claim | None = None,
+        session_id: int = 0,
+        client_pid: int = 0,
+    ) -> None:
+        self.backend = backend
+        self.claim = claim
+        self.session_id = session_id or next(_session_ids)
+        self.client_pid = client_pid
+        self._closed = False
+        self.initialized = False
+        self.device: int | None = None
+        self.memory = Memory(
+            backend, session_id=self.session_id, shm_dir=shm_dir, staging_bytes=staging_bytes,
+            claim=claim, current=self._current, device=lambda: self.device,
+        )  # fmt: skip
+        self.streams = Streams(backend, session_id=self.session_id, current=self._current)
+        self.staging = self.memory.staging
+        handlers: dict[Op, Handler] = {
+            Op.INIT: self._init,
+            Op.FINALIZE: self._finalize,
+            Op.GET_DEVICE_COUNT: self._get_device_count,
+            Op.SET_DEVICE: self._set_device,
+            Op.RESET_DEVICE: self._reset_device,
+            Op.GET_DEVICE: self._get_device,
+            Op.GET_USAGE: self._get_usage,
+            **self.memory.handlers(),
+            **self.streams.handlers(),
+        }
+        # arity comes from the op table (flexnpu_wire/ops.py), the one definition of each layout
+        self._handlers: dict[int, tuple[frozenset[int], Handler, bool]] = {
+            int(op): (frozenset(ops.spec_of(op).arities), fn, op not in (Op.INIT, Op.FINALIZE))  # type: ignore[union-attr]
+            for op, fn in handlers.items()
+        }
+
+    # -- dispatch ---------------------------------------------------------------------------------
+
+    def handle(self, msg: protocol.Message) -> bytes:
+        """Execute one request and return the encoded reply (never raises AclFailure)."""
+        op, ints = msg.op, msg.ints
+        try:
+            entry = self._handlers.get(op)
+            if entry is None:
+                if op == _MALLOC_HOST:
+                    self._need_init()
+                    self._arity(msg, 1)
+                    ptr, size, name = self.memory.malloc_host(ints[0])
+                    return _encode_reply(op, msg.request_id, 0, ptr, size, tail=name.encode())
+                raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, f"unknown op {op}")
+            arities, handler, needs_init = entry
+            if len(ints) not in arities:
+                self._arity(msg, min(arities))
+            if needs_init and not self.initialized:
+                self._need_init()
+            return _encode_reply(op, msg.request_id, 0, *handler(ints))
+        except AclFailure as exc:
+            return protocol.encode_reply(msg.op, msg.request_id, exc.code, tail=exc.message.encode())
+
+    def would_block(self, msg: protocol.Message) -> bool:
+        """True for a synchronize/destroy that has kernels to wait for: the server runs it off
+        the session's thread, so the other threads of the client are not held up behind it."""
+        return msg.op in WAITING_OPS and self.streams.busy()
+
+    def cancel(self) -> None:
+        """Stop running and queued work and wake any call waiting on it (thread-safe)."""
+        self.streams.cancel()
+
+    def close(self) -> None:
+        """Cancel work, free every allocation and remove every region file of this session."""
+        if self._closed:
+            return
+        self._closed = True
+        self.streams.close()
+        self.memory.close()
+
+    # -- lifecycle and devices -------------------------------------------------------------------
+
+    def _init(self, _ints: tuple[int, ...]) -> tuple[int, ...]:
+        if self.initialized:
+            raise AclFailure(codes.ACL_ERROR_REPEAT_INITIALIZE, "acl.init was already called")
+        self.initialized = True
+        return ()
+
+    def _finalize(self, _ints: tuple[int, ...]) -> tuple[int, ...]:
+        if not self.initialized:
+            raise AclFailure(codes.ACL_ERROR_REPEAT_FINALIZE, "acl.finalize without acl.init")
+        self.streams.drain()
+        self.streams.forget_streams()
+        self.backend.book.release_all(owner=self.session_id)
+        self.memory.drop_host_buffers()
+        self.initialized = False
+        self.device = None
+        return ()
+
+    def _get_device_count(self, _ints: tuple[int, ...]) -> tuple[int, ...]:
+        return (self.backend.book.device_count(),)
+
+    def _set_device(self, ints: tuple[int, ...]) -> tuple[int, ...]:
+        device, count = ints[0], self.backend.book.device_count()
+        if not 0 <= device < count:
+            raise AclFailure(
+                codes.ACL_ERROR_INVALID_DEVICE,
+                f"device {device} does not exist (this claim has 0..{count - 1})",
+            )
+        self.device = device
+        return ()
+
+    def _reset_device(self, ints: tuple[int, ...]) -> tuple[int, ...]:
+        self._set_device(ints)
+        self.device = None
+        return ()
+
+    def _get_device(self, _ints: tuple[int, ...]) -> tuple[int, ...]:
+        return (self._current(),)
+
+    def _get_usage(self, ints: tuple[int, ...]) -> tuple[int, ...]:
+        device = ints[0]
+        free, total = self.backend.mem_info(device)
+        compute_us, compute_quota = self.backend.book.compute_usage(device)
+        sessions = self.claim.session_count() if self.claim is not None else 1
+        return total - free, total, compute_us, compute_quota, sessions
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _current(self) -> int:
+        if self.device is None:
+            raise AclFailure(codes.ACL_ERROR_INVALID_DEVICE, "no device is set; call set_device first")
+        return self.device
+
+    def _need_init(self) -> None:
+        if not self.initialized:
+            raise AclFailure(codes.ACL_ERROR_UNINITIALIZE, "acl.init has not been called")
+
+    @staticmethod
+    def _arity(msg: protocol.Message, n: int) -> None:
+        if len(msg.ints) != n:
+            raise AclFailure(
+                codes.ACL_ERROR_INVALID_PARAM, f"op {msg.op} takes {n} values, got {len(msg.ints)}"
+            )
