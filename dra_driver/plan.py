@@ -280,6 +280,7 @@ def resolve_shares(plan: ClaimPlan) -> ClaimPlan:
             claim_uid=uid,
         )  # fmt: skip
         each = sharing.split(quota, cfg.vnpus, claim_uid=uid, field=fld) if cfg.vnpus > 1 else quota
+        host = sharing.split_host_memory(cfg.host_memory, cfg.vnpus)
         shares = tuple(
             Share(
                 virtual_id=vid + i,
@@ -288,6 +289,7 @@ def resolve_shares(plan: ClaimPlan) -> ClaimPlan:
                 compute_percent=each.compute_percent,
                 policy=str(cfg.policy),
                 memory_only=cfg.memory_only,
+                host_memory_bytes=host[i],
             )
             for i in range(cfg.vnpus)
         )

@@ -10,11 +10,19 @@ Pure. Accepted in a DeviceClass's and a claim's ``config[].opaque.parameters`` w
     transport: auto          # auto (unix socket, TCP fallback) | unix | tcp   (default: auto)
     interposition: auto      # auto | preload | none: inject libascendcl.so (dra_driver/interposition.py)
     vnpus: 2                 # equal distribution: split this share into N vNPUs   (default: 1)
+    hostMemory: 2Gi          # host memory (aclrtMallocHost, model bytes) its sessions may hold
+                             # together (default: the share's memory quota)
 
 ``vnpus: N`` is FlexNPU's equal distribution: the claim asks for the total (one share request,
 ``memory: 256Mi, compute: "20"``) and the node divides it into N vNPUs of total/N each (devices
 0..N-1 in the container), served by the claim's one aclserver. A total that does not divide into
 whole 128 MiB steps and whole percents is refused.
+
+``hostMemory`` bounds host memory, which is not device memory: the pinned buffers
+``aclrtMallocHost`` gives and the model bytes in flight while one loads, for every session of the
+share together (1Mi .. 1Ti; with ``vnpus: N`` each vNPU holds hostMemory/N of it). It sizes the
+claim's shm tmpfs. The default, the share's own memory quota, keeps what a claim could hold before
+the field existed, and is what a program that mirrors each device buffer in host memory needs.
 
 Precedence, per request: every class config, then every claim config, in order; a later
 config overrides only the fields it sets. Decoding is strict: an unknown field, a wrong type
@@ -23,7 +31,7 @@ or an unknown value fails the prepare of that claim with a message naming the fi
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
@@ -31,6 +39,7 @@ from typing import Any
 from dra_driver.aclserver.codes import Policy
 from dra_driver.devices import MIB
 from dra_driver.errors import ErrorCode, InvalidInput, quote
+from flexnpu_wire.shares import MAX_HOST_MEMORY_BYTES
 
 __all__ = [
     "API_VERSION",
@@ -46,6 +55,7 @@ __all__ = [
 API_VERSION = "npu.flexnpu.io/v1alpha1"
 KIND = "VnpuConfig"
 MEMORY_STEP = 128 * MIB
+MIN_HOST_MEMORY_BYTES = MIB
 MAX_VNPUS = 16
 
 
@@ -73,6 +83,8 @@ class VnpuConfig:
     transport: Transport = Transport.AUTO
     interposition: Interposition = Interposition.AUTO
     vnpus: int = 1
+    host_memory: int | None = None
+    """``hostMemory`` in bytes; None: the share's memory quota."""
 
     @property
     def memory_only(self) -> bool:
@@ -105,6 +117,9 @@ def decode(params: Mapping[str, Any], *, claim_uid: str, where: str) -> dict[str
     for key, value in params.items():
         if key in ("apiVersion", "kind"):
             continue
+        if key == "hostMemory":
+            out["host_memory"] = _host_memory(value, bad=lambda msg: bad(msg, "hostMemory"))
+            continue
         if key == "vnpus":
             if isinstance(value, bool) or not isinstance(value, int):
                 raise bad(f"must be a whole number, got {type(value).__name__}", key)
@@ -114,7 +129,8 @@ def decode(params: Mapping[str, Any], *, claim_uid: str, where: str) -> dict[str
             continue
         enum = _ENUMS.get(key)
         if enum is None:
-            raise bad(f"unknown field {quote(key)} (known: {', '.join(sorted([*_ENUMS, 'vnpus']))})", key)
+            known = ", ".join(sorted([*_ENUMS, "vnpus", "hostMemory"]))
+            raise bad(f"unknown field {quote(key)} (known: {known})", key)
         if not isinstance(value, str):
             raise bad(f"must be a string, got {type(value).__name__}", key)
         try:
@@ -124,6 +140,19 @@ def decode(params: Mapping[str, Any], *, claim_uid: str, where: str) -> dict[str
                 f"unknown value {quote(value)}; use one of {', '.join(e.value for e in enum)}", key
             ) from None
     return out
+
+
+def _host_memory(value: object, *, bad: Callable[[str], InvalidInput]) -> int:
+    """``hostMemory``: a quantity (``2Gi``, ``512Mi``, ``1073741824``) of 1Mi .. 1Ti."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise bad(f"must be a quantity such as \"2Gi\", got {type(value).__name__}")
+    try:
+        number = parse_quantity(str(value), claim_uid="", field="")
+    except InvalidInput:
+        raise bad(f"{quote(value)} is not a whole quantity (such as 2Gi or 512Mi)") from None
+    if not MIN_HOST_MEMORY_BYTES <= number <= MAX_HOST_MEMORY_BYTES:
+        raise bad(f"must be 1Mi..1Ti, got {quote(value)}")
+    return number
 
 
 def resolve(
@@ -206,3 +235,12 @@ def split(quota: ShareQuota, vnpus: int, *, claim_uid: str, field: str) -> Share
     return ShareQuota(
         memory_bytes=quota.memory_bytes // vnpus, compute_percent=quota.compute_percent // vnpus
     )
+
+
+def split_host_memory(host_memory: int | None, vnpus: int) -> tuple[int, ...]:
+    """Each vNPU's part of ``hostMemory`` (0 each when unset: the default is their memory quota);
+    the first takes the remainder, so the parts add up to the whole."""
+    if host_memory is None:
+        return (0,) * vnpus
+    part = host_memory // vnpus
+    return (host_memory - part * (vnpus - 1), *([part] * (vnpus - 1)))

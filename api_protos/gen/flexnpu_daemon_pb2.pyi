@@ -7,20 +7,22 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Share(_message.Message):
-    __slots__ = ("virtual_id", "die_phy_id", "memory_bytes", "compute_percent", "policy", "memory_only")
+    __slots__ = ("virtual_id", "die_phy_id", "memory_bytes", "compute_percent", "policy", "memory_only", "host_memory_bytes")
     VIRTUAL_ID_FIELD_NUMBER: _ClassVar[int]
     DIE_PHY_ID_FIELD_NUMBER: _ClassVar[int]
     MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     COMPUTE_PERCENT_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
     MEMORY_ONLY_FIELD_NUMBER: _ClassVar[int]
+    HOST_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     virtual_id: int
     die_phy_id: int
     memory_bytes: int
     compute_percent: int
     policy: str
     memory_only: bool
-    def __init__(self, virtual_id: _Optional[int] = ..., die_phy_id: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., compute_percent: _Optional[int] = ..., policy: _Optional[str] = ..., memory_only: _Optional[bool] = ...) -> None: ...
+    host_memory_bytes: int
+    def __init__(self, virtual_id: _Optional[int] = ..., die_phy_id: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., compute_percent: _Optional[int] = ..., policy: _Optional[str] = ..., memory_only: _Optional[bool] = ..., host_memory_bytes: _Optional[int] = ...) -> None: ...
 
 class Transport(_message.Message):
     __slots__ = ("tcp_host",)

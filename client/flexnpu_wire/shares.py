@@ -14,7 +14,10 @@ from typing import Any
 
 from flexnpu_wire.codes import Policy
 
-__all__ = ["Share"]
+__all__ = ["MAX_HOST_MEMORY_BYTES", "Share"]
+
+MAX_HOST_MEMORY_BYTES = 1 << 40
+"""Largest host-memory limit of one vNPU (1 TiB): the limit sizes a tmpfs and bounds the aclserver."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -447,7 +447,7 @@ class Manager:
         paths = s.paths(uid)
         tmpfs = (
             shmfs.size_for(
-                memory_bytes=sum(sh.memory_bytes for sh in entity.request.shares),
+                host_memory_bytes=sum(sh.host_memory_limit for sh in entity.request.shares),
                 max_sessions=s.max_sessions,
                 staging_bytes=DEFAULT_STAGING_BYTES,
             )

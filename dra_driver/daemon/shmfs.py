@@ -3,7 +3,8 @@
 The daemon mounts a tmpfs (``nosuid,nodev,noexec``, mode 0711, transparent huge pages within
 file size, source ``flexnpu-shm``) on the
 claim's shm dir, sized from what the claim may legitimately put there: host buffers up to its
-memory quota, one staging region per session, and a little slack (``size_for``). Mode 0711: the
+host-memory limit (``hostMemory``, by default its memory quota), one staging region per
+session, and a little slack (``size_for``). Mode 0711: the
 container's processes (any uid) only traverse the directory to reach the unix socket and the
 region files the aclserver names; they need not list it. Needs CAP_SYS_ADMIN (the daemon runs
 privileged); ``flexnpu-daemon --shm-mount never`` turns it off. A symlink is never followed:
@@ -39,9 +40,9 @@ _MNT_DETACH, _UMOUNT_NOFOLLOW = 2, 8
 _libc: ctypes.CDLL | None = None
 
 
-def size_for(*, memory_bytes: int, max_sessions: int, staging_bytes: int) -> int:
-    """tmpfs size for a claim: its memory quota (host buffers), one staging region per session, slack."""
-    return memory_bytes + max_sessions * staging_bytes + SLACK_BYTES
+def size_for(*, host_memory_bytes: int, max_sessions: int, staging_bytes: int) -> int:
+    """tmpfs size for a claim: its host-memory limit (host buffers), one staging region per session, slack."""
+    return host_memory_bytes + max_sessions * staging_bytes + SLACK_BYTES
 
 
 def mount(path: Path, *, size_bytes: int) -> None:

@@ -15,6 +15,7 @@ from dra_driver import paths
 from dra_driver.aclserver.codes import Policy
 from dra_driver.daemon.model import DieCapacity, Entity, RegisterRequest, parse_policy
 from dra_driver.errors import ErrorCode, InvalidInput, StateError
+from flexnpu_wire.shares import MAX_HOST_MEMORY_BYTES
 
 # Claim UIDs become file and directory names: the node's one rule (dra_driver/paths.py; no dots,
 # so "<uid>.spec.json" parses back unambiguously and nothing can collide with ".ledger").
@@ -111,6 +112,14 @@ def _check_quotas(request: RegisterRequest, dies: Mapping[int, DieCapacity]) -> 
                 code=ErrorCode.QUOTA,
                 claim_uid=uid,
                 field=f"shares[{i}].memory_bytes",
+            )
+        if not 0 <= share.host_memory_bytes <= MAX_HOST_MEMORY_BYTES:
+            raise InvalidInput(
+                f"host memory limit {share.host_memory_bytes} bytes must be in 0..{MAX_HOST_MEMORY_BYTES}"
+                " (0: the memory quota)",
+                code=ErrorCode.QUOTA,
+                claim_uid=uid,
+                field=f"shares[{i}].host_memory_bytes",
             )
         low = 0 if share.memory_only else 1
         if not low <= share.compute_percent <= 100:

@@ -33,6 +33,7 @@ def share_to_pb(share: Share) -> pb.Share:
         compute_percent=share.compute_percent,
         policy=share.policy,
         memory_only=share.memory_only,
+        host_memory_bytes=share.host_memory_bytes,
     )
 
 
@@ -44,6 +45,7 @@ def share_from_pb(msg: pb.Share) -> Share:
         compute_percent=int(msg.compute_percent),
         policy=str(msg.policy),
         memory_only=bool(msg.memory_only),
+        host_memory_bytes=int(msg.host_memory_bytes),
     )
 
 

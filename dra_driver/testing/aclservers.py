@@ -52,8 +52,9 @@ def share(
     compute: int = 100,
     policy: Policy | str = Policy.FIXED,
     memory_only: bool = False,
+    host_memory: int = 0,
 ) -> ShareSpec:
-    return ShareSpec(virtual_id, die, memory, compute, Policy(policy), memory_only)
+    return ShareSpec(virtual_id, die, memory, compute, Policy(policy), memory_only, host_memory)
 
 
 def make_spec(

@@ -6,6 +6,7 @@ its own shm dir until the filesystem is full, while another claim keeps working.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import uuid
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from dra_driver import clientconf
-from dra_driver.client import Session
+from dra_driver.client import AclError, Session
 from dra_driver.daemon import shmfs
 from dra_driver.daemon.model import EntityInfo
 from flexnpu_wire.codes import Policy
@@ -67,7 +68,7 @@ def test_a_container_can_fill_only_its_own_shm_dir(daemon: DaemonProc) -> None:
     assert shmfs.is_mount(bad_dir) and shmfs.is_mount(good_dir)
     assert oct(os.stat(bad_dir).st_mode & 0o777) == "0o711"
     limit = shmfs.size_for(
-        memory_bytes=GIB // 4, max_sessions=MAX_SESSIONS, staging_bytes=DEFAULT_STAGING_BYTES
+        host_memory_bytes=GIB // 4, max_sessions=MAX_SESSIONS, staging_bytes=DEFAULT_STAGING_BYTES
     )
     written = _fill(bad_dir)
     assert 0 < written <= limit
@@ -154,3 +155,30 @@ def test_auto_mounts_only_where_the_mount_reaches_other_namespaces(tmp_path: Pat
         assert shmfs.propagates(root / "claim")
     finally:
         subprocess.run(["umount", "-l", str(root)], check=True)
+
+
+def test_host_memory_sizes_the_tmpfs_and_bounds_host_buffers(daemon: DaemonProc) -> None:
+    """A share of 256 MiB device memory with a 512 MiB host-memory limit: the claim's tmpfs is sized
+    from the host limit (not the device quota), and the aclserver gives host buffers up to it."""
+    uid = str(uuid.uuid4())
+    host = GIB // 2
+    with daemon.client() as c:
+        res = c.register(request(uid, dataclasses.replace(share(2, mem_gib=0.25), host_memory_bytes=host)))
+    shm_dir = Path(res.endpoints.shm_dir)
+    fs = os.statvfs(shm_dir)
+    expected = shmfs.size_for(
+        host_memory_bytes=host, max_sessions=MAX_SESSIONS, staging_bytes=DEFAULT_STAGING_BYTES
+    )
+    assert abs(fs.f_blocks * fs.f_frsize - expected) <= fs.f_frsize
+    with Session.open(_conf(res.endpoints.unix_socket, str(shm_dir), uid)) as s:
+        s.init()
+        s.set_device(0)
+        first = s.malloc_host(
+            GIB // 4 + (64 << 20)
+        )  # more than the device quota: host memory is not device memory
+        assert s.get_mem_info() == (GIB // 4, GIB // 4)
+        with pytest.raises(AclError) as err:
+            s.malloc_host(GIB // 4)  # 320 + 256 MiB > the 512 MiB host limit
+        assert err.value.ret == 207001 and "hostMemory" in err.value.message
+        s.free_host(first)
+        s.free_host(s.malloc_host(host))

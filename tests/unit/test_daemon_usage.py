@@ -45,8 +45,8 @@ def test_sessions_file(tmp_path: Path) -> None:
     assert usage.sessions(link) == -1  # never followed
 
 
-def test_tmpfs_size_covers_quota_staging_and_slack() -> None:
+def test_tmpfs_size_covers_host_memory_staging_and_slack() -> None:
     assert (
-        shmfs.size_for(memory_bytes=1 << 30, max_sessions=16, staging_bytes=16 << 20)
+        shmfs.size_for(host_memory_bytes=1 << 30, max_sessions=16, staging_bytes=16 << 20)
         == (1 << 30) + (256 << 20) + shmfs.SLACK_BYTES
     )

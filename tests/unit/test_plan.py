@@ -184,3 +184,33 @@ def test_a_whole_die_and_a_share_of_it_in_one_claim_are_refused() -> None:
     with pytest.raises(FlexNPUError) as info:
         check_conflicts(plan, [])
     assert info.value.code == ErrorCode.DEVICE_BUSY and "whole and for a share" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("params", "host"),
+    [
+        pytest.param({}, (0, 0), id="default-each-its-quota"),
+        pytest.param({"hostMemory": "3Gi"}, (1536 << 20, 1536 << 20), id="split-over-vnpus"),
+    ],
+)
+def test_host_memory_reaches_each_share(params: dict[str, Any], host: tuple[int, ...]) -> None:
+    cfg = [
+        {
+            "source": "FromClaim",
+            "requests": [],
+            "opaque": {
+                "driver": DRIVER,
+                "parameters": {
+                    "apiVersion": "npu.flexnpu.io/v1alpha1",
+                    "kind": "VnpuConfig",
+                    "vnpus": 2,
+                    **params,
+                },
+            },
+        }
+    ]
+    plan = resolve_shares(
+        _plan(_claim([_res("vnpu-0", shareID="s", consumedCapacity={"memory": "1Gi", "compute": "20"})], cfg))
+    )
+    assert tuple(s.host_memory_bytes for s in plan.shares) == host
+    assert sum(s.host_memory_limit for s in plan.shares) == (sum(host) or 1 << 30)

@@ -34,6 +34,12 @@ def test_defaults_and_overlay_order() -> None:
         pytest.param({**HDR, "isolation": "none"}, "cfg.isolation", id="unknown-isolation"),
         pytest.param({"kind": sharing.KIND}, "cfg.apiVersion", id="no-apiversion"),
         pytest.param({**HDR, "kind": "GpuConfig"}, "cfg.kind", id="wrong-kind"),
+        pytest.param({**HDR, "hostMemory": "2.5Gi"}, "cfg.hostMemory", id="host-memory-fraction"),
+        pytest.param({**HDR, "hostMemory": "lots"}, "cfg.hostMemory", id="host-memory-not-a-quantity"),
+        pytest.param({**HDR, "hostMemory": "512Ki"}, "cfg.hostMemory", id="host-memory-below-1Mi"),
+        pytest.param({**HDR, "hostMemory": "2Ti"}, "cfg.hostMemory", id="host-memory-over-1Ti"),
+        pytest.param({**HDR, "hostMemory": True}, "cfg.hostMemory", id="host-memory-wrong-type"),
+        pytest.param({**HDR, "hostMemory": ["1Gi"]}, "cfg.hostMemory", id="host-memory-list"),
     ],
 )
 def test_bad_opaque_config(params: dict[str, Any], field: str) -> None:
@@ -44,6 +50,36 @@ def test_bad_opaque_config(params: dict[str, Any], field: str) -> None:
         field,
         "uid-9",
     )
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        pytest.param("2Gi", 2 * GIB, id="gib"),
+        pytest.param("1536Mi", 1536 * MIB, id="mib"),
+        pytest.param(str(GIB), GIB, id="plain-bytes-string"),
+        pytest.param(GIB, GIB, id="plain-bytes-integer"),
+        pytest.param("1G", 10**9, id="decimal"),
+    ],
+)
+def test_host_memory(value: object, expected: int) -> None:
+    cfg = sharing.resolve([("cfg", {**HDR, "hostMemory": value})], claim_uid="u")
+    assert cfg.host_memory == expected
+    assert sharing.resolve([], claim_uid="u").host_memory is None  # default: the memory quota
+
+
+@pytest.mark.parametrize(
+    ("host", "vnpus", "parts"),
+    [
+        pytest.param(None, 3, (0, 0, 0), id="unset-each-its-quota"),
+        pytest.param(GIB, 1, (GIB,), id="one"),
+        pytest.param(GIB + 1, 2, (GIB // 2 + 1, GIB // 2), id="remainder-to-the-first"),
+    ],
+)
+def test_split_host_memory(host: int | None, vnpus: int, parts: tuple[int, ...]) -> None:
+    assert sharing.split_host_memory(host, vnpus) == parts
+    if host is not None:
+        assert sum(parts) == host
 
 
 @pytest.mark.parametrize(
