@@ -10,8 +10,9 @@
 #ifndef FLEXNPU_CLIENT_H_
 #define FLEXNPU_CLIENT_H_
 
-#include "acl/acl_base.h"
+#include "acl/acl.h"
 #include "conf.h"
+#include "prototypes.h"
 #include "wire.h"
 
 #include <pthread.h>
@@ -99,6 +100,11 @@ extern _Thread_local struct context *t_context;
 
 /* Record a failure message for aclGetRecentErrMsg (this thread) and return code. */
 int flexnpu_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* A stub's answer (src/stubs.c): the message "<name> is not supported ..." and 200001;
+ * the _note form only leaves the message (for functions that return nothing). */
+int flexnpu_unsupported(const char *name);
+void flexnpu_unsupported_note(const char *name);
 
 /* The calling thread's last message, kept across a call that would overwrite it. */
 struct saved_error {

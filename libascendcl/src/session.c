@@ -57,6 +57,19 @@ int flexnpu_fail(int code, const char *fmt, ...)
     return code;
 }
 
+#define UNSUPPORTED_FMT "%s is not supported on a FlexNPU vNPU share (libascendcl.so client)"
+
+int flexnpu_unsupported(const char *name)
+{
+    return flexnpu_fail(ACL_ERROR_API_NOT_SUPPORT, UNSUPPORTED_FMT, name);
+}
+
+void flexnpu_unsupported_note(const char *name)
+{
+    snprintf(t_err, sizeof t_err, UNSUPPORTED_FMT, name);
+    t_has_err = 1;
+}
+
 void error_save(struct saved_error *s)
 {
     memcpy(s->text, t_err, sizeof s->text);
