@@ -7,6 +7,9 @@
 #include <acl/acl.h>
 #include <acl/flexnpu_kernel.h>
 
+/* aclrtQueryEvent is deprecated in CANN (and so in our headers); it is still served and tested. */
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>

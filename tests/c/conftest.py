@@ -3,15 +3,18 @@ real aclservers (``dra_driver.testing.aclservers``) with a host-side client.conf
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import select
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -65,6 +68,17 @@ def run(exe: Path, *args: str, conf: Path | None, timeout: float = 60, **env: st
         check=False,
     )
     return Result(res.returncode, res.stdout, res.stderr)
+
+
+def api_generator() -> ModuleType:
+    """libascendcl/api/generate.py (the C surface's table and renderers), loaded as a module."""
+    path = clibrary.LIBRARY_DIR / "api" / "generate.py"
+    spec = importlib.util.spec_from_file_location("acl_api_generate", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve their module by name
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="session")

@@ -1,25 +1,16 @@
 /*
- * acl.h: the AscendCL entry points (aclInit, aclFinalize) and the runtime API of FlexNPU's
- * libascendcl.so. Written from public ACL API facts (names, signatures, values); not copied from CANN.
+ * acl/acl.h: the header an ACL program includes: the runtime (acl_rt.h), single operators
+ * (acl_op.h) and models (acl_mdl.h), as CANN's acl.h does.
  *
- * aclInit reads the claim's client.conf ($FLEXNPU_CONF, else /etc/flexnpu/client.conf) and
- * connects to its aclserver; configPath is the usual ACL JSON config and may be NULL.
+ * FlexNPU's libascendcl.so serves these on a vNPU share: aclInit reads the claim's client.conf
+ * ($FLEXNPU_CONF, else /etc/flexnpu/client.conf) and connects to its aclserver; configPath is the
+ * usual ACL JSON config and may be NULL. libascendcl/API.md says how each function is served.
  */
-#ifndef FLEXNPU_ACL_H_
-#define FLEXNPU_ACL_H_
+#ifndef FLEXNPU_ACL_ACL_H_
+#define FLEXNPU_ACL_ACL_H_
 
-#include "acl_base.h"
 #include "acl_rt.h"
+#include "acl_op.h"
+#include "acl_mdl.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
-
-ACL_FUNC_VISIBILITY aclError aclInit(const char *configPath);
-ACL_FUNC_VISIBILITY aclError aclFinalize(void);
-
-#ifdef __cplusplus
-}
-#endif
-
-#endif /* FLEXNPU_ACL_H_ */
+#endif /* FLEXNPU_ACL_ACL_H_ */

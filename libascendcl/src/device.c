@@ -1,0 +1,132 @@
+/*
+ * device.c: the claim's devices (virtual ids 0..n-1): set, reset, get, count, run mode, SoC name,
+ * synchronize. The current device is per thread; a thread that set none uses the device the
+ * process set last.
+ */
+#include "client.h"
+
+#include "acl/acl.h"
+
+#include <stdio.h>
+
+static int do_set_device(int32_t device)
+{
+    int rc = session_ready("aclrtSetDevice");
+    if (rc)
+        return rc;
+    if (device < 0 || device >= session.device_count)
+        return flexnpu_fail(ACL_ERROR_INVALID_DEVICE,
+                            "aclrtSetDevice: device %d does not exist (this claim has 0..%d)", device,
+                            session.device_count - 1);
+    int64_t arg = device;
+    rc = rpc_call(OP_SET_DEVICE, &arg, 1, NULL, 0, session.call_timeout_ms, "aclrtSetDevice");
+    if (rc)
+        return rc;
+    session.server_device = device;
+    session.process_device = device;
+    t_device = device;
+    t_generation = session.generation;
+    return 0;
+}
+
+API aclError aclrtSetDevice(int32_t deviceId)
+{
+    LOCKED(do_set_device(deviceId));
+}
+
+static int do_reset_device(int32_t device)
+{
+    int rc = session_ready("aclrtResetDevice");
+    if (rc)
+        return rc;
+    int64_t arg = device;
+    rc = rpc_call(OP_RESET_DEVICE, &arg, 1, NULL, 0, session.call_timeout_ms, "aclrtResetDevice");
+    if (rc)
+        return rc;
+    session.server_device = NO_DEVICE;
+    if (session.process_device == device)
+        session.process_device = NO_DEVICE;
+    if (t_device == device)
+        t_device = NO_DEVICE;
+    return 0;
+}
+
+API aclError aclrtResetDevice(int32_t deviceId)
+{
+    LOCKED(do_reset_device(deviceId));
+}
+
+static int do_get_device(int32_t *device)
+{
+    if (!device)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclrtGetDevice: deviceId is NULL");
+    int rc = session_ready("aclrtGetDevice");
+    if (rc)
+        return rc;
+    int d = session_thread_device();
+    if (d == NO_DEVICE)
+        return flexnpu_fail(ACL_ERROR_INVALID_DEVICE, "aclrtGetDevice: no device is set; call aclrtSetDevice first");
+    *device = d;
+    return 0;
+}
+
+API aclError aclrtGetDevice(int32_t *deviceId)
+{
+    LOCKED(do_get_device(deviceId));
+}
+
+static int do_get_device_count(uint32_t *count)
+{
+    if (!count)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclrtGetDeviceCount: count is NULL");
+    int rc = session_ready("aclrtGetDeviceCount");
+    if (rc)
+        return rc;
+    int64_t n;
+    rc = rpc_call(OP_GET_DEVICE_COUNT, NULL, 0, &n, 1, session.call_timeout_ms, "aclrtGetDeviceCount");
+    if (rc)
+        return rc;
+    *count = (uint32_t)n;
+    return 0;
+}
+
+API aclError aclrtGetDeviceCount(uint32_t *count)
+{
+    LOCKED(do_get_device_count(count));
+}
+
+API aclError aclrtGetRunMode(aclrtRunMode *runMode)
+{
+    if (!runMode)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclrtGetRunMode: runMode is NULL");
+    *runMode = ACL_HOST;
+    return ACL_SUCCESS;
+}
+
+API const char *aclrtGetSocName(void)
+{
+    static char name[64];
+    pthread_mutex_lock(&session.lock);
+    const char *out = NULL;
+    if (session_ready("aclrtGetSocName") == 0) {
+        snprintf(name, sizeof name, "%s", session.conf.soc_name[0] ? session.conf.soc_name : "FlexNPU-vNPU");
+        out = name;
+    }
+    pthread_mutex_unlock(&session.lock);
+    return out;
+}
+
+static int do_synchronize_device(void)
+{
+    int rc = session_ready("aclrtSynchronizeDevice");
+    if (!rc)
+        rc = session_use_device("aclrtSynchronizeDevice", NULL);
+    if (rc)
+        return rc;
+    return rpc_call(OP_SYNCHRONIZE_DEVICE, NULL, 0, NULL, 0, WAIT_FOREVER, "aclrtSynchronizeDevice");
+}
+
+API aclError aclrtSynchronizeDevice(void)
+{
+    LOCKED(do_synchronize_device());
+}

@@ -1,0 +1,453 @@
+/*
+ * memory.c: memory. Device memory (aclrtMalloc and its variants, free, memset, flush and
+ * invalidate) lives on the aclserver, charged to the share's quota; the client keeps a sorted
+ * table of its own allocations to tell device pointers from host ones. aclrtMallocHost returns
+ * the address of a shared-memory region the aclserver created (the data link,
+ * dra_driver/aclserver/datalink.py), so aclrtMemcpy from or to it sends only offsets (zero
+ * copy); any other host memory is copied through the connection's staging region in two
+ * pipelined halves, exactly as the Python client does.
+ */
+#include "client.h"
+
+#include "acl/acl.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+/* -- tables ------------------------------------------------------------------------------------- */
+
+static struct region *find_host(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    for (size_t i = 0; i < session.nhosts; i++)
+        if (a >= (uintptr_t)session.hosts[i].addr && a - (uintptr_t)session.hosts[i].addr < session.hosts[i].size)
+            return &session.hosts[i];
+    return NULL;
+}
+
+static size_t alloc_index(uint64_t p)
+{
+    size_t lo = 0, hi = session.nallocs;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (session.allocs[mid].base <= p)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo; /* first index with base > p */
+}
+
+static int is_device_ptr(const void *p)
+{
+    uint64_t a = (uint64_t)(uintptr_t)p;
+    size_t i = alloc_index(a);
+    return i > 0 && a - session.allocs[i - 1].base < session.allocs[i - 1].size;
+}
+
+static int add_alloc(uint64_t base, uint64_t size)
+{
+    if (session.nallocs == session.capallocs) {
+        size_t cap = session.capallocs ? 2 * session.capallocs : 64;
+        struct devalloc *na = realloc(session.allocs, cap * sizeof *na);
+        if (!na)
+            return -1;
+        session.allocs = na;
+        session.capallocs = cap;
+    }
+    size_t i = alloc_index(base);
+    memmove(&session.allocs[i + 1], &session.allocs[i], (session.nallocs - i) * sizeof *session.allocs);
+    session.allocs[i] = (struct devalloc){base, size};
+    session.nallocs++;
+    return 0;
+}
+
+static void remove_alloc(uint64_t base)
+{
+    size_t i = alloc_index(base);
+    if (i > 0 && session.allocs[i - 1].base == base) {
+        memmove(&session.allocs[i - 1], &session.allocs[i], (session.nallocs - i) * sizeof *session.allocs);
+        session.nallocs--;
+    }
+}
+
+/* -- allocation --------------------------------------------------------------------------------- */
+
+static int do_malloc(void **dev, size_t size, int policy, const char *what)
+{
+    if (!dev)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: devPtr is NULL", what);
+    if (size == 0)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: size must be positive", what);
+    if (size > (size_t)INT64_MAX - 64)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: size %zu overflows", what, size);
+    int rc = session_ready(what);
+    if (!rc)
+        rc = session_use_device(what, NULL);
+    if (rc)
+        return rc;
+    /* the memory-type flags select a kind of memory a share does not distinguish */
+    policy &= ~(ACL_MEM_TYPE_LOW_BAND_WIDTH | ACL_MEM_TYPE_HIGH_BAND_WIDTH);
+    int64_t args[2] = {(int64_t)size, policy}, ptr;
+    rc = rpc_call(OP_MALLOC, args, 2, &ptr, 1, session.call_timeout_ms, what);
+    if (rc)
+        return rc;
+    if (add_alloc((uint64_t)ptr, size)) {
+        int64_t p = ptr;
+        rpc_call(OP_FREE, &p, 1, NULL, 0, session.call_timeout_ms, what);
+        return flexnpu_fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", what);
+    }
+    *dev = (void *)(uintptr_t)ptr;
+    return 0;
+}
+
+API aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy)
+{
+    LOCKED(do_malloc(devPtr, size, (int)policy, "aclrtMalloc"));
+}
+
+API aclError aclrtMallocAlign32(void **devPtr, size_t size, aclrtMemMallocPolicy policy)
+{
+    LOCKED(do_malloc(devPtr, size, (int)policy, "aclrtMallocAlign32"));
+}
+
+API aclError aclrtMallocCached(void **devPtr, size_t size, aclrtMemMallocPolicy policy)
+{
+    LOCKED(do_malloc(devPtr, size, (int)policy, "aclrtMallocCached"));
+}
+
+static int do_mem_sync(void *dev, size_t size, const char *what)
+{
+    if (!dev)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: devPtr is NULL", what);
+    int rc = session_ready(what);
+    if (rc)
+        return rc;
+    if (size && (!is_device_ptr(dev) || !is_device_ptr((char *)dev + size - 1)))
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: %zu bytes at %p are not device memory of this process",
+                            what, size, dev);
+    return 0; /* no cache between the client and the device memory of a share */
+}
+
+API aclError aclrtMemFlush(void *devPtr, size_t size)
+{
+    LOCKED(do_mem_sync(devPtr, size, "aclrtMemFlush"));
+}
+
+API aclError aclrtMemInvalidate(void *devPtr, size_t size)
+{
+    LOCKED(do_mem_sync(devPtr, size, "aclrtMemInvalidate"));
+}
+
+static int do_free(void *dev)
+{
+    if (!dev)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclrtFree: devPtr is NULL");
+    int rc = session_ready("aclrtFree");
+    if (rc)
+        return rc;
+    int64_t p = (int64_t)(uintptr_t)dev;
+    rc = rpc_call(OP_FREE, &p, 1, NULL, 0, session.call_timeout_ms, "aclrtFree");
+    if (!rc)
+        remove_alloc((uint64_t)p);
+    return rc;
+}
+
+API aclError aclrtFree(void *devPtr)
+{
+    LOCKED(do_free(devPtr));
+}
+
+static int do_malloc_host(void **host, size_t size)
+{
+    if (!host)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclrtMallocHost: hostPtr is NULL");
+    if (size == 0)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclrtMallocHost: size must be positive");
+    if (size > (size_t)INT64_MAX)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclrtMallocHost: size %zu overflows", size);
+    int rc = session_ready("aclrtMallocHost");
+    if (rc)
+        return rc;
+    if (session.nhosts == session.caphosts) {
+        size_t cap = session.caphosts ? 2 * session.caphosts : 16;
+        struct region *nh = realloc(session.hosts, cap * sizeof *nh);
+        if (!nh)
+            return flexnpu_fail(ACL_ERROR_BAD_ALLOC, "aclrtMallocHost: out of host memory");
+        session.hosts = nh;
+        session.caphosts = cap;
+    }
+    int64_t arg = (int64_t)size;
+    uint32_t rid;
+    struct wire_msg m;
+    rc = rpc_send(OP_MALLOC_HOST, &arg, 1, NULL, 0, &rid, "aclrtMallocHost");
+    if (!rc)
+        rc = rpc_receive(rid, NULL, 0, session.call_timeout_ms, "aclrtMallocHost", &m);
+    if (rc)
+        return rc;
+    if (m.n_ints < 3 || m.ints[2] < (int64_t)size)
+        return rpc_broken(-EPROTO, "aclrtMallocHost");
+    struct region r = {.wire = (uint64_t)m.ints[1], .size = (size_t)m.ints[2]};
+    rc = rpc_map_region(m.tail, m.tail_len, r.size, &r.addr, 1, "aclrtMallocHost");
+    if (rc) {
+        int64_t p = (int64_t)r.wire;
+        struct saved_error keep;
+        error_save(&keep);
+        rpc_call(OP_FREE_HOST, &p, 1, NULL, 0, session.call_timeout_ms, "aclrtMallocHost");
+        error_restore(&keep);
+        return rc;
+    }
+    session.hosts[session.nhosts++] = r;
+    *host = r.addr;
+    return 0;
+}
+
+API aclError aclrtMallocHost(void **hostPtr, size_t size)
+{
+    LOCKED(do_malloc_host(hostPtr, size));
+}
+
+static int do_free_host(void *host)
+{
+    if (!host)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclrtFreeHost: hostPtr is NULL");
+    int rc = session_ready("aclrtFreeHost");
+    if (rc)
+        return rc;
+    struct region *r = find_host(host);
+    if (!r || r->addr != host)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclrtFreeHost: %p is not a buffer from aclrtMallocHost", host);
+    int64_t p = (int64_t)r->wire;
+    rc = rpc_call(OP_FREE_HOST, &p, 1, NULL, 0, session.call_timeout_ms, "aclrtFreeHost");
+    if (rc)
+        return rc;
+    munmap(r->addr, r->size);
+    *r = session.hosts[--session.nhosts];
+    return 0;
+}
+
+API aclError aclrtFreeHost(void *hostPtr)
+{
+    LOCKED(do_free_host(hostPtr));
+}
+
+static int do_memset(void *dev, size_t max, int32_t value, size_t count)
+{
+    if (!dev)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclrtMemset: devPtr is NULL");
+    if (count > max)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclrtMemset: count %zu exceeds maxCount %zu", count, max);
+    if (max > (size_t)INT64_MAX)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclrtMemset: maxCount %zu overflows", max);
+    int rc = session_ready("aclrtMemset");
+    if (rc)
+        return rc;
+    struct region *r = find_host(dev);
+    if (r) {
+        if ((size_t)((unsigned char *)dev - r->addr) + count > r->size)
+            return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclrtMemset: %zu bytes at %p run past the host buffer",
+                                count, dev);
+        memset(dev, value, count);
+        return 0;
+    }
+    int64_t args[4] = {(int64_t)(uintptr_t)dev, (int64_t)max, value, (int64_t)count};
+    return rpc_call(OP_MEMSET, args, 4, NULL, 0, session.call_timeout_ms, "aclrtMemset");
+}
+
+API aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, size_t count)
+{
+    LOCKED(do_memset(devPtr, maxCount, value, count));
+}
+
+static int do_memset_async(void *dev, size_t max, int32_t value, size_t count, aclrtStream stream)
+{
+    int rc = session_ready("aclrtMemsetAsync");
+    if (rc)
+        return rc;
+    rc = stream_sync(stream, "aclrtMemsetAsync"); /* in stream order, complete on return */
+    return rc ? rc : do_memset(dev, max, value, count);
+}
+
+API aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value, size_t count, aclrtStream stream)
+{
+    LOCKED(do_memset_async(devPtr, maxCount, value, count, stream));
+}
+
+/* Copy count plain host bytes at src to device dst through the staging halves, pipelined: the
+ * client fills one half while the server drains the other (dra_driver/client/session.py). */
+static int staged_in(uint64_t dst, const unsigned char *src, size_t count, int kind, const char *what)
+{
+    size_t half = session.staging.size / 2;
+    uint32_t pending = 0;
+    int have_pending = 0;
+    size_t done = 0;
+    for (unsigned k = 0;; k++) {
+        size_t n = count - done < half ? count - done : half;
+        size_t off = (k % 2) * half;
+        memcpy(session.staging.addr + off, src + done, n);
+        int64_t args[6] = {(int64_t)(dst + done), (int64_t)(count - done), (int64_t)wire_host_ptr(0, off),
+                           (int64_t)n, kind, (int64_t)(count - done)};
+        uint32_t rid;
+        int rc = rpc_send(OP_MEMCPY, args, 6, NULL, 0, &rid, what);
+        if (rc)
+            return rc;
+        if (have_pending) {
+            rc = rpc_receive(pending, NULL, 0, session.call_timeout_ms, what, NULL);
+            if (rc) {
+                if (!session.dead) {
+                    struct saved_error keep;
+                    error_save(&keep);
+                    rpc_receive(rid, NULL, 0, session.call_timeout_ms, what, NULL);
+                    error_restore(&keep);
+                }
+                return rc;
+            }
+        }
+        pending = rid;
+        have_pending = 1;
+        done += n;
+        if (done >= count)
+            break;
+    }
+    return rpc_receive(pending, NULL, 0, session.call_timeout_ms, what, NULL);
+}
+
+/* Copy count bytes from device src into plain host memory dst through the staging halves: the
+ * server fills one half while the client drains the other. */
+static int staged_out(unsigned char *dst, uint64_t src, size_t count, int kind, const char *what)
+{
+    size_t half = session.staging.size / 2;
+    size_t nchunks = (count + half - 1) / half;
+    uint32_t rid;
+    int64_t first[6] = {(int64_t)wire_host_ptr(0, 0), (int64_t)half, (int64_t)src,
+                        (int64_t)(count < half ? count : half), kind, (int64_t)count};
+    int rc = rpc_send(OP_MEMCPY, first, 6, NULL, 0, &rid, what);
+    for (size_t k = 0; !rc && k < nchunks; k++) {
+        size_t done = k * half, n = count - done < half ? count - done : half;
+        rc = rpc_receive(rid, NULL, 0, session.call_timeout_ms, what, NULL);
+        if (rc)
+            break; /* nothing else is in flight: the next chunk is only sent after this one succeeded */
+        if (k + 1 < nchunks) {
+            size_t nd = done + half, nn = count - nd < half ? count - nd : half;
+            int64_t next[6] = {(int64_t)wire_host_ptr(0, ((k + 1) % 2) * half), (int64_t)half, (int64_t)(src + nd),
+                               (int64_t)nn, kind, (int64_t)(count - nd)};
+            rc = rpc_send(OP_MEMCPY, next, 6, NULL, 0, &rid, what);
+        }
+        memcpy(dst + done, session.staging.addr + (k % 2) * half, n);
+    }
+    return rc;
+}
+
+enum side { SIDE_PLAIN, SIDE_HOSTREG, SIDE_DEVICE };
+
+static enum side classify(const void *p, struct region **reg)
+{
+    *reg = find_host(p);
+    if (*reg)
+        return SIDE_HOSTREG;
+    return is_device_ptr(p) ? SIDE_DEVICE : SIDE_PLAIN;
+}
+
+static int do_memcpy(void *dst, size_t dest_max, const void *src, size_t count, int kind, const char *what)
+{
+    if (count > dest_max)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: count %zu exceeds destMax %zu", what, count, dest_max);
+    if (dest_max > (size_t)INT64_MAX)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: destMax %zu overflows", what, dest_max);
+    if (kind < ACL_MEMCPY_HOST_TO_HOST || kind > ACL_MEMCPY_INTER_DEVICE_TO_DEVICE)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: unknown memcpy kind %d", what, kind);
+    if (kind == ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE)
+        kind = ACL_MEMCPY_HOST_TO_DEVICE;
+    else if (kind > ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE)
+        kind = ACL_MEMCPY_DEVICE_TO_DEVICE;
+    if (!dst || !src)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: %s is NULL", what, dst ? "src" : "dst");
+    if ((uintptr_t)dst + count < (uintptr_t)dst || (uintptr_t)src + count < (uintptr_t)src)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: %zu bytes overflow the address space", what, count);
+    int rc = session_ready(what);
+    if (rc)
+        return rc;
+    if (count == 0)
+        return 0;
+    struct region *dr, *sr;
+    enum side ds = classify(dst, &dr), ss = classify(src, &sr);
+    if (kind == ACL_MEMCPY_DEFAULT) {
+        int dh = ds != SIDE_DEVICE, sh = ss != SIDE_DEVICE;
+        kind = sh ? (dh ? ACL_MEMCPY_HOST_TO_HOST : ACL_MEMCPY_HOST_TO_DEVICE)
+                  : (dh ? ACL_MEMCPY_DEVICE_TO_HOST : ACL_MEMCPY_DEVICE_TO_DEVICE);
+    }
+    int src_host = kind == ACL_MEMCPY_HOST_TO_HOST || kind == ACL_MEMCPY_HOST_TO_DEVICE;
+    int dst_host = kind == ACL_MEMCPY_HOST_TO_HOST || kind == ACL_MEMCPY_DEVICE_TO_HOST;
+    if ((src_host && ss == SIDE_DEVICE) || (dst_host && ds == SIDE_DEVICE))
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: kind %d names a device pointer (%p) as host memory", what,
+                            kind, src_host && ss == SIDE_DEVICE ? src : (const void *)dst);
+    if ((!src_host && ss == SIDE_HOSTREG) || (!dst_host && ds == SIDE_HOSTREG))
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: kind %d names a host buffer (%p) as device memory", what,
+                            kind, !src_host && ss == SIDE_HOSTREG ? src : (const void *)dst);
+    if (sr && (size_t)((const unsigned char *)src - sr->addr) + count > sr->size)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: %zu bytes at %p run past its host buffer (%zu bytes)", what,
+                            count, src, sr->size);
+    if (dr && (size_t)((unsigned char *)dst - dr->addr) + count > dr->size)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: %zu bytes at %p run past its host buffer (%zu bytes)", what,
+                            count, dst, dr->size);
+    if (kind == ACL_MEMCPY_HOST_TO_HOST) {
+        memmove(dst, src, count);
+        return 0;
+    }
+    uint64_t d = dr ? dr->wire + (uint64_t)((unsigned char *)dst - dr->addr) : (uint64_t)(uintptr_t)dst;
+    uint64_t s = sr ? sr->wire + (uint64_t)((const unsigned char *)src - sr->addr) : (uint64_t)(uintptr_t)src;
+    if (kind == ACL_MEMCPY_DEVICE_TO_DEVICE || (kind == ACL_MEMCPY_HOST_TO_DEVICE && sr) ||
+        (kind == ACL_MEMCPY_DEVICE_TO_HOST && dr)) {
+        int64_t args[5] = {(int64_t)d, (int64_t)dest_max, (int64_t)s, (int64_t)count, kind};
+        return rpc_call(OP_MEMCPY, args, 5, NULL, 0, session.call_timeout_ms, what);
+    }
+    if (kind == ACL_MEMCPY_HOST_TO_DEVICE)
+        return staged_in(d, src, count, kind, what);
+    return staged_out(dst, s, count, kind, what);
+}
+
+API aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind)
+{
+    LOCKED(do_memcpy(dst, destMax, src, count, (int)kind, "aclrtMemcpy"));
+}
+
+static int do_memcpy_async(void *dst, size_t dest_max, const void *src, size_t count, int kind, aclrtStream stream)
+{
+    int rc = session_ready("aclrtMemcpyAsync");
+    if (rc)
+        return rc;
+    /* in stream order: after the stream's queued kernels (the copy itself completes before return) */
+    rc = stream_sync(stream, "aclrtMemcpyAsync");
+    return rc ? rc : do_memcpy(dst, dest_max, src, count, kind, "aclrtMemcpyAsync");
+}
+
+API aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind,
+                              aclrtStream stream)
+{
+    LOCKED(do_memcpy_async(dst, destMax, src, count, (int)kind, stream));
+}
+
+static int do_get_mem_info(int attr, size_t *free_b, size_t *total)
+{
+    if (!free_b || !total)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclrtGetMemInfo: %s is NULL", free_b ? "total" : "free");
+    int rc = session_ready("aclrtGetMemInfo");
+    if (!rc)
+        rc = session_use_device("aclrtGetMemInfo", NULL);
+    if (rc)
+        return rc;
+    int64_t arg = attr, out[2];
+    rc = rpc_call(OP_GET_MEM_INFO, &arg, 1, out, 2, session.call_timeout_ms, "aclrtGetMemInfo");
+    if (rc)
+        return rc;
+    *free_b = (size_t)out[0];
+    *total = (size_t)out[1];
+    return 0;
+}
+
+API aclError aclrtGetMemInfo(aclrtMemAttr attr, size_t *free, size_t *total)
+{
+    LOCKED(do_get_mem_info((int)attr, free, total));
+}
