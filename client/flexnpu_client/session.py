@@ -18,25 +18,30 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+import struct
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any
 
 from flexnpu_client import transport
 from flexnpu_client.errors import AclError, ConfigError, ConnectError
-from flexnpu_wire import clientconf, datalink
+from flexnpu_wire import clientconf, datalink, modelfile
 from flexnpu_wire import framing as protocol
 from flexnpu_wire.clientconf import ClientConf
-from flexnpu_wire.codes import ACL_ERROR_INVALID_PARAM, MemAttr, MemcpyKind
+from flexnpu_wire.codes import ACL_ERROR_INVALID_PARAM, ACL_ERROR_READ_MODEL_FAILURE, MemAttr, MemcpyKind
 from flexnpu_wire.errors import ContractError
 from flexnpu_wire.ops import Op
 
-__all__ = ["HostData", "Session"]
+__all__ = ["HostData", "ModelData", "Session"]
 
 _GET_MEM_INFO = int(Op.GET_MEM_INFO)
 _HBM_MEM = int(MemAttr.HBM_MEM)
 
 HostData = Any
 """A host side of memcpy: a malloc_host pointer (int) or a buffer object (bytes, numpy array, ...)."""
+ModelData = Any
+"""A model's bytes: a file path, a buffer object, or (malloc_host pointer, size)."""
+_PAIR = struct.Struct(">qq")
 
 
 class _Mapping:
@@ -273,11 +278,116 @@ class Session:
         kernels, die_us = self.call(Op.GET_STATS)
         return kernels, die_us
 
+    # -- models ------------------------------------------------------------------------------------
+
+    def send_model(self, data: ModelData) -> int:
+        """Hand the aclserver a model's bytes (a path, a buffer, or a malloc_host pointer and size);
+        return the blob id that ``load_model``, ``query_model_size`` and ``query_model_desc`` take."""
+        if isinstance(data, tuple):
+            ptr, size = data
+            blob = self.call(Op.MODEL_BYTES_OPEN, size)[0]
+            try:
+                self.call(Op.MODEL_BYTES_WRITE, blob, 0, ptr, size)
+            except BaseException:
+                self.call(Op.MODEL_BYTES_CLOSE, blob)
+                raise
+            return blob
+        if isinstance(data, str | os.PathLike):
+            try:
+                with open(data, "rb") as fh:
+                    raw = fh.read()
+            except OSError as exc:
+                raise AclError(
+                    ACL_ERROR_READ_MODEL_FAILURE, f"cannot read the model file {data}: {exc}"
+                ) from None
+            view = memoryview(raw)
+        else:
+            view = _byte_view(data, writable=False)
+        if not view.nbytes:
+            raise AclError(ACL_ERROR_INVALID_PARAM, "the model is empty")
+        blob = self.call(Op.MODEL_BYTES_OPEN, view.nbytes)[0]
+        try:
+            self._send_staged(
+                view, view.nbytes, lambda done, host, n: (Op.MODEL_BYTES_WRITE, (blob, done, host, n))
+            )
+        except BaseException:
+            with contextlib.suppress(AclError):
+                self.call(Op.MODEL_BYTES_CLOSE, blob)
+            raise
+        return blob
+
+    def load_model(
+        self, data: ModelData, *, weight: tuple[int, int] = (0, 0), work: tuple[int, int] = (0, 0)
+    ) -> int:
+        """aclmdlLoadFrom{File,Mem}[WithMem]: the model id. ``weight``/``work``: the caller's device
+        memory (pointer, size); (0, 0): taken from the claim's quota."""
+        blob = self.send_model(data)
+        try:
+            return self.call(Op.MODEL_LOAD, blob, weight[0], weight[1], work[0], work[1])[0]
+        except AclError:
+            with contextlib.suppress(AclError):
+                self.call(Op.MODEL_BYTES_CLOSE, blob)
+            raise
+
+    def query_model_size(self, data: ModelData) -> tuple[int, int]:
+        """aclmdlQuerySize(FromMem): (work bytes, weight bytes)."""
+        blob = self.send_model(data)
+        try:
+            work, weight = self.call(Op.MODEL_QUERY_SIZE, blob)
+            return work, weight
+        finally:
+            with contextlib.suppress(AclError):
+                self.call(Op.MODEL_BYTES_CLOSE, blob)
+
+    def query_model_desc(self, data: ModelData) -> modelfile.ModelFile:
+        """aclmdlGetDescFromFile/FromMem: a model's description without loading it."""
+        blob = self.send_model(data)
+        try:
+            return self._desc(self.link.request(Op.MODEL_QUERY_DESC, (blob,)))
+        finally:
+            with contextlib.suppress(AclError):
+                self.call(Op.MODEL_BYTES_CLOSE, blob)
+
+    def model_desc(self, model_id: int) -> modelfile.ModelFile:
+        """aclmdlGetDesc: the loaded model's whole description (queries are answered from it)."""
+        return self._desc(self.link.request(Op.MODEL_GET_DESC, (model_id,)))
+
+    def execute_model(
+        self,
+        model_id: int,
+        inputs: Sequence[tuple[int, int]],
+        outputs: Sequence[tuple[int, int]],
+        stream: int = 0,
+    ) -> None:
+        """aclmdlExecute (``stream`` 0: returns when the outputs are written) or aclmdlExecuteAsync.
+        Buffers are (device pointer, size)."""
+        tail = b"".join(_PAIR.pack(p, n) for p, n in (*inputs, *outputs))
+        self.call(Op.MODEL_EXECUTE, model_id, stream, len(inputs), len(outputs), tail=tail)
+
+    def unload_model(self, model_id: int) -> None:
+        self.call(Op.MODEL_UNLOAD, model_id)
+
+    @staticmethod
+    def _desc(reply: protocol.Message) -> modelfile.ModelFile:
+        if reply.ints[0] != 0:
+            raise AclError(reply.ints[0], reply.tail.decode(errors="replace"))
+        return modelfile.parse_header(reply.tail)
+
     # -- staged copies -----------------------------------------------------------------------------
 
     def _staged_in(self, dst: int, src: memoryview, count: int, kind: MemcpyKind) -> None:
-        """Copy through the two halves of the staging region, pipelined: the client fills one half
-        while the server drains the other."""
+        """A copy to ``dst`` through the staging region (see ``_send_staged``)."""
+        self._send_staged(
+            src, count,
+            lambda done, host, n: (Op.MEMCPY, (dst + done, count - done, host, n, kind, count - done)),
+        )  # fmt: skip
+
+    def _send_staged(
+        self, src: memoryview, count: int, frame: Callable[[int, int, int], tuple[int, tuple[int, ...]]]
+    ) -> None:
+        """Send ``count`` bytes of ``src`` through the two halves of the staging region, pipelined:
+        the client fills one half while the server drains the other. ``frame(done, host_ptr, n)``
+        is the request that hands the server the chunk of ``n`` bytes at offset ``done``."""
         half = self._staging.size // 2
         stage = self._staging.view
         link = self.link
@@ -288,9 +398,7 @@ class Session:
                 n = min(half, count - done)
                 off = (k % 2) * half
                 stage[off : off + n] = src[done : done + n]
-                rid = link.send(
-                    Op.MEMCPY, (dst + done, count - done, datalink.host_ptr(0, off), n, kind, count - done)
-                )
+                rid = link.send(*frame(done, datalink.host_ptr(0, off), n))
                 if pending is not None:
                     self._check_or_drain(link.receive(pending), True, rid)
                 pending = rid

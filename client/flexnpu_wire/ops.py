@@ -44,6 +44,15 @@ class Op(IntEnum):
     LAUNCH_KERNEL = 24
     GET_STATS = 30
     GET_USAGE = 31
+    MODEL_BYTES_OPEN = 40
+    MODEL_BYTES_WRITE = 41
+    MODEL_BYTES_CLOSE = 42
+    MODEL_QUERY_SIZE = 43
+    MODEL_QUERY_DESC = 44
+    MODEL_LOAD = 45
+    MODEL_GET_DESC = 46
+    MODEL_EXECUTE = 47
+    MODEL_UNLOAD = 48
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +136,49 @@ OPS: tuple[OpSpec, ...] = (
         reply=("memory_used", "memory_quota", "compute_used_us", "compute_quota_percent", "sessions"),
         summary="usage of one vNPU across every session of the claim (additive, version 1)",
     ),
+    OpSpec(
+        Op.MODEL_BYTES_OPEN,
+        request=("size",),
+        reply=("blob",),
+        summary="start receiving a model's bytes (charged to the claim's host memory until loaded or closed)",
+    ),
+    OpSpec(
+        Op.MODEL_BYTES_WRITE,
+        request=("blob", "offset", "host_ptr", "count"),
+        summary="copy count bytes from a data-link host pointer (staging or malloc_host) into the blob at offset",
+    ),
+    OpSpec(Op.MODEL_BYTES_CLOSE, request=("blob",), summary="drop a blob that was not loaded"),
+    OpSpec(
+        Op.MODEL_QUERY_SIZE,
+        request=("blob",),
+        reply=("work_size", "weight_size"),
+        summary="aclmdlQuerySize(FromMem): the device memory the model in the blob needs",
+    ),
+    OpSpec(
+        Op.MODEL_QUERY_DESC,
+        request=("blob",),
+        reply_tail="the model description (docs/model-format.md header layout)",
+        summary="aclmdlGetDescFromFile/FromMem: the description of the model in the blob",
+    ),
+    OpSpec(
+        Op.MODEL_LOAD,
+        request=("blob", "weight_ptr", "weight_size", "work_ptr", "work_size"),
+        reply=("model_id",),
+        summary="aclmdlLoadFrom*: load the blob on the current device (pointer 0: memory from the quota); consumes it",
+    ),
+    OpSpec(
+        Op.MODEL_GET_DESC,
+        request=("model_id",),
+        reply_tail="the model description (docs/model-format.md header layout)",
+        summary="aclmdlGetDesc: the whole description once; the client answers every query from it",
+    ),
+    OpSpec(
+        Op.MODEL_EXECUTE,
+        request=("model_id", "stream", "n_inputs", "n_outputs"),
+        request_tail="(device_ptr, size) int64 big-endian pairs: the inputs, then the outputs",
+        summary="aclmdlExecute (stream 0: returns when done) / aclmdlExecuteAsync (queued on the stream)",
+    ),
+    OpSpec(Op.MODEL_UNLOAD, request=("model_id",), summary="aclmdlUnload: waits for its queued executions"),
 )
 
 _BY_OP = {row.op: row for row in OPS}

@@ -9,13 +9,17 @@ memory quota, allocations, die time, ``release_all`` — is written once in ``qu
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from flexnpu_wire.modelfile import ModelFile
 
 if TYPE_CHECKING:
     from dra_driver.aclserver import datalink
-    from dra_driver.aclserver.quota import QuotaBook
+    from dra_driver.aclserver.quota import Allocation, QuotaBook
 
-__all__ = ["KERNEL_RESULT_BYTES", "AclFailure", "Backend"]
+__all__ = ["KERNEL_RESULT_BYTES", "AclFailure", "Backend", "Buffer", "LoadedModel"]
 
 KERNEL_RESULT_BYTES = 16
 
@@ -27,6 +31,32 @@ class AclFailure(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class Buffer:
+    """A range of device memory a model uses: ``size`` bytes at ``ptr`` inside ``alloc``."""
+
+    ptr: int
+    size: int
+    alloc: Allocation
+
+
+@dataclass(slots=True, eq=False)
+class LoadedModel:
+    """A model a backend loaded: its description and the device memory it holds.
+
+    ``own`` is memory the load took from the quota (freed at unload); ``lent`` is what the caller
+    provided (``...WithMem``), pinned while the model is loaded. ``handle`` is the backend's."""
+
+    device: int
+    desc: ModelFile
+    weight: Buffer | None
+    work: Buffer | None
+    own: list[Allocation] = field(default_factory=list)
+    lent: list[Allocation] = field(default_factory=list)
+    handle: Any = None
+    last_cost_us: int = 0
 
 
 class Backend(Protocol):
@@ -70,6 +100,37 @@ class Backend(Protocol):
         self, *, out_ptr: int, tag: int, input_view: memoryview | None, owner: int = 0
     ) -> None:
         """Produce a finished kernel's visible result (tag and CRC32 of its input at ``out_ptr``)."""
+        ...
+
+    def peek(self, ptr: int, count: int, *, owner: int) -> bytes:
+        """``count`` bytes of device memory at ``ptr`` (a model's dynamic-shape input, say)."""
+        ...
+
+    def describe_model(self, data: memoryview) -> ModelFile:
+        """The description of the model in ``data`` (AclFailure 100013 if it is not one)."""
+        ...
+
+    def load_model(
+        self, device: int, data: memoryview, *, owner: int, weight: Buffer | None, work: Buffer | None
+    ) -> LoadedModel:
+        """Load the model in ``data`` on ``device``: weight and work memory are the caller's when
+        given, else taken from the quota (AclFailure 207001 naming what does not fit)."""
+        ...
+
+    def execution(
+        self,
+        model: LoadedModel,
+        inputs: list[Buffer],
+        outputs: list[Buffer],
+        *,
+        batch: int,
+        hw: tuple[int, int],
+    ) -> tuple[int, Callable[[], None]]:
+        """(die microseconds the execution is charged, the step that computes the outputs)."""
+        ...
+
+    def unload_model(self, model: LoadedModel) -> None:
+        """Release what the backend holds for ``model`` (its memory goes through the book)."""
         ...
 
     def close(self) -> None: ...

@@ -26,13 +26,15 @@ import contextlib
 import ctypes
 import struct
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from dra_driver.aclserver import codes, datalink
-from dra_driver.aclserver.backend import KERNEL_RESULT_BYTES, AclFailure
+from dra_driver.aclserver.backend import KERNEL_RESULT_BYTES, AclFailure, Buffer, LoadedModel
 from dra_driver.aclserver.datalink import HOST_TAG
 from dra_driver.aclserver.quota import Allocation, QuotaBook
 from dra_driver.aclserver.spec import AclServerSpec
+from flexnpu_wire.modelfile import ModelFile
 
 __all__ = ["DEFAULT_LIBRARY", "AscendBackend", "AscendRuntime"]
 
@@ -227,6 +229,35 @@ class AscendBackend:
             # freed while the kernel ran: the result has nowhere to go, as on a device
             with contextlib.suppress(AclFailure):
                 self.copy_to_device(out_ptr, result[:KERNEL_RESULT_BYTES], owner=owner)
+
+    # -- models (forwarded to CANN's aclmdl* in the next change) ------------------------------
+
+    def peek(self, ptr: int, count: int, *, owner: int) -> bytes:
+        out = bytearray(count)
+        self.copy_from_device(ptr, memoryview(out), owner=owner)
+        return bytes(out)
+
+    def describe_model(self, data: memoryview) -> ModelFile:
+        raise AclFailure(codes.ACL_ERROR_API_NOT_SUPPORT, "models are not served by the ascend backend yet")
+
+    def load_model(
+        self, device: int, data: memoryview, *, owner: int, weight: Buffer | None, work: Buffer | None
+    ) -> LoadedModel:
+        raise AclFailure(codes.ACL_ERROR_API_NOT_SUPPORT, "models are not served by the ascend backend yet")
+
+    def execution(
+        self,
+        model: LoadedModel,
+        inputs: list[Buffer],
+        outputs: list[Buffer],
+        *,
+        batch: int,
+        hw: tuple[int, int],
+    ) -> tuple[int, Callable[[], None]]:
+        raise AclFailure(codes.ACL_ERROR_API_NOT_SUPPORT, "models are not served by the ascend backend yet")
+
+    def unload_model(self, model: LoadedModel) -> None:
+        """Nothing is loaded by this backend yet."""
 
     # -- lifecycle ---------------------------------------------------------------------------
 

@@ -6,7 +6,10 @@ kernel occupies its die for ``duration_us``: each slice is granted by the per-di
 compute quotas hold across aclserver processes) and the die is held for the slice's wall-clock
 time while the host thread sleeps (spinning on a small CI machine would measure host CPU
 contention, not the quota scheduler). The kernel's visible effect (a tag and a CRC32 of its
-input written into an output buffer) is computed for real so tests can see it ran. Nothing here
+input written into an output buffer) is computed for real so tests can see it ran. Models are
+files of FlexNPU's emulated format (``docs/model-format.md``): their weight and work memory is
+device memory from the quota (or the caller's), an execution holds the die for the model's
+declared cost like a kernel, then computes real outputs (``model_exec.py``). Nothing here
 pretends to drive hardware.
 """
 
@@ -17,11 +20,14 @@ import mmap
 import struct
 import threading
 import zlib
+from collections.abc import Callable
 
-from dra_driver.aclserver import codes, datalink
-from dra_driver.aclserver.backend import KERNEL_RESULT_BYTES, AclFailure
+from dra_driver.aclserver import codes, datalink, model_exec
+from dra_driver.aclserver.backend import KERNEL_RESULT_BYTES, AclFailure, Buffer, LoadedModel
 from dra_driver.aclserver.quota import Allocation, QuotaBook
 from dra_driver.aclserver.spec import AclServerSpec
+from flexnpu_wire import modelfile
+from flexnpu_wire.modelfile import ModelFile
 
 __all__ = ["EmulatedBackend"]
 
@@ -112,6 +118,94 @@ class EmulatedBackend:
                 self.device_view(out_ptr, KERNEL_RESULT_BYTES, owner=owner)[:] = _RESULT.pack(
                     tag & (2**64 - 1), checksum
                 )
+
+    # -- models ------------------------------------------------------------------------------------
+
+    def peek(self, ptr: int, count: int, *, owner: int) -> bytes:
+        return bytes(self.device_view(ptr, count, owner=owner))
+
+    def describe_model(self, data: memoryview) -> ModelFile:
+        try:
+            desc = modelfile.parse_header(data)
+        except modelfile.ModelFormatError as exc:
+            raise AclFailure(
+                codes.ACL_ERROR_PARSE_MODEL,
+                f"not a model of FlexNPU's emulated format (docs/model-format.md): {exc}",
+            ) from None
+        want = modelfile.header_bytes(data) + desc.weight_bytes
+        if len(data) != want:
+            raise AclFailure(
+                codes.ACL_ERROR_MODEL_SIZE_INVALID, f"the model has {len(data)} bytes, its header says {want}"
+            )
+        return desc
+
+    def load_model(
+        self, device: int, data: memoryview, *, owner: int, weight: Buffer | None, work: Buffer | None
+    ) -> LoadedModel:
+        desc = self.describe_model(data)
+        model = LoadedModel(device, desc, None, None)
+        try:
+            model.weight = self._model_memory(model, weight, desc.weight_bytes, "weight", owner=owner)
+            model.work = self._model_memory(model, work, desc.work_bytes, "work", owner=owner)
+        except BaseException:
+            for alloc in model.own:
+                self.book.free(alloc.base)
+            raise
+        if model.weight is not None and desc.weight_bytes:
+            start = modelfile.header_bytes(data)
+            self._view(model.weight)[: desc.weight_bytes] = data[start : start + desc.weight_bytes]
+        return model
+
+    def _model_memory(
+        self, model: LoadedModel, given: Buffer | None, need: int, what: str, *, owner: int
+    ) -> Buffer | None:
+        if given is not None:
+            if given.alloc.device != model.device or given.size < need:
+                raise AclFailure(
+                    codes.ACL_ERROR_INVALID_PARAM,
+                    f"the model needs {need} bytes of {what} memory on device {model.device};"
+                    f" {given.size} bytes on device {given.alloc.device} were given",
+                )
+            return given
+        if not need:
+            return None
+        try:
+            alloc = self.book.allocate(model.device, need, 0, owner=owner, make=self._make)
+        except AclFailure as exc:
+            raise AclFailure(
+                exc.code, f"loading the model: its {what} memory does not fit: {exc.message}"
+            ) from None
+        model.own.append(alloc)
+        return Buffer(alloc.base, alloc.size, alloc)
+
+    def execution(
+        self,
+        model: LoadedModel,
+        inputs: list[Buffer],
+        outputs: list[Buffer],
+        *,
+        batch: int,
+        hw: tuple[int, int],
+    ) -> tuple[int, Callable[[], None]]:
+        desc = model.desc
+        ins, outs = [self._view(b) for b in inputs], [self._view(b) for b in outputs]
+        weights = self._view(model.weight)[: desc.weight_bytes] if model.weight is not None else None
+        elements = sum(o.tensor.elements(batch, hw) for o in desc.outputs)
+
+        def run() -> None:
+            model_exec.run(desc, ins, outs, weights, batch=batch, hw=hw)
+
+        return desc.cost_of(elements), run
+
+    def unload_model(self, model: LoadedModel) -> None:
+        """Nothing beyond the memory the session frees through the book."""
+
+    @staticmethod
+    def _view(buf: Buffer) -> memoryview:
+        """The bytes of ``buf``, from its allocation (valid while the allocation is pinned)."""
+        offset = buf.ptr - buf.alloc.base
+        view: memoryview = buf.alloc.payload
+        return view[offset : offset + buf.size]
 
     def close(self) -> None:
         self.book.close()

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from dra_driver.aclserver import codes, protocol
 from dra_driver.aclserver.backend import AclFailure, Backend
 from dra_driver.aclserver.memory import Memory
+from dra_driver.aclserver.models import Models
 from dra_driver.aclserver.protocol import Op
 from dra_driver.aclserver.streams import WAITING_OPS, Streams
 from flexnpu_wire import ops
@@ -28,9 +29,11 @@ if TYPE_CHECKING:
 __all__ = ["WAITING_OPS", "Session"]
 
 _session_ids = itertools.count(1 << 40)
-_MALLOC_HOST = int(Op.MALLOC_HOST)
 _encode_reply = protocol.encode_reply
+_MODEL_EXECUTE = int(Op.MODEL_EXECUTE)
 Handler = Callable[[tuple[int, ...]], tuple[int, ...]]
+TailHandler = Callable[[protocol.Message], tuple[tuple[int, ...], bytes]]
+"""An op whose request or reply carries a tail: the whole message in, (values, reply tail) out."""
 
 
 class Session:
@@ -58,6 +61,10 @@ class Session:
             claim=claim, current=self._current, device=lambda: self.device,
         )  # fmt: skip
         self.streams = Streams(backend, session_id=self.session_id, current=self._current)
+        self.models = Models(
+            backend, session_id=self.session_id, memory=self.memory, streams=self.streams, claim=claim,
+            current=self._current,
+        )  # fmt: skip
         self.staging = self.memory.staging
         handlers: dict[Op, Handler] = {
             Op.INIT: self._init,
@@ -69,11 +76,18 @@ class Session:
             Op.GET_USAGE: self._get_usage,
             **self.memory.handlers(),
             **self.streams.handlers(),
+            **self.models.handlers(),
+        }
+        tail_handlers: dict[Op, TailHandler] = {
+            Op.MALLOC_HOST: self.memory.malloc_host,
+            **self.models.tail_handlers(),
         }
         # arity comes from the op table (flexnpu_wire/ops.py), the one definition of each layout
         self._handlers: dict[int, tuple[frozenset[int], Handler, bool]] = {
-            int(op): (frozenset(ops.spec_of(op).arities), fn, op not in (Op.INIT, Op.FINALIZE))  # type: ignore[union-attr]
-            for op, fn in handlers.items()
+            int(op): (_arities(op), fn, op not in (Op.INIT, Op.FINALIZE)) for op, fn in handlers.items()
+        }
+        self._tail_handlers: dict[int, tuple[frozenset[int], TailHandler]] = {
+            int(op): (_arities(op), fn) for op, fn in tail_handlers.items()
         }
 
     # -- dispatch ---------------------------------------------------------------------------------
@@ -84,12 +98,7 @@ class Session:
         try:
             entry = self._handlers.get(op)
             if entry is None:
-                if op == _MALLOC_HOST:
-                    self._need_init()
-                    self._arity(msg, 1)
-                    ptr, size, name = self.memory.malloc_host(ints[0])
-                    return _encode_reply(op, msg.request_id, 0, ptr, size, tail=name.encode())
-                raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, f"unknown op {op}")
+                return self._handle_tail(msg)
             arities, handler, needs_init = entry
             if len(ints) not in arities:
                 self._arity(msg, min(arities))
@@ -99,9 +108,23 @@ class Session:
         except AclFailure as exc:
             return protocol.encode_reply(msg.op, msg.request_id, exc.code, tail=exc.message.encode())
 
+    def _handle_tail(self, msg: protocol.Message) -> bytes:
+        entry = self._tail_handlers.get(msg.op)
+        if entry is None:
+            raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, f"unknown op {msg.op}")
+        arities, handler = entry
+        if len(msg.ints) not in arities:
+            self._arity(msg, min(arities))
+        self._need_init()
+        values, tail = handler(msg)
+        return _encode_reply(msg.op, msg.request_id, 0, *values, tail=tail)
+
     def would_block(self, msg: protocol.Message) -> bool:
-        """True for a synchronize/destroy that has kernels to wait for: the server runs it off
-        the session's thread, so the other threads of the client are not held up behind it."""
+        """True for a call that waits for queued work (a synchronize or destroy with kernels to
+        wait for, a synchronous model execution, an unload): the server runs it off the session's
+        thread, so the other threads of the client are not held up behind it."""
+        if msg.op == _MODEL_EXECUTE:
+            return len(msg.ints) > 1 and msg.ints[1] == 0
         return msg.op in WAITING_OPS and self.streams.busy()
 
     def cancel(self) -> None:
@@ -114,6 +137,7 @@ class Session:
             return
         self._closed = True
         self.streams.close()
+        self.models.close()
         self.memory.close()
 
     # -- lifecycle and devices -------------------------------------------------------------------
@@ -128,6 +152,7 @@ class Session:
         if not self.initialized:
             raise AclFailure(codes.ACL_ERROR_REPEAT_FINALIZE, "acl.finalize without acl.init")
         self.streams.drain()
+        self.models.close()
         self.streams.forget_streams()
         self.backend.book.release_all(owner=self.session_id)
         self.memory.drop_host_buffers()
@@ -180,3 +205,9 @@ class Session:
             raise AclFailure(
                 codes.ACL_ERROR_INVALID_PARAM, f"op {msg.op} takes {n} values, got {len(msg.ints)}"
             )
+
+
+def _arities(op: Op) -> frozenset[int]:
+    row = ops.spec_of(op)
+    assert row is not None, f"op {op!r} has no row in flexnpu_wire/ops.py"
+    return frozenset(row.arities)

@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from dra_driver.aclserver import codes, datalink
+from dra_driver.aclserver import codes, datalink, protocol
 from dra_driver.aclserver.backend import AclFailure, Backend
 from dra_driver.aclserver.protocol import Op
 
@@ -132,8 +132,9 @@ class Memory:
 
     # -- host buffers --------------------------------------------------------------------------------
 
-    def malloc_host(self, size: int) -> tuple[int, int, str]:
-        """A host buffer: (host pointer, mapped bytes, region file name)."""
+    def malloc_host(self, msg: protocol.Message) -> tuple[tuple[int, ...], bytes]:
+        """A host buffer: (host pointer, mapped bytes), its region file name as the reply tail."""
+        size = msg.ints[0]
         if size <= 0:
             raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, f"malloc_host size must be positive, got {size}")
         if size >= 1 << datalink.OFFSET_BITS:
@@ -152,7 +153,7 @@ class Memory:
                 codes.ACL_ERROR_BAD_ALLOC, f"cannot create a host buffer of {size} bytes: {exc}"
             ) from exc
         self._next_region += 1
-        return datalink.host_ptr(region.region_id), rounded, region.name
+        return (datalink.host_ptr(region.region_id), rounded), region.name.encode()
 
     def _free_host(self, ints: tuple[int, ...]) -> tuple[int, ...]:
         ptr = ints[0]

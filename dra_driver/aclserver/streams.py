@@ -29,7 +29,10 @@ MAX_STREAMS = 1024
 MAX_QUEUED_TASKS = 1024
 """Tasks one session may have queued at once (over all its streams); one more gets 207005. Each
 holds a few hundred bytes of the aclserver's own memory; what it uses is charged to the quota."""
-WAITING_OPS = frozenset({int(Op.SYNCHRONIZE_STREAM), int(Op.SYNCHRONIZE_DEVICE), int(Op.DESTROY_STREAM)})
+WAITING_OPS = frozenset(
+    {int(Op.SYNCHRONIZE_STREAM), int(Op.SYNCHRONIZE_DEVICE), int(Op.DESTROY_STREAM), int(Op.MODEL_UNLOAD),
+     int(Op.MODEL_EXECUTE)}
+)  # fmt: skip
 _STREAM_BASE = 0x5_0000_0000
 Handler = Callable[[tuple[int, ...]], tuple[int, ...]]
 
@@ -51,6 +54,8 @@ class Task:
     complete: Callable[[], None]
     pins: tuple[Allocation, ...] = ()
     error: AclFailure | None = None
+    then: Callable[[], None] | None = None
+    """Called once the task ended (ran, failed or was cancelled), after ``done`` is set."""
     done: threading.Event = field(default_factory=threading.Event)
 
 
@@ -234,6 +239,8 @@ class Streams:
                 self.kernel_us_done += used_us
             self._cond.notify_all()
         task.done.set()
+        if task.then is not None:
+            task.then()
 
     def _run_worker(self, worker: _Worker) -> None:
         """Run the device's tasks slice by slice. While a slice runs, the next one (of this task
