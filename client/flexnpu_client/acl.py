@@ -7,6 +7,7 @@ Usage::
     ret = acl.rt.set_device(0)
     ptr, ret = acl.rt.malloc(1 << 20, acl.MEM_MALLOC_HUGE_FIRST)
     free, total, ret = acl.rt.get_mem_info(acl.HBM_MEM)
+    model_id, ret = acl.mdl.load_from_file("model.fnm")   # see flexnpu_client/mdl.py
     ret = acl.finalize()
 """
 
@@ -14,7 +15,13 @@ from __future__ import annotations
 
 import os
 
-from flexnpu_client import _state, rt
+from flexnpu_client import _state, mdl, rt
+from flexnpu_client.mdl import (
+    create_data_buffer,
+    destroy_data_buffer,
+    get_data_buffer_addr,
+    get_data_buffer_size_v2,
+)
 from flexnpu_client.session import Session
 from flexnpu_wire.codes import ACL_ERROR_REPEAT_INITIALIZE, MallocPolicy, MemAttr, MemcpyKind
 
@@ -27,9 +34,14 @@ __all__ = [
     "HBM_MEM",
     "MEM_MALLOC_HUGE_FIRST",
     "MEM_MALLOC_NORMAL_ONLY",
+    "create_data_buffer",
+    "destroy_data_buffer",
     "finalize",
+    "get_data_buffer_addr",
+    "get_data_buffer_size_v2",
     "get_last_error",
     "init",
+    "mdl",
     "rt",
 ]
 

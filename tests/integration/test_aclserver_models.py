@@ -254,3 +254,66 @@ def test_model_file_from_a_path(session: Session, tmp_path: Path) -> None:
     path.write_bytes(mf.render(vector_model()))
     mid = session.load_model(str(path))
     session.unload_model(mid)
+
+
+def test_the_pyacl_shaped_calls(server: RunningAclServer, tmp_path: Path) -> None:
+    """acl.mdl.* as a pyACL program uses them: outputs first, ret last, handles are opaque."""
+    from dra_driver import clientconf
+    from flexnpu_client import acl
+
+    conf = tmp_path / "client.conf"
+    conf.write_text(clientconf.render(server.conf()))
+    path = tmp_path / "m.fnm"
+    path.write_bytes(mf.render(vector_model(weight_bytes=16)))
+    assert acl.init(str(conf)) == 0
+    try:
+        assert acl.rt.set_device(0) == 0
+        work, weight, ret = acl.mdl.query_size(str(path))
+        assert (work, weight, ret) == (4096, 16, 0)
+        model_id, ret = acl.mdl.load_from_file(str(path))
+        assert ret == 0
+        desc = acl.mdl.create_desc()
+        assert acl.mdl.get_desc(desc, model_id) == 0
+        assert (acl.mdl.get_num_inputs(desc), acl.mdl.get_num_outputs(desc)) == (2, 4)
+        assert acl.mdl.get_input_dims(desc, 0) == ({"name": "x", "dimCount": 1, "dims": [4]}, 0)
+        assert (
+            acl.mdl.get_output_name_by_index(desc, 1) == "sum"
+            and acl.mdl.get_output_data_type(desc, 1) == I32
+        )
+        assert acl.mdl.get_input_index_by_name(desc, "y") == (1, 0)
+        assert acl.mdl.get_input_index_by_name(desc, "nope")[1] == codes.ACL_ERROR_INVALID_PARAM
+        assert acl.mdl.get_dynamic_batch(desc) == ({"batchCount": 0, "batch": []}, 0)
+        datasets = []
+        for count, sizes in ((2, acl.mdl.get_input_size_by_index), (4, acl.mdl.get_output_size_by_index)):
+            dataset = acl.mdl.create_dataset()
+            for i in range(count):
+                ptr, ret = acl.rt.malloc(sizes(desc, i), 0)
+                assert ret == 0
+                _, ret = acl.mdl.add_dataset_buffer(dataset, acl.create_data_buffer(ptr, sizes(desc, i)))
+                assert ret == 0
+            datasets.append(dataset)
+        inputs, outputs = datasets
+        x = np.array([1, 2, 3, 4], "<f4").tobytes()
+        addr = acl.get_data_buffer_addr(acl.mdl.get_dataset_buffer(inputs, 0))
+        assert acl.rt.memcpy(addr, 16, x, 16, H2D) == 0
+        assert (
+            acl.rt.memcpy(acl.get_data_buffer_addr(acl.mdl.get_dataset_buffer(inputs, 1)), 16, x, 16, H2D)
+            == 0
+        )
+        stream, ret = acl.rt.create_stream()
+        for _ in range(3):
+            assert acl.mdl.execute(model_id, inputs, outputs) == 0
+            assert acl.mdl.execute_async(model_id, inputs, outputs, stream) == 0
+        assert acl.rt.synchronize_stream(stream) == 0
+        out = bytearray(16)
+        assert (
+            acl.rt.memcpy(out, 16, acl.get_data_buffer_addr(acl.mdl.get_dataset_buffer(outputs, 2)), 16, 2)
+            == 0
+        )
+        assert np.frombuffer(out, "<f4").tolist() == [1, 4, 9, 16]
+        assert acl.mdl.set_dynamic_batch_size(model_id, inputs, 1, 2) == codes.ACL_ERROR_MODEL_NOT_DYNAMIC
+        assert acl.mdl.unload(model_id) == 0
+        assert acl.mdl.unload(model_id) == codes.ACL_ERROR_INVALID_MODEL_ID
+        assert acl.mdl.destroy_desc(desc) == 0 and acl.mdl.destroy_dataset(inputs) == 0
+    finally:
+        assert acl.finalize() == 0
