@@ -300,7 +300,9 @@ static void scenario_badargs(void)
     expect(aclrtMalloc(&p, SIZE_MAX, ACL_MEM_MALLOC_HUGE_FIRST), ACL_ERROR_INVALID_PARAM, "malloc SIZE_MAX");
     expect(aclrtMalloc(&p, (size_t)1 << 62, ACL_MEM_MALLOC_HUGE_FIRST), ACL_ERROR_RT_MEMORY_ALLOCATION,
            "malloc 2^62 bytes");
-    expect(aclrtMalloc(&p, 1024, (aclrtMemMallocPolicy)77), ACL_ERROR_INVALID_PARAM, "malloc unknown policy");
+    /* CANN takes a policy it does not know as its default: so does a share */
+    CALL(aclrtMalloc(&p, 1024, (aclrtMemMallocPolicy)77));
+    CALL(aclrtFree(p));
     CALL(aclrtMalloc(&p, 1024, (aclrtMemMallocPolicy)(ACL_MEM_MALLOC_HUGE_FIRST | ACL_MEM_TYPE_HIGH_BAND_WIDTH)));
     CALL(aclrtFree(p));
     expect(aclrtMallocHost(NULL, 10), ACL_ERROR_INVALID_PARAM, "malloc host NULL out");
@@ -360,7 +362,16 @@ static void scenario_badargs(void)
         expect(r, ACL_ERROR_API_NOT_SUPPORT, "aclmdlLoadFromFile");
     }
     CALL(aclFinalize());
-    expect(aclrtSetDevice(0), ACL_ERROR_UNINITIALIZE, "set device after aclFinalize");
+    /* as CANN: aclrtSetDevice opens the session itself, aclFinalize then has no aclInit to undo,
+     * and a later aclInit adopts the open session */
+    CALL(aclrtSetDevice(0));
+    int32_t cur = -7;
+    CALL(aclrtGetDevice(&cur));
+    CHECK(cur == 0, "the device aclrtSetDevice set before aclInit: %d", cur);
+    expect(aclFinalize(), ACL_ERROR_REPEAT_FINALIZE, "finalize a session only aclrtSetDevice opened");
+    CALL(aclInit(NULL));
+    expect(aclInit(NULL), ACL_ERROR_REPEAT_INITIALIZE, "aclInit twice after aclrtSetDevice");
+    CALL(aclFinalize());
     /* a process may initialize again; a thread's device of the old session does not carry over */
     for (int i = 0; i < 3; i++) {
         CALL(aclInit(NULL));
