@@ -102,6 +102,10 @@ def compile_program(
     libs += ["-pthread", "-ldl"]
     key = hashlib.sha256()
     key.update(source.read_bytes())
+    for local in sorted(set(re.findall(rb'^#include "([^"/]+)"', source.read_bytes(), flags=re.M))):
+        beside = source.parent / local.decode()
+        if beside.is_file():  # a header next to the source (tests/c/check.h): part of the key
+            key.update(beside.read_bytes())
     key.update("\0".join(flags + libs).encode())
     if link_library is not None:
         key.update(link_library.read_bytes())

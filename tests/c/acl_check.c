@@ -4,6 +4,8 @@
  * "ok <what>" or "FAIL <what>: ..." and scenario values as "val <key> <value>"; the exit status
  * is the number of failed checks (capped at 100).
  */
+#include "check.h"
+
 #include <acl/acl.h>
 #include <acl/flexnpu_kernel.h>
 
@@ -21,31 +23,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-static int failures;
-
-#define CHECK(cond, ...)                                                                                         \
-    do {                                                                                                         \
-        if (cond) {                                                                                              \
-            printf("ok ");                                                                                       \
-        } else {                                                                                                 \
-            printf("FAIL ");                                                                                     \
-            failures++;                                                                                          \
-        }                                                                                                        \
-        printf(__VA_ARGS__);                                                                                     \
-        printf("\n");                                                                                            \
-        fflush(stdout);                                                                                          \
-    } while (0)
-
-#define CALL(expr) CHECK((rc = (expr)) == ACL_SUCCESS, "%s -> %d %s", #expr, rc, rc ? msg() : "")
-
-static const char *msg(void)
-{
-    const char *m = aclGetRecentErrMsg();
-    return m ? m : "(no message)";
-}
-
-static int rc;
 
 static uint32_t crc32_of(const unsigned char *p, size_t n)
 {
@@ -67,13 +44,6 @@ static void fill(unsigned char *p, size_t n, unsigned seed)
         x ^= x << 5;
         p[i] = (unsigned char)x;
     }
-}
-
-static int expect(int got, int want, const char *what)
-{
-    const char *m = aclGetRecentErrMsg();
-    CHECK(got == want, "%s -> %d (want %d) msg=%s", what, got, want, m ? m : "(none)");
-    return got == want;
 }
 
 /* quota <quota_bytes> <devices>: device count, mem info, malloc within and beyond the quota. */
@@ -637,6 +607,5 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: acl_check quota|memcpy|streams|badargs|init|hold|threads|afterline|fork ...\n");
         return 2;
     }
-    printf("failures %d\n", failures);
-    return failures > 100 ? 100 : failures;
+    return finish();
 }
