@@ -37,6 +37,8 @@ REPO = Path(__file__).resolve().parents[2]
 LIBRARY_DIR = REPO / "libascendcl"
 _BUILD = LIBRARY_DIR / "build"
 _WARNINGS = ("-std=c11", "-D_GNU_SOURCE", "-O2", "-Wall", "-Wextra", "-Werror")
+_CXX_WARNINGS = ("-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror")
+_CXX_SUFFIXES = (".cc", ".cpp", ".cxx")
 
 
 def library_path() -> Path:
@@ -85,13 +87,14 @@ def compile_program(
     out_dir: Path | None = None,
     rpath: bool = True,
 ) -> Path:
-    """Compile ``source`` into an executable and return its path.
+    """Compile ``source`` (C11, or C++17 for ``.cc``/``.cpp``/``.cxx``) into an executable and return its path.
 
     ``link_library``: a ``libascendcl.so`` to link with ``-lascendcl`` (its directory is searched
     and, when ``rpath`` is set, recorded as RUNPATH). ``include_acl_headers``: add
     ``libascendcl/include`` to the include path (an "unmodified" program declares its own).
     """
-    flags = [*_WARNINGS, *extra_flags]
+    cxx = source.suffix in _CXX_SUFFIXES
+    flags = [*(_CXX_WARNINGS if cxx else _WARNINGS), *extra_flags]
     if include_acl_headers:
         flags.append(f"-I{LIBRARY_DIR / 'include'}")
     libs: list[str] = []
@@ -102,6 +105,10 @@ def compile_program(
     libs += ["-pthread", "-ldl"]
     key = hashlib.sha256()
     key.update(source.read_bytes())
+    for local in sorted(set(re.findall(rb'^#include "([^"/]+)"', source.read_bytes(), flags=re.M))):
+        beside = source.parent / local.decode()
+        if beside.is_file():  # a header next to the source (tests/c/check.h): part of the key
+            key.update(beside.read_bytes())
     key.update("\0".join(flags + libs).encode())
     if link_library is not None:
         key.update(link_library.read_bytes())
@@ -112,7 +119,7 @@ def compile_program(
         return exe
     tmp = exe.with_name(exe.name + ".tmp")
     res = subprocess.run(
-        ["cc", *flags, str(source), "-o", str(tmp), *libs],
+        ["c++" if cxx else "cc", *flags, str(source), "-o", str(tmp), *libs],
         capture_output=True,
         text=True,
         timeout=120,

@@ -38,6 +38,7 @@ struct region {
 
 struct devalloc {
     uint64_t base, size;
+    int device, policy; /* as allocated (aclrtPointerGetAttributes) */
 };
 
 struct context {
@@ -55,7 +56,8 @@ struct event {
 /* The one session of this process (defined in session.c). */
 struct session_state {
     pthread_mutex_t lock;
-    int initialized;
+    int initialized;   /* the session is open (by aclInit, or by aclrtSetDevice before it) */
+    int explicit_init; /* aclInit was called (aclFinalize closes only such a session) */
     int fd;
     int dead; /* the connection broke: calls fail until aclFinalize */
     pid_t owner;
@@ -106,10 +108,11 @@ int flexnpu_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2
 int flexnpu_unsupported(const char *name);
 void flexnpu_unsupported_note(const char *name);
 
-/* The calling thread's last message, kept across a call that would overwrite it. */
+/* The calling thread's last message and error code, kept across a call that would overwrite them. */
 struct saved_error {
     char text[ERR_MAX];
     int has;
+    int last;
 };
 void error_save(struct saved_error *s);
 void error_restore(const struct saved_error *s);
@@ -118,10 +121,16 @@ void error_restore(const struct saved_error *s);
 
 /* 0 when the session is usable, else the failure (recorded) for the call named what. */
 int session_ready(const char *what);
+/* Open the session if aclInit has not (aclrtSetDevice before aclInit, as CANN allows). */
+int session_open_implicitly(const char *what);
+/* The claim's client.conf: the session's, or read now (before aclInit) without connecting. */
+int session_conf(struct client_conf *out, const char *what);
 /* The device the calling thread uses (its own, else the process's), NO_DEVICE when none. */
 int session_thread_device(void);
 /* Select the calling thread's device on the connection (if it is not already). */
 int session_use_device(const char *what, int *device);
+/* Select device on the connection for the next call (the thread's own is selected again later). */
+int session_select_device(int device, const char *what);
 
 int objects_add(void *obj);
 int objects_has(const void *obj, uint32_t magic);
@@ -148,6 +157,15 @@ void rpc_close(void); /* half-close, wait (bounded) for the server to release th
 /* Map a region file the aclserver created in the claim's shm dir (name checked, no symlink). */
 int rpc_map_region(const char *name, size_t name_len, size_t size, unsigned char **addr, int populate,
                    const char *what);
+
+/* -- memory policies and attributes (mempolicy.c) --------------------------------------------- */
+
+/* The policy (0..5) the aclserver is sent for any aclrtMemMallocPolicy value CANN accepts. */
+int mem_policy_for_server(int policy);
+/* The page size aclrtPointerGetAttributes reports for memory allocated with policy. */
+uint32_t mem_policy_page_size(int policy);
+/* The attribute (0..5) the aclserver is asked for an aclrtMemAttr 0..17; -1 for another value. */
+int mem_attr_for_server(int attr);
 
 /* -- streams (stream.c) -------------------------------------------------------------------------- */
 

@@ -1,7 +1,8 @@
 /*
  * conf.c: a small strict JSON reader (standard JSON values, depth and size bounded) and the
- * client.conf rules of docs/client-conf.md. The file is opened without following a symlink in
- * its last component.
+ * client.conf rules of docs/client-conf.md. The file is opened in bounded time: without following
+ * a symlink in its last component, without blocking (a FIFO or a device is refused after fstat, not
+ * waited on), and at most FLEXNPU_CONF_MAX_BYTES are read.
  */
 #include "conf.h"
 
@@ -534,19 +535,61 @@ int conf_parse(const char *text, size_t len, const char *source, struct client_c
     return rc;
 }
 
+static const char *file_kind(mode_t mode)
+{
+    return S_ISDIR(mode)    ? "a directory"
+           : S_ISFIFO(mode) ? "a FIFO"
+           : S_ISCHR(mode)  ? "a character device"
+           : S_ISBLK(mode)  ? "a block device"
+           : S_ISSOCK(mode) ? "a socket"
+           : S_ISLNK(mode)  ? "a symbolic link"
+                            : "not a regular file";
+}
+
+/* Open path for reading in bounded time: O_NONBLOCK so that a FIFO or a device cannot hold the
+ * open, O_NOFOLLOW so that a symlink in the last component is refused, not followed. */
+static int open_conf(const char *path, char *err, size_t err_len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK);
+    if (fd >= 0)
+        return fd;
+    int e = errno;
+    struct stat st;
+    if (e == ELOOP && lstat(path, &st) == 0 && S_ISLNK(st.st_mode))
+        snprintf(err, err_len, "cannot read client.conf %s: it is a symbolic link (symbolic links are not followed)",
+                 path);
+    else if (e == ENXIO && lstat(path, &st) == 0)
+        snprintf(err, err_len, "cannot read client.conf %s: it is %s, not a regular file", path, file_kind(st.st_mode));
+    else if (e == EACCES)
+        snprintf(err, err_len, "cannot read client.conf %s: not readable by uid %d: %s", path, (int)geteuid(),
+                 strerror(e));
+    else
+        snprintf(err, err_len, "cannot read client.conf %s: %s", path, strerror(e));
+    return -1;
+}
+
 int conf_load(const char *path, struct client_conf *out, char *err, size_t err_len)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY);
-    if (fd < 0) {
-        snprintf(err, err_len, "cannot read client.conf %s: %s", path, strerror(errno));
+    int fd = open_conf(path, err, err_len);
+    if (fd < 0)
         return ACL_ERROR_INVALID_FILE;
-    }
     struct stat st;
-    if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_size > FLEXNPU_CONF_MAX_BYTES) {
-        snprintf(err, err_len, "cannot read client.conf %s: not a regular file of at most %d bytes", path,
-                 FLEXNPU_CONF_MAX_BYTES);
+    if (fstat(fd, &st)) {
+        snprintf(err, err_len, "cannot read client.conf %s: %s", path, strerror(errno));
         close(fd);
         return ACL_ERROR_INVALID_FILE;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(err, err_len, "cannot read client.conf %s: it is %s, not a regular file", path,
+                 file_kind(st.st_mode));
+        close(fd);
+        return ACL_ERROR_INVALID_FILE;
+    }
+    if (st.st_size > FLEXNPU_CONF_MAX_BYTES) {
+        snprintf(err, err_len, "cannot read client.conf %s: %lld bytes, more than the %d a client.conf may have",
+                 path, (long long)st.st_size, FLEXNPU_CONF_MAX_BYTES);
+        close(fd);
+        return ACL_ERROR_INVALID_FILE_SIZE;
     }
     size_t cap = (size_t)st.st_size + 1, len = 0;
     char *text = malloc(cap);

@@ -21,8 +21,10 @@ struct client_conf {
     int share_count;
 };
 
-/* Load and validate path. Returns 0 (ACL_SUCCESS) or an ACL error code with err filled:
- * ACL_ERROR_INVALID_FILE (cannot read), ACL_ERROR_PARSE_FILE (not JSON),
+/* Load and validate path, in bounded time (a FIFO, device, socket or directory is refused, a
+ * symlink is not followed, at most FLEXNPU_CONF_MAX_BYTES are read). Returns 0 (ACL_SUCCESS) or an
+ * ACL error code with err filled: ACL_ERROR_INVALID_FILE (missing, unreadable, not a regular
+ * file), ACL_ERROR_INVALID_FILE_SIZE (larger than the cap), ACL_ERROR_PARSE_FILE (not JSON),
  * ACL_ERROR_FILE_MISSING_ATTR (a required field is absent), ACL_ERROR_FILE_ATTR_INVALID. */
 int conf_load(const char *path, struct client_conf *out, char *err, size_t err_len);
 

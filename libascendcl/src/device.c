@@ -2,6 +2,10 @@
  * device.c: the claim's devices (virtual ids 0..n-1): set, reset, get, count, run mode, SoC name,
  * synchronize. The current device is per thread; a thread that set none uses the device the
  * process set last.
+ *
+ * Before aclInit, as CANN: aclrtGetDeviceCount and aclrtGetSocName answer from client.conf (read,
+ * not connected: the count is its shares, the name its soc_name), aclrtGetRunMode from what the
+ * library is (ACL_HOST), and aclrtSetDevice opens the session itself.
  */
 #include "client.h"
 
@@ -11,7 +15,9 @@
 
 static int do_set_device(int32_t device)
 {
-    int rc = session_ready("aclrtSetDevice");
+    int rc = session_open_implicitly("aclrtSetDevice");
+    if (!rc)
+        rc = session_ready("aclrtSetDevice");
     if (rc)
         return rc;
     if (device < 0 || device >= session.device_count)
@@ -34,13 +40,13 @@ API aclError aclrtSetDevice(int32_t deviceId)
     LOCKED(do_set_device(deviceId));
 }
 
-static int do_reset_device(int32_t device)
+static int do_reset_device(int32_t device, const char *what)
 {
-    int rc = session_ready("aclrtResetDevice");
+    int rc = session_ready(what);
     if (rc)
         return rc;
     int64_t arg = device;
-    rc = rpc_call(OP_RESET_DEVICE, &arg, 1, NULL, 0, session.call_timeout_ms, "aclrtResetDevice");
+    rc = rpc_call(OP_RESET_DEVICE, &arg, 1, NULL, 0, session.call_timeout_ms, what);
     if (rc)
         return rc;
     session.server_device = NO_DEVICE;
@@ -53,7 +59,13 @@ static int do_reset_device(int32_t device)
 
 API aclError aclrtResetDevice(int32_t deviceId)
 {
-    LOCKED(do_reset_device(deviceId));
+    LOCKED(do_reset_device(deviceId, "aclrtResetDevice"));
+}
+
+/* A share's reset is already immediate and whole: the forced form is the same call. */
+API aclError aclrtResetDeviceForce(int32_t deviceId)
+{
+    LOCKED(do_reset_device(deviceId, "aclrtResetDeviceForce"));
 }
 
 static int do_get_device(int32_t *device)
@@ -79,6 +91,13 @@ static int do_get_device_count(uint32_t *count)
 {
     if (!count)
         return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclrtGetDeviceCount: count is NULL");
+    if (!session.initialized) {
+        struct client_conf conf;
+        int rc = session_conf(&conf, "aclrtGetDeviceCount");
+        if (!rc)
+            *count = (uint32_t)conf.share_count;
+        return rc;
+    }
     int rc = session_ready("aclrtGetDeviceCount");
     if (rc)
         return rc;
@@ -105,11 +124,12 @@ API aclError aclrtGetRunMode(aclrtRunMode *runMode)
 
 API const char *aclrtGetSocName(void)
 {
-    static char name[64];
+    static char name[sizeof session.conf.soc_name];
+    struct client_conf conf;
     pthread_mutex_lock(&session.lock);
     const char *out = NULL;
-    if (session_ready("aclrtGetSocName") == 0) {
-        snprintf(name, sizeof name, "%s", session.conf.soc_name[0] ? session.conf.soc_name : "FlexNPU-vNPU");
+    if (session_conf(&conf, "aclrtGetSocName") == 0) {
+        snprintf(name, sizeof name, "%s", conf.soc_name[0] ? conf.soc_name : "FlexNPU-vNPU");
         out = name;
     }
     pthread_mutex_unlock(&session.lock);

@@ -10,17 +10,17 @@
 #include <stdlib.h>
 #include <time.h>
 
-static int do_create_event(aclrtEvent *event)
+static int do_create_event(aclrtEvent *event, const char *what)
 {
     if (!event)
-        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclrtCreateEvent: event is NULL");
-    int rc = session_ready("aclrtCreateEvent");
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: event is NULL", what);
+    int rc = session_ready(what);
     if (rc)
         return rc;
     struct event *e = calloc(1, sizeof *e);
     if (!e || objects_add(e)) {
         free(e);
-        return flexnpu_fail(ACL_ERROR_RT_NO_EVENT_RESOURCE, "aclrtCreateEvent: out of host memory");
+        return flexnpu_fail(ACL_ERROR_RT_NO_EVENT_RESOURCE, "%s: out of host memory", what);
     }
     e->magic = EVENT_MAGIC;
     *event = e;
@@ -29,7 +29,7 @@ static int do_create_event(aclrtEvent *event)
 
 API aclError aclrtCreateEvent(aclrtEvent *event)
 {
-    LOCKED(do_create_event(event));
+    LOCKED(do_create_event(event, "aclrtCreateEvent"));
 }
 
 static int do_destroy_event(aclrtEvent event)
@@ -120,7 +120,13 @@ static int do_event_query(aclrtEvent event, int *recorded, const char *what)
 API aclError aclrtCreateEventWithFlag(aclrtEvent *event, uint32_t flag)
 {
     (void)flag; /* every event records a timestamp and synchronizes */
-    LOCKED(do_create_event(event));
+    LOCKED(do_create_event(event, "aclrtCreateEventWithFlag"));
+}
+
+API aclError aclrtCreateEventExWithFlag(aclrtEvent *event, uint32_t flag)
+{
+    (void)flag;
+    LOCKED(do_create_event(event, "aclrtCreateEventExWithFlag"));
 }
 
 static int do_query_event(aclrtEvent event, aclrtEventStatus *status)

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 /* -- tables ------------------------------------------------------------------------------------- */
 
@@ -47,7 +48,7 @@ static int is_device_ptr(const void *p)
     return i > 0 && a - session.allocs[i - 1].base < session.allocs[i - 1].size;
 }
 
-static int add_alloc(uint64_t base, uint64_t size)
+static int add_alloc(uint64_t base, uint64_t size, int device, int policy)
 {
     if (session.nallocs == session.capallocs) {
         size_t cap = session.capallocs ? 2 * session.capallocs : 64;
@@ -59,7 +60,7 @@ static int add_alloc(uint64_t base, uint64_t size)
     }
     size_t i = alloc_index(base);
     memmove(&session.allocs[i + 1], &session.allocs[i], (session.nallocs - i) * sizeof *session.allocs);
-    session.allocs[i] = (struct devalloc){base, size};
+    session.allocs[i] = (struct devalloc){base, size, device, policy};
     session.nallocs++;
     return 0;
 }
@@ -75,7 +76,8 @@ static void remove_alloc(uint64_t base)
 
 /* -- allocation --------------------------------------------------------------------------------- */
 
-static int do_malloc(void **dev, size_t size, int policy, const char *what)
+/* Allocate on device (NO_DEVICE: the calling thread's). */
+static int do_malloc(void **dev, size_t size, int policy, int device, const char *what)
 {
     if (!dev)
         return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: devPtr is NULL", what);
@@ -84,17 +86,22 @@ static int do_malloc(void **dev, size_t size, int policy, const char *what)
     if (size > (size_t)INT64_MAX - 64)
         return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: size %zu overflows", what, size);
     int rc = session_ready(what);
-    if (!rc)
-        rc = session_use_device(what, NULL);
     if (rc)
         return rc;
-    /* the memory-type flags select a kind of memory a share does not distinguish */
-    policy &= ~(ACL_MEM_TYPE_LOW_BAND_WIDTH | ACL_MEM_TYPE_HIGH_BAND_WIDTH);
-    int64_t args[2] = {(int64_t)size, policy}, ptr;
+    if (device == NO_DEVICE)
+        rc = session_use_device(what, &device);
+    else if (device < 0 || device >= session.device_count)
+        rc = flexnpu_fail(ACL_ERROR_INVALID_DEVICE, "%s: device %d does not exist (this claim has 0..%d)", what,
+                          device, session.device_count - 1);
+    else
+        rc = session_select_device(device, what);
+    if (rc)
+        return rc;
+    int64_t args[2] = {(int64_t)size, mem_policy_for_server(policy)}, ptr;
     rc = rpc_call(OP_MALLOC, args, 2, &ptr, 1, session.call_timeout_ms, what);
     if (rc)
         return rc;
-    if (add_alloc((uint64_t)ptr, size)) {
+    if (add_alloc((uint64_t)ptr, size, device, policy)) {
         int64_t p = ptr;
         rpc_call(OP_FREE, &p, 1, NULL, 0, session.call_timeout_ms, what);
         return flexnpu_fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", what);
@@ -103,19 +110,53 @@ static int do_malloc(void **dev, size_t size, int policy, const char *what)
     return 0;
 }
 
+/* CANN's check of an aclrtMallocConfig (NULL is none); *device gets an ACL_RT_MEM_ATTR_DEVICE_ID. */
+static int malloc_config(const aclrtMallocConfig *cfg, int *device, const char *what)
+{
+    *device = NO_DEVICE;
+    if (!cfg || cfg->numAttrs == 0)
+        return 0;
+    if (!cfg->attrs)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: cfg->attrs is NULL while cfg->numAttrs is %zu", what,
+                            cfg->numAttrs);
+    for (size_t i = 0; i < cfg->numAttrs; i++) {
+        const aclrtMallocAttribute *a = &cfg->attrs[i];
+        if (a->attr == ACL_RT_MEM_ATTR_DEVICE_ID)
+            *device = (int)a->value.deviceId; /* checked against the claim's devices by the caller */
+        else if (a->attr != ACL_RT_MEM_ATTR_RSV && a->attr != ACL_RT_MEM_ATTR_MODULE_ID &&
+                 a->attr != ACL_RT_MEM_ATTR_VA_FLAG)
+            return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: cfg->attrs[%zu].attr %d is not an aclrtMallocAttrType",
+                                what, i, (int)a->attr);
+    }
+    return 0;
+}
+
 API aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy)
 {
-    LOCKED(do_malloc(devPtr, size, (int)policy, "aclrtMalloc"));
+    LOCKED(do_malloc(devPtr, size, (int)policy, NO_DEVICE, "aclrtMalloc"));
+}
+
+static int do_malloc_with_cfg(void **dev, size_t size, int policy, const aclrtMallocConfig *cfg)
+{
+    int device;
+    int rc = malloc_config(cfg, &device, "aclrtMallocWithCfg");
+    return rc ? rc : do_malloc(dev, size, policy, device, "aclrtMallocWithCfg");
+}
+
+/* The module id and VA flag of cfg mean nothing on a share; a device id allocates on that device. */
+API aclError aclrtMallocWithCfg(void **devPtr, size_t size, aclrtMemMallocPolicy policy, aclrtMallocConfig *cfg)
+{
+    LOCKED(do_malloc_with_cfg(devPtr, size, (int)policy, cfg));
 }
 
 API aclError aclrtMallocAlign32(void **devPtr, size_t size, aclrtMemMallocPolicy policy)
 {
-    LOCKED(do_malloc(devPtr, size, (int)policy, "aclrtMallocAlign32"));
+    LOCKED(do_malloc(devPtr, size, (int)policy, NO_DEVICE, "aclrtMallocAlign32"));
 }
 
 API aclError aclrtMallocCached(void **devPtr, size_t size, aclrtMemMallocPolicy policy)
 {
-    LOCKED(do_malloc(devPtr, size, (int)policy, "aclrtMallocCached"));
+    LOCKED(do_malloc(devPtr, size, (int)policy, NO_DEVICE, "aclrtMallocCached"));
 }
 
 static int do_mem_sync(void *dev, size_t size, const char *what)
@@ -160,42 +201,42 @@ API aclError aclrtFree(void *devPtr)
     LOCKED(do_free(devPtr));
 }
 
-static int do_malloc_host(void **host, size_t size)
+static int do_malloc_host(void **host, size_t size, const char *what)
 {
     if (!host)
-        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclrtMallocHost: hostPtr is NULL");
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: hostPtr is NULL", what);
     if (size == 0)
-        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclrtMallocHost: size must be positive");
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: size must be positive", what);
     if (size > (size_t)INT64_MAX)
-        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclrtMallocHost: size %zu overflows", size);
-    int rc = session_ready("aclrtMallocHost");
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: size %zu overflows", what, size);
+    int rc = session_ready(what);
     if (rc)
         return rc;
     if (session.nhosts == session.caphosts) {
         size_t cap = session.caphosts ? 2 * session.caphosts : 16;
         struct region *nh = realloc(session.hosts, cap * sizeof *nh);
         if (!nh)
-            return flexnpu_fail(ACL_ERROR_BAD_ALLOC, "aclrtMallocHost: out of host memory");
+            return flexnpu_fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", what);
         session.hosts = nh;
         session.caphosts = cap;
     }
     int64_t arg = (int64_t)size;
     uint32_t rid;
     struct wire_msg m;
-    rc = rpc_send(OP_MALLOC_HOST, &arg, 1, NULL, 0, &rid, "aclrtMallocHost");
+    rc = rpc_send(OP_MALLOC_HOST, &arg, 1, NULL, 0, &rid, what);
     if (!rc)
-        rc = rpc_receive(rid, NULL, 0, session.call_timeout_ms, "aclrtMallocHost", &m);
+        rc = rpc_receive(rid, NULL, 0, session.call_timeout_ms, what, &m);
     if (rc)
         return rc;
     if (m.n_ints < 3 || m.ints[2] < (int64_t)size)
-        return rpc_broken(-EPROTO, "aclrtMallocHost");
+        return rpc_broken(-EPROTO, what);
     struct region r = {.wire = (uint64_t)m.ints[1], .size = (size_t)m.ints[2]};
-    rc = rpc_map_region(m.tail, m.tail_len, r.size, &r.addr, 1, "aclrtMallocHost");
+    rc = rpc_map_region(m.tail, m.tail_len, r.size, &r.addr, 1, what);
     if (rc) {
         int64_t p = (int64_t)r.wire;
         struct saved_error keep;
         error_save(&keep);
-        rpc_call(OP_FREE_HOST, &p, 1, NULL, 0, session.call_timeout_ms, "aclrtMallocHost");
+        rpc_call(OP_FREE_HOST, &p, 1, NULL, 0, session.call_timeout_ms, what);
         error_restore(&keep);
         return rc;
     }
@@ -206,7 +247,23 @@ static int do_malloc_host(void **host, size_t size)
 
 API aclError aclrtMallocHost(void **hostPtr, size_t size)
 {
-    LOCKED(do_malloc_host(hostPtr, size));
+    LOCKED(do_malloc_host(hostPtr, size, "aclrtMallocHost"));
+}
+
+static int do_malloc_host_with_cfg(void **host, uint64_t size, const aclrtMallocConfig *cfg)
+{
+    int device;
+    int rc = malloc_config(cfg, &device, "aclrtMallocHostWithCfg");
+    if (!rc && size > SIZE_MAX)
+        rc = flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclrtMallocHostWithCfg: size %llu overflows",
+                          (unsigned long long)size);
+    return rc ? rc : do_malloc_host(host, (size_t)size, "aclrtMallocHostWithCfg");
+}
+
+/* Host memory of the data link, as aclrtMallocHost; cfg's attributes mean nothing for it. */
+API aclError aclrtMallocHostWithCfg(void **ptr, uint64_t size, aclrtMallocConfig *cfg)
+{
+    LOCKED(do_malloc_host_with_cfg(ptr, size, cfg));
 }
 
 static int do_free_host(void *host)
@@ -433,12 +490,15 @@ static int do_get_mem_info(int attr, size_t *free_b, size_t *total)
 {
     if (!free_b || !total)
         return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclrtGetMemInfo: %s is NULL", free_b ? "total" : "free");
+    if (mem_attr_for_server(attr) < 0)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclrtGetMemInfo: attr %d is not an aclrtMemAttr (0..%d)", attr,
+                            ACL_MEM_P2P_HUGE1G);
     int rc = session_ready("aclrtGetMemInfo");
     if (!rc)
         rc = session_use_device("aclrtGetMemInfo", NULL);
     if (rc)
         return rc;
-    int64_t arg = attr, out[2];
+    int64_t arg = mem_attr_for_server(attr), out[2];
     rc = rpc_call(OP_GET_MEM_INFO, &arg, 1, out, 2, session.call_timeout_ms, "aclrtGetMemInfo");
     if (rc)
         return rc;
@@ -450,4 +510,32 @@ static int do_get_mem_info(int attr, size_t *free_b, size_t *total)
 API aclError aclrtGetMemInfo(aclrtMemAttr attr, size_t *free, size_t *total)
 {
     LOCKED(do_get_mem_info((int)attr, free, total));
+}
+
+/* -- pointer attributes --------------------------------------------------------------------------- */
+
+static int do_pointer_attributes(const void *ptr, aclrtPtrAttributes *attributes)
+{
+    if (!ptr || !attributes)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclrtPointerGetAttributes: %s is NULL",
+                            ptr ? "attributes" : "ptr");
+    memset(attributes, 0, sizeof *attributes);
+    uint64_t a = (uint64_t)(uintptr_t)ptr;
+    size_t i = alloc_index(a);
+    if (i > 0 && a - session.allocs[i - 1].base < session.allocs[i - 1].size) {
+        attributes->location = (aclrtMemLocation){(uint32_t)session.allocs[i - 1].device, ACL_MEM_LOCATION_TYPE_DEVICE};
+        attributes->pageSize = mem_policy_page_size(session.allocs[i - 1].policy);
+        return ACL_SUCCESS;
+    }
+    long page = sysconf(_SC_PAGESIZE);
+    attributes->pageSize = page > 0 ? (uint32_t)page : 4096u;
+    attributes->location.type = find_host(ptr) ? ACL_MEM_LOCATION_TYPE_HOST : ACL_MEM_LOCATION_TYPE_UNREGISTERED;
+    return ACL_SUCCESS;
+}
+
+/* Device memory of this process (its device and its policy's page size), aclrtMallocHost memory
+ * (host), or any other address (unregistered): answered from the client's own tables. */
+API aclError aclrtPointerGetAttributes(const void *ptr, aclrtPtrAttributes *attributes)
+{
+    LOCKED(do_pointer_attributes(ptr, attributes));
 }

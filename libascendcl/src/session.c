@@ -39,6 +39,7 @@ struct session_state session = {
 
 static _Thread_local char t_err[ERR_MAX];
 static _Thread_local int t_has_err;
+static _Thread_local int t_last_error; /* the code of this thread's last failed call (aclrtGetLastError) */
 _Thread_local int t_device = NO_DEVICE;
 _Thread_local uint64_t t_generation;
 _Thread_local struct context *t_context;
@@ -54,6 +55,7 @@ int flexnpu_fail(int code, const char *fmt, ...)
     vsnprintf(t_err, sizeof t_err, fmt, ap);
     va_end(ap);
     t_has_err = 1;
+    t_last_error = code;
     return code;
 }
 
@@ -74,17 +76,58 @@ void error_save(struct saved_error *s)
 {
     memcpy(s->text, t_err, sizeof s->text);
     s->has = t_has_err;
+    s->last = t_last_error;
 }
 
 void error_restore(const struct saved_error *s)
 {
     memcpy(t_err, s->text, sizeof t_err);
     t_has_err = s->has;
+    t_last_error = s->last;
 }
 
 API const char *aclGetRecentErrMsg(void)
 {
     return t_has_err ? t_err : NULL;
+}
+
+/* The last error of the calling thread (CANN's thread level, 0; its context level, 1, is the same
+ * here, as a share's contexts live in the client): ACL_SUCCESS when no call of this thread failed
+ * since the last aclrtGetLastError. A successful call does not clear it; aclrtGetLastError does,
+ * aclrtPeekAtLastError does not. */
+static int last_error(aclrtLastErrLevel level, int clear, const char *what)
+{
+    if ((int)level != ACL_RT_THREAD_LEVEL && (int)level != ACL_RT_THREAD_LEVEL + 1) {
+        snprintf(t_err, sizeof t_err, "%s: level %d is neither ACL_RT_THREAD_LEVEL (0) nor the context level (1)",
+                 what, (int)level);
+        t_has_err = 1;
+        return ACL_ERROR_RT_PARAM_INVALID;
+    }
+    int code = t_last_error;
+    if (clear)
+        t_last_error = ACL_SUCCESS;
+    return code;
+}
+
+API aclError aclrtGetLastError(aclrtLastErrLevel level)
+{
+    return last_error(level, 1, "aclrtGetLastError");
+}
+
+API aclError aclrtPeekAtLastError(aclrtLastErrLevel level)
+{
+    return last_error(level, 0, "aclrtPeekAtLastError");
+}
+
+/* The version of the ACL API these headers describe (CANN's numbers, acl_rt.h). */
+API aclError aclrtGetVersion(int32_t *majorVersion, int32_t *minorVersion, int32_t *patchVersion)
+{
+    if (!majorVersion || !minorVersion || !patchVersion)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclrtGetVersion: an output pointer is NULL");
+    *majorVersion = ACL_MAJOR_VERSION;
+    *minorVersion = ACL_MINOR_VERSION;
+    *patchVersion = ACL_PATCH_VERSION;
+    return ACL_SUCCESS;
 }
 
 /* -- fork -------------------------------------------------------------------------------------- */
@@ -103,6 +146,7 @@ static void forget_inherited(void)
             close(session.fd);
         session.fd = -1;
         session.initialized = 0;
+        session.explicit_init = 0;
         session.dead = 0;
         memset(&session.reader, 0, sizeof session.reader);
         session.sendbuf = NULL;
@@ -168,21 +212,27 @@ int session_thread_device(void)
     return session.process_device;
 }
 
+int session_select_device(int device, const char *what)
+{
+    if (device != session.server_device) {
+        int64_t arg = device;
+        int rc = rpc_call(OP_SET_DEVICE, &arg, 1, NULL, 0, session.call_timeout_ms, what);
+        if (rc)
+            return rc;
+        session.server_device = device;
+    }
+    return 0;
+}
+
 int session_use_device(const char *what, int *device)
 {
     int d = session_thread_device();
     if (d == NO_DEVICE)
         return flexnpu_fail(ACL_ERROR_INVALID_DEVICE, "%s: no device is set; call aclrtSetDevice first", what);
-    if (d != session.server_device) {
-        int64_t arg = d;
-        int rc = rpc_call(OP_SET_DEVICE, &arg, 1, NULL, 0, session.call_timeout_ms, what);
-        if (rc)
-            return rc;
-        session.server_device = d;
-    }
-    if (device)
+    int rc = session_select_device(d, what);
+    if (!rc && device)
         *device = d;
-    return 0;
+    return rc;
 }
 
 /* -- handle tables ------------------------------------------------------------------------------- */
@@ -259,24 +309,34 @@ static void forget_session(void)
     session.sendbuf = NULL;
     session.sendcap = 0;
     session.initialized = 0;
+    session.explicit_init = 0;
     session.dead = 0;
     session.server_device = session.process_device = NO_DEVICE;
     session.generation++;
 }
 
-static int do_init(const char *config_path)
+static const char *conf_path(void)
 {
-    ensure_fork_checked();
-    if (session.initialized)
-        return flexnpu_fail(ACL_ERROR_REPEAT_INITIALIZE, "aclInit: already initialized in this process");
-    if (config_path && *config_path && access(config_path, R_OK) != 0)
-        return flexnpu_fail(ACL_ERROR_INVALID_FILE, "aclInit: cannot read the ACL config %s: %s", config_path,
-                            strerror(errno));
     const char *path = getenv("FLEXNPU_CONF");
-    if (!path || !*path)
-        path = FLEXNPU_DEFAULT_CONF;
+    return path && *path ? path : FLEXNPU_DEFAULT_CONF;
+}
+
+int session_conf(struct client_conf *out, const char *what)
+{
+    if (session.initialized) {
+        *out = session.conf;
+        return 0;
+    }
     char err[ERR_MAX];
-    int rc = conf_load(path, &session.conf, err, sizeof err);
+    int rc = conf_load(conf_path(), out, err, sizeof err);
+    return rc ? flexnpu_fail(rc, "%s: %s", what, err) : 0;
+}
+
+/* Read client.conf, connect, HELLO and INIT: the session of this process. */
+static int open_session(void)
+{
+    char err[ERR_MAX];
+    int rc = conf_load(conf_path(), &session.conf, err, sizeof err);
     if (rc)
         return flexnpu_fail(rc, "aclInit: %s", err);
     session.connect_timeout_ms = env_ms("FLEXNPU_CONNECT_TIMEOUT_MS", 5000);
@@ -352,6 +412,35 @@ static int do_init(const char *config_path)
     return 0;
 }
 
+int session_open_implicitly(const char *what)
+{
+    ensure_fork_checked();
+    if (session.initialized)
+        return 0;
+    int rc = open_session();
+    if (rc) {
+        const char *m = aclGetRecentErrMsg();
+        char why[ERR_MAX];
+        snprintf(why, sizeof why, "%s", m ? m : "");
+        return flexnpu_fail(rc, "%s before aclInit opens the session itself, and could not: %s", what, why);
+    }
+    return 0;
+}
+
+static int do_init(const char *config_path)
+{
+    ensure_fork_checked();
+    if (session.explicit_init)
+        return flexnpu_fail(ACL_ERROR_REPEAT_INITIALIZE, "aclInit: already initialized in this process");
+    if (config_path && *config_path && access(config_path, R_OK) != 0)
+        return flexnpu_fail(ACL_ERROR_INVALID_FILE, "aclInit: cannot read the ACL config %s: %s", config_path,
+                            strerror(errno));
+    int rc = session.initialized ? 0 : open_session(); /* aclrtSetDevice may have opened it already */
+    if (!rc)
+        session.explicit_init = 1;
+    return rc;
+}
+
 API aclError aclInit(const char *configPath)
 {
     LOCKED(do_init(configPath));
@@ -360,6 +449,10 @@ API aclError aclInit(const char *configPath)
 static int do_finalize(void)
 {
     ensure_fork_checked();
+    if (session.initialized && !session.explicit_init)
+        return flexnpu_fail(ACL_ERROR_REPEAT_FINALIZE,
+                            "aclFinalize: aclInit has not been called (the session aclrtSetDevice opened stays "
+                            "until the process exits, as CANN's runtime does)");
     if (!session.initialized) {
         if (session.forked_from)
             return flexnpu_fail(ACL_ERROR_REPEAT_FINALIZE,

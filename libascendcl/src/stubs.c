@@ -20,81 +20,6 @@
 
 #include <stddef.h>
 
-API float aclFloat16ToFloat(aclFloat16 value)
-{
-    (void)value;
-    (void)flexnpu_unsupported("aclFloat16ToFloat");
-    return 0.0f;
-}
-
-API aclFloat16 aclFloatToFloat16(float value)
-{
-    (void)value;
-    (void)flexnpu_unsupported("aclFloatToFloat16");
-    return 0;
-}
-
-API aclDataBuffer * aclCreateDataBuffer(void *data, size_t size)
-{
-    (void)data;
-    (void)size;
-    (void)flexnpu_unsupported("aclCreateDataBuffer");
-    return NULL;
-}
-
-API aclError aclDestroyDataBuffer(const aclDataBuffer *dataBuffer)
-{
-    (void)dataBuffer;
-    return flexnpu_unsupported("aclDestroyDataBuffer");
-}
-
-API aclError aclUpdateDataBuffer(aclDataBuffer *dataBuffer, void *data, size_t size)
-{
-    (void)dataBuffer;
-    (void)data;
-    (void)size;
-    return flexnpu_unsupported("aclUpdateDataBuffer");
-}
-
-API void * aclGetDataBufferAddr(const aclDataBuffer *dataBuffer)
-{
-    (void)dataBuffer;
-    (void)flexnpu_unsupported("aclGetDataBufferAddr");
-    return NULL;
-}
-
-API uint32_t aclGetDataBufferSize(const aclDataBuffer *dataBuffer)
-{
-    (void)dataBuffer;
-    (void)flexnpu_unsupported("aclGetDataBufferSize");
-    return 0;
-}
-
-API size_t aclGetDataBufferSizeV2(const aclDataBuffer *dataBuffer)
-{
-    (void)dataBuffer;
-    (void)flexnpu_unsupported("aclGetDataBufferSizeV2");
-    return 0;
-}
-
-API size_t aclDataTypeSize(aclDataType dataType)
-{
-    (void)dataType;
-    (void)flexnpu_unsupported("aclDataTypeSize");
-    return 0;
-}
-
-API void aclAppLog(aclLogLevel logLevel, const char *func, const char *file, uint32_t line, const char *fmt,
-    ...)
-{
-    (void)logLevel;
-    (void)func;
-    (void)file;
-    (void)line;
-    (void)fmt;
-    flexnpu_unsupported_note("aclAppLog");
-}
-
 API aclError aclGetCannAttributeList(const aclCannAttr **cannAttrList, size_t *num)
 {
     (void)cannAttrList;
@@ -142,18 +67,6 @@ API aclError aclsysGetVersionNum(char *pkgName, int32_t *versionNum)
     (void)pkgName;
     (void)versionNum;
     return flexnpu_unsupported("aclsysGetVersionNum");
-}
-
-API aclError aclrtPeekAtLastError(aclrtLastErrLevel level)
-{
-    (void)level;
-    return flexnpu_unsupported("aclrtPeekAtLastError");
-}
-
-API aclError aclrtGetLastError(aclrtLastErrLevel level)
-{
-    (void)level;
-    return flexnpu_unsupported("aclrtGetLastError");
 }
 
 API aclError aclrtSetExceptionInfoCallback(aclrtExceptionInfoCallback callback)
@@ -292,12 +205,6 @@ API aclError aclrtSetSysParamOpt(aclSysParamOpt opt, int64_t value)
     return flexnpu_unsupported("aclrtSetSysParamOpt");
 }
 
-API aclError aclrtResetDeviceForce(int32_t deviceId)
-{
-    (void)deviceId;
-    return flexnpu_unsupported("aclrtResetDeviceForce");
-}
-
 API aclError aclrtSetStreamFailureMode(aclrtStream stream, uint64_t mode)
 {
     (void)stream;
@@ -324,13 +231,6 @@ API aclError aclrtGetDeviceUtilizationRate(int32_t deviceId, aclrtUtilizationInf
     return flexnpu_unsupported("aclrtGetDeviceUtilizationRate");
 }
 
-API aclError aclrtCreateEventExWithFlag(aclrtEvent *event, uint32_t flag)
-{
-    (void)event;
-    (void)flag;
-    return flexnpu_unsupported("aclrtCreateEventExWithFlag");
-}
-
 API aclError aclrtRecordEventWithFlag(aclrtEvent event, aclrtStream stream, uint32_t flag)
 {
     (void)event;
@@ -353,16 +253,6 @@ API aclError aclrtEventGetTimestamp(aclrtEvent event, uint64_t *timestamp)
     return flexnpu_unsupported("aclrtEventGetTimestamp");
 }
 
-API aclError aclrtMallocWithCfg(void **devPtr, size_t size, aclrtMemMallocPolicy policy,
-    aclrtMallocConfig *cfg)
-{
-    (void)devPtr;
-    (void)size;
-    (void)policy;
-    (void)cfg;
-    return flexnpu_unsupported("aclrtMallocWithCfg");
-}
-
 API aclError aclrtMallocForTaskScheduler(void **devPtr, size_t size, aclrtMemMallocPolicy policy,
     aclrtMallocConfig *cfg)
 {
@@ -371,21 +261,6 @@ API aclError aclrtMallocForTaskScheduler(void **devPtr, size_t size, aclrtMemMal
     (void)policy;
     (void)cfg;
     return flexnpu_unsupported("aclrtMallocForTaskScheduler");
-}
-
-API aclError aclrtMallocHostWithCfg(void **ptr, uint64_t size, aclrtMallocConfig *cfg)
-{
-    (void)ptr;
-    (void)size;
-    (void)cfg;
-    return flexnpu_unsupported("aclrtMallocHostWithCfg");
-}
-
-API aclError aclrtPointerGetAttributes(const void *ptr, aclrtPtrAttributes *attributes)
-{
-    (void)ptr;
-    (void)attributes;
-    return flexnpu_unsupported("aclrtPointerGetAttributes");
 }
 
 API aclError aclrtMemManagedGetAttr(aclrtMemManagedRangeAttribute attribute, const void *ptr, size_t size,
@@ -701,20 +576,6 @@ API aclError aclrtCreateStreamV2(aclrtStream *stream, const aclrtStreamConfigHan
     (void)stream;
     (void)handle;
     return flexnpu_unsupported("aclrtCreateStreamV2");
-}
-
-API aclError aclrtCreateStreamWithConfig(aclrtStream *stream, uint32_t priority, uint32_t flag)
-{
-    (void)stream;
-    (void)priority;
-    (void)flag;
-    return flexnpu_unsupported("aclrtCreateStreamWithConfig");
-}
-
-API aclError aclrtDestroyStreamForce(aclrtStream stream)
-{
-    (void)stream;
-    return flexnpu_unsupported("aclrtDestroyStreamForce");
 }
 
 API aclError aclrtSynchronizeStreamWithTimeout(aclrtStream stream, int32_t timeout)
@@ -2134,14 +1995,6 @@ API aclError aclmdlRITaskGetSeqId(aclmdlRITask task, uint32_t *id)
     return flexnpu_unsupported("aclmdlRITaskGetSeqId");
 }
 
-API aclError aclrtGetVersion(int32_t *majorVersion, int32_t *minorVersion, int32_t *patchVersion)
-{
-    (void)majorVersion;
-    (void)minorVersion;
-    (void)patchVersion;
-    return flexnpu_unsupported("aclrtGetVersion");
-}
-
 API aclError aclInitCallbackRegister(aclRegisterCallbackType type, aclInitCallbackFunc cbFunc,
     void *userData)
 {
@@ -2836,116 +2689,6 @@ API aclError aclrtAllocatorUnregister(aclrtStream stream)
     return flexnpu_unsupported("aclrtAllocatorUnregister");
 }
 
-API aclTensorDesc * aclCreateTensorDesc(aclDataType dataType, int numDims, const int64_t *dims,
-    aclFormat format)
-{
-    (void)dataType;
-    (void)numDims;
-    (void)dims;
-    (void)format;
-    (void)flexnpu_unsupported("aclCreateTensorDesc");
-    return NULL;
-}
-
-API void aclDestroyTensorDesc(const aclTensorDesc *desc)
-{
-    (void)desc;
-    flexnpu_unsupported_note("aclDestroyTensorDesc");
-}
-
-API aclError aclSetTensorShapeRange(aclTensorDesc *desc, size_t dimsCount,
-    int64_t dimsRange[][ACL_TENSOR_SHAPE_RANGE_NUM])
-{
-    (void)desc;
-    (void)dimsCount;
-    (void)dimsRange;
-    return flexnpu_unsupported("aclSetTensorShapeRange");
-}
-
-API aclError aclSetTensorValueRange(aclTensorDesc *desc, size_t valueCount,
-    int64_t valueRange[][ACL_TENSOR_VALUE_RANGE_NUM])
-{
-    (void)desc;
-    (void)valueCount;
-    (void)valueRange;
-    return flexnpu_unsupported("aclSetTensorValueRange");
-}
-
-API aclDataType aclGetTensorDescType(const aclTensorDesc *desc)
-{
-    (void)desc;
-    (void)flexnpu_unsupported("aclGetTensorDescType");
-    return ACL_DT_UNDEFINED;
-}
-
-API aclFormat aclGetTensorDescFormat(const aclTensorDesc *desc)
-{
-    (void)desc;
-    (void)flexnpu_unsupported("aclGetTensorDescFormat");
-    return ACL_FORMAT_UNDEFINED;
-}
-
-API size_t aclGetTensorDescSize(const aclTensorDesc *desc)
-{
-    (void)desc;
-    (void)flexnpu_unsupported("aclGetTensorDescSize");
-    return 0;
-}
-
-API size_t aclGetTensorDescElementCount(const aclTensorDesc *desc)
-{
-    (void)desc;
-    (void)flexnpu_unsupported("aclGetTensorDescElementCount");
-    return 0;
-}
-
-API size_t aclGetTensorDescNumDims(const aclTensorDesc *desc)
-{
-    (void)desc;
-    (void)flexnpu_unsupported("aclGetTensorDescNumDims");
-    return 0;
-}
-
-API int64_t aclGetTensorDescDim(const aclTensorDesc *desc, size_t index)
-{
-    (void)desc;
-    (void)index;
-    (void)flexnpu_unsupported("aclGetTensorDescDim");
-    return -1;
-}
-
-API aclError aclGetTensorDescDimV2(const aclTensorDesc *desc, size_t index, int64_t *dimSize)
-{
-    (void)desc;
-    (void)index;
-    (void)dimSize;
-    return flexnpu_unsupported("aclGetTensorDescDimV2");
-}
-
-API aclError aclGetTensorDescDimRange(const aclTensorDesc *desc, size_t index, size_t dimRangeNum,
-    int64_t *dimRange)
-{
-    (void)desc;
-    (void)index;
-    (void)dimRangeNum;
-    (void)dimRange;
-    return flexnpu_unsupported("aclGetTensorDescDimRange");
-}
-
-API void aclSetTensorDescName(aclTensorDesc *desc, const char *name)
-{
-    (void)desc;
-    (void)name;
-    flexnpu_unsupported_note("aclSetTensorDescName");
-}
-
-API const char * aclGetTensorDescName(aclTensorDesc *desc)
-{
-    (void)desc;
-    (void)flexnpu_unsupported("aclGetTensorDescName");
-    return NULL;
-}
-
 API aclError aclTransTensorDescFormat(const aclTensorDesc *srcDesc, aclFormat dstFormat,
     aclTensorDesc **dstDesc)
 {
@@ -2953,88 +2696,6 @@ API aclError aclTransTensorDescFormat(const aclTensorDesc *srcDesc, aclFormat ds
     (void)dstFormat;
     (void)dstDesc;
     return flexnpu_unsupported("aclTransTensorDescFormat");
-}
-
-API aclError aclSetTensorStorageFormat(aclTensorDesc *desc, aclFormat format)
-{
-    (void)desc;
-    (void)format;
-    return flexnpu_unsupported("aclSetTensorStorageFormat");
-}
-
-API aclError aclSetTensorStorageShape(aclTensorDesc *desc, int numDims, const int64_t *dims)
-{
-    (void)desc;
-    (void)numDims;
-    (void)dims;
-    return flexnpu_unsupported("aclSetTensorStorageShape");
-}
-
-API aclError aclSetTensorFormat(aclTensorDesc *desc, aclFormat format)
-{
-    (void)desc;
-    (void)format;
-    return flexnpu_unsupported("aclSetTensorFormat");
-}
-
-API aclError aclSetTensorShape(aclTensorDesc *desc, int numDims, const int64_t *dims)
-{
-    (void)desc;
-    (void)numDims;
-    (void)dims;
-    return flexnpu_unsupported("aclSetTensorShape");
-}
-
-API aclError aclSetTensorOriginFormat(aclTensorDesc *desc, aclFormat format)
-{
-    (void)desc;
-    (void)format;
-    return flexnpu_unsupported("aclSetTensorOriginFormat");
-}
-
-API aclError aclSetTensorOriginShape(aclTensorDesc *desc, int numDims, const int64_t *dims)
-{
-    (void)desc;
-    (void)numDims;
-    (void)dims;
-    return flexnpu_unsupported("aclSetTensorOriginShape");
-}
-
-API aclTensorDesc * aclGetTensorDescByIndex(aclTensorDesc *desc, size_t index)
-{
-    (void)desc;
-    (void)index;
-    (void)flexnpu_unsupported("aclGetTensorDescByIndex");
-    return NULL;
-}
-
-API void * aclGetTensorDescAddress(const aclTensorDesc *desc)
-{
-    (void)desc;
-    (void)flexnpu_unsupported("aclGetTensorDescAddress");
-    return NULL;
-}
-
-API aclError aclSetTensorDynamicInput(aclTensorDesc *desc, const char *dynamicInputName)
-{
-    (void)desc;
-    (void)dynamicInputName;
-    return flexnpu_unsupported("aclSetTensorDynamicInput");
-}
-
-API aclError aclSetTensorConst(aclTensorDesc *desc, void *dataBuffer, size_t length)
-{
-    (void)desc;
-    (void)dataBuffer;
-    (void)length;
-    return flexnpu_unsupported("aclSetTensorConst");
-}
-
-API aclError aclSetTensorPlaceMent(aclTensorDesc *desc, aclMemType memType)
-{
-    (void)desc;
-    (void)memType;
-    return flexnpu_unsupported("aclSetTensorPlaceMent");
 }
 
 API aclmdlDesc * aclmdlCreateDesc(void)
@@ -3111,56 +2772,6 @@ API aclError aclmdlDestroyExecConfigHandle(const aclmdlExecConfigHandle *handle)
 {
     (void)handle;
     return flexnpu_unsupported("aclmdlDestroyExecConfigHandle");
-}
-
-API aclmdlDataset * aclmdlCreateDataset(void)
-{
-    (void)flexnpu_unsupported("aclmdlCreateDataset");
-    return NULL;
-}
-
-API aclError aclmdlDestroyDataset(const aclmdlDataset *dataset)
-{
-    (void)dataset;
-    return flexnpu_unsupported("aclmdlDestroyDataset");
-}
-
-API aclError aclmdlAddDatasetBuffer(aclmdlDataset *dataset, aclDataBuffer *dataBuffer)
-{
-    (void)dataset;
-    (void)dataBuffer;
-    return flexnpu_unsupported("aclmdlAddDatasetBuffer");
-}
-
-API aclError aclmdlSetDatasetTensorDesc(aclmdlDataset *dataset, aclTensorDesc *tensorDesc, size_t index)
-{
-    (void)dataset;
-    (void)tensorDesc;
-    (void)index;
-    return flexnpu_unsupported("aclmdlSetDatasetTensorDesc");
-}
-
-API aclTensorDesc * aclmdlGetDatasetTensorDesc(const aclmdlDataset *dataset, size_t index)
-{
-    (void)dataset;
-    (void)index;
-    (void)flexnpu_unsupported("aclmdlGetDatasetTensorDesc");
-    return NULL;
-}
-
-API size_t aclmdlGetDatasetNumBuffers(const aclmdlDataset *dataset)
-{
-    (void)dataset;
-    (void)flexnpu_unsupported("aclmdlGetDatasetNumBuffers");
-    return 0;
-}
-
-API aclDataBuffer * aclmdlGetDatasetBuffer(const aclmdlDataset *dataset, size_t index)
-{
-    (void)dataset;
-    (void)index;
-    (void)flexnpu_unsupported("aclmdlGetDatasetBuffer");
-    return NULL;
 }
 
 API aclError aclmdlLoadFromFile(const char *modelPath, uint32_t *modelId)
@@ -3928,117 +3539,6 @@ API aclError aclopLoad(const void *model, size_t modelSize)
     (void)model;
     (void)modelSize;
     return flexnpu_unsupported("aclopLoad");
-}
-
-API aclopAttr * aclopCreateAttr(void)
-{
-    (void)flexnpu_unsupported("aclopCreateAttr");
-    return NULL;
-}
-
-API void aclopDestroyAttr(const aclopAttr *attr)
-{
-    (void)attr;
-    flexnpu_unsupported_note("aclopDestroyAttr");
-}
-
-API aclError aclopSetAttrBool(aclopAttr *attr, const char *attrName, uint8_t attrValue)
-{
-    (void)attr;
-    (void)attrName;
-    (void)attrValue;
-    return flexnpu_unsupported("aclopSetAttrBool");
-}
-
-API aclError aclopSetAttrInt(aclopAttr *attr, const char *attrName, int64_t attrValue)
-{
-    (void)attr;
-    (void)attrName;
-    (void)attrValue;
-    return flexnpu_unsupported("aclopSetAttrInt");
-}
-
-API aclError aclopSetAttrFloat(aclopAttr *attr, const char *attrName, float attrValue)
-{
-    (void)attr;
-    (void)attrName;
-    (void)attrValue;
-    return flexnpu_unsupported("aclopSetAttrFloat");
-}
-
-API aclError aclopSetAttrString(aclopAttr *attr, const char *attrName, const char *attrValue)
-{
-    (void)attr;
-    (void)attrName;
-    (void)attrValue;
-    return flexnpu_unsupported("aclopSetAttrString");
-}
-
-API aclError aclopSetAttrDataType(aclopAttr *attr, const char *attrName, aclDataType attrValue)
-{
-    (void)attr;
-    (void)attrName;
-    (void)attrValue;
-    return flexnpu_unsupported("aclopSetAttrDataType");
-}
-
-API aclError aclopSetAttrListDataType(aclopAttr *attr, const char *attrName, int numValues,
-    const aclDataType values[])
-{
-    (void)attr;
-    (void)attrName;
-    (void)numValues;
-    (void)values;
-    return flexnpu_unsupported("aclopSetAttrListDataType");
-}
-
-API aclError aclopSetAttrListBool(aclopAttr *attr, const char *attrName, int numValues,
-    const uint8_t *values)
-{
-    (void)attr;
-    (void)attrName;
-    (void)numValues;
-    (void)values;
-    return flexnpu_unsupported("aclopSetAttrListBool");
-}
-
-API aclError aclopSetAttrListInt(aclopAttr *attr, const char *attrName, int numValues, const int64_t *values)
-{
-    (void)attr;
-    (void)attrName;
-    (void)numValues;
-    (void)values;
-    return flexnpu_unsupported("aclopSetAttrListInt");
-}
-
-API aclError aclopSetAttrListFloat(aclopAttr *attr, const char *attrName, int numValues, const float *values)
-{
-    (void)attr;
-    (void)attrName;
-    (void)numValues;
-    (void)values;
-    return flexnpu_unsupported("aclopSetAttrListFloat");
-}
-
-API aclError aclopSetAttrListString(aclopAttr *attr, const char *attrName, int numValues,
-    const char **values)
-{
-    (void)attr;
-    (void)attrName;
-    (void)numValues;
-    (void)values;
-    return flexnpu_unsupported("aclopSetAttrListString");
-}
-
-API aclError aclopSetAttrListListInt(aclopAttr *attr, const char *attrName, int numLists,
-    const int *numValues, const int64_t *const values[])
-{
-    (void)attr;
-    (void)attrName;
-    (void)numLists;
-    (void)numValues;
-    (void)values;
-    return flexnpu_unsupported("aclopSetAttrListListInt");
 }
 
 API aclError aclopExecute(const char *opType, int numInputs, const aclTensorDesc *const inputDesc[],

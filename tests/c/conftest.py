@@ -91,6 +91,11 @@ def acl_check(library: Path) -> Path:
     return clibrary.compile_program(HERE / "acl_check.c", link_library=library)
 
 
+@pytest.fixture(scope="session")
+def acl_semantics(library: Path) -> Path:
+    return clibrary.compile_program(HERE / "acl_semantics.c", link_library=library)
+
+
 @dataclass
 class Claim:
     """A running aclserver and the client.conf (host paths) that reaches it."""

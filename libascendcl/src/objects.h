@@ -1,0 +1,68 @@
+/*
+ * objects.h: the host-side objects of libascendcl.so (data buffers, tensor descriptors, model
+ * datasets, operator attributes): their layouts and the helpers the files that serve them share.
+ *
+ * They live only in the client: no server round trip, no quota, no session needed (they work
+ * before aclInit, as CANN's do). Each carries a magic number that is checked before use and
+ * cleared when it is destroyed, so a NULL, foreign or destroyed handle gets
+ * ACL_ERROR_INVALID_PARAM with a message instead of undefined behaviour where it can be told.
+ */
+#ifndef FLEXNPU_OBJECTS_H_
+#define FLEXNPU_OBJECTS_H_
+
+#include "acl/acl.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define DATA_BUFFER_MAGIC 0x464E4442u /* "FNDB" */
+#define TENSOR_DESC_MAGIC 0x464E5444u /* "FNTD" */
+#define DATASET_MAGIC 0x464E4453u     /* "FNDS" */
+#define OP_ATTR_MAGIC 0x464E4f41u     /* "FNOA" */
+
+struct aclDataBuffer {
+    uint32_t magic;
+    void *data;
+    size_t size;
+};
+
+/* A list of int64: dims, or [min, max] pairs one after the other (ranges). */
+struct int64_list {
+    int64_t *v;
+    size_t n; /* values (a range list: twice its ranges) */
+};
+
+struct aclTensorDesc {
+    uint32_t magic;
+    aclDataType data_type;
+    aclFormat format;         /* the origin format (aclSetTensorOriginFormat, aclGetTensorDescFormat) */
+    aclFormat storage_format; /* aclSetTensorFormat / aclSetTensorStorageFormat */
+    struct int64_list dims;   /* the origin shape (aclCreateTensorDesc, aclSetTensorOriginShape) */
+    struct int64_list storage_dims; /* aclSetTensorShape / aclSetTensorStorageShape */
+    struct int64_list shape_range;  /* pairs */
+    struct int64_list value_range;  /* pairs */
+    char *name;                     /* never NULL once created */
+    char *dynamic_input;
+    void *const_data; /* a copy of aclSetTensorConst's bytes */
+    size_t const_len;
+    aclMemType placement;
+    void *address;
+};
+
+struct dataset_blob {
+    aclDataBuffer *buffer;   /* the caller's */
+    aclTensorDesc *desc;     /* the dataset's own copy, or NULL */
+};
+
+struct aclmdlDataset {
+    uint32_t magic;
+    struct dataset_blob *blobs;
+    size_t n, cap;
+};
+
+/* A copy of src (a new descriptor the caller destroys), NULL when out of memory. */
+aclTensorDesc *tensor_desc_copy(const aclTensorDesc *src);
+/* 0 when desc is a live tensor descriptor, else ACL_ERROR_INVALID_PARAM with a message. */
+int tensor_desc_check(const aclTensorDesc *desc, const char *what);
+
+#endif /* FLEXNPU_OBJECTS_H_ */
