@@ -66,7 +66,8 @@ MAX_GEARS = 128
 """CANN's ACL_MAX_BATCH_NUM / ACL_MAX_HW_NUM."""
 MAX_NAME_BYTES = 127
 """CANN's ACL_MAX_TENSOR_NAME_LEN (128) less the terminating NUL."""
-MAX_HEADER_BYTES = 1 << 20
+MAX_HEADER_BYTES = 256 << 10
+"""A header (and so a model description on the wire) is at most 256 KiB: it fits one reply frame."""
 DYNAMIC_TENSOR_NAME = "ascend_mbatch_shape_data"
 """CANN's ACL_DYNAMIC_TENSOR_NAME: the input that carries the batch (or h, w) of one execution."""
 FORMAT_NCHW, FORMAT_NHWC, FORMAT_ND = 0, 1, 2

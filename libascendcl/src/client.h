@@ -158,6 +158,16 @@ void rpc_close(void); /* half-close, wait (bounded) for the server to release th
 int rpc_map_region(const char *name, size_t name_len, size_t size, unsigned char **addr, int populate,
                    const char *what);
 
+/* -- staged transfers (memory.c) ------------------------------------------------------------------ */
+
+/* Put the chunk of n bytes at offset done of the transfer into dst (0, or an error recorded). */
+typedef int (*staged_fill)(void *ctx, unsigned char *dst, size_t done, size_t n);
+/* The request that hands the server that chunk, now at wire host pointer host: its op and values. */
+typedef unsigned (*staged_frame)(void *ctx, size_t done, uint64_t host, size_t n, uint16_t *op, int64_t *args);
+/* Send count bytes through the two staging halves, pipelined: the client fills one half while the
+ * server drains the other (as the Python client's Session._send_staged). */
+int staged_send(size_t count, staged_fill fill, staged_frame frame, void *ctx, const char *what);
+
 /* -- memory policies and attributes (mempolicy.c) --------------------------------------------- */
 
 /* The policy (0..5) the aclserver is sent for any aclrtMemMallocPolicy value CANN accepts. */

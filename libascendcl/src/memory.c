@@ -332,9 +332,7 @@ API aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value, size
     LOCKED(do_memset_async(devPtr, maxCount, value, count, stream));
 }
 
-/* Copy count plain host bytes at src to device dst through the staging halves, pipelined: the
- * client fills one half while the server drains the other (dra_driver/client/session.py). */
-static int staged_in(uint64_t dst, const unsigned char *src, size_t count, int kind, const char *what)
+int staged_send(size_t count, staged_fill fill, staged_frame frame, void *ctx, const char *what)
 {
     size_t half = session.staging.size / 2;
     uint32_t pending = 0;
@@ -343,25 +341,34 @@ static int staged_in(uint64_t dst, const unsigned char *src, size_t count, int k
     for (unsigned k = 0;; k++) {
         size_t n = count - done < half ? count - done : half;
         size_t off = (k % 2) * half;
-        memcpy(session.staging.addr + off, src + done, n);
-        int64_t args[6] = {(int64_t)(dst + done), (int64_t)(count - done), (int64_t)wire_host_ptr(0, off),
-                           (int64_t)n, kind, (int64_t)(count - done)};
-        uint32_t rid;
-        int rc = rpc_send(OP_MEMCPY, args, 6, NULL, 0, &rid, what);
-        if (rc)
-            return rc;
-        if (have_pending) {
-            rc = rpc_receive(pending, NULL, 0, session.call_timeout_ms, what, NULL);
-            if (rc) {
-                if (!session.dead) {
-                    struct saved_error keep;
+        int rc = fill(ctx, session.staging.addr + off, done, n);
+        uint32_t rid = 0;
+        int sent = 0;
+        if (!rc) {
+            int64_t args[FLEXNPU_MAX_INTS];
+            uint16_t op;
+            unsigned nargs = frame(ctx, done, wire_host_ptr(0, off), n, &op, args);
+            rc = rpc_send(op, args, nargs, NULL, 0, &rid, what);
+            sent = !rc;
+        }
+        if (have_pending && !session.dead) {
+            struct saved_error keep;
+            if (rc)
+                error_save(&keep);
+            int prc = rpc_receive(pending, NULL, 0, session.call_timeout_ms, what, NULL);
+            if (rc)
+                error_restore(&keep);
+            else if (prc) {
+                if (sent && !session.dead) {
                     error_save(&keep);
                     rpc_receive(rid, NULL, 0, session.call_timeout_ms, what, NULL);
                     error_restore(&keep);
                 }
-                return rc;
+                return prc;
             }
         }
+        if (rc)
+            return rc;
         pending = rid;
         have_pending = 1;
         done += n;
@@ -369,6 +376,39 @@ static int staged_in(uint64_t dst, const unsigned char *src, size_t count, int k
             break;
     }
     return rpc_receive(pending, NULL, 0, session.call_timeout_ms, what, NULL);
+}
+
+struct staged_copy {
+    uint64_t dst;
+    const unsigned char *src;
+    size_t count;
+    int kind;
+};
+
+static int copy_fill(void *ctx, unsigned char *dst, size_t done, size_t n)
+{
+    memcpy(dst, ((struct staged_copy *)ctx)->src + done, n);
+    return 0;
+}
+
+static unsigned copy_frame(void *ctx, size_t done, uint64_t host, size_t n, uint16_t *op, int64_t *args)
+{
+    const struct staged_copy *c = ctx;
+    *op = OP_MEMCPY;
+    args[0] = (int64_t)(c->dst + done);
+    args[1] = (int64_t)(c->count - done);
+    args[2] = (int64_t)host;
+    args[3] = (int64_t)n;
+    args[4] = c->kind;
+    args[5] = (int64_t)(c->count - done);
+    return 6;
+}
+
+/* Copy count plain host bytes at src to device dst through the staging halves (staged_send). */
+static int staged_in(uint64_t dst, const unsigned char *src, size_t count, int kind, const char *what)
+{
+    struct staged_copy c = {dst, src, count, kind};
+    return staged_send(count, copy_fill, copy_frame, &c, what);
 }
 
 /* Copy count bytes from device src into plain host memory dst through the staging halves: the

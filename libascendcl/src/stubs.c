@@ -2698,70 +2698,6 @@ API aclError aclTransTensorDescFormat(const aclTensorDesc *srcDesc, aclFormat ds
     return flexnpu_unsupported("aclTransTensorDescFormat");
 }
 
-API aclmdlDesc * aclmdlCreateDesc(void)
-{
-    (void)flexnpu_unsupported("aclmdlCreateDesc");
-    return NULL;
-}
-
-API aclError aclmdlDestroyDesc(aclmdlDesc *modelDesc)
-{
-    (void)modelDesc;
-    return flexnpu_unsupported("aclmdlDestroyDesc");
-}
-
-API aclError aclmdlGetDesc(aclmdlDesc *modelDesc, uint32_t modelId)
-{
-    (void)modelDesc;
-    (void)modelId;
-    return flexnpu_unsupported("aclmdlGetDesc");
-}
-
-API aclError aclmdlGetDescFromFile(aclmdlDesc *modelDesc, const char *modelPath)
-{
-    (void)modelDesc;
-    (void)modelPath;
-    return flexnpu_unsupported("aclmdlGetDescFromFile");
-}
-
-API aclError aclmdlGetDescFromMem(aclmdlDesc *modelDesc, const void *model, size_t modelSize)
-{
-    (void)modelDesc;
-    (void)model;
-    (void)modelSize;
-    return flexnpu_unsupported("aclmdlGetDescFromMem");
-}
-
-API size_t aclmdlGetNumInputs(aclmdlDesc *modelDesc)
-{
-    (void)modelDesc;
-    (void)flexnpu_unsupported("aclmdlGetNumInputs");
-    return 0;
-}
-
-API size_t aclmdlGetNumOutputs(aclmdlDesc *modelDesc)
-{
-    (void)modelDesc;
-    (void)flexnpu_unsupported("aclmdlGetNumOutputs");
-    return 0;
-}
-
-API size_t aclmdlGetInputSizeByIndex(aclmdlDesc *modelDesc, size_t index)
-{
-    (void)modelDesc;
-    (void)index;
-    (void)flexnpu_unsupported("aclmdlGetInputSizeByIndex");
-    return 0;
-}
-
-API size_t aclmdlGetOutputSizeByIndex(aclmdlDesc *modelDesc, size_t index)
-{
-    (void)modelDesc;
-    (void)index;
-    (void)flexnpu_unsupported("aclmdlGetOutputSizeByIndex");
-    return 0;
-}
-
 API aclmdlExecConfigHandle * aclmdlCreateExecConfigHandle(void)
 {
     (void)flexnpu_unsupported("aclmdlCreateExecConfigHandle");
@@ -2772,13 +2708,6 @@ API aclError aclmdlDestroyExecConfigHandle(const aclmdlExecConfigHandle *handle)
 {
     (void)handle;
     return flexnpu_unsupported("aclmdlDestroyExecConfigHandle");
-}
-
-API aclError aclmdlLoadFromFile(const char *modelPath, uint32_t *modelId)
-{
-    (void)modelPath;
-    (void)modelId;
-    return flexnpu_unsupported("aclmdlLoadFromFile");
 }
 
 API aclError aclmdlBundleLoadFromFile(const char *modelPath, uint32_t *bundleId)
@@ -2928,39 +2857,6 @@ API aclError aclmdlBundleUnloadModel(uint32_t bundleId, uint32_t modelId)
     return flexnpu_unsupported("aclmdlBundleUnloadModel");
 }
 
-API aclError aclmdlLoadFromMem(const void *model, size_t modelSize, uint32_t *modelId)
-{
-    (void)model;
-    (void)modelSize;
-    (void)modelId;
-    return flexnpu_unsupported("aclmdlLoadFromMem");
-}
-
-API aclError aclmdlLoadFromFileWithMem(const char *modelPath, uint32_t *modelId, void *workPtr,
-    size_t workSize, void *weightPtr, size_t weightSize)
-{
-    (void)modelPath;
-    (void)modelId;
-    (void)workPtr;
-    (void)workSize;
-    (void)weightPtr;
-    (void)weightSize;
-    return flexnpu_unsupported("aclmdlLoadFromFileWithMem");
-}
-
-API aclError aclmdlLoadFromMemWithMem(const void *model, size_t modelSize, uint32_t *modelId, void *workPtr,
-    size_t workSize, void *weightPtr, size_t weightSize)
-{
-    (void)model;
-    (void)modelSize;
-    (void)modelId;
-    (void)workPtr;
-    (void)workSize;
-    (void)weightPtr;
-    (void)weightSize;
-    return flexnpu_unsupported("aclmdlLoadFromMemWithMem");
-}
-
 API aclError aclmdlLoadFromFileWithQ(const char *modelPath, uint32_t *modelId, const uint32_t *inputQ,
     size_t inputQNum, const uint32_t *outputQ, size_t outputQNum)
 {
@@ -2986,14 +2882,6 @@ API aclError aclmdlLoadFromMemWithQ(const void *model, size_t modelSize, uint32_
     return flexnpu_unsupported("aclmdlLoadFromMemWithQ");
 }
 
-API aclError aclmdlExecute(uint32_t modelId, const aclmdlDataset *input, aclmdlDataset *output)
-{
-    (void)modelId;
-    (void)input;
-    (void)output;
-    return flexnpu_unsupported("aclmdlExecute");
-}
-
 API aclError aclmdlExecuteV2(uint32_t modelId, const aclmdlDataset *input, aclmdlDataset *output,
     aclrtStream stream, const aclmdlExecConfigHandle *handle)
 {
@@ -3016,22 +2904,6 @@ API aclError aclmdlExecuteAsyncV2(uint32_t modelId, const aclmdlDataset *input, 
     return flexnpu_unsupported("aclmdlExecuteAsyncV2");
 }
 
-API aclError aclmdlExecuteAsync(uint32_t modelId, const aclmdlDataset *input, aclmdlDataset *output,
-    aclrtStream stream)
-{
-    (void)modelId;
-    (void)input;
-    (void)output;
-    (void)stream;
-    return flexnpu_unsupported("aclmdlExecuteAsync");
-}
-
-API aclError aclmdlUnload(uint32_t modelId)
-{
-    (void)modelId;
-    return flexnpu_unsupported("aclmdlUnload");
-}
-
 API aclError aclmdlSetAttribute(uint32_t modelId, aclmdlAttr attr, aclmdlAttrValue_t *attrValue)
 {
     (void)modelId;
@@ -3048,50 +2920,11 @@ API aclError aclmdlGetAttribute(uint32_t modelId, aclmdlAttr attr, aclmdlAttrVal
     return flexnpu_unsupported("aclmdlGetAttribute");
 }
 
-API aclError aclmdlQuerySize(const char *fileName, size_t *workSize, size_t *weightSize)
-{
-    (void)fileName;
-    (void)workSize;
-    (void)weightSize;
-    return flexnpu_unsupported("aclmdlQuerySize");
-}
-
 API aclError aclmdlQueryExeOMDesc(const char *fileName, aclmdlExeOMDesc *mdlPartitionSize)
 {
     (void)fileName;
     (void)mdlPartitionSize;
     return flexnpu_unsupported("aclmdlQueryExeOMDesc");
-}
-
-API aclError aclmdlQuerySizeFromMem(const void *model, size_t modelSize, size_t *workSize,
-    size_t *weightSize)
-{
-    (void)model;
-    (void)modelSize;
-    (void)workSize;
-    (void)weightSize;
-    return flexnpu_unsupported("aclmdlQuerySizeFromMem");
-}
-
-API aclError aclmdlSetDynamicBatchSize(uint32_t modelId, aclmdlDataset *dataset, size_t index,
-    uint64_t batchSize)
-{
-    (void)modelId;
-    (void)dataset;
-    (void)index;
-    (void)batchSize;
-    return flexnpu_unsupported("aclmdlSetDynamicBatchSize");
-}
-
-API aclError aclmdlSetDynamicHWSize(uint32_t modelId, aclmdlDataset *dataset, size_t index, uint64_t height,
-    uint64_t width)
-{
-    (void)modelId;
-    (void)dataset;
-    (void)index;
-    (void)height;
-    (void)width;
-    return flexnpu_unsupported("aclmdlSetDynamicHWSize");
 }
 
 API aclError aclmdlSetInputDynamicDims(uint32_t modelId, aclmdlDataset *dataset, size_t index,
@@ -3102,38 +2935,6 @@ API aclError aclmdlSetInputDynamicDims(uint32_t modelId, aclmdlDataset *dataset,
     (void)index;
     (void)dims;
     return flexnpu_unsupported("aclmdlSetInputDynamicDims");
-}
-
-API aclError aclmdlGetInputDims(const aclmdlDesc *modelDesc, size_t index, aclmdlIODims *dims)
-{
-    (void)modelDesc;
-    (void)index;
-    (void)dims;
-    return flexnpu_unsupported("aclmdlGetInputDims");
-}
-
-API aclError aclmdlGetInputDimsV2(const aclmdlDesc *modelDesc, size_t index, aclmdlIODims *dims)
-{
-    (void)modelDesc;
-    (void)index;
-    (void)dims;
-    return flexnpu_unsupported("aclmdlGetInputDimsV2");
-}
-
-API aclError aclmdlGetInputDimsRange(const aclmdlDesc *modelDesc, size_t index, aclmdlIODimsRange *dimsRange)
-{
-    (void)modelDesc;
-    (void)index;
-    (void)dimsRange;
-    return flexnpu_unsupported("aclmdlGetInputDimsRange");
-}
-
-API aclError aclmdlGetOutputDims(const aclmdlDesc *modelDesc, size_t index, aclmdlIODims *dims)
-{
-    (void)modelDesc;
-    (void)index;
-    (void)dims;
-    return flexnpu_unsupported("aclmdlGetOutputDims");
 }
 
 API aclError aclmdlGetCurOutputDims(const aclmdlDesc *modelDesc, size_t index, aclmdlIODims *dims)
@@ -3151,103 +2952,6 @@ API const char * aclmdlGetOpAttr(aclmdlDesc *modelDesc, const char *opName, cons
     (void)attr;
     (void)flexnpu_unsupported("aclmdlGetOpAttr");
     return NULL;
-}
-
-API const char * aclmdlGetInputNameByIndex(const aclmdlDesc *modelDesc, size_t index)
-{
-    (void)modelDesc;
-    (void)index;
-    (void)flexnpu_unsupported("aclmdlGetInputNameByIndex");
-    return NULL;
-}
-
-API const char * aclmdlGetOutputNameByIndex(const aclmdlDesc *modelDesc, size_t index)
-{
-    (void)modelDesc;
-    (void)index;
-    (void)flexnpu_unsupported("aclmdlGetOutputNameByIndex");
-    return NULL;
-}
-
-API aclFormat aclmdlGetInputFormat(const aclmdlDesc *modelDesc, size_t index)
-{
-    (void)modelDesc;
-    (void)index;
-    (void)flexnpu_unsupported("aclmdlGetInputFormat");
-    return ACL_FORMAT_UNDEFINED;
-}
-
-API aclFormat aclmdlGetOutputFormat(const aclmdlDesc *modelDesc, size_t index)
-{
-    (void)modelDesc;
-    (void)index;
-    (void)flexnpu_unsupported("aclmdlGetOutputFormat");
-    return ACL_FORMAT_UNDEFINED;
-}
-
-API aclDataType aclmdlGetInputDataType(const aclmdlDesc *modelDesc, size_t index)
-{
-    (void)modelDesc;
-    (void)index;
-    (void)flexnpu_unsupported("aclmdlGetInputDataType");
-    return ACL_DT_UNDEFINED;
-}
-
-API aclDataType aclmdlGetOutputDataType(const aclmdlDesc *modelDesc, size_t index)
-{
-    (void)modelDesc;
-    (void)index;
-    (void)flexnpu_unsupported("aclmdlGetOutputDataType");
-    return ACL_DT_UNDEFINED;
-}
-
-API aclError aclmdlGetInputIndexByName(const aclmdlDesc *modelDesc, const char *name, size_t *index)
-{
-    (void)modelDesc;
-    (void)name;
-    (void)index;
-    return flexnpu_unsupported("aclmdlGetInputIndexByName");
-}
-
-API aclError aclmdlGetOutputIndexByName(const aclmdlDesc *modelDesc, const char *name, size_t *index)
-{
-    (void)modelDesc;
-    (void)name;
-    (void)index;
-    return flexnpu_unsupported("aclmdlGetOutputIndexByName");
-}
-
-API aclError aclmdlGetDynamicBatch(const aclmdlDesc *modelDesc, aclmdlBatch *batch)
-{
-    (void)modelDesc;
-    (void)batch;
-    return flexnpu_unsupported("aclmdlGetDynamicBatch");
-}
-
-API aclError aclmdlGetDynamicHW(const aclmdlDesc *modelDesc, size_t index, aclmdlHW *hw)
-{
-    (void)modelDesc;
-    (void)index;
-    (void)hw;
-    return flexnpu_unsupported("aclmdlGetDynamicHW");
-}
-
-API aclError aclmdlGetInputDynamicGearCount(const aclmdlDesc *modelDesc, size_t index, size_t *gearCount)
-{
-    (void)modelDesc;
-    (void)index;
-    (void)gearCount;
-    return flexnpu_unsupported("aclmdlGetInputDynamicGearCount");
-}
-
-API aclError aclmdlGetInputDynamicDims(const aclmdlDesc *modelDesc, size_t index, aclmdlIODims *dims,
-    size_t gearCount)
-{
-    (void)modelDesc;
-    (void)index;
-    (void)dims;
-    (void)gearCount;
-    return flexnpu_unsupported("aclmdlGetInputDynamicDims");
 }
 
 API aclmdlAIPP * aclmdlCreateAIPP(uint64_t batchSize)
@@ -3456,35 +3160,6 @@ API aclError aclmdlCreateAndGetOpDesc(uint32_t deviceId, uint32_t streamId, uint
     return flexnpu_unsupported("aclmdlCreateAndGetOpDesc");
 }
 
-API aclError aclmdlLoadWithConfig(const aclmdlConfigHandle *handle, uint32_t *modelId)
-{
-    (void)handle;
-    (void)modelId;
-    return flexnpu_unsupported("aclmdlLoadWithConfig");
-}
-
-API aclmdlConfigHandle * aclmdlCreateConfigHandle(void)
-{
-    (void)flexnpu_unsupported("aclmdlCreateConfigHandle");
-    return NULL;
-}
-
-API aclError aclmdlDestroyConfigHandle(aclmdlConfigHandle *handle)
-{
-    (void)handle;
-    return flexnpu_unsupported("aclmdlDestroyConfigHandle");
-}
-
-API aclError aclmdlSetConfigOpt(aclmdlConfigHandle *handle, aclmdlConfigAttr attr, const void *attrValue,
-    size_t valueSize)
-{
-    (void)handle;
-    (void)attr;
-    (void)attrValue;
-    (void)valueSize;
-    return flexnpu_unsupported("aclmdlSetConfigOpt");
-}
-
 API aclError aclmdlSetExecConfigOpt(aclmdlExecConfigHandle *handle, aclmdlExecConfigAttr attr,
     const void *attrValue, size_t valueSize)
 {
@@ -3503,14 +3178,6 @@ API aclError aclmdlSetExternalWeightAddress(aclmdlConfigHandle *handle, const ch
     (void)devPtr;
     (void)size;
     return flexnpu_unsupported("aclmdlSetExternalWeightAddress");
-}
-
-API const char * aclmdlGetTensorRealName(const aclmdlDesc *modelDesc, const char *name)
-{
-    (void)modelDesc;
-    (void)name;
-    (void)flexnpu_unsupported("aclmdlGetTensorRealName");
-    return NULL;
 }
 
 API aclError aclRecoverAllHcclTasks(int32_t deviceId)

@@ -324,12 +324,12 @@ static void scenario_badargs(void)
     CHECK(a + 4096 <= total + 32 && a < total, "mem info after refusals: free %zu of %zu", a, total);
     CALL(aclrtFree(dev));
     /* unsupported symbols resolve and refuse cleanly */
-    aclError (*fn)(void) = (aclError(*)(void))dlsym(RTLD_DEFAULT, "aclmdlLoadFromFile");
-    CHECK(fn != NULL, "aclmdlLoadFromFile resolves");
+    aclError (*fn)(void) = (aclError(*)(void))dlsym(RTLD_DEFAULT, "aclmdlLoadFromFileWithQ");
+    CHECK(fn != NULL, "aclmdlLoadFromFileWithQ resolves");
     if (fn) {
         int r = fn();
         printf("val unsupported_msg %s\n", msg());
-        expect(r, ACL_ERROR_API_NOT_SUPPORT, "aclmdlLoadFromFile");
+        expect(r, ACL_ERROR_API_NOT_SUPPORT, "aclmdlLoadFromFileWithQ");
     }
     CALL(aclFinalize());
     /* as CANN: aclrtSetDevice opens the session itself, aclFinalize then has no aclInit to undo,

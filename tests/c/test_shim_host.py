@@ -37,7 +37,7 @@ def test_streams_kernels_and_events(acl_check: Path, claim: Claim) -> None:
 
 def test_bad_arguments_get_clear_codes_and_the_session_survives(acl_check: Path, claim: Claim) -> None:
     res = run(acl_check, "badargs", conf=claim.conf).ok()
-    assert "aclmdlLoadFromFile is not supported" in res.values["unsupported_msg"]
+    assert "aclmdlLoadFromFileWithQ is not supported" in res.values["unsupported_msg"]
 
 
 def test_threads_share_the_one_connection(acl_check: Path, claim: Claim) -> None:
