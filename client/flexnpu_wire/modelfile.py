@@ -16,8 +16,10 @@ Layout (little-endian; offsets in bytes)::
     H   weights (weight_bytes)
 
 A tensor record: name_len u16, name (UTF-8), data_type i32 (aclDataType), format i32
-(aclFormat), ndims u32, dims i64 x ndims (-1: a dynamic dimension). An output record adds
-op u32, a u32, b u32, scale f64, bias f64.
+(aclFormat), ndims u32, size u64 (bytes at the largest gear), dims i64 x ndims (-1: a dynamic
+dimension). An output record adds op u32, a u32, b u32, scale f64, bias f64. A file of this
+format states sizes that follow from the dims (``check``); a description of a real CANN model
+(the ascend backend's) states CANN's, and may use up to ``ACL_MAX_DIM_CNT`` dims and any type.
 """
 
 from __future__ import annotations
@@ -62,6 +64,9 @@ VERSION = 1
 HEADER_ALIGN = 64
 MAX_TENSORS = 256
 MAX_DIMS = 8
+"""Dims of a tensor the emulated backend computes with."""
+MAX_DESC_DIMS = 128
+"""Dims of a tensor in a description (CANN's ACL_MAX_DIM_CNT)."""
 MAX_GEARS = 128
 """CANN's ACL_MAX_BATCH_NUM / ACL_MAX_HW_NUM."""
 MAX_NAME_BYTES = 127
@@ -75,7 +80,7 @@ DTYPE_SIZES = {0: 4, 1: 2, 2: 1, 3: 4, 4: 1, 6: 2, 7: 2, 8: 4, 9: 8, 10: 8, 11: 
 """aclDataType -> bytes per element, for the types the format computes with: FLOAT, FLOAT16, INT8,
 INT32, UINT8, INT16, UINT16, UINT32, INT64, UINT64, DOUBLE, BOOL."""
 _FIXED = struct.Struct("<8sIIQQIIIIIIQ")
-_TENSOR = struct.Struct("<iiI")
+_TENSOR = struct.Struct("<iiIQ")
 _OUTPUT = struct.Struct("<IIIdd")
 _U16, _U64, _I64 = struct.Struct("<H"), struct.Struct("<Q"), struct.Struct("<q")
 _INT32_MAX = 2**31 - 1
@@ -157,6 +162,9 @@ class ModelFile:
     batch_gears: tuple[int, ...] = ()
     hw_gears: tuple[tuple[int, int], ...] = ()
     weights: bytes = field(default=b"", repr=False)
+    sizes: tuple[int, ...] = ()
+    """Bytes of each tensor (inputs, then outputs) at the largest gear when they are not what the
+    dims say (a real CANN model's description); empty: as the dims say."""
 
     @property
     def max_batch(self) -> int:
@@ -168,10 +176,20 @@ class ModelFile:
 
     def input_size(self, index: int) -> int:
         """Bytes of input ``index`` at the largest gear (what aclmdlGetInputSizeByIndex answers)."""
-        return self.inputs[index].nbytes(self.max_batch, self.max_hw)
+        return self.sizes[index] if self.sizes else self.inputs[index].nbytes(self.max_batch, self.max_hw)
 
     def output_size(self, index: int) -> int:
+        if self.sizes:
+            return self.sizes[len(self.inputs) + index]
         return self.outputs[index].tensor.nbytes(self.max_batch, self.max_hw)
+
+    def need(self, index: int, batch: int, hw: tuple[int, int]) -> int:
+        """Bytes the buffer of tensor ``index`` (inputs, then outputs) needs for one execution at
+        this gear (0 where a CANN model's description leaves it to CANN)."""
+        t = tensors(self)[index]
+        if not self.sizes:
+            return t.nbytes(batch, hw)
+        return 0 if dynamic_positions(t) else self.sizes[index]
 
     def cost_of(self, elements: int) -> int:
         """Die microseconds of one execution that writes ``elements`` output elements."""
@@ -179,7 +197,10 @@ class ModelFile:
 
     def dynamic_index(self) -> int | None:
         """Index of the dynamic-shape input (``DYNAMIC_TENSOR_NAME``), if the model has gears."""
-        return len(self.inputs) - 1 if self.batch_gears or self.hw_gears else None
+        if not (self.batch_gears or self.hw_gears):
+            return None
+        names = [t.name for t in self.inputs]
+        return names.index(DYNAMIC_TENSOR_NAME) if DYNAMIC_TENSOR_NAME in names else None
 
 
 def dynamic_positions(tensor: Tensor) -> tuple[int, ...]:
@@ -194,10 +215,10 @@ def _hw_positions(tensor: Tensor) -> tuple[int, int]:
 def render_header(model: ModelFile) -> bytes:
     """The header section (everything before the weights), padded to ``HEADER_ALIGN``."""
     body = bytearray()
-    for t in model.inputs:
-        body += _tensor(t)
-    for o in model.outputs:
-        body += _tensor(o.tensor) + _OUTPUT.pack(int(o.op), o.a, o.b, o.scale, o.bias)
+    for i, t in enumerate(model.inputs):
+        body += _tensor(t, model.input_size(i))
+    for i, o in enumerate(model.outputs):
+        body += _tensor(o.tensor, model.output_size(i)) + _OUTPUT.pack(int(o.op), o.a, o.b, o.scale, o.bias)
     for g in model.batch_gears:
         body += _U64.pack(g)
     for h, w in model.hw_gears:
@@ -237,7 +258,8 @@ def header_bytes(data: bytes | bytearray | memoryview) -> int:
 
 
 def parse_header(data: bytes | bytearray | memoryview) -> ModelFile:
-    """The model a header section describes (without weights); checked like ``parse``."""
+    """The model a header section describes (without weights). Only the layout is checked: a
+    description of a real CANN model need not be one the emulated backend could execute."""
     size = header_bytes(data)
     if len(data) < size:
         raise ModelFormatError("header_bytes", f"the header needs {size} bytes, {len(data)} given")
@@ -250,10 +272,12 @@ def parse_header(data: bytes | bytearray | memoryview) -> ModelFile:
     if n_batch > MAX_GEARS or n_hw > MAX_GEARS:
         raise ModelFormatError("n_batch_gears", f"at most {MAX_GEARS} gears of each kind")
     reader = _Reader(view, _FIXED.size)
-    inputs = tuple(reader.tensor(f"inputs[{i}]") for i in range(n_in))
+    sized = [reader.tensor(f"inputs[{i}]") for i in range(n_in)]
+    inputs = tuple(t for t, _ in sized)
     outputs = []
     for i in range(n_out):
-        tensor = reader.tensor(f"outputs[{i}]")
+        tensor, size = reader.tensor(f"outputs[{i}]")
+        sized.append((tensor, size))
         op, a, b, scale, bias = reader.unpack(_OUTPUT, f"outputs[{i}]")
         if op not in Op.__members__.values():
             raise ModelFormatError(f"outputs[{i}].op", f"unknown op {op}")
@@ -261,13 +285,18 @@ def parse_header(data: bytes | bytearray | memoryview) -> ModelFile:
     batch = tuple(reader.unpack(_U64, "batch_gears")[0] for _ in range(n_batch))
     hw = tuple((reader.unpack(_U64, "hw_gears")[0], reader.unpack(_U64, "hw_gears")[0]) for _ in range(n_hw))
     model = ModelFile(inputs, tuple(outputs), weight, work, cost, cost_el, batch, hw)
-    check(model)
+    stated = tuple(size for _, size in sized)
+    if stated != tuple(model.input_size(i) for i in range(n_in)) + tuple(
+        model.output_size(i) for i in range(n_out)
+    ):
+        model = replace(model, sizes=stated)
     return model
 
 
 def parse(data: bytes | bytearray | memoryview) -> ModelFile:
-    """A whole file: header and weights (``ModelFormatError`` naming the field)."""
+    """A whole file the emulated backend can execute: header and weights, checked (``check``)."""
     model = parse_header(data)
+    check(model)
     size = header_bytes(data)
     if len(data) != size + model.weight_bytes:
         raise ModelFormatError(
@@ -279,6 +308,8 @@ def parse(data: bytes | bytearray | memoryview) -> ModelFile:
 
 def check(model: ModelFile) -> None:
     """Refuse a model the emulated backend could not execute exactly as declared."""
+    if model.sizes:
+        raise ModelFormatError("size", "a tensor's size is not what its dims and data type make")
     if model.batch_gears and model.hw_gears:
         raise ModelFormatError(
             "hw_gears", "a model has dynamic batch or dynamic height/width gears, not both"
@@ -290,12 +321,15 @@ def check(model: ModelFile) -> None:
     names = [t.name for t in model.inputs] + [o.tensor.name for o in model.outputs]
     if len(set(names)) != len(names):
         raise ModelFormatError("inputs", "tensor names must be unique")
-    dynamic = model.dynamic_index()
+    gears = bool(model.batch_gears or model.hw_gears)
     for i, t in enumerate(model.inputs):
-        if (t.name == DYNAMIC_TENSOR_NAME) != (i == dynamic):
+        if (t.name == DYNAMIC_TENSOR_NAME) != (gears and i == len(model.inputs) - 1):
             raise ModelFormatError(
                 f"inputs[{i}].name", f"with gears, the last input (and only it) is {DYNAMIC_TENSOR_NAME}"
             )
+    if gears and not model.inputs:
+        raise ModelFormatError("inputs", f"a model with gears needs its {DYNAMIC_TENSOR_NAME} input")
+    dynamic = model.dynamic_index()
     if dynamic is not None:
         want = 1 if model.batch_gears else 2
         if model.inputs[dynamic] != Tensor(DYNAMIC_TENSOR_NAME, 9, FORMAT_ND, (want,)):
@@ -347,12 +381,14 @@ def _check_output(model: ModelFile, where: str, o: Output) -> None:
         raise ModelFormatError(f"{where}.scale", "scale and bias must be finite")
 
 
-def _tensor(t: Tensor) -> bytes:
+def _tensor(t: Tensor, size: int) -> bytes:
     name = t.name.encode()
     if not 0 < len(name) <= MAX_NAME_BYTES:
         raise ModelFormatError("name", f"tensor names are 1..{MAX_NAME_BYTES} UTF-8 bytes, got {t.name!r}")
+    if len(t.dims) > MAX_DESC_DIMS:
+        raise ModelFormatError("dims", f"at most {MAX_DESC_DIMS} dims")
     return (
-        _U16.pack(len(name)) + name + _TENSOR.pack(t.data_type, t.format, len(t.dims))
+        _U16.pack(len(name)) + name + _TENSOR.pack(t.data_type, t.format, len(t.dims), size)
         + b"".join(_I64.pack(d) for d in t.dims)
     )  # fmt: skip
 
@@ -368,7 +404,7 @@ class _Reader:
         self.offset += s.size
         return values
 
-    def tensor(self, where: str) -> Tensor:
+    def tensor(self, where: str) -> tuple[Tensor, int]:
         (n,) = self.unpack(_U16, f"{where}.name")
         if not 0 < int(n) <= MAX_NAME_BYTES or self.offset + int(n) > len(self.view):
             raise ModelFormatError(
@@ -379,11 +415,11 @@ class _Reader:
         except UnicodeDecodeError:
             raise ModelFormatError(f"{where}.name", "is not UTF-8") from None
         self.offset += int(n)
-        dtype, fmt, ndims = self.unpack(_TENSOR, where)
-        if int(ndims) > MAX_DIMS:
-            raise ModelFormatError(f"{where}.dims", f"{ndims} dims, at most {MAX_DIMS}")
+        dtype, fmt, ndims, size = self.unpack(_TENSOR, where)
+        if int(ndims) > MAX_DESC_DIMS:
+            raise ModelFormatError(f"{where}.dims", f"{ndims} dims, at most {MAX_DESC_DIMS}")
         dims = tuple(int(self.unpack(_I64, f"{where}.dims")[0]) for _ in range(int(ndims)))
-        return Tensor(name, int(dtype), int(fmt), dims)
+        return Tensor(name, int(dtype), int(fmt), dims), int(size)
 
 
 def tensors(model: ModelFile) -> Sequence[Tensor]:

@@ -18,6 +18,10 @@ ABI-compatible library with device memory in host RAM and call counters.
   (``aclrtMemcpy``); the session layer's ``memcpy`` bounces data-link regions through host memory.
 * Compute: slices come from the die ledger through the quota book, as with the emulated backend,
   so compute quotas hold across aclservers. Real kernels are not intercepted.
+* Models: forwarded to ``aclmdlLoadFromMemWithMem`` with weight and work memory the quota book
+  charged (or the caller's), described through CANN's desc queries into the layout of
+  ``docs/model-format.md``, executed with CANN datasets of the device buffers; an execution is
+  charged the die time the model's previous execution took (``ascend_models.py``).
 """
 
 from __future__ import annotations
@@ -26,10 +30,12 @@ import contextlib
 import ctypes
 import struct
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from dra_driver.aclserver import codes, datalink
+from dra_driver.aclserver.ascend_models import ModelRuntime
 from dra_driver.aclserver.backend import KERNEL_RESULT_BYTES, AclFailure, Buffer, LoadedModel
 from dra_driver.aclserver.datalink import HOST_TAG
 from dra_driver.aclserver.quota import Allocation, QuotaBook
@@ -81,9 +87,17 @@ class AscendRuntime:
         if self._errmsg is not None:
             self._errmsg.argtypes = []
             self._errmsg.restype = c.c_char_p
+        self._lib = lib
+        self._models: ModelRuntime | None = None
 
-    def call(self, name: str, *args: object) -> None:
-        ret = int(self._fns[name](*args))
+    def models(self) -> ModelRuntime:
+        """The aclmdl binding, made at the first model call (AclFailure 200001 if the runtime lacks it)."""
+        if self._models is None:
+            self._models = ModelRuntime(self._lib, self.path, self.call)
+        return self._models
+
+    def call(self, name: str, *args: object, fn: Any = None) -> None:
+        ret = int((fn or self._fns[name])(*args))
         if ret != 0:
             raw = self._errmsg() if self._errmsg is not None else None
             text = raw.decode(errors="replace") if isinstance(raw, bytes) else ""
@@ -230,7 +244,7 @@ class AscendBackend:
             with contextlib.suppress(AclFailure):
                 self.copy_to_device(out_ptr, result[:KERNEL_RESULT_BYTES], owner=owner)
 
-    # -- models (forwarded to CANN's aclmdl* in the next change) ------------------------------
+    # -- models: forwarded to CANN's aclmdl* with the device memory the book holds ------------
 
     def peek(self, ptr: int, count: int, *, owner: int) -> bytes:
         out = bytearray(count)
@@ -238,12 +252,54 @@ class AscendBackend:
         return bytes(out)
 
     def describe_model(self, data: memoryview) -> ModelFile:
-        raise AclFailure(codes.ACL_ERROR_API_NOT_SUPPORT, "models are not served by the ascend backend yet")
+        mdl = self.rt.models()
+        buf = _host_buffer(data)
+        work, weight = ctypes.c_size_t(), ctypes.c_size_t()
+        mdl.call("aclmdlQuerySizeFromMem", buf, data.nbytes, ctypes.byref(work), ctypes.byref(weight))
+        desc = mdl.create_desc()
+        try:
+            mdl.call("aclmdlGetDescFromMem", desc, buf, data.nbytes)
+            return mdl.describe(desc, work=work.value, weight=weight.value)
+        finally:
+            mdl.destroy_desc(desc)
 
     def load_model(
         self, device: int, data: memoryview, *, owner: int, weight: Buffer | None, work: Buffer | None
     ) -> LoadedModel:
-        raise AclFailure(codes.ACL_ERROR_API_NOT_SUPPORT, "models are not served by the ascend backend yet")
+        desc = self.describe_model(data)
+        mdl = self.rt.models()
+        model = LoadedModel(device, desc, weight, work)
+        try:
+            for what, need in (("work", desc.work_bytes), ("weight", desc.weight_bytes)):
+                given = getattr(model, what)
+                if given is not None and given.size < need:
+                    raise AclFailure(
+                        codes.ACL_ERROR_INVALID_PARAM,
+                        f"the model needs {need} bytes of {what} memory; {given.size} were given",
+                    )
+                if given is None and need:
+                    try:
+                        ptr = self.malloc(device, need, 0, owner=owner)
+                    except AclFailure as exc:
+                        raise AclFailure(
+                            exc.code, f"loading the model: its {what} memory does not fit: {exc.message}"
+                        ) from None
+                    alloc = self.book.find(ptr, owner=owner, exact=True)
+                    model.own.append(alloc)
+                    setattr(model, what, Buffer(ptr, need, alloc))
+            self._select(device)
+            model_id = ctypes.c_uint32()
+            mdl.call(
+                "aclmdlLoadFromMemWithMem", _host_buffer(data), data.nbytes, ctypes.byref(model_id),
+                model.work.ptr if model.work else None, model.work.size if model.work else 0,
+                model.weight.ptr if model.weight else None, model.weight.size if model.weight else 0,
+            )  # fmt: skip
+        except BaseException:
+            for alloc in model.own:
+                self.book.free(alloc.base)
+            raise
+        model.handle = model_id.value
+        return model
 
     def execution(
         self,
@@ -254,10 +310,33 @@ class AscendBackend:
         batch: int,
         hw: tuple[int, int],
     ) -> tuple[int, Callable[[], None]]:
-        raise AclFailure(codes.ACL_ERROR_API_NOT_SUPPORT, "models are not served by the ascend backend yet")
+        """CANN gives no cost up front: an execution is charged the die time the model's previous
+        execution took (the first one nothing), measured around ``aclmdlExecute``."""
+        mdl = self.rt.models()
+        dynamic = model.desc.dynamic_index()
+
+        def run() -> None:
+            self._select(model.device)
+            datasets = [mdl.dataset(bufs) for bufs in (inputs, outputs)]
+            try:
+                if dynamic is not None and batch:
+                    mdl.call("aclmdlSetDynamicBatchSize", model.handle, datasets[0][0], dynamic, batch)
+                elif dynamic is not None and hw != (0, 0):
+                    mdl.call("aclmdlSetDynamicHWSize", model.handle, datasets[0][0], dynamic, hw[0], hw[1])
+                start = time.monotonic()
+                mdl.call("aclmdlExecute", model.handle, datasets[0][0], datasets[1][0])
+                model.last_cost_us = round((time.monotonic() - start) * 1e6)
+            finally:
+                for dataset in datasets:
+                    mdl.destroy_dataset(dataset)
+
+        return model.last_cost_us, run
 
     def unload_model(self, model: LoadedModel) -> None:
-        """Nothing is loaded by this backend yet."""
+        if model.handle is not None:
+            self._select(model.device)
+            self.rt.models().call("aclmdlUnload", model.handle)
+            model.handle = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 

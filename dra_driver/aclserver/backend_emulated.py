@@ -127,6 +127,7 @@ class EmulatedBackend:
     def describe_model(self, data: memoryview) -> ModelFile:
         try:
             desc = modelfile.parse_header(data)
+            modelfile.check(desc)
         except modelfile.ModelFormatError as exc:
             raise AclFailure(
                 codes.ACL_ERROR_PARSE_MODEL,

@@ -245,7 +245,7 @@ class Models:
         inputs, outputs = buffers[:n_in], buffers[n_in:]
         batch, hw = self._dynamic_shape(desc, inputs)
         for i, (buf, tensor) in enumerate(zip(buffers, modelfile.tensors(desc), strict=True)):
-            need = tensor.nbytes(batch, hw)
+            need = desc.need(i, batch, hw)
             if buf.size < need:
                 code = (
                     codes.ACL_ERROR_MODEL_INPUT_NOT_MATCH

@@ -27,7 +27,7 @@
 #define MODEL_MAGIC "FNPUMDL"
 #define MODEL_VERSION 1
 #define MODEL_FIXED_BYTES 64
-#define MODEL_MAX_DIMS 8
+#define MODEL_MAX_DIMS ACL_MAX_DIM_CNT
 #define MODEL_MAX_TENSORS 256
 #define MODEL_OUTPUT_EXTRA 28 /* op, a, b (u32) and scale, bias (f64) */
 #define FORMAT_NCHW 0
@@ -37,6 +37,7 @@ struct mdl_tensor {
     aclDataType data_type;
     aclFormat format;
     size_t ndims;
+    uint64_t size; /* bytes at the largest gear, as the description states */
     int64_t dims[MODEL_MAX_DIMS];
 };
 
@@ -97,11 +98,12 @@ static int parse_tensor(struct cursor *c, struct mdl_tensor *t, int output)
         return -1;
     memcpy(t->name, p, name_len);
     t->name[name_len] = '\0';
-    if (take(c, 12, &p))
+    if (take(c, 20, &p))
         return -1;
     t->data_type = (aclDataType)(int32_t)(uint32_t)le(p, 4);
     t->format = (aclFormat)(int32_t)(uint32_t)le(p + 4, 4);
     t->ndims = (size_t)le(p + 8, 4);
+    t->size = le(p + 12, 8);
     if (t->ndims > MODEL_MAX_DIMS || take(c, 8 * t->ndims, &p))
         return -1;
     for (size_t i = 0; i < t->ndims; i++)
@@ -175,29 +177,6 @@ static const struct mdl_tensor *tensor_at(const aclmdlDesc *desc, size_t index, 
         return NULL;
     }
     return &desc->tensors[output ? desc->n_inputs + index : index];
-}
-
-/* Bytes of t with its dynamic dims at the model's largest gear (as modelfile.ModelFile.input_size). */
-static size_t tensor_size(const aclmdlDesc *desc, const struct mdl_tensor *t)
-{
-    uint64_t batch = 0, h = 0, w = 0;
-    for (size_t i = 0; i < desc->n_batch; i++)
-        if (desc->batch[i] > batch)
-            batch = desc->batch[i];
-    for (size_t i = 0; i < desc->n_hw; i++)
-        if (desc->hw[i][0] * desc->hw[i][1] > h * w) {
-            h = desc->hw[i][0];
-            w = desc->hw[i][1];
-        }
-    size_t hpos = t->format == FORMAT_NCHW ? 2 : 1, wpos = hpos + 1;
-    uint64_t n = 1;
-    for (size_t i = 0; i < t->ndims; i++) {
-        uint64_t d = (uint64_t)t->dims[i];
-        if (t->dims[i] == -1)
-            d = (h || w) && (i == hpos || i == wpos) ? (i == hpos ? h : w) : batch;
-        n *= d;
-    }
-    return (size_t)(n * aclDataTypeSize(t->data_type));
 }
 
 /* -- a model's bytes to the aclserver ---------------------------------------------------------- */
@@ -468,13 +447,13 @@ API size_t aclmdlGetNumOutputs(aclmdlDesc *modelDesc)
 API size_t aclmdlGetInputSizeByIndex(aclmdlDesc *modelDesc, size_t index)
 {
     const struct mdl_tensor *t = tensor_at(modelDesc, index, 0, "aclmdlGetInputSizeByIndex");
-    return t ? tensor_size(modelDesc, t) : 0;
+    return t ? (size_t)t->size : 0;
 }
 
 API size_t aclmdlGetOutputSizeByIndex(aclmdlDesc *modelDesc, size_t index)
 {
     const struct mdl_tensor *t = tensor_at(modelDesc, index, 1, "aclmdlGetOutputSizeByIndex");
-    return t ? tensor_size(modelDesc, t) : 0;
+    return t ? (size_t)t->size : 0;
 }
 
 static int dims_of(const aclmdlDesc *desc, size_t index, int output, aclmdlIODims *dims, const char *what)

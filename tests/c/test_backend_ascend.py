@@ -54,6 +54,7 @@ class Emu:
         self.lib.emu_calls.restype = ctypes.c_long
         self.lib.emu_fail_next.argtypes = [ctypes.c_char_p, ctypes.c_int]
         self.lib.emu_allocated.restype = ctypes.c_longlong
+        self.lib.emu_last_batch.restype = ctypes.c_uint64
 
     def calls(self, name: str) -> int:
         return int(self.lib.emu_calls(name.encode()))
@@ -294,3 +295,115 @@ def test_memcpy_through_regions_and_a_truncated_one(
         assert emu.calls("aclrtMemcpy") == copies  # nothing reached the device
     finally:
         region.close()
+
+
+def _copy_model(*, batch: bool = False) -> bytes:
+    """A model the emulator runs: output 0 copies input 0 (float32[8], or [-1, 8] with gears 1, 2)."""
+    from flexnpu_wire import modelfile as mf
+
+    dims = (-1, 8) if batch else (8,)
+    inputs = [mf.Tensor("x", 0, mf.FORMAT_ND, dims)]
+    if batch:
+        inputs.append(mf.Tensor(mf.DYNAMIC_TENSOR_NAME, 9, mf.FORMAT_ND, (1,)))
+    return mf.render(
+        mf.ModelFile(
+            inputs=tuple(inputs),
+            outputs=(mf.Output(mf.Tensor("y", 0, mf.FORMAT_ND, dims)),),
+            weight_bytes=64,
+            work_bytes=4096,
+            weights=b"\x11" * 64,
+            batch_gears=(1, 2) if batch else (),
+        )
+    )
+
+
+def test_models_are_forwarded_to_cann_with_the_memory_the_book_charged(
+    backend: tuple[AscendBackend, Emu],
+) -> None:
+    from dra_driver.aclserver.backend import Buffer
+
+    b, emu = backend
+    data = memoryview(bytearray(_copy_model()))
+    desc = b.describe_model(data)
+    assert (desc.work_bytes, desc.weight_bytes, desc.input_size(0), desc.outputs[0].tensor.name) == (
+        4096,
+        64,
+        32,
+        "y",
+    )
+    free = b.mem_info(0)[0]
+    model = b.load_model(0, data, owner=1, weight=None, work=None)
+    assert emu.calls("aclmdlLoadFromMemWithMem") == 1
+    assert b.mem_info(0)[0] == free - 4096 - 64, "work and weight memory are charged to the share"
+    assert model.weight is not None
+    got = bytearray(64)
+    b.copy_from_device(model.weight.ptr, memoryview(got))
+    assert bytes(got) == b"\x11" * 64, "CANN loaded the weights into the memory the book holds"
+    x, y = b.malloc(0, 32, 0, owner=1), b.malloc(0, 32, 0, owner=1)
+    b.copy_to_device(x, memoryview(bytes(range(32))))
+    find = b.book.find
+    cost, run = b.execution(model, [Buffer(x, 32, find(x))], [Buffer(y, 32, find(y))], batch=0, hw=(0, 0))
+    assert cost == 0, "the first execution is charged nothing: CANN states no cost up front"
+    run()
+    out = bytearray(32)
+    b.copy_from_device(y, memoryview(out))
+    assert bytes(out) == bytes(range(32)) and emu.calls("aclmdlExecute") == 1
+    assert b.execution(model, [Buffer(x, 32, find(x))], [Buffer(y, 32, find(y))], batch=0, hw=(0, 0))[0] >= 0
+    b.unload_model(model)
+    assert emu.calls("aclmdlUnload") == 1
+    for alloc in model.own:
+        b.book.free(alloc.base)
+    assert b.mem_info(0)[0] == free - 64
+
+
+def test_a_model_that_does_not_fit_the_share_is_refused_before_cann_loads_it(
+    backend: tuple[AscendBackend, Emu],
+) -> None:
+    b, emu = backend
+    b.malloc(0, QUOTA - 2048, 0, owner=1)
+    with pytest.raises(AclFailure) as err:
+        b.load_model(0, memoryview(bytearray(_copy_model())), owner=1, weight=None, work=None)
+    assert err.value.code == codes.ACL_ERROR_RT_MEMORY_ALLOCATION and "work memory" in err.value.message
+    assert emu.calls("aclmdlLoadFromMemWithMem") == 0
+
+
+def test_cann_errors_of_models_pass_through(backend: tuple[AscendBackend, Emu]) -> None:
+    b, emu = backend
+    emu.fail_next("aclmdlLoadFromMemWithMem", 507011)
+    free = b.mem_info(0)[0]
+    with pytest.raises(AclFailure) as err:
+        b.load_model(0, memoryview(bytearray(_copy_model())), owner=1, weight=None, work=None)
+    assert err.value.code == 507011
+    assert b.mem_info(0)[0] == free, "the memory taken for the failed load is back"
+    with pytest.raises(AclFailure) as err:
+        b.describe_model(memoryview(bytearray(b"not a model" * 10)))
+    assert err.value.code == 507011
+
+
+def test_models_through_the_aclserver_with_the_ascend_backend(
+    emulator: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client -> aclserver (--backend ascend) -> CANN's aclmdl* in the emulator, which copies
+    the set batch's part of the input: the batch reached CANN's aclmdlSetDynamicBatchSize."""
+    from dra_driver.client import Session
+    from flexnpu_wire.codes import MemcpyKind
+
+    monkeypatch.setenv("FLEXNPU_ACLSERVER_BACKEND", "ascend")
+    monkeypatch.setenv("FLEXNPU_ASCEND_LIBRARY", str(emulator))
+    with aclservers.running_aclserver(
+        tmp_path, shares=[aclservers.share(0, memory=QUOTA)], ledger_dir=str(tmp_path / "l")
+    ) as server, Session.open(server.conf()) as s:  # fmt: skip
+        s.init()
+        s.set_device(0)
+        mid = s.load_model(_copy_model(batch=True))
+        desc = s.model_desc(mid)
+        assert desc.batch_gears == (1, 2) and desc.input_size(0) == 64 and desc.dynamic_index() == 1
+        x, y, dyn = s.malloc(64), s.malloc(64), s.malloc(8)
+        s.memcpy(x, 64, bytes(range(64)), 64, MemcpyKind.HOST_TO_DEVICE)
+        for batch, copied in ((2, bytes(range(64))), (1, bytes(range(32)) + bytes(32))):
+            s.memset(y, 64, 0, 64)
+            s.memcpy(dyn, 8, batch.to_bytes(8, "little"), 8, MemcpyKind.HOST_TO_DEVICE)
+            s.execute_model(mid, [(x, 64), (dyn, 8)], [(y, 64)])
+            assert s.copy_from_device(y, 64) == copied, f"batch {batch}"
+        s.unload_model(mid)
+        assert s.get_mem_info()[0] == QUOTA - 64 - 64 - 32, "only x, y and the batch buffer are still held"
