@@ -6,9 +6,10 @@ measured in the same run:
   ping-pong runs against a C echo server and, separately, a Python one (the aclserver is
   Python, so the second ratio is what the protocol and the shim add);
 * 64 MiB ``aclrtMemcpy`` host->device and device->host from ``aclrtMallocHost`` buffers vs an
-  in-process ``memcpy`` of the same size, interleaved (target >= 0.9x); the same copies from
-  plain ``malloc`` memory (staged through the connection's staging region) are reported too,
-  and (as root) the same with the data link on a tmpfs mounted ``huge=within_size``;
+  in-process ``memcpy`` of the same size, interleaved (target >= 0.9x): on the unix socket (the
+  data link is sealed memfds the aclserver maps), and on TCP (region files it reads with
+  pread/pwrite; as root also on a tmpfs mounted ``huge=within_size``); the same copies from
+  plain ``malloc`` memory (staged through the connection's staging region) are reported too;
 * 16 sessions vs 4 on one claim: aggregate small-call throughput (target >= 0.9x; needs the
   multi-session aclserver);
 * RSS the shim adds to a process;
@@ -128,7 +129,7 @@ def huge_page_server(work: Path) -> Iterator[Path | None]:
         srv = aclservers.start_aclserver(spec, work)
         try:
             conf = work / "client-hp.conf"
-            conf.write_text(clientconf.render(srv.conf()))
+            conf.write_text(clientconf.render(srv.conf(unix=False)))
             yield conf
         finally:
             srv.stop()
@@ -212,6 +213,8 @@ def main() -> None:
     ):
         conf = work / "client.conf"
         conf.write_text(clientconf.render(srv.conf()))
+        tcp_conf = work / "client-tcp.conf"
+        tcp_conf.write_text(clientconf.render(srv.conf(unix=False)))
         sock = work / "echo.sock"
         rows = {
             "C echo": roundtrip(bench, [str(echo_c), str(sock), "21", "37"], sock, conf, args.rounds, args.per),
@@ -228,12 +231,13 @@ def main() -> None:
                 f"{name:12} {med(a) * 1e6:11.1f} {med(r) * 1e6:11.1f} {med(a) / med(r):6.2f}"
                 f" {p99(a) * 1e6:8.1f} {p99(r) * 1e6:8.1f} {p99(a) / p99(r):6.2f}"
             )
-        copy_rows(bench, conf, args.copy_rounds, "data link on /dev/shm")
+        copy_rows(bench, conf, args.copy_rounds, "unix socket: sealed memfds the aclserver maps")
+        copy_rows(bench, tcp_conf, args.copy_rounds, "TCP: region files on /dev/shm, pread/pwrite")
         with huge_page_server(work) as hp_conf:
             if hp_conf is None:
                 print("  (not root: no huge-page tmpfs comparison)")
             else:
-                copy_rows(bench, hp_conf, args.copy_rounds, "data link on a huge=within_size tmpfs")
+                copy_rows(bench, hp_conf, args.copy_rounds, "TCP: region files on a huge=within_size tmpfs")
         rss = {k: int(v) for k, v in (line.split()[1:] for line in run(bench, "rss", conf=conf).splitlines())}
         rss.update(
             {k: int(v) for k, v in (line.split()[1:] for line in run(baseline, conf=conf).splitlines())}

@@ -145,7 +145,7 @@ def decode(params: Mapping[str, Any], *, claim_uid: str, where: str) -> dict[str
 def _host_memory(value: object, *, bad: Callable[[str], InvalidInput]) -> int:
     """``hostMemory``: a quantity (``2Gi``, ``512Mi``, ``1073741824``) of 1Mi .. 1Ti."""
     if isinstance(value, bool) or not isinstance(value, int | str):
-        raise bad(f"must be a quantity such as \"2Gi\", got {type(value).__name__}")
+        raise bad(f'must be a quantity such as "2Gi", got {type(value).__name__}')
     try:
         number = parse_quantity(str(value), claim_uid="", field="")
     except InvalidInput:

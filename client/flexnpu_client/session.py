@@ -28,7 +28,13 @@ from flexnpu_client.errors import AclError, ConfigError, ConnectError
 from flexnpu_wire import clientconf, datalink, modelfile
 from flexnpu_wire import framing as protocol
 from flexnpu_wire.clientconf import ClientConf
-from flexnpu_wire.codes import ACL_ERROR_INVALID_PARAM, ACL_ERROR_READ_MODEL_FAILURE, MemAttr, MemcpyKind
+from flexnpu_wire.codes import (
+    ACL_ERROR_API_NOT_SUPPORT,
+    ACL_ERROR_INVALID_PARAM,
+    ACL_ERROR_READ_MODEL_FAILURE,
+    MemAttr,
+    MemcpyKind,
+)
 from flexnpu_wire.errors import ContractError
 from flexnpu_wire.ops import Op
 
@@ -45,8 +51,11 @@ _PAIR = struct.Struct(">qq")
 
 
 class _Mapping:
-    def __init__(self, path: str, size: int) -> None:
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    """A region of the data link mapped in this process: a region file by path, or a memfd."""
+
+    def __init__(self, path: str | None, size: int, *, fd: int = -1) -> None:
+        if path is not None:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
         try:
             self.mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE)
         finally:
@@ -79,8 +88,20 @@ class Session:
                 ret=reply.ints[0],
             )
         _ret, self.server_pid, self.device_count_hint, staging_size = reply.ints
-        self._staging = _Mapping(os.path.join(conf.shm_dir, reply.tail.decode()), staging_size)
+        self._staging = self._sealed_staging() or _Mapping(
+            os.path.join(conf.shm_dir, reply.tail.decode()), staging_size
+        )
         self._regions[0] = self._staging
+
+    def _sealed_staging(self) -> _Mapping | None:
+        """On the unix socket: the staging region as a sealed memfd the server maps (copies at
+        memcpy speed); None from a server or link that cannot pass one."""
+        if self.link.kind != "unix":
+            return None
+        rid, reply = self.link.request_id(Op.STAGING_FD)
+        if reply.ints[0] != 0:
+            return None
+        return _Mapping(None, reply.ints[1], fd=self.link.take_fd(rid))
 
     @classmethod
     def open(
@@ -174,7 +195,18 @@ class Session:
         self.call(Op.MEMSET, ptr, dst_max, value, count)
 
     def malloc_host(self, size: int) -> int:
-        """A host buffer in shared memory; ``host_view`` gives its bytes. memcpy from it is zero-copy."""
+        """A host buffer in shared memory; ``host_view`` gives its bytes. memcpy from it is zero-copy.
+        On the unix socket it is a sealed memfd the server maps too; on TCP a region file."""
+        if self.link.kind == "unix":
+            rid, reply = self.link.request_id(Op.MALLOC_HOST_FD, (size,))
+            if reply.ints[0] == 0:
+                ptr, mapped = reply.ints[1], reply.ints[2]
+                self._regions[datalink.split_host_ptr(ptr)[0]] = _Mapping(
+                    None, mapped, fd=self.link.take_fd(rid)
+                )
+                return ptr
+            if reply.ints[0] != ACL_ERROR_API_NOT_SUPPORT:
+                raise AclError(reply.ints[0], reply.tail.decode(errors="replace"))
         reply = self.link.request(Op.MALLOC_HOST, (size,))
         if reply.ints[0] != 0:
             raise AclError(reply.ints[0], reply.tail.decode(errors="replace"))

@@ -1,21 +1,48 @@
 """The control link as seen by the client: requests and replies over one stream socket.
 
-``connect`` prefers the unix socket of client.conf when it answers and falls back to TCP.
+``connect`` prefers the unix socket of client.conf when it answers and falls back to TCP. On
+the unix socket the aclserver may pass a file descriptor with a reply (a sealed memfd for the
+staging region or a host buffer): the reader receives it with the frame's bytes and keeps it
+for that reply (``take_fd``), in order, whichever thread reads.
 """
 
 from __future__ import annotations
 
+import array
+import contextlib
 import itertools
+import os
 import socket
 import threading
+from collections import deque
 
 from flexnpu_client.errors import ConnectError
 from flexnpu_wire import framing as protocol
 from flexnpu_wire.clientconf import ClientConf
+from flexnpu_wire.ops import Op
 
 __all__ = ["SocketTransport", "connect"]
 
 _REPLY_MAX_FRAME = 1 << 20
+_FD_OPS = frozenset({int(Op.STAGING_FD), int(Op.MALLOC_HOST_FD)})
+_ANCILLARY = socket.CMSG_SPACE(8 * array.array("i").itemsize)
+
+
+class _FdSocket:
+    """A unix socket's ``recv_into`` that also keeps the descriptors passed with the bytes."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.fds: deque[int] = deque()
+
+    def recv_into(self, buffer: memoryview) -> int:
+        got, ancdata, _flags, _addr = self.sock.recvmsg_into([buffer], _ANCILLARY, socket.MSG_CMSG_CLOEXEC)
+        for level, kind, data in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds = array.array("i")
+                fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+                self.fds.extend(fds)
+        return got
 
 
 class SocketTransport:
@@ -32,8 +59,10 @@ class SocketTransport:
     def __init__(self, sock: socket.socket, kind: str) -> None:
         self.sock = sock
         self.kind = kind
-        self._reader = protocol.FrameReader(sock, _REPLY_MAX_FRAME)
-        self._read = self._reader.read
+        self._fd_socket = _FdSocket(sock) if kind == "unix" else None
+        self._reader = protocol.FrameReader(self._fd_socket or sock, _REPLY_MAX_FRAME)  # type: ignore[arg-type]
+        self._read = self._read_with_fds if self._fd_socket is not None else self._reader.read
+        self._frame_fds: dict[int, int] = {}
         self._sendall = sock.sendall
         self._ids = itertools.count(1)
         self._send_lock = threading.Lock()
@@ -68,6 +97,35 @@ class SocketTransport:
                 if self._waiters:
                     self._wake_one()
         return self.receive(rid)
+
+    def _read_with_fds(self) -> protocol.Message | None:
+        """The next frame; a successful reply of an op that passes a descriptor takes the oldest
+        one received (descriptors arrive in the order of the frames they belong to)."""
+        msg = self._reader.read()
+        fds = self._fd_socket
+        if msg is not None and msg.op in _FD_OPS and fds is not None and msg.ints and msg.ints[0] == 0:
+            if not fds.fds:
+                raise protocol.ProtocolError(
+                    f"the reply to request {msg.request_id} came without its descriptor"
+                )
+            with self._mutex:
+                self._frame_fds[msg.request_id] = fds.fds.popleft()
+        return msg
+
+    def take_fd(self, rid: int) -> int:
+        """The descriptor that came with the reply to request ``rid`` (the caller owns it)."""
+        with self._mutex:
+            fd = self._frame_fds.pop(rid, -1)
+        if fd < 0:
+            raise ConnectError(f"the aclserver's reply to request {rid} passed no descriptor")
+        return fd
+
+    def request_id(
+        self, op: int, ints: tuple[int, ...] = (), tail: bytes = b""
+    ) -> tuple[int, protocol.Message]:
+        """``request``, also returning the request id (for ``take_fd``)."""
+        rid = self.send(op, ints, tail)
+        return rid, self.receive(rid)
 
     def send(self, op: int, ints: tuple[int, ...] = (), tail: bytes = b"") -> int:
         """Send a request without waiting; return its id (pass it to ``receive``)."""
@@ -180,6 +238,10 @@ class SocketTransport:
                 pass
             finally:
                 self.sock.close()
+                for fd in [*self._frame_fds.values(), *(self._fd_socket.fds if self._fd_socket else ())]:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+                self._frame_fds.clear()
 
 
 def connect(conf: ClientConf, *, timeout: float = 5.0, prefer: str = "unix") -> SocketTransport:

@@ -53,6 +53,8 @@ class Op(IntEnum):
     MODEL_GET_DESC = 46
     MODEL_EXECUTE = 47
     MODEL_UNLOAD = 48
+    STAGING_FD = 50
+    MALLOC_HOST_FD = 51
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +181,19 @@ OPS: tuple[OpSpec, ...] = (
         summary="aclmdlExecute (stream 0: returns when done) / aclmdlExecuteAsync (queued on the stream)",
     ),
     OpSpec(Op.MODEL_UNLOAD, request=("model_id",), summary="aclmdlUnload: waits for its queued executions"),
+    OpSpec(
+        Op.STAGING_FD,
+        reply=("staging_bytes",),
+        reply_tail="(SCM_RIGHTS) the session's new staging region: a sealed memfd",
+        summary="unix socket only: the staging region becomes a sealed memfd the server maps",
+    ),
+    OpSpec(
+        Op.MALLOC_HOST_FD,
+        request=("size",),
+        reply=("host_ptr", "mapped_bytes"),
+        reply_tail="(SCM_RIGHTS) the buffer: a sealed memfd",
+        summary="unix socket only: aclrtMallocHost as a sealed memfd the server maps (copies at memcpy speed)",
+    ),
 )
 
 _BY_OP = {row.op: row for row in OPS}

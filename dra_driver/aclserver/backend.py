@@ -83,8 +83,8 @@ class Backend(Protocol):
         src: int,
         count: int,
         span: int,
-        dst_region: datalink.Region | None,
-        src_region: datalink.Region | None,
+        dst_region: datalink.AnyRegion | None,
+        src_region: datalink.AnyRegion | None,
         owner: int = 0,
     ) -> None:
         """One copy: a host side is a data-link region (``None`` for a device side); a device side

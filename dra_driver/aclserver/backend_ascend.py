@@ -204,8 +204,8 @@ class AscendBackend:
         src: int,
         count: int,
         span: int,
-        dst_region: datalink.Region | None,
-        src_region: datalink.Region | None,
+        dst_region: datalink.AnyRegion | None,
+        src_region: datalink.AnyRegion | None,
         owner: int = 0,
     ) -> None:
         """A host side is a data-link region (read or written through a bounce buffer), a device

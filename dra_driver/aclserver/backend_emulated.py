@@ -88,8 +88,8 @@ class EmulatedBackend:
         src: int,
         count: int,
         span: int,
-        dst_region: datalink.Region | None,
-        src_region: datalink.Region | None,
+        dst_region: datalink.AnyRegion | None,
+        src_region: datalink.AnyRegion | None,
         owner: int = 0,
     ) -> None:
         src_view = None if src_region else self.device_view(src, span, owner=owner)[:count]

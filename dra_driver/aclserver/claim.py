@@ -53,8 +53,9 @@ class Claim:
         self._opening = 0
         self._on_change = on_sessions_changed
 
-    def open_session(self, client_pid: int) -> Session:
-        """A new session (SessionRefused at the limit; OSError if its staging region fails)."""
+    def open_session(self, client_pid: int, *, unix: bool = False) -> Session:
+        """A new session (SessionRefused at the limit; OSError if its staging region fails);
+        ``unix``: its connection can pass file descriptors (the sealed-memfd data link)."""
         with self._lock:
             if len(self._sessions) + self._opening >= self.spec.max_sessions:
                 raise SessionRefused(
@@ -72,6 +73,7 @@ class Claim:
                 claim=self,
                 session_id=session_id,
                 client_pid=client_pid,
+                unix=unix,
             )
         finally:
             with self._lock:

@@ -5,17 +5,26 @@ The aclserver creates every region file itself (``O_EXCL|O_NOFOLLOW``, so it nev
 a client planted), allocates its pages up front (first touch of a /dev/shm page is ~30x slower
 than a warm copy) and removes it when the session ends. The client maps the file by name.
 
-The server never maps a region: it copies with ``preadv``/``pwritev`` on its own fd. A client
-that truncates or resizes its region file therefore gets an ACL error for the copy (a short
-read), never a SIGBUS in the aclserver; growing the file only spends the claim's own shm space,
-which the daemon bounds with a per-claim tmpfs (``dra_driver/daemon/files.py``).
+The server never maps a region *file*: it copies with ``preadv``/``pwritev`` on its own fd. A
+client that truncates or resizes its region file therefore gets an ACL error for the copy (a
+short read), never a SIGBUS in the aclserver; growing the file only spends the claim's own shm
+space, which the daemon bounds with a per-claim tmpfs (``dra_driver/daemon/files.py``).
+
+A client on the unix socket gets its staging region and host buffers as **sealed memfds**
+instead (``create_sealed_region``; ops STAGING_FD, MALLOC_HOST_FD, the fd passed with
+SCM_RIGHTS): the server creates the memfd, sizes and pre-allocates it, seals it against
+shrinking and growing (``F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL``) and maps it, so copies run
+at memcpy speed through the mapping while no client can make it shorter than the mapping (a
+hole it punches reads back as zeros, never a SIGBUS). Both kinds have the same interface.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import mmap
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from flexnpu_wire.datalink import (
     HOST_TAG,
@@ -34,9 +43,12 @@ __all__ = [
     "REGION_MODE",
     "REGION_SUFFIX",
     "STAGING_REGION",
+    "AnyRegion",
     "Region",
     "RegionTruncated",
+    "SealedRegion",
     "create_region",
+    "create_sealed_region",
     "host_ptr",
     "is_host_ptr",
     "region_name",
@@ -78,6 +90,10 @@ class Region:
                 )
             done += got
 
+    def span(self, offset: int, count: int) -> memoryview | None:
+        """None: a region file is never mapped by the server (see the module docstring)."""
+        return None
+
     def write_from(self, offset: int, src: memoryview) -> None:
         """Write ``src`` into the region at ``offset``."""
         done, want = 0, src.nbytes
@@ -90,6 +106,59 @@ class Region:
         if unlink:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.path)
+
+
+_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+
+
+@dataclass(slots=True, eq=False)
+class SealedRegion:
+    """One region as a sealed memfd the server maps (see the module docstring)."""
+
+    region_id: int
+    size: int
+    fd: int
+    mm: mmap.mmap
+    view: memoryview = field(init=False)
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        self.view = memoryview(self.mm)
+
+    def read_into(self, offset: int, dest: memoryview) -> None:
+        dest[:] = self.view[offset : offset + dest.nbytes]
+
+    def write_from(self, offset: int, src: memoryview) -> None:
+        self.view[offset : offset + src.nbytes] = src
+
+    def span(self, offset: int, count: int) -> memoryview:
+        """The mapped bytes themselves (for a backend that copies from host memory directly)."""
+        return self.view[offset : offset + count]
+
+    def close(self, *, unlink: bool = True) -> None:
+        self.view.release()
+        with contextlib.suppress(BufferError):  # a copy's view still alive: unmapped when it goes
+            self.mm.close()
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+def create_sealed_region(name: str, size: int, region_id: int) -> SealedRegion:
+    """A memfd of ``size`` bytes, allocated up front, sealed against shrinking and growing, mapped."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        os.ftruncate(fd, size)
+        os.posix_fallocate(fd, 0, size)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
+        mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
+    except BaseException:
+        os.close(fd)
+        raise
+    return SealedRegion(region_id, size, fd, mm, name=name)
+
+
+AnyRegion = Region | SealedRegion
+"""Either kind of region (both read, write and close alike)."""
 
 
 def create_region(directory: str, name: str, size: int, region_id: int) -> Region:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from dra_driver.aclserver import codes, protocol
 from dra_driver.aclserver.backend import AclFailure, Backend
@@ -26,14 +26,24 @@ from flexnpu_wire import ops
 if TYPE_CHECKING:
     from dra_driver.aclserver.claim import Claim
 
-__all__ = ["WAITING_OPS", "Session"]
+__all__ = ["WAITING_OPS", "FdReply", "Session"]
 
 _session_ids = itertools.count(1 << 40)
 _encode_reply = protocol.encode_reply
 _MODEL_EXECUTE = int(Op.MODEL_EXECUTE)
+_STAGING_FD = int(Op.STAGING_FD)
 Handler = Callable[[tuple[int, ...]], tuple[int, ...]]
 TailHandler = Callable[[protocol.Message], tuple[tuple[int, ...], bytes]]
 """An op whose request or reply carries a tail: the whole message in, (values, reply tail) out."""
+FdHandler = Callable[[protocol.Message], tuple[tuple[int, ...], int]]
+"""An op whose reply passes a file descriptor (unix socket only): (values, fd) out."""
+
+
+class FdReply(NamedTuple):
+    """A reply frame to send with one file descriptor (SCM_RIGHTS); the session keeps the fd."""
+
+    frame: bytes
+    fd: int
 
 
 class Session:
@@ -48,6 +58,7 @@ class Session:
         claim: Claim | None = None,
         session_id: int = 0,
         client_pid: int = 0,
+        unix: bool = False,
     ) -> None:
         self.backend = backend
         self.claim = claim
@@ -58,7 +69,7 @@ class Session:
         self.device: int | None = None
         self.memory = Memory(
             backend, session_id=self.session_id, shm_dir=shm_dir, staging_bytes=staging_bytes,
-            claim=claim, current=self._current, device=lambda: self.device,
+            claim=claim, current=self._current, device=lambda: self.device, unix=unix,
         )  # fmt: skip
         self.streams = Streams(backend, session_id=self.session_id, current=self._current)
         self.models = Models(
@@ -89,11 +100,17 @@ class Session:
         self._tail_handlers: dict[int, tuple[frozenset[int], TailHandler]] = {
             int(op): (_arities(op), fn) for op, fn in tail_handlers.items()
         }
+        fd_handlers: dict[Op, FdHandler] = {
+            Op.STAGING_FD: self.memory.staging_fd,
+            Op.MALLOC_HOST_FD: self.memory.malloc_host_fd,
+        }
+        self._fd_handlers = {int(op): (_arities(op), fn) for op, fn in fd_handlers.items()}
 
     # -- dispatch ---------------------------------------------------------------------------------
 
-    def handle(self, msg: protocol.Message) -> bytes:
-        """Execute one request and return the encoded reply (never raises AclFailure)."""
+    def handle(self, msg: protocol.Message) -> bytes | FdReply:
+        """Execute one request and return the encoded reply (never raises AclFailure); a reply
+        that passes a file descriptor is an ``FdReply``."""
         op, ints = msg.op, msg.ints
         try:
             entry = self._handlers.get(op)
@@ -108,10 +125,17 @@ class Session:
         except AclFailure as exc:
             return protocol.encode_reply(msg.op, msg.request_id, exc.code, tail=exc.message.encode())
 
-    def _handle_tail(self, msg: protocol.Message) -> bytes:
+    def _handle_tail(self, msg: protocol.Message) -> bytes | FdReply:
         entry = self._tail_handlers.get(msg.op)
         if entry is None:
-            raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, f"unknown op {msg.op}")
+            fd_entry = self._fd_handlers.get(msg.op)
+            if fd_entry is None:
+                raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, f"unknown op {msg.op}")
+            if len(msg.ints) not in fd_entry[0]:
+                self._arity(msg, min(fd_entry[0]))
+            self._need_init() if msg.op != _STAGING_FD else None
+            values, fd = fd_entry[1](msg)
+            return FdReply(_encode_reply(msg.op, msg.request_id, 0, *values), fd)
         arities, handler = entry
         if len(msg.ints) not in arities:
             self._arity(msg, min(arities))

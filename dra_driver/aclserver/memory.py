@@ -49,6 +49,7 @@ class Memory:
         claim: Claim | None,
         current: Callable[[], int],
         device: Callable[[], int | None],
+        unix: bool = False,
     ) -> None:
         self.backend = backend
         self.session_id = session_id
@@ -56,7 +57,8 @@ class Memory:
         self.claim = claim
         self._current = current
         self._device = device
-        self.regions: dict[int, datalink.Region] = {}
+        self.unix = unix
+        self.regions: dict[int, datalink.AnyRegion] = {}
         self._next_region = 1
         self.staging = self._new_region("staging", staging_bytes, datalink.STAGING_REGION)
 
@@ -134,7 +136,39 @@ class Memory:
 
     def malloc_host(self, msg: protocol.Message) -> tuple[tuple[int, ...], bytes]:
         """A host buffer: (host pointer, mapped bytes), its region file name as the reply tail."""
-        size = msg.ints[0]
+        region = self._host_buffer(msg.ints[0], sealed=False)
+        return (datalink.host_ptr(region.region_id), region.size), region.name.encode()
+
+    def malloc_host_fd(self, msg: protocol.Message) -> tuple[tuple[int, ...], int]:
+        """A host buffer as a sealed memfd: (host pointer, mapped bytes), and the fd to pass."""
+        region = self._host_buffer(msg.ints[0], sealed=True)
+        assert isinstance(region, datalink.SealedRegion)
+        return (datalink.host_ptr(region.region_id), region.size), region.fd
+
+    def staging_fd(self, _msg: protocol.Message) -> tuple[tuple[int, ...], int]:
+        """Replace the staging region with a sealed memfd of the same size; its fd to pass."""
+        self._need_unix()
+        old = self.regions[datalink.STAGING_REGION]
+        name = datalink.region_name("staging", os.getpid(), next(_region_names))
+        try:
+            region = datalink.create_sealed_region(name, old.size, datalink.STAGING_REGION)
+        except OSError as exc:
+            raise AclFailure(
+                codes.ACL_ERROR_BAD_ALLOC, f"cannot create a sealed staging region: {exc}"
+            ) from exc
+        self.regions[datalink.STAGING_REGION] = self.staging = region
+        old.close()
+        return (region.size,), region.fd
+
+    def _need_unix(self) -> None:
+        if not self.unix:
+            raise AclFailure(
+                codes.ACL_ERROR_API_NOT_SUPPORT, "sealed memfds are passed only over the unix socket"
+            )
+
+    def _host_buffer(self, size: int, *, sealed: bool) -> datalink.AnyRegion:
+        if sealed:
+            self._need_unix()
         if size <= 0:
             raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, f"malloc_host size must be positive, got {size}")
         if size >= 1 << datalink.OFFSET_BITS:
@@ -145,7 +179,12 @@ class Memory:
             claim.reserve_host(rounded)
         rid = self._next_region
         try:
-            region = self._new_region("host", rounded, rid)
+            if sealed:
+                name = datalink.region_name("host", os.getpid(), next(_region_names))
+                region: datalink.AnyRegion = datalink.create_sealed_region(name, rounded, rid)
+                self.regions[rid] = region
+            else:
+                region = self._new_region("host", rounded, rid)
         except OSError as exc:
             if claim is not None:
                 claim.release_host(rounded)
@@ -153,7 +192,7 @@ class Memory:
                 codes.ACL_ERROR_BAD_ALLOC, f"cannot create a host buffer of {size} bytes: {exc}"
             ) from exc
         self._next_region += 1
-        return (datalink.host_ptr(region.region_id), rounded), region.name.encode()
+        return region
 
     def _free_host(self, ints: tuple[int, ...]) -> tuple[int, ...]:
         ptr = ints[0]
@@ -165,7 +204,7 @@ class Memory:
         self.drop_region(rid)
         return ()
 
-    def host_region(self, ptr: int, count: int) -> datalink.Region:
+    def host_region(self, ptr: int, count: int) -> datalink.AnyRegion:
         """The region ``count`` bytes at host pointer ``ptr`` lie in (AclFailure if they do not)."""
         rid, offset = datalink.split_host_ptr(ptr)
         region = self.regions.get(rid)
@@ -197,7 +236,7 @@ class Memory:
         for rid in list(self.regions):
             self.drop_region(rid)
 
-    def _new_region(self, kind: str, size: int, rid: int) -> datalink.Region:
+    def _new_region(self, kind: str, size: int, rid: int) -> datalink.AnyRegion:
         name = datalink.region_name(kind, os.getpid(), next(_region_names))
         region = datalink.create_region(self.shm_dir, name, size, rid)
         self.regions[rid] = region

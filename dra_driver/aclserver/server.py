@@ -14,6 +14,7 @@ SIGKILL'd client closes its socket).
 
 from __future__ import annotations
 
+import array
 import contextlib
 import errno
 import hmac
@@ -29,7 +30,7 @@ from dra_driver import files
 from dra_driver.aclserver import codes, protocol
 from dra_driver.aclserver.backend import Backend
 from dra_driver.aclserver.claim import Claim, SessionRefused
-from dra_driver.aclserver.dispatch import WAITING_OPS, Session
+from dra_driver.aclserver.dispatch import WAITING_OPS, FdReply, Session
 from dra_driver.aclserver.protocol import Op
 from dra_driver.aclserver.spec import AclServerSpec
 from dra_driver.logs import ClaimLogger
@@ -211,7 +212,7 @@ class Server:
                         )
                     )
                     continue
-                session, reply = self._hello(msg)
+                session, reply = self._hello(msg, unix=pending.sock.family == socket.AF_UNIX)
                 if session is None:
                     with contextlib.suppress(OSError):
                         pending.sock.send(reply)
@@ -278,6 +279,7 @@ class Server:
         def answer_later(msg: protocol.Message) -> None:
             try:
                 reply = handle(msg)
+                assert reply.__class__ is bytes  # waiting ops pass no descriptor
                 with contextlib.suppress(OSError):
                     sendall(reply)
             finally:
@@ -306,7 +308,11 @@ class Server:
                     else:
                         reply = handle(msg)
                         with send_lock:
-                            raw_sendall(reply)
+                            if reply.__class__ is bytes:
+                                raw_sendall(reply)
+                            else:
+                                assert isinstance(reply, FdReply)
+                                _send_with_fd(sock, reply)
                 elif op == _PING:
                     sendall(
                         protocol.encode_reply(
@@ -318,7 +324,9 @@ class Server:
                         _error(msg, codes.ACL_ERROR_INVALID_PARAM, "this connection is already authenticated")
                     )
                 else:
-                    sendall(handle(msg))
+                    reply = handle(msg)
+                    assert reply.__class__ is bytes  # the pre-ACL ops pass no descriptor
+                    sendall(reply)
         except OSError:
             return
         finally:
@@ -328,7 +336,7 @@ class Server:
             with self._lock:
                 self._live = {k: v for k, v in self._live.items() if v is not live}
 
-    def _hello(self, msg: protocol.Message) -> tuple[Session | None, bytes]:
+    def _hello(self, msg: protocol.Message, *, unix: bool) -> tuple[Session | None, bytes]:
         if msg.op != Op.HELLO:
             return None, _error(
                 msg, codes.ACL_ERROR_RT_NO_PERMISSION, "authenticate with HELLO and the claim token first"
@@ -344,7 +352,7 @@ class Server:
             )
         client_pid = msg.ints[1]
         try:
-            session = self.claim.open_session(client_pid)
+            session = self.claim.open_session(client_pid, unix=unix)
         except SessionRefused as exc:
             return None, _error(msg, exc.code, exc.message)
         except OSError as exc:
@@ -417,6 +425,13 @@ class Server:
         if now - self._counters.last_warning.get(kind, 0.0) >= _WARN_EVERY_S:
             self._counters.last_warning[kind] = now
             self.log.warning("%s", message)
+
+
+def _send_with_fd(sock: socket.socket, reply: FdReply) -> None:
+    """Send a reply frame with its descriptor attached to the frame's first byte (SCM_RIGHTS)."""
+    sent = sock.sendmsg([reply.frame], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [reply.fd]))])
+    if sent < len(reply.frame):
+        sock.sendall(reply.frame[sent:])
 
 
 def _error(msg: protocol.Message, code: int, text: str) -> bytes:

@@ -73,6 +73,7 @@ struct session_state {
     unsigned char *sendbuf;
     size_t sendcap;
     struct region staging;
+    int staging_sealed; /* 0: not asked yet; 1: a sealed memfd; -1: the region file (TCP, older server) */
     struct region *hosts;
     size_t nhosts, caphosts;
     struct devalloc *allocs; /* sorted by base */
@@ -131,6 +132,9 @@ int session_thread_device(void);
 int session_use_device(const char *what, int *device);
 /* Select device on the connection for the next call (the thread's own is selected again later). */
 int session_select_device(int device, const char *what);
+/* On the unix socket, make the staging region a sealed memfd the server maps (asked once, at the
+ * first staged copy; a server that cannot keeps the region file). */
+int session_seal_staging(const char *what);
 
 int objects_add(void *obj);
 int objects_has(const void *obj, uint32_t magic);
@@ -157,6 +161,10 @@ void rpc_close(void); /* half-close, wait (bounded) for the server to release th
 /* Map a region file the aclserver created in the claim's shm dir (name checked, no symlink). */
 int rpc_map_region(const char *name, size_t name_len, size_t size, unsigned char **addr, int populate,
                    const char *what);
+/* One request whose successful reply passes a descriptor (unix socket): *fd, or -1. */
+int rpc_call_fd(uint16_t op, const int64_t *ints, unsigned n, int64_t *out, unsigned nout, int *fd, const char *what);
+/* Map (and close) a sealed memfd the aclserver passed. */
+int rpc_map_fd(int fd, size_t size, unsigned char **addr, int populate, const char *what);
 
 /* -- staged transfers (memory.c) ------------------------------------------------------------------ */
 

@@ -206,6 +206,36 @@ int rpc_map_region(const char *name, size_t name_len, size_t size, unsigned char
     return 0;
 }
 
+int rpc_map_fd(int fd, size_t size, unsigned char **addr, int populate, const char *what)
+{
+    struct stat st;
+    if (fd < 0)
+        return flexnpu_fail(ACL_ERROR_INTERNAL_ERROR, "%s: the aclserver's reply passed no descriptor", what);
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode) || (uint64_t)st.st_size < size) {
+        close(fd);
+        return flexnpu_fail(ACL_ERROR_INTERNAL_ERROR, "%s: the passed region is not a %zu-byte memfd", what, size);
+    }
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, 0);
+    int e = errno;
+    close(fd);
+    if (p == MAP_FAILED)
+        return flexnpu_fail(ACL_ERROR_BAD_ALLOC, "%s: cannot map the passed region: %s", what, strerror(e));
+    *addr = p;
+    return 0;
+}
+
+int rpc_call_fd(uint16_t op, const int64_t *ints, unsigned n, int64_t *out, unsigned nout, int *fd, const char *what)
+{
+    uint32_t rid;
+    *fd = -1;
+    int rc = rpc_send(op, ints, n, NULL, 0, &rid, what);
+    if (!rc)
+        rc = rpc_receive(rid, out, nout, session.call_timeout_ms, what, NULL);
+    if (!rc)
+        *fd = wire_take_fd(&session.reader);
+    return rc;
+}
+
 void rpc_close(void)
 {
     if (session.fd < 0)

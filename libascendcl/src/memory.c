@@ -221,6 +221,35 @@ static int do_malloc_host(void **host, size_t size, const char *what)
         session.caphosts = cap;
     }
     int64_t arg = (int64_t)size;
+    if (!strcmp(session.kind, "unix")) { /* a sealed memfd the server maps too: copies at memcpy speed */
+        struct saved_error keep;
+        error_save(&keep);
+        int64_t out[2];
+        int fd;
+        rc = rpc_call_fd(OP_MALLOC_HOST_FD, &arg, 1, out, 2, &fd, what);
+        if (!rc) {
+            struct region r = {.wire = (uint64_t)out[0], .size = (size_t)out[1]};
+            if (out[1] < (int64_t)size) {
+                if (fd >= 0)
+                    close(fd);
+                return rpc_broken(-EPROTO, what);
+            }
+            rc = rpc_map_fd(fd, r.size, &r.addr, 1, what);
+            if (rc) {
+                int64_t p = (int64_t)r.wire;
+                error_save(&keep);
+                rpc_call(OP_FREE_HOST, &p, 1, NULL, 0, session.call_timeout_ms, what);
+                error_restore(&keep);
+                return rc;
+            }
+            session.hosts[session.nhosts++] = r;
+            *host = r.addr;
+            return 0;
+        }
+        if (session.dead || (rc != ACL_ERROR_API_NOT_SUPPORT && rc != ACL_ERROR_INVALID_PARAM))
+            return rc; /* the server refused the buffer itself (its host-memory limit, say) */
+        error_restore(&keep); /* a server without sealed buffers: the region file below */
+    }
     uint32_t rid;
     struct wire_msg m;
     rc = rpc_send(OP_MALLOC_HOST, &arg, 1, NULL, 0, &rid, what);
@@ -334,6 +363,9 @@ API aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value, size
 
 int staged_send(size_t count, staged_fill fill, staged_frame frame, void *ctx, const char *what)
 {
+    int src = session_seal_staging(what);
+    if (src)
+        return src;
     size_t half = session.staging.size / 2;
     uint32_t pending = 0;
     int have_pending = 0;
@@ -415,6 +447,9 @@ static int staged_in(uint64_t dst, const unsigned char *src, size_t count, int k
  * server fills one half while the client drains the other. */
 static int staged_out(unsigned char *dst, uint64_t src, size_t count, int kind, const char *what)
 {
+    int sealed = session_seal_staging(what);
+    if (sealed)
+        return sealed;
     size_t half = session.staging.size / 2;
     size_t nchunks = (count + half - 1) / half;
     uint32_t rid;

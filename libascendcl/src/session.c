@@ -391,6 +391,7 @@ static int open_session(void)
     session.staging.wire = wire_host_ptr(0, 0);
     /* the server pre-touched the staging pages: mapping them lazily costs only minor faults, and a
      * process that never stages a copy does not carry them in its RSS */
+    session.staging_sealed = 0;
     rc = rpc_map_region(m.tail, m.tail_len, session.staging.size, &session.staging.addr, 0,
                         "aclInit (staging region)");
     if (!rc)
@@ -409,6 +410,40 @@ static int open_session(void)
     }
     session.initialized = 1;
     session.generation++;
+    return 0;
+}
+
+int session_seal_staging(const char *what)
+{
+    if (session.staging_sealed)
+        return 0;
+    session.staging_sealed = -1; /* asked once: a server or link without it keeps the region file */
+    if (strcmp(session.kind, "unix"))
+        return 0;
+    struct saved_error keep;
+    error_save(&keep);
+    int64_t size = 0;
+    int fd;
+    int rc = rpc_call_fd(OP_STAGING_FD, NULL, 0, &size, 1, &fd, what);
+    if (rc) {
+        if (session.dead)
+            return rc;
+        error_restore(&keep);
+        return 0;
+    }
+    unsigned char *addr;
+    if (size != (int64_t)session.staging.size) {
+        if (fd >= 0)
+            close(fd);
+        return rpc_broken(-EPROTO, what);
+    }
+    rc = rpc_map_fd(fd, session.staging.size, &addr, 1, what);
+    if (rc)
+        return rpc_broken(-ENOMEM, what); /* the server's staging region is the memfd now */
+    madvise(addr, session.staging.size, MADV_DONTFORK);
+    munmap(session.staging.addr, session.staging.size);
+    session.staging.addr = addr;
+    session.staging_sealed = 1;
     return 0;
 }
 

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 static void put_be16(unsigned char *p, uint16_t v)
 {
@@ -137,6 +138,43 @@ static int reserve(struct wire_reader *r, size_t need)
     return 0;
 }
 
+/* recv into the reader's free space, keeping any descriptors passed with the bytes. */
+static ssize_t recv_with_fds(int fd, struct wire_reader *r)
+{
+    union {
+        char buf[CMSG_SPACE(sizeof(int) * WIRE_MAX_FDS)];
+        struct cmsghdr align;
+    } ctl;
+    struct iovec iov = {.iov_base = r->buf + r->end, .iov_len = r->cap - r->end};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+    ssize_t got = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (got <= 0)
+        return got;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < n; i++) {
+            int passed;
+            memcpy(&passed, CMSG_DATA(c) + i * sizeof(int), sizeof passed);
+            if (r->nfds < WIRE_MAX_FDS)
+                r->fds[r->nfds++] = passed;
+            else
+                close(passed); /* more than any reply passes: not ours to keep */
+        }
+    }
+    return got;
+}
+
+int wire_take_fd(struct wire_reader *r)
+{
+    if (!r->nfds)
+        return -1;
+    int fd = r->fds[0];
+    memmove(r->fds, r->fds + 1, (--r->nfds) * sizeof r->fds[0]);
+    return fd;
+}
+
 int wire_read(int fd, struct wire_reader *r, struct wire_msg *msg, int timeout_ms)
 {
     int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
@@ -168,7 +206,7 @@ int wire_read(int fd, struct wire_reader *r, struct wire_msg *msg, int timeout_m
         int rc = reserve(r, need);
         if (rc)
             return rc;
-        ssize_t got = recv(fd, r->buf + r->end, r->cap - r->end, MSG_DONTWAIT);
+        ssize_t got = recv_with_fds(fd, r);
         if (got > 0) {
             r->end += (size_t)got;
             continue;
@@ -190,4 +228,6 @@ void wire_reader_free(struct wire_reader *r)
     free(r->buf);
     r->buf = NULL;
     r->cap = r->start = r->end = 0;
+    while (r->nfds)
+        close(r->fds[--r->nfds]);
 }

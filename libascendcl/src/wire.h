@@ -65,6 +65,8 @@ enum flexnpu_op {
     OP_MODEL_GET_DESC = 46,
     OP_MODEL_EXECUTE = 47,
     OP_MODEL_UNLOAD = 48,
+    OP_STAGING_FD = 50,
+    OP_MALLOC_HOST_FD = 51,
 };
 
 #ifdef FLEXNPU_WIRE_H
@@ -96,6 +98,8 @@ FLEXNPU_SAME_OP(MODEL_LOAD);
 FLEXNPU_SAME_OP(MODEL_GET_DESC);
 FLEXNPU_SAME_OP(MODEL_EXECUTE);
 FLEXNPU_SAME_OP(MODEL_UNLOAD);
+FLEXNPU_SAME_OP(STAGING_FD);
+FLEXNPU_SAME_OP(MALLOC_HOST_FD);
 FLEXNPU_SAME_OP(SYNCHRONIZE_STREAM);
 FLEXNPU_SAME_OP(SYNCHRONIZE_DEVICE);
 FLEXNPU_SAME_OP(LAUNCH_KERNEL);
@@ -125,9 +129,16 @@ struct wire_msg {
     size_t tail_len;
 };
 
+#define WIRE_MAX_FDS 8
+
+/* The bytes read but not yet decoded, and the descriptors that came with them (SCM_RIGHTS on
+ * the unix socket: the aclserver passes a sealed memfd with the replies of STAGING_FD and
+ * MALLOC_HOST_FD), oldest first. */
 struct wire_reader {
     unsigned char *buf;
     size_t cap, start, end;
+    int fds[WIRE_MAX_FDS];
+    unsigned nfds;
 };
 
 /* Encode one frame into out (capacity cap). Returns its length, or 0 if it does not fit. */
@@ -142,6 +153,9 @@ int wire_send_all(int fd, const void *buf, size_t len, int timeout_ms);
  * oversized frame. */
 int wire_read(int fd, struct wire_reader *r, struct wire_msg *msg, int timeout_ms);
 
-void wire_reader_free(struct wire_reader *r);
+/* The oldest descriptor received (the caller owns it), -1 when none came. */
+int wire_take_fd(struct wire_reader *r);
+
+void wire_reader_free(struct wire_reader *r); /* and close the descriptors it still holds */
 
 #endif /* FLEXNPU_WIRE_H_ */

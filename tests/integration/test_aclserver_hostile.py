@@ -178,8 +178,9 @@ def test_fd_exhaustion_is_survived(tmp_path: Path, bystander: Session) -> None:
 
 
 def test_truncated_staging_file_fails_the_copy_not_the_server(tmp_path: Path, bystander: Session) -> None:
+    """On TCP the data link is region files the server reads with pread: truncating one fails the copy."""
     with _victim(tmp_path, staging_bytes=1 << 20) as victim:
-        with Session.open(victim.conf()) as s, Session.open(victim.conf()) as other:
+        with Session.open(victim.conf(unix=False)) as s, Session.open(victim.conf(unix=False)) as other:
             s.init()
             s.set_device(0)
             other.init()
@@ -219,3 +220,67 @@ def _ping_ok(server: RunningAclServer) -> bool:
 def _rss(pid: int) -> int:
     with open(f"/proc/{pid}/statm") as fh:
         return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _staging_fd(sock: socket.socket, server: RunningAclServer) -> tuple[int, int]:
+    """HELLO and STAGING_FD on a raw unix connection: (the sealed staging memfd, its size)."""
+    import array
+
+    sock.sendall(
+        protocol.encode(Op.HELLO, 1, (protocol.PROTOCOL_VERSION, os.getpid()), server.spec.token.encode())
+    )
+    reader = protocol.FrameReader(sock, 1 << 20)
+    hello = reader.read()
+    assert hello is not None and hello.ints[0] == 0
+    sock.sendall(protocol.encode(Op.STAGING_FD, 2))
+    buf = bytearray(256)
+    got, anc, _flags, _addr = sock.recvmsg_into([buf], socket.CMSG_SPACE(4))
+    (reply,) = [protocol.decode(buf, 4, got - 4)]
+    assert reply.ints[0] == 0, reply
+    fds = array.array("i")
+    fds.frombytes(anc[0][2])
+    return fds[0], reply.ints[1]
+
+
+def test_a_sealed_staging_memfd_cannot_be_shrunk_and_a_punched_hole_harms_nobody(
+    tmp_path: Path, bystander: Session
+) -> None:
+    """On the unix socket the staging region is a memfd the server maps: the client cannot shrink
+    or grow it (sealed), and a hole it punches reads back as zeros — never a SIGBUS."""
+    import ctypes
+    import fcntl
+
+    with _victim(tmp_path, staging_bytes=1 << 20) as victim, _unix(victim) as sock:
+        fd, size = _staging_fd(sock, victim)
+        try:
+            assert size == 1 << 20
+            seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+            assert seals & fcntl.F_SEAL_SHRINK and seals & fcntl.F_SEAL_GROW and seals & fcntl.F_SEAL_SEAL
+            for length in (0, size // 2, size * 2):
+                with pytest.raises(PermissionError):
+                    os.ftruncate(fd, length)
+            with pytest.raises(PermissionError):
+                fcntl.fcntl(fd, fcntl.F_ADD_SEALS, 0)  # F_SEAL_SEAL: no seal can change
+            libc = ctypes.CDLL(None, use_errno=True)
+            punch_hole_keep_size = 0x02 | 0x01
+            assert libc.fallocate(fd, punch_hole_keep_size, ctypes.c_long(0), ctypes.c_long(size)) == 0
+            # the aclserver copies out of the punched staging region: zeros, and it keeps serving
+            for rid, op, ints in (
+                (3, Op.INIT, ()), (4, Op.SET_DEVICE, (0,)), (5, Op.MALLOC, (4096, 0)),
+            ):  # fmt: skip
+                sock.sendall(protocol.encode(op, rid, ints))
+            reader = protocol.FrameReader(sock, 1 << 20)
+            replies = [reader.read() for _ in range(3)]
+            assert all(r is not None and r.ints[0] == 0 for r in replies), replies
+            ptr = replies[2].ints[1]  # type: ignore[union-attr]
+            sock.sendall(
+                protocol.encode(
+                    Op.MEMCPY, 6, (ptr, 4096, datalink.host_ptr(0, 0), 4096, MemcpyKind.HOST_TO_DEVICE)
+                )
+            )
+            copy = reader.read()
+            assert copy is not None and copy.ints[0] == 0
+            assert victim.proc.poll() is None
+        finally:
+            os.close(fd)
+    _works(bystander)

@@ -28,12 +28,17 @@ def test_ready_file_and_sigterm_cleanup(tmp_path: Path) -> None:
         assert srv.ready.unix_socket == spec.unix_socket
         assert oct(os.stat(spec.unix_socket).st_mode & 0o777) == "0o666"
         assert [e.pid for e in ledger.read_entries(ledger_dir, 2)] == [srv.proc.pid]
-        session = Session.open(srv.conf())
+        session = Session.open(srv.conf(unix=False))  # on TCP the data link is region files
         session.init()
         session.set_device(0)
         session.malloc(4096)
         session.malloc_host(4096)
         assert len(os.listdir(spec.shm_dir)) == 3  # socket, staging, host buffer
+        unix = Session.open(srv.conf())  # on the unix socket, sealed memfds: no file at all
+        unix.init()
+        unix.set_device(0)
+        unix.malloc_host(4096)
+        assert len(os.listdir(spec.shm_dir)) == 3
         assert srv.stop(signal.SIGTERM) == 0
         assert not os.path.exists(spec.unix_socket)
         assert not os.path.exists(spec.ready_file)

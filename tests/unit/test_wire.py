@@ -48,9 +48,10 @@ def test_server_serves_every_op_of_the_table_with_its_arities(tmp_path: Path) ->
     served = {op for op in ops.Op if op not in (ops.Op.NONE, ops.Op.PING, ops.Op.HELLO)}
     session = Session(_NoBackend(), shm_dir=str(tmp_path), staging_bytes=4096)  # type: ignore[arg-type]
     try:
-        table = {op: entry[0] for op, entry in {**session._handlers, **session._tail_handlers}.items()}
+        tables = (session._handlers, session._tail_handlers, session._fd_handlers)
+        table = {op: entry[0] for t in tables for op, entry in t.items()}
         assert set(table) == {int(op) for op in served}
-        assert not set(session._handlers) & set(session._tail_handlers)
+        assert sum(len(t) for t in tables) == len(table), "an op is served by one table only"
         for op in served:
             assert table[int(op)] == frozenset(ops.spec_of(op).arities)  # type: ignore[union-attr]
     finally:
