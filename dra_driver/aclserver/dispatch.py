@@ -33,8 +33,9 @@ _encode_reply = protocol.encode_reply
 _MODEL_EXECUTE = int(Op.MODEL_EXECUTE)
 _STAGING_FD = int(Op.STAGING_FD)
 Handler = Callable[[tuple[int, ...]], tuple[int, ...]]
-TailHandler = Callable[[protocol.Message], tuple[tuple[int, ...], bytes]]
-"""An op whose request or reply carries a tail: the whole message in, (values, reply tail) out."""
+TailHandler = Callable[[protocol.Message], tuple[tuple[int, ...], bytes] | None]
+"""An op whose request or reply carries a tail: the whole message in, (values, reply tail) out;
+None: the reply is sent later (``Session.reply_later``)."""
 FdHandler = Callable[[protocol.Message], tuple[tuple[int, ...], int]]
 """An op whose reply passes a file descriptor (unix socket only): (values, fd) out."""
 
@@ -108,9 +109,19 @@ class Session:
 
     # -- dispatch ---------------------------------------------------------------------------------
 
-    def handle(self, msg: protocol.Message) -> bytes | FdReply:
+    @property
+    def reply_later(self) -> Callable[[bytes], None] | None:
+        """How a reply is sent later from another thread (set by the server; None: calls wait)."""
+        return self.models.reply_later
+
+    @reply_later.setter
+    def reply_later(self, send: Callable[[bytes], None] | None) -> None:
+        self.models.reply_later = send
+
+    def handle(self, msg: protocol.Message) -> bytes | FdReply | None:
         """Execute one request and return the encoded reply (never raises AclFailure); a reply
-        that passes a file descriptor is an ``FdReply``."""
+        that passes a file descriptor is an ``FdReply``; None: it is sent later, when its work
+        ends (``reply_later``)."""
         op, ints = msg.op, msg.ints
         try:
             entry = self._handlers.get(op)
@@ -125,7 +136,7 @@ class Session:
         except AclFailure as exc:
             return protocol.encode_reply(msg.op, msg.request_id, exc.code, tail=exc.message.encode())
 
-    def _handle_tail(self, msg: protocol.Message) -> bytes | FdReply:
+    def _handle_tail(self, msg: protocol.Message) -> bytes | FdReply | None:
         entry = self._tail_handlers.get(msg.op)
         if entry is None:
             fd_entry = self._fd_handlers.get(msg.op)
@@ -140,15 +151,18 @@ class Session:
         if len(msg.ints) not in arities:
             self._arity(msg, min(arities))
         self._need_init()
-        values, tail = handler(msg)
+        result = handler(msg)
+        if result is None:
+            return None
+        values, tail = result
         return _encode_reply(msg.op, msg.request_id, 0, *values, tail=tail)
 
     def would_block(self, msg: protocol.Message) -> bool:
         """True for a call that waits for queued work (a synchronize or destroy with kernels to
         wait for, a synchronous model execution, an unload): the server runs it off the session's
         thread, so the other threads of the client are not held up behind it."""
-        if msg.op == _MODEL_EXECUTE:
-            return len(msg.ints) > 1 and msg.ints[1] == 0
+        if msg.op == _MODEL_EXECUTE:  # answered by its task when it ends, unless no server set that up
+            return self.reply_later is None and len(msg.ints) > 1 and msg.ints[1] == 0
         return msg.op in WAITING_OPS and self.streams.busy()
 
     def cancel(self) -> None:

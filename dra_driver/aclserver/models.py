@@ -8,7 +8,8 @@ memory from the device quota (207001 and a message when it does not fit) unless 
 gives its own (``...WithMem``: pinned while the model is loaded). An execution is a task on a
 stream like a kernel (``streams.py``): it holds the die for the model's cost under the share's
 policy, pins every buffer it reads or writes, then computes the outputs; stream 0 means
-synchronous (``aclmdlExecute``). Unload waits for the model's queued executions. Every failure
+synchronous (``aclmdlExecute``): its reply is sent from the task's thread when it ends, so the
+session keeps serving the client's other threads and no thread waits for it. Unload waits for the model's queued executions. Every failure
 is an ``AclFailure`` and changes nothing.
 """
 
@@ -39,7 +40,7 @@ MAX_MODELS = 256
 """Models one session may have loaded at once."""
 _PAIR = struct.Struct(">qq")
 Handler = Callable[[tuple[int, ...]], tuple[int, ...]]
-TailHandler = Callable[[protocol.Message], tuple[tuple[int, ...], bytes]]
+TailHandler = Callable[[protocol.Message], tuple[tuple[int, ...], bytes] | None]
 
 
 @dataclass(slots=True, eq=False)
@@ -53,8 +54,14 @@ class _Blob:
 class _Model:
     loaded: LoadedModel
     header: bytes
+    static_needs: tuple[int, ...]
+    """Bytes each buffer needs when no gear is set (computed once)."""
     queued: int = 0
     idle: threading.Condition = field(default_factory=threading.Condition)
+
+
+def _needs(desc: modelfile.ModelFile, batch: int, hw: tuple[int, int]) -> tuple[int, ...]:
+    return tuple(desc.need(i, batch, hw) for i in range(len(desc.inputs) + len(desc.outputs)))
 
 
 class Models:
@@ -82,6 +89,9 @@ class Models:
         self._next_blob = 1
         self._next_model = 1
         self._sync_streams: dict[int, int] = {}
+        self.reply_later: Callable[[bytes], None] | None = None
+        """Set by the server: sends a reply frame from another thread (a synchronous execution's,
+        when it ends); None: a synchronous execution waits in its handler."""
 
     def handlers(self) -> dict[Op, Handler]:
         return {
@@ -183,7 +193,9 @@ class Models:
         with self._lock:
             model_id = self._next_model
             self._next_model += 1
-            self._models[model_id] = _Model(loaded, modelfile.render_header(loaded.desc))
+            self._models[model_id] = _Model(
+                loaded, modelfile.render_header(loaded.desc), _needs(loaded.desc, 0, (0, 0))
+            )
         return (model_id,)
 
     def _caller_memory(self, ptr: int, size: int, what: str) -> Buffer | None:
@@ -222,7 +234,8 @@ class Models:
 
     # -- execution -------------------------------------------------------------------------------
 
-    def _execute(self, msg: protocol.Message) -> tuple[tuple[int, ...], bytes]:
+    def _execute(self, msg: protocol.Message) -> tuple[tuple[int, ...], bytes] | None:
+        """Queue an execution; a synchronous one is answered when it ends (None: no reply now)."""
         model_id, stream_id, n_in, n_out = msg.ints
         model = self._model(model_id)
         desc = model.loaded.desc
@@ -244,9 +257,10 @@ class Models:
         buffers = [self._buffer(*_PAIR.unpack_from(msg.tail, i * _PAIR.size)) for i in range(n_in + n_out)]
         inputs, outputs = buffers[:n_in], buffers[n_in:]
         batch, hw = self._dynamic_shape(desc, inputs)
-        for i, (buf, tensor) in enumerate(zip(buffers, modelfile.tensors(desc), strict=True)):
-            need = desc.need(i, batch, hw)
+        needs = model.static_needs if batch == 0 and hw == (0, 0) else _needs(desc, batch, hw)
+        for i, (buf, need) in enumerate(zip(buffers, needs, strict=True)):
             if buf.size < need:
+                tensor = modelfile.tensors(desc)[i]
                 code = (
                     codes.ACL_ERROR_MODEL_INPUT_NOT_MATCH
                     if i < n_in
@@ -261,7 +275,22 @@ class Models:
                 codes.ACL_ERROR_INVALID_PARAM,
                 f"model {model_id} is on device {model.loaded.device}, stream {stream_id:#x} on {stream.device}",
             )
-        task = Task(stream, cost_us, run, then=lambda: self._executed(model))
+        reply_later = self.reply_later if sync else None
+
+        def ended() -> None:
+            self._executed(model)
+            if reply_later is not None:  # the synchronous call's reply, from the task's own thread
+                err = task.error
+                reply_later(
+                    protocol.encode_reply(
+                        msg.op,
+                        msg.request_id,
+                        err.code if err else 0,
+                        tail=err.message.encode() if err else b"",
+                    )
+                )
+
+        task = Task(stream, cost_us, run, then=ended)
         with model.idle:
             model.queued += 1
         uses = [*model.loaded.own, *model.loaded.lent, *(b.alloc for b in buffers)]
@@ -270,6 +299,8 @@ class Models:
         except BaseException:
             self._executed(model)
             raise
+        if reply_later is not None:
+            return None  # answered when the execution ends: no thread waits for it
         if sync:
             self.streams.wait(task.done.is_set)
             if task.error is not None:

@@ -19,10 +19,12 @@ import contextlib
 import errno
 import hmac
 import os
+import queue
 import selectors
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -270,20 +272,19 @@ class Server:
         handle = session.handle
         send_lock = threading.Lock()
         raw_sendall = sock.sendall
-        waiters = threading.BoundedSemaphore(_MAX_WAITERS)
 
         def sendall(data: bytes) -> None:
             with send_lock:
                 raw_sendall(data)
 
         def answer_later(msg: protocol.Message) -> None:
-            try:
-                reply = handle(msg)
-                assert reply.__class__ is bytes  # waiting ops pass no descriptor
-                with contextlib.suppress(OSError):
-                    sendall(reply)
-            finally:
-                waiters.release()
+            reply = handle(msg)
+            assert reply.__class__ is bytes  # waiting ops pass no descriptor
+            with contextlib.suppress(OSError):
+                sendall(reply)
+
+        waiters = _Waiters(answer_later)
+        session.reply_later = lambda frame: _send_quietly(sendall, frame)
 
         try:
             sendall(hello_reply)
@@ -302,11 +303,12 @@ class Server:
                     return
                 op = msg.op
                 if op > _HELLO:  # every ACL op: the hot path first
-                    if op in WAITING_OPS and session.would_block(msg) and waiters.acquire(blocking=False):
-                        # replies may go out of order: clients match them by request id
-                        threading.Thread(target=answer_later, args=(msg,), daemon=True, name="wait").start()
+                    if op in WAITING_OPS and session.would_block(msg) and waiters.submit(msg):
+                        pass  # replies may go out of order: clients match them by request id
                     else:
                         reply = handle(msg)
+                        if reply is None:
+                            continue  # answered later by the work it queued
                         with send_lock:
                             if reply.__class__ is bytes:
                                 raw_sendall(reply)
@@ -330,6 +332,7 @@ class Server:
         except OSError:
             return
         finally:
+            waiters.stop()
             self.claim.close_session(session)
             with contextlib.suppress(OSError):
                 sock.close()
@@ -425,6 +428,52 @@ class Server:
         if now - self._counters.last_warning.get(kind, 0.0) >= _WARN_EVERY_S:
             self._counters.last_warning[kind] = now
             self.log.warning("%s", message)
+
+
+def _send_quietly(sendall: Callable[[bytes], None], frame: bytes) -> None:
+    """A late reply: the client may have gone meanwhile (its session is then being closed)."""
+    with contextlib.suppress(OSError):
+        sendall(frame)
+
+
+class _Waiters:
+    """Threads that answer one session's blocking calls (a synchronize, a synchronous model
+    execution) off its thread, at most ``_MAX_WAITERS`` at once; kept for the next call, since
+    starting a thread costs about a tenth of a 1 ms model execution."""
+
+    def __init__(self, answer: Callable[[protocol.Message], None]) -> None:
+        self._answer = answer
+        self._queue: queue.SimpleQueue[protocol.Message | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads = 0
+        self._idle = 0
+
+    def submit(self, msg: protocol.Message) -> bool:
+        """Hand ``msg`` to an idle waiter (or a new one); False when all are busy (run it inline)."""
+        with self._lock:
+            if self._idle:
+                self._idle -= 1
+            elif self._threads < _MAX_WAITERS:
+                self._threads += 1
+                threading.Thread(target=self._run, daemon=True, name="wait").start()
+            else:
+                return False
+        self._queue.put(msg)
+        return True
+
+    def _run(self) -> None:
+        while (msg := self._queue.get()) is not None:
+            try:
+                self._answer(msg)
+            finally:
+                with self._lock:
+                    self._idle += 1
+
+    def stop(self) -> None:
+        with self._lock:
+            for _ in range(self._threads):
+                self._queue.put(None)
+            self._threads = self._idle = 0
 
 
 def _send_with_fd(sock: socket.socket, reply: FdReply) -> None:
