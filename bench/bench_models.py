@@ -83,7 +83,12 @@ class CRunner:
 
 
 def direct_runner(backend: EmulatedBackend, data: bytes) -> tuple[Callable[[], float], Streams]:
-    loaded = backend.load_model(0, memoryview(bytearray(data)), owner=1, weight=None, work=None)
+    desc = backend.describe_model(memoryview(data))
+    work = backend.malloc(0, desc.work_bytes, 0, owner=1)
+    loaded = backend.load_model(
+        0, memoryview(bytearray(data)), desc, weight=None,
+        work=Buffer(work, desc.work_bytes, backend.book.find(work, owner=1)),
+    )  # fmt: skip
     streams = Streams(backend, session_id=1, current=lambda: 0)
     stream = streams.create(0)
     bufs = []
@@ -95,7 +100,7 @@ def direct_runner(backend: EmulatedBackend, data: bytes) -> tuple[Callable[[], f
         t0 = time.perf_counter()
         cost, run = backend.execution(loaded, bufs[:1], bufs[1:], batch=0, hw=(0, 0))
         task = Task(stream, cost, run)
-        streams.submit(task, [*loaded.own, *(b.alloc for b in bufs)])
+        streams.submit(task, [loaded.work.alloc, *(b.alloc for b in bufs)] if loaded.work else [])
         task.done.wait()
         return time.perf_counter() - t0
 

@@ -111,10 +111,10 @@ class Backend(Protocol):
         ...
 
     def load_model(
-        self, device: int, data: memoryview, *, owner: int, weight: Buffer | None, work: Buffer | None
+        self, device: int, data: memoryview, desc: ModelFile, *, weight: Buffer | None, work: Buffer | None
     ) -> LoadedModel:
-        """Load the model in ``data`` on ``device``: weight and work memory are the caller's when
-        given, else taken from the quota (AclFailure 207001 naming what does not fit)."""
+        """Load the model in ``data`` (described by ``desc``) on ``device`` into the weight and
+        work memory given (the session layer took it from the quota or the caller)."""
         ...
 
     def execution(

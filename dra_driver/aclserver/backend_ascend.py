@@ -264,42 +264,16 @@ class AscendBackend:
             mdl.destroy_desc(desc)
 
     def load_model(
-        self, device: int, data: memoryview, *, owner: int, weight: Buffer | None, work: Buffer | None
+        self, device: int, data: memoryview, desc: ModelFile, *, weight: Buffer | None, work: Buffer | None
     ) -> LoadedModel:
-        desc = self.describe_model(data)
-        mdl = self.rt.models()
-        model = LoadedModel(device, desc, weight, work)
-        try:
-            for what, need in (("work", desc.work_bytes), ("weight", desc.weight_bytes)):
-                given = getattr(model, what)
-                if given is not None and given.size < need:
-                    raise AclFailure(
-                        codes.ACL_ERROR_INVALID_PARAM,
-                        f"the model needs {need} bytes of {what} memory; {given.size} were given",
-                    )
-                if given is None and need:
-                    try:
-                        ptr = self.malloc(device, need, 0, owner=owner)
-                    except AclFailure as exc:
-                        raise AclFailure(
-                            exc.code, f"loading the model: its {what} memory does not fit: {exc.message}"
-                        ) from None
-                    alloc = self.book.find(ptr, owner=owner, exact=True)
-                    model.own.append(alloc)
-                    setattr(model, what, Buffer(ptr, need, alloc))
-            self._select(device)
-            model_id = ctypes.c_uint32()
-            mdl.call(
-                "aclmdlLoadFromMemWithMem", _host_buffer(data), data.nbytes, ctypes.byref(model_id),
-                model.work.ptr if model.work else None, model.work.size if model.work else 0,
-                model.weight.ptr if model.weight else None, model.weight.size if model.weight else 0,
-            )  # fmt: skip
-        except BaseException:
-            for alloc in model.own:
-                self.book.free(alloc.base)
-            raise
-        model.handle = model_id.value
-        return model
+        self._select(device)
+        model_id = ctypes.c_uint32()
+        self.rt.models().call(
+            "aclmdlLoadFromMemWithMem", _host_buffer(data), data.nbytes, ctypes.byref(model_id),
+            work.ptr if work else None, work.size if work else 0,
+            weight.ptr if weight else None, weight.size if weight else 0,
+        )  # fmt: skip
+        return LoadedModel(device, desc, weight, work, handle=model_id.value)
 
     def execution(
         self,

@@ -141,43 +141,12 @@ class EmulatedBackend:
         return desc
 
     def load_model(
-        self, device: int, data: memoryview, *, owner: int, weight: Buffer | None, work: Buffer | None
+        self, device: int, data: memoryview, desc: ModelFile, *, weight: Buffer | None, work: Buffer | None
     ) -> LoadedModel:
-        desc = self.describe_model(data)
-        model = LoadedModel(device, desc, None, None)
-        try:
-            model.weight = self._model_memory(model, weight, desc.weight_bytes, "weight", owner=owner)
-            model.work = self._model_memory(model, work, desc.work_bytes, "work", owner=owner)
-        except BaseException:
-            for alloc in model.own:
-                self.book.free(alloc.base)
-            raise
-        if model.weight is not None and desc.weight_bytes:
+        if weight is not None and desc.weight_bytes:
             start = modelfile.header_bytes(data)
-            self._view(model.weight)[: desc.weight_bytes] = data[start : start + desc.weight_bytes]
-        return model
-
-    def _model_memory(
-        self, model: LoadedModel, given: Buffer | None, need: int, what: str, *, owner: int
-    ) -> Buffer | None:
-        if given is not None:
-            if given.alloc.device != model.device or given.size < need:
-                raise AclFailure(
-                    codes.ACL_ERROR_INVALID_PARAM,
-                    f"the model needs {need} bytes of {what} memory on device {model.device};"
-                    f" {given.size} bytes on device {given.alloc.device} were given",
-                )
-            return given
-        if not need:
-            return None
-        try:
-            alloc = self.book.allocate(model.device, need, 0, owner=owner, make=self._make)
-        except AclFailure as exc:
-            raise AclFailure(
-                exc.code, f"loading the model: its {what} memory does not fit: {exc.message}"
-            ) from None
-        model.own.append(alloc)
-        return Buffer(alloc.base, alloc.size, alloc)
+            self._view(weight)[: desc.weight_bytes] = data[start : start + desc.weight_bytes]
+        return LoadedModel(device, desc, weight, work)
 
     def execution(
         self,

@@ -26,6 +26,7 @@ from dra_driver.aclserver import codes, datalink, protocol
 from dra_driver.aclserver.backend import AclFailure, Backend, Buffer, LoadedModel
 from dra_driver.aclserver.memory import Memory
 from dra_driver.aclserver.protocol import Op
+from dra_driver.aclserver.quota import Allocation
 from dra_driver.aclserver.streams import Streams, Task
 from flexnpu_wire import modelfile
 
@@ -179,16 +180,19 @@ class Models:
                     f"at most {MAX_MODELS} models may be loaded per client",
                 )
         blob = self._blob(blob_id)
-        lent = [b.alloc for b in (weight, work) if b is not None]
-        pinned = self.backend.book.pin(lent)
+        desc = self.backend.describe_model(blob.view)
+        pinned = self.backend.book.pin([b.alloc for b in (weight, work) if b is not None])
+        own: list[Allocation] = []
         try:
-            loaded = self.backend.load_model(
-                device, blob.view, owner=self.session_id, weight=weight, work=work
-            )
+            weight = self._model_memory(device, weight, desc.weight_bytes, "weight", own)
+            work = self._model_memory(device, work, desc.work_bytes, "work", own)
+            loaded = self.backend.load_model(device, blob.view, desc, weight=weight, work=work)
         except BaseException:
+            for alloc in own:
+                self.backend.book.free(alloc.base)
             self.backend.book.unpin(pinned)
             raise
-        loaded.lent = list(pinned)
+        loaded.own, loaded.lent = own, list(pinned)
         self._drop_blob(self._take_blob(blob_id))
         with self._lock:
             model_id = self._next_model
@@ -204,6 +208,29 @@ class Models:
         if size <= 0:
             raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, f"{what} memory of {size} bytes at {ptr:#x}")
         return Buffer(ptr, size, self.backend.book.find(ptr, size, owner=self.session_id))
+
+    def _model_memory(
+        self, device: int, given: Buffer | None, need: int, what: str, own: list[Allocation]
+    ) -> Buffer | None:
+        """The caller's memory for the model (checked), else ``need`` bytes from the quota."""
+        if given is not None:
+            if given.alloc.device != device or given.size < need:
+                raise AclFailure(
+                    codes.ACL_ERROR_INVALID_PARAM,
+                    f"the model needs {need} bytes of {what} memory on device {device};"
+                    f" {given.size} bytes on device {given.alloc.device} were given",
+                )
+            return given
+        if not need:
+            return None
+        try:
+            ptr = self.backend.malloc(device, need, 0, owner=self.session_id)
+        except AclFailure as exc:
+            raise AclFailure(
+                exc.code, f"loading the model: its {what} memory does not fit: {exc.message}"
+            ) from None
+        own.append(self.backend.book.find(ptr, owner=self.session_id, exact=True))
+        return Buffer(ptr, need, own[-1])
 
     def _get_desc(self, msg: protocol.Message) -> tuple[tuple[int, ...], bytes]:
         return (), self._model(msg.ints[0]).header

@@ -732,7 +732,7 @@ static int dynamic_target(uint32_t model_id, aclmdlDataset *ds, size_t index, co
     for (size_t g = 0; g < gears; g++)
         found |= hw ? desc.hw[g][0] == value[0] && desc.hw[g][1] == value[1] : desc.batch[g] == value[0];
     if (!gears)
-        rc = flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: model %u has no dynamic %s gears", what, model_id,
+        rc = flexnpu_fail(ACL_ERROR_MODEL_NOT_DYNAMIC, "%s: model %u has no dynamic %s gears", what, model_id,
                           hw ? "height/width" : "batch");
     else if (index + 1 != desc.n_inputs || index >= ds->n)
         rc = flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: index %zu is not the dynamic-shape input (%s, index %zu)",

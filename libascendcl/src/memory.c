@@ -201,6 +201,25 @@ API aclError aclrtFree(void *devPtr)
     LOCKED(do_free(devPtr));
 }
 
+/* Map the host buffer the server just made at wire pointer r.wire — the memfd it passed (fd >= 0)
+ * or the region file it named — and add it to the table; if it cannot be mapped, free it there. */
+static int adopt_host(struct region r, int fd, const char *name, size_t name_len, void **host, const char *what)
+{
+    int rc = fd >= 0 ? rpc_map_fd(fd, r.size, &r.addr, 1, what)
+                     : rpc_map_region(name, name_len, r.size, &r.addr, 1, what);
+    if (rc) {
+        int64_t p = (int64_t)r.wire;
+        struct saved_error keep;
+        error_save(&keep);
+        rpc_call(OP_FREE_HOST, &p, 1, NULL, 0, session.call_timeout_ms, what);
+        error_restore(&keep);
+        return rc;
+    }
+    session.hosts[session.nhosts++] = r;
+    *host = r.addr;
+    return 0;
+}
+
 static int do_malloc_host(void **host, size_t size, const char *what)
 {
     if (!host)
@@ -227,25 +246,14 @@ static int do_malloc_host(void **host, size_t size, const char *what)
         int64_t out[2];
         int fd;
         rc = rpc_call_fd(OP_MALLOC_HOST_FD, &arg, 1, out, 2, &fd, what);
-        if (!rc) {
-            struct region r = {.wire = (uint64_t)out[0], .size = (size_t)out[1]};
-            if (out[1] < (int64_t)size) {
-                if (fd >= 0)
-                    close(fd);
-                return rpc_broken(-EPROTO, what);
-            }
-            rc = rpc_map_fd(fd, r.size, &r.addr, 1, what);
-            if (rc) {
-                int64_t p = (int64_t)r.wire;
-                error_save(&keep);
-                rpc_call(OP_FREE_HOST, &p, 1, NULL, 0, session.call_timeout_ms, what);
-                error_restore(&keep);
-                return rc;
-            }
-            session.hosts[session.nhosts++] = r;
-            *host = r.addr;
-            return 0;
+        if (!rc && out[1] < (int64_t)size) {
+            if (fd >= 0)
+                close(fd);
+            return rpc_broken(-EPROTO, what);
         }
+        if (!rc)
+            return adopt_host((struct region){.wire = (uint64_t)out[0], .size = (size_t)out[1]}, fd, NULL, 0,
+                              host, what);
         if (session.dead || (rc != ACL_ERROR_API_NOT_SUPPORT && rc != ACL_ERROR_INVALID_PARAM))
             return rc; /* the server refused the buffer itself (its host-memory limit, say) */
         error_restore(&keep); /* a server without sealed buffers: the region file below */
@@ -259,19 +267,8 @@ static int do_malloc_host(void **host, size_t size, const char *what)
         return rc;
     if (m.n_ints < 3 || m.ints[2] < (int64_t)size)
         return rpc_broken(-EPROTO, what);
-    struct region r = {.wire = (uint64_t)m.ints[1], .size = (size_t)m.ints[2]};
-    rc = rpc_map_region(m.tail, m.tail_len, r.size, &r.addr, 1, what);
-    if (rc) {
-        int64_t p = (int64_t)r.wire;
-        struct saved_error keep;
-        error_save(&keep);
-        rpc_call(OP_FREE_HOST, &p, 1, NULL, 0, session.call_timeout_ms, what);
-        error_restore(&keep);
-        return rc;
-    }
-    session.hosts[session.nhosts++] = r;
-    *host = r.addr;
-    return 0;
+    return adopt_host((struct region){.wire = (uint64_t)m.ints[1], .size = (size_t)m.ints[2]}, -1, m.tail,
+                      m.tail_len, host, what);
 }
 
 API aclError aclrtMallocHost(void **hostPtr, size_t size)

@@ -331,50 +331,35 @@ def test_models_are_forwarded_to_cann_with_the_memory_the_book_charged(
         32,
         "y",
     )
-    free = b.mem_info(0)[0]
-    model = b.load_model(0, data, owner=1, weight=None, work=None)
+    find = b.book.find
+    buf = lambda ptr, size: Buffer(ptr, size, find(ptr))  # noqa: E731
+    weight, work = b.malloc(0, 64, 0, owner=1), b.malloc(0, 4096, 0, owner=1)
+    model = b.load_model(0, data, desc, weight=buf(weight, 64), work=buf(work, 4096))
     assert emu.calls("aclmdlLoadFromMemWithMem") == 1
-    assert b.mem_info(0)[0] == free - 4096 - 64, "work and weight memory are charged to the share"
-    assert model.weight is not None
     got = bytearray(64)
-    b.copy_from_device(model.weight.ptr, memoryview(got))
+    b.copy_from_device(weight, memoryview(got))
     assert bytes(got) == b"\x11" * 64, "CANN loaded the weights into the memory the book holds"
     x, y = b.malloc(0, 32, 0, owner=1), b.malloc(0, 32, 0, owner=1)
     b.copy_to_device(x, memoryview(bytes(range(32))))
-    find = b.book.find
-    cost, run = b.execution(model, [Buffer(x, 32, find(x))], [Buffer(y, 32, find(y))], batch=0, hw=(0, 0))
+    cost, run = b.execution(model, [buf(x, 32)], [buf(y, 32)], batch=0, hw=(0, 0))
     assert cost == 0, "the first execution is charged nothing: CANN states no cost up front"
     run()
     out = bytearray(32)
     b.copy_from_device(y, memoryview(out))
     assert bytes(out) == bytes(range(32)) and emu.calls("aclmdlExecute") == 1
-    assert b.execution(model, [Buffer(x, 32, find(x))], [Buffer(y, 32, find(y))], batch=0, hw=(0, 0))[0] >= 0
+    assert b.execution(model, [buf(x, 32)], [buf(y, 32)], batch=0, hw=(0, 0))[0] >= 0
     b.unload_model(model)
     assert emu.calls("aclmdlUnload") == 1
-    for alloc in model.own:
-        b.book.free(alloc.base)
-    assert b.mem_info(0)[0] == free - 64
-
-
-def test_a_model_that_does_not_fit_the_share_is_refused_before_cann_loads_it(
-    backend: tuple[AscendBackend, Emu],
-) -> None:
-    b, emu = backend
-    b.malloc(0, QUOTA - 2048, 0, owner=1)
-    with pytest.raises(AclFailure) as err:
-        b.load_model(0, memoryview(bytearray(_copy_model())), owner=1, weight=None, work=None)
-    assert err.value.code == codes.ACL_ERROR_RT_MEMORY_ALLOCATION and "work memory" in err.value.message
-    assert emu.calls("aclmdlLoadFromMemWithMem") == 0
 
 
 def test_cann_errors_of_models_pass_through(backend: tuple[AscendBackend, Emu]) -> None:
     b, emu = backend
+    data = memoryview(bytearray(_copy_model()))
+    desc = b.describe_model(data)
     emu.fail_next("aclmdlLoadFromMemWithMem", 507011)
-    free = b.mem_info(0)[0]
     with pytest.raises(AclFailure) as err:
-        b.load_model(0, memoryview(bytearray(_copy_model())), owner=1, weight=None, work=None)
+        b.load_model(0, data, desc, weight=None, work=None)
     assert err.value.code == 507011
-    assert b.mem_info(0)[0] == free, "the memory taken for the failed load is back"
     with pytest.raises(AclFailure) as err:
         b.describe_model(memoryview(bytearray(b"not a model" * 10)))
     assert err.value.code == 507011
@@ -385,8 +370,9 @@ def test_models_through_the_aclserver_with_the_ascend_backend(
 ) -> None:
     """A client -> aclserver (--backend ascend) -> CANN's aclmdl* in the emulator, which copies
     the set batch's part of the input: the batch reached CANN's aclmdlSetDynamicBatchSize."""
-    from dra_driver.client import Session
+    from dra_driver.client import AclError, Session
     from flexnpu_wire.codes import MemcpyKind
+    from flexnpu_wire.ops import Op
 
     monkeypatch.setenv("FLEXNPU_ACLSERVER_BACKEND", "ascend")
     monkeypatch.setenv("FLEXNPU_ASCEND_LIBRARY", str(emulator))
@@ -407,3 +393,10 @@ def test_models_through_the_aclserver_with_the_ascend_backend(
             assert s.copy_from_device(y, 64) == copied, f"batch {batch}"
         s.unload_model(mid)
         assert s.get_mem_info()[0] == QUOTA - 64 - 64 - 32, "only x, y and the batch buffer are still held"
+        # a model whose memory does not fit the share is refused before CANN loads it
+        s.malloc(QUOTA - 2048 - 160)
+        loads = s.call(Op.GET_STATS)  # any call: the session is alive
+        with pytest.raises(AclError) as err:
+            s.load_model(_copy_model())
+        assert err.value.ret == codes.ACL_ERROR_RT_MEMORY_ALLOCATION and "work memory" in err.value.message
+        assert loads == s.call(Op.GET_STATS)

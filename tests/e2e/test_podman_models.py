@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +24,8 @@ from dra_driver.testing import clibrary
 from dra_driver.testing.podman import Podman
 from flexnpu_wire.ops import Op
 from tests.c import sample_models
-from tests.e2e.conftest import podman_unavailable
 from tests.e2e.test_podman_share import sections
+from tests.e2e.test_podman_shim import shim_node  # noqa: F401 - the fixture: node, daemon, client library
 from tests.integration.conftest import NAMESPACE, NODE, Node, wait_for
 from tests.integration.test_node_soft_split import _host_session
 
@@ -38,14 +37,9 @@ DRIVER = "npu.flexnpu.io"
 
 
 @pytest.fixture
-def model_node(node_factory: Callable[..., Node]) -> Node:
-    reason = Podman.ensure_available()
-    if reason is not None:
-        podman_unavailable(reason)
-    library = clibrary.build_library()
-    node = node_factory(daemon=True, FLEXNPU_DEFAULT_MODE="both", FLEXNPU_CLIENT_LIBRARY=str(library)).start()
-    wait_for("published devices", node.devices)
-    return node
+def model_node(shim_node: Node) -> Node:  # noqa: F811 - the fixture imported above
+    """The node process and daemon, publishing devices, with the built libascendcl.so as the client library."""
+    return shim_node
 
 
 def _prepare(node: Node, name: str, *, compute: int, phy: int) -> tuple[str, list[str]]:
