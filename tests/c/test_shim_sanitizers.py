@@ -50,6 +50,39 @@ def test_scenario_is_sanitizer_clean(
     res.ok()
 
 
+@pytest.fixture(scope="module")
+def sanitized_semantics() -> Path:
+    lib = clibrary.build_library(sanitized=True)
+    return clibrary.compile_program(
+        HERE / "acl_semantics.c",
+        link_library=lib,
+        extra_flags=[*clibrary.SANITIZERS, "-g"],
+        out_dir=lib.parent,
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(("preinit", "2"), id="preinit"),
+        pytest.param(("lasterror",), id="lasterror"),
+        pytest.param(("memory", str(256 * MIB), "2"), id="memory"),
+    ],
+)
+def test_semantics_are_sanitizer_clean(
+    sanitized_semantics: Path, claim_factory: Callable[..., Claim], args: tuple[str, ...]
+) -> None:
+    """The session opened by aclrtSetDevice, the last-error calls, every policy and attribute."""
+    claim = claim_factory(
+        [aclservers.share(0, die=0, memory=256 * MIB), aclservers.share(1, die=1, memory=256 * MIB)],
+        staging_bytes=1 * MIB,
+    )
+    env = {"ASAN_OPTIONS": "detect_leaks=1:halt_on_error=1", "UBSAN_OPTIONS": "print_stacktrace=1"}
+    res = run(sanitized_semantics, *args, conf=claim.conf, **env)
+    assert "Sanitizer" not in res.stderr and "runtime error:" not in res.stderr, res.stderr[-4000:]
+    res.ok()
+
+
 def test_refusals_are_sanitizer_clean(sanitized_check: Path, claim_factory: Callable[..., Claim]) -> None:
     """A full aclserver's Op.NONE refusal and a server killed mid-session, under the sanitizers."""
     claim = claim_factory([aclservers.share(0, memory=64 * MIB)], max_sessions=1, max_connections=2)
