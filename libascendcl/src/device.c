@@ -150,3 +150,29 @@ API aclError aclrtSynchronizeDevice(void)
 {
     LOCKED(do_synchronize_device());
 }
+
+/* As aclrtSynchronizeDevice, waiting at most timeout ms (-1: without limit; the round trip gets
+ * WAIT_GRACE_MS more); an unanswered wait is left to the server and its late answer dropped. */
+static int do_synchronize_device_with_timeout(int32_t timeout)
+{
+    const char *what = "aclrtSynchronizeDeviceWithTimeout";
+    if (timeout < -1)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: timeout %d is neither -1 nor a number of ms", what,
+                            (int)timeout);
+    int rc = session_ready(what);
+    if (!rc)
+        rc = session_use_device(what, NULL);
+    int finished = 1;
+    if (!rc)
+        rc = rpc_wait_within(OP_SYNCHRONIZE_DEVICE, NULL, 0, timeout < 0 ? WAIT_FOREVER : (int)timeout + WAIT_GRACE_MS,
+                             &finished, what);
+    if (!rc && !finished)
+        rc = flexnpu_fail(ACL_ERROR_RT_STREAM_SYNC_TIMEOUT, "%s: the device's work did not finish within %d ms", what,
+                          (int)timeout);
+    return rc;
+}
+
+API aclError aclrtSynchronizeDeviceWithTimeout(int32_t timeout)
+{
+    LOCKED(do_synchronize_device_with_timeout(timeout));
+}

@@ -234,13 +234,6 @@ API aclError aclrtSetStreamFailureMode(aclrtStream stream, uint64_t mode)
     return ACL_ERROR_API_NOT_SUPPORT;
 }
 
-API aclError aclrtSynchronizeDeviceWithTimeout(int32_t timeout)
-{
-    (void)timeout;
-    (void)flexnpu_unsupported("aclrtSynchronizeDeviceWithTimeout");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
 API aclError aclrtSetTsDevice(aclrtTsId tsId)
 {
     (void)tsId;
@@ -638,22 +631,6 @@ API aclError aclrtCreateStreamV2(aclrtStream *stream, const aclrtStreamConfigHan
     (void)stream;
     (void)handle;
     (void)flexnpu_unsupported("aclrtCreateStreamV2");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtSynchronizeStreamWithTimeout(aclrtStream stream, int32_t timeout)
-{
-    (void)stream;
-    (void)timeout;
-    (void)flexnpu_unsupported("aclrtSynchronizeStreamWithTimeout");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtStreamQuery(aclrtStream stream, aclrtStreamStatus *status)
-{
-    (void)stream;
-    (void)status;
-    (void)flexnpu_unsupported("aclrtStreamQuery");
     return ACL_ERROR_API_NOT_SUPPORT;
 }
 

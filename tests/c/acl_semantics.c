@@ -8,10 +8,13 @@
  *                      the last failure kept across successes, cleared by Get only, per thread
  *   memory <quota> <devices>  every aclrtMemMallocPolicy value and flag, aclrtMemAttr 0..17,
  *                      aclrtMallocWithCfg / aclrtMallocHostWithCfg, aclrtPointerGetAttributes
+ *   waits <kernel_us>  aclrtStreamQuery and the synchronize calls with a timeout while a kernel of
+ *                      kernel_us runs: they time out, the session keeps working, late answers are dropped
  */
 #include "check.h"
 
 #include <acl/acl.h>
+#include <acl/flexnpu_kernel.h>
 
 #include <pthread.h>
 #include <stdint.h>
@@ -202,6 +205,46 @@ static void scenario_memory(size_t quota, uint32_t devices)
     CALL(aclFinalize());
 }
 
+static void scenario_waits(uint64_t kernel_us)
+{
+    CALL(aclInit(NULL));
+    CALL(aclrtSetDevice(0));
+    aclrtStream s = NULL;
+    CALL(aclrtCreateStream(&s));
+    aclrtStreamStatus status = ACL_STREAM_STATUS_RESERVED;
+    CALL(aclrtStreamQuery(s, &status));
+    CHECK(status == ACL_STREAM_STATUS_COMPLETE, "an idle stream is complete: %d", (int)status);
+    CALL(aclrtSynchronizeStreamWithTimeout(s, 0));
+    aclrtEmulatedKernelArgs k = {.duration_us = kernel_us, .tag = 1};
+    CALL(aclrtLaunchKernel(NULL, 1, &k, sizeof k, s));
+    CALL(aclrtStreamQuery(s, &status));
+    CHECK(status == ACL_STREAM_STATUS_NOT_READY, "a busy stream is not ready: %d", (int)status);
+    expect(aclrtSynchronizeStreamWithTimeout(s, 10), ACL_ERROR_RT_STREAM_SYNC_TIMEOUT, "a 10 ms stream wait");
+    expect(aclrtSynchronizeDeviceWithTimeout(10), ACL_ERROR_RT_STREAM_SYNC_TIMEOUT, "a 10 ms device wait");
+    int timeouts = 0, refused = 0;
+    for (int i = 0; i < 40; i++) { /* more than the client keeps: the rest are refused, not queued */
+        int r = aclrtSynchronizeStreamWithTimeout(s, 0);
+        timeouts += r == ACL_ERROR_RT_STREAM_SYNC_TIMEOUT;
+        refused += r == ACL_ERROR_RT_STREAM_SYNC_TIMEOUT && strstr(msg(), "still unanswered") != NULL;
+    }
+    CHECK(timeouts == 40 && refused > 0, "40 busy waits time out, %d refused as too many", refused);
+    /* the session still works while the waits are outstanding, out of order */
+    size_t f = 0, tot = 0;
+    void *p = NULL;
+    CALL(aclrtGetMemInfo(ACL_HBM_MEM, &f, &tot));
+    CALL(aclrtMalloc(&p, 4096, ACL_MEM_MALLOC_HUGE_FIRST));
+    CALL(aclrtFree(p));
+    expect(aclrtSynchronizeStreamWithTimeout(s, -7), ACL_ERROR_INVALID_PARAM, "timeout -7");
+    expect(aclrtStreamQuery(s, NULL), ACL_ERROR_INVALID_PARAM, "query into NULL");
+    CALL(aclrtSynchronizeStreamWithTimeout(s, -1)); /* without limit: the kernel's end */
+    CALL(aclrtStreamQuery(s, &status));
+    CHECK(status == ACL_STREAM_STATUS_COMPLETE, "complete after the kernel: %d", (int)status);
+    CALL(aclrtSynchronizeDeviceWithTimeout(1000));
+    CALL(aclrtGetMemInfo(ACL_HBM_MEM, &f, &tot)); /* the late answers were dropped on the way */
+    CALL(aclrtDestroyStream(s));
+    CALL(aclFinalize());
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -212,8 +255,10 @@ int main(int argc, char **argv)
         scenario_lasterror();
     else if (!strcmp(s, "memory") && argc == 4)
         scenario_memory(strtoull(argv[2], NULL, 10), (uint32_t)strtoul(argv[3], NULL, 10));
+    else if (!strcmp(s, "waits") && argc == 3)
+        scenario_waits(strtoull(argv[2], NULL, 10));
     else {
-        fprintf(stderr, "usage: acl_semantics preinit <devices> | lasterror | memory <quota> <devices>\n");
+        fprintf(stderr, "usage: acl_semantics preinit <devices> | lasterror | memory <quota> <devices> | waits <us>\n");
         return 2;
     }
     return finish();

@@ -67,6 +67,7 @@ def sanitized_semantics() -> Path:
         pytest.param(("preinit", "2"), id="preinit"),
         pytest.param(("lasterror",), id="lasterror"),
         pytest.param(("memory", str(256 * MIB), "2"), id="memory"),
+        pytest.param(("waits", "2000000"), id="waits"),
     ],
 )
 def test_semantics_are_sanitizer_clean(
