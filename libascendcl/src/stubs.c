@@ -717,30 +717,6 @@ API aclError aclrtGetGroupInfoDetail(const aclrtGroupInfo *groupInfo, int32_t gr
     return ACL_ERROR_API_NOT_SUPPORT;
 }
 
-API aclError aclrtDeviceCanAccessPeer(int32_t *canAccessPeer, int32_t deviceId, int32_t peerDeviceId)
-{
-    (void)canAccessPeer;
-    (void)deviceId;
-    (void)peerDeviceId;
-    (void)flexnpu_unsupported("aclrtDeviceCanAccessPeer");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtDeviceEnablePeerAccess(int32_t peerDeviceId, uint32_t flags)
-{
-    (void)peerDeviceId;
-    (void)flags;
-    (void)flexnpu_unsupported("aclrtDeviceEnablePeerAccess");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtDeviceDisablePeerAccess(int32_t peerDeviceId)
-{
-    (void)peerDeviceId;
-    (void)flexnpu_unsupported("aclrtDeviceDisablePeerAccess");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
 API aclError aclrtGetMemUsageInfo(int32_t deviceId, aclrtMemUsageInfo *memUsageInfo, size_t inputNum,
     size_t *outputNum)
 {

@@ -8,6 +8,7 @@
  *                      the last failure kept across successes, cleared by Get only, per thread
  *   memory <quota> <devices>  every aclrtMemMallocPolicy value and flag, aclrtMemAttr 0..17,
  *                      aclrtMallocWithCfg / aclrtMallocHostWithCfg, aclrtPointerGetAttributes
+ *   peer               peer access between the claim's two devices, and a copy from one to the other
  *   waits <kernel_us>  aclrtStreamQuery and the synchronize calls with a timeout while a kernel of
  *                      kernel_us runs: they time out, the session keeps working, late answers are dropped
  */
@@ -205,6 +206,36 @@ static void scenario_memory(size_t quota, uint32_t devices)
     CALL(aclFinalize());
 }
 
+static void scenario_peer(void)
+{
+    int32_t can = -1;
+    CALL(aclrtDeviceCanAccessPeer(&can, 0, 1)); /* before aclInit too, from client.conf */
+    CHECK(can == 1, "device 0 reaches device 1: %d", can);
+    expect(aclrtDeviceCanAccessPeer(&can, 1, 1), ACL_ERROR_INVALID_PARAM, "a device and itself");
+    expect(aclrtDeviceCanAccessPeer(&can, 0, 5), ACL_ERROR_INVALID_DEVICE, "a device the claim has not");
+    expect(aclrtDeviceCanAccessPeer(NULL, 0, 1), ACL_ERROR_INVALID_PARAM, "into NULL");
+    CALL(aclInit(NULL));
+    expect(aclrtDeviceEnablePeerAccess(1, 0), ACL_ERROR_INVALID_DEVICE, "enable with no device set");
+    CALL(aclrtSetDevice(0));
+    CALL(aclrtDeviceEnablePeerAccess(1, 0));
+    expect(aclrtDeviceEnablePeerAccess(0, 0), ACL_ERROR_INVALID_PARAM, "enable the current device");
+    expect(aclrtDeviceEnablePeerAccess(1, 3), ACL_ERROR_FEATURE_UNSUPPORTED, "enable with flags");
+    void *a = NULL, *b = NULL;
+    char in[256], out[256] = {0};
+    memset(in, 'p', sizeof in);
+    CALL(aclrtMalloc(&a, sizeof in, ACL_MEM_MALLOC_HUGE_FIRST));
+    CALL(aclrtMemcpy(a, sizeof in, in, sizeof in, ACL_MEMCPY_HOST_TO_DEVICE));
+    CALL(aclrtSetDevice(1));
+    CALL(aclrtMalloc(&b, sizeof in, ACL_MEM_MALLOC_HUGE_FIRST));
+    CALL(aclrtMemcpy(b, sizeof in, a, sizeof in, ACL_MEMCPY_INTER_DEVICE_TO_DEVICE));
+    CALL(aclrtMemcpy(out, sizeof out, b, sizeof in, ACL_MEMCPY_DEVICE_TO_HOST));
+    CHECK(memcmp(in, out, sizeof in) == 0, "device 0's data copied to device 1");
+    CALL(aclrtDeviceDisablePeerAccess(0));
+    CALL(aclrtFree(a));
+    CALL(aclrtFree(b));
+    CALL(aclFinalize());
+}
+
 static void scenario_waits(uint64_t kernel_us)
 {
     CALL(aclInit(NULL));
@@ -255,10 +286,12 @@ int main(int argc, char **argv)
         scenario_lasterror();
     else if (!strcmp(s, "memory") && argc == 4)
         scenario_memory(strtoull(argv[2], NULL, 10), (uint32_t)strtoul(argv[3], NULL, 10));
+    else if (!strcmp(s, "peer"))
+        scenario_peer();
     else if (!strcmp(s, "waits") && argc == 3)
         scenario_waits(strtoull(argv[2], NULL, 10));
     else {
-        fprintf(stderr, "usage: acl_semantics preinit <devices> | lasterror | memory <quota> <devices> | waits <us>\n");
+        fprintf(stderr, "usage: acl_semantics preinit <devices> | lasterror | memory <quota> <devices> | peer | waits <us>\n");
         return 2;
     }
     return finish();
