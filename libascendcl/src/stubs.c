@@ -258,14 +258,6 @@ API aclError aclrtRecordEventWithFlag(aclrtEvent event, aclrtStream stream, uint
     return ACL_ERROR_API_NOT_SUPPORT;
 }
 
-API aclError aclrtQueryEventWaitStatus(aclrtEvent event, aclrtEventWaitStatus *status)
-{
-    (void)event;
-    (void)status;
-    (void)flexnpu_unsupported("aclrtQueryEventWaitStatus");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
 API aclError aclrtEventGetTimestamp(aclrtEvent event, uint64_t *timestamp)
 {
     (void)event;
@@ -376,20 +368,6 @@ API aclError aclrtMemAllocManaged(void **ptr, uint64_t size, uint32_t flag)
     (void)size;
     (void)flag;
     (void)flexnpu_unsupported("aclrtMemAllocManaged");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtFreeWithDevSync(void *devPtr)
-{
-    (void)devPtr;
-    (void)flexnpu_unsupported("aclrtFreeWithDevSync");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtFreeHostWithDevSync(void *hostPtr)
-{
-    (void)hostPtr;
-    (void)flexnpu_unsupported("aclrtFreeHostWithDevSync");
     return ACL_ERROR_API_NOT_SUPPORT;
 }
 
@@ -658,15 +636,6 @@ API aclError aclrtStreamWaitEventWithFlag(aclrtStream stream, aclrtEvent event, 
     (void)timeout;
     (void)flag;
     (void)flexnpu_unsupported("aclrtStreamWaitEventWithFlag");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtStreamWaitEventWithTimeout(aclrtStream stream, aclrtEvent event, int32_t timeout)
-{
-    (void)stream;
-    (void)event;
-    (void)timeout;
-    (void)flexnpu_unsupported("aclrtStreamWaitEventWithTimeout");
     return ACL_ERROR_API_NOT_SUPPORT;
 }
 

@@ -272,6 +272,34 @@ static void scenario_waits(uint64_t kernel_us)
     CHECK(status == ACL_STREAM_STATUS_COMPLETE, "complete after the kernel: %d", (int)status);
     CALL(aclrtSynchronizeDeviceWithTimeout(1000));
     CALL(aclrtGetMemInfo(ACL_HBM_MEM, &f, &tot)); /* the late answers were dropped on the way */
+
+    /* events: a wait is over once the event is recorded */
+    aclrtEvent e = NULL;
+    aclrtEventWaitStatus ws = ACL_EVENT_WAIT_STATUS_RESERVED;
+    CALL(aclrtCreateEvent(&e));
+    CALL(aclrtQueryEventWaitStatus(e, &ws));
+    CHECK(ws == ACL_EVENT_WAIT_STATUS_NOT_READY, "not recorded: not ready (%d)", (int)ws);
+    CALL(aclrtRecordEvent(e, s));
+    CALL(aclrtQueryEventWaitStatus(e, &ws));
+    CHECK(ws == ACL_EVENT_WAIT_STATUS_COMPLETE, "recorded: complete (%d)", (int)ws);
+    CALL(aclrtStreamWaitEventWithTimeout(s, e, 5));
+    expect(aclrtStreamWaitEventWithTimeout(s, (aclrtEvent)&ws, 5), ACL_ERROR_INVALID_RESOURCE_HANDLE, "not an event");
+    CALL(aclrtDestroyEvent(e));
+
+    /* the frees that synchronize the device first: after the kernel that reads the buffer */
+    void *in = NULL, *host = NULL;
+    CALL(aclrtMalloc(&in, 4096, ACL_MEM_MALLOC_HUGE_FIRST));
+    CALL(aclrtMallocHost(&host, 4096));
+    aclrtEmulatedKernelArgs reader = {.duration_us = 200000, .tag = 2, .in_ptr = (uint64_t)(uintptr_t)in,
+                                      .in_len = 4096};
+    CALL(aclrtLaunchKernel(NULL, 1, &reader, sizeof reader, s));
+    CALL(aclrtFreeWithDevSync(in));
+    CALL(aclrtStreamQuery(s, &status));
+    CHECK(status == ACL_STREAM_STATUS_COMPLETE, "the kernel ended before the free returned (%d)", (int)status);
+    CALL(aclrtFreeHostWithDevSync(host));
+    expect(aclrtFreeWithDevSync(NULL), ACL_ERROR_INVALID_PARAM, "free NULL with sync");
+    CALL(aclrtGetMemInfo(ACL_HBM_MEM, &f, &tot));
+    CHECK(f == tot, "everything freed: %zu of %zu", f, tot);
     CALL(aclrtDestroyStream(s));
     CALL(aclFinalize());
 }
