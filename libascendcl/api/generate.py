@@ -231,18 +231,22 @@ def _param_names(params: str) -> list[str]:
     return names
 
 
+def _stub_answer(row: Row) -> str | None:
+    """What a stub returns, by the kind of its return type (None: it returns nothing)."""
+    answers = {"error": "ACL_ERROR_API_NOT_SUPPORT", "pointer": "NULL", "value": row.fail, "void": None}
+    return answers[row.returns]
+
+
 def _definition(row: Row) -> str:
     params = row.params.strip() or "void"
     head = _wrap(f"API {row.return_type} {row.name}({params})" + ";")[:-1]
     body = [f"    (void){n};" for n in _param_names(row.params)]
-    call = f'flexnpu_unsupported("{row.name}")'
-    if row.returns == "error":
-        body.append(f"    return {call};")
-    elif row.returns == "void":
+    answer = _stub_answer(row)
+    if answer is None:
         body.append(f'    flexnpu_unsupported_note("{row.name}");')
     else:
-        body.append(f"    (void){call};")
-        body.append(f"    return {'NULL' if row.returns == 'pointer' else row.fail};")
+        body.append(f'    (void)flexnpu_unsupported("{row.name}");')
+        body.append(f"    return {answer};")
     proto = "" if row.header else _wrap(f"API {row.return_type} {row.name}({params});") + "\n"
     return proto + head + "\n{\n" + "\n".join(body) + "\n}\n"
 
@@ -329,15 +333,11 @@ def calls_c(rows: Sequence[Row]) -> str:
         if r.serve != "stub":
             continue
         args = ", ".join(_zero(p) for p in _split_params(r.params) if p not in ("void", "..."))
-        call = f"{r.name}({args})"
-        if r.returns == "error":
-            out.append(f'    verdict("{r.name}", {call} == ACL_ERROR_API_NOT_SUPPORT, "not 200001");')
-        elif r.returns == "pointer":
-            out.append(f'    verdict("{r.name}", {call} == NULL, "not NULL");')
-        elif r.returns == "value":
-            out.append(f'    verdict("{r.name}", {call} == {r.fail}, "not {r.fail}");')
-        else:
+        call, answer = f"{r.name}({args})", _stub_answer(r)
+        if answer is None:
             out.append(f'    {call};\n    verdict("{r.name}", 1, "");')
+        else:
+            out.append(f'    verdict("{r.name}", {call} == {answer}, "not {answer}");')
     out += ["    return failures;", "}"]
     return "\n".join(out) + "\n"
 

@@ -5,26 +5,18 @@
 #include "client.h"
 #include "objects.h"
 
-#include <stdlib.h>
-
 static int buffer_check(const aclDataBuffer *buffer, const char *what)
 {
-    if (!buffer)
-        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: dataBuffer is NULL", what);
-    if (buffer->magic != DATA_BUFFER_MAGIC)
-        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: %p is not a live aclDataBuffer", what,
-                            (const void *)buffer);
-    return 0;
+    return object_check(buffer, DATA_BUFFER_MAGIC, what, "dataBuffer", "aclDataBuffer");
 }
 
 API aclDataBuffer *aclCreateDataBuffer(void *data, size_t size)
 {
-    aclDataBuffer *b = malloc(sizeof *b);
-    if (!b) {
-        flexnpu_fail(ACL_ERROR_BAD_ALLOC, "aclCreateDataBuffer: out of host memory");
-        return NULL;
+    aclDataBuffer *b = object_new(sizeof *b, DATA_BUFFER_MAGIC, "aclCreateDataBuffer");
+    if (b) {
+        b->data = data;
+        b->size = size;
     }
-    *b = (aclDataBuffer){DATA_BUFFER_MAGIC, data, size};
     return b;
 }
 
@@ -33,9 +25,7 @@ API aclError aclDestroyDataBuffer(const aclDataBuffer *dataBuffer)
     int rc = buffer_check(dataBuffer, "aclDestroyDataBuffer");
     if (rc)
         return rc;
-    aclDataBuffer *b = (aclDataBuffer *)dataBuffer;
-    b->magic = 0;
-    free(b);
+    object_free((aclDataBuffer *)dataBuffer);
     return ACL_SUCCESS;
 }
 

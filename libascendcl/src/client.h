@@ -28,6 +28,8 @@
 #define WAIT_FOREVER (-1)
 #define CTX_MAGIC 0x464E5043u   /* "FNPC" */
 #define EVENT_MAGIC 0x464E5045u /* "FNPE" */
+#define ABANDONED_MAX 32        /* timed-out waits whose late replies are still to be dropped */
+#define WAIT_GRACE_MS 20        /* added to a wait's timeout for the round trip itself */
 
 /* A shared-memory region the aclserver created and this process mapped. */
 struct region {
@@ -82,6 +84,8 @@ struct session_state {
     void **objects;            /* live contexts and events (handles are checked before use) */
     size_t nobjects, capobjects;
     int connect_timeout_ms, call_timeout_ms;
+    uint32_t abandoned[ABANDONED_MAX]; /* request ids of timed-out waits (their replies come later) */
+    unsigned nabandoned;
 };
 
 extern struct session_state session;
@@ -153,6 +157,10 @@ int rpc_send(uint16_t op, const int64_t *ints, unsigned n, const void *tail, siz
  * connection error. */
 int rpc_receive(uint32_t rid, int64_t *out, unsigned nout, int timeout_ms, const char *what,
                 struct wire_msg *keep);
+/* A request that waits on the server (synchronize), given timeout_ms to answer (< 0: no limit).
+ * *finished is 1 when it answered in time (its code returned), 0 when not: its late reply is then
+ * dropped when it arrives, and 0 is returned. */
+int rpc_wait_within(uint16_t op, const int64_t *ints, unsigned n, int timeout_ms, int *finished, const char *what);
 /* One request and its reply. */
 int rpc_call(uint16_t op, const int64_t *ints, unsigned n, int64_t *out, unsigned nout, int timeout_ms,
              const char *what);

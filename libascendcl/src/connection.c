@@ -82,13 +82,35 @@ int rpc_send(uint16_t op, const int64_t *ints, unsigned n, const void *tail, siz
     return rc ? rpc_broken(rc, what) : 0;
 }
 
-int rpc_receive(uint32_t rid, int64_t *out, unsigned nout, int timeout_ms, const char *what, struct wire_msg *keep)
+/* The reply to an abandoned wait, taken off the list (1), or not one (0). */
+static int abandoned_take(uint32_t rid)
+{
+    for (unsigned i = 0; i < session.nabandoned; i++)
+        if (session.abandoned[i] == rid) {
+            session.abandoned[i] = session.abandoned[--session.nabandoned];
+            return 1;
+        }
+    return 0;
+}
+
+/* rpc_receive; with timed_out, a timeout abandons rid instead of breaking the connection. */
+static int receive(uint32_t rid, int64_t *out, unsigned nout, int timeout_ms, const char *what, struct wire_msg *keep,
+                   int *timed_out)
 {
     struct wire_msg local;
     struct wire_msg *m = keep ? keep : &local;
-    int rc = wire_read(session.fd, &session.reader, m, timeout_ms);
-    if (rc)
-        return rpc_broken(rc, what);
+    int rc;
+    do {
+        rc = wire_read(session.fd, &session.reader, m, timeout_ms);
+        if (rc == -ETIMEDOUT && timed_out && session.nabandoned < ABANDONED_MAX) {
+            session.abandoned[session.nabandoned++] = rid;
+            *timed_out = 1;
+            return 0;
+        }
+        if (rc)
+            return rpc_broken(rc, what);
+    } while (m->request_id != rid && m->op != OP_NONE && (m->flags & FLEXNPU_FLAG_REPLY) &&
+             abandoned_take(m->request_id)); /* a late reply to a wait that timed out: dropped */
     if (m->n_ints < 1 || !(m->flags & FLEXNPU_FLAG_REPLY) || (m->request_id != rid && m->op != OP_NONE))
         return rpc_broken(-EPROTO, what);
     if (m->ints[0] != 0) {
@@ -102,6 +124,27 @@ int rpc_receive(uint32_t rid, int64_t *out, unsigned nout, int timeout_ms, const
     for (unsigned i = 0; i < nout; i++)
         out[i] = m->ints[1 + i];
     return 0;
+}
+
+int rpc_receive(uint32_t rid, int64_t *out, unsigned nout, int timeout_ms, const char *what, struct wire_msg *keep)
+{
+    return receive(rid, out, nout, timeout_ms, what, keep, NULL);
+}
+
+int rpc_wait_within(uint16_t op, const int64_t *ints, unsigned n, int timeout_ms, int *finished, const char *what)
+{
+    *finished = 0;
+    if (timeout_ms >= 0 && session.nabandoned == ABANDONED_MAX)
+        return flexnpu_fail(ACL_ERROR_RT_STREAM_SYNC_TIMEOUT,
+                            "%s: %d earlier waits that timed out are still unanswered; wait without a timeout",
+                            what, ABANDONED_MAX);
+    uint32_t rid;
+    int timed_out = 0;
+    int rc = rpc_send(op, ints, n, NULL, 0, &rid, what);
+    if (!rc)
+        rc = receive(rid, NULL, 0, timeout_ms, what, NULL, timeout_ms >= 0 ? &timed_out : NULL);
+    *finished = !rc && !timed_out;
+    return rc;
 }
 
 int rpc_call(uint16_t op, const int64_t *ints, unsigned n, int64_t *out, unsigned nout, int timeout_ms,

@@ -10,12 +10,7 @@
 
 static int dataset_check(const aclmdlDataset *dataset, const char *what)
 {
-    if (!dataset)
-        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: dataset is NULL", what);
-    if (dataset->magic != DATASET_MAGIC)
-        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: %p is not a live aclmdlDataset", what,
-                            (const void *)dataset);
-    return 0;
+    return object_check(dataset, DATASET_MAGIC, what, "dataset", "aclmdlDataset");
 }
 
 static int index_check(const aclmdlDataset *dataset, size_t index, const char *what)
@@ -29,13 +24,7 @@ static int index_check(const aclmdlDataset *dataset, size_t index, const char *w
 
 API aclmdlDataset *aclmdlCreateDataset(void)
 {
-    aclmdlDataset *d = calloc(1, sizeof *d);
-    if (!d) {
-        flexnpu_fail(ACL_ERROR_BAD_ALLOC, "aclmdlCreateDataset: out of host memory");
-        return NULL;
-    }
-    d->magic = DATASET_MAGIC;
-    return d;
+    return object_new(sizeof(aclmdlDataset), DATASET_MAGIC, "aclmdlCreateDataset");
 }
 
 API aclError aclmdlDestroyDataset(const aclmdlDataset *dataset)
@@ -47,8 +36,7 @@ API aclError aclmdlDestroyDataset(const aclmdlDataset *dataset)
     for (size_t i = 0; i < d->n; i++)
         aclDestroyTensorDesc(d->blobs[i].desc);
     free(d->blobs);
-    d->magic = 0;
-    free(d);
+    object_free(d);
     return ACL_SUCCESS;
 }
 
@@ -57,9 +45,9 @@ API aclError aclmdlAddDatasetBuffer(aclmdlDataset *dataset, aclDataBuffer *dataB
     int rc = dataset_check(dataset, "aclmdlAddDatasetBuffer");
     if (rc)
         return rc;
-    if (!dataBuffer || dataBuffer->magic != DATA_BUFFER_MAGIC)
-        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclmdlAddDatasetBuffer: %s",
-                            dataBuffer ? "dataBuffer is not a live aclDataBuffer" : "dataBuffer is NULL");
+    rc = object_check(dataBuffer, DATA_BUFFER_MAGIC, "aclmdlAddDatasetBuffer", "dataBuffer", "aclDataBuffer");
+    if (rc)
+        return rc;
     if (dataset->n == dataset->cap) {
         size_t cap = dataset->cap ? 2 * dataset->cap : 8;
         struct dataset_blob *nb = realloc(dataset->blobs, cap * sizeof *nb);

@@ -150,3 +150,86 @@ API aclError aclrtSynchronizeDevice(void)
 {
     LOCKED(do_synchronize_device());
 }
+
+/* As aclrtSynchronizeDevice, waiting at most timeout ms (-1: without limit; the round trip gets
+ * WAIT_GRACE_MS more); an unanswered wait is left to the server and its late answer dropped. */
+static int do_synchronize_device_with_timeout(int32_t timeout)
+{
+    const char *what = "aclrtSynchronizeDeviceWithTimeout";
+    if (timeout < -1)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: timeout %d is neither -1 nor a number of ms", what,
+                            (int)timeout);
+    int rc = session_ready(what);
+    if (!rc)
+        rc = session_use_device(what, NULL);
+    int finished = 1;
+    if (!rc)
+        rc = rpc_wait_within(OP_SYNCHRONIZE_DEVICE, NULL, 0, timeout < 0 ? WAIT_FOREVER : (int)timeout + WAIT_GRACE_MS,
+                             &finished, what);
+    if (!rc && !finished)
+        rc = flexnpu_fail(ACL_ERROR_RT_STREAM_SYNC_TIMEOUT, "%s: the device's work did not finish within %d ms", what,
+                          (int)timeout);
+    return rc;
+}
+
+API aclError aclrtSynchronizeDeviceWithTimeout(int32_t timeout)
+{
+    LOCKED(do_synchronize_device_with_timeout(timeout));
+}
+
+/* -- peer access: every device of a claim reaches the others' memory (one aclserver holds it all) -- */
+
+/* 0 when device and peer are two distinct devices of the claim (count read as for the count call). */
+static int peer_pair(int32_t device, int32_t peer, const char *what)
+{
+    uint32_t count = 0;
+    int rc = do_get_device_count(&count);
+    if (rc)
+        return rc;
+    if (device < 0 || (uint32_t)device >= count || peer < 0 || (uint32_t)peer >= count)
+        return flexnpu_fail(ACL_ERROR_INVALID_DEVICE, "%s: devices %d and %d: this claim has 0..%u", what, device,
+                            peer, count - 1);
+    if (device == peer)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: deviceId %d cannot be equal to peerDeviceId %d", what,
+                            device, peer);
+    return 0;
+}
+
+static int do_can_access_peer(int32_t *can, int32_t device, int32_t peer)
+{
+    if (!can)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclrtDeviceCanAccessPeer: canAccessPeer is NULL");
+    int rc = peer_pair(device, peer, "aclrtDeviceCanAccessPeer");
+    if (!rc)
+        *can = 1;
+    return rc;
+}
+
+API aclError aclrtDeviceCanAccessPeer(int32_t *canAccessPeer, int32_t deviceId, int32_t peerDeviceId)
+{
+    LOCKED(do_can_access_peer(canAccessPeer, deviceId, peerDeviceId));
+}
+
+static int do_peer_access(int32_t peer, uint32_t flags, const char *what)
+{
+    if (flags)
+        return flexnpu_fail(ACL_ERROR_FEATURE_UNSUPPORTED, "%s: flags must be 0, got %u", what, flags);
+    int rc = session_ready(what);
+    if (rc)
+        return rc;
+    int device = session_thread_device();
+    if (device == NO_DEVICE)
+        return flexnpu_fail(ACL_ERROR_INVALID_DEVICE, "%s: no device is set; call aclrtSetDevice first", what);
+    return peer_pair(device, peer, what);
+}
+
+/* Access is always there on a share: enabling and disabling check the devices and change nothing. */
+API aclError aclrtDeviceEnablePeerAccess(int32_t peerDeviceId, uint32_t flags)
+{
+    LOCKED(do_peer_access(peerDeviceId, flags, "aclrtDeviceEnablePeerAccess"));
+}
+
+API aclError aclrtDeviceDisablePeerAccess(int32_t peerDeviceId)
+{
+    LOCKED(do_peer_access(peerDeviceId, 0, "aclrtDeviceDisablePeerAccess"));
+}

@@ -180,6 +180,30 @@ API aclError aclrtSynchronizeEventWithTimeout(aclrtEvent event, int32_t timeout)
     LOCKED(do_event_query(event, NULL, "aclrtSynchronizeEventWithTimeout"));
 }
 
+static int do_query_wait_status(aclrtEvent event, aclrtEventWaitStatus *status)
+{
+    if (!status)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclrtQueryEventWaitStatus: status is NULL");
+    int recorded = 0;
+    int rc = do_event_query(event, &recorded, "aclrtQueryEventWaitStatus");
+    if (!rc)
+        *status = recorded ? ACL_EVENT_WAIT_STATUS_COMPLETE : ACL_EVENT_WAIT_STATUS_NOT_READY;
+    return rc;
+}
+
+/* A wait for a recorded event is over at once (recording waited for its stream). */
+API aclError aclrtQueryEventWaitStatus(aclrtEvent event, aclrtEventWaitStatus *status)
+{
+    LOCKED(do_query_wait_status(event, status));
+}
+
+API aclError aclrtStreamWaitEventWithTimeout(aclrtStream stream, aclrtEvent event, int32_t timeout)
+{
+    (void)stream;
+    (void)timeout; /* recorded events are already complete */
+    LOCKED(do_event_query(event, NULL, "aclrtStreamWaitEventWithTimeout"));
+}
+
 API aclError aclrtStreamWaitEvent(aclrtStream stream, aclrtEvent event)
 {
     (void)stream;

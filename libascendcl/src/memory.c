@@ -182,15 +182,24 @@ API aclError aclrtMemInvalidate(void *devPtr, size_t size)
     LOCKED(do_mem_sync(devPtr, size, "aclrtMemInvalidate"));
 }
 
-static int do_free(void *dev)
+/* The *WithDevSync frees: first wait for the queued work of the thread's device. */
+static int sync_device_first(const char *what)
+{
+    int rc = session_ready(what);
+    if (!rc)
+        rc = session_use_device(what, NULL);
+    return rc ? rc : rpc_call(OP_SYNCHRONIZE_DEVICE, NULL, 0, NULL, 0, WAIT_FOREVER, what);
+}
+
+static int do_free(void *dev, int sync, const char *what)
 {
     if (!dev)
-        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclrtFree: devPtr is NULL");
-    int rc = session_ready("aclrtFree");
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: devPtr is NULL", what);
+    int rc = sync ? sync_device_first(what) : session_ready(what);
     if (rc)
         return rc;
     int64_t p = (int64_t)(uintptr_t)dev;
-    rc = rpc_call(OP_FREE, &p, 1, NULL, 0, session.call_timeout_ms, "aclrtFree");
+    rc = rpc_call(OP_FREE, &p, 1, NULL, 0, session.call_timeout_ms, what);
     if (!rc)
         remove_alloc((uint64_t)p);
     return rc;
@@ -198,7 +207,12 @@ static int do_free(void *dev)
 
 API aclError aclrtFree(void *devPtr)
 {
-    LOCKED(do_free(devPtr));
+    LOCKED(do_free(devPtr, 0, "aclrtFree"));
+}
+
+API aclError aclrtFreeWithDevSync(void *devPtr)
+{
+    LOCKED(do_free(devPtr, 1, "aclrtFreeWithDevSync"));
 }
 
 /* Map the host buffer the server just made at wire pointer r.wire — the memfd it passed (fd >= 0)
@@ -292,18 +306,20 @@ API aclError aclrtMallocHostWithCfg(void **ptr, uint64_t size, aclrtMallocConfig
     LOCKED(do_malloc_host_with_cfg(ptr, size, cfg));
 }
 
-static int do_free_host(void *host)
+static int do_free_host(void *host, int sync, const char *what)
 {
     if (!host)
-        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclrtFreeHost: hostPtr is NULL");
-    int rc = session_ready("aclrtFreeHost");
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: hostPtr is NULL", what);
+    int rc = session_ready(what);
     if (rc)
         return rc;
     struct region *r = find_host(host);
     if (!r || r->addr != host)
-        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclrtFreeHost: %p is not a buffer from aclrtMallocHost", host);
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: %p is not a buffer from aclrtMallocHost", what, host);
+    if (sync && (rc = sync_device_first(what)))
+        return rc;
     int64_t p = (int64_t)r->wire;
-    rc = rpc_call(OP_FREE_HOST, &p, 1, NULL, 0, session.call_timeout_ms, "aclrtFreeHost");
+    rc = rpc_call(OP_FREE_HOST, &p, 1, NULL, 0, session.call_timeout_ms, what);
     if (rc)
         return rc;
     munmap(r->addr, r->size);
@@ -313,7 +329,12 @@ static int do_free_host(void *host)
 
 API aclError aclrtFreeHost(void *hostPtr)
 {
-    LOCKED(do_free_host(hostPtr));
+    LOCKED(do_free_host(hostPtr, 0, "aclrtFreeHost"));
+}
+
+API aclError aclrtFreeHostWithDevSync(void *hostPtr)
+{
+    LOCKED(do_free_host(hostPtr, 1, "aclrtFreeHostWithDevSync"));
 }
 
 static int do_memset(void *dev, size_t max, int32_t value, size_t count)

@@ -60,6 +60,14 @@ struct aclmdlDataset {
     size_t n, cap;
 };
 
+/* A zeroed object of size bytes whose first field (a uint32_t) is magic; NULL with the message
+ * "<what>: out of host memory" (ACL_ERROR_BAD_ALLOC) when there is no memory. */
+void *object_new(size_t size, uint32_t magic, const char *what);
+/* 0 when obj is live (its magic), else ACL_ERROR_INVALID_PARAM naming what, the parameter and the type. */
+int object_check(const void *obj, uint32_t magic, const char *what, const char *param, const char *type);
+/* Clear the magic (a stale handle is then refused where it can be told) and free. */
+void object_free(void *obj);
+
 /* A copy of src (a new descriptor the caller destroys), NULL when out of memory. */
 aclTensorDesc *tensor_desc_copy(const aclTensorDesc *src);
 /* 0 when desc is a live tensor descriptor, else ACL_ERROR_INVALID_PARAM with a message. */

@@ -39,42 +39,24 @@ static void attr_free(struct attr *a)
 
 API aclopAttr *aclopCreateAttr(void)
 {
-    aclopAttr *attr = calloc(1, sizeof *attr);
-    if (!attr) {
-        flexnpu_fail(ACL_ERROR_BAD_ALLOC, "aclopCreateAttr: out of host memory");
-        return NULL;
-    }
-    attr->magic = OP_ATTR_MAGIC;
-    return attr;
+    return object_new(sizeof(aclopAttr), OP_ATTR_MAGIC, "aclopCreateAttr");
 }
 
 API void aclopDestroyAttr(const aclopAttr *attr)
 {
-    if (!attr || attr->magic != OP_ATTR_MAGIC) {
-        flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclopDestroyAttr: %s", attr ? "not a live aclopAttr" : "attr is NULL");
+    if (object_check(attr, OP_ATTR_MAGIC, "aclopDestroyAttr", "attr", "aclopAttr"))
         return;
-    }
     aclopAttr *a = (aclopAttr *)attr;
     for (size_t i = 0; i < a->n; i++)
         attr_free(&a->items[i]);
     free(a->items);
-    a->magic = 0;
-    free(a);
-}
-
-static char *copy_text(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *out = malloc(n);
-    if (out)
-        memcpy(out, s, n);
-    return out;
+    object_free(a);
 }
 
 /* Store value (already copied into a) under name, replacing an earlier one; frees a on failure. */
 static int put(aclopAttr *attr, const char *name, struct attr *a, const char *what)
 {
-    a->name = copy_text(name);
+    a->name = strdup(name);
     if (a->name && attr->n == attr->cap) {
         size_t cap = attr->cap ? 2 * attr->cap : 8;
         struct attr *ni = realloc(attr->items, cap * sizeof *ni);
@@ -99,9 +81,9 @@ static int put(aclopAttr *attr, const char *name, struct attr *a, const char *wh
 
 static int check(const aclopAttr *attr, const char *name, int count, const void *values, const char *what)
 {
-    if (!attr || attr->magic != OP_ATTR_MAGIC)
-        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: %s", what, attr ? "attr is not a live aclopAttr"
-                                                                           : "attr is NULL");
+    int rc = object_check(attr, OP_ATTR_MAGIC, what, "attr", "aclopAttr");
+    if (rc)
+        return rc;
     if (!name)
         return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: attrName is NULL", what);
     if (count < 0)
@@ -140,7 +122,7 @@ static int set_strings(aclopAttr *attr, const char *name, enum attr_kind kind, c
     char **copies = calloc((size_t)count + 1, sizeof *copies);
     a.values = copies;
     for (int i = 0; copies && i < count; i++, a.count++)
-        if (!(copies[i] = copy_text(values[i])))
+        if (!(copies[i] = strdup(values[i])))
             break;
     if (!copies || a.count < (size_t)count) {
         attr_free(&a);

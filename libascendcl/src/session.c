@@ -158,6 +158,7 @@ static void forget_inherited(void)
         session.default_streams = NULL;
         session.objects = NULL;
         session.nobjects = session.capobjects = 0;
+        session.nabandoned = 0;
         memset(&session.staging, 0, sizeof session.staging);
         session.server_device = session.process_device = NO_DEVICE;
         session.generation++;
@@ -308,6 +309,7 @@ static void forget_session(void)
     free(session.sendbuf);
     session.sendbuf = NULL;
     session.sendcap = 0;
+    session.nabandoned = 0;
     session.initialized = 0;
     session.explicit_init = 0;
     session.dead = 0;

@@ -1,6 +1,11 @@
 /*
  * stream.c: streams, served by the aclserver (a stream is the server's id). A NULL stream is the
  * calling thread's device's default stream, created on the server at its first use.
+ *
+ * A wait with a timeout (aclrtSynchronizeStreamWithTimeout, aclrtStreamQuery) gives the server
+ * the timeout plus WAIT_GRACE_MS for the round trip; when it has not answered by then the call
+ * reports the stream unfinished, and the server's late answer is dropped when it comes (the
+ * server answers waits out of order, by request id).
  */
 #include "client.h"
 
@@ -97,4 +102,52 @@ static int do_synchronize_stream(aclrtStream stream)
 API aclError aclrtSynchronizeStream(aclrtStream stream)
 {
     LOCKED(do_synchronize_stream(stream));
+}
+
+/* Wait at most timeout ms (-1: without limit) for stream's work; *finished says whether it ended. */
+static int sync_stream_within(aclrtStream stream, int32_t timeout, int *finished, const char *what)
+{
+    if (timeout < -1)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: timeout %d is neither -1 nor a number of ms", what,
+                            (int)timeout);
+    int64_t id;
+    int rc = session_ready(what);
+    if (!rc)
+        rc = stream_resolve(stream, &id, what);
+    if (rc)
+        return rc;
+    int wait_ms = timeout < 0 ? WAIT_FOREVER : (int)timeout + WAIT_GRACE_MS;
+    return rpc_wait_within(OP_SYNCHRONIZE_STREAM, &id, 1, wait_ms, finished, what);
+}
+
+static int do_synchronize_stream_with_timeout(aclrtStream stream, int32_t timeout)
+{
+    int finished;
+    int rc = sync_stream_within(stream, timeout, &finished, "aclrtSynchronizeStreamWithTimeout");
+    if (!rc && !finished)
+        rc = flexnpu_fail(ACL_ERROR_RT_STREAM_SYNC_TIMEOUT,
+                          "aclrtSynchronizeStreamWithTimeout: the stream's work did not finish within %d ms",
+                          (int)timeout);
+    return rc;
+}
+
+API aclError aclrtSynchronizeStreamWithTimeout(aclrtStream stream, int32_t timeout)
+{
+    LOCKED(do_synchronize_stream_with_timeout(stream, timeout));
+}
+
+static int do_stream_query(aclrtStream stream, aclrtStreamStatus *status)
+{
+    if (!status)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclrtStreamQuery: status is NULL");
+    int finished;
+    int rc = sync_stream_within(stream, 0, &finished, "aclrtStreamQuery");
+    if (!rc)
+        *status = finished ? ACL_STREAM_STATUS_COMPLETE : ACL_STREAM_STATUS_NOT_READY;
+    return rc;
+}
+
+API aclError aclrtStreamQuery(aclrtStream stream, aclrtStreamStatus *status)
+{
+    LOCKED(do_stream_query(stream, status));
 }

@@ -24,14 +24,16 @@ API aclError aclGetCannAttributeList(const aclCannAttr **cannAttrList, size_t *n
 {
     (void)cannAttrList;
     (void)num;
-    return flexnpu_unsupported("aclGetCannAttributeList");
+    (void)flexnpu_unsupported("aclGetCannAttributeList");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclGetCannAttribute(aclCannAttr cannAttr, int32_t *value)
 {
     (void)cannAttr;
     (void)value;
-    return flexnpu_unsupported("aclGetCannAttribute");
+    (void)flexnpu_unsupported("aclGetCannAttribute");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclGetDeviceCapability(uint32_t deviceId, aclDeviceInfo deviceInfo, int64_t *value)
@@ -39,52 +41,60 @@ API aclError aclGetDeviceCapability(uint32_t deviceId, aclDeviceInfo deviceInfo,
     (void)deviceId;
     (void)deviceInfo;
     (void)value;
-    return flexnpu_unsupported("aclGetDeviceCapability");
+    (void)flexnpu_unsupported("aclGetDeviceCapability");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclFinalizeReference(uint64_t *refCount)
 {
     (void)refCount;
-    return flexnpu_unsupported("aclFinalizeReference");
+    (void)flexnpu_unsupported("aclFinalizeReference");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclsysGetCANNVersion(aclCANNPackageName name, aclCANNPackageVersion *version)
 {
     (void)name;
     (void)version;
-    return flexnpu_unsupported("aclsysGetCANNVersion");
+    (void)flexnpu_unsupported("aclsysGetCANNVersion");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclsysGetVersionStr(char *pkgName, char *versionStr)
 {
     (void)pkgName;
     (void)versionStr;
-    return flexnpu_unsupported("aclsysGetVersionStr");
+    (void)flexnpu_unsupported("aclsysGetVersionStr");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclsysGetVersionNum(char *pkgName, int32_t *versionNum)
 {
     (void)pkgName;
     (void)versionNum;
-    return flexnpu_unsupported("aclsysGetVersionNum");
+    (void)flexnpu_unsupported("aclsysGetVersionNum");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtSetExceptionInfoCallback(aclrtExceptionInfoCallback callback)
 {
     (void)callback;
-    return flexnpu_unsupported("aclrtSetExceptionInfoCallback");
+    (void)flexnpu_unsupported("aclrtSetExceptionInfoCallback");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtExceptionInfoCallbackRegister(aclrtExceptionInfoCallback callback)
 {
     (void)callback;
-    return flexnpu_unsupported("aclrtExceptionInfoCallbackRegister");
+    (void)flexnpu_unsupported("aclrtExceptionInfoCallbackRegister");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtExceptionInfoCallbackUnregister(aclrtExceptionInfoCallback callback)
 {
     (void)callback;
-    return flexnpu_unsupported("aclrtExceptionInfoCallbackUnregister");
+    (void)flexnpu_unsupported("aclrtExceptionInfoCallbackUnregister");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API uint32_t aclrtGetTaskIdFromExceptionInfo(const aclrtExceptionInfo *info)
@@ -128,14 +138,16 @@ API aclError aclrtGetArgsFromExceptionInfo(const aclrtExceptionInfo *info, void 
     (void)info;
     (void)devArgsPtr;
     (void)devArgsLen;
-    return flexnpu_unsupported("aclrtGetArgsFromExceptionInfo");
+    (void)flexnpu_unsupported("aclrtGetArgsFromExceptionInfo");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetFuncHandleFromExceptionInfo(const aclrtExceptionInfo *info, aclrtFuncHandle *func)
 {
     (void)info;
     (void)func;
-    return flexnpu_unsupported("aclrtGetFuncHandleFromExceptionInfo");
+    (void)flexnpu_unsupported("aclrtGetFuncHandleFromExceptionInfo");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtBinarySetExceptionCallback(aclrtBinHandle binHandle, aclrtOpExceptionCallback callback,
@@ -144,14 +156,16 @@ API aclError aclrtBinarySetExceptionCallback(aclrtBinHandle binHandle, aclrtOpEx
     (void)binHandle;
     (void)callback;
     (void)userData;
-    return flexnpu_unsupported("aclrtBinarySetExceptionCallback");
+    (void)flexnpu_unsupported("aclrtBinarySetExceptionCallback");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtSubscribeReport(uint64_t threadId, aclrtStream stream)
 {
     (void)threadId;
     (void)stream;
-    return flexnpu_unsupported("aclrtSubscribeReport");
+    (void)flexnpu_unsupported("aclrtSubscribeReport");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtLaunchCallback(aclrtCallback fn, void *userData, aclrtCallbackBlockType blockType,
@@ -161,74 +175,78 @@ API aclError aclrtLaunchCallback(aclrtCallback fn, void *userData, aclrtCallback
     (void)userData;
     (void)blockType;
     (void)stream;
-    return flexnpu_unsupported("aclrtLaunchCallback");
+    (void)flexnpu_unsupported("aclrtLaunchCallback");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtProcessReport(int32_t timeout)
 {
     (void)timeout;
-    return flexnpu_unsupported("aclrtProcessReport");
+    (void)flexnpu_unsupported("aclrtProcessReport");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtUnSubscribeReport(uint64_t threadId, aclrtStream stream)
 {
     (void)threadId;
     (void)stream;
-    return flexnpu_unsupported("aclrtUnSubscribeReport");
+    (void)flexnpu_unsupported("aclrtUnSubscribeReport");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtCtxGetSysParamOpt(aclSysParamOpt opt, int64_t *value)
 {
     (void)opt;
     (void)value;
-    return flexnpu_unsupported("aclrtCtxGetSysParamOpt");
+    (void)flexnpu_unsupported("aclrtCtxGetSysParamOpt");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtCtxSetSysParamOpt(aclSysParamOpt opt, int64_t value)
 {
     (void)opt;
     (void)value;
-    return flexnpu_unsupported("aclrtCtxSetSysParamOpt");
+    (void)flexnpu_unsupported("aclrtCtxSetSysParamOpt");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetSysParamOpt(aclSysParamOpt opt, int64_t *value)
 {
     (void)opt;
     (void)value;
-    return flexnpu_unsupported("aclrtGetSysParamOpt");
+    (void)flexnpu_unsupported("aclrtGetSysParamOpt");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtSetSysParamOpt(aclSysParamOpt opt, int64_t value)
 {
     (void)opt;
     (void)value;
-    return flexnpu_unsupported("aclrtSetSysParamOpt");
+    (void)flexnpu_unsupported("aclrtSetSysParamOpt");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtSetStreamFailureMode(aclrtStream stream, uint64_t mode)
 {
     (void)stream;
     (void)mode;
-    return flexnpu_unsupported("aclrtSetStreamFailureMode");
-}
-
-API aclError aclrtSynchronizeDeviceWithTimeout(int32_t timeout)
-{
-    (void)timeout;
-    return flexnpu_unsupported("aclrtSynchronizeDeviceWithTimeout");
+    (void)flexnpu_unsupported("aclrtSetStreamFailureMode");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtSetTsDevice(aclrtTsId tsId)
 {
     (void)tsId;
-    return flexnpu_unsupported("aclrtSetTsDevice");
+    (void)flexnpu_unsupported("aclrtSetTsDevice");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetDeviceUtilizationRate(int32_t deviceId, aclrtUtilizationInfo *utilizationInfo)
 {
     (void)deviceId;
     (void)utilizationInfo;
-    return flexnpu_unsupported("aclrtGetDeviceUtilizationRate");
+    (void)flexnpu_unsupported("aclrtGetDeviceUtilizationRate");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtRecordEventWithFlag(aclrtEvent event, aclrtStream stream, uint32_t flag)
@@ -236,21 +254,16 @@ API aclError aclrtRecordEventWithFlag(aclrtEvent event, aclrtStream stream, uint
     (void)event;
     (void)stream;
     (void)flag;
-    return flexnpu_unsupported("aclrtRecordEventWithFlag");
-}
-
-API aclError aclrtQueryEventWaitStatus(aclrtEvent event, aclrtEventWaitStatus *status)
-{
-    (void)event;
-    (void)status;
-    return flexnpu_unsupported("aclrtQueryEventWaitStatus");
+    (void)flexnpu_unsupported("aclrtRecordEventWithFlag");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtEventGetTimestamp(aclrtEvent event, uint64_t *timestamp)
 {
     (void)event;
     (void)timestamp;
-    return flexnpu_unsupported("aclrtEventGetTimestamp");
+    (void)flexnpu_unsupported("aclrtEventGetTimestamp");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtMallocForTaskScheduler(void **devPtr, size_t size, aclrtMemMallocPolicy policy,
@@ -260,7 +273,8 @@ API aclError aclrtMallocForTaskScheduler(void **devPtr, size_t size, aclrtMemMal
     (void)size;
     (void)policy;
     (void)cfg;
-    return flexnpu_unsupported("aclrtMallocForTaskScheduler");
+    (void)flexnpu_unsupported("aclrtMallocForTaskScheduler");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtMemManagedGetAttr(aclrtMemManagedRangeAttribute attribute, const void *ptr, size_t size,
@@ -271,7 +285,8 @@ API aclError aclrtMemManagedGetAttr(aclrtMemManagedRangeAttribute attribute, con
     (void)size;
     (void)data;
     (void)dataSize;
-    return flexnpu_unsupported("aclrtMemManagedGetAttr");
+    (void)flexnpu_unsupported("aclrtMemManagedGetAttr");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtMemManagedGetAttrs(aclrtMemManagedRangeAttribute *attributes, size_t numAttributes,
@@ -283,7 +298,8 @@ API aclError aclrtMemManagedGetAttrs(aclrtMemManagedRangeAttribute *attributes, 
     (void)size;
     (void)data;
     (void)dataSizes;
-    return flexnpu_unsupported("aclrtMemManagedGetAttrs");
+    (void)flexnpu_unsupported("aclrtMemManagedGetAttrs");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtHostRegister(void *ptr, uint64_t size, aclrtHostRegisterType type, void **devPtr)
@@ -292,7 +308,8 @@ API aclError aclrtHostRegister(void *ptr, uint64_t size, aclrtHostRegisterType t
     (void)size;
     (void)type;
     (void)devPtr;
-    return flexnpu_unsupported("aclrtHostRegister");
+    (void)flexnpu_unsupported("aclrtHostRegister");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtHostRegisterV2(void *ptr, uint64_t size, uint32_t flag)
@@ -300,7 +317,8 @@ API aclError aclrtHostRegisterV2(void *ptr, uint64_t size, uint32_t flag)
     (void)ptr;
     (void)size;
     (void)flag;
-    return flexnpu_unsupported("aclrtHostRegisterV2");
+    (void)flexnpu_unsupported("aclrtHostRegisterV2");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtHostGetDevicePointer(void *pHost, void **pDevice, uint32_t flag)
@@ -308,13 +326,15 @@ API aclError aclrtHostGetDevicePointer(void *pHost, void **pDevice, uint32_t fla
     (void)pHost;
     (void)pDevice;
     (void)flag;
-    return flexnpu_unsupported("aclrtHostGetDevicePointer");
+    (void)flexnpu_unsupported("aclrtHostGetDevicePointer");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtHostUnregister(void *ptr)
 {
     (void)ptr;
-    return flexnpu_unsupported("aclrtHostUnregister");
+    (void)flexnpu_unsupported("aclrtHostUnregister");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtHostMemMapCapabilities(uint32_t deviceId, aclrtHacType hacType,
@@ -323,20 +343,23 @@ API aclError aclrtHostMemMapCapabilities(uint32_t deviceId, aclrtHacType hacType
     (void)deviceId;
     (void)hacType;
     (void)capabilities;
-    return flexnpu_unsupported("aclrtHostMemMapCapabilities");
+    (void)flexnpu_unsupported("aclrtHostMemMapCapabilities");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetThreadLastTaskId(uint32_t *taskId)
 {
     (void)taskId;
-    return flexnpu_unsupported("aclrtGetThreadLastTaskId");
+    (void)flexnpu_unsupported("aclrtGetThreadLastTaskId");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtStreamGetId(aclrtStream stream, int32_t *streamId)
 {
     (void)stream;
     (void)streamId;
-    return flexnpu_unsupported("aclrtStreamGetId");
+    (void)flexnpu_unsupported("aclrtStreamGetId");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtMemAllocManaged(void **ptr, uint64_t size, uint32_t flag)
@@ -344,19 +367,8 @@ API aclError aclrtMemAllocManaged(void **ptr, uint64_t size, uint32_t flag)
     (void)ptr;
     (void)size;
     (void)flag;
-    return flexnpu_unsupported("aclrtMemAllocManaged");
-}
-
-API aclError aclrtFreeWithDevSync(void *devPtr)
-{
-    (void)devPtr;
-    return flexnpu_unsupported("aclrtFreeWithDevSync");
-}
-
-API aclError aclrtFreeHostWithDevSync(void *hostPtr)
-{
-    (void)hostPtr;
-    return flexnpu_unsupported("aclrtFreeHostWithDevSync");
+    (void)flexnpu_unsupported("aclrtMemAllocManaged");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtMemsetD32(void *ptr, size_t memSize, uint32_t value, size_t N)
@@ -365,7 +377,8 @@ API aclError aclrtMemsetD32(void *ptr, size_t memSize, uint32_t value, size_t N)
     (void)memSize;
     (void)value;
     (void)N;
-    return flexnpu_unsupported("aclrtMemsetD32");
+    (void)flexnpu_unsupported("aclrtMemsetD32");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtMemsetD32Async(void *ptr, size_t memSize, uint32_t value, size_t N, aclrtStream stream)
@@ -375,7 +388,8 @@ API aclError aclrtMemsetD32Async(void *ptr, size_t memSize, uint32_t value, size
     (void)value;
     (void)N;
     (void)stream;
-    return flexnpu_unsupported("aclrtMemsetD32Async");
+    (void)flexnpu_unsupported("aclrtMemsetD32Async");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtMemcpyAsyncWithCondition(void *dst, size_t destMax, const void *src, size_t count,
@@ -387,7 +401,8 @@ API aclError aclrtMemcpyAsyncWithCondition(void *dst, size_t destMax, const void
     (void)count;
     (void)kind;
     (void)stream;
-    return flexnpu_unsupported("aclrtMemcpyAsyncWithCondition");
+    (void)flexnpu_unsupported("aclrtMemcpyAsyncWithCondition");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtMemcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
@@ -400,7 +415,8 @@ API aclError aclrtMemcpy2d(void *dst, size_t dpitch, const void *src, size_t spi
     (void)width;
     (void)height;
     (void)kind;
-    return flexnpu_unsupported("aclrtMemcpy2d");
+    (void)flexnpu_unsupported("aclrtMemcpy2d");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtMemcpy2dAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
@@ -414,21 +430,24 @@ API aclError aclrtMemcpy2dAsync(void *dst, size_t dpitch, const void *src, size_
     (void)height;
     (void)kind;
     (void)stream;
-    return flexnpu_unsupported("aclrtMemcpy2dAsync");
+    (void)flexnpu_unsupported("aclrtMemcpy2dAsync");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetSymbolAddress(const void *symbol, void **devPtr)
 {
     (void)symbol;
     (void)devPtr;
-    return flexnpu_unsupported("aclrtGetSymbolAddress");
+    (void)flexnpu_unsupported("aclrtGetSymbolAddress");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetSymbolSize(const void *symbol, size_t *size)
 {
     (void)symbol;
     (void)size;
-    return flexnpu_unsupported("aclrtGetSymbolSize");
+    (void)flexnpu_unsupported("aclrtGetSymbolSize");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtMemcpyFromSymbol(void *dst, size_t dstMax, const void *symbol, size_t count, size_t offset,
@@ -440,7 +459,8 @@ API aclError aclrtMemcpyFromSymbol(void *dst, size_t dstMax, const void *symbol,
     (void)count;
     (void)offset;
     (void)kind;
-    return flexnpu_unsupported("aclrtMemcpyFromSymbol");
+    (void)flexnpu_unsupported("aclrtMemcpyFromSymbol");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtMemcpyFromSymbolAsync(void *dst, size_t dstMax, const void *symbol, size_t count,
@@ -453,7 +473,8 @@ API aclError aclrtMemcpyFromSymbolAsync(void *dst, size_t dstMax, const void *sy
     (void)offset;
     (void)kind;
     (void)stream;
-    return flexnpu_unsupported("aclrtMemcpyFromSymbolAsync");
+    (void)flexnpu_unsupported("aclrtMemcpyFromSymbolAsync");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtMemcpyToSymbol(const void *symbol, const void *src, size_t count, size_t offset,
@@ -464,7 +485,8 @@ API aclError aclrtMemcpyToSymbol(const void *symbol, const void *src, size_t cou
     (void)count;
     (void)offset;
     (void)kind;
-    return flexnpu_unsupported("aclrtMemcpyToSymbol");
+    (void)flexnpu_unsupported("aclrtMemcpyToSymbol");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtMemcpyToSymbolAsync(const void *symbol, const void *src, size_t count, size_t offset,
@@ -476,7 +498,8 @@ API aclError aclrtMemcpyToSymbolAsync(const void *symbol, const void *src, size_
     (void)offset;
     (void)kind;
     (void)stream;
-    return flexnpu_unsupported("aclrtMemcpyToSymbolAsync");
+    (void)flexnpu_unsupported("aclrtMemcpyToSymbolAsync");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtMemManagedAdvise(const void *const ptr, uint64_t size, aclrtMemManagedAdviseType advise,
@@ -486,7 +509,8 @@ API aclError aclrtMemManagedAdvise(const void *const ptr, uint64_t size, aclrtMe
     (void)size;
     (void)advise;
     (void)location;
-    return flexnpu_unsupported("aclrtMemManagedAdvise");
+    (void)flexnpu_unsupported("aclrtMemManagedAdvise");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtReserveMemAddress(void **virPtr, size_t size, size_t alignment, void *expectPtr,
@@ -497,13 +521,15 @@ API aclError aclrtReserveMemAddress(void **virPtr, size_t size, size_t alignment
     (void)alignment;
     (void)expectPtr;
     (void)flags;
-    return flexnpu_unsupported("aclrtReserveMemAddress");
+    (void)flexnpu_unsupported("aclrtReserveMemAddress");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtReleaseMemAddress(void *virPtr)
 {
     (void)virPtr;
-    return flexnpu_unsupported("aclrtReleaseMemAddress");
+    (void)flexnpu_unsupported("aclrtReleaseMemAddress");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtMallocPhysical(aclrtDrvMemHandle *handle, size_t size, const aclrtPhysicalMemProp *prop,
@@ -513,13 +539,15 @@ API aclError aclrtMallocPhysical(aclrtDrvMemHandle *handle, size_t size, const a
     (void)size;
     (void)prop;
     (void)flags;
-    return flexnpu_unsupported("aclrtMallocPhysical");
+    (void)flexnpu_unsupported("aclrtMallocPhysical");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtFreePhysical(aclrtDrvMemHandle handle)
 {
     (void)handle;
-    return flexnpu_unsupported("aclrtFreePhysical");
+    (void)flexnpu_unsupported("aclrtFreePhysical");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtMapMem(void *virPtr, size_t size, size_t offset, aclrtDrvMemHandle handle, uint64_t flags)
@@ -529,13 +557,15 @@ API aclError aclrtMapMem(void *virPtr, size_t size, size_t offset, aclrtDrvMemHa
     (void)offset;
     (void)handle;
     (void)flags;
-    return flexnpu_unsupported("aclrtMapMem");
+    (void)flexnpu_unsupported("aclrtMapMem");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtUnmapMem(void *virPtr)
 {
     (void)virPtr;
-    return flexnpu_unsupported("aclrtUnmapMem");
+    (void)flexnpu_unsupported("aclrtUnmapMem");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtMemMapNoAccess(void *virPtr, size_t size, size_t offset, aclrtDrvMemHandle handle,
@@ -546,7 +576,8 @@ API aclError aclrtMemMapNoAccess(void *virPtr, size_t size, size_t offset, aclrt
     (void)offset;
     (void)handle;
     (void)flags;
-    return flexnpu_unsupported("aclrtMemMapNoAccess");
+    (void)flexnpu_unsupported("aclrtMemMapNoAccess");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclrtStreamConfigHandle * aclrtCreateStreamConfigHandle(void)
@@ -558,7 +589,8 @@ API aclrtStreamConfigHandle * aclrtCreateStreamConfigHandle(void)
 API aclError aclrtDestroyStreamConfigHandle(aclrtStreamConfigHandle *handle)
 {
     (void)handle;
-    return flexnpu_unsupported("aclrtDestroyStreamConfigHandle");
+    (void)flexnpu_unsupported("aclrtDestroyStreamConfigHandle");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtSetStreamConfigOpt(aclrtStreamConfigHandle *handle, aclrtStreamConfigAttr attr,
@@ -568,42 +600,32 @@ API aclError aclrtSetStreamConfigOpt(aclrtStreamConfigHandle *handle, aclrtStrea
     (void)attr;
     (void)attrValue;
     (void)valueSize;
-    return flexnpu_unsupported("aclrtSetStreamConfigOpt");
+    (void)flexnpu_unsupported("aclrtSetStreamConfigOpt");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtCreateStreamV2(aclrtStream *stream, const aclrtStreamConfigHandle *handle)
 {
     (void)stream;
     (void)handle;
-    return flexnpu_unsupported("aclrtCreateStreamV2");
-}
-
-API aclError aclrtSynchronizeStreamWithTimeout(aclrtStream stream, int32_t timeout)
-{
-    (void)stream;
-    (void)timeout;
-    return flexnpu_unsupported("aclrtSynchronizeStreamWithTimeout");
-}
-
-API aclError aclrtStreamQuery(aclrtStream stream, aclrtStreamStatus *status)
-{
-    (void)stream;
-    (void)status;
-    return flexnpu_unsupported("aclrtStreamQuery");
+    (void)flexnpu_unsupported("aclrtCreateStreamV2");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtStreamGetPriority(aclrtStream stream, uint32_t *priority)
 {
     (void)stream;
     (void)priority;
-    return flexnpu_unsupported("aclrtStreamGetPriority");
+    (void)flexnpu_unsupported("aclrtStreamGetPriority");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtStreamGetFlags(aclrtStream stream, uint32_t *flags)
 {
     (void)stream;
     (void)flags;
-    return flexnpu_unsupported("aclrtStreamGetFlags");
+    (void)flexnpu_unsupported("aclrtStreamGetFlags");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtStreamWaitEventWithFlag(aclrtStream stream, aclrtEvent event, uint32_t timeout,
@@ -613,27 +635,22 @@ API aclError aclrtStreamWaitEventWithFlag(aclrtStream stream, aclrtEvent event, 
     (void)event;
     (void)timeout;
     (void)flag;
-    return flexnpu_unsupported("aclrtStreamWaitEventWithFlag");
-}
-
-API aclError aclrtStreamWaitEventWithTimeout(aclrtStream stream, aclrtEvent event, int32_t timeout)
-{
-    (void)stream;
-    (void)event;
-    (void)timeout;
-    return flexnpu_unsupported("aclrtStreamWaitEventWithTimeout");
+    (void)flexnpu_unsupported("aclrtStreamWaitEventWithFlag");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtSetGroup(int32_t groupId)
 {
     (void)groupId;
-    return flexnpu_unsupported("aclrtSetGroup");
+    (void)flexnpu_unsupported("aclrtSetGroup");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetGroupCount(uint32_t *count)
 {
     (void)count;
-    return flexnpu_unsupported("aclrtGetGroupCount");
+    (void)flexnpu_unsupported("aclrtGetGroupCount");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclrtGroupInfo * aclrtCreateGroupInfo(void)
@@ -645,13 +662,15 @@ API aclrtGroupInfo * aclrtCreateGroupInfo(void)
 API aclError aclrtDestroyGroupInfo(aclrtGroupInfo *groupInfo)
 {
     (void)groupInfo;
-    return flexnpu_unsupported("aclrtDestroyGroupInfo");
+    (void)flexnpu_unsupported("aclrtDestroyGroupInfo");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetAllGroupInfo(aclrtGroupInfo *groupInfo)
 {
     (void)groupInfo;
-    return flexnpu_unsupported("aclrtGetAllGroupInfo");
+    (void)flexnpu_unsupported("aclrtGetAllGroupInfo");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetGroupInfoDetail(const aclrtGroupInfo *groupInfo, int32_t groupIndex, aclrtGroupAttr attr,
@@ -663,28 +682,8 @@ API aclError aclrtGetGroupInfoDetail(const aclrtGroupInfo *groupInfo, int32_t gr
     (void)attrValue;
     (void)valueLen;
     (void)paramRetSize;
-    return flexnpu_unsupported("aclrtGetGroupInfoDetail");
-}
-
-API aclError aclrtDeviceCanAccessPeer(int32_t *canAccessPeer, int32_t deviceId, int32_t peerDeviceId)
-{
-    (void)canAccessPeer;
-    (void)deviceId;
-    (void)peerDeviceId;
-    return flexnpu_unsupported("aclrtDeviceCanAccessPeer");
-}
-
-API aclError aclrtDeviceEnablePeerAccess(int32_t peerDeviceId, uint32_t flags)
-{
-    (void)peerDeviceId;
-    (void)flags;
-    return flexnpu_unsupported("aclrtDeviceEnablePeerAccess");
-}
-
-API aclError aclrtDeviceDisablePeerAccess(int32_t peerDeviceId)
-{
-    (void)peerDeviceId;
-    return flexnpu_unsupported("aclrtDeviceDisablePeerAccess");
+    (void)flexnpu_unsupported("aclrtGetGroupInfoDetail");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetMemUsageInfo(int32_t deviceId, aclrtMemUsageInfo *memUsageInfo, size_t inputNum,
@@ -694,64 +693,74 @@ API aclError aclrtGetMemUsageInfo(int32_t deviceId, aclrtMemUsageInfo *memUsageI
     (void)memUsageInfo;
     (void)inputNum;
     (void)outputNum;
-    return flexnpu_unsupported("aclrtGetMemUsageInfo");
+    (void)flexnpu_unsupported("aclrtGetMemUsageInfo");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtSetOpWaitTimeout(uint32_t timeout)
 {
     (void)timeout;
-    return flexnpu_unsupported("aclrtSetOpWaitTimeout");
+    (void)flexnpu_unsupported("aclrtSetOpWaitTimeout");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtSetOpExecuteTimeOut(uint32_t timeout)
 {
     (void)timeout;
-    return flexnpu_unsupported("aclrtSetOpExecuteTimeOut");
+    (void)flexnpu_unsupported("aclrtSetOpExecuteTimeOut");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtSetOpExecuteTimeOutWithMs(uint32_t timeout)
 {
     (void)timeout;
-    return flexnpu_unsupported("aclrtSetOpExecuteTimeOutWithMs");
+    (void)flexnpu_unsupported("aclrtSetOpExecuteTimeOutWithMs");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtSetOpExecuteTimeOutV2(uint64_t timeout, uint64_t *actualTimeout)
 {
     (void)timeout;
     (void)actualTimeout;
-    return flexnpu_unsupported("aclrtSetOpExecuteTimeOutV2");
+    (void)flexnpu_unsupported("aclrtSetOpExecuteTimeOutV2");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetOpTimeOutInterval(uint64_t *interval)
 {
     (void)interval;
-    return flexnpu_unsupported("aclrtGetOpTimeOutInterval");
+    (void)flexnpu_unsupported("aclrtGetOpTimeOutInterval");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtSetStreamOverflowSwitch(aclrtStream stream, uint32_t flag)
 {
     (void)stream;
     (void)flag;
-    return flexnpu_unsupported("aclrtSetStreamOverflowSwitch");
+    (void)flexnpu_unsupported("aclrtSetStreamOverflowSwitch");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetStreamOverflowSwitch(aclrtStream stream, uint32_t *flag)
 {
     (void)stream;
     (void)flag;
-    return flexnpu_unsupported("aclrtGetStreamOverflowSwitch");
+    (void)flexnpu_unsupported("aclrtGetStreamOverflowSwitch");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtSetDeviceSatMode(aclrtFloatOverflowMode mode)
 {
     (void)mode;
-    return flexnpu_unsupported("aclrtSetDeviceSatMode");
+    (void)flexnpu_unsupported("aclrtSetDeviceSatMode");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetDeviceSatMode(aclrtFloatOverflowMode *mode)
 {
     (void)mode;
-    return flexnpu_unsupported("aclrtGetDeviceSatMode");
+    (void)flexnpu_unsupported("aclrtGetDeviceSatMode");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetOverflowStatus(void *outputAddr, size_t outputSize, aclrtStream stream)
@@ -759,40 +768,46 @@ API aclError aclrtGetOverflowStatus(void *outputAddr, size_t outputSize, aclrtSt
     (void)outputAddr;
     (void)outputSize;
     (void)stream;
-    return flexnpu_unsupported("aclrtGetOverflowStatus");
+    (void)flexnpu_unsupported("aclrtGetOverflowStatus");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtResetOverflowStatus(aclrtStream stream)
 {
     (void)stream;
-    return flexnpu_unsupported("aclrtResetOverflowStatus");
+    (void)flexnpu_unsupported("aclrtResetOverflowStatus");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtSubscribeHostFunc(uint64_t hostFuncThreadId, aclrtStream exeStream)
 {
     (void)hostFuncThreadId;
     (void)exeStream;
-    return flexnpu_unsupported("aclrtSubscribeHostFunc");
+    (void)flexnpu_unsupported("aclrtSubscribeHostFunc");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtProcessHostFunc(int32_t timeout)
 {
     (void)timeout;
-    return flexnpu_unsupported("aclrtProcessHostFunc");
+    (void)flexnpu_unsupported("aclrtProcessHostFunc");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtUnSubscribeHostFunc(uint64_t hostFuncThreadId, aclrtStream exeStream)
 {
     (void)hostFuncThreadId;
     (void)exeStream;
-    return flexnpu_unsupported("aclrtUnSubscribeHostFunc");
+    (void)flexnpu_unsupported("aclrtUnSubscribeHostFunc");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtQueryDeviceStatus(int32_t deviceId, aclrtDeviceStatus *deviceStatus)
 {
     (void)deviceId;
     (void)deviceStatus;
-    return flexnpu_unsupported("aclrtQueryDeviceStatus");
+    (void)flexnpu_unsupported("aclrtQueryDeviceStatus");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclrtBinary aclrtCreateBinary(const void *data, size_t dataLen)
@@ -806,20 +821,23 @@ API aclrtBinary aclrtCreateBinary(const void *data, size_t dataLen)
 API aclError aclrtDestroyBinary(aclrtBinary binary)
 {
     (void)binary;
-    return flexnpu_unsupported("aclrtDestroyBinary");
+    (void)flexnpu_unsupported("aclrtDestroyBinary");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtBinaryLoad(const aclrtBinary binary, aclrtBinHandle *binHandle)
 {
     (void)binary;
     (void)binHandle;
-    return flexnpu_unsupported("aclrtBinaryLoad");
+    (void)flexnpu_unsupported("aclrtBinaryLoad");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtBinaryUnLoad(aclrtBinHandle binHandle)
 {
     (void)binHandle;
-    return flexnpu_unsupported("aclrtBinaryUnLoad");
+    (void)flexnpu_unsupported("aclrtBinaryUnLoad");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtBinaryGetFunction(const aclrtBinHandle binHandle, const char *kernelName,
@@ -828,7 +846,8 @@ API aclError aclrtBinaryGetFunction(const aclrtBinHandle binHandle, const char *
     (void)binHandle;
     (void)kernelName;
     (void)funcHandle;
-    return flexnpu_unsupported("aclrtBinaryGetFunction");
+    (void)flexnpu_unsupported("aclrtBinaryGetFunction");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtMemExportToShareableHandle(aclrtDrvMemHandle handle, aclrtMemHandleType handleType,
@@ -838,7 +857,8 @@ API aclError aclrtMemExportToShareableHandle(aclrtDrvMemHandle handle, aclrtMemH
     (void)handleType;
     (void)flags;
     (void)shareableHandle;
-    return flexnpu_unsupported("aclrtMemExportToShareableHandle");
+    (void)flexnpu_unsupported("aclrtMemExportToShareableHandle");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtMemExportToShareableHandleV2(aclrtDrvMemHandle handle, uint64_t flags,
@@ -848,7 +868,8 @@ API aclError aclrtMemExportToShareableHandleV2(aclrtDrvMemHandle handle, uint64_
     (void)flags;
     (void)shareType;
     (void)shareableHandle;
-    return flexnpu_unsupported("aclrtMemExportToShareableHandleV2");
+    (void)flexnpu_unsupported("aclrtMemExportToShareableHandleV2");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtMemImportFromShareableHandle(uint64_t shareableHandle, int32_t deviceId,
@@ -857,7 +878,8 @@ API aclError aclrtMemImportFromShareableHandle(uint64_t shareableHandle, int32_t
     (void)shareableHandle;
     (void)deviceId;
     (void)handle;
-    return flexnpu_unsupported("aclrtMemImportFromShareableHandle");
+    (void)flexnpu_unsupported("aclrtMemImportFromShareableHandle");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtMemImportFromShareableHandleV2(void *shareableHandle, aclrtMemSharedHandleType shareType,
@@ -867,7 +889,8 @@ API aclError aclrtMemImportFromShareableHandleV2(void *shareableHandle, aclrtMem
     (void)shareType;
     (void)flags;
     (void)handle;
-    return flexnpu_unsupported("aclrtMemImportFromShareableHandleV2");
+    (void)flexnpu_unsupported("aclrtMemImportFromShareableHandleV2");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtMemSetPidToShareableHandle(uint64_t shareableHandle, int32_t *pid, size_t pidNum)
@@ -875,7 +898,8 @@ API aclError aclrtMemSetPidToShareableHandle(uint64_t shareableHandle, int32_t *
     (void)shareableHandle;
     (void)pid;
     (void)pidNum;
-    return flexnpu_unsupported("aclrtMemSetPidToShareableHandle");
+    (void)flexnpu_unsupported("aclrtMemSetPidToShareableHandle");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtMemSetPidToShareableHandleV2(void *shareableHandle, aclrtMemSharedHandleType shareType,
@@ -885,7 +909,8 @@ API aclError aclrtMemSetPidToShareableHandleV2(void *shareableHandle, aclrtMemSh
     (void)shareType;
     (void)pid;
     (void)pidNum;
-    return flexnpu_unsupported("aclrtMemSetPidToShareableHandleV2");
+    (void)flexnpu_unsupported("aclrtMemSetPidToShareableHandleV2");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtMemGetAllocationGranularity(aclrtPhysicalMemProp *prop, aclrtMemGranularityOptions option,
@@ -894,13 +919,15 @@ API aclError aclrtMemGetAllocationGranularity(aclrtPhysicalMemProp *prop, aclrtM
     (void)prop;
     (void)option;
     (void)granularity;
-    return flexnpu_unsupported("aclrtMemGetAllocationGranularity");
+    (void)flexnpu_unsupported("aclrtMemGetAllocationGranularity");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtDeviceGetBareTgid(int32_t *pid)
 {
     (void)pid;
-    return flexnpu_unsupported("aclrtDeviceGetBareTgid");
+    (void)flexnpu_unsupported("aclrtDeviceGetBareTgid");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtCmoAsync(void *src, size_t size, aclrtCmoType cmoType, aclrtStream stream)
@@ -909,7 +936,8 @@ API aclError aclrtCmoAsync(void *src, size_t size, aclrtCmoType cmoType, aclrtSt
     (void)size;
     (void)cmoType;
     (void)stream;
-    return flexnpu_unsupported("aclrtCmoAsync");
+    (void)flexnpu_unsupported("aclrtCmoAsync");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetMemUceInfo(int32_t deviceId, aclrtMemUceInfo *memUceInfoArray, size_t arraySize,
@@ -919,14 +947,16 @@ API aclError aclrtGetMemUceInfo(int32_t deviceId, aclrtMemUceInfo *memUceInfoArr
     (void)memUceInfoArray;
     (void)arraySize;
     (void)retSize;
-    return flexnpu_unsupported("aclrtGetMemUceInfo");
+    (void)flexnpu_unsupported("aclrtGetMemUceInfo");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtDeviceTaskAbort(int32_t deviceId, uint32_t timeout)
 {
     (void)deviceId;
     (void)timeout;
-    return flexnpu_unsupported("aclrtDeviceTaskAbort");
+    (void)flexnpu_unsupported("aclrtDeviceTaskAbort");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtMemUceRepair(int32_t deviceId, aclrtMemUceInfo *memUceInfoArray, size_t arraySize)
@@ -934,13 +964,15 @@ API aclError aclrtMemUceRepair(int32_t deviceId, aclrtMemUceInfo *memUceInfoArra
     (void)deviceId;
     (void)memUceInfoArray;
     (void)arraySize;
-    return flexnpu_unsupported("aclrtMemUceRepair");
+    (void)flexnpu_unsupported("aclrtMemUceRepair");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtStreamAbort(aclrtStream stream)
 {
     (void)stream;
-    return flexnpu_unsupported("aclrtStreamAbort");
+    (void)flexnpu_unsupported("aclrtStreamAbort");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtBinaryLoadFromFile(const char *binPath, aclrtBinaryLoadOptions *options,
@@ -949,7 +981,8 @@ API aclError aclrtBinaryLoadFromFile(const char *binPath, aclrtBinaryLoadOptions
     (void)binPath;
     (void)options;
     (void)binHandle;
-    return flexnpu_unsupported("aclrtBinaryLoadFromFile");
+    (void)flexnpu_unsupported("aclrtBinaryLoadFromFile");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtBinaryGetDevAddress(const aclrtBinHandle binHandle, void **binAddr, size_t *binSize)
@@ -957,7 +990,8 @@ API aclError aclrtBinaryGetDevAddress(const aclrtBinHandle binHandle, void **bin
     (void)binHandle;
     (void)binAddr;
     (void)binSize;
-    return flexnpu_unsupported("aclrtBinaryGetDevAddress");
+    (void)flexnpu_unsupported("aclrtBinaryGetDevAddress");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtBinaryGetFunctionByEntry(aclrtBinHandle binHandle, uint64_t funcEntry,
@@ -966,7 +1000,8 @@ API aclError aclrtBinaryGetFunctionByEntry(aclrtBinHandle binHandle, uint64_t fu
     (void)binHandle;
     (void)funcEntry;
     (void)funcHandle;
-    return flexnpu_unsupported("aclrtBinaryGetFunctionByEntry");
+    (void)flexnpu_unsupported("aclrtBinaryGetFunctionByEntry");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtBinaryGetGlobal(aclrtBinHandle binHandle, const char *name, void **dptr, size_t *size)
@@ -975,14 +1010,16 @@ API aclError aclrtBinaryGetGlobal(aclrtBinHandle binHandle, const char *name, vo
     (void)name;
     (void)dptr;
     (void)size;
-    return flexnpu_unsupported("aclrtBinaryGetGlobal");
+    (void)flexnpu_unsupported("aclrtBinaryGetGlobal");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetFuncBySymbol(const void *symbol, aclrtFuncHandle *funcHandle)
 {
     (void)symbol;
     (void)funcHandle;
-    return flexnpu_unsupported("aclrtGetFuncBySymbol");
+    (void)flexnpu_unsupported("aclrtGetFuncBySymbol");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetFunctionAddr(aclrtFuncHandle funcHandle, void **aicAddr, void **aivAddr)
@@ -990,7 +1027,8 @@ API aclError aclrtGetFunctionAddr(aclrtFuncHandle funcHandle, void **aicAddr, vo
     (void)funcHandle;
     (void)aicAddr;
     (void)aivAddr;
-    return flexnpu_unsupported("aclrtGetFunctionAddr");
+    (void)flexnpu_unsupported("aclrtGetFunctionAddr");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetFunctionSize(aclrtFuncHandle funcHandle, size_t *aicSize, size_t *aivSize)
@@ -998,14 +1036,16 @@ API aclError aclrtGetFunctionSize(aclrtFuncHandle funcHandle, size_t *aicSize, s
     (void)funcHandle;
     (void)aicSize;
     (void)aivSize;
-    return flexnpu_unsupported("aclrtGetFunctionSize");
+    (void)flexnpu_unsupported("aclrtGetFunctionSize");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetMemcpyDescSize(aclrtMemcpyKind kind, size_t *descSize)
 {
     (void)kind;
     (void)descSize;
-    return flexnpu_unsupported("aclrtGetMemcpyDescSize");
+    (void)flexnpu_unsupported("aclrtGetMemcpyDescSize");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtSetMemcpyDesc(void *desc, aclrtMemcpyKind kind, void *srcAddr, void *dstAddr, size_t count,
@@ -1017,7 +1057,8 @@ API aclError aclrtSetMemcpyDesc(void *desc, aclrtMemcpyKind kind, void *srcAddr,
     (void)dstAddr;
     (void)count;
     (void)config;
-    return flexnpu_unsupported("aclrtSetMemcpyDesc");
+    (void)flexnpu_unsupported("aclrtSetMemcpyDesc");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtMemcpyAsyncWithOffset(void **dst, size_t destMax, size_t dstDataOffset, const void **src,
@@ -1031,7 +1072,8 @@ API aclError aclrtMemcpyAsyncWithOffset(void **dst, size_t destMax, size_t dstDa
     (void)srcDataOffset;
     (void)kind;
     (void)stream;
-    return flexnpu_unsupported("aclrtMemcpyAsyncWithOffset");
+    (void)flexnpu_unsupported("aclrtMemcpyAsyncWithOffset");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtMemcpyAsyncWithDesc(void *desc, aclrtMemcpyKind kind, aclrtStream stream)
@@ -1039,14 +1081,16 @@ API aclError aclrtMemcpyAsyncWithDesc(void *desc, aclrtMemcpyKind kind, aclrtStr
     (void)desc;
     (void)kind;
     (void)stream;
-    return flexnpu_unsupported("aclrtMemcpyAsyncWithDesc");
+    (void)flexnpu_unsupported("aclrtMemcpyAsyncWithDesc");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtKernelArgsGetHandleMemSize(aclrtFuncHandle funcHandle, size_t *memSize)
 {
     (void)funcHandle;
     (void)memSize;
-    return flexnpu_unsupported("aclrtKernelArgsGetHandleMemSize");
+    (void)flexnpu_unsupported("aclrtKernelArgsGetHandleMemSize");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtKernelArgsGetMemSize(aclrtFuncHandle funcHandle, size_t userArgsSize,
@@ -1055,14 +1099,16 @@ API aclError aclrtKernelArgsGetMemSize(aclrtFuncHandle funcHandle, size_t userAr
     (void)funcHandle;
     (void)userArgsSize;
     (void)actualArgsSize;
-    return flexnpu_unsupported("aclrtKernelArgsGetMemSize");
+    (void)flexnpu_unsupported("aclrtKernelArgsGetMemSize");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtKernelArgsInit(aclrtFuncHandle funcHandle, aclrtArgsHandle *argsHandle)
 {
     (void)funcHandle;
     (void)argsHandle;
-    return flexnpu_unsupported("aclrtKernelArgsInit");
+    (void)flexnpu_unsupported("aclrtKernelArgsInit");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtKernelArgsInitByUserMem(aclrtFuncHandle funcHandle, aclrtArgsHandle argsHandle,
@@ -1072,7 +1118,8 @@ API aclError aclrtKernelArgsInitByUserMem(aclrtFuncHandle funcHandle, aclrtArgsH
     (void)argsHandle;
     (void)userHostMem;
     (void)actualArgsSize;
-    return flexnpu_unsupported("aclrtKernelArgsInitByUserMem");
+    (void)flexnpu_unsupported("aclrtKernelArgsInitByUserMem");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtKernelArgsAppend(aclrtArgsHandle argsHandle, void *param, size_t paramSize,
@@ -1082,14 +1129,16 @@ API aclError aclrtKernelArgsAppend(aclrtArgsHandle argsHandle, void *param, size
     (void)param;
     (void)paramSize;
     (void)paramHandle;
-    return flexnpu_unsupported("aclrtKernelArgsAppend");
+    (void)flexnpu_unsupported("aclrtKernelArgsAppend");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtKernelArgsAppendPlaceHolder(aclrtArgsHandle argsHandle, aclrtParamHandle *paramHandle)
 {
     (void)argsHandle;
     (void)paramHandle;
-    return flexnpu_unsupported("aclrtKernelArgsAppendPlaceHolder");
+    (void)flexnpu_unsupported("aclrtKernelArgsAppendPlaceHolder");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtKernelArgsGetPlaceHolderBuffer(aclrtArgsHandle argsHandle, aclrtParamHandle paramHandle,
@@ -1099,7 +1148,8 @@ API aclError aclrtKernelArgsGetPlaceHolderBuffer(aclrtArgsHandle argsHandle, acl
     (void)paramHandle;
     (void)dataSize;
     (void)bufferAddr;
-    return flexnpu_unsupported("aclrtKernelArgsGetPlaceHolderBuffer");
+    (void)flexnpu_unsupported("aclrtKernelArgsGetPlaceHolderBuffer");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtKernelArgsParaUpdate(aclrtArgsHandle argsHandle, aclrtParamHandle paramHandle, void *param,
@@ -1109,7 +1159,8 @@ API aclError aclrtKernelArgsParaUpdate(aclrtArgsHandle argsHandle, aclrtParamHan
     (void)paramHandle;
     (void)param;
     (void)paramSize;
-    return flexnpu_unsupported("aclrtKernelArgsParaUpdate");
+    (void)flexnpu_unsupported("aclrtKernelArgsParaUpdate");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtLaunchKernelWithConfig(aclrtFuncHandle funcHandle, uint32_t numBlocks, aclrtStream stream,
@@ -1121,21 +1172,24 @@ API aclError aclrtLaunchKernelWithConfig(aclrtFuncHandle funcHandle, uint32_t nu
     (void)cfg;
     (void)argsHandle;
     (void)reserve;
-    return flexnpu_unsupported("aclrtLaunchKernelWithConfig");
+    (void)flexnpu_unsupported("aclrtLaunchKernelWithConfig");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlRITaskGetParams(aclmdlRITask task, aclmdlRITaskParams *params)
 {
     (void)task;
     (void)params;
-    return flexnpu_unsupported("aclmdlRITaskGetParams");
+    (void)flexnpu_unsupported("aclmdlRITaskGetParams");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlRITaskSetParams(aclmdlRITask task, aclmdlRITaskParams *params)
 {
     (void)task;
     (void)params;
-    return flexnpu_unsupported("aclmdlRITaskSetParams");
+    (void)flexnpu_unsupported("aclmdlRITaskSetParams");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlRIKernelTaskGetAttribute(aclmdlRITask task, aclrtLaunchKernelAttrId attrId,
@@ -1144,25 +1198,29 @@ API aclError aclmdlRIKernelTaskGetAttribute(aclmdlRITask task, aclrtLaunchKernel
     (void)task;
     (void)attrId;
     (void)attrValue;
-    return flexnpu_unsupported("aclmdlRIKernelTaskGetAttribute");
+    (void)flexnpu_unsupported("aclmdlRIKernelTaskGetAttribute");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlRIUpdate(aclmdlRI modelRI)
 {
     (void)modelRI;
-    return flexnpu_unsupported("aclmdlRIUpdate");
+    (void)flexnpu_unsupported("aclmdlRIUpdate");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlRITaskDisable(aclmdlRITask task)
 {
     (void)task;
-    return flexnpu_unsupported("aclmdlRITaskDisable");
+    (void)flexnpu_unsupported("aclmdlRITaskDisable");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtKernelArgsFinalize(aclrtArgsHandle argsHandle)
 {
     (void)argsHandle;
-    return flexnpu_unsupported("aclrtKernelArgsFinalize");
+    (void)flexnpu_unsupported("aclrtKernelArgsFinalize");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtValueWrite(void *devAddr, uint64_t value, uint32_t flag, aclrtStream stream)
@@ -1171,7 +1229,8 @@ API aclError aclrtValueWrite(void *devAddr, uint64_t value, uint32_t flag, aclrt
     (void)value;
     (void)flag;
     (void)stream;
-    return flexnpu_unsupported("aclrtValueWrite");
+    (void)flexnpu_unsupported("aclrtValueWrite");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtValueWait(void *devAddr, uint64_t value, uint32_t flag, aclrtStream stream)
@@ -1180,13 +1239,15 @@ API aclError aclrtValueWait(void *devAddr, uint64_t value, uint32_t flag, aclrtS
     (void)value;
     (void)flag;
     (void)stream;
-    return flexnpu_unsupported("aclrtValueWait");
+    (void)flexnpu_unsupported("aclrtValueWait");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetStreamAvailableNum(uint32_t *streamCount)
 {
     (void)streamCount;
-    return flexnpu_unsupported("aclrtGetStreamAvailableNum");
+    (void)flexnpu_unsupported("aclrtGetStreamAvailableNum");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtSetStreamAttribute(aclrtStream stream, aclrtStreamAttr stmAttrType,
@@ -1195,7 +1256,8 @@ API aclError aclrtSetStreamAttribute(aclrtStream stream, aclrtStreamAttr stmAttr
     (void)stream;
     (void)stmAttrType;
     (void)value;
-    return flexnpu_unsupported("aclrtSetStreamAttribute");
+    (void)flexnpu_unsupported("aclrtSetStreamAttribute");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetStreamAttribute(aclrtStream stream, aclrtStreamAttr stmAttrType,
@@ -1204,40 +1266,46 @@ API aclError aclrtGetStreamAttribute(aclrtStream stream, aclrtStreamAttr stmAttr
     (void)stream;
     (void)stmAttrType;
     (void)value;
-    return flexnpu_unsupported("aclrtGetStreamAttribute");
+    (void)flexnpu_unsupported("aclrtGetStreamAttribute");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtCreateNotify(aclrtNotify *notify, uint64_t flag)
 {
     (void)notify;
     (void)flag;
-    return flexnpu_unsupported("aclrtCreateNotify");
+    (void)flexnpu_unsupported("aclrtCreateNotify");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtDestroyNotify(aclrtNotify notify)
 {
     (void)notify;
-    return flexnpu_unsupported("aclrtDestroyNotify");
+    (void)flexnpu_unsupported("aclrtDestroyNotify");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtCntNotifyCreate(aclrtCntNotify *cntNotify, uint64_t flag)
 {
     (void)cntNotify;
     (void)flag;
-    return flexnpu_unsupported("aclrtCntNotifyCreate");
+    (void)flexnpu_unsupported("aclrtCntNotifyCreate");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtCntNotifyDestroy(aclrtCntNotify cntNotify)
 {
     (void)cntNotify;
-    return flexnpu_unsupported("aclrtCntNotifyDestroy");
+    (void)flexnpu_unsupported("aclrtCntNotifyDestroy");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtRecordNotify(aclrtNotify notify, aclrtStream stream)
 {
     (void)notify;
     (void)stream;
-    return flexnpu_unsupported("aclrtRecordNotify");
+    (void)flexnpu_unsupported("aclrtRecordNotify");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtWaitAndResetNotify(aclrtNotify notify, aclrtStream stream, uint32_t timeout)
@@ -1245,27 +1313,31 @@ API aclError aclrtWaitAndResetNotify(aclrtNotify notify, aclrtStream stream, uin
     (void)notify;
     (void)stream;
     (void)timeout;
-    return flexnpu_unsupported("aclrtWaitAndResetNotify");
+    (void)flexnpu_unsupported("aclrtWaitAndResetNotify");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetNotifyId(aclrtNotify notify, uint32_t *notifyId)
 {
     (void)notify;
     (void)notifyId;
-    return flexnpu_unsupported("aclrtGetNotifyId");
+    (void)flexnpu_unsupported("aclrtGetNotifyId");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetEventId(aclrtEvent event, uint32_t *eventId)
 {
     (void)event;
     (void)eventId;
-    return flexnpu_unsupported("aclrtGetEventId");
+    (void)flexnpu_unsupported("aclrtGetEventId");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetEventAvailNum(uint32_t *eventCount)
 {
     (void)eventCount;
-    return flexnpu_unsupported("aclrtGetEventAvailNum");
+    (void)flexnpu_unsupported("aclrtGetEventAvailNum");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetDeviceInfo(uint32_t deviceId, aclrtDevAttr attr, int64_t *value)
@@ -1273,14 +1345,16 @@ API aclError aclrtGetDeviceInfo(uint32_t deviceId, aclrtDevAttr attr, int64_t *v
     (void)deviceId;
     (void)attr;
     (void)value;
-    return flexnpu_unsupported("aclrtGetDeviceInfo");
+    (void)flexnpu_unsupported("aclrtGetDeviceInfo");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtDeviceGetStreamPriorityRange(int32_t *leastPriority, int32_t *greatestPriority)
 {
     (void)leastPriority;
     (void)greatestPriority;
-    return flexnpu_unsupported("aclrtDeviceGetStreamPriorityRange");
+    (void)flexnpu_unsupported("aclrtDeviceGetStreamPriorityRange");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetDeviceCapability(int32_t deviceId, aclrtDevFeatureType devFeatureType, int32_t *value)
@@ -1288,28 +1362,32 @@ API aclError aclrtGetDeviceCapability(int32_t deviceId, aclrtDevFeatureType devF
     (void)deviceId;
     (void)devFeatureType;
     (void)value;
-    return flexnpu_unsupported("aclrtGetDeviceCapability");
+    (void)flexnpu_unsupported("aclrtGetDeviceCapability");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtDeviceGetUuid(int32_t deviceId, aclrtUuid *uuid)
 {
     (void)deviceId;
     (void)uuid;
-    return flexnpu_unsupported("aclrtDeviceGetUuid");
+    (void)flexnpu_unsupported("aclrtDeviceGetUuid");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtDeviceSetLimit(aclrtDeviceLimit limit, size_t value)
 {
     (void)limit;
     (void)value;
-    return flexnpu_unsupported("aclrtDeviceSetLimit");
+    (void)flexnpu_unsupported("aclrtDeviceSetLimit");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtDeviceGetLimit(aclrtDeviceLimit limit, size_t *value)
 {
     (void)limit;
     (void)value;
-    return flexnpu_unsupported("aclrtDeviceGetLimit");
+    (void)flexnpu_unsupported("aclrtDeviceGetLimit");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtDeviceGetPCIBusId(int32_t deviceId, char *pciBusId, int32_t len)
@@ -1317,14 +1395,16 @@ API aclError aclrtDeviceGetPCIBusId(int32_t deviceId, char *pciBusId, int32_t le
     (void)deviceId;
     (void)pciBusId;
     (void)len;
-    return flexnpu_unsupported("aclrtDeviceGetPCIBusId");
+    (void)flexnpu_unsupported("aclrtDeviceGetPCIBusId");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtDeviceGetByPCIBusId(const char *pciBusId, int32_t *deviceId)
 {
     (void)pciBusId;
     (void)deviceId;
-    return flexnpu_unsupported("aclrtDeviceGetByPCIBusId");
+    (void)flexnpu_unsupported("aclrtDeviceGetByPCIBusId");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtDeviceGetHostAtomicCapabilities(uint32_t *capabilities,
@@ -1334,7 +1414,8 @@ API aclError aclrtDeviceGetHostAtomicCapabilities(uint32_t *capabilities,
     (void)operations;
     (void)count;
     (void)deviceId;
-    return flexnpu_unsupported("aclrtDeviceGetHostAtomicCapabilities");
+    (void)flexnpu_unsupported("aclrtDeviceGetHostAtomicCapabilities");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtDeviceGetP2PAtomicCapabilities(uint32_t *capabilities,
@@ -1345,13 +1426,15 @@ API aclError aclrtDeviceGetP2PAtomicCapabilities(uint32_t *capabilities,
     (void)count;
     (void)srcDeviceId;
     (void)dstDeviceId;
-    return flexnpu_unsupported("aclrtDeviceGetP2PAtomicCapabilities");
+    (void)flexnpu_unsupported("aclrtDeviceGetP2PAtomicCapabilities");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtCtxGetCurrentDefaultStream(aclrtStream *stream)
 {
     (void)stream;
-    return flexnpu_unsupported("aclrtCtxGetCurrentDefaultStream");
+    (void)flexnpu_unsupported("aclrtCtxGetCurrentDefaultStream");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetPrimaryCtxState(int32_t deviceId, uint32_t *flags, int32_t *active)
@@ -1359,7 +1442,8 @@ API aclError aclrtGetPrimaryCtxState(int32_t deviceId, uint32_t *flags, int32_t 
     (void)deviceId;
     (void)flags;
     (void)active;
-    return flexnpu_unsupported("aclrtGetPrimaryCtxState");
+    (void)flexnpu_unsupported("aclrtGetPrimaryCtxState");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtReduceAsync(void *dst, const void *src, uint64_t count, aclrtReduceKind kind,
@@ -1372,7 +1456,8 @@ API aclError aclrtReduceAsync(void *dst, const void *src, uint64_t count, aclrtR
     (void)type;
     (void)stream;
     (void)reserve;
-    return flexnpu_unsupported("aclrtReduceAsync");
+    (void)flexnpu_unsupported("aclrtReduceAsync");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetDeviceResLimit(int32_t deviceId, aclrtDevResLimitType type, uint32_t *value)
@@ -1380,7 +1465,8 @@ API aclError aclrtGetDeviceResLimit(int32_t deviceId, aclrtDevResLimitType type,
     (void)deviceId;
     (void)type;
     (void)value;
-    return flexnpu_unsupported("aclrtGetDeviceResLimit");
+    (void)flexnpu_unsupported("aclrtGetDeviceResLimit");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtSetDeviceResLimit(int32_t deviceId, aclrtDevResLimitType type, uint32_t value)
@@ -1388,13 +1474,15 @@ API aclError aclrtSetDeviceResLimit(int32_t deviceId, aclrtDevResLimitType type,
     (void)deviceId;
     (void)type;
     (void)value;
-    return flexnpu_unsupported("aclrtSetDeviceResLimit");
+    (void)flexnpu_unsupported("aclrtSetDeviceResLimit");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtResetDeviceResLimit(int32_t deviceId)
 {
     (void)deviceId;
-    return flexnpu_unsupported("aclrtResetDeviceResLimit");
+    (void)flexnpu_unsupported("aclrtResetDeviceResLimit");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetStreamResLimit(aclrtStream stream, aclrtDevResLimitType type, uint32_t *value)
@@ -1402,7 +1490,8 @@ API aclError aclrtGetStreamResLimit(aclrtStream stream, aclrtDevResLimitType typ
     (void)stream;
     (void)type;
     (void)value;
-    return flexnpu_unsupported("aclrtGetStreamResLimit");
+    (void)flexnpu_unsupported("aclrtGetStreamResLimit");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtSetStreamResLimit(aclrtStream stream, aclrtDevResLimitType type, uint32_t value)
@@ -1410,51 +1499,59 @@ API aclError aclrtSetStreamResLimit(aclrtStream stream, aclrtDevResLimitType typ
     (void)stream;
     (void)type;
     (void)value;
-    return flexnpu_unsupported("aclrtSetStreamResLimit");
+    (void)flexnpu_unsupported("aclrtSetStreamResLimit");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtResetStreamResLimit(aclrtStream stream)
 {
     (void)stream;
-    return flexnpu_unsupported("aclrtResetStreamResLimit");
+    (void)flexnpu_unsupported("aclrtResetStreamResLimit");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtUseStreamResInCurrentThread(aclrtStream stream)
 {
     (void)stream;
-    return flexnpu_unsupported("aclrtUseStreamResInCurrentThread");
+    (void)flexnpu_unsupported("aclrtUseStreamResInCurrentThread");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtUnuseStreamResInCurrentThread(aclrtStream stream)
 {
     (void)stream;
-    return flexnpu_unsupported("aclrtUnuseStreamResInCurrentThread");
+    (void)flexnpu_unsupported("aclrtUnuseStreamResInCurrentThread");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetResInCurrentThread(aclrtDevResLimitType type, uint32_t *value)
 {
     (void)type;
     (void)value;
-    return flexnpu_unsupported("aclrtGetResInCurrentThread");
+    (void)flexnpu_unsupported("aclrtGetResInCurrentThread");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtCreateLabel(aclrtLabel *label)
 {
     (void)label;
-    return flexnpu_unsupported("aclrtCreateLabel");
+    (void)flexnpu_unsupported("aclrtCreateLabel");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtSetLabel(aclrtLabel label, aclrtStream stream)
 {
     (void)label;
     (void)stream;
-    return flexnpu_unsupported("aclrtSetLabel");
+    (void)flexnpu_unsupported("aclrtSetLabel");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtDestroyLabel(aclrtLabel label)
 {
     (void)label;
-    return flexnpu_unsupported("aclrtDestroyLabel");
+    (void)flexnpu_unsupported("aclrtDestroyLabel");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtCreateLabelList(aclrtLabel *labels, size_t num, aclrtLabelList *labelList)
@@ -1462,13 +1559,15 @@ API aclError aclrtCreateLabelList(aclrtLabel *labels, size_t num, aclrtLabelList
     (void)labels;
     (void)num;
     (void)labelList;
-    return flexnpu_unsupported("aclrtCreateLabelList");
+    (void)flexnpu_unsupported("aclrtCreateLabelList");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtDestroyLabelList(aclrtLabelList labelList)
 {
     (void)labelList;
-    return flexnpu_unsupported("aclrtDestroyLabelList");
+    (void)flexnpu_unsupported("aclrtDestroyLabelList");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtSwitchLabelByIndex(void *ptr, uint32_t maxValue, aclrtLabelList labelList,
@@ -1478,14 +1577,16 @@ API aclError aclrtSwitchLabelByIndex(void *ptr, uint32_t maxValue, aclrtLabelLis
     (void)maxValue;
     (void)labelList;
     (void)stream;
-    return flexnpu_unsupported("aclrtSwitchLabelByIndex");
+    (void)flexnpu_unsupported("aclrtSwitchLabelByIndex");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtActiveStream(aclrtStream activeStream, aclrtStream stream)
 {
     (void)activeStream;
     (void)stream;
-    return flexnpu_unsupported("aclrtActiveStream");
+    (void)flexnpu_unsupported("aclrtActiveStream");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtSwitchStream(void *leftValue, aclrtCondition cond, void *rightValue,
@@ -1498,7 +1599,8 @@ API aclError aclrtSwitchStream(void *leftValue, aclrtCondition cond, void *right
     (void)trueStream;
     (void)falseStream;
     (void)stream;
-    return flexnpu_unsupported("aclrtSwitchStream");
+    (void)flexnpu_unsupported("aclrtSwitchStream");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetFunctionName(aclrtFuncHandle funcHandle, uint32_t maxLen, char *name)
@@ -1506,7 +1608,8 @@ API aclError aclrtGetFunctionName(aclrtFuncHandle funcHandle, uint32_t maxLen, c
     (void)funcHandle;
     (void)maxLen;
     (void)name;
-    return flexnpu_unsupported("aclrtGetFunctionName");
+    (void)flexnpu_unsupported("aclrtGetFunctionName");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetBufFromChain(aclrtMbuf headBuf, uint32_t index, aclrtMbuf *buf)
@@ -1514,28 +1617,32 @@ API aclError aclrtGetBufFromChain(aclrtMbuf headBuf, uint32_t index, aclrtMbuf *
     (void)headBuf;
     (void)index;
     (void)buf;
-    return flexnpu_unsupported("aclrtGetBufFromChain");
+    (void)flexnpu_unsupported("aclrtGetBufFromChain");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetBufChainNum(aclrtMbuf headBuf, uint32_t *num)
 {
     (void)headBuf;
     (void)num;
-    return flexnpu_unsupported("aclrtGetBufChainNum");
+    (void)flexnpu_unsupported("aclrtGetBufChainNum");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtAppendBufChain(aclrtMbuf headBuf, aclrtMbuf buf)
 {
     (void)headBuf;
     (void)buf;
-    return flexnpu_unsupported("aclrtAppendBufChain");
+    (void)flexnpu_unsupported("aclrtAppendBufChain");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtCopyBufRef(const aclrtMbuf buf, aclrtMbuf *newBuf)
 {
     (void)buf;
     (void)newBuf;
-    return flexnpu_unsupported("aclrtCopyBufRef");
+    (void)flexnpu_unsupported("aclrtCopyBufRef");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetBufUserData(const aclrtMbuf buf, void *dataPtr, size_t size, size_t offset)
@@ -1544,7 +1651,8 @@ API aclError aclrtGetBufUserData(const aclrtMbuf buf, void *dataPtr, size_t size
     (void)dataPtr;
     (void)size;
     (void)offset;
-    return flexnpu_unsupported("aclrtGetBufUserData");
+    (void)flexnpu_unsupported("aclrtGetBufUserData");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtSetBufUserData(aclrtMbuf buf, const void *dataPtr, size_t size, size_t offset)
@@ -1553,7 +1661,8 @@ API aclError aclrtSetBufUserData(aclrtMbuf buf, const void *dataPtr, size_t size
     (void)dataPtr;
     (void)size;
     (void)offset;
-    return flexnpu_unsupported("aclrtSetBufUserData");
+    (void)flexnpu_unsupported("aclrtSetBufUserData");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetBufData(const aclrtMbuf buf, void **dataPtr, size_t *size)
@@ -1561,34 +1670,39 @@ API aclError aclrtGetBufData(const aclrtMbuf buf, void **dataPtr, size_t *size)
     (void)buf;
     (void)dataPtr;
     (void)size;
-    return flexnpu_unsupported("aclrtGetBufData");
+    (void)flexnpu_unsupported("aclrtGetBufData");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetBufDataLen(aclrtMbuf buf, size_t *len)
 {
     (void)buf;
     (void)len;
-    return flexnpu_unsupported("aclrtGetBufDataLen");
+    (void)flexnpu_unsupported("aclrtGetBufDataLen");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtSetBufDataLen(aclrtMbuf buf, size_t len)
 {
     (void)buf;
     (void)len;
-    return flexnpu_unsupported("aclrtSetBufDataLen");
+    (void)flexnpu_unsupported("aclrtSetBufDataLen");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtFreeBuf(aclrtMbuf buf)
 {
     (void)buf;
-    return flexnpu_unsupported("aclrtFreeBuf");
+    (void)flexnpu_unsupported("aclrtFreeBuf");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtAllocBuf(aclrtMbuf *buf, size_t size)
 {
     (void)buf;
     (void)size;
-    return flexnpu_unsupported("aclrtAllocBuf");
+    (void)flexnpu_unsupported("aclrtAllocBuf");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtBinaryLoadFromData(const void *data, size_t length, const aclrtBinaryLoadOptions *options,
@@ -1598,7 +1712,8 @@ API aclError aclrtBinaryLoadFromData(const void *data, size_t length, const aclr
     (void)length;
     (void)options;
     (void)binHandle;
-    return flexnpu_unsupported("aclrtBinaryLoadFromData");
+    (void)flexnpu_unsupported("aclrtBinaryLoadFromData");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtRegisterCpuFunc(const aclrtBinHandle handle, const char *funcName, const char *kernelName,
@@ -1608,7 +1723,8 @@ API aclError aclrtRegisterCpuFunc(const aclrtBinHandle handle, const char *funcN
     (void)funcName;
     (void)kernelName;
     (void)funcHandle;
-    return flexnpu_unsupported("aclrtRegisterCpuFunc");
+    (void)flexnpu_unsupported("aclrtRegisterCpuFunc");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtCmoAsyncWithBarrier(void *src, size_t size, aclrtCmoType cmoType, uint32_t barrierId,
@@ -1619,7 +1735,8 @@ API aclError aclrtCmoAsyncWithBarrier(void *src, size_t size, aclrtCmoType cmoTy
     (void)cmoType;
     (void)barrierId;
     (void)stream;
-    return flexnpu_unsupported("aclrtCmoAsyncWithBarrier");
+    (void)flexnpu_unsupported("aclrtCmoAsyncWithBarrier");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtCmoWaitBarrier(aclrtBarrierTaskInfo *taskInfo, aclrtStream stream, uint32_t flag)
@@ -1627,7 +1744,8 @@ API aclError aclrtCmoWaitBarrier(aclrtBarrierTaskInfo *taskInfo, aclrtStream str
     (void)taskInfo;
     (void)stream;
     (void)flag;
-    return flexnpu_unsupported("aclrtCmoWaitBarrier");
+    (void)flexnpu_unsupported("aclrtCmoWaitBarrier");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetDevicesTopo(uint32_t deviceId, uint32_t otherDeviceId, uint64_t *value)
@@ -1635,7 +1753,8 @@ API aclError aclrtGetDevicesTopo(uint32_t deviceId, uint32_t otherDeviceId, uint
     (void)deviceId;
     (void)otherDeviceId;
     (void)value;
-    return flexnpu_unsupported("aclrtGetDevicesTopo");
+    (void)flexnpu_unsupported("aclrtGetDevicesTopo");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtMemcpyBatch(void **dsts, size_t *destMaxs, void **srcs, size_t *sizes, size_t numBatches,
@@ -1650,7 +1769,8 @@ API aclError aclrtMemcpyBatch(void **dsts, size_t *destMaxs, void **srcs, size_t
     (void)attrsIndexes;
     (void)numAttrs;
     (void)failIndex;
-    return flexnpu_unsupported("aclrtMemcpyBatch");
+    (void)flexnpu_unsupported("aclrtMemcpyBatch");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtMemcpyBatchV2(void **dsts, size_t *destMaxs, void **srcs, size_t *sizes, size_t numBatches,
@@ -1664,7 +1784,8 @@ API aclError aclrtMemcpyBatchV2(void **dsts, size_t *destMaxs, void **srcs, size
     (void)attrs;
     (void)attrsIndexes;
     (void)numAttrs;
-    return flexnpu_unsupported("aclrtMemcpyBatchV2");
+    (void)flexnpu_unsupported("aclrtMemcpyBatchV2");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtMemcpyBatchAsync(void **dsts, size_t *destMaxs, void **srcs, size_t *sizes,
@@ -1681,7 +1802,8 @@ API aclError aclrtMemcpyBatchAsync(void **dsts, size_t *destMaxs, void **srcs, s
     (void)numAttrs;
     (void)failIndex;
     (void)stream;
-    return flexnpu_unsupported("aclrtMemcpyBatchAsync");
+    (void)flexnpu_unsupported("aclrtMemcpyBatchAsync");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtMemcpyBatchAsyncV2(void **dsts, size_t *destMaxs, void **srcs, size_t *sizes,
@@ -1697,7 +1819,8 @@ API aclError aclrtMemcpyBatchAsyncV2(void **dsts, size_t *destMaxs, void **srcs,
     (void)attrsIndexes;
     (void)numAttrs;
     (void)stream;
-    return flexnpu_unsupported("aclrtMemcpyBatchAsyncV2");
+    (void)flexnpu_unsupported("aclrtMemcpyBatchAsyncV2");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtIpcMemGetExportKey(void *devPtr, size_t size, char *key, size_t len, uint64_t flags)
@@ -1707,13 +1830,15 @@ API aclError aclrtIpcMemGetExportKey(void *devPtr, size_t size, char *key, size_
     (void)key;
     (void)len;
     (void)flags;
-    return flexnpu_unsupported("aclrtIpcMemGetExportKey");
+    (void)flexnpu_unsupported("aclrtIpcMemGetExportKey");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtIpcMemClose(const char *key)
 {
     (void)key;
-    return flexnpu_unsupported("aclrtIpcMemClose");
+    (void)flexnpu_unsupported("aclrtIpcMemClose");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtIpcMemImportByKey(void **devPtr, const char *key, uint64_t flags)
@@ -1721,7 +1846,8 @@ API aclError aclrtIpcMemImportByKey(void **devPtr, const char *key, uint64_t fla
     (void)devPtr;
     (void)key;
     (void)flags;
-    return flexnpu_unsupported("aclrtIpcMemImportByKey");
+    (void)flexnpu_unsupported("aclrtIpcMemImportByKey");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtIpcMemSetImportPid(const char *key, int32_t *pid, size_t num)
@@ -1729,7 +1855,8 @@ API aclError aclrtIpcMemSetImportPid(const char *key, int32_t *pid, size_t num)
     (void)key;
     (void)pid;
     (void)num;
-    return flexnpu_unsupported("aclrtIpcMemSetImportPid");
+    (void)flexnpu_unsupported("aclrtIpcMemSetImportPid");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtIpcMemSetAttr(const char *key, aclrtIpcMemAttrType type, uint64_t attr)
@@ -1737,7 +1864,8 @@ API aclError aclrtIpcMemSetAttr(const char *key, aclrtIpcMemAttrType type, uint6
     (void)key;
     (void)type;
     (void)attr;
-    return flexnpu_unsupported("aclrtIpcMemSetAttr");
+    (void)flexnpu_unsupported("aclrtIpcMemSetAttr");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtIpcMemImportPidInterServer(const char *key, aclrtServerPid *serverPids, size_t num)
@@ -1745,14 +1873,16 @@ API aclError aclrtIpcMemImportPidInterServer(const char *key, aclrtServerPid *se
     (void)key;
     (void)serverPids;
     (void)num;
-    return flexnpu_unsupported("aclrtIpcMemImportPidInterServer");
+    (void)flexnpu_unsupported("aclrtIpcMemImportPidInterServer");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtNotifyBatchReset(aclrtNotify *notifies, size_t num)
 {
     (void)notifies;
     (void)num;
-    return flexnpu_unsupported("aclrtNotifyBatchReset");
+    (void)flexnpu_unsupported("aclrtNotifyBatchReset");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtNotifyGetExportKey(aclrtNotify notify, char *key, size_t len, uint64_t flags)
@@ -1761,7 +1891,8 @@ API aclError aclrtNotifyGetExportKey(aclrtNotify notify, char *key, size_t len, 
     (void)key;
     (void)len;
     (void)flags;
-    return flexnpu_unsupported("aclrtNotifyGetExportKey");
+    (void)flexnpu_unsupported("aclrtNotifyGetExportKey");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtNotifyImportByKey(aclrtNotify *notify, const char *key, uint64_t flags)
@@ -1769,7 +1900,8 @@ API aclError aclrtNotifyImportByKey(aclrtNotify *notify, const char *key, uint64
     (void)notify;
     (void)key;
     (void)flags;
-    return flexnpu_unsupported("aclrtNotifyImportByKey");
+    (void)flexnpu_unsupported("aclrtNotifyImportByKey");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtNotifySetImportPid(aclrtNotify notify, int32_t *pid, size_t num)
@@ -1777,7 +1909,8 @@ API aclError aclrtNotifySetImportPid(aclrtNotify notify, int32_t *pid, size_t nu
     (void)notify;
     (void)pid;
     (void)num;
-    return flexnpu_unsupported("aclrtNotifySetImportPid");
+    (void)flexnpu_unsupported("aclrtNotifySetImportPid");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtNotifySetImportPidInterServer(aclrtNotify notify, aclrtServerPid *serverPids, size_t num)
@@ -1785,14 +1918,16 @@ API aclError aclrtNotifySetImportPidInterServer(aclrtNotify notify, aclrtServerP
     (void)notify;
     (void)serverPids;
     (void)num;
-    return flexnpu_unsupported("aclrtNotifySetImportPidInterServer");
+    (void)flexnpu_unsupported("aclrtNotifySetImportPidInterServer");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlRICaptureBegin(aclrtStream stream, aclmdlRICaptureMode mode)
 {
     (void)stream;
     (void)mode;
-    return flexnpu_unsupported("aclmdlRICaptureBegin");
+    (void)flexnpu_unsupported("aclmdlRICaptureBegin");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlRICaptureGetInfo(aclrtStream stream, aclmdlRICaptureStatus *status, aclmdlRI *modelRI)
@@ -1800,20 +1935,23 @@ API aclError aclmdlRICaptureGetInfo(aclrtStream stream, aclmdlRICaptureStatus *s
     (void)stream;
     (void)status;
     (void)modelRI;
-    return flexnpu_unsupported("aclmdlRICaptureGetInfo");
+    (void)flexnpu_unsupported("aclmdlRICaptureGetInfo");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlRICaptureEnd(aclrtStream stream, aclmdlRI *modelRI)
 {
     (void)stream;
     (void)modelRI;
-    return flexnpu_unsupported("aclmdlRICaptureEnd");
+    (void)flexnpu_unsupported("aclmdlRICaptureEnd");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlRIDebugPrint(aclmdlRI modelRI)
 {
     (void)modelRI;
-    return flexnpu_unsupported("aclmdlRIDebugPrint");
+    (void)flexnpu_unsupported("aclmdlRIDebugPrint");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlRIDebugJsonPrint(aclmdlRI modelRI, const char *path, uint32_t flags)
@@ -1821,66 +1959,76 @@ API aclError aclmdlRIDebugJsonPrint(aclmdlRI modelRI, const char *path, uint32_t
     (void)modelRI;
     (void)path;
     (void)flags;
-    return flexnpu_unsupported("aclmdlRIDebugJsonPrint");
+    (void)flexnpu_unsupported("aclmdlRIDebugJsonPrint");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlRICaptureThreadExchangeMode(aclmdlRICaptureMode *mode)
 {
     (void)mode;
-    return flexnpu_unsupported("aclmdlRICaptureThreadExchangeMode");
+    (void)flexnpu_unsupported("aclmdlRICaptureThreadExchangeMode");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlRIExecuteAsync(aclmdlRI modelRI, aclrtStream stream)
 {
     (void)modelRI;
     (void)stream;
-    return flexnpu_unsupported("aclmdlRIExecuteAsync");
+    (void)flexnpu_unsupported("aclmdlRIExecuteAsync");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlRIExecute(aclmdlRI modelRI, int32_t timeout)
 {
     (void)modelRI;
     (void)timeout;
-    return flexnpu_unsupported("aclmdlRIExecute");
+    (void)flexnpu_unsupported("aclmdlRIExecute");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlRIDestroy(aclmdlRI modelRI)
 {
     (void)modelRI;
-    return flexnpu_unsupported("aclmdlRIDestroy");
+    (void)flexnpu_unsupported("aclmdlRIDestroy");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlRICaptureTaskGrpBegin(aclrtStream stream)
 {
     (void)stream;
-    return flexnpu_unsupported("aclmdlRICaptureTaskGrpBegin");
+    (void)flexnpu_unsupported("aclmdlRICaptureTaskGrpBegin");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlRICaptureTaskGrpEnd(aclrtStream stream, aclrtTaskGrp *handle)
 {
     (void)stream;
     (void)handle;
-    return flexnpu_unsupported("aclmdlRICaptureTaskGrpEnd");
+    (void)flexnpu_unsupported("aclmdlRICaptureTaskGrpEnd");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlRICaptureTaskUpdateBegin(aclrtStream stream, aclrtTaskGrp handle)
 {
     (void)stream;
     (void)handle;
-    return flexnpu_unsupported("aclmdlRICaptureTaskUpdateBegin");
+    (void)flexnpu_unsupported("aclmdlRICaptureTaskUpdateBegin");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlRICaptureTaskUpdateEnd(aclrtStream stream)
 {
     (void)stream;
-    return flexnpu_unsupported("aclmdlRICaptureTaskUpdateEnd");
+    (void)flexnpu_unsupported("aclmdlRICaptureTaskUpdateEnd");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlRIBuildBegin(aclmdlRI *modelRI, uint32_t flag)
 {
     (void)modelRI;
     (void)flag;
-    return flexnpu_unsupported("aclmdlRIBuildBegin");
+    (void)flexnpu_unsupported("aclmdlRIBuildBegin");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlRIBindStream(aclmdlRI modelRI, aclrtStream stream, uint32_t flag)
@@ -1888,35 +2036,40 @@ API aclError aclmdlRIBindStream(aclmdlRI modelRI, aclrtStream stream, uint32_t f
     (void)modelRI;
     (void)stream;
     (void)flag;
-    return flexnpu_unsupported("aclmdlRIBindStream");
+    (void)flexnpu_unsupported("aclmdlRIBindStream");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlRIEndTask(aclmdlRI modelRI, aclrtStream stream)
 {
     (void)modelRI;
     (void)stream;
-    return flexnpu_unsupported("aclmdlRIEndTask");
+    (void)flexnpu_unsupported("aclmdlRIEndTask");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlRIBuildEnd(aclmdlRI modelRI, void *reserve)
 {
     (void)modelRI;
     (void)reserve;
-    return flexnpu_unsupported("aclmdlRIBuildEnd");
+    (void)flexnpu_unsupported("aclmdlRIBuildEnd");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlRIUnbindStream(aclmdlRI modelRI, aclrtStream stream)
 {
     (void)modelRI;
     (void)stream;
-    return flexnpu_unsupported("aclmdlRIUnbindStream");
+    (void)flexnpu_unsupported("aclmdlRIUnbindStream");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlRISetName(aclmdlRI modelRI, const char *name)
 {
     (void)modelRI;
     (void)name;
-    return flexnpu_unsupported("aclmdlRISetName");
+    (void)flexnpu_unsupported("aclmdlRISetName");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlRIGetName(aclmdlRI modelRI, uint32_t maxLen, char *name)
@@ -1924,14 +2077,16 @@ API aclError aclmdlRIGetName(aclmdlRI modelRI, uint32_t maxLen, char *name)
     (void)modelRI;
     (void)maxLen;
     (void)name;
-    return flexnpu_unsupported("aclmdlRIGetName");
+    (void)flexnpu_unsupported("aclmdlRIGetName");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlRIGetId(aclmdlRI modelRI, uint32_t *modelRIId)
 {
     (void)modelRI;
     (void)modelRIId;
-    return flexnpu_unsupported("aclmdlRIGetId");
+    (void)flexnpu_unsupported("aclmdlRIGetId");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlRIDestroyRegisterCallback(aclmdlRI modelRI, aclrtCallback func, void *userData)
@@ -1939,30 +2094,35 @@ API aclError aclmdlRIDestroyRegisterCallback(aclmdlRI modelRI, aclrtCallback fun
     (void)modelRI;
     (void)func;
     (void)userData;
-    return flexnpu_unsupported("aclmdlRIDestroyRegisterCallback");
+    (void)flexnpu_unsupported("aclmdlRIDestroyRegisterCallback");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlRIDestroyUnregisterCallback(aclmdlRI modelRI, aclrtCallback func)
 {
     (void)modelRI;
     (void)func;
-    return flexnpu_unsupported("aclmdlRIDestroyUnregisterCallback");
+    (void)flexnpu_unsupported("aclmdlRIDestroyUnregisterCallback");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlInitDump(void)
 {
-    return flexnpu_unsupported("aclmdlInitDump");
+    (void)flexnpu_unsupported("aclmdlInitDump");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlSetDump(const char *dumpCfgPath)
 {
     (void)dumpCfgPath;
-    return flexnpu_unsupported("aclmdlSetDump");
+    (void)flexnpu_unsupported("aclmdlSetDump");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlFinalizeDump(void)
 {
-    return flexnpu_unsupported("aclmdlFinalizeDump");
+    (void)flexnpu_unsupported("aclmdlFinalizeDump");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlRIGetStreams(aclmdlRI modelRI, aclrtStream *streams, uint32_t *numStreams)
@@ -1970,7 +2130,8 @@ API aclError aclmdlRIGetStreams(aclmdlRI modelRI, aclrtStream *streams, uint32_t
     (void)modelRI;
     (void)streams;
     (void)numStreams;
-    return flexnpu_unsupported("aclmdlRIGetStreams");
+    (void)flexnpu_unsupported("aclmdlRIGetStreams");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlRIGetTasksByStream(aclrtStream stream, aclmdlRITask *tasks, uint32_t *numTasks)
@@ -1978,21 +2139,24 @@ API aclError aclmdlRIGetTasksByStream(aclrtStream stream, aclmdlRITask *tasks, u
     (void)stream;
     (void)tasks;
     (void)numTasks;
-    return flexnpu_unsupported("aclmdlRIGetTasksByStream");
+    (void)flexnpu_unsupported("aclmdlRIGetTasksByStream");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlRITaskGetType(aclmdlRITask task, aclmdlRITaskType *type)
 {
     (void)task;
     (void)type;
-    return flexnpu_unsupported("aclmdlRITaskGetType");
+    (void)flexnpu_unsupported("aclmdlRITaskGetType");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlRITaskGetSeqId(aclmdlRITask task, uint32_t *id)
 {
     (void)task;
     (void)id;
-    return flexnpu_unsupported("aclmdlRITaskGetSeqId");
+    (void)flexnpu_unsupported("aclmdlRITaskGetSeqId");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclInitCallbackRegister(aclRegisterCallbackType type, aclInitCallbackFunc cbFunc,
@@ -2001,14 +2165,16 @@ API aclError aclInitCallbackRegister(aclRegisterCallbackType type, aclInitCallba
     (void)type;
     (void)cbFunc;
     (void)userData;
-    return flexnpu_unsupported("aclInitCallbackRegister");
+    (void)flexnpu_unsupported("aclInitCallbackRegister");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclInitCallbackUnRegister(aclRegisterCallbackType type, aclInitCallbackFunc cbFunc)
 {
     (void)type;
     (void)cbFunc;
-    return flexnpu_unsupported("aclInitCallbackUnRegister");
+    (void)flexnpu_unsupported("aclInitCallbackUnRegister");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclFinalizeCallbackRegister(aclRegisterCallbackType type, aclFinalizeCallbackFunc cbFunc,
@@ -2017,14 +2183,16 @@ API aclError aclFinalizeCallbackRegister(aclRegisterCallbackType type, aclFinali
     (void)type;
     (void)cbFunc;
     (void)userData;
-    return flexnpu_unsupported("aclFinalizeCallbackRegister");
+    (void)flexnpu_unsupported("aclFinalizeCallbackRegister");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclFinalizeCallbackUnRegister(aclRegisterCallbackType type, aclFinalizeCallbackFunc cbFunc)
 {
     (void)type;
     (void)cbFunc;
-    return flexnpu_unsupported("aclFinalizeCallbackUnRegister");
+    (void)flexnpu_unsupported("aclFinalizeCallbackUnRegister");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtCheckMemType(void **addrList, uint32_t size, uint32_t memType, uint32_t *checkResult,
@@ -2035,49 +2203,56 @@ API aclError aclrtCheckMemType(void **addrList, uint32_t size, uint32_t memType,
     (void)memType;
     (void)checkResult;
     (void)reserve;
-    return flexnpu_unsupported("aclrtCheckMemType");
+    (void)flexnpu_unsupported("aclrtCheckMemType");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetLogicDevIdByUserDevId(const int32_t userDevid, int32_t *const logicDevId)
 {
     (void)userDevid;
     (void)logicDevId;
-    return flexnpu_unsupported("aclrtGetLogicDevIdByUserDevId");
+    (void)flexnpu_unsupported("aclrtGetLogicDevIdByUserDevId");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetUserDevIdByLogicDevId(const int32_t logicDevId, int32_t *const userDevid)
 {
     (void)logicDevId;
     (void)userDevid;
-    return flexnpu_unsupported("aclrtGetUserDevIdByLogicDevId");
+    (void)flexnpu_unsupported("aclrtGetUserDevIdByLogicDevId");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetLogicDevIdByPhyDevId(const int32_t phyDevId, int32_t *const logicDevId)
 {
     (void)phyDevId;
     (void)logicDevId;
-    return flexnpu_unsupported("aclrtGetLogicDevIdByPhyDevId");
+    (void)flexnpu_unsupported("aclrtGetLogicDevIdByPhyDevId");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetPhyDevIdByLogicDevId(const int32_t logicDevId, int32_t *const phyDevId)
 {
     (void)logicDevId;
     (void)phyDevId;
-    return flexnpu_unsupported("aclrtGetPhyDevIdByLogicDevId");
+    (void)flexnpu_unsupported("aclrtGetPhyDevIdByLogicDevId");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetUserDevIdByPhyDevId(const int32_t phyDevId, int32_t *const userDevId)
 {
     (void)phyDevId;
     (void)userDevId;
-    return flexnpu_unsupported("aclrtGetUserDevIdByPhyDevId");
+    (void)flexnpu_unsupported("aclrtGetUserDevIdByPhyDevId");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetPhyDevIdByUserDevId(const int32_t userDevId, int32_t *const phyDevId)
 {
     (void)userDevId;
     (void)phyDevId;
-    return flexnpu_unsupported("aclrtGetPhyDevIdByUserDevId");
+    (void)flexnpu_unsupported("aclrtGetPhyDevIdByUserDevId");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtProfTrace(void *userdata, int32_t length, aclrtStream stream)
@@ -2085,7 +2260,8 @@ API aclError aclrtProfTrace(void *userdata, int32_t length, aclrtStream stream)
     (void)userdata;
     (void)length;
     (void)stream;
-    return flexnpu_unsupported("aclrtProfTrace");
+    (void)flexnpu_unsupported("aclrtProfTrace");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtLaunchKernelV2(aclrtFuncHandle funcHandle, uint32_t numBlocks, const void *argsData,
@@ -2097,7 +2273,8 @@ API aclError aclrtLaunchKernelV2(aclrtFuncHandle funcHandle, uint32_t numBlocks,
     (void)argsSize;
     (void)cfg;
     (void)stream;
-    return flexnpu_unsupported("aclrtLaunchKernelV2");
+    (void)flexnpu_unsupported("aclrtLaunchKernelV2");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtLaunchKernelWithHostArgs(aclrtFuncHandle funcHandle, uint32_t numBlocks, aclrtStream stream,
@@ -2112,7 +2289,8 @@ API aclError aclrtLaunchKernelWithHostArgs(aclrtFuncHandle funcHandle, uint32_t 
     (void)argsSize;
     (void)placeHolderArray;
     (void)placeHolderNum;
-    return flexnpu_unsupported("aclrtLaunchKernelWithHostArgs");
+    (void)flexnpu_unsupported("aclrtLaunchKernelWithHostArgs");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtLaunchKernelWithArgsArray(void *func, uint32_t numBlocks, aclrtStream stream,
@@ -2123,7 +2301,8 @@ API aclError aclrtLaunchKernelWithArgsArray(void *func, uint32_t numBlocks, aclr
     (void)stream;
     (void)cfg;
     (void)args;
-    return flexnpu_unsupported("aclrtLaunchKernelWithArgsArray");
+    (void)flexnpu_unsupported("aclrtLaunchKernelWithArgsArray");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtLaunchSIMTKernelWithArgsArray(void *func, dim3 gridDim, dim3 blockDim, size_t dynUbufSize,
@@ -2136,7 +2315,8 @@ API aclError aclrtLaunchSIMTKernelWithArgsArray(void *func, dim3 gridDim, dim3 b
     (void)stream;
     (void)cfg;
     (void)args;
-    return flexnpu_unsupported("aclrtLaunchSIMTKernelWithArgsArray");
+    (void)flexnpu_unsupported("aclrtLaunchSIMTKernelWithArgsArray");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtLaunchSIMTKernelWithHostArgs(void *func, dim3 gridDim, dim3 blockDim, size_t dynUbufSize,
@@ -2153,13 +2333,15 @@ API aclError aclrtLaunchSIMTKernelWithHostArgs(void *func, dim3 gridDim, dim3 bl
     (void)argsSize;
     (void)placeHolderArray;
     (void)placeHolderNum;
-    return flexnpu_unsupported("aclrtLaunchSIMTKernelWithHostArgs");
+    (void)flexnpu_unsupported("aclrtLaunchSIMTKernelWithHostArgs");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtCtxGetFloatOverflowAddr(void **overflowAddr)
 {
     (void)overflowAddr;
-    return flexnpu_unsupported("aclrtCtxGetFloatOverflowAddr");
+    (void)flexnpu_unsupported("aclrtCtxGetFloatOverflowAddr");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetFloatOverflowStatus(void *outputAddr, uint64_t outputSize, aclrtStream stream)
@@ -2167,13 +2349,15 @@ API aclError aclrtGetFloatOverflowStatus(void *outputAddr, uint64_t outputSize, 
     (void)outputAddr;
     (void)outputSize;
     (void)stream;
-    return flexnpu_unsupported("aclrtGetFloatOverflowStatus");
+    (void)flexnpu_unsupported("aclrtGetFloatOverflowStatus");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtResetFloatOverflowStatus(aclrtStream stream)
 {
     (void)stream;
-    return flexnpu_unsupported("aclrtResetFloatOverflowStatus");
+    (void)flexnpu_unsupported("aclrtResetFloatOverflowStatus");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtNpuGetFloatOverFlowStatus(void *outputAddr, uint64_t outputSize, uint32_t checkMode,
@@ -2183,14 +2367,16 @@ API aclError aclrtNpuGetFloatOverFlowStatus(void *outputAddr, uint64_t outputSiz
     (void)outputSize;
     (void)checkMode;
     (void)stream;
-    return flexnpu_unsupported("aclrtNpuGetFloatOverFlowStatus");
+    (void)flexnpu_unsupported("aclrtNpuGetFloatOverFlowStatus");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtNpuClearFloatOverFlowStatus(uint32_t checkMode, aclrtStream stream)
 {
     (void)checkMode;
     (void)stream;
-    return flexnpu_unsupported("aclrtNpuClearFloatOverFlowStatus");
+    (void)flexnpu_unsupported("aclrtNpuClearFloatOverFlowStatus");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtLaunchHostFunc(aclrtStream stream, aclrtHostFunc fn, void *args)
@@ -2198,13 +2384,15 @@ API aclError aclrtLaunchHostFunc(aclrtStream stream, aclrtHostFunc fn, void *arg
     (void)stream;
     (void)fn;
     (void)args;
-    return flexnpu_unsupported("aclrtLaunchHostFunc");
+    (void)flexnpu_unsupported("aclrtLaunchHostFunc");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetHardwareSyncAddr(void **addr)
 {
     (void)addr;
-    return flexnpu_unsupported("aclrtGetHardwareSyncAddr");
+    (void)flexnpu_unsupported("aclrtGetHardwareSyncAddr");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtRandomNumAsync(const aclrtRandomNumTaskInfo *taskInfo, const aclrtStream stream,
@@ -2213,7 +2401,8 @@ API aclError aclrtRandomNumAsync(const aclrtRandomNumTaskInfo *taskInfo, const a
     (void)taskInfo;
     (void)stream;
     (void)reserve;
-    return flexnpu_unsupported("aclrtRandomNumAsync");
+    (void)flexnpu_unsupported("aclrtRandomNumAsync");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtRegStreamStateCallback(const char *regName, aclrtStreamStateCallback callback, void *args)
@@ -2221,7 +2410,8 @@ API aclError aclrtRegStreamStateCallback(const char *regName, aclrtStreamStateCa
     (void)regName;
     (void)callback;
     (void)args;
-    return flexnpu_unsupported("aclrtRegStreamStateCallback");
+    (void)flexnpu_unsupported("aclrtRegStreamStateCallback");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtRegDeviceStateCallback(const char *regName, aclrtDeviceStateCallback callback, void *args)
@@ -2229,7 +2419,8 @@ API aclError aclrtRegDeviceStateCallback(const char *regName, aclrtDeviceStateCa
     (void)regName;
     (void)callback;
     (void)args;
-    return flexnpu_unsupported("aclrtRegDeviceStateCallback");
+    (void)flexnpu_unsupported("aclrtRegDeviceStateCallback");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtSetDeviceTaskAbortCallback(const char *regName, aclrtDeviceTaskAbortCallback callback,
@@ -2238,13 +2429,15 @@ API aclError aclrtSetDeviceTaskAbortCallback(const char *regName, aclrtDeviceTas
     (void)regName;
     (void)callback;
     (void)args;
-    return flexnpu_unsupported("aclrtSetDeviceTaskAbortCallback");
+    (void)flexnpu_unsupported("aclrtSetDeviceTaskAbortCallback");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetOpExecuteTimeout(uint32_t *const timeoutMs)
 {
     (void)timeoutMs;
-    return flexnpu_unsupported("aclrtGetOpExecuteTimeout");
+    (void)flexnpu_unsupported("aclrtGetOpExecuteTimeout");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtDevicePeerAccessStatus(int32_t deviceId, int32_t peerDeviceId, int32_t *status)
@@ -2252,13 +2445,15 @@ API aclError aclrtDevicePeerAccessStatus(int32_t deviceId, int32_t peerDeviceId,
     (void)deviceId;
     (void)peerDeviceId;
     (void)status;
-    return flexnpu_unsupported("aclrtDevicePeerAccessStatus");
+    (void)flexnpu_unsupported("aclrtDevicePeerAccessStatus");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtStreamStop(aclrtStream stream)
 {
     (void)stream;
-    return flexnpu_unsupported("aclrtStreamStop");
+    (void)flexnpu_unsupported("aclrtStreamStop");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtTaskUpdateAsync(aclrtStream taskStream, uint32_t taskId, aclrtTaskUpdateInfo *info,
@@ -2268,13 +2463,15 @@ API aclError aclrtTaskUpdateAsync(aclrtStream taskStream, uint32_t taskId, aclrt
     (void)taskId;
     (void)info;
     (void)execStream;
-    return flexnpu_unsupported("aclrtTaskUpdateAsync");
+    (void)flexnpu_unsupported("aclrtTaskUpdateAsync");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtCmoGetDescSize(size_t *size)
 {
     (void)size;
-    return flexnpu_unsupported("aclrtCmoGetDescSize");
+    (void)flexnpu_unsupported("aclrtCmoGetDescSize");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtCmoSetDesc(void *cmoDesc, void *src, size_t size)
@@ -2282,7 +2479,8 @@ API aclError aclrtCmoSetDesc(void *cmoDesc, void *src, size_t size)
     (void)cmoDesc;
     (void)src;
     (void)size;
-    return flexnpu_unsupported("aclrtCmoSetDesc");
+    (void)flexnpu_unsupported("aclrtCmoSetDesc");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtCmoAsyncWithDesc(void *cmoDesc, aclrtCmoType cmoType, aclrtStream stream,
@@ -2292,20 +2490,23 @@ API aclError aclrtCmoAsyncWithDesc(void *cmoDesc, aclrtCmoType cmoType, aclrtStr
     (void)cmoType;
     (void)stream;
     (void)reserve;
-    return flexnpu_unsupported("aclrtCmoAsyncWithDesc");
+    (void)flexnpu_unsupported("aclrtCmoAsyncWithDesc");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtCheckArchCompatibility(const char *socVersion, int32_t *canCompatible)
 {
     (void)socVersion;
     (void)canCompatible;
-    return flexnpu_unsupported("aclrtCheckArchCompatibility");
+    (void)flexnpu_unsupported("aclrtCheckArchCompatibility");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlRIAbort(aclmdlRI modelRI)
 {
     (void)modelRI;
-    return flexnpu_unsupported("aclmdlRIAbort");
+    (void)flexnpu_unsupported("aclmdlRIAbort");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlRICondHandleCreate(aclmdlRI modelRI, uint32_t defaultLaunchValue,
@@ -2315,14 +2516,16 @@ API aclError aclmdlRICondHandleCreate(aclmdlRI modelRI, uint32_t defaultLaunchVa
     (void)defaultLaunchValue;
     (void)flag;
     (void)handle;
-    return flexnpu_unsupported("aclmdlRICondHandleCreate");
+    (void)flexnpu_unsupported("aclmdlRICondHandleCreate");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlRICondHandleGetCondPtr(aclmdlRICondHandle handle, uint64_t **ptr)
 {
     (void)handle;
     (void)ptr;
-    return flexnpu_unsupported("aclmdlRICondHandleGetCondPtr");
+    (void)flexnpu_unsupported("aclmdlRICondHandleGetCondPtr");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlRIAddCondTask(aclmdlRICondTaskParams params, aclrtStream stream, uint32_t flags)
@@ -2330,7 +2533,8 @@ API aclError aclmdlRIAddCondTask(aclmdlRICondTaskParams params, aclrtStream stre
     (void)params;
     (void)stream;
     (void)flags;
-    return flexnpu_unsupported("aclmdlRIAddCondTask");
+    (void)flexnpu_unsupported("aclmdlRIAddCondTask");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlRICaptureToModelRIBegin(aclrtStream stream, aclmdlRI modelRI, aclmdlRICaptureMode mode)
@@ -2338,7 +2542,8 @@ API aclError aclmdlRICaptureToModelRIBegin(aclrtStream stream, aclmdlRI modelRI,
     (void)stream;
     (void)modelRI;
     (void)mode;
-    return flexnpu_unsupported("aclmdlRICaptureToModelRIBegin");
+    (void)flexnpu_unsupported("aclmdlRICaptureToModelRIBegin");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtCntNotifyRecord(aclrtCntNotify cntNotify, aclrtStream stream,
@@ -2347,7 +2552,8 @@ API aclError aclrtCntNotifyRecord(aclrtCntNotify cntNotify, aclrtStream stream,
     (void)cntNotify;
     (void)stream;
     (void)info;
-    return flexnpu_unsupported("aclrtCntNotifyRecord");
+    (void)flexnpu_unsupported("aclrtCntNotifyRecord");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtCntNotifyWaitWithTimeout(aclrtCntNotify cntNotify, aclrtStream stream,
@@ -2356,41 +2562,47 @@ API aclError aclrtCntNotifyWaitWithTimeout(aclrtCntNotify cntNotify, aclrtStream
     (void)cntNotify;
     (void)stream;
     (void)info;
-    return flexnpu_unsupported("aclrtCntNotifyWaitWithTimeout");
+    (void)flexnpu_unsupported("aclrtCntNotifyWaitWithTimeout");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtCntNotifyReset(aclrtCntNotify cntNotify, aclrtStream stream)
 {
     (void)cntNotify;
     (void)stream;
-    return flexnpu_unsupported("aclrtCntNotifyReset");
+    (void)flexnpu_unsupported("aclrtCntNotifyReset");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtCntNotifyGetId(aclrtCntNotify cntNotify, uint32_t *notifyId)
 {
     (void)cntNotify;
     (void)notifyId;
-    return flexnpu_unsupported("aclrtCntNotifyGetId");
+    (void)flexnpu_unsupported("aclrtCntNotifyGetId");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtPersistentTaskClean(aclrtStream stream)
 {
     (void)stream;
-    return flexnpu_unsupported("aclrtPersistentTaskClean");
+    (void)flexnpu_unsupported("aclrtPersistentTaskClean");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetErrorVerbose(int32_t deviceId, aclrtErrorInfo *errorInfo)
 {
     (void)deviceId;
     (void)errorInfo;
-    return flexnpu_unsupported("aclrtGetErrorVerbose");
+    (void)flexnpu_unsupported("aclrtGetErrorVerbose");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtRepairError(int32_t deviceId, const aclrtErrorInfo *errorInfo)
 {
     (void)deviceId;
     (void)errorInfo;
-    return flexnpu_unsupported("aclrtRepairError");
+    (void)flexnpu_unsupported("aclrtRepairError");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtMemSetAccess(void *virPtr, size_t size, aclrtMemAccessDesc *desc, size_t count)
@@ -2399,7 +2611,8 @@ API aclError aclrtMemSetAccess(void *virPtr, size_t size, aclrtMemAccessDesc *de
     (void)size;
     (void)desc;
     (void)count;
-    return flexnpu_unsupported("aclrtMemSetAccess");
+    (void)flexnpu_unsupported("aclrtMemSetAccess");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtMemGetAccess(void *virPtr, aclrtMemLocation *location, uint64_t *flag)
@@ -2407,35 +2620,40 @@ API aclError aclrtMemGetAccess(void *virPtr, aclrtMemLocation *location, uint64_
     (void)virPtr;
     (void)location;
     (void)flag;
-    return flexnpu_unsupported("aclrtMemGetAccess");
+    (void)flexnpu_unsupported("aclrtMemGetAccess");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtSnapShotProcessLock(int pid, void *reserve)
 {
     (void)pid;
     (void)reserve;
-    return flexnpu_unsupported("aclrtSnapShotProcessLock");
+    (void)flexnpu_unsupported("aclrtSnapShotProcessLock");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtSnapShotProcessUnlock(int pid, void *reserve)
 {
     (void)pid;
     (void)reserve;
-    return flexnpu_unsupported("aclrtSnapShotProcessUnlock");
+    (void)flexnpu_unsupported("aclrtSnapShotProcessUnlock");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtSnapShotProcessBackup(int pid, aclrtSnapShotBackupArgs *args)
 {
     (void)pid;
     (void)args;
-    return flexnpu_unsupported("aclrtSnapShotProcessBackup");
+    (void)flexnpu_unsupported("aclrtSnapShotProcessBackup");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtSnapShotProcessRestore(int pid, aclrtSnapShotRestoreArgs *args)
 {
     (void)pid;
     (void)args;
-    return flexnpu_unsupported("aclrtSnapShotProcessRestore");
+    (void)flexnpu_unsupported("aclrtSnapShotProcessRestore");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtSnapShotCallbackRegister(aclrtSnapShotStage stage, aclrtSnapShotCallBack callback,
@@ -2444,28 +2662,32 @@ API aclError aclrtSnapShotCallbackRegister(aclrtSnapShotStage stage, aclrtSnapSh
     (void)stage;
     (void)callback;
     (void)args;
-    return flexnpu_unsupported("aclrtSnapShotCallbackRegister");
+    (void)flexnpu_unsupported("aclrtSnapShotCallbackRegister");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtSnapShotCallbackUnregister(aclrtSnapShotStage stage, aclrtSnapShotCallBack callback)
 {
     (void)stage;
     (void)callback;
-    return flexnpu_unsupported("aclrtSnapShotCallbackUnregister");
+    (void)flexnpu_unsupported("aclrtSnapShotCallbackUnregister");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtCacheLastTaskOpInfo(const void *const infoPtr, const size_t infoSize)
 {
     (void)infoPtr;
     (void)infoSize;
-    return flexnpu_unsupported("aclrtCacheLastTaskOpInfo");
+    (void)flexnpu_unsupported("aclrtCacheLastTaskOpInfo");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtCacheLastTaskExtendInfo(const char *const extendInfoPtr, const size_t infoSize)
 {
     (void)extendInfoPtr;
     (void)infoSize;
-    return flexnpu_unsupported("aclrtCacheLastTaskExtendInfo");
+    (void)flexnpu_unsupported("aclrtCacheLastTaskExtendInfo");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtGetFunctionAttribute(aclrtFuncHandle funcHandle, aclrtFuncAttribute attrType,
@@ -2474,21 +2696,24 @@ API aclError aclrtGetFunctionAttribute(aclrtFuncHandle funcHandle, aclrtFuncAttr
     (void)funcHandle;
     (void)attrType;
     (void)attrValue;
-    return flexnpu_unsupported("aclrtGetFunctionAttribute");
+    (void)flexnpu_unsupported("aclrtGetFunctionAttribute");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtFunctionGetBinary(const aclrtFuncHandle funcHandle, aclrtBinHandle *binHandle)
 {
     (void)funcHandle;
     (void)binHandle;
-    return flexnpu_unsupported("aclrtFunctionGetBinary");
+    (void)flexnpu_unsupported("aclrtFunctionGetBinary");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtFunctionGetParamCount(const void *func, size_t *paramCount)
 {
     (void)func;
     (void)paramCount;
-    return flexnpu_unsupported("aclrtFunctionGetParamCount");
+    (void)flexnpu_unsupported("aclrtFunctionGetParamCount");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtFunctionGetParamInfo(const void *func, size_t paramIndex, size_t *paramOffset,
@@ -2498,7 +2723,8 @@ API aclError aclrtFunctionGetParamInfo(const void *func, size_t paramIndex, size
     (void)paramIndex;
     (void)paramOffset;
     (void)paramSize;
-    return flexnpu_unsupported("aclrtFunctionGetParamInfo");
+    (void)flexnpu_unsupported("aclrtFunctionGetParamInfo");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtFunctionGetAvailDynUbufPerBlock(void *func, uint32_t flags, size_t *dynamicUbufSize)
@@ -2506,35 +2732,40 @@ API aclError aclrtFunctionGetAvailDynUbufPerBlock(void *func, uint32_t flags, si
     (void)func;
     (void)flags;
     (void)dynamicUbufSize;
-    return flexnpu_unsupported("aclrtFunctionGetAvailDynUbufPerBlock");
+    (void)flexnpu_unsupported("aclrtFunctionGetAvailDynUbufPerBlock");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtIpcGetEventHandle(aclrtEvent event, aclrtIpcEventHandle *handle)
 {
     (void)event;
     (void)handle;
-    return flexnpu_unsupported("aclrtIpcGetEventHandle");
+    (void)flexnpu_unsupported("aclrtIpcGetEventHandle");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtIpcOpenEventHandle(aclrtIpcEventHandle handle, aclrtEvent *event)
 {
     (void)handle;
     (void)event;
-    return flexnpu_unsupported("aclrtIpcOpenEventHandle");
+    (void)flexnpu_unsupported("aclrtIpcOpenEventHandle");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtMemRetainAllocationHandle(void *virPtr, aclrtDrvMemHandle *handle)
 {
     (void)virPtr;
     (void)handle;
-    return flexnpu_unsupported("aclrtMemRetainAllocationHandle");
+    (void)flexnpu_unsupported("aclrtMemRetainAllocationHandle");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtMemGetAllocationPropertiesFromHandle(aclrtDrvMemHandle handle, aclrtPhysicalMemProp *prop)
 {
     (void)handle;
     (void)prop;
-    return flexnpu_unsupported("aclrtMemGetAllocationPropertiesFromHandle");
+    (void)flexnpu_unsupported("aclrtMemGetAllocationPropertiesFromHandle");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtReserveMemAddressNoUCMemory(void **virPtr, size_t size, size_t alignment, void *expectPtr,
@@ -2545,7 +2776,8 @@ API aclError aclrtReserveMemAddressNoUCMemory(void **virPtr, size_t size, size_t
     (void)alignment;
     (void)expectPtr;
     (void)flags;
-    return flexnpu_unsupported("aclrtReserveMemAddressNoUCMemory");
+    (void)flexnpu_unsupported("aclrtReserveMemAddressNoUCMemory");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtMemGetAddressRange(void *ptr, void **pbase, size_t *psize)
@@ -2553,7 +2785,8 @@ API aclError aclrtMemGetAddressRange(void *ptr, void **pbase, size_t *psize)
     (void)ptr;
     (void)pbase;
     (void)psize;
-    return flexnpu_unsupported("aclrtMemGetAddressRange");
+    (void)flexnpu_unsupported("aclrtMemGetAddressRange");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtMemP2PMap(void *devPtr, size_t size, int32_t dstDevId, uint64_t flags)
@@ -2562,7 +2795,8 @@ API aclError aclrtMemP2PMap(void *devPtr, size_t size, int32_t dstDevId, uint64_
     (void)size;
     (void)dstDevId;
     (void)flags;
-    return flexnpu_unsupported("aclrtMemP2PMap");
+    (void)flexnpu_unsupported("aclrtMemP2PMap");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtMemManagedPrefetchAsync(const void *ptr, size_t size, aclrtMemManagedLocation location,
@@ -2573,7 +2807,8 @@ API aclError aclrtMemManagedPrefetchAsync(const void *ptr, size_t size, aclrtMem
     (void)location;
     (void)flags;
     (void)stream;
-    return flexnpu_unsupported("aclrtMemManagedPrefetchAsync");
+    (void)flexnpu_unsupported("aclrtMemManagedPrefetchAsync");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtMemManagedPrefetchBatchAsync(const void **ptrs, size_t *sizes, size_t count,
@@ -2588,7 +2823,8 @@ API aclError aclrtMemManagedPrefetchBatchAsync(const void **ptrs, size_t *sizes,
     (void)numPrefetchLocs;
     (void)flags;
     (void)stream;
-    return flexnpu_unsupported("aclrtMemManagedPrefetchBatchAsync");
+    (void)flexnpu_unsupported("aclrtMemManagedPrefetchBatchAsync");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtMemMapSelectedLink(void *virPtrDst, size_t size, void *virPtrSrc, uint32_t linkIdx)
@@ -2597,20 +2833,23 @@ API aclError aclrtMemMapSelectedLink(void *virPtrDst, size_t size, void *virPtrS
     (void)size;
     (void)virPtrSrc;
     (void)linkIdx;
-    return flexnpu_unsupported("aclrtMemMapSelectedLink");
+    (void)flexnpu_unsupported("aclrtMemMapSelectedLink");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtDeviceL2CacheFlush(void *rsv)
 {
     (void)rsv;
-    return flexnpu_unsupported("aclrtDeviceL2CacheFlush");
+    (void)flexnpu_unsupported("aclrtDeviceL2CacheFlush");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtMemMapSetLink(aclrtDrvMemHandle handle, aclrtMemLinkType adviceLink)
 {
     (void)handle;
     (void)adviceLink;
-    return flexnpu_unsupported("aclrtMemMapSetLink");
+    (void)flexnpu_unsupported("aclrtMemMapSetLink");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclrtAllocatorDesc aclrtAllocatorCreateDesc(void)
@@ -2622,28 +2861,32 @@ API aclrtAllocatorDesc aclrtAllocatorCreateDesc(void)
 API aclError aclrtAllocatorDestroyDesc(aclrtAllocatorDesc allocatorDesc)
 {
     (void)allocatorDesc;
-    return flexnpu_unsupported("aclrtAllocatorDestroyDesc");
+    (void)flexnpu_unsupported("aclrtAllocatorDestroyDesc");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtAllocatorSetObjToDesc(aclrtAllocatorDesc allocatorDesc, aclrtAllocator allocator)
 {
     (void)allocatorDesc;
     (void)allocator;
-    return flexnpu_unsupported("aclrtAllocatorSetObjToDesc");
+    (void)flexnpu_unsupported("aclrtAllocatorSetObjToDesc");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtAllocatorSetAllocFuncToDesc(aclrtAllocatorDesc allocatorDesc, aclrtAllocatorAllocFunc func)
 {
     (void)allocatorDesc;
     (void)func;
-    return flexnpu_unsupported("aclrtAllocatorSetAllocFuncToDesc");
+    (void)flexnpu_unsupported("aclrtAllocatorSetAllocFuncToDesc");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtAllocatorSetFreeFuncToDesc(aclrtAllocatorDesc allocatorDesc, aclrtAllocatorFreeFunc func)
 {
     (void)allocatorDesc;
     (void)func;
-    return flexnpu_unsupported("aclrtAllocatorSetFreeFuncToDesc");
+    (void)flexnpu_unsupported("aclrtAllocatorSetFreeFuncToDesc");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtAllocatorSetAllocAdviseFuncToDesc(aclrtAllocatorDesc allocatorDesc,
@@ -2651,7 +2894,8 @@ API aclError aclrtAllocatorSetAllocAdviseFuncToDesc(aclrtAllocatorDesc allocator
 {
     (void)allocatorDesc;
     (void)func;
-    return flexnpu_unsupported("aclrtAllocatorSetAllocAdviseFuncToDesc");
+    (void)flexnpu_unsupported("aclrtAllocatorSetAllocAdviseFuncToDesc");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtAllocatorSetGetAddrFromBlockFuncToDesc(aclrtAllocatorDesc allocatorDesc,
@@ -2659,14 +2903,16 @@ API aclError aclrtAllocatorSetGetAddrFromBlockFuncToDesc(aclrtAllocatorDesc allo
 {
     (void)allocatorDesc;
     (void)func;
-    return flexnpu_unsupported("aclrtAllocatorSetGetAddrFromBlockFuncToDesc");
+    (void)flexnpu_unsupported("aclrtAllocatorSetGetAddrFromBlockFuncToDesc");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtAllocatorRegister(aclrtStream stream, aclrtAllocatorDesc allocatorDesc)
 {
     (void)stream;
     (void)allocatorDesc;
-    return flexnpu_unsupported("aclrtAllocatorRegister");
+    (void)flexnpu_unsupported("aclrtAllocatorRegister");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtAllocatorGetByStream(aclrtStream stream, aclrtAllocatorDesc *allocatorDesc,
@@ -2680,13 +2926,15 @@ API aclError aclrtAllocatorGetByStream(aclrtStream stream, aclrtAllocatorDesc *a
     (void)freeFunc;
     (void)allocAdviseFunc;
     (void)getAddrFromBlockFunc;
-    return flexnpu_unsupported("aclrtAllocatorGetByStream");
+    (void)flexnpu_unsupported("aclrtAllocatorGetByStream");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclrtAllocatorUnregister(aclrtStream stream)
 {
     (void)stream;
-    return flexnpu_unsupported("aclrtAllocatorUnregister");
+    (void)flexnpu_unsupported("aclrtAllocatorUnregister");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclTransTensorDescFormat(const aclTensorDesc *srcDesc, aclFormat dstFormat,
@@ -2695,7 +2943,8 @@ API aclError aclTransTensorDescFormat(const aclTensorDesc *srcDesc, aclFormat ds
     (void)srcDesc;
     (void)dstFormat;
     (void)dstDesc;
-    return flexnpu_unsupported("aclTransTensorDescFormat");
+    (void)flexnpu_unsupported("aclTransTensorDescFormat");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclmdlExecConfigHandle * aclmdlCreateExecConfigHandle(void)
@@ -2707,14 +2956,16 @@ API aclmdlExecConfigHandle * aclmdlCreateExecConfigHandle(void)
 API aclError aclmdlDestroyExecConfigHandle(const aclmdlExecConfigHandle *handle)
 {
     (void)handle;
-    return flexnpu_unsupported("aclmdlDestroyExecConfigHandle");
+    (void)flexnpu_unsupported("aclmdlDestroyExecConfigHandle");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlBundleLoadFromFile(const char *modelPath, uint32_t *bundleId)
 {
     (void)modelPath;
     (void)bundleId;
-    return flexnpu_unsupported("aclmdlBundleLoadFromFile");
+    (void)flexnpu_unsupported("aclmdlBundleLoadFromFile");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlBundleLoadFromMem(const void *model, size_t modelSize, uint32_t *bundleId)
@@ -2722,20 +2973,23 @@ API aclError aclmdlBundleLoadFromMem(const void *model, size_t modelSize, uint32
     (void)model;
     (void)modelSize;
     (void)bundleId;
-    return flexnpu_unsupported("aclmdlBundleLoadFromMem");
+    (void)flexnpu_unsupported("aclmdlBundleLoadFromMem");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlBundleUnload(uint32_t bundleId)
 {
     (void)bundleId;
-    return flexnpu_unsupported("aclmdlBundleUnload");
+    (void)flexnpu_unsupported("aclmdlBundleUnload");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlBundleGetModelNum(uint32_t bundleId, size_t *modelNum)
 {
     (void)bundleId;
     (void)modelNum;
-    return flexnpu_unsupported("aclmdlBundleGetModelNum");
+    (void)flexnpu_unsupported("aclmdlBundleGetModelNum");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlBundleGetModelId(uint32_t bundleId, size_t index, uint32_t *modelId)
@@ -2743,7 +2997,8 @@ API aclError aclmdlBundleGetModelId(uint32_t bundleId, size_t index, uint32_t *m
     (void)bundleId;
     (void)index;
     (void)modelId;
-    return flexnpu_unsupported("aclmdlBundleGetModelId");
+    (void)flexnpu_unsupported("aclmdlBundleGetModelId");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclmdlBundleQueryInfo * aclmdlBundleCreateQueryInfo(void)
@@ -2755,14 +3010,16 @@ API aclmdlBundleQueryInfo * aclmdlBundleCreateQueryInfo(void)
 API aclError aclmdlBundleDestroyQueryInfo(aclmdlBundleQueryInfo *queryInfo)
 {
     (void)queryInfo;
-    return flexnpu_unsupported("aclmdlBundleDestroyQueryInfo");
+    (void)flexnpu_unsupported("aclmdlBundleDestroyQueryInfo");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlBundleQueryInfoFromFile(const char *fileName, aclmdlBundleQueryInfo *queryInfo)
 {
     (void)fileName;
     (void)queryInfo;
-    return flexnpu_unsupported("aclmdlBundleQueryInfoFromFile");
+    (void)flexnpu_unsupported("aclmdlBundleQueryInfoFromFile");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlBundleQueryInfoFromMem(const void *model, size_t modelSize,
@@ -2771,21 +3028,24 @@ API aclError aclmdlBundleQueryInfoFromMem(const void *model, size_t modelSize,
     (void)model;
     (void)modelSize;
     (void)queryInfo;
-    return flexnpu_unsupported("aclmdlBundleQueryInfoFromMem");
+    (void)flexnpu_unsupported("aclmdlBundleQueryInfoFromMem");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlBundleGetQueryModelNum(const aclmdlBundleQueryInfo *queryInfo, size_t *modelNum)
 {
     (void)queryInfo;
     (void)modelNum;
-    return flexnpu_unsupported("aclmdlBundleGetQueryModelNum");
+    (void)flexnpu_unsupported("aclmdlBundleGetQueryModelNum");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlBundleGetVarWeightSize(const aclmdlBundleQueryInfo *queryInfo, size_t *variableWeightSize)
 {
     (void)queryInfo;
     (void)variableWeightSize;
-    return flexnpu_unsupported("aclmdlBundleGetVarWeightSize");
+    (void)flexnpu_unsupported("aclmdlBundleGetVarWeightSize");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlBundleGetSize(const aclmdlBundleQueryInfo *queryInfo, size_t index, size_t *workSize,
@@ -2795,7 +3055,8 @@ API aclError aclmdlBundleGetSize(const aclmdlBundleQueryInfo *queryInfo, size_t 
     (void)index;
     (void)workSize;
     (void)constWeightSize;
-    return flexnpu_unsupported("aclmdlBundleGetSize");
+    (void)flexnpu_unsupported("aclmdlBundleGetSize");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlBundleInitFromFile(const char *modelPath, void *varWeightPtr, size_t varWeightSize,
@@ -2805,7 +3066,8 @@ API aclError aclmdlBundleInitFromFile(const char *modelPath, void *varWeightPtr,
     (void)varWeightPtr;
     (void)varWeightSize;
     (void)bundleId;
-    return flexnpu_unsupported("aclmdlBundleInitFromFile");
+    (void)flexnpu_unsupported("aclmdlBundleInitFromFile");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlBundleInitFromMem(const void *model, size_t modelSize, void *varWeightPtr,
@@ -2816,7 +3078,8 @@ API aclError aclmdlBundleInitFromMem(const void *model, size_t modelSize, void *
     (void)varWeightPtr;
     (void)varWeightSize;
     (void)bundleId;
-    return flexnpu_unsupported("aclmdlBundleInitFromMem");
+    (void)flexnpu_unsupported("aclmdlBundleInitFromMem");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlBundleLoadModel(uint32_t bundleId, size_t index, uint32_t *modelId)
@@ -2824,7 +3087,8 @@ API aclError aclmdlBundleLoadModel(uint32_t bundleId, size_t index, uint32_t *mo
     (void)bundleId;
     (void)index;
     (void)modelId;
-    return flexnpu_unsupported("aclmdlBundleLoadModel");
+    (void)flexnpu_unsupported("aclmdlBundleLoadModel");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlBundleLoadModelWithMem(uint32_t bundleId, size_t index, void *workPtr, size_t workSize,
@@ -2837,7 +3101,8 @@ API aclError aclmdlBundleLoadModelWithMem(uint32_t bundleId, size_t index, void 
     (void)weightPtr;
     (void)weightSize;
     (void)modelId;
-    return flexnpu_unsupported("aclmdlBundleLoadModelWithMem");
+    (void)flexnpu_unsupported("aclmdlBundleLoadModelWithMem");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlBundleLoadModelWithConfig(uint32_t bundleId, size_t index, aclmdlConfigHandle *handle,
@@ -2847,14 +3112,16 @@ API aclError aclmdlBundleLoadModelWithConfig(uint32_t bundleId, size_t index, ac
     (void)index;
     (void)handle;
     (void)modelId;
-    return flexnpu_unsupported("aclmdlBundleLoadModelWithConfig");
+    (void)flexnpu_unsupported("aclmdlBundleLoadModelWithConfig");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlBundleUnloadModel(uint32_t bundleId, uint32_t modelId)
 {
     (void)bundleId;
     (void)modelId;
-    return flexnpu_unsupported("aclmdlBundleUnloadModel");
+    (void)flexnpu_unsupported("aclmdlBundleUnloadModel");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlLoadFromFileWithQ(const char *modelPath, uint32_t *modelId, const uint32_t *inputQ,
@@ -2866,7 +3133,8 @@ API aclError aclmdlLoadFromFileWithQ(const char *modelPath, uint32_t *modelId, c
     (void)inputQNum;
     (void)outputQ;
     (void)outputQNum;
-    return flexnpu_unsupported("aclmdlLoadFromFileWithQ");
+    (void)flexnpu_unsupported("aclmdlLoadFromFileWithQ");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlLoadFromMemWithQ(const void *model, size_t modelSize, uint32_t *modelId,
@@ -2879,7 +3147,8 @@ API aclError aclmdlLoadFromMemWithQ(const void *model, size_t modelSize, uint32_
     (void)inputQNum;
     (void)outputQ;
     (void)outputQNum;
-    return flexnpu_unsupported("aclmdlLoadFromMemWithQ");
+    (void)flexnpu_unsupported("aclmdlLoadFromMemWithQ");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlExecuteV2(uint32_t modelId, const aclmdlDataset *input, aclmdlDataset *output,
@@ -2890,7 +3159,8 @@ API aclError aclmdlExecuteV2(uint32_t modelId, const aclmdlDataset *input, aclmd
     (void)output;
     (void)stream;
     (void)handle;
-    return flexnpu_unsupported("aclmdlExecuteV2");
+    (void)flexnpu_unsupported("aclmdlExecuteV2");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlExecuteAsyncV2(uint32_t modelId, const aclmdlDataset *input, aclmdlDataset *output,
@@ -2901,7 +3171,8 @@ API aclError aclmdlExecuteAsyncV2(uint32_t modelId, const aclmdlDataset *input, 
     (void)output;
     (void)stream;
     (void)handle;
-    return flexnpu_unsupported("aclmdlExecuteAsyncV2");
+    (void)flexnpu_unsupported("aclmdlExecuteAsyncV2");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlSetAttribute(uint32_t modelId, aclmdlAttr attr, aclmdlAttrValue_t *attrValue)
@@ -2909,7 +3180,8 @@ API aclError aclmdlSetAttribute(uint32_t modelId, aclmdlAttr attr, aclmdlAttrVal
     (void)modelId;
     (void)attr;
     (void)attrValue;
-    return flexnpu_unsupported("aclmdlSetAttribute");
+    (void)flexnpu_unsupported("aclmdlSetAttribute");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlGetAttribute(uint32_t modelId, aclmdlAttr attr, aclmdlAttrValue_t *attrValue)
@@ -2917,14 +3189,16 @@ API aclError aclmdlGetAttribute(uint32_t modelId, aclmdlAttr attr, aclmdlAttrVal
     (void)modelId;
     (void)attr;
     (void)attrValue;
-    return flexnpu_unsupported("aclmdlGetAttribute");
+    (void)flexnpu_unsupported("aclmdlGetAttribute");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlQueryExeOMDesc(const char *fileName, aclmdlExeOMDesc *mdlPartitionSize)
 {
     (void)fileName;
     (void)mdlPartitionSize;
-    return flexnpu_unsupported("aclmdlQueryExeOMDesc");
+    (void)flexnpu_unsupported("aclmdlQueryExeOMDesc");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlSetInputDynamicDims(uint32_t modelId, aclmdlDataset *dataset, size_t index,
@@ -2934,7 +3208,8 @@ API aclError aclmdlSetInputDynamicDims(uint32_t modelId, aclmdlDataset *dataset,
     (void)dataset;
     (void)index;
     (void)dims;
-    return flexnpu_unsupported("aclmdlSetInputDynamicDims");
+    (void)flexnpu_unsupported("aclmdlSetInputDynamicDims");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlGetCurOutputDims(const aclmdlDesc *modelDesc, size_t index, aclmdlIODims *dims)
@@ -2942,7 +3217,8 @@ API aclError aclmdlGetCurOutputDims(const aclmdlDesc *modelDesc, size_t index, a
     (void)modelDesc;
     (void)index;
     (void)dims;
-    return flexnpu_unsupported("aclmdlGetCurOutputDims");
+    (void)flexnpu_unsupported("aclmdlGetCurOutputDims");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API const char * aclmdlGetOpAttr(aclmdlDesc *modelDesc, const char *opName, const char *attr)
@@ -2964,21 +3240,24 @@ API aclmdlAIPP * aclmdlCreateAIPP(uint64_t batchSize)
 API aclError aclmdlDestroyAIPP(const aclmdlAIPP *aippParmsSet)
 {
     (void)aippParmsSet;
-    return flexnpu_unsupported("aclmdlDestroyAIPP");
+    (void)flexnpu_unsupported("aclmdlDestroyAIPP");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlGetAippDataSize(uint64_t batchSize, size_t *size)
 {
     (void)batchSize;
     (void)size;
-    return flexnpu_unsupported("aclmdlGetAippDataSize");
+    (void)flexnpu_unsupported("aclmdlGetAippDataSize");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlSetAIPPInputFormat(aclmdlAIPP *aippParmsSet, aclAippInputFormat inputFormat)
 {
     (void)aippParmsSet;
     (void)inputFormat;
-    return flexnpu_unsupported("aclmdlSetAIPPInputFormat");
+    (void)flexnpu_unsupported("aclmdlSetAIPPInputFormat");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlSetAIPPCscParams(aclmdlAIPP *aippParmsSet, int8_t cscSwitch, int16_t cscMatrixR0C0,
@@ -3004,21 +3283,24 @@ API aclError aclmdlSetAIPPCscParams(aclmdlAIPP *aippParmsSet, int8_t cscSwitch, 
     (void)cscInputBiasR0;
     (void)cscInputBiasR1;
     (void)cscInputBiasR2;
-    return flexnpu_unsupported("aclmdlSetAIPPCscParams");
+    (void)flexnpu_unsupported("aclmdlSetAIPPCscParams");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlSetAIPPRbuvSwapSwitch(aclmdlAIPP *aippParmsSet, int8_t rbuvSwapSwitch)
 {
     (void)aippParmsSet;
     (void)rbuvSwapSwitch;
-    return flexnpu_unsupported("aclmdlSetAIPPRbuvSwapSwitch");
+    (void)flexnpu_unsupported("aclmdlSetAIPPRbuvSwapSwitch");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlSetAIPPAxSwapSwitch(aclmdlAIPP *aippParmsSet, int8_t axSwapSwitch)
 {
     (void)aippParmsSet;
     (void)axSwapSwitch;
-    return flexnpu_unsupported("aclmdlSetAIPPAxSwapSwitch");
+    (void)flexnpu_unsupported("aclmdlSetAIPPAxSwapSwitch");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlSetAIPPSrcImageSize(aclmdlAIPP *aippParmsSet, int32_t srcImageSizeW,
@@ -3027,7 +3309,8 @@ API aclError aclmdlSetAIPPSrcImageSize(aclmdlAIPP *aippParmsSet, int32_t srcImag
     (void)aippParmsSet;
     (void)srcImageSizeW;
     (void)srcImageSizeH;
-    return flexnpu_unsupported("aclmdlSetAIPPSrcImageSize");
+    (void)flexnpu_unsupported("aclmdlSetAIPPSrcImageSize");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlSetAIPPScfParams(aclmdlAIPP *aippParmsSet, int8_t scfSwitch, int32_t scfInputSizeW,
@@ -3040,7 +3323,8 @@ API aclError aclmdlSetAIPPScfParams(aclmdlAIPP *aippParmsSet, int8_t scfSwitch, 
     (void)scfOutputSizeW;
     (void)scfOutputSizeH;
     (void)batchIndex;
-    return flexnpu_unsupported("aclmdlSetAIPPScfParams");
+    (void)flexnpu_unsupported("aclmdlSetAIPPScfParams");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlSetAIPPCropParams(aclmdlAIPP *aippParmsSet, int8_t cropSwitch, int32_t cropStartPosW,
@@ -3053,7 +3337,8 @@ API aclError aclmdlSetAIPPCropParams(aclmdlAIPP *aippParmsSet, int8_t cropSwitch
     (void)cropSizeW;
     (void)cropSizeH;
     (void)batchIndex;
-    return flexnpu_unsupported("aclmdlSetAIPPCropParams");
+    (void)flexnpu_unsupported("aclmdlSetAIPPCropParams");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlSetAIPPPaddingParams(aclmdlAIPP *aippParmsSet, int8_t paddingSwitch,
@@ -3067,7 +3352,8 @@ API aclError aclmdlSetAIPPPaddingParams(aclmdlAIPP *aippParmsSet, int8_t padding
     (void)paddingSizeLeft;
     (void)paddingSizeRight;
     (void)batchIndex;
-    return flexnpu_unsupported("aclmdlSetAIPPPaddingParams");
+    (void)flexnpu_unsupported("aclmdlSetAIPPPaddingParams");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlSetAIPPDtcPixelMean(aclmdlAIPP *aippParmsSet, int16_t dtcPixelMeanChn0,
@@ -3079,7 +3365,8 @@ API aclError aclmdlSetAIPPDtcPixelMean(aclmdlAIPP *aippParmsSet, int16_t dtcPixe
     (void)dtcPixelMeanChn2;
     (void)dtcPixelMeanChn3;
     (void)batchIndex;
-    return flexnpu_unsupported("aclmdlSetAIPPDtcPixelMean");
+    (void)flexnpu_unsupported("aclmdlSetAIPPDtcPixelMean");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlSetAIPPDtcPixelMin(aclmdlAIPP *aippParmsSet, float dtcPixelMinChn0, float dtcPixelMinChn1,
@@ -3091,7 +3378,8 @@ API aclError aclmdlSetAIPPDtcPixelMin(aclmdlAIPP *aippParmsSet, float dtcPixelMi
     (void)dtcPixelMinChn2;
     (void)dtcPixelMinChn3;
     (void)batchIndex;
-    return flexnpu_unsupported("aclmdlSetAIPPDtcPixelMin");
+    (void)flexnpu_unsupported("aclmdlSetAIPPDtcPixelMin");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlSetAIPPPixelVarReci(aclmdlAIPP *aippParmsSet, float dtcPixelVarReciChn0,
@@ -3103,7 +3391,8 @@ API aclError aclmdlSetAIPPPixelVarReci(aclmdlAIPP *aippParmsSet, float dtcPixelV
     (void)dtcPixelVarReciChn2;
     (void)dtcPixelVarReciChn3;
     (void)batchIndex;
-    return flexnpu_unsupported("aclmdlSetAIPPPixelVarReci");
+    (void)flexnpu_unsupported("aclmdlSetAIPPPixelVarReci");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlSetInputAIPP(uint32_t modelId, aclmdlDataset *dataset, size_t index,
@@ -3113,7 +3402,8 @@ API aclError aclmdlSetInputAIPP(uint32_t modelId, aclmdlDataset *dataset, size_t
     (void)dataset;
     (void)index;
     (void)aippParmsSet;
-    return flexnpu_unsupported("aclmdlSetInputAIPP");
+    (void)flexnpu_unsupported("aclmdlSetInputAIPP");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlSetAIPPByInputIndex(uint32_t modelId, aclmdlDataset *dataset, size_t index,
@@ -3123,7 +3413,8 @@ API aclError aclmdlSetAIPPByInputIndex(uint32_t modelId, aclmdlDataset *dataset,
     (void)dataset;
     (void)index;
     (void)aippParmsSet;
-    return flexnpu_unsupported("aclmdlSetAIPPByInputIndex");
+    (void)flexnpu_unsupported("aclmdlSetAIPPByInputIndex");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlGetAippType(uint32_t modelId, size_t index, aclmdlInputAippType *type,
@@ -3133,7 +3424,8 @@ API aclError aclmdlGetAippType(uint32_t modelId, size_t index, aclmdlInputAippTy
     (void)index;
     (void)type;
     (void)dynamicAttachedDataIndex;
-    return flexnpu_unsupported("aclmdlGetAippType");
+    (void)flexnpu_unsupported("aclmdlGetAippType");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlGetFirstAippInfo(uint32_t modelId, size_t index, aclAippInfo *aippInfo)
@@ -3141,7 +3433,8 @@ API aclError aclmdlGetFirstAippInfo(uint32_t modelId, size_t index, aclAippInfo 
     (void)modelId;
     (void)index;
     (void)aippInfo;
-    return flexnpu_unsupported("aclmdlGetFirstAippInfo");
+    (void)flexnpu_unsupported("aclmdlGetFirstAippInfo");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlCreateAndGetOpDesc(uint32_t deviceId, uint32_t streamId, uint32_t taskId, char *opName,
@@ -3157,7 +3450,8 @@ API aclError aclmdlCreateAndGetOpDesc(uint32_t deviceId, uint32_t streamId, uint
     (void)numInputs;
     (void)outputDesc;
     (void)numOutputs;
-    return flexnpu_unsupported("aclmdlCreateAndGetOpDesc");
+    (void)flexnpu_unsupported("aclmdlCreateAndGetOpDesc");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlSetExecConfigOpt(aclmdlExecConfigHandle *handle, aclmdlExecConfigAttr attr,
@@ -3167,7 +3461,8 @@ API aclError aclmdlSetExecConfigOpt(aclmdlExecConfigHandle *handle, aclmdlExecCo
     (void)attr;
     (void)attrValue;
     (void)valueSize;
-    return flexnpu_unsupported("aclmdlSetExecConfigOpt");
+    (void)flexnpu_unsupported("aclmdlSetExecConfigOpt");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlSetExternalWeightAddress(aclmdlConfigHandle *handle, const char *weightFileName,
@@ -3177,13 +3472,15 @@ API aclError aclmdlSetExternalWeightAddress(aclmdlConfigHandle *handle, const ch
     (void)weightFileName;
     (void)devPtr;
     (void)size;
-    return flexnpu_unsupported("aclmdlSetExternalWeightAddress");
+    (void)flexnpu_unsupported("aclmdlSetExternalWeightAddress");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclRecoverAllHcclTasks(int32_t deviceId)
 {
     (void)deviceId;
-    return flexnpu_unsupported("aclRecoverAllHcclTasks");
+    (void)flexnpu_unsupported("aclRecoverAllHcclTasks");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclmdlLoadFromModel(const aclmdlModel *model, const aclmdlConfigHandle *handle,
@@ -3192,20 +3489,23 @@ API aclError aclmdlLoadFromModel(const aclmdlModel *model, const aclmdlConfigHan
     (void)model;
     (void)handle;
     (void)modelId;
-    return flexnpu_unsupported("aclmdlLoadFromModel");
+    (void)flexnpu_unsupported("aclmdlLoadFromModel");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclopSetModelDir(const char *modelDir)
 {
     (void)modelDir;
-    return flexnpu_unsupported("aclopSetModelDir");
+    (void)flexnpu_unsupported("aclopSetModelDir");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclopLoad(const void *model, size_t modelSize)
 {
     (void)model;
     (void)modelSize;
-    return flexnpu_unsupported("aclopLoad");
+    (void)flexnpu_unsupported("aclopLoad");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclopExecute(const char *opType, int numInputs, const aclTensorDesc *const inputDesc[],
@@ -3221,7 +3521,8 @@ API aclError aclopExecute(const char *opType, int numInputs, const aclTensorDesc
     (void)outputs;
     (void)attr;
     (void)stream;
-    return flexnpu_unsupported("aclopExecute");
+    (void)flexnpu_unsupported("aclopExecute");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclopExecuteV2(const char *opType, int numInputs, aclTensorDesc *inputDesc[],
@@ -3237,7 +3538,8 @@ API aclError aclopExecuteV2(const char *opType, int numInputs, aclTensorDesc *in
     (void)outputs;
     (void)attr;
     (void)stream;
-    return flexnpu_unsupported("aclopExecuteV2");
+    (void)flexnpu_unsupported("aclopExecuteV2");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclopCreateHandle(const char *opType, int numInputs, const aclTensorDesc *const inputDesc[],
@@ -3250,7 +3552,8 @@ API aclError aclopCreateHandle(const char *opType, int numInputs, const aclTenso
     (void)outputDesc;
     (void)opAttr;
     (void)handle;
-    return flexnpu_unsupported("aclopCreateHandle");
+    (void)flexnpu_unsupported("aclopCreateHandle");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API void aclopDestroyHandle(aclopHandle *handle)
@@ -3268,7 +3571,8 @@ API aclError aclopExecWithHandle(aclopHandle *handle, int numInputs, const aclDa
     (void)numOutputs;
     (void)outputs;
     (void)stream;
-    return flexnpu_unsupported("aclopExecWithHandle");
+    (void)flexnpu_unsupported("aclopExecWithHandle");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclopCast(const aclTensorDesc *srcDesc, const aclDataBuffer *srcBuffer,
@@ -3280,7 +3584,8 @@ API aclError aclopCast(const aclTensorDesc *srcDesc, const aclDataBuffer *srcBuf
     (void)dstBuffer;
     (void)truncate;
     (void)stream;
-    return flexnpu_unsupported("aclopCast");
+    (void)flexnpu_unsupported("aclopCast");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclopCreateHandleForCast(aclTensorDesc *srcDesc, aclTensorDesc *dstDesc, uint8_t truncate,
@@ -3290,7 +3595,8 @@ API aclError aclopCreateHandleForCast(aclTensorDesc *srcDesc, aclTensorDesc *dst
     (void)dstDesc;
     (void)truncate;
     (void)handle;
-    return flexnpu_unsupported("aclopCreateHandleForCast");
+    (void)flexnpu_unsupported("aclopCreateHandleForCast");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclopCreateKernel(const char *opType, const char *kernelId, const char *kernelName,
@@ -3303,20 +3609,23 @@ API aclError aclopCreateKernel(const char *opType, const char *kernelId, const c
     (void)binSize;
     (void)enginetype;
     (void)deallocator;
-    return flexnpu_unsupported("aclopCreateKernel");
+    (void)flexnpu_unsupported("aclopCreateKernel");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclopRegisterCompileFunc(const char *opType, aclopCompileFunc func)
 {
     (void)opType;
     (void)func;
-    return flexnpu_unsupported("aclopRegisterCompileFunc");
+    (void)flexnpu_unsupported("aclopRegisterCompileFunc");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclopUnregisterCompileFunc(const char *opType)
 {
     (void)opType;
-    return flexnpu_unsupported("aclopUnregisterCompileFunc");
+    (void)flexnpu_unsupported("aclopUnregisterCompileFunc");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclopSetKernelArgs(aclopKernelDesc *kernelDesc, const char *kernelId, uint32_t blockDim,
@@ -3327,7 +3636,8 @@ API aclError aclopSetKernelArgs(aclopKernelDesc *kernelDesc, const char *kernelI
     (void)blockDim;
     (void)args;
     (void)argSize;
-    return flexnpu_unsupported("aclopSetKernelArgs");
+    (void)flexnpu_unsupported("aclopSetKernelArgs");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclopSetKernelWorkspaceSizes(aclopKernelDesc *kernelDesc, int numWorkspaces,
@@ -3336,7 +3646,8 @@ API aclError aclopSetKernelWorkspaceSizes(aclopKernelDesc *kernelDesc, int numWo
     (void)kernelDesc;
     (void)numWorkspaces;
     (void)workspaceSizes;
-    return flexnpu_unsupported("aclopSetKernelWorkspaceSizes");
+    (void)flexnpu_unsupported("aclopSetKernelWorkspaceSizes");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclopUpdateParams(const char *opType, int numInputs, const aclTensorDesc *const inputDesc[],
@@ -3348,13 +3659,15 @@ API aclError aclopUpdateParams(const char *opType, int numInputs, const aclTenso
     (void)numOutputs;
     (void)outputDesc;
     (void)attr;
-    return flexnpu_unsupported("aclopUpdateParams");
+    (void)flexnpu_unsupported("aclopUpdateParams");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclopSetMaxOpQueueNum(uint64_t maxOpNum)
 {
     (void)maxOpNum;
-    return flexnpu_unsupported("aclopSetMaxOpQueueNum");
+    (void)flexnpu_unsupported("aclopSetMaxOpQueueNum");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclopInferShape(const char *opType, int numInputs, aclTensorDesc *inputDesc[],
@@ -3367,7 +3680,8 @@ API aclError aclopInferShape(const char *opType, int numInputs, aclTensorDesc *i
     (void)numOutputs;
     (void)outputDesc;
     (void)attr;
-    return flexnpu_unsupported("aclopInferShape");
+    (void)flexnpu_unsupported("aclopInferShape");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError acldumpRegCallback(int32_t (*const messageCallback)(const acldumpChunk *, int32_t),
@@ -3375,7 +3689,8 @@ API aclError acldumpRegCallback(int32_t (*const messageCallback)(const acldumpCh
 {
     (void)messageCallback;
     (void)flag;
-    return flexnpu_unsupported("acldumpRegCallback");
+    (void)flexnpu_unsupported("acldumpRegCallback");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API void acldumpUnregCallback(void)
@@ -3387,13 +3702,15 @@ API aclError aclopStartDumpArgs(uint32_t dumpType, const char *path)
 {
     (void)dumpType;
     (void)path;
-    return flexnpu_unsupported("aclopStartDumpArgs");
+    (void)flexnpu_unsupported("aclopStartDumpArgs");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclopStopDumpArgs(uint32_t dumpType)
 {
     (void)dumpType;
-    return flexnpu_unsupported("aclopStopDumpArgs");
+    (void)flexnpu_unsupported("aclopStopDumpArgs");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API const char * acldumpGetPath(acldumpType dumpType)
@@ -3410,14 +3727,16 @@ API aclError acldumpSaveExceptionInfo(const char *fileName, const char *userTag,
     (void)userTag;
     (void)tensors;
     (void)tensorCount;
-    return flexnpu_unsupported("acldumpSaveExceptionInfo");
+    (void)flexnpu_unsupported("acldumpSaveExceptionInfo");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError acldumpGetExceptionInfoPath(char *path, size_t maxLen)
 {
     (void)path;
     (void)maxLen;
-    return flexnpu_unsupported("acldumpGetExceptionInfoPath");
+    (void)flexnpu_unsupported("acldumpGetExceptionInfoPath");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclopCompile(const char *opType, int numInputs, const aclTensorDesc *const inputDesc[],
@@ -3433,7 +3752,8 @@ API aclError aclopCompile(const char *opType, int numInputs, const aclTensorDesc
     (void)engineType;
     (void)compileFlag;
     (void)opPath;
-    return flexnpu_unsupported("aclopCompile");
+    (void)flexnpu_unsupported("aclopCompile");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclopCompileAndExecute(const char *opType, int numInputs, const aclTensorDesc *const inputDesc[],
@@ -3453,7 +3773,8 @@ API aclError aclopCompileAndExecute(const char *opType, int numInputs, const acl
     (void)compileFlag;
     (void)opPath;
     (void)stream;
-    return flexnpu_unsupported("aclopCompileAndExecute");
+    (void)flexnpu_unsupported("aclopCompileAndExecute");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclopCompileAndExecuteV2(const char *opType, int numInputs, aclTensorDesc *inputDesc[],
@@ -3473,38 +3794,44 @@ API aclError aclopCompileAndExecuteV2(const char *opType, int numInputs, aclTens
     (void)compileFlag;
     (void)opPath;
     (void)stream;
-    return flexnpu_unsupported("aclopCompileAndExecuteV2");
+    (void)flexnpu_unsupported("aclopCompileAndExecuteV2");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclSetCompileopt(aclCompileOpt opt, const char *value)
 {
     (void)opt;
     (void)value;
-    return flexnpu_unsupported("aclSetCompileopt");
+    (void)flexnpu_unsupported("aclSetCompileopt");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclprofInit(const char *profilerResultPath, size_t length)
 {
     (void)profilerResultPath;
     (void)length;
-    return flexnpu_unsupported("aclprofInit");
+    (void)flexnpu_unsupported("aclprofInit");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclprofFinalize(void)
 {
-    return flexnpu_unsupported("aclprofFinalize");
+    (void)flexnpu_unsupported("aclprofFinalize");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclprofStart(const aclprofConfig *profilerConfig)
 {
     (void)profilerConfig;
-    return flexnpu_unsupported("aclprofStart");
+    (void)flexnpu_unsupported("aclprofStart");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclprofStop(const aclprofConfig *profilerConfig)
 {
     (void)profilerConfig;
-    return flexnpu_unsupported("aclprofStop");
+    (void)flexnpu_unsupported("aclprofStop");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }
 
 API aclError aclGetVersion(int32_t *majorVersion, int32_t *minorVersion, int32_t *patchVersion);
@@ -3513,5 +3840,6 @@ API aclError aclGetVersion(int32_t *majorVersion, int32_t *minorVersion, int32_t
     (void)majorVersion;
     (void)minorVersion;
     (void)patchVersion;
-    return flexnpu_unsupported("aclGetVersion");
+    (void)flexnpu_unsupported("aclGetVersion");
+    return ACL_ERROR_API_NOT_SUPPORT;
 }

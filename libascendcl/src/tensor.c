@@ -13,11 +13,7 @@
 
 int tensor_desc_check(const aclTensorDesc *desc, const char *what)
 {
-    if (!desc)
-        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: desc is NULL", what);
-    if (desc->magic != TENSOR_DESC_MAGIC)
-        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: %p is not a live aclTensorDesc", what, (const void *)desc);
-    return 0;
+    return object_check(desc, TENSOR_DESC_MAGIC, what, "desc", "aclTensorDesc");
 }
 
 /* Replace list with n values copied from v (n == 0: empty). -1 when out of memory. */
@@ -34,15 +30,6 @@ static int list_set(struct int64_list *list, const int64_t *v, size_t n)
     list->v = copy;
     list->n = n;
     return 0;
-}
-
-static char *text_copy(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *out = malloc(n);
-    if (out)
-        memcpy(out, s, n);
-    return out;
 }
 
 static void clear(aclTensorDesc *desc)
@@ -67,19 +54,17 @@ API aclTensorDesc *aclCreateTensorDesc(aclDataType dataType, int numDims, const 
         flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclCreateTensorDesc: dims is NULL while numDims is %d", numDims);
         return NULL;
     }
-    aclTensorDesc *d = calloc(1, sizeof *d);
-    if (d) {
-        d->magic = TENSOR_DESC_MAGIC;
-        d->data_type = dataType;
-        d->format = format;
-        d->storage_format = ACL_FORMAT_UNDEFINED;
-        d->placement = ACL_MEMTYPE_DEVICE;
-        d->name = text_copy("");
-    }
-    if (!d || !d->name || list_set(&d->dims, dims, (size_t)numDims)) {
-        if (d)
-            clear(d);
-        free(d);
+    aclTensorDesc *d = object_new(sizeof *d, TENSOR_DESC_MAGIC, "aclCreateTensorDesc");
+    if (!d)
+        return NULL;
+    d->data_type = dataType;
+    d->format = format;
+    d->storage_format = ACL_FORMAT_UNDEFINED;
+    d->placement = ACL_MEMTYPE_DEVICE;
+    d->name = strdup("");
+    if (!d->name || list_set(&d->dims, dims, (size_t)numDims)) {
+        clear(d);
+        object_free(d);
         flexnpu_fail(ACL_ERROR_BAD_ALLOC, "aclCreateTensorDesc: out of host memory");
         return NULL;
     }
@@ -90,9 +75,8 @@ API void aclDestroyTensorDesc(const aclTensorDesc *desc)
 {
     if (tensor_desc_check(desc, "aclDestroyTensorDesc"))
         return;
-    aclTensorDesc *d = (aclTensorDesc *)desc;
-    clear(d);
-    free(d);
+    clear((aclTensorDesc *)desc);
+    object_free((aclTensorDesc *)desc);
 }
 
 aclTensorDesc *tensor_desc_copy(const aclTensorDesc *src)
@@ -107,8 +91,8 @@ aclTensorDesc *tensor_desc_copy(const aclTensorDesc *src)
     int bad = list_set(&d->dims, src->dims.v, src->dims.n) || list_set(&d->storage_dims, src->storage_dims.v,
                                                                         src->storage_dims.n) ||
               list_set(&d->shape_range, src->shape_range.v, src->shape_range.n) ||
-              list_set(&d->value_range, src->value_range.v, src->value_range.n) || !(d->name = text_copy(src->name)) ||
-              (src->dynamic_input && !(d->dynamic_input = text_copy(src->dynamic_input)));
+              list_set(&d->value_range, src->value_range.v, src->value_range.n) || !(d->name = strdup(src->name)) ||
+              (src->dynamic_input && !(d->dynamic_input = strdup(src->dynamic_input)));
     if (!bad && src->const_data) {
         d->const_data = malloc(src->const_len);
         bad = !d->const_data;
@@ -117,7 +101,7 @@ aclTensorDesc *tensor_desc_copy(const aclTensorDesc *src)
     }
     if (bad) {
         clear(d);
-        free(d);
+        object_free(d);
         return NULL;
     }
     return d;
@@ -239,7 +223,7 @@ API void aclSetTensorDescName(aclTensorDesc *desc, const char *name)
 {
     if (tensor_desc_check(desc, "aclSetTensorDescName"))
         return;
-    char *copy = text_copy(name ? name : "");
+    char *copy = strdup(name ? name : "");
     if (!copy) {
         flexnpu_fail(ACL_ERROR_BAD_ALLOC, "aclSetTensorDescName: out of host memory");
         return;
@@ -329,7 +313,7 @@ API aclError aclSetTensorDynamicInput(aclTensorDesc *desc, const char *dynamicIn
         return rc;
     if (!dynamicInputName)
         return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclSetTensorDynamicInput: dynamicInputName is NULL");
-    char *copy = text_copy(dynamicInputName);
+    char *copy = strdup(dynamicInputName);
     if (!copy)
         return flexnpu_fail(ACL_ERROR_BAD_ALLOC, "aclSetTensorDynamicInput: out of host memory");
     free(desc->dynamic_input);

@@ -8,10 +8,14 @@
  *                      the last failure kept across successes, cleared by Get only, per thread
  *   memory <quota> <devices>  every aclrtMemMallocPolicy value and flag, aclrtMemAttr 0..17,
  *                      aclrtMallocWithCfg / aclrtMallocHostWithCfg, aclrtPointerGetAttributes
+ *   peer               peer access between the claim's two devices, and a copy from one to the other
+ *   waits <kernel_us>  aclrtStreamQuery and the synchronize calls with a timeout while a kernel of
+ *                      kernel_us runs: they time out, the session keeps working, late answers are dropped
  */
 #include "check.h"
 
 #include <acl/acl.h>
+#include <acl/flexnpu_kernel.h>
 
 #include <pthread.h>
 #include <stdint.h>
@@ -202,6 +206,104 @@ static void scenario_memory(size_t quota, uint32_t devices)
     CALL(aclFinalize());
 }
 
+static void scenario_peer(void)
+{
+    int32_t can = -1;
+    CALL(aclrtDeviceCanAccessPeer(&can, 0, 1)); /* before aclInit too, from client.conf */
+    CHECK(can == 1, "device 0 reaches device 1: %d", can);
+    expect(aclrtDeviceCanAccessPeer(&can, 1, 1), ACL_ERROR_INVALID_PARAM, "a device and itself");
+    expect(aclrtDeviceCanAccessPeer(&can, 0, 5), ACL_ERROR_INVALID_DEVICE, "a device the claim has not");
+    expect(aclrtDeviceCanAccessPeer(NULL, 0, 1), ACL_ERROR_INVALID_PARAM, "into NULL");
+    CALL(aclInit(NULL));
+    expect(aclrtDeviceEnablePeerAccess(1, 0), ACL_ERROR_INVALID_DEVICE, "enable with no device set");
+    CALL(aclrtSetDevice(0));
+    CALL(aclrtDeviceEnablePeerAccess(1, 0));
+    expect(aclrtDeviceEnablePeerAccess(0, 0), ACL_ERROR_INVALID_PARAM, "enable the current device");
+    expect(aclrtDeviceEnablePeerAccess(1, 3), ACL_ERROR_FEATURE_UNSUPPORTED, "enable with flags");
+    void *a = NULL, *b = NULL;
+    char in[256], out[256] = {0};
+    memset(in, 'p', sizeof in);
+    CALL(aclrtMalloc(&a, sizeof in, ACL_MEM_MALLOC_HUGE_FIRST));
+    CALL(aclrtMemcpy(a, sizeof in, in, sizeof in, ACL_MEMCPY_HOST_TO_DEVICE));
+    CALL(aclrtSetDevice(1));
+    CALL(aclrtMalloc(&b, sizeof in, ACL_MEM_MALLOC_HUGE_FIRST));
+    CALL(aclrtMemcpy(b, sizeof in, a, sizeof in, ACL_MEMCPY_INTER_DEVICE_TO_DEVICE));
+    CALL(aclrtMemcpy(out, sizeof out, b, sizeof in, ACL_MEMCPY_DEVICE_TO_HOST));
+    CHECK(memcmp(in, out, sizeof in) == 0, "device 0's data copied to device 1");
+    CALL(aclrtDeviceDisablePeerAccess(0));
+    CALL(aclrtFree(a));
+    CALL(aclrtFree(b));
+    CALL(aclFinalize());
+}
+
+static void scenario_waits(uint64_t kernel_us)
+{
+    CALL(aclInit(NULL));
+    CALL(aclrtSetDevice(0));
+    aclrtStream s = NULL;
+    CALL(aclrtCreateStream(&s));
+    aclrtStreamStatus status = ACL_STREAM_STATUS_RESERVED;
+    CALL(aclrtStreamQuery(s, &status));
+    CHECK(status == ACL_STREAM_STATUS_COMPLETE, "an idle stream is complete: %d", (int)status);
+    CALL(aclrtSynchronizeStreamWithTimeout(s, 0));
+    aclrtEmulatedKernelArgs k = {.duration_us = kernel_us, .tag = 1};
+    CALL(aclrtLaunchKernel(NULL, 1, &k, sizeof k, s));
+    CALL(aclrtStreamQuery(s, &status));
+    CHECK(status == ACL_STREAM_STATUS_NOT_READY, "a busy stream is not ready: %d", (int)status);
+    expect(aclrtSynchronizeStreamWithTimeout(s, 10), ACL_ERROR_RT_STREAM_SYNC_TIMEOUT, "a 10 ms stream wait");
+    expect(aclrtSynchronizeDeviceWithTimeout(10), ACL_ERROR_RT_STREAM_SYNC_TIMEOUT, "a 10 ms device wait");
+    int timeouts = 0, refused = 0;
+    for (int i = 0; i < 40; i++) { /* more than the client keeps: the rest are refused, not queued */
+        int r = aclrtSynchronizeStreamWithTimeout(s, 0);
+        timeouts += r == ACL_ERROR_RT_STREAM_SYNC_TIMEOUT;
+        refused += r == ACL_ERROR_RT_STREAM_SYNC_TIMEOUT && strstr(msg(), "still unanswered") != NULL;
+    }
+    CHECK(timeouts == 40 && refused > 0, "40 busy waits time out, %d refused as too many", refused);
+    /* the session still works while the waits are outstanding, out of order */
+    size_t f = 0, tot = 0;
+    void *p = NULL;
+    CALL(aclrtGetMemInfo(ACL_HBM_MEM, &f, &tot));
+    CALL(aclrtMalloc(&p, 4096, ACL_MEM_MALLOC_HUGE_FIRST));
+    CALL(aclrtFree(p));
+    expect(aclrtSynchronizeStreamWithTimeout(s, -7), ACL_ERROR_INVALID_PARAM, "timeout -7");
+    expect(aclrtStreamQuery(s, NULL), ACL_ERROR_INVALID_PARAM, "query into NULL");
+    CALL(aclrtSynchronizeStreamWithTimeout(s, -1)); /* without limit: the kernel's end */
+    CALL(aclrtStreamQuery(s, &status));
+    CHECK(status == ACL_STREAM_STATUS_COMPLETE, "complete after the kernel: %d", (int)status);
+    CALL(aclrtSynchronizeDeviceWithTimeout(1000));
+    CALL(aclrtGetMemInfo(ACL_HBM_MEM, &f, &tot)); /* the late answers were dropped on the way */
+
+    /* events: a wait is over once the event is recorded */
+    aclrtEvent e = NULL;
+    aclrtEventWaitStatus ws = ACL_EVENT_WAIT_STATUS_RESERVED;
+    CALL(aclrtCreateEvent(&e));
+    CALL(aclrtQueryEventWaitStatus(e, &ws));
+    CHECK(ws == ACL_EVENT_WAIT_STATUS_NOT_READY, "not recorded: not ready (%d)", (int)ws);
+    CALL(aclrtRecordEvent(e, s));
+    CALL(aclrtQueryEventWaitStatus(e, &ws));
+    CHECK(ws == ACL_EVENT_WAIT_STATUS_COMPLETE, "recorded: complete (%d)", (int)ws);
+    CALL(aclrtStreamWaitEventWithTimeout(s, e, 5));
+    expect(aclrtStreamWaitEventWithTimeout(s, (aclrtEvent)&ws, 5), ACL_ERROR_INVALID_RESOURCE_HANDLE, "not an event");
+    CALL(aclrtDestroyEvent(e));
+
+    /* the frees that synchronize the device first: after the kernel that reads the buffer */
+    void *in = NULL, *host = NULL;
+    CALL(aclrtMalloc(&in, 4096, ACL_MEM_MALLOC_HUGE_FIRST));
+    CALL(aclrtMallocHost(&host, 4096));
+    aclrtEmulatedKernelArgs reader = {.duration_us = 200000, .tag = 2, .in_ptr = (uint64_t)(uintptr_t)in,
+                                      .in_len = 4096};
+    CALL(aclrtLaunchKernel(NULL, 1, &reader, sizeof reader, s));
+    CALL(aclrtFreeWithDevSync(in));
+    CALL(aclrtStreamQuery(s, &status));
+    CHECK(status == ACL_STREAM_STATUS_COMPLETE, "the kernel ended before the free returned (%d)", (int)status);
+    CALL(aclrtFreeHostWithDevSync(host));
+    expect(aclrtFreeWithDevSync(NULL), ACL_ERROR_INVALID_PARAM, "free NULL with sync");
+    CALL(aclrtGetMemInfo(ACL_HBM_MEM, &f, &tot));
+    CHECK(f == tot, "everything freed: %zu of %zu", f, tot);
+    CALL(aclrtDestroyStream(s));
+    CALL(aclFinalize());
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -212,8 +314,12 @@ int main(int argc, char **argv)
         scenario_lasterror();
     else if (!strcmp(s, "memory") && argc == 4)
         scenario_memory(strtoull(argv[2], NULL, 10), (uint32_t)strtoul(argv[3], NULL, 10));
+    else if (!strcmp(s, "peer"))
+        scenario_peer();
+    else if (!strcmp(s, "waits") && argc == 3)
+        scenario_waits(strtoull(argv[2], NULL, 10));
     else {
-        fprintf(stderr, "usage: acl_semantics preinit <devices> | lasterror | memory <quota> <devices>\n");
+        fprintf(stderr, "usage: acl_semantics preinit <devices> | lasterror | memory <quota> <devices> | peer | waits <us>\n");
         return 2;
     }
     return finish();

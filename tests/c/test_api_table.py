@@ -256,3 +256,23 @@ def test_the_dvpp_header_needs_its_macro_as_cann_s_does(tmp_path: Path) -> None:
         ["cc", f"-I{INCLUDE}", "-fsyntax-only", str(src)], capture_output=True, text=True, check=False
     )
     assert res.returncode != 0 and "ENABLE_DVPP_INTERFACE" in res.stderr
+
+
+def test_every_value_has_canns_number(tmp_path: Path) -> None:
+    """The 1,065 numeric names of CANN's ACL headers (enumerators, macros, error codes) against ours."""
+    values: dict[str, int] = json.loads((Path(__file__).with_name("cann_values.json")).read_text())["values"]
+    includes = "".join(f'#include "{h}"\n' for h in HEADERS if h != "acl/flexnpu_kernel.h")
+    prints = "".join(
+        f'    printf("{name} %llu\\n", (unsigned long long)({name}));\n' for name in sorted(values)
+    )
+    source = tmp_path / "values.c"
+    source.write_text(
+        f'{includes}#include <stdio.h>\n#pragma GCC diagnostic ignored "-Wdeprecated-declarations"\n'
+        f"int main(void)\n{{\n{prints}    return 0;\n}}\n"
+    )
+    exe = clibrary.compile_program(source, extra_flags=["-DENABLE_DVPP_INTERFACE"], out_dir=tmp_path)
+    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True, timeout=60).stdout
+    ours = {name: int(value) for name, value in (line.split() for line in out.splitlines())}
+    mask = (1 << 64) - 1
+    assert {n: v for n, v in values.items() if ours[n] != v & mask} == {}
+    assert len(values) > 1000

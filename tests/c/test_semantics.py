@@ -41,3 +41,19 @@ def test_every_policy_flag_and_memory_attribute_is_accepted(
         staging_bytes=1 * MIB,
     )
     run(acl_semantics, "memory", str(quota), "2", conf=claim.conf).ok()
+
+
+def test_waits_with_a_timeout_leave_the_session_working(acl_semantics: Path, claim: Claim) -> None:
+    """A 3 s kernel: aclrtStreamQuery says NOT_READY, timed synchronizes give 507046, 40 of them are
+    refused past the client's limit, and calls go on while the server still owes the answers."""
+    run(acl_semantics, "waits", "3000000", conf=claim.conf).ok()
+
+
+def test_the_claims_devices_reach_each_other(
+    acl_semantics: Path, claim_factory: Callable[..., Claim]
+) -> None:
+    claim = claim_factory(
+        [aclservers.share(0, die=0, memory=64 * MIB), aclservers.share(1, die=1, memory=64 * MIB)],
+        staging_bytes=1 * MIB,
+    )
+    run(acl_semantics, "peer", conf=claim.conf).ok()

@@ -4,6 +4,7 @@ the run (and so the test), not only a wrong result."""
 
 from __future__ import annotations
 
+import functools
 import signal
 import socket
 from collections.abc import Callable
@@ -22,27 +23,38 @@ SCENARIOS = [
     pytest.param(("threads", "8"), id="threads"),
     pytest.param(("fork",), id="fork"),
     pytest.param(("forkbusy", "300000"), id="forkbusy"),
+    pytest.param(("acl_semantics.c", "preinit", "2"), id="semantics-preinit"),
+    pytest.param(("acl_semantics.c", "lasterror"), id="semantics-lasterror"),
+    pytest.param(("acl_semantics.c", "memory", str(256 * MIB), "2"), id="semantics-memory"),
+    pytest.param(("acl_semantics.c", "peer"), id="semantics-peer"),
+    pytest.param(("acl_semantics.c", "waits", "2000000"), id="semantics-waits"),
 ]
+
+
+@functools.cache
+def _sanitized(source: str) -> Path:
+    """tests/c/<source> built with the sanitizers and linked to the sanitized library."""
+    lib = clibrary.build_library(sanitized=True)
+    return clibrary.compile_program(
+        HERE / source, link_library=lib, extra_flags=[*clibrary.SANITIZERS, "-g"], out_dir=lib.parent
+    )
 
 
 @pytest.fixture(scope="module")
 def sanitized_check() -> Path:
-    lib = clibrary.build_library(sanitized=True)
-    return clibrary.compile_program(
-        HERE / "acl_check.c", link_library=lib, extra_flags=[*clibrary.SANITIZERS, "-g"], out_dir=lib.parent
-    )
+    return _sanitized("acl_check.c")
 
 
 @pytest.mark.parametrize("args", SCENARIOS)
-def test_scenario_is_sanitizer_clean(
-    sanitized_check: Path, claim_factory: Callable[..., Claim], args: tuple[str, ...]
-) -> None:
+def test_scenario_is_sanitizer_clean(claim_factory: Callable[..., Claim], args: tuple[str, ...]) -> None:
+    """Each scenario of acl_check.c (the first argument names another program when it ends in .c)."""
+    source, args = (args[0], args[1:]) if args[0].endswith(".c") else ("acl_check.c", args)
     claim = claim_factory(
         [aclservers.share(0, die=0, memory=256 * MIB), aclservers.share(1, die=1, memory=256 * MIB)],
         staging_bytes=4 * MIB,
     )
     env = {"ASAN_OPTIONS": "detect_leaks=1:halt_on_error=1", "UBSAN_OPTIONS": "print_stacktrace=1"}
-    res = run(sanitized_check, *args, conf=claim.conf, **env)
+    res = run(_sanitized(source), *args, conf=claim.conf, **env)
     assert "ERROR: AddressSanitizer" not in res.stderr and "runtime error:" not in res.stderr, res.stderr[
         -4000:
     ]
