@@ -14,7 +14,7 @@ import time
 from _aclbench import med, p99, workdir
 
 from dra_driver.client import Session
-from dra_driver.testing import aclservers
+from flexnpu_testing import aclservers
 
 
 def pss_kib(pid: int) -> dict[str, int]:

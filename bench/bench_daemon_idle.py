@@ -23,7 +23,7 @@ from pathlib import Path
 from dra_driver.daemon import processes, shmfs
 from dra_driver.daemon.client import DaemonClient
 from dra_driver.daemon.model import RegisterRequest, Share
-from dra_driver.testing import inventories
+from flexnpu_testing import inventories
 
 TICK = os.sysconf("SC_CLK_TCK")
 

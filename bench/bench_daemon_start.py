@@ -26,7 +26,7 @@ from dra_driver.aclserver import protocol
 from dra_driver.daemon import processes
 from dra_driver.daemon.client import DaemonClient
 from dra_driver.daemon.model import RegisterRequest, Share
-from dra_driver.testing import inventories
+from flexnpu_testing import inventories
 
 
 def rss_kib(pid: int) -> int:

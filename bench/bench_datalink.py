@@ -19,7 +19,7 @@ from _aclbench import med, p99, workdir
 from dra_driver.aclserver import spec as spec_mod
 from dra_driver.aclserver.codes import MemcpyKind
 from dra_driver.client import Session
-from dra_driver.testing import aclservers
+from flexnpu_testing import aclservers
 
 SIZE = 64 << 20
 H2D, D2H = MemcpyKind.HOST_TO_DEVICE, MemcpyKind.DEVICE_TO_HOST

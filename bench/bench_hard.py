@@ -38,7 +38,7 @@ from controller.kube import Kube  # noqa: E402
 from controller.publisher import SlicePublisher  # noqa: E402
 from dra_driver import logs, slices  # noqa: E402
 from dra_driver.devices import Die, DieMode, Inventory  # noqa: E402
-from dra_driver.testing.fake_apiserver import FakeAPIServer  # noqa: E402
+from flexnpu_testing.fake_apiserver import FakeAPIServer  # noqa: E402
 
 DRIVER = "npu.flexnpu.io"
 NODE = "bench-node"

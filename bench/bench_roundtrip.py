@@ -33,8 +33,8 @@ from dra_driver.aclserver import protocol
 from dra_driver.aclserver.codes import MemAttr
 from dra_driver.aclserver.protocol import Op
 from dra_driver.client import Session
-from dra_driver.testing import aclservers
-from dra_driver.testing.aclservers import RunningAclServer
+from flexnpu_testing import aclservers
+from flexnpu_testing.aclservers import RunningAclServer
 
 REQUEST = len(protocol.encode(Op.GET_MEM_INFO, 1, (int(MemAttr.HBM_MEM),)))
 REPLY = len(protocol.encode_reply(Op.GET_MEM_INFO, 1, 0, 1, 2))

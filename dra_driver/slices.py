@@ -17,7 +17,7 @@ Modes per die (:func:`resolve_mode`):
   scheduler sees: every share consumes exactly one, so the share after the last one the node can
   serve stays pending instead of failing prepare. It is a capacity and not a counter because the
   v1.36 allocator charges a device's counters once while it is allocated at all, however many
-  shares it has (see ``dra_driver/testing/scheduler.py``): a counter cannot count shares.
+  shares it has (see ``flexnpu_testing/scheduler.py``): a counter cannot count shares.
 * ``both``  -> both devices on one die, kept apart by the scheduler through shared counters
   (KEP-4815). The die gets a counter set ``die-<phy>`` with ``memory`` (bytes) and
   ``compute`` (100). The whole device consumes **all** of them; the soft device consumes a

@@ -12,7 +12,7 @@ import pytest
 from dra_driver.aclserver import codes, datalink, protocol
 from dra_driver.aclserver.protocol import Op
 from dra_driver.client import transport
-from dra_driver.testing import clibrary
+from flexnpu_testing import clibrary
 
 HERE = Path(__file__).parent
 

@@ -16,7 +16,7 @@ import pytest
 
 from dra_driver.aclserver import protocol
 from dra_driver.aclserver.protocol import Op
-from dra_driver.testing import clibrary
+from flexnpu_testing import clibrary
 from tests.c.conftest import HERE, run
 
 

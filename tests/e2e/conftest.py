@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.testing.podman import Podman
+from flexnpu_testing.podman import Podman
 from tests.e2e import image
 from tests.integration.conftest import api, node_factory, short_tmp  # noqa: F401  (re-exported fixtures)
 

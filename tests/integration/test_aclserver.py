@@ -24,8 +24,8 @@ from dra_driver.aclserver.codes import MemcpyKind
 from dra_driver.aclserver.protocol import Op
 from dra_driver.client import AclError, ConnectError, Session
 from dra_driver.clientconf import Endpoints
-from dra_driver.testing import aclservers
-from dra_driver.testing.aclservers import RunningAclServer
+from flexnpu_testing import aclservers
+from flexnpu_testing.aclservers import RunningAclServer
 
 MEM0 = 1 << 20
 MEM1 = 32 << 20

@@ -14,7 +14,7 @@ import pytest
 from dra_driver.aclserver import ledger
 from dra_driver.aclserver.codes import Policy
 from dra_driver.client import AclError, ConnectError, Session
-from dra_driver.testing import aclservers
+from flexnpu_testing import aclservers
 
 
 def test_ready_file_and_sigterm_cleanup(tmp_path: Path) -> None:

@@ -143,6 +143,7 @@ def test_list_reports_usage_per_vnpu(daemon: DaemonProc) -> None:
         assert second.share.memory_bytes == GIB // 2 and second.compute_used_us >= 0
 
 
+@pytest.mark.root
 def test_auto_mounts_only_where_the_mount_reaches_other_namespaces(tmp_path: Path) -> None:
     root = tmp_path / "shmroot"
     root.mkdir()

@@ -25,7 +25,8 @@ import pytest
 from api_protos.gen import pluginregistration_v1_pb2, pluginregistration_v1_pb2_grpc
 from dra_driver.claims import ClaimRef, ClaimResult, DeviceHealthReport, PreparedDevice
 from dra_driver.errors import ErrorCode, Unavailable
-from dra_driver.testing.kubelet import KubeletError, KubeletSimulator, RegistrationRejected
+from flexnpu_testing import pythonpath_env
+from flexnpu_testing.kubelet import KubeletError, KubeletSimulator, RegistrationRejected
 from kubeletplugin.server import PluginServer
 
 DRIVER = "npu.flexnpu.io"
@@ -407,7 +408,7 @@ def test_cli_prints_json(plugin: Plugin, verb: str, api: str) -> None:
         [
             sys.executable,
             "-m",
-            "dra_driver.testing.kubelet",
+            "flexnpu_testing.kubelet",
             "--registry-dir",
             str(plugin.registry_dir),
             "--api",
@@ -416,6 +417,7 @@ def test_cli_prints_json(plugin: Plugin, verb: str, api: str) -> None:
             "--claim",
             "ns/claim-a/uid-a",
         ],
+        env=pythonpath_env(),
         capture_output=True,
         text=True,
         timeout=60,

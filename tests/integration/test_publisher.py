@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -20,7 +19,8 @@ from controller.publisher import DroppedFieldsError, SlicePublisher
 from dra_driver import slices
 from dra_driver.devices import Die, DieMode, Health, Inventory
 from dra_driver.errors import Unavailable
-from dra_driver.testing.fake_apiserver import FakeAPIServer
+from flexnpu_testing.fake_apiserver import FakeAPIServer
+from flexnpu_testing.waiting import wait_for
 
 DRIVER = "npu.flexnpu.io"
 WRITES = {"POST", "PUT", "PATCH", "DELETE"}
@@ -46,19 +46,6 @@ def _die(phy: int, health: Health = Health.HEALTHY) -> Die:
 
 def _inventory(n: int) -> Inventory:
     return Inventory(dies=tuple(_die(i) for i in range(n)), driver_version="25.5.0")
-
-
-def wait_for(condition: Callable[[], Any], what: str, timeout: float = DEADLINE) -> Any:
-    """Poll ``condition`` until it returns something truthy, or fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    pause = threading.Event()
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        pause.wait(0.05)
 
 
 @dataclass
@@ -213,7 +200,7 @@ def test_removing_dies_shrinks_slices_deleting_first(node: Node) -> None:
 
 def test_kubelet_wipe_is_repaired_by_run(node: Node, running: Callable[..., SlicePublisher]) -> None:
     running()
-    first = wait_for(lambda: node.converged() and node.stored(), "the first publish")
+    first = wait_for(lambda: node.converged() and node.stored(), what="the first publish")
     old_names = {s["metadata"]["name"] for s in first}
 
     # What the kubelet does at startup: delete every slice of the node, whatever the driver.
@@ -221,7 +208,7 @@ def test_kubelet_wipe_is_repaired_by_run(node: Node, running: Callable[..., Slic
     resource.delete_collection_resource_slice(field_selector=f"spec.nodeName={node.name}")
     assert node.stored() == []
 
-    repaired = wait_for(lambda: node.converged() and node.stored(), "slices to be re-created")
+    repaired = wait_for(lambda: node.converged() and node.stored(), what="slices to be re-created")
     assert not {s["metadata"]["name"] for s in repaired} & old_names
 
 
@@ -229,18 +216,18 @@ def test_trigger_after_inventory_change_and_no_write_loop(
     node: Node, running: Callable[..., SlicePublisher]
 ) -> None:
     pub = running()
-    wait_for(node.converged, "the first publish")
+    wait_for(node.converged, what="the first publish")
     node.inventory = _inventory(3)
     pub.trigger()
-    wait_for(node.converged, "the new die to be published")
+    wait_for(node.converged, what="the new die to be published")
 
     # Once converged, further syncs (ours, or caused by our own watch events) write nothing.
     pub.trigger()
-    wait_for(lambda: pub.last_result is not None and pub.last_result.writes == 0, "a no-op sync")
+    wait_for(lambda: pub.last_result is not None and pub.last_result.writes == 0, what="a no-op sync")
     node.server.clear_request_log()
     syncs = pub.syncs
     pub.trigger()
-    wait_for(lambda: pub.syncs > syncs, "the triggered sync")
+    wait_for(lambda: pub.syncs > syncs, what="the triggered sync")
     assert node.writes() == []
 
 
@@ -255,7 +242,7 @@ def test_watch_gone_relists_and_repairs(node: Node, running: Callable[..., Slice
     node.log.addHandler(Collect())
     node.log.setLevel(logging.INFO)
     running()
-    wait_for(node.converged, "the first publish")
+    wait_for(node.converged, what="the first publish")
 
     # While the API is down the watch cannot resume; meanwhile a slice is corrupted and the
     # history compacted, so the resumed watch gets 410 Gone and must relist to see it.
@@ -268,22 +255,22 @@ def test_watch_gone_relists_and_repairs(node: Node, running: Callable[..., Slice
     node.server.compact()
     node.server.set_down(False)
 
-    wait_for(lambda: any("410" in r for r in records), "the watch to report 410 Gone")
-    wait_for(node.converged, "the corrupted slice to be repaired")
+    wait_for(lambda: any("410" in r for r in records), what="the watch to report 410 Gone")
+    wait_for(node.converged, what="the corrupted slice to be repaired")
 
 
 def test_api_outage_does_not_crash_and_converges(node: Node, running: Callable[..., SlicePublisher]) -> None:
     pub = running()
-    wait_for(node.converged, "the first publish")
+    wait_for(node.converged, what="the first publish")
 
     node.server.set_down(True)
     node.inventory = _inventory(4)
     pub.trigger()
-    wait_for(lambda: isinstance(pub.last_error, Unavailable), "the sync to hit the outage")
+    wait_for(lambda: isinstance(pub.last_error, Unavailable), what="the sync to hit the outage")
     node.server.set_down(False)
 
-    wait_for(node.converged, "convergence after the outage")
-    wait_for(lambda: pub.last_error is None, "the error to clear")
+    wait_for(node.converged, what="convergence after the outage")
+    wait_for(lambda: pub.last_error is None, what="the error to clear")
 
 
 def test_dropped_counter_fields_are_detected(server: FakeAPIServer, node: Node) -> None:
@@ -316,7 +303,7 @@ def test_dropped_fields_fallback_in_run(
         node.use_counters = False
 
     running(on_dropped_fields=fall_back)
-    wait_for(lambda: seen and node.converged(), "the fallback pool")
+    wait_for(lambda: seen and node.converged(), what="the fallback pool")
     assert len(seen) == 1
     assert all("sharedCounters" not in s["spec"] for s in node.stored())
 
@@ -346,7 +333,7 @@ def test_slice_deleted_during_sync_is_retried(node: Node, running: Callable[...,
     with pytest.raises(Conflict):
         node.publisher().sync()
     running()
-    wait_for(node.converged, "convergence after the wipe")
+    wait_for(node.converged, what="convergence after the wipe")
 
 
 @pytest.mark.parametrize(
@@ -358,7 +345,7 @@ def test_slice_deleted_during_sync_is_retried(node: Node, running: Callable[...,
 )
 def test_published_both_mode_keeps_whole_and_shares_apart(node: Node, first: str, second: str) -> None:
     """The published counters make a (simulated) first-fit allocator exclude whole vs. shares."""
-    from dra_driver.testing.scheduler import SchedulerSim, Unschedulable
+    from flexnpu_testing.scheduler import SchedulerSim, Unschedulable
 
     node.inventory = _inventory(1)  # one die, published as npu-0 + vnpu-0 sharing die-0
     node.publisher().sync()

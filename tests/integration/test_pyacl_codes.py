@@ -10,7 +10,7 @@ import pytest
 from dra_driver import clientconf
 from dra_driver.aclserver import codes
 from dra_driver.client import acl
-from dra_driver.testing import aclservers
+from flexnpu_testing import aclservers
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ Usage::
         api = kubernetes.client.ResourceV1Api(srv.api_client())
         api.list_resource_slice(field_selector="spec.nodeName=node-1")
 
-Run standalone: ``python -m dra_driver.testing.fake_apiserver --port 6443 --kubeconfig-out kc``.
+Run standalone: ``python -m flexnpu_testing.fake_apiserver --port 6443 --kubeconfig-out kc``.
 
 Simplified on purpose: ``limit``/``continue`` page lists, but a
 continued page shows the objects after the token's key as they are now (not a snapshot); the list
@@ -44,10 +44,10 @@ The package, one module per concern (each imports only the ones above it):
 
 from __future__ import annotations
 
-from dra_driver.testing.fake_apiserver.faults import Ambiguity
-from dra_driver.testing.fake_apiserver.quantities import canonical_quantity, format_quantity, parse_quantity
-from dra_driver.testing.fake_apiserver.resources import RESOURCES, APIError, Resource
-from dra_driver.testing.fake_apiserver.server import FakeAPIServer, main
+from flexnpu_testing.fake_apiserver.faults import Ambiguity
+from flexnpu_testing.fake_apiserver.quantities import canonical_quantity, format_quantity, parse_quantity
+from flexnpu_testing.fake_apiserver.resources import RESOURCES, APIError, Resource
+from flexnpu_testing.fake_apiserver.server import FakeAPIServer, main
 
 __all__ = [
     "RESOURCES",

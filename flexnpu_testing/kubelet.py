@@ -14,7 +14,7 @@ It behaves like the kubelet's plugin watcher and DRA manager (kubelet 1.36):
 
 CLI (prints JSON)::
 
-    python -m dra_driver.testing.kubelet --registry-dir D [--driver N] [--api v1beta1] \\
+    python -m flexnpu_testing.kubelet --registry-dir D [--driver N] [--api v1beta1] \\
         prepare|unprepare|info --claim ns/name/uid ...
 """
 
@@ -295,7 +295,7 @@ def parse_claim(text: str) -> ClaimRef:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m dra_driver.testing.kubelet", description=__doc__.splitlines()[0]
+        prog="python -m flexnpu_testing.kubelet", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--registry-dir", type=Path, required=True, help="kubelet plugin registry directory")
     parser.add_argument("--driver", default="npu.flexnpu.io", help="DRA driver name (default npu.flexnpu.io)")

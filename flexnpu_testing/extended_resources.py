@@ -31,7 +31,6 @@ Usage::
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -40,9 +39,11 @@ import kubernetes.client
 from kubernetes.client.exceptions import ApiException
 
 from dra_driver.claims import ClaimRef
+from flexnpu_testing.fake_apiserver.quantities import parse_quantity
+from flexnpu_testing.fake_apiserver.validation import is_extended_resource_name, validate_device_class
 
 if TYPE_CHECKING:
-    from dra_driver.testing.scheduler import SchedulerSim
+    from flexnpu_testing.scheduler import SchedulerSim
 
 __all__ = [
     "CLAIM_ANNOTATION",
@@ -50,6 +51,7 @@ __all__ = [
     "ExtendedClaim",
     "build_claim",
     "class_by_resource",
+    "is_extended_resource_name",
     "pod_claim_refs",
     "schedule_pod",
     "validate_device_class",
@@ -58,9 +60,6 @@ __all__ = [
 Obj = dict[str, Any]
 CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
 IMPLICIT_PREFIX = "deviceclass.resource.kubernetes.io/"
-REQUESTS_PREFIX = "requests."
-_QUALIFIED_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,35 +71,6 @@ class ExtendedClaim:
 
 
 # ---- pure
-
-
-def is_extended_resource_name(name: str) -> bool:
-    """``IsExtendedResourceName`` of the Kubernetes validation: domain-prefixed, not native, quota-name valid."""
-    if "/" not in name or "kubernetes.io/" in name or name.startswith(REQUESTS_PREFIX):
-        return False
-    domain, _, ident = (REQUESTS_PREFIX + name).rpartition("/")
-    return (
-        len(domain) <= 253
-        and bool(_DNS_SUBDOMAIN.match(domain))
-        and 0 < len(ident) <= 63
-        and bool(_QUALIFIED_PART.match(ident))
-    )
-
-
-def validate_device_class(obj: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """Field errors of a DeviceClass's ``spec.extendedResourceName`` (the fake API server calls this)."""
-    name = (obj.get("spec") or {}).get("extendedResourceName")
-    if name is None:
-        return []
-    if not isinstance(name, str) or not is_extended_resource_name(name):
-        return [
-            (
-                "spec.extendedResourceName",
-                f'Invalid value: "{name}": must be an extended resource name: a domain-prefixed path '
-                "such as example.com/npu, outside the kubernetes.io domain",
-            )
-        ]
-    return []
 
 
 def class_by_resource(classes: Iterable[Mapping[str, Any]]) -> dict[str, str]:
@@ -127,8 +97,6 @@ def class_by_resource(classes: Iterable[Mapping[str, Any]]) -> dict[str, str]:
 
 
 def _count(value: object, where: str) -> int:
-    from dra_driver.testing.fake_apiserver import parse_quantity
-
     amount, _ = parse_quantity(value)
     if amount.denominator != 1 or amount < 0:
         raise ValueError(f"{where}: extended resource quantity {value!r} must be a whole number")

@@ -22,10 +22,10 @@ from dra_driver.aclserver import protocol
 from dra_driver.daemon import processes, shmfs
 from dra_driver.daemon.client import DaemonClient
 from dra_driver.daemon.model import RegisterRequest, Share
-from dra_driver.testing import inventories
-from dra_driver.testing.waiting import wait_for
+from flexnpu_testing import inventories
+from flexnpu_testing.waiting import wait_for
 
-REPO = Path(__file__).resolve().parents[2]  # dra_driver/testing/daemon.py
+REPO = Path(__file__).resolve().parents[1]  # flexnpu_testing/daemon.py
 ACLSERVER_MAIN = REPO / "dra_driver" / "aclserver" / "main.py"
 FAKE = Path(__file__).with_name("fake_aclserver.py")
 FAKE_COMMAND = f"{sys.executable} {FAKE}"

@@ -1,7 +1,7 @@
 """The emulated device root, for tests: the production code is ``dra_driver/devroot.py``.
 
-Kept so that ``from dra_driver.testing.devroot import build_device_root`` and
-``python3 -m dra_driver.testing.devroot INVENTORY_FILE DEVICE_ROOT`` keep working.
+Kept so that ``from flexnpu_testing.devroot import build_device_root`` and
+``python3 -m flexnpu_testing.devroot INVENTORY_FILE DEVICE_ROOT`` keep working.
 """
 
 from __future__ import annotations

@@ -71,7 +71,7 @@ REQUIRED_APPLETS = (
 _MIN_VERSION = (4, 1)
 
 _CONTAINERS_CONF = """\
-# Written by dra_driver.testing.podman: the working recipe above.
+# Written by flexnpu_testing.podman: the working recipe above.
 [containers]
 default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]
 

@@ -14,7 +14,7 @@ class WaitTimeout(AssertionError):
 
 
 def wait_for(
-    cond: Callable[[], T], *, what: str = "condition", timeout: float = 15.0, interval: float = 0.01
+    cond: Callable[[], T], *, what: str = "condition", timeout: float = 20.0, interval: float = 0.02
 ) -> T:
     """Poll ``cond`` until it returns something truthy (and return it), or raise :class:`WaitTimeout`."""
     deadline = time.monotonic() + timeout

@@ -6,7 +6,7 @@ import copy
 import json
 from typing import Any
 
-from dra_driver.testing.fake_apiserver.resources import APIError, bad_request
+from flexnpu_testing.fake_apiserver.resources import APIError, bad_request
 
 # Strategic-merge-patch metadata (the patchStrategy/patchMergeKey struct tags of the Go types).
 # ResourceClaim status.devices has listType=map but NO patchStrategy tag, so a real apiserver

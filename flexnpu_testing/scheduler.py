@@ -56,7 +56,7 @@ from typing import Any
 import kubernetes.client
 from kubernetes.client.exceptions import ApiException
 
-from dra_driver.testing.fake_apiserver import format_quantity, parse_quantity
+from flexnpu_testing.fake_apiserver.quantities import format_quantity, parse_quantity
 
 __all__ = ["SchedulerSim", "Unschedulable"]
 
@@ -289,8 +289,8 @@ class SchedulerSim:
         return self._client
 
     def schedule_pod(self, namespace: str, pod_name: str, node_name: str) -> dict[str, Any] | None:
-        """A pod's extended-resource requests (KEP-5004): see ``dra_driver/testing/extended_resources.py``."""
-        from dra_driver.testing import extended_resources
+        """A pod's extended-resource requests (KEP-5004): see ``flexnpu_testing/extended_resources.py``."""
+        from flexnpu_testing import extended_resources
 
         return extended_resources.schedule_pod(self, namespace, pod_name, node_name)
 

@@ -37,6 +37,7 @@ from dra_driver import templates
 from dra_driver.devices import Die, Inventory
 from dra_driver.discovery import emulated, npu_smi
 from dra_driver.vnpu.emulated import CONTAINER_MODE, HdkError, HdkState
+from flexnpu_testing import REPO
 
 __all__ = ["calls", "inject", "install", "main", "set_in_use"]
 
@@ -63,7 +64,8 @@ def install(
     (home / "config.json").write_text(json.dumps(config))
     exe = home / "npu-smi"
     exe.write_text(
-        f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m dra_driver.testing.fake_npu_smi {shlex.quote(str(home))} "$@"\n'
+        f"#!/bin/sh\nexec env PYTHONPATH={shlex.quote(str(REPO))}${{PYTHONPATH:+:$PYTHONPATH}}"
+        f' {shlex.quote(sys.executable)} -m flexnpu_testing.fake_npu_smi {shlex.quote(str(home))} "$@"\n'
     )
     exe.chmod(0o755)
     return exe
@@ -111,7 +113,7 @@ def calls(home: Path) -> list[list[str]]:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args:
-        sys.stderr.write("usage: python -m dra_driver.testing.fake_npu_smi HOME ARGS...\n")
+        sys.stderr.write("usage: python -m flexnpu_testing.fake_npu_smi HOME ARGS...\n")
         return 2
     home, cmd = Path(args[0]), args[1:]
     with (home / "calls.log").open("a") as log:

@@ -1,6 +1,6 @@
 """The HTTP face: routing, discovery documents, JSON bodies, chunked watch streams.
 
-Maps REST paths and verbs onto :class:`~dra_driver.testing.fake_apiserver.store.Store` and
+Maps REST paths and verbs onto :class:`~flexnpu_testing.fake_apiserver.store.Store` and
 answers every failure with a ``Status`` body, as a real apiserver does.
 """
 
@@ -19,9 +19,9 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import yaml
 
-from dra_driver.testing.fake_apiserver import faults
-from dra_driver.testing.fake_apiserver.patch import json_patch, merge_patch, strategic_merge_patch
-from dra_driver.testing.fake_apiserver.resources import (
+from flexnpu_testing.fake_apiserver import faults
+from flexnpu_testing.fake_apiserver.patch import json_patch, merge_patch, strategic_merge_patch
+from flexnpu_testing.fake_apiserver.resources import (
     BY_PATH,
     RESOURCES,
     APIError,
@@ -31,10 +31,10 @@ from dra_driver.testing.fake_apiserver.resources import (
     details_of,
     invalid,
 )
-from dra_driver.testing.fake_apiserver.selectors import Selector, parse_field_selector, parse_label_selector
+from flexnpu_testing.fake_apiserver.selectors import Selector, parse_field_selector, parse_label_selector
 
 if TYPE_CHECKING:
-    from dra_driver.testing.fake_apiserver.server import FakeAPIServer
+    from flexnpu_testing.fake_apiserver.server import FakeAPIServer
 
 BOOKMARK_INTERVAL_S = 1.0
 DEFAULT_WATCH_TIMEOUT_S = 1800.0

@@ -1,4 +1,4 @@
-"""``flexnpu-dra demo``: a local node with emulated NPUs walks claims through their lifecycle.
+"""The demo (``scripts/demo.sh``, ``python -m flexnpu_testing.demo``): a local node with emulated NPUs walks claims through their lifecycle.
 
 Everything is real except the control plane: a fake Kubernetes API server (speaking the real
 REST/watch protocol), a scheduler stand-in that writes allocations like kube-scheduler, and a
@@ -6,8 +6,8 @@ kubelet simulator that registers the plugin and calls it over the real gRPC sock
 process runs as a real subprocess, exactly as the DaemonSet runs it. The demo checks each step,
 exits non-zero if one fails, and leaves no files or processes behind.
 
-It lives with the test doubles it drives (``dra_driver/testing/``), outside the production import
-graph; ``kubeletplugin/cli.py`` imports it only for the ``demo`` subcommand.
+It lives with the test doubles it drives (``flexnpu_testing/``), outside the production import
+graph and every wheel; ``flexnpu-dra demo`` only prints how to run it from a clone.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def _step(title: str) -> None:
 
 
 def _wait(what: str, cond: Callable[[], Any], timeout: float = 20.0) -> Any:
-    from dra_driver.testing.waiting import WaitTimeout, wait_for
+    from flexnpu_testing.waiting import WaitTimeout, wait_for
 
     try:
         return wait_for(cond, what=what, timeout=timeout, interval=0.05)
@@ -128,9 +128,9 @@ def run(*, keep: bool = False) -> int:
     from kubernetes import client
 
     from dra_driver import discovery
-    from dra_driver.testing import clibrary
-    from dra_driver.testing.devroot import build_device_root
-    from dra_driver.testing.fake_apiserver import FakeAPIServer
+    from flexnpu_testing import clibrary
+    from flexnpu_testing.devroot import build_device_root
+    from flexnpu_testing.fake_apiserver import FakeAPIServer
 
     tmp = Path(tempfile.mkdtemp(prefix="flexnpu-demo-", dir="/tmp"))
     dirs = {k: tmp / k for k in ("registry", "plugins", "state", "run", "cdi", "root")}
@@ -219,8 +219,8 @@ def run(*, keep: bool = False) -> int:
 def _walk(
     api: Any, resource: Any, dirs: dict[str, Path], proc: subprocess.Popen[bytes], env: dict[str, str]
 ) -> None:
-    from dra_driver.testing.kubelet import KubeletSimulator
-    from dra_driver.testing.scheduler import SchedulerSim
+    from flexnpu_testing.kubelet import KubeletSimulator
+    from flexnpu_testing.scheduler import SchedulerSim
 
     kubelet = KubeletSimulator(dirs["registry"])
     handle = kubelet.wait_for_plugin(DEFAULT_DRIVER_NAME, timeout=30)
@@ -456,7 +456,7 @@ def _c_client_walk(spec: dict[str, Any], host_conf: Any, work: Path) -> None:
     ``LD_PRELOAD`` of the same mounted file does what that mount does.
     """
     from dra_driver import clientconf, interposition
-    from dra_driver.testing import clibrary
+    from flexnpu_testing import clibrary
 
     _step(
         "an unmodified C ACL program (built against a stub libascendcl) uses the vNPU through the injected shim"
@@ -508,3 +508,18 @@ def _c_client_walk(spec: dict[str, Any], host_conf: Any, work: Path) -> None:
     _check(
         res.returncode == 0, "every check of the C program passed (memcpy both ways through the data link)"
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m flexnpu_testing.demo [--keep]`` from the repository's root."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m flexnpu_testing.demo", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory for inspection")
+    return run(keep=parser.parse_args(argv).keep)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

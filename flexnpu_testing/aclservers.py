@@ -29,7 +29,7 @@ from dra_driver.aclserver.spec import AclServerSpec, ReadyInfo, ShareSpec
 from dra_driver.client.session import Session
 from dra_driver.clientconf import ClientConf, Endpoints, ShareInfo
 from dra_driver.daemon import shmfs
-from dra_driver.testing.waiting import wait_for
+from flexnpu_testing.waiting import wait_for
 
 __all__ = [
     "RunningAclServer",

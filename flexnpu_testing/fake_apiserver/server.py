@@ -17,10 +17,10 @@ from typing import Any
 import kubernetes.client
 import yaml
 
-from dra_driver.testing.fake_apiserver import faults
-from dra_driver.testing.fake_apiserver.http import HTTPServer
-from dra_driver.testing.fake_apiserver.resources import BY_KEY, RESOURCES, APIError, Resource
-from dra_driver.testing.fake_apiserver.store import Store
+from flexnpu_testing.fake_apiserver import faults
+from flexnpu_testing.fake_apiserver.http import HTTPServer
+from flexnpu_testing.fake_apiserver.resources import BY_KEY, RESOURCES, APIError, Resource
+from flexnpu_testing.fake_apiserver.store import Store
 
 
 class FakeAPIServer:
@@ -217,7 +217,7 @@ class FakeAPIServer:
 def main(argv: list[str] | None = None) -> int:
     """Run the fake apiserver until SIGTERM/SIGINT."""
     parser = argparse.ArgumentParser(
-        prog="python -m dra_driver.testing.fake_apiserver",
+        prog="python -m flexnpu_testing.fake_apiserver",
         description="An in-process fake Kubernetes API server that speaks the real REST and watch protocol.",
     )
     parser.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")

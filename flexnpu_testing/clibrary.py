@@ -7,7 +7,7 @@ compiler (warnings are errors) into a cache directory keyed by the source, the f
 library, and returns the executable. ``install_elf()`` and ``install_python()`` copy a host
 executable with the dynamic loader and shared libraries it needs (as ``ldd`` resolves them)
 into a container rootfs, so a dynamically linked program runs in the busybox rootfs of
-``dra_driver/testing/podman.py``. Nothing here is used by the driver itself.
+``flexnpu_testing/podman.py``. Nothing here is used by the driver itself.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ __all__ = [
     "library_path",
 ]
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 LIBRARY_DIR = REPO / "libascendcl"
 _BUILD = LIBRARY_DIR / "build"
 _WARNINGS = ("-std=c11", "-D_GNU_SOURCE", "-O2", "-Wall", "-Wextra", "-Werror")

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-from dra_driver.testing.fake_apiserver.quantities import canonical_quantity, parse_quantity
-from dra_driver.testing.fake_apiserver.resources import Obj, Resource, bad_request
-from dra_driver.testing.fake_apiserver.selectors import LABEL_KEY
+from flexnpu_testing.fake_apiserver.quantities import canonical_quantity, parse_quantity
+from flexnpu_testing.fake_apiserver.resources import Obj, Resource, bad_request
+from flexnpu_testing.fake_apiserver.selectors import LABEL_KEY
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -120,8 +120,6 @@ def validate(res: Resource, obj: Obj, old: Obj | None) -> list[tuple[str, str]]:
     elif res.kind == "ResourceClaim":
         causes += _validate_claim(obj, old)
     elif res.kind == "DeviceClass":
-        from dra_driver.testing.extended_resources import validate_device_class
-
         causes += validate_device_class(obj)
     return causes
 
@@ -428,3 +426,39 @@ def _validate_claim(obj: Obj, old: Obj | None) -> list[tuple[str, str]]:
         if len(json.dumps(dev.get("data"))) > 10 * 1024:
             causes.append((f"status.devices[{i}].data", "Too long: must have at most 10240 bytes"))
     return causes
+
+
+# --- DeviceClass (DRAExtendedResource) ----------------------------------------------------
+
+REQUESTS_PREFIX = "requests."
+_QUALIFIED_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def is_extended_resource_name(name: str) -> bool:
+    """``IsExtendedResourceName`` of the Kubernetes validation: domain-prefixed, not native, quota-name valid."""
+    if "/" not in name or "kubernetes.io/" in name or name.startswith(REQUESTS_PREFIX):
+        return False
+    domain, _, ident = (REQUESTS_PREFIX + name).rpartition("/")
+    return (
+        len(domain) <= 253
+        and bool(_DNS_SUBDOMAIN.match(domain))
+        and 0 < len(ident) <= 63
+        and bool(_QUALIFIED_PART.match(ident))
+    )
+
+
+def validate_device_class(obj: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Field errors of a DeviceClass's ``spec.extendedResourceName`` (the fake API server calls this)."""
+    name = (obj.get("spec") or {}).get("extendedResourceName")
+    if name is None:
+        return []
+    if not isinstance(name, str) or not is_extended_resource_name(name):
+        return [
+            (
+                "spec.extendedResourceName",
+                f'Invalid value: "{name}": must be an extended resource name: a domain-prefixed path '
+                "such as example.com/npu, outside the kubernetes.io domain",
+            )
+        ]
+    return []

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from dra_driver.testing.fake_apiserver.patch import (
+from flexnpu_testing.fake_apiserver.patch import (
     FieldPath,
     path_get,
     path_remove,
@@ -28,7 +28,7 @@ from dra_driver.testing.fake_apiserver.patch import (
     ssa_field_paths,
     ssa_merge,
 )
-from dra_driver.testing.fake_apiserver.resources import (
+from flexnpu_testing.fake_apiserver.resources import (
     BY_KEY,
     RESOURCES,
     APIError,
@@ -40,8 +40,8 @@ from dra_driver.testing.fake_apiserver.resources import (
     invalid,
     not_found,
 )
-from dra_driver.testing.fake_apiserver.selectors import Selector
-from dra_driver.testing.fake_apiserver.validation import canonicalize_quantities, drop_partitionable, validate
+from flexnpu_testing.fake_apiserver.selectors import Selector
+from flexnpu_testing.fake_apiserver.validation import canonicalize_quantities, drop_partitionable, validate
 
 GENERATE_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # k8s.io/apimachinery utilrand
 GENERATE_NAME_MAX_BASE = 58
