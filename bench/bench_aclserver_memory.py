@@ -13,7 +13,7 @@ import time
 
 from _aclbench import med, p99, workdir
 
-from dra_driver.client import Session
+from flexnpu_client import Session
 from flexnpu_testing import aclservers
 
 

@@ -18,10 +18,10 @@ from typing import Any
 
 from dra_driver import sharing
 from dra_driver.claims import ClaimRef
-from dra_driver.daemon.model import Share
 from dra_driver.devices import Die, DieMode, Inventory
 from dra_driver.errors import ErrorCode, InvalidInput, StateError, quote
 from dra_driver.vnpu.render import HardVnpu
+from flexnpu_wire.shares import Share
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,9 +28,9 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from dra_driver.aclserver.codes import Policy
 from dra_driver.devices import MIB
 from dra_driver.errors import ErrorCode, InvalidInput, quote
+from flexnpu_wire.codes import Policy
 
 __all__ = [
     "API_VERSION",

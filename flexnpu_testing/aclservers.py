@@ -23,13 +23,14 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dra_driver.aclserver import spec as spec_mod
-from dra_driver.aclserver.codes import Policy
-from dra_driver.aclserver.spec import AclServerSpec, ReadyInfo, ShareSpec
-from dra_driver.client.session import Session
-from dra_driver.clientconf import ClientConf, Endpoints, ShareInfo
+from dra_driver import wirefiles
 from dra_driver.daemon import shmfs
+from flexnpu_client.session import Session
 from flexnpu_testing.waiting import wait_for
+from flexnpu_wire import launch
+from flexnpu_wire.clientconf import ClientConf, Endpoints, ShareInfo
+from flexnpu_wire.codes import Policy
+from flexnpu_wire.launch import AclServerSpec, ReadyInfo, ShareSpec
 
 __all__ = [
     "RunningAclServer",
@@ -64,10 +65,10 @@ def make_spec(
     claim_uid: str | None = None,
     max_frame_bytes: int = 1 << 20,
     staging_bytes: int = 4 << 20,
-    auth_timeout_ms: int = spec_mod.DEFAULT_AUTH_TIMEOUT_MS,
-    max_sessions: int = spec_mod.DEFAULT_MAX_SESSIONS,
-    max_connections: int = spec_mod.DEFAULT_MAX_CONNECTIONS,
-    max_shares_per_die: int = spec_mod.DEFAULT_MAX_SHARES_PER_DIE,
+    auth_timeout_ms: int = launch.DEFAULT_AUTH_TIMEOUT_MS,
+    max_sessions: int = launch.DEFAULT_MAX_SESSIONS,
+    max_connections: int = launch.DEFAULT_MAX_CONNECTIONS,
+    max_shares_per_die: int = launch.DEFAULT_MAX_SHARES_PER_DIE,
 ) -> AclServerSpec:
     """A spec with fresh paths: shm dir /dev/shm/fnpu-t-<hex>, files in ``work_dir``."""
     uid = claim_uid or str(uuid.uuid4())
@@ -145,7 +146,7 @@ def start_aclserver(
             resource.setrlimit(resource.RLIMIT_NOFILE, (nofile_limit, nofile_limit))
 
     spec_path = work_dir / f"{spec.claim_uid}.spec.json"
-    spec_path.write_text(spec_mod.render_spec(spec))
+    spec_path.write_text(launch.render_spec(spec))
     spec_path.chmod(0o600)
     stderr_path = work_dir / f"{spec.claim_uid}.stderr"
     with stderr_path.open("wb") as err:
@@ -160,7 +161,7 @@ def start_aclserver(
     deadline = time.monotonic() + timeout
     while True:
         with contextlib.suppress(OSError):
-            ready = spec_mod.load_ready(spec.ready_file)
+            ready = wirefiles.load_ready(spec.ready_file)
             return RunningAclServer(spec, spec_path, proc, ready, stderr_path)
         if proc.poll() is not None:
             raise RuntimeError(f"aclserver exited with {proc.returncode}: {stderr_path.read_text()}")

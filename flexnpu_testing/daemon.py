@@ -18,12 +18,13 @@ import tempfile
 from pathlib import Path
 from typing import TypeVar
 
-from dra_driver.aclserver import protocol
 from dra_driver.daemon import processes, shmfs
-from dra_driver.daemon.client import DaemonClient
-from dra_driver.daemon.model import RegisterRequest, Share
+from dra_driver.daemon_api.client import DaemonClient
+from dra_driver.daemon_api.values import RegisterRequest
 from flexnpu_testing import inventories
 from flexnpu_testing.waiting import wait_for
+from flexnpu_wire import framing as protocol
+from flexnpu_wire.shares import Share
 
 REPO = Path(__file__).resolve().parents[1]  # flexnpu_testing/daemon.py
 ACLSERVER_MAIN = REPO / "dra_driver" / "aclserver" / "main.py"

@@ -89,7 +89,7 @@ def _node_process(env: dict[str, str], log_file: Path) -> Iterator[subprocess.Po
 def _daemon_process(
     env: dict[str, str], dirs: dict[str, Path], shm_root: Path, log_file: Path
 ) -> Iterator[None]:
-    from dra_driver.daemon.client import DaemonClient
+    from dra_driver.daemon_api.client import DaemonClient
 
     sock = dirs["run"] / "daemon.sock"
     argv = [
@@ -311,9 +311,9 @@ def _soft_walk(
     import dataclasses
 
     from dra_driver import clientconf
-    from dra_driver.aclserver.codes import ACL_ERROR_RT_MEMORY_ALLOCATION
-    from dra_driver.client.errors import AclError
-    from dra_driver.client.session import Session
+    from flexnpu_client.errors import AclError
+    from flexnpu_client.session import Session
+    from flexnpu_wire.codes import ACL_ERROR_RT_MEMORY_ALLOCATION
 
     _step("a pod's ResourceClaim for a vNPU share (vnpu.flexnpu.io): 1 GiB and 25 % of a die, policy fixed")
     claim_body = {

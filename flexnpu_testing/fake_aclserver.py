@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 
-from dra_driver.aclserver import protocol
+from flexnpu_wire import framing as protocol
 
 
 def main() -> int:

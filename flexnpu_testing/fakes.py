@@ -16,7 +16,7 @@ from typing import Any
 
 from dra_driver.checkpoint import Checkpoint, ClaimEntry, ClaimLocks, Mutation
 from dra_driver.claims import ClaimRef
-from dra_driver.daemon.model import (
+from dra_driver.daemon_api.values import (
     Endpoints,
     EntityInfo,
     EntityState,

@@ -10,6 +10,7 @@ prepared claims are not touched, so a restart or rolling update is seamless.
 
 from __future__ import annotations
 
+import functools
 import logging
 import signal
 import threading
@@ -21,10 +22,12 @@ from controller.kube import Kube
 from controller.publisher import SlicePublisher
 from controller.status import ClaimStatusWriter
 from dra_driver import cdi, discovery, liveness, logs, netlink, slices, sweep, usage_metrics, vnpu
+from dra_driver.aclserver import ledger
 from dra_driver.checkpoint import CheckpointStore
 from dra_driver.claims import DeviceHealthReport
 from dra_driver.config import Config
-from dra_driver.daemon.client import DaemonClient
+from dra_driver.daemon_api.client import DaemonClient
+from dra_driver.daemon_api.values import LEDGER_DIR_NAME
 from dra_driver.devices import DieMode, Health, Inventory
 from dra_driver.errors import FlexNPUError
 from dra_driver.telemetry import Telemetry
@@ -197,7 +200,7 @@ class NodeProcess(NodeCore):
                     node_name=cfg.node_name,
                     driver_name=cfg.driver_name,
                     max_shares_per_die=cfg.max_shares_per_die,
-                    shm_dir=cfg.paths.shm_dir,
+                    ledger=functools.partial(ledger.read_entries, str(cfg.paths.shm_dir / LEDGER_DIR_NAME)),
                 )
             )
         self._threads: list[threading.Thread] = []

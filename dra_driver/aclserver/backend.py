@@ -24,10 +24,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from dra_driver.aclserver import codes
-from dra_driver.aclserver.codes import Policy
 from dra_driver.aclserver.ledger import DieLedger
-from dra_driver.aclserver.spec import AclServerSpec, ShareSpec
+from flexnpu_wire import codes
+from flexnpu_wire.codes import Policy
+from flexnpu_wire.launch import AclServerSpec, ShareSpec
 
 __all__ = ["KERNEL_RESULT_BYTES", "AclFailure", "Backend", "EmulatedBackend"]
 

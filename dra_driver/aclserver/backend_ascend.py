@@ -31,11 +31,12 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from dra_driver.aclserver import codes, datalink
+from dra_driver.aclserver import datalink
 from dra_driver.aclserver.backend import KERNEL_RESULT_BYTES, AclFailure, register_shares
-from dra_driver.aclserver.datalink import HOST_TAG
 from dra_driver.aclserver.ledger import DieLedger
-from dra_driver.aclserver.spec import AclServerSpec, ShareSpec
+from flexnpu_wire import codes
+from flexnpu_wire.datalink import HOST_TAG, split_host_ptr
+from flexnpu_wire.launch import AclServerSpec, ShareSpec
 
 __all__ = ["DEFAULT_LIBRARY", "AscendBackend", "AscendRuntime"]
 
@@ -259,11 +260,11 @@ class AscendBackend:
                 return
             buf = memoryview(bytearray(count))
             if src_region is not None:
-                src_region.read_into(datalink.split_host_ptr(src)[1], buf)
+                src_region.read_into(split_host_ptr(src)[1], buf)
             else:
                 self.copy_from_device(src, buf, owner=owner)
             if dst_region is not None:
-                dst_region.write_from(datalink.split_host_ptr(dst)[1], buf)
+                dst_region.write_from(split_host_ptr(dst)[1], buf)
             else:
                 self.copy_to_device(dst, buf, owner=owner)
         except OSError as exc:  # the client truncated or broke its own region file

@@ -20,11 +20,20 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from dra_driver.aclserver import codes, datalink, protocol, scheduling
+from dra_driver.aclserver import datalink, scheduling
 from dra_driver.aclserver.backend import KERNEL_RESULT_BYTES, AclFailure, Backend
-from dra_driver.aclserver.protocol import Op
-from dra_driver.aclserver.spec import AclServerSpec
-from flexnpu_wire import ops
+from flexnpu_wire import codes, ops
+from flexnpu_wire import framing as protocol
+from flexnpu_wire.datalink import (
+    OFFSET_BITS,
+    STAGING_REGION,
+    host_ptr,
+    is_host_ptr,
+    region_name,
+    split_host_ptr,
+)
+from flexnpu_wire.framing import Op
+from flexnpu_wire.launch import AclServerSpec
 
 __all__ = ["MAX_KERNEL_US", "Claim", "Session", "SessionRefused"]
 
@@ -353,7 +362,7 @@ class Session:
             )
         if kind not in _MEMCPY_KINDS:
             raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, f"unknown memcpy kind {kind}")
-        src_host, dst_host = datalink.is_host_ptr(src), datalink.is_host_ptr(dst)
+        src_host, dst_host = is_host_ptr(src), is_host_ptr(dst)
         expected = {
             codes.MemcpyKind.HOST_TO_HOST: (True, True),
             codes.MemcpyKind.HOST_TO_DEVICE: (True, False),
@@ -378,14 +387,14 @@ class Session:
         try:
             if src_region is not None and dst_region is not None:
                 buf = memoryview(bytearray(count))
-                src_region.read_into(datalink.split_host_ptr(src)[1], buf)
-                dst_region.write_from(datalink.split_host_ptr(dst)[1], buf)
+                src_region.read_into(split_host_ptr(src)[1], buf)
+                dst_region.write_from(split_host_ptr(dst)[1], buf)
             elif src_region is not None:
                 assert dst_view is not None
-                src_region.read_into(datalink.split_host_ptr(src)[1], dst_view)
+                src_region.read_into(split_host_ptr(src)[1], dst_view)
             elif dst_region is not None:
                 assert src_view is not None
-                dst_region.write_from(datalink.split_host_ptr(dst)[1], src_view)
+                dst_region.write_from(split_host_ptr(dst)[1], src_view)
             else:
                 assert dst_view is not None and src_view is not None
                 dst_view[:] = src_view
@@ -399,7 +408,7 @@ class Session:
     def _malloc_host(self, size: int) -> tuple[int, int, str]:
         if size <= 0:
             raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, f"malloc_host size must be positive, got {size}")
-        if size >= 1 << datalink.OFFSET_BITS:
+        if size >= 1 << OFFSET_BITS:
             raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, f"malloc_host size {size} is too large")
         rounded = -(-size // _PAGE) * _PAGE
         # Host buffers live in the claim's shm dir: bound them, across every session of the
@@ -417,11 +426,11 @@ class Session:
                 codes.ACL_ERROR_BAD_ALLOC, f"cannot create a host buffer of {size} bytes: {exc}"
             ) from exc
         self._next_region += 1
-        return datalink.host_ptr(region.region_id), rounded, region.name
+        return host_ptr(region.region_id), rounded, region.name
 
     def _free_host(self, ints: tuple[int, ...]) -> tuple[int, ...]:
         ptr = ints[0]
-        rid, offset = datalink.split_host_ptr(ptr) if datalink.is_host_ptr(ptr) else (-1, -1)
+        rid, offset = split_host_ptr(ptr) if is_host_ptr(ptr) else (-1, -1)
         if rid <= 0 or offset != 0 or rid not in self.regions:
             raise AclFailure(
                 codes.ACL_ERROR_INVALID_PARAM, f"pointer {ptr:#x} is not a host buffer of this client"
@@ -432,11 +441,11 @@ class Session:
     def _drop_region(self, rid: int) -> None:
         region = self.regions.pop(rid)
         region.close()
-        if rid != datalink.STAGING_REGION and self.claim is not None:
+        if rid != STAGING_REGION and self.claim is not None:
             self.claim.release_host(region.size)
 
     def _host_region(self, ptr: int, count: int) -> datalink.Region:
-        rid, offset = datalink.split_host_ptr(ptr)
+        rid, offset = split_host_ptr(ptr)
         region = self.regions.get(rid)
         if region is None:
             raise AclFailure(
@@ -610,7 +619,7 @@ class Session:
             )
 
     def _new_region(self, kind: str, size: int, rid: int) -> datalink.Region:
-        name = datalink.region_name(kind, os.getpid(), next(_region_names))
+        name = region_name(kind, os.getpid(), next(_region_names))
         region = datalink.create_region(self.shm_dir, name, size, rid)
         self.regions[rid] = region
         return region

@@ -7,7 +7,7 @@
  * per thread (as in ACL); the server has one current device per connection, so a call that
  * depends on it first re-selects the calling thread's device when another thread changed it.
  *
- * Data link (dra_driver/aclserver/datalink.py): aclrtMallocHost returns the address of a
+ * Data link (client/flexnpu_wire/datalink.py): aclrtMallocHost returns the address of a
  * shared-memory region the aclserver created, so aclrtMemcpy from or to it sends only offsets
  * (zero copy); any other host memory is copied through the connection's staging region in two
  * pipelined halves, exactly as the Python client does.

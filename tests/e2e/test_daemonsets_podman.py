@@ -27,7 +27,7 @@ import pytest
 from kubernetes import client
 
 from dra_driver import clientconf, netlink
-from dra_driver.client.session import Session
+from flexnpu_client.session import Session
 from flexnpu_testing.fake_apiserver import FakeAPIServer
 from flexnpu_testing.kubelet import KubeletSimulator
 from flexnpu_testing.scheduler import SchedulerSim

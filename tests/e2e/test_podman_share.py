@@ -23,11 +23,11 @@ from typing import Any
 
 import pytest
 
-from dra_driver.aclserver import protocol
 from dra_driver.checkpoint import CheckpointStore
 from dra_driver.claims import ClaimRef
 from flexnpu_testing.podman import UNRESOLVABLE, Podman
 from flexnpu_testing.waiting import wait_for
+from flexnpu_wire import framing as protocol
 from kubeletplugin.prepare import CONTAINER_CONF, CONTAINER_SHM
 from tests.e2e.conftest import podman_unavailable
 from tests.integration.conftest import NAMESPACE, NODE, Node

@@ -35,11 +35,11 @@ from pyroute2 import IPRoute, NetNS, netns
 from pyroute2.netlink.exceptions import NetlinkError
 
 from dra_driver import clientconf, netlink
-from dra_driver.aclserver.codes import ACL_ERROR_RT_MEMORY_ALLOCATION
 from dra_driver.claims import ClaimRef
-from dra_driver.client.session import Session
-from dra_driver.clientconf import ClientConf, Endpoints
+from flexnpu_client.session import Session
 from flexnpu_testing.waiting import wait_for
+from flexnpu_wire.clientconf import ClientConf, Endpoints
+from flexnpu_wire.codes import ACL_ERROR_RT_MEMORY_ALLOCATION
 from tests.integration.conftest import NAMESPACE, NODE, REPO, Node
 
 MI = 1024 * 1024

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from dra_driver import clientconf
-from dra_driver.client import Session
 from dra_driver.daemon import shmfs
-from dra_driver.daemon.model import EntityInfo
+from dra_driver.daemon_api.values import EntityInfo
+from flexnpu_client import Session
 from flexnpu_wire.codes import Policy
 from flexnpu_wire.launch import DEFAULT_STAGING_BYTES
 from tests.integration.daemon_harness import GIB, DaemonProc, request, share, wait_for

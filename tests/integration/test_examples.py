@@ -23,8 +23,8 @@ from kubernetes import client
 
 from dra_driver import clientconf
 from dra_driver.claims import ClaimRef, ClaimResult
-from dra_driver.client import probe
-from dra_driver.client.session import Session
+from flexnpu_client import probe
+from flexnpu_client.session import Session
 from flexnpu_testing.fake_apiserver import parse_quantity
 from flexnpu_testing.scheduler import Unschedulable
 from flexnpu_testing.waiting import wait_for

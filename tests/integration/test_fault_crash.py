@@ -37,12 +37,13 @@ from dra_driver.checkpoint import (
     StatusRecord,
 )
 from dra_driver.claims import ClaimRef, ClaimResult, PreparedDevice
-from dra_driver.client.session import Session
 from dra_driver.daemon import shmfs
-from dra_driver.daemon.model import Endpoints, Share
+from dra_driver.daemon_api.values import Endpoints
 from dra_driver.devices import DieMode
+from flexnpu_client.session import Session
 from flexnpu_testing.kubelet import KubeletError, PluginHandle
 from flexnpu_testing.waiting import wait_for
+from flexnpu_wire.shares import Share
 from tests.integration.conftest import NAMESPACE, NODE, Node
 from tests.integration.lifecycle_helpers import (
     assert_clean,

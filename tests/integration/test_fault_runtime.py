@@ -24,9 +24,9 @@ import pytest
 
 from dra_driver import clientconf
 from dra_driver.claims import ClaimRef, ClaimResult
-from dra_driver.client.errors import ConnectError
-from dra_driver.client.session import Session
-from dra_driver.daemon.model import EntityInfo
+from dra_driver.daemon_api.values import EntityInfo
+from flexnpu_client.errors import ConnectError
+from flexnpu_client.session import Session
 from flexnpu_testing.kubelet import KubeletSimulator, PluginHandle
 from flexnpu_testing.waiting import wait_for
 from tests.integration.conftest import DRIVER, NAMESPACE, NODE, Node

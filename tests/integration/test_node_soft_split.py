@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 
 from dra_driver import clientconf
-from dra_driver.aclserver.codes import ACL_ERROR_RT_MEMORY_ALLOCATION
 from dra_driver.checkpoint import CheckpointStore
 from dra_driver.claims import ClaimRef
-from dra_driver.client.errors import AclError
-from dra_driver.client.session import Session
 from dra_driver.sharing import API_VERSION
+from flexnpu_client.errors import AclError
+from flexnpu_client.session import Session
 from flexnpu_testing.waiting import wait_for
+from flexnpu_wire.codes import ACL_ERROR_RT_MEMORY_ALLOCATION
 from tests.integration.conftest import DRIVER, NAMESPACE, NODE, Node
 from tests.integration.daemon_harness import ping_tcp
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from dra_driver.checkpoint import CheckpointStore
 from dra_driver.claims import ClaimRef
-from dra_driver.daemon.model import RegisterRequest
+from dra_driver.daemon_api.values import RegisterRequest
 from flexnpu_testing.waiting import wait_for
 from tests.integration.conftest import NAMESPACE, NODE, Node
 from tests.integration.daemon_harness import share

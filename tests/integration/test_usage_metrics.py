@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dra_driver import clientconf
 from dra_driver.claims import ClaimRef
-from dra_driver.client.session import Session
+from flexnpu_client.session import Session
 from flexnpu_testing.waiting import wait_for
 from tests.integration.conftest import NAMESPACE, NODE, Node
 from tests.integration.lifecycle_helpers import pod_ref, share_request

@@ -21,10 +21,7 @@ import pytest
 from dra_driver import cdi, clientconf, files
 from dra_driver.checkpoint import ClaimState, EffectKind
 from dra_driver.claims import CALL_DEADLINE, ClaimRef
-from dra_driver.daemon.model import (
-    RegisterRequest,
-    RegisterResult,
-)
+from dra_driver.daemon_api.values import RegisterRequest, RegisterResult
 from dra_driver.devices import Die, Inventory
 from dra_driver.errors import InvalidInput, StateError, Unavailable
 from flexnpu_testing import devroot

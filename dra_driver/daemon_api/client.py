@@ -6,7 +6,7 @@ Usage::
         result = daemon.register(RegisterRequest(claim_uid=..., token=..., shares=(...)))
         daemon.unregister(claim_uid)
 
-Returns :mod:`dra_driver.daemon.model` dataclasses and raises only :mod:`dra_driver.errors`:
+Returns :mod:`dra_driver.daemon_api.values` dataclasses and raises only :mod:`dra_driver.errors`:
 an unreachable daemon (or a deadline) → :class:`Unavailable` with code ``DaemonUnavailable``;
 ``INVALID_ARGUMENT`` → :class:`InvalidInput`; ``FAILED_PRECONDITION`` → :class:`StateError`;
 anything else → :class:`FlexNPUError`. The daemon's error code, claim and field are kept.
@@ -23,8 +23,8 @@ import grpc
 
 from api_protos.gen import flexnpu_daemon_pb2 as pb
 from api_protos.gen import flexnpu_daemon_pb2_grpc as pb_grpc
-from dra_driver.daemon import wire
-from dra_driver.daemon.model import EntityInfo, HealthInfo, RegisterRequest, RegisterResult
+from dra_driver.daemon_api import wire
+from dra_driver.daemon_api.values import EntityInfo, HealthInfo, RegisterRequest, RegisterResult
 from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput, StateError, Unavailable
 
 __all__ = ["DEFAULT_SOCKET", "DaemonClient", "error_from_rpc"]

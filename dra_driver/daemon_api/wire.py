@@ -1,4 +1,4 @@
-"""Conversion between the daemon's protobuf messages and :mod:`dra_driver.daemon.model`.
+"""Conversion between the daemon's protobuf messages and :mod:`dra_driver.daemon_api.values`.
 
 The only module (with ``service`` and ``client``) that sees generated types; both sides of
 the API convert here so the rest of the code works with plain dataclasses.
@@ -7,16 +7,16 @@ the API convert here so the rest of the code works with plain dataclasses.
 from __future__ import annotations
 
 from api_protos.gen import flexnpu_daemon_pb2 as pb
-from dra_driver.daemon.model import (
+from dra_driver.daemon_api.values import (
     Endpoints,
     EntityInfo,
     EntityState,
     HealthInfo,
     RegisterRequest,
     RegisterResult,
-    Share,
     ShareUsage,
 )
+from flexnpu_wire.shares import Share
 
 #: Trailing metadata keys of a failed call: the driver error's code, claim UID, field and bare message.
 MD_CODE = "flexnpu-error-code"
