@@ -38,7 +38,7 @@ if str(REPO) not in sys.path:
 
 from _node import cluster, ms, pct  # noqa: E402
 
-from dra_driver.claims import ClaimRef  # noqa: E402
+from dra_kubeletplugin.claims import ClaimRef  # noqa: E402
 from tests.integration.conftest import (  # noqa: E402
     NAMESPACE,
     NODE,

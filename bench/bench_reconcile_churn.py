@@ -45,7 +45,7 @@ if str(REPO) not in sys.path:
 from kubernetes import client  # noqa: E402
 
 from dra_driver import netlink  # noqa: E402
-from dra_driver.claims import ClaimRef  # noqa: E402
+from dra_kubeletplugin.claims import ClaimRef  # noqa: E402
 from flexnpu_testing.fake_apiserver import FakeAPIServer  # noqa: E402
 from flexnpu_testing.waiting import wait_for  # noqa: E402
 from tests.integration.conftest import DRIVER, NAMESPACE, NODE, WHOLE_CEL, Node, make_node  # noqa: E402

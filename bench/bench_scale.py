@@ -45,7 +45,7 @@ if str(REPO) not in sys.path:
 
 from _node import cluster, pct  # noqa: E402
 
-from dra_driver.claims import ClaimRef  # noqa: E402
+from dra_kubeletplugin.claims import ClaimRef  # noqa: E402
 from flexnpu_testing.waiting import wait_for  # noqa: E402
 from tests.integration.conftest import NAMESPACE, NODE, Node  # noqa: E402
 

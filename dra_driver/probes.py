@@ -22,14 +22,14 @@ from collections.abc import Mapping, Sequence
 
 import grpc
 
-from api_protos.gen import (
+from dra_driver import config
+from dra_driver.errors import FlexNPUError
+from dra_kubeletplugin.protos.gen import (
     dra_v1_pb2,
     dra_v1_pb2_grpc,
     pluginregistration_v1_pb2,
     pluginregistration_v1_pb2_grpc,
 )
-from dra_driver import config
-from dra_driver.errors import FlexNPUError
 
 __all__ = ["check_daemon", "check_plugin", "main"]
 

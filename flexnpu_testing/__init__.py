@@ -18,7 +18,8 @@ Modules: ``fake_apiserver/`` (a package: store, patch, selectors, validation, HT
 harness), ``fake_aclserver.py``, ``aclservers.py`` (aclserver harness), ``fakes.py`` (in-memory
 checkpoint store, daemon and status writer), ``clibrary.py`` (builds the C client and C test
 programs), ``podman.py``, ``devroot.py`` (re-exports the production ``dra_driver/devroot.py``),
-``fake_npu_smi.py``, ``inventories/``, ``waiting.py`` (the one ``wait_for``: a condition polled
+``fake_npu_smi.py``, ``toy_driver.py`` (a minimal DRA driver on the kubelet-plugin helper, as a
+process), ``inventories/``, ``waiting.py`` (the one ``wait_for``: a condition polled
 with a deadline), ``demo.py`` (``python -m flexnpu_testing.demo``).
 """
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.checkpoint import CheckpointStore
-from dra_driver.claims import ClaimRef
+from dra_kubeletplugin.claims import ClaimRef
 
 NODE = "demo-node"
 NAMESPACE = "demo"

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import kubernetes.client
 from kubernetes.client.exceptions import ApiException
 
-from dra_driver.claims import ClaimRef
+from dra_kubeletplugin.claims import ClaimRef
 from flexnpu_testing.fake_apiserver.quantities import parse_quantity
 from flexnpu_testing.fake_apiserver.validation import is_extended_resource_name, validate_device_class
 

@@ -1,7 +1,7 @@
 """In-memory fakes of the preparer's collaborators: the checkpoint store, the daemon, the status writer.
 
 They implement the same interfaces as ``dra_driver.checkpoint.CheckpointStore``,
-``dra_driver.daemon.client.DaemonClient`` and ``controller.status.StatusWriter``, with switches
+``dra_driver.daemon_api.client.DaemonClient`` and ``controller.status.StatusWriter``, with switches
 that make one call fail, so unit tests can make any recorded step of a prepare or unprepare raise
 and check what is left (``tests/unit/test_prepare.py``).
 """
@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from dra_driver.checkpoint import Checkpoint, ClaimEntry, ClaimLocks, Mutation
-from dra_driver.claims import ClaimRef
 from dra_driver.daemon_api.values import (
     Endpoints,
     EntityInfo,
@@ -25,6 +24,7 @@ from dra_driver.daemon_api.values import (
     ShareUsage,
 )
 from dra_driver.errors import ErrorCode, StateError, Unavailable
+from dra_kubeletplugin.claims import ClaimRef
 
 __all__ = ["FakeDaemon", "FakeStatus", "FakeStore"]
 

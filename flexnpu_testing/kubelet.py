@@ -33,7 +33,9 @@ from typing import Any
 
 import grpc
 
-from api_protos.gen import (
+from dra_kubeletplugin.claims import ClaimRef, DeviceHealthReport, PreparedDevice
+from dra_kubeletplugin.claims import PrepareResult as ClaimResult
+from dra_kubeletplugin.protos.gen import (
     dra_health_v1_pb2,
     dra_health_v1_pb2_grpc,
     dra_health_v1alpha1_pb2,
@@ -45,7 +47,6 @@ from api_protos.gen import (
     pluginregistration_v1_pb2,
     pluginregistration_v1_pb2_grpc,
 )
-from dra_driver.claims import ClaimRef, ClaimResult, DeviceHealthReport, PreparedDevice
 
 KUBELET_SERVICES: tuple[str, ...] = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
 KUBELET_HEALTH_SERVICES: tuple[str, ...] = ("v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth")

@@ -25,10 +25,10 @@ from typing import Any
 
 from dra_driver import cdi, checkpoint, logs, wirefiles
 from dra_driver.checkpoint import ClaimEntry, ClaimState, Effect, EffectKind, Registration, StatusRecord
-from dra_driver.claims import ClaimRef
 from dra_driver.daemon_api.values import EntityInfo, RegisterResult
 from dra_driver.errors import FlexNPUError
 from dra_driver.plan import plan_claim, resolve_shares
+from dra_kubeletplugin.claims import ClaimRef
 from kubeletplugin.prepare import Preparer
 
 log = logging.getLogger("flexnpu.adopt")

@@ -10,7 +10,7 @@ import pytest
 
 from flexnpu_testing.podman import Podman
 from tests.e2e import image
-from tests.integration.conftest import api, node_factory, short_tmp  # noqa: F401  (re-exported fixtures)
+from tests.integration.conftest import api, node_factory  # noqa: F401  (re-exported fixtures)
 
 
 def podman_unavailable(reason: str) -> None:

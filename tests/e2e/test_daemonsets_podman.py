@@ -148,7 +148,7 @@ def published(api: FakeAPIServer) -> list[dict[str, Any]]:
 
 
 def test_daemonsets_run_as_rendered_and_serve_prepares(cluster: Cluster) -> None:
-    from dra_driver.claims import ClaimRef
+    from dra_kubeletplugin.claims import ClaimRef
 
     root = cluster.node.root
     pods: list[podspec.RunningPod] = []

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from dra_driver import cdi, discovery
-from dra_driver.claims import ClaimRef
 from dra_driver.devices import Inventory
 from dra_driver.discovery import node_files
+from dra_kubeletplugin.claims import ClaimRef
 from flexnpu_testing.devroot import NULL_DEVICE, build_device_root
 from flexnpu_testing.podman import UNRESOLVABLE, Podman
 from flexnpu_testing.waiting import wait_for

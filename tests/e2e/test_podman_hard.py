@@ -10,9 +10,9 @@ from collections.abc import Callable
 
 import pytest
 
-from dra_driver.claims import ClaimRef
 from dra_driver.discovery import emulated
 from dra_driver.vnpu.emulated import EmulatedVnpus
+from dra_kubeletplugin.claims import ClaimRef
 from flexnpu_testing.podman import Podman
 from flexnpu_testing.waiting import wait_for
 from tests.e2e.test_podman_cdi import CHAR_NULL, probe_script, run_ok

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from dra_driver.checkpoint import CheckpointStore
-from dra_driver.claims import ClaimRef
+from dra_kubeletplugin.claims import ClaimRef
 from flexnpu_testing.podman import UNRESOLVABLE, Podman
 from flexnpu_testing.waiting import wait_for
 from flexnpu_wire import framing as protocol

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from dra_driver import interposition
-from dra_driver.claims import ClaimRef
+from dra_kubeletplugin.claims import ClaimRef
 from flexnpu_testing import clibrary
 from flexnpu_testing.podman import Podman
 from flexnpu_testing.waiting import wait_for

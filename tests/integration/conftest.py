@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,14 +29,6 @@ NODE = "node-a"
 NAMESPACE = "team-a"
 WHOLE_CEL = f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].mode == "whole"'
 SOFT_CEL = f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].mode == "soft"'
-
-
-@pytest.fixture
-def short_tmp() -> Iterator[Path]:
-    """A short temp dir (unix socket paths must stay under 108 bytes)."""
-    d = Path(tempfile.mkdtemp(prefix="fx", dir="/tmp"))
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture

@@ -35,7 +35,7 @@ from pyroute2 import IPRoute, NetNS, netns
 from pyroute2.netlink.exceptions import NetlinkError
 
 from dra_driver import clientconf, netlink
-from dra_driver.claims import ClaimRef
+from dra_kubeletplugin.claims import ClaimRef
 from flexnpu_client.session import Session
 from flexnpu_testing.waiting import wait_for
 from flexnpu_wire.clientconf import ClientConf, Endpoints

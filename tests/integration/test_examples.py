@@ -22,7 +22,8 @@ import yaml
 from kubernetes import client
 
 from dra_driver import clientconf
-from dra_driver.claims import ClaimRef, ClaimResult
+from dra_driver.claims import ClaimResult
+from dra_kubeletplugin.claims import ClaimRef
 from flexnpu_client import probe
 from flexnpu_client.session import Session
 from flexnpu_testing.fake_apiserver import parse_quantity

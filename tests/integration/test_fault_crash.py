@@ -36,10 +36,11 @@ from dra_driver.checkpoint import (
     Registration,
     StatusRecord,
 )
-from dra_driver.claims import ClaimRef, ClaimResult, PreparedDevice
+from dra_driver.claims import ClaimResult
 from dra_driver.daemon import shmfs
 from dra_driver.daemon_api.values import Endpoints
 from dra_driver.devices import DieMode
+from dra_kubeletplugin.claims import ClaimRef, PreparedDevice
 from flexnpu_client.session import Session
 from flexnpu_testing.kubelet import KubeletError, PluginHandle
 from flexnpu_testing.waiting import wait_for

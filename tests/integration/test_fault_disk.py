@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from dra_driver.checkpoint import CheckpointStore, ClaimState
-from dra_driver.claims import ClaimRef
+from dra_kubeletplugin.claims import ClaimRef
 from flexnpu_testing.waiting import wait_for
 from tests.integration.conftest import NAMESPACE, NODE, Node
 from tests.integration.lifecycle_helpers import (

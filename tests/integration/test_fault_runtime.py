@@ -23,8 +23,9 @@ from typing import Any
 import pytest
 
 from dra_driver import clientconf
-from dra_driver.claims import ClaimRef, ClaimResult
+from dra_driver.claims import ClaimResult
 from dra_driver.daemon_api.values import EntityInfo
+from dra_kubeletplugin.claims import ClaimRef
 from flexnpu_client.errors import ConnectError
 from flexnpu_client.session import Session
 from flexnpu_testing.kubelet import KubeletSimulator, PluginHandle

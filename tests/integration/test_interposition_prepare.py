@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from dra_driver import interposition
-from dra_driver.claims import ClaimRef
 from dra_driver.sharing import API_VERSION
+from dra_kubeletplugin.claims import ClaimRef
 from flexnpu_testing.waiting import wait_for
 from tests.integration.conftest import DRIVER, NAMESPACE, NODE, Node
 

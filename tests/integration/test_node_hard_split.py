@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 
 from dra_driver.checkpoint import CheckpointStore
-from dra_driver.claims import ClaimRef
 from dra_driver.discovery import emulated
 from dra_driver.vnpu import check_template, ledger
 from dra_driver.vnpu.emulated import EmulatedVnpus
+from dra_kubeletplugin.claims import ClaimRef
 from flexnpu_testing.kubelet import KubeletError
 from flexnpu_testing.scheduler import Unschedulable
 from flexnpu_testing.waiting import wait_for

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dra_driver import netlink
-from dra_driver.claims import ClaimRef
+from dra_kubeletplugin.claims import ClaimRef
 from flexnpu_testing.scheduler import Unschedulable
 from flexnpu_testing.waiting import wait_for
 from tests.integration.conftest import INVENTORIES, NAMESPACE, NODE, Node

@@ -12,8 +12,8 @@ import pytest
 
 from dra_driver import clientconf
 from dra_driver.checkpoint import CheckpointStore
-from dra_driver.claims import ClaimRef
 from dra_driver.sharing import API_VERSION
+from dra_kubeletplugin.claims import ClaimRef
 from flexnpu_client.errors import AclError
 from flexnpu_client.session import Session
 from flexnpu_testing.waiting import wait_for

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from dra_driver.checkpoint import CheckpointStore
-from dra_driver.claims import ClaimRef
+from dra_kubeletplugin.claims import ClaimRef
 from flexnpu_testing.waiting import wait_for
 from tests.integration.conftest import DRIVER, NAMESPACE, NODE, Node
 

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 from dra_driver.checkpoint import CheckpointStore
-from dra_driver.claims import ClaimRef
 from dra_driver.daemon_api.values import RegisterRequest
+from dra_kubeletplugin.claims import ClaimRef
 from flexnpu_testing.waiting import wait_for
 from tests.integration.conftest import NAMESPACE, NODE, Node
 from tests.integration.daemon_harness import share

@@ -22,7 +22,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from dra_driver import clientconf
-from dra_driver.claims import ClaimRef
+from dra_kubeletplugin.claims import ClaimRef
 from flexnpu_client.session import Session
 from flexnpu_testing.waiting import wait_for
 from tests.integration.conftest import NAMESPACE, NODE, Node

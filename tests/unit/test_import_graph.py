@@ -201,7 +201,13 @@ def test_no_wheel_ships_the_doubles() -> None:
 
     include = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
     shipped = set(setuptools.find_packages(where=str(REPO), include=include["include"]))
-    assert {"dra_driver", "kubeletplugin", "controller", "api_protos"} <= shipped
+    assert {
+        "dra_driver",
+        "dra_kubeletplugin",
+        "dra_kubeletplugin.resourceslice",
+        "kubeletplugin",
+        "controller",
+    } <= shipped
     assert not {p for p in shipped if p.split(".")[0] in ("flexnpu_testing", "tests", "bench")}
 
 
@@ -218,6 +224,7 @@ ALIASES = {
     "dra_driver.client": ("flexnpu_client",),
     "dra_driver.client.session": ("flexnpu_client.session",),
     "dra_driver.daemon.model": ("dra_driver.daemon_api.values", "flexnpu_wire.shares"),
+    "dra_driver.claims": ("dra_kubeletplugin.claims",),
 }
 """Old path -> its new homes: each name the old path only re-exports is the very object of a home."""
 
@@ -255,7 +262,7 @@ def test_the_core_imports_no_runtime_module() -> None:
 
 
 def test_no_production_module_imports_an_old_path() -> None:
-    partial = ("dra_driver.aclserver.datalink", "dra_driver.daemon.model")  # own code besides the aliases
+    partial = ("dra_driver.aclserver.datalink", "dra_driver.daemon.model", "dra_driver.claims")  # own code too
     whole = tuple(m for m in ALIASES if m not in partial)
     moved = {m: set(_reexports(m)) for m in partial}
     bad = []
@@ -279,7 +286,8 @@ def test_old_import_paths_give_the_same_objects(old: str) -> None:
     ]
     kept = set(_reexports(old))
     own = {"dra_driver.aclserver.datalink": {"REGION_MODE", "Region", "RegionTruncated", "create_region"},
-           "dra_driver.daemon.model": {"DieCapacity", "Entity", "parse_policy"}}.get(old, set())  # fmt: skip
+           "dra_driver.daemon.model": {"DieCapacity", "Entity", "parse_policy"},
+           "dra_driver.claims": {"claim_error"}}.get(old, set())  # fmt: skip
     assert kept, f"{old} re-exports nothing of {ALIASES[old]}"
     assert set(public) - kept - own == set()
 
@@ -290,3 +298,28 @@ def test_each_alias_says_so_in_its_first_docstring_line(path: str) -> None:
     for file in files:
         doc = ast.get_docstring(ast.parse(file.read_text())) or ""
         assert doc.startswith("Old import path (documented alias)"), file
+
+
+HELPER_FORBIDDEN = ("dra_driver", "kubeletplugin", "controller", "api_protos", "flexnpu_wire", "flexnpu_client",
+                    "flexnpu_testing", "tests")  # fmt: skip
+
+
+def test_the_kubelet_plugin_helper_imports_nothing_of_the_npu_driver() -> None:
+    assert offenders(("dra_kubeletplugin",), HELPER_FORBIDDEN) == []
+
+
+def test_the_helper_loads_alone_and_cheaply() -> None:
+    """Importing the helper (its public names, and ``start``) pulls in no NPU module; the package itself no grpc."""
+    probe = (
+        "import json, sys\n"
+        "import dra_kubeletplugin\n"
+        "light = 'grpc' not in sys.modules\n"
+        "from dra_kubeletplugin import start, Helper, KubeClient\n"
+        f"bad = sorted(m for m in sys.modules if m.split('.')[0] in {HELPER_FORBIDDEN!r})\n"
+        "print(json.dumps([light, bad]))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd="/", capture_output=True, text=True, timeout=120, check=False
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout) == [True, []]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import errno
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -20,12 +20,13 @@ import pytest
 
 from dra_driver import cdi, clientconf, files
 from dra_driver.checkpoint import ClaimState, EffectKind
-from dra_driver.claims import CALL_DEADLINE, ClaimRef
 from dra_driver.daemon_api.values import RegisterRequest, RegisterResult
 from dra_driver.devices import Die, Inventory
 from dra_driver.errors import InvalidInput, StateError, Unavailable
+from dra_kubeletplugin.claims import CALL_DEADLINE, ClaimRef, PrepareResult, ResourceClaim
 from flexnpu_testing import devroot
 from flexnpu_testing.fakes import FakeDaemon, FakeStatus, FakeStore
+from kubeletplugin import prepare as prepare_mod
 from kubeletplugin.prepare import Preparer, PrepareSettings
 
 DRIVER = "npu.flexnpu.io"
@@ -69,6 +70,10 @@ class World:
     @property
     def cdi_dir(self) -> Path:
         return self.root / "cdi"
+
+    def prepare(self, refs: list[ClaimRef]) -> dict[str, PrepareResult]:
+        """What the helper hands the driver: each claim as the API holds it (the tests' ``claims``)."""
+        return self.preparer.prepare([ResourceClaim(ref, self.claims[ref.name]) for ref in refs])
 
     def conf(self, uid: str) -> Path:
         return self.root / "run" / "claims" / uid / "client.conf"
@@ -119,7 +124,6 @@ def world(tmp_path: Path) -> World:
             daemon_retry_seconds=0.0,
         ),
         store=store,  # type: ignore[arg-type]
-        get_claim=lambda ns, name: claims[name],
         inventory=lambda: INVENTORY,
         daemon=daemon,
         status=status,
@@ -163,7 +167,7 @@ def _policy(policy: str) -> list[dict[str, Any]]:
 
 def test_share_prepare_makes_every_effect_and_renders_them_once(world: World) -> None:
     ref = _claim(world, "a", [_share()])
-    res = world.preparer.prepare([ref])[ref.uid]
+    res = world.prepare([ref])[ref.uid]
     assert res.error == ""
     assert world.remains(ref.uid) == DONE
     (dev,) = res.devices
@@ -183,17 +187,17 @@ def test_share_prepare_makes_every_effect_and_renders_them_once(world: World) ->
 
 def test_repeat_prepare_returns_the_same_devices_and_puts_back_lost_files(world: World) -> None:
     ref = _claim(world, "a", [_share()])
-    first = world.preparer.prepare([ref])[ref.uid]
+    first = world.prepare([ref])[ref.uid]
     world.spec(ref.uid).unlink()
     world.conf(ref.uid).unlink()
-    again = world.preparer.prepare([ref])[ref.uid]
+    again = world.prepare([ref])[ref.uid]
     assert again == first
     assert world.remains(ref.uid) == DONE
 
 
 def test_unprepare_undoes_everything_and_is_idempotent(world: World) -> None:
     ref = _claim(world, "a", [_share()])
-    world.preparer.prepare([ref])
+    world.prepare([ref])
     assert world.preparer.unprepare([ref]) == {ref.uid: ""}
     assert world.remains(ref.uid) == NOTHING
     assert world.preparer.unprepare([ref]) == {ref.uid: ""}
@@ -259,10 +263,10 @@ def test_prepare_that_fails_at_a_step_leaves_nothing(
     message: str,
 ) -> None:
     keep = _claim(world, "keep", [_share(phy=1)])
-    assert world.preparer.prepare([keep])[keep.uid].error == ""
+    assert world.prepare([keep])[keep.uid].error == ""
     ref = _claim(world, "a", [_share()])
     arm(world, monkeypatch)
-    res = world.preparer.prepare([ref])[ref.uid]
+    res = world.prepare([ref])[ref.uid]
     assert res.devices == () and ref.uid in res.error and message in res.error
     assert world.remains(ref.uid) == want
     assert not list(world.root.glob("run/claims/*/.*tmp*")) and not list(world.root.glob("cdi/.*tmp*"))
@@ -273,21 +277,21 @@ def test_prepare_that_fails_at_a_step_leaves_nothing(
     world.store.fail_at = 0
     world.daemon.fail_register = None
     assert world.remains(keep.uid) == DONE  # the other claim is untouched
-    assert world.preparer.prepare([ref])[ref.uid].error == ""  # and the kubelet's retry works
+    assert world.prepare([ref])[ref.uid].error == ""  # and the kubelet's retry works
     assert world.remains(ref.uid) == DONE
 
 
 def test_prepare_whose_status_write_fails_is_still_prepared(world: World) -> None:
     ref = _claim(world, "a", [_share()])
     world.status.fail = Unavailable("API down")
-    res = world.preparer.prepare([ref])[ref.uid]
+    res = world.prepare([ref])[ref.uid]
     assert res.error == "" and res.devices
     assert world.remains(ref.uid) == Remains(ClaimState.PREPARE_COMPLETED, True, True, True, status=False)
 
 
 def test_failed_prepare_writes_ready_false_with_the_error_code(world: World) -> None:
     ref = _claim(world, "a", [_share()], _policy("nonsense"))
-    res = world.preparer.prepare([ref])[ref.uid]
+    res = world.prepare([ref])[ref.uid]
     assert "InvalidOpaqueConfig" in res.error
     (doc,) = world.status.written[ref.uid]
     assert (doc["conditions"][0]["status"], doc["conditions"][0]["reason"]) == (
@@ -303,7 +307,7 @@ def test_rollback_that_cannot_finish_keeps_the_entry_for_the_reconciler(
     ref = _claim(world, "a", [_share()])
     _enospc("cdi-spec")(world, monkeypatch)
     world.daemon.fail_unregister = Unavailable("daemon gone")
-    res = world.preparer.prepare([ref])[ref.uid]
+    res = world.prepare([ref])[ref.uid]
     assert "claim" in res.error
     assert world.remains(ref.uid).state == ClaimState.PREPARE_STARTED  # doubt keeps the record
     world.daemon.fail_unregister = None
@@ -342,7 +346,7 @@ def test_unprepare_that_fails_at_a_step_keeps_the_entry_and_a_retry_finishes(
     want: Remains,
 ) -> None:
     ref = _claim(world, "a", [_share()])
-    world.preparer.prepare([ref])
+    world.prepare([ref])
     arm(world, monkeypatch)
     err = world.preparer.unprepare([ref])[ref.uid]
     assert ref.uid in err
@@ -358,18 +362,18 @@ def test_unprepare_that_fails_at_a_step_keeps_the_entry_and_a_retry_finishes(
 
 def test_whole_die_already_shared_is_refused_before_any_effect(world: World) -> None:
     a = _claim(world, "a", [_share(phy=1)])
-    world.preparer.prepare([a])
+    world.prepare([a])
     b = _claim(world, "b", [_whole(phy=1)])
-    res = world.preparer.prepare([b])[b.uid]
+    res = world.prepare([b])[b.uid]
     assert "DeviceBusy" in res.error and "ns/a" in res.error
     assert world.remains(b.uid) == NOTHING
 
 
 def test_policy_conflict_with_another_claim_is_refused(world: World) -> None:
     a = _claim(world, "a", [_share()], _policy("fixed"))
-    world.preparer.prepare([a])
+    world.prepare([a])
     b = _claim(world, "b", [_share()], _policy("elastic"))
-    assert "PolicyConflict" in world.preparer.prepare([b])[b.uid].error
+    assert "PolicyConflict" in world.prepare([b])[b.uid].error
     assert world.remains(b.uid) == NOTHING
     assert not (world.root / "state" / "locks" / f"{b.uid}.lock").exists()  # no lock file left behind
 
@@ -377,19 +381,21 @@ def test_policy_conflict_with_another_claim_is_refused(world: World) -> None:
 def test_one_bad_claim_does_not_fail_the_batch(world: World) -> None:
     good = _claim(world, "good", [_whole(phy=0)])
     bad = _claim(world, "bad", [_share(memory="100Mi")])
-    out = world.preparer.prepare([bad, good])
+    out = world.prepare([bad, good])
     assert "QuotaInvalid" in out[bad.uid].error
     assert out[good.uid].error == "" and world.remains(good.uid) == WHOLE_DONE
 
 
-def test_unknown_exception_from_the_api_becomes_internal_naming_the_claim(world: World) -> None:
+def test_unknown_exception_becomes_internal_naming_the_claim(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ref = _claim(world, "a", [_share()])
 
-    def broken(ns: str, name: str) -> Mapping[str, Any]:
+    def broken(*_a: Any, **_k: Any) -> Any:
         raise Boom("x" * 5000)
 
-    world.preparer.get_claim = broken
-    res = world.preparer.prepare([ref])[ref.uid]
+    monkeypatch.setattr(prepare_mod, "plan_claim", broken)
+    res = world.prepare([ref])[ref.uid]
     assert res.error.startswith(f"claim {ref.uid}: internal error: Boom: xxx") and "[Internal]" in res.error
     assert len(res.error) < 400  # input is quoted at most 200 characters
 
@@ -404,20 +410,21 @@ def test_in_flight_claim_is_not_rolled_back_by_the_reconciler(world: World) -> N
         return FakeDaemon.register(world.daemon, request)
 
     world.daemon.register = register  # type: ignore[method-assign]
-    assert world.preparer.prepare([ref])[ref.uid].error == ""
+    assert world.prepare([ref])[ref.uid].error == ""
     assert seen == [[]] and world.remains(ref.uid) == DONE
 
 
 def test_invalid_input_is_not_an_internal_error(world: World) -> None:
     ref = ClaimRef("ns", "bad_uid!", "a")
-    res = world.preparer.prepare([ref])[ref.uid]
+    world.claims["a"] = {"metadata": {"uid": "bad_uid!", "name": "a", "namespace": "ns"}}
+    res = world.prepare([ref])[ref.uid]
     assert isinstance(res.error, str) and "InvalidPath" in res.error
     assert not isinstance(InvalidInput("x"), StateError)
 
 
 def test_batched_unprepare_releases_every_claim_and_one_failure_stays_its_own(world: World) -> None:
     refs = [_claim(world, f"c{i}", [_share(phy=i % 2, memory="128Mi", compute="1")]) for i in range(12)]
-    assert all(r.error == "" for r in world.preparer.prepare(refs).values())
+    assert all(r.error == "" for r in world.prepare(refs).values())
     world.daemon.fail_uids = {refs[5].uid}
     out = world.preparer.unprepare(refs)
     assert set(out) == {r.uid for r in refs}
@@ -430,7 +437,7 @@ def test_batched_unprepare_releases_every_claim_and_one_failure_stays_its_own(wo
 def test_missing_device_node_fails_the_claim_before_its_spec_is_written(world: World) -> None:
     (world.root / "root" / "dev" / "davinci1").unlink()
     ref = _claim(world, "a", [_whole(phy=1)])
-    res = world.preparer.prepare([ref])[ref.uid]
+    res = world.prepare([ref])[ref.uid]
     assert "DeviceNotFound" in res.error and "dev/davinci1" in res.error and ref.uid in res.error
     assert world.remains(ref.uid) == NOTHING
 
@@ -442,7 +449,7 @@ def _vnpus(n: object) -> list[dict[str, Any]]:
 
 def test_equal_distribution_splits_one_share_into_n_vnpus_of_one_aclserver(world: World) -> None:
     ref = _claim(world, "a", [_share(memory="512Mi", compute="20")], _vnpus(4))
-    res = world.preparer.prepare([ref])[ref.uid]
+    res = world.prepare([ref])[ref.uid]
     assert res.error == "" and len(res.devices) == 1  # one allocated device, one CDI device
     conf = clientconf.load(world.conf(ref.uid))
     assert [(s.virtual_id, s.memory_bytes, s.compute_percent) for s in conf.shares] == [
@@ -472,7 +479,7 @@ def test_equal_distribution_that_does_not_divide_is_refused(
     world: World, memory: str, compute: str, n: int, field: str
 ) -> None:
     ref = _claim(world, "a", [_share(memory=memory, compute=compute)], _vnpus(n))
-    res = world.preparer.prepare([ref])[ref.uid]
+    res = world.prepare([ref])[ref.uid]
     assert "QuotaInvalid" in res.error and f"consumedCapacity.{field}" in res.error and "divide" in res.error
     assert world.remains(ref.uid) == NOTHING
 
@@ -480,7 +487,7 @@ def test_equal_distribution_that_does_not_divide_is_refused(
 @pytest.mark.parametrize("n", [0, 17, "2", True, 1.5], ids=["zero", "too-many", "string", "bool", "float"])
 def test_bad_vnpus_value_is_a_clear_error(world: World, n: object) -> None:
     ref = _claim(world, "a", [_share()], _vnpus(n))
-    res = world.preparer.prepare([ref])[ref.uid]
+    res = world.prepare([ref])[ref.uid]
     assert "InvalidOpaqueConfig" in res.error and "opaque.parameters.vnpus" in res.error
 
 
@@ -488,7 +495,7 @@ def test_a_claim_is_not_started_after_the_kubelets_deadline(world: World) -> Non
     ref = _claim(world, "a", [_share()])
     token = CALL_DEADLINE.set(time.monotonic() - 1.0)
     try:
-        res = world.preparer.prepare([ref])[ref.uid]
+        res = world.prepare([ref])[ref.uid]
     finally:
         CALL_DEADLINE.reset(token)
     assert "deadline" in res.error and ref.uid in res.error
@@ -509,7 +516,7 @@ def test_daemon_retries_stop_at_the_kubelets_deadline(world: World) -> None:
     deadline = time.monotonic() + 0.5
     token = CALL_DEADLINE.set(deadline)
     try:
-        res = world.preparer.prepare([ref])[ref.uid]
+        res = world.prepare([ref])[ref.uid]
     finally:
         CALL_DEADLINE.reset(token)
     assert "daemon restarting" in res.error
@@ -519,7 +526,7 @@ def test_daemon_retries_stop_at_the_kubelets_deadline(world: World) -> None:
 
 def test_recorded_paths_outside_the_driver_directories_are_never_removed(world: World) -> None:
     ref = _claim(world, "a", [_share()])
-    world.preparer.prepare([ref])
+    world.prepare([ref])
     victim_file = world.root / "etc-passwd"
     victim_file.write_text("root:x:0:0")
     victim_dir = world.root / "home"

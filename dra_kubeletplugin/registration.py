@@ -15,16 +15,16 @@ from pathlib import Path
 
 import grpc
 
-from api_protos.gen import pluginregistration_v1_pb2 as pb
-from api_protos.gen import pluginregistration_v1_pb2_grpc as pb_grpc
-from dra_driver.errors import InvalidInput
+from dra_kubeletplugin.errors import InvalidArgument
+from dra_kubeletplugin.protos.gen import pluginregistration_v1_pb2 as pb
+from dra_kubeletplugin.protos.gen import pluginregistration_v1_pb2_grpc as pb_grpc
 
 PLUGIN_TYPE = "DRAPlugin"
 DRA_SERVICES: tuple[str, ...] = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
 HEALTH_SERVICES: tuple[str, ...] = ("v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth")
 SUPPORTED_SERVICES: tuple[str, ...] = DRA_SERVICES + HEALTH_SERVICES
 
-_log = logging.getLogger("flexnpu.kubeletplugin.registration")
+_log = logging.getLogger("dra_kubeletplugin.registration")
 
 
 class RegistrationServicer(pb_grpc.RegistrationServicer):
@@ -45,11 +45,11 @@ class RegistrationServicer(pb_grpc.RegistrationServicer):
         self, *, driver_name: str, endpoint: Path, supported_versions: Sequence[str] = SUPPORTED_SERVICES
     ) -> None:
         if not driver_name:
-            raise InvalidInput("the driver name must not be empty", field="driver_name")
+            raise InvalidArgument("the driver name must not be empty")
         if not endpoint.is_absolute():
-            raise InvalidInput(f"the DRA endpoint {endpoint} must be an absolute path", field="dra_socket")
+            raise InvalidArgument(f"the DRA endpoint {endpoint} must be an absolute path")
         if not supported_versions:
-            raise InvalidInput("at least one supported service is required", field="supported_versions")
+            raise InvalidArgument("at least one supported service is required")
         self.driver_name = driver_name
         self.endpoint = endpoint
         self.supported_versions = tuple(supported_versions)

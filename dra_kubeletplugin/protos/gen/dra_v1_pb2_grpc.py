@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from api_protos.gen import pluginregistration_v1_pb2 as pluginregistration__v1__pb2
+from dra_kubeletplugin.protos.gen import dra_v1_pb2 as dra__v1__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,15 +18,15 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in pluginregistration_v1_pb2_grpc.py depends on'
+        + ' but the generated code in dra_v1_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
     )
 
 
-class RegistrationStub:
-    """Registration is served on <driver>-reg.sock in the kubelet's plugin registry directory.
+class DRAPluginStub:
+    """DRAPlugin is served by the driver on its DRA socket and called by the kubelet.
     """
 
     def __init__(self, channel):
@@ -35,63 +35,63 @@ class RegistrationStub:
         Args:
             channel: A grpc.Channel.
         """
-        self.GetInfo = channel.unary_unary(
-                '/pluginregistration.Registration/GetInfo',
-                request_serializer=pluginregistration__v1__pb2.InfoRequest.SerializeToString,
-                response_deserializer=pluginregistration__v1__pb2.PluginInfo.FromString,
+        self.NodePrepareResources = channel.unary_unary(
+                '/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources',
+                request_serializer=dra__v1__pb2.NodePrepareResourcesRequest.SerializeToString,
+                response_deserializer=dra__v1__pb2.NodePrepareResourcesResponse.FromString,
                 _registered_method=True)
-        self.NotifyRegistrationStatus = channel.unary_unary(
-                '/pluginregistration.Registration/NotifyRegistrationStatus',
-                request_serializer=pluginregistration__v1__pb2.RegistrationStatus.SerializeToString,
-                response_deserializer=pluginregistration__v1__pb2.RegistrationStatusResponse.FromString,
+        self.NodeUnprepareResources = channel.unary_unary(
+                '/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodeUnprepareResources',
+                request_serializer=dra__v1__pb2.NodeUnprepareResourcesRequest.SerializeToString,
+                response_deserializer=dra__v1__pb2.NodeUnprepareResourcesResponse.FromString,
                 _registered_method=True)
 
 
-class RegistrationServicer:
-    """Registration is served on <driver>-reg.sock in the kubelet's plugin registry directory.
+class DRAPluginServicer:
+    """DRAPlugin is served by the driver on its DRA socket and called by the kubelet.
     """
 
-    def GetInfo(self, request, context):
-        """The kubelet asks who the plugin is and where its service socket is.
+    def NodePrepareResources(self, request, context):
+        """Prepare every listed claim for use on this node; one result per claim UID.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def NotifyRegistrationStatus(self, request, context):
-        """The kubelet reports whether it accepted the plugin.
+    def NodeUnprepareResources(self, request, context):
+        """Release every listed claim; idempotent, one result per claim UID.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
 
-def add_RegistrationServicer_to_server(servicer, server):
+def add_DRAPluginServicer_to_server(servicer, server):
     rpc_method_handlers = {
-            'GetInfo': grpc.unary_unary_rpc_method_handler(
-                    servicer.GetInfo,
-                    request_deserializer=pluginregistration__v1__pb2.InfoRequest.FromString,
-                    response_serializer=pluginregistration__v1__pb2.PluginInfo.SerializeToString,
+            'NodePrepareResources': grpc.unary_unary_rpc_method_handler(
+                    servicer.NodePrepareResources,
+                    request_deserializer=dra__v1__pb2.NodePrepareResourcesRequest.FromString,
+                    response_serializer=dra__v1__pb2.NodePrepareResourcesResponse.SerializeToString,
             ),
-            'NotifyRegistrationStatus': grpc.unary_unary_rpc_method_handler(
-                    servicer.NotifyRegistrationStatus,
-                    request_deserializer=pluginregistration__v1__pb2.RegistrationStatus.FromString,
-                    response_serializer=pluginregistration__v1__pb2.RegistrationStatusResponse.SerializeToString,
+            'NodeUnprepareResources': grpc.unary_unary_rpc_method_handler(
+                    servicer.NodeUnprepareResources,
+                    request_deserializer=dra__v1__pb2.NodeUnprepareResourcesRequest.FromString,
+                    response_serializer=dra__v1__pb2.NodeUnprepareResourcesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
-            'pluginregistration.Registration', rpc_method_handlers)
+            'k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin', rpc_method_handlers)
     server.add_generic_rpc_handlers((generic_handler,))
-    server.add_registered_method_handlers('pluginregistration.Registration', rpc_method_handlers)
+    server.add_registered_method_handlers('k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin', rpc_method_handlers)
 
 
  # This class is part of an EXPERIMENTAL API.
-class Registration:
-    """Registration is served on <driver>-reg.sock in the kubelet's plugin registry directory.
+class DRAPlugin:
+    """DRAPlugin is served by the driver on its DRA socket and called by the kubelet.
     """
 
     @staticmethod
-    def GetInfo(request,
+    def NodePrepareResources(request,
             target,
             options=(),
             channel_credentials=None,
@@ -104,9 +104,9 @@ class Registration:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/pluginregistration.Registration/GetInfo',
-            pluginregistration__v1__pb2.InfoRequest.SerializeToString,
-            pluginregistration__v1__pb2.PluginInfo.FromString,
+            '/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources',
+            dra__v1__pb2.NodePrepareResourcesRequest.SerializeToString,
+            dra__v1__pb2.NodePrepareResourcesResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -118,7 +118,7 @@ class Registration:
             _registered_method=True)
 
     @staticmethod
-    def NotifyRegistrationStatus(request,
+    def NodeUnprepareResources(request,
             target,
             options=(),
             channel_credentials=None,
@@ -131,9 +131,9 @@ class Registration:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/pluginregistration.Registration/NotifyRegistrationStatus',
-            pluginregistration__v1__pb2.RegistrationStatus.SerializeToString,
-            pluginregistration__v1__pb2.RegistrationStatusResponse.FromString,
+            '/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodeUnprepareResources',
+            dra__v1__pb2.NodeUnprepareResourcesRequest.SerializeToString,
+            dra__v1__pb2.NodeUnprepareResourcesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -6,9 +6,10 @@ domain is not sent (kubelets speaking v1beta1 predate it).
 
 from __future__ import annotations
 
-from api_protos.gen import dra_v1beta1_pb2 as pb
-from kubeletplugin.claimbatch import BatchRunner
-from kubeletplugin.dra_v1 import Codec, DRAPluginServicer
+from dra_kubeletplugin import statuses
+from dra_kubeletplugin.claimbatch import BatchRunner
+from dra_kubeletplugin.dra_v1 import Codec, DRAPluginServicer
+from dra_kubeletplugin.protos.gen import dra_v1beta1_pb2 as pb
 
 SERVICE = "v1beta1.DRAPlugin"
 
@@ -22,5 +23,5 @@ unprepare_response = CODEC.unprepare_response
 class DRAPluginV1Beta1Servicer(DRAPluginServicer):
     """Serves DRA v1beta1."""
 
-    def __init__(self, runner: BatchRunner) -> None:
-        super().__init__(runner, CODEC)
+    def __init__(self, runner: BatchRunner, *, table: statuses.ErrorStatus = statuses.status_for) -> None:
+        super().__init__(runner, CODEC, table=table)

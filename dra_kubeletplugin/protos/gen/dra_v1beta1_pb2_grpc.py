@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from api_protos.gen import dra_v1beta1_pb2 as dra__v1beta1__pb2
+from dra_kubeletplugin.protos.gen import dra_v1beta1_pb2 as dra__v1beta1__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__

@@ -1,4 +1,4 @@
-"""The pure half of the slice publisher: matching, change detection, generations, dropped fields."""
+"""The pure half of the ResourceSlice controller: matching, change detection, generations, dropped fields, pools."""
 
 from __future__ import annotations
 
@@ -8,24 +8,24 @@ from typing import Any
 
 import pytest
 
-from controller import publisher
-from controller.publisher import Plan, plan_sync
-from dra_driver.slices import DesiredPool
+from dra_kubeletplugin.resourceslice import sync
+from dra_kubeletplugin.resourceslice.pools import DriverResources, Pool
+from dra_kubeletplugin.resourceslice.sync import Plan, plan_sync
 
-DRIVER = "npu.flexnpu.io"
+DRIVER = "gpu.example.com"
 NODE = "node-1"
 
 
 def _dev(name: str, memory: str = "68719476736") -> dict[str, Any]:
     return {
         "name": name,
-        "attributes": {"model": {"string": "910B3"}},
+        "attributes": {"model": {"string": "model-a"}},
         "capacity": {"memory": {"value": memory}},
     }
 
 
-def _desired(*device_lists: list[str], generation: int = 0) -> DesiredPool:
-    return DesiredPool(
+def _desired(*device_lists: list[str], generation: int = 0) -> Pool:
+    return Pool(
         name=NODE,
         slices=[{"devices": [_dev(n) for n in names]} for names in device_lists],
         generation=generation,
@@ -35,7 +35,7 @@ def _desired(*device_lists: list[str], generation: int = 0) -> DesiredPool:
 def _existing(
     index: int, names: list[str], *, generation: int = 1, count: int = 1, suffix: str = "abcde"
 ) -> dict[str, Any]:
-    name = publisher.generate_name(index, driver_name=DRIVER, node_name=NODE) + suffix
+    name = sync.generate_name(index, driver_name=DRIVER, node_name=NODE) + suffix
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
@@ -49,7 +49,7 @@ def _existing(
     }
 
 
-def _plan(existing: list[dict[str, Any]], desired: DesiredPool, **kw: Any) -> Plan:
+def _plan(existing: list[dict[str, Any]], desired: Pool, **kw: Any) -> Plan:
     return plan_sync(existing, desired, driver_name=DRIVER, node_name=NODE, **kw)
 
 
@@ -67,19 +67,19 @@ def _summary(plan: Plan) -> dict[str, Any]:
     [
         pytest.param(
             [],
-            _desired(["npu-0"]),
+            _desired(["dev-0"]),
             {"generation": 1, "delete": [], "update": [], "create": ["00000"]},
             id="first-publish-generation-1",
         ),
         pytest.param(
-            [_existing(0, ["npu-0"])],
-            _desired(["npu-0"]),
+            [_existing(0, ["dev-0"])],
+            _desired(["dev-0"]),
             {"generation": 1, "delete": [], "update": [], "create": []},
             id="unchanged-no-writes",
         ),
         pytest.param(
-            [_existing(0, ["npu-0"])],
-            _desired(["npu-0", "npu-1"]),
+            [_existing(0, ["dev-0"])],
+            _desired(["dev-0", "dev-1"]),
             {"generation": 1, "delete": [], "update": ["00000"], "create": []},
             id="one-changed-keeps-generation",
         ),
@@ -123,7 +123,7 @@ def _summary(plan: Plan) -> dict[str, Any]:
             [
                 {
                     **_existing(0, ["a"]),
-                    "metadata": {"name": "node-1-npu.flexnpu.io-q8x2z", "uid": "u", "resourceVersion": "1"},
+                    "metadata": {"name": "node-1-gpu.example.com-q8x2z", "uid": "u", "resourceVersion": "1"},
                 }
             ],
             _desired(["a"]),
@@ -150,7 +150,7 @@ def _summary(plan: Plan) -> dict[str, Any]:
         ),
     ],
 )
-def test_plan_table(existing: list[dict[str, Any]], desired: DesiredPool, expected: dict[str, Any]) -> None:
+def test_plan_table(existing: list[dict[str, Any]], desired: Pool, expected: dict[str, Any]) -> None:
     plan = _plan(existing, desired)
     assert _summary(plan) == expected
     for body in (*plan.update, *plan.create):  # every written slice carries the final pool fields
@@ -196,7 +196,7 @@ def test_server_side_empty_fields_are_not_changes() -> None:
 
 
 def test_ignored_fields_are_not_compared() -> None:
-    desired = DesiredPool(
+    desired = Pool(
         name=NODE,
         slices=[
             {
@@ -240,7 +240,7 @@ def test_dropped_fields(edit: Any, dropped: tuple[str, ...]) -> None:
     sent = {
         "devices": [
             {
-                "name": "vnpu-0",
+                "name": "shared-0",
                 "allowMultipleAllocations": True,
                 "capacity": {"memory": {"value": "1Gi", "requestPolicy": {"default": "128Mi"}}},
                 "consumesCounters": [{"counterSet": "die-0", "counters": {"memory": {"value": "1"}}}],
@@ -250,7 +250,7 @@ def test_dropped_fields(edit: Any, dropped: tuple[str, ...]) -> None:
     }
     stored = copy.deepcopy(sent)
     edit(stored)
-    assert publisher.dropped_fields(sent, stored) == dropped
+    assert sync.dropped_fields(sent, stored) == dropped
 
 
 @pytest.mark.parametrize(
@@ -264,31 +264,50 @@ def test_dropped_fields(edit: Any, dropped: tuple[str, ...]) -> None:
     ],
 )
 def test_parse_quantity(text: str, value: Decimal) -> None:
-    assert publisher.parse_quantity(text) == value
+    assert sync.parse_quantity(text) == value
 
 
 @pytest.mark.parametrize("text", ["", "abc", "1Xi", "--1"])
 def test_parse_quantity_rejects(text: str) -> None:
     with pytest.raises(ValueError, match="not a quantity"):
-        publisher.parse_quantity(text)
+        sync.parse_quantity(text)
 
 
 @pytest.mark.parametrize(
     ("name", "index"),
     [
-        pytest.param("00000-npu.flexnpu.io-node-1-abcde", 0, id="zero"),
-        pytest.param("0001a-npu.flexnpu.io-node-1-abcde", 26, id="hex"),
+        pytest.param("00000-gpu.example.com-node-1-abcde", 0, id="zero"),
+        pytest.param("0001a-gpu.example.com-node-1-abcde", 26, id="hex"),
         pytest.param("00000-other.io-node-1-abcde", None, id="other-driver"),
-        pytest.param("node-1-npu.flexnpu.io-abcde", None, id="old-naming"),
-        pytest.param("zzzzz-npu.flexnpu.io-node-1-abcde", None, id="not-hex"),
+        pytest.param("node-1-gpu.example.com-abcde", None, id="old-naming"),
+        pytest.param("zzzzz-gpu.example.com-node-1-abcde", None, id="not-hex"),
     ],
 )
 def test_slice_index(name: str, index: int | None) -> None:
-    assert publisher.slice_index(name, driver_name=DRIVER, node_name=NODE) == index
+    assert sync.slice_index(name, driver_name=DRIVER, node_name=NODE) == index
 
 
 def test_generate_name_truncated_like_the_apiserver() -> None:
     node = "n" * 80
-    prefix = publisher.generate_name(3, driver_name=DRIVER, node_name=node)
+    prefix = sync.generate_name(3, driver_name=DRIVER, node_name=node)
     assert len(prefix) == 58
-    assert publisher.slice_index(prefix + "abcde", driver_name=DRIVER, node_name=node) == 3
+    assert sync.slice_index(prefix + "abcde", driver_name=DRIVER, node_name=node) == 3
+
+
+def test_every_pool_gets_its_plan_and_a_pool_no_longer_desired_is_deleted() -> None:
+    existing = [_existing(0, ["dev-0"])]
+    gone = copy.deepcopy(_existing(0, ["old-0"], suffix="zzzzz"))
+    gone["spec"]["pool"]["name"] = "retired"
+    plans = sync.plan_pools(
+        [*existing, gone],
+        DriverResources(
+            pools={NODE: _desired(["dev-0"]), "extra": Pool(name="extra", slices=[{"devices": []}])}
+        ),
+        driver_name=DRIVER,
+        node_name=NODE,
+    )
+    assert sorted(plans) == sorted([NODE, "extra", "retired"])
+    assert plans[NODE].empty
+    assert [s["metadata"]["generateName"][:5] for s in plans["extra"].create] == ["00000"]
+    assert [s["metadata"]["name"] for s in plans["retired"].delete] == [gone["metadata"]["name"]]
+    assert not plans["retired"].update and not plans["retired"].create

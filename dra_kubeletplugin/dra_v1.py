@@ -1,15 +1,16 @@
 """``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin``: decode the kubelet's claims, run, encode.
 
-Thin by design: the rules (validation, missing results, sub-request names, serialisation)
-live in :mod:`kubeletplugin.claimbatch`; this module only converts protobuf messages and maps
-a failed call to a gRPC status. The v1 and v1beta1 messages are the same but for
-``Device.share_id`` (v1 only, explicit presence: unset, not ""), so one :class:`Codec` and one
-:class:`DRAPluginServicer` serve both; :mod:`kubeletplugin.dra_v1beta1` instantiates them for
+Thin by design: the rules (validation, fetching, missing results, sub-request names,
+serialisation) live in :mod:`dra_kubeletplugin.claimbatch`; this module only converts protobuf
+messages and maps a failed call to a gRPC status. The v1 and v1beta1 messages are the same but
+for ``Device.share_id`` (v1 only, explicit presence: unset, not ""), so one :class:`Codec` and one
+:class:`DRAPluginServicer` serve both; :mod:`dra_kubeletplugin.dra_v1beta1` instantiates them for
 v1beta1.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable, Mapping
 from types import ModuleType
@@ -17,13 +18,14 @@ from typing import Any
 
 import grpc
 
-from api_protos.gen import dra_v1_pb2 as pb
-from dra_driver.claims import ClaimRef, ClaimResult, PreparedDevice
-from dra_driver.logs import ClaimLogger, claim_logger
-from kubeletplugin import statuses
-from kubeletplugin.claimbatch import BatchRunner
+from dra_kubeletplugin import statuses
+from dra_kubeletplugin.claimbatch import BatchRunner
+from dra_kubeletplugin.claims import ClaimRef, PreparedDevice, PrepareResult
+from dra_kubeletplugin.protos.gen import dra_v1_pb2 as pb
 
 SERVICE = "v1.DRAPlugin"
+
+_log = logging.getLogger("dra_kubeletplugin.dra")
 
 
 class Codec:
@@ -50,7 +52,7 @@ class Codec:
             msg.share_id = device.share_id
         return msg
 
-    def prepare_response(self, results: Mapping[str, ClaimResult]) -> Any:
+    def prepare_response(self, results: Mapping[str, PrepareResult]) -> Any:
         """The response map, one entry per claim UID in ``results``."""
         response = self.pb.NodePrepareResourcesResponse()
         for uid, result in results.items():
@@ -72,16 +74,21 @@ class Codec:
 class DRAPluginServicer:
     """Serves one DRA API version on top of a :class:`BatchRunner`."""
 
-    def __init__(self, runner: BatchRunner, codec: Codec) -> None:
+    def __init__(
+        self, runner: BatchRunner, codec: Codec, *, table: statuses.ErrorStatus = statuses.status_for
+    ) -> None:
         self._runner = runner
         self._codec = codec
+        self._table = table
 
     def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802 - gRPC name
         refs = self._codec.claims_from_proto(request.claims)
         try:
             results = self._runner.prepare(refs, deadline=_deadline(context))
         except Exception as exc:  # every failure becomes a status, never a dead server
-            statuses.abort_with(context, exc, what="NodePrepareResources", log=_batch_log(refs))
+            statuses.abort_with(
+                context, exc, what=_what("NodePrepareResources", refs), log=_log, table=self._table
+            )
         return self._codec.prepare_response(results)
 
     def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
@@ -89,7 +96,9 @@ class DRAPluginServicer:
         try:
             results = self._runner.unprepare(refs, deadline=_deadline(context))
         except Exception as exc:
-            statuses.abort_with(context, exc, what="NodeUnprepareResources", log=_batch_log(refs))
+            statuses.abort_with(
+                context, exc, what=_what("NodeUnprepareResources", refs), log=_log, table=self._table
+            )
         return self._codec.unprepare_response(results)
 
 
@@ -103,8 +112,8 @@ unprepare_response = CODEC.unprepare_response
 class DRAPluginV1Servicer(DRAPluginServicer):
     """Serves DRA v1."""
 
-    def __init__(self, runner: BatchRunner) -> None:
-        super().__init__(runner, CODEC)
+    def __init__(self, runner: BatchRunner, *, table: statuses.ErrorStatus = statuses.status_for) -> None:
+        super().__init__(runner, CODEC, table=table)
 
 
 def _deadline(context: grpc.ServicerContext) -> float | None:
@@ -113,5 +122,7 @@ def _deadline(context: grpc.ServicerContext) -> float | None:
     return None if remaining is None else time.monotonic() + max(remaining - 1.0, 0.0)
 
 
-def _batch_log(refs: list[ClaimRef]) -> ClaimLogger:
-    return claim_logger(",".join(r.uid for r in refs) or "-")
+def _what(call: str, refs: list[ClaimRef]) -> str:
+    """The call's name with the claims it carried (at most a few, for the log and the status)."""
+    uids = [r.uid for r in refs[:4]] + ([f"+{len(refs) - 4} more"] if len(refs) > 4 else [])
+    return f"{call} ({', '.join(uids) or 'no claims'})"

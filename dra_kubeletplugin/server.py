@@ -4,7 +4,9 @@ Start order matters: the kubelet uses the DRA socket right after registering, so
 server is serving before the registration socket appears. Stop order is the reverse:
 removing the registration socket deregisters the plugin, then the DRA server drains.
 This module owns the socket files (stale ones are removed at start, ours at stop) and the
-thread pools; it does not know what preparing a claim means.
+thread pools; it does not know what preparing a claim means. The DRA server has many more
+threads than the claim fetcher has workers: a call holds its thread while it waits for its
+claims, so a few slow or flooding callers must not leave none for the next call.
 """
 
 from __future__ import annotations
@@ -18,27 +20,27 @@ from types import TracebackType
 
 import grpc
 
-from api_protos.gen import (
+from dra_kubeletplugin import health, registration, statuses
+from dra_kubeletplugin.claimbatch import BatchRunner
+from dra_kubeletplugin.claims import HealthSource
+from dra_kubeletplugin.dra_v1 import DRAPluginV1Servicer
+from dra_kubeletplugin.dra_v1beta1 import DRAPluginV1Beta1Servicer
+from dra_kubeletplugin.errors import InvalidArgument
+from dra_kubeletplugin.protos.gen import (
     dra_health_v1_pb2_grpc,
     dra_health_v1alpha1_pb2_grpc,
     dra_v1_pb2_grpc,
     dra_v1beta1_pb2_grpc,
     pluginregistration_v1_pb2_grpc,
 )
-from dra_driver.claims import ClaimPreparer, HealthSource
-from dra_driver.errors import ErrorCode, InvalidInput, StateError
-from kubeletplugin import health, registration
-from kubeletplugin.claimbatch import BatchRunner
-from kubeletplugin.dra_v1 import DRAPluginV1Servicer
-from kubeletplugin.dra_v1beta1 import DRAPluginV1Beta1Servicer
-from kubeletplugin.serialize import CallSerializer
 
 MAX_SOCKET_PATH_BYTES = 107  # sun_path is 108 bytes including the terminating NUL
 SOCKET_MODE = 0o600
 DIR_MODE = 0o750
-DEFAULT_WORKERS = 4
+DEFAULT_WORKERS = 32
+"""DRA server threads (an open health stream holds one; so does a call waiting for its claims)."""
 
-_log = logging.getLogger("flexnpu.kubeletplugin.server")
+_log = logging.getLogger("dra_kubeletplugin.server")
 
 
 class PluginServer:
@@ -46,8 +48,8 @@ class PluginServer:
 
     Usage::
 
-        server = PluginServer(driver_name="npu.flexnpu.io", dra_socket=..., registration_socket=...,
-                              preparer=preparer, health_source=health_source)
+        server = PluginServer(driver_name="gpu.example.com", dra_socket=..., registration_socket=...,
+                              runner=BatchRunner(driver, fetcher=..., serializer=...), health_source=None)
         server.start()
         ...
         server.notify_health_changed()
@@ -58,11 +60,11 @@ class PluginServer:
     * ``driver_name`` — the DRA driver name.
     * ``dra_socket`` — absolute path of the DRA service socket (v1, v1beta1, health).
     * ``registration_socket`` — absolute path in the kubelet plugin registry directory.
-    * ``preparer`` — the domain object that prepares claims.
+    * ``runner`` — runs each call's claims against the driver (``claimbatch.py``).
     * ``health_source`` — device health; ``None`` serves and advertises no health service.
-    * ``serialize_lock_file`` — also ``flock`` this file around each call (rolling updates).
     * ``resend_seconds`` — longest gap between two health responses.
     * ``max_workers`` — DRA server threads (an open health stream holds one).
+    * ``table`` — maps an exception that failed a whole call to a gRPC status (``statuses.py``).
     """
 
     def __init__(
@@ -71,21 +73,24 @@ class PluginServer:
         driver_name: str,
         dra_socket: Path,
         registration_socket: Path,
-        preparer: ClaimPreparer,
+        runner: BatchRunner,
         health_source: HealthSource | None,
-        serialize_lock_file: Path | None = None,
         resend_seconds: float = health.DEFAULT_RESEND_SECONDS,
         max_workers: int = DEFAULT_WORKERS,
+        table: statuses.ErrorStatus = statuses.status_for,
     ) -> None:
         for field, path in (("dra_socket", dra_socket), ("registration_socket", registration_socket)):
             _check_socket_path(field, path)
         self.driver_name = driver_name
         self.dra_socket = dra_socket
         self.registration_socket = registration_socket
-        self.runner = BatchRunner(preparer, serializer=CallSerializer(serialize_lock_file))
+        self.runner = runner
+        self.table = table
         self.health = (
             health.HealthBroadcaster(health_source, resend_seconds=resend_seconds) if health_source else None
         )
+        if self.health:
+            self.health.table = table
         services = registration.DRA_SERVICES + (registration.HEALTH_SERVICES if self.health else ())
         self.registration = registration.RegistrationServicer(
             driver_name=driver_name, endpoint=dra_socket, supported_versions=services
@@ -103,7 +108,7 @@ class PluginServer:
     def start(self) -> None:
         """Serve DRA (and health) on ``dra_socket``, then registration on ``registration_socket``."""
         if self._used:
-            raise StateError("a PluginServer can be started only once; create a new one", field="start")
+            raise InvalidArgument("a PluginServer can be started only once; create a new one")
         self._used = True
         try:
             self._dra_server = self._serve_dra()
@@ -146,10 +151,10 @@ class PluginServer:
         )
         # The generated add_* functions are untyped; hence the ignores.
         dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(  # type: ignore[no-untyped-call]
-            DRAPluginV1Servicer(self.runner), server
+            DRAPluginV1Servicer(self.runner, table=self.table), server
         )
         dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(  # type: ignore[no-untyped-call]
-            DRAPluginV1Beta1Servicer(self.runner), server
+            DRAPluginV1Beta1Servicer(self.runner, table=self.table), server
         )
         if self.health:
             dra_health_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(  # type: ignore[no-untyped-call]
@@ -172,13 +177,9 @@ class PluginServer:
 
 def _check_socket_path(field: str, path: Path) -> None:
     if not path.is_absolute():
-        raise InvalidInput(f"socket path {path} must be absolute", code=ErrorCode.INVALID_PATH, field=field)
+        raise InvalidArgument(f"{field}: socket path {path} must be absolute")
     if len(os.fsencode(path)) > MAX_SOCKET_PATH_BYTES:
-        raise InvalidInput(
-            f"socket path {path} is longer than {MAX_SOCKET_PATH_BYTES} bytes",
-            code=ErrorCode.INVALID_PATH,
-            field=field,
-        )
+        raise InvalidArgument(f"{field}: socket path {path} is longer than {MAX_SOCKET_PATH_BYTES} bytes")
 
 
 def _bind(server: grpc.Server, field: str, path: Path) -> None:
@@ -188,11 +189,9 @@ def _bind(server: grpc.Server, field: str, path: Path) -> None:
     try:
         port = server.add_insecure_port(f"unix://{path}")
     except RuntimeError as exc:
-        raise InvalidInput(
-            f"cannot listen on {path}: {exc}", code=ErrorCode.INVALID_PATH, field=field
-        ) from exc
+        raise InvalidArgument(f"{field}: cannot listen on {path}: {exc}") from exc
     if port == 0:
-        raise InvalidInput(f"cannot listen on {path}", code=ErrorCode.INVALID_PATH, field=field)
+        raise InvalidArgument(f"{field}: cannot listen on {path}")
     server.start()
     path.chmod(SOCKET_MODE)
 
@@ -203,9 +202,7 @@ def _remove_socket(path: Path, *, stale: bool = False) -> None:
     except FileNotFoundError:
         return
     if stat.S_ISDIR(mode):
-        raise InvalidInput(
-            f"{path} is a directory, not a socket", code=ErrorCode.INVALID_PATH, field=str(path)
-        )
+        raise InvalidArgument(f"{path} is a directory, not a socket")
     if stale:
         _log.info("removing stale socket %s", path)
     path.unlink(missing_ok=True)

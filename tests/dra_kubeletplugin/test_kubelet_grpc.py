@@ -1,66 +1,76 @@
-"""The plugin's gRPC face over real unix sockets, driven by the kubelet simulator.
+"""The helper's gRPC face over real unix sockets, driven by the kubelet simulator, claims from the fake API server.
 
-The preparer and health source are small in-test fakes standing in for the domain; everything
-between them and the simulator (sockets, gRPC servers, registration, streams) is real.
+The driver and the health source are small in-test fakes standing in for a driver; everything
+between them and the simulator (sockets, gRPC servers, registration, claim fetching, streams) is
+the helper's real code, and the claims are real objects of the fake API server.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import stat
 import subprocess
 import sys
-import tempfile
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 import pytest
 
-from api_protos.gen import pluginregistration_v1_pb2, pluginregistration_v1_pb2_grpc
-from dra_driver.claims import ClaimRef, ClaimResult, DeviceHealthReport, PreparedDevice
-from dra_driver.errors import ErrorCode, Unavailable
+import dra_kubeletplugin
+from dra_kubeletplugin import errors
+from dra_kubeletplugin.claims import (
+    ClaimRef,
+    DeviceHealthReport,
+    PreparedDevice,
+    PrepareResult,
+    ResourceClaim,
+)
+from dra_kubeletplugin.helper import Helper
+from dra_kubeletplugin.kubeapi import KubeClient
+from dra_kubeletplugin.protos.gen import pluginregistration_v1_pb2, pluginregistration_v1_pb2_grpc
 from flexnpu_testing import pythonpath_env
+from flexnpu_testing.fake_apiserver import FakeAPIServer
 from flexnpu_testing.kubelet import KubeletError, KubeletSimulator, RegistrationRejected
-from kubeletplugin.server import PluginServer
+from tests.dra_kubeletplugin.conftest import DRIVER, NAMESPACE, NODE, ClaimMaker
 
-DRIVER = "npu.flexnpu.io"
-A = ClaimRef(namespace="ns", uid="uid-a", name="claim-a")
-B = ClaimRef(namespace="ns", uid="uid-b", name="claim-b")
 WAIT = 10.0
 
 
-class FakePreparer:
+class FakeDriver:
     """Prepares every claim to one device; ``fail_next`` makes the next call raise."""
 
     def __init__(self) -> None:
-        self.prepared: dict[str, ClaimRef] = {}
+        self.prepared: dict[str, ResourceClaim] = {}
         self.fail_next: BaseException | None = None
         self.omit: set[str] = set()
+        self.calls: list[tuple[str, list[str]]] = []
 
-    def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, ClaimResult]:
+    def prepare_resource_claims(self, claims: Sequence[ResourceClaim]) -> Mapping[str, PrepareResult]:
+        self.calls.append(("prepare", [c.uid for c in claims]))
         self._maybe_fail()
-        out: dict[str, ClaimResult] = {}
+        out: dict[str, PrepareResult] = {}
         for c in claims:
             if c.uid in self.omit:
                 continue
             self.prepared[c.uid] = c
+            (result,) = c.results(DRIVER)
             device = PreparedDevice(
-                request_names=("npu/share-0", "npu/share-1", "npu"),
-                pool="node-a",
-                device=f"die-{c.name}",
-                cdi_device_ids=(f"flexnpu.io/vnpu={c.uid}",),
+                request_names=("req/sub-0", "req/sub-1", "req"),
+                pool=str(result["pool"]),
+                device=str(result["device"]),
+                cdi_device_ids=(f"{DRIVER}/dev={c.uid}",),
                 share_id=f"share-{c.uid}",
             )
-            out[c.uid] = ClaimResult(devices=(device,))
+            out[c.uid] = PrepareResult(devices=(device,))
         return out
 
-    def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
+    def unprepare_resource_claims(self, claims: Sequence[ClaimRef]) -> Mapping[str, str]:
+        self.calls.append(("unprepare", [c.uid for c in claims]))
         self._maybe_fail()
         for c in claims:
             self.prepared.pop(c.uid, None)
@@ -76,8 +86,8 @@ class FakeHealth:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.reports = [
-            DeviceHealthReport(pool="node-a", device="die-0", healthy=True),
-            DeviceHealthReport(pool="node-a", device="die-1", healthy=True),
+            DeviceHealthReport(pool=NODE, device="dev-0", healthy=True),
+            DeviceHealthReport(pool=NODE, device="dev-1", healthy=True),
         ]
 
     fail: BaseException | None = None
@@ -95,47 +105,58 @@ class FakeHealth:
 
 @dataclass
 class Plugin:
-    server: PluginServer
-    preparer: FakePreparer
+    helper: Helper
+    driver: FakeDriver
     health: FakeHealth
     registry_dir: Path
     dra_socket: Path
     reg_socket: Path
+    api: FakeAPIServer
+    a: ClaimRef
+    b: ClaimRef
 
 
-@pytest.fixture
-def sock_dir() -> Iterator[Path]:
-    # pytest's tmp_path can exceed the 108-byte unix socket limit
-    d = Path(tempfile.mkdtemp(prefix="fx", dir="/tmp"))
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
-
-
-def _make_plugin(sock_dir: Path, *, resend_seconds: float = 10.0, with_health: bool = True) -> Plugin:
-    registry = sock_dir / "plugins_registry"
-    dra = sock_dir / "plugins" / DRIVER / "dra.sock"
-    reg = registry / f"{DRIVER}-reg.sock"
-    preparer, source = FakePreparer(), FakeHealth()
-    server = PluginServer(
+def _make_plugin(
+    short_tmp: Path,
+    kube: KubeClient,
+    api: FakeAPIServer,
+    make_claim: ClaimMaker,
+    *,
+    resend_seconds: float = 10.0,
+    with_health: bool = True,
+    pod_uid: str | None = None,
+) -> Plugin:
+    driver, source = FakeDriver(), FakeHealth()
+    helper = dra_kubeletplugin.start(
+        driver,
         driver_name=DRIVER,
-        dra_socket=dra,
-        registration_socket=reg,
-        preparer=preparer,
+        node_name=NODE,
+        kube=kube,
+        pod_uid=pod_uid,
+        registry_dir=short_tmp / "plugins_registry",
+        plugins_dir=short_tmp / "plugins",
         health_source=source if with_health else None,
-        serialize_lock_file=sock_dir / "plugins" / DRIVER / "serialize.lock",
-        resend_seconds=resend_seconds,
+        fetch_workers=2,
+        max_workers=8,
+        health_resend_seconds=resend_seconds,
+        serve=False,
     )
-    return Plugin(server, preparer, source, registry, dra, reg)
+    paths = helper.paths
+    a, b = (
+        make_claim("claim-a", devices=[(DRIVER, "dev-0")]),
+        make_claim("claim-b", devices=[(DRIVER, "dev-1")]),
+    )
+    return Plugin(helper, driver, source, paths.registration.parent, paths.dra, paths.registration, api, a, b)
 
 
 @pytest.fixture
-def plugin(sock_dir: Path) -> Iterator[Plugin]:
-    p = _make_plugin(sock_dir)
-    p.server.start()
+def plugin(short_tmp: Path, kube: KubeClient, api: FakeAPIServer, make_claim: ClaimMaker) -> Iterator[Plugin]:
+    p = _make_plugin(short_tmp, kube, api, make_claim)
+    p.helper.start()
     try:
         yield p
     finally:
-        p.server.stop(grace=1)
+        p.helper.stop(grace=1)
 
 
 API_VERSIONS = pytest.mark.parametrize(
@@ -178,56 +199,73 @@ def test_register_prepare_unprepare(
     kubelet = KubeletSimulator(plugin.registry_dir, supported_services=kubelet_services)
     with kubelet.wait_for_plugin(DRIVER, WAIT) as handle:
         assert handle.service == expected_service
-        assert plugin.server.registration.registered.wait(WAIT)
-        assert plugin.server.registration.last_error == ""
+        assert plugin.helper.server.registration.registered.wait(WAIT)
+        assert plugin.helper.server.registration.last_error == ""
 
-        results = handle.prepare([A, B])
-        assert set(results) == {"uid-a", "uid-b"}
-        for ref in (A, B):
+        a, b = plugin.a, plugin.b
+        results = handle.prepare([a, b])
+        assert set(results) == {a.uid, b.uid}
+        for ref, dev in ((a, "dev-0"), (b, "dev-1")):
             (device,) = results[ref.uid].devices
             assert results[ref.uid].error == ""
-            assert device.request_names == ("npu",)
-            assert (device.pool, device.device) == ("node-a", f"die-{ref.name}")
-            assert device.cdi_device_ids == (f"flexnpu.io/vnpu={ref.uid}",)
+            assert device.request_names == ("req",)
+            assert (device.pool, device.device) == (NODE, dev)
+            assert device.cdi_device_ids == (f"{DRIVER}/dev={ref.uid}",)
             assert device.share_id == (f"share-{ref.uid}" if has_share_id else None)
-        assert set(plugin.preparer.prepared) == {"uid-a", "uid-b"}
+        assert set(plugin.driver.prepared) == {a.uid, b.uid}
+        assert (
+            plugin.driver.prepared[a.uid].obj["metadata"]["name"] == "claim-a"
+        )  # the claim as the API has it
 
-        assert handle.unprepare([A, B]) == {"uid-a": "", "uid-b": ""}
-        assert plugin.preparer.prepared == {}
+        assert handle.unprepare([a, b]) == {a.uid: "", b.uid: ""}
+        assert plugin.driver.prepared == {}
 
 
 @pytest.mark.parametrize(
     ("bad", "field"),
     [
         pytest.param(ClaimRef(namespace="ns", uid="", name="claim-x"), "claim.uid", id="empty-uid"),
+        pytest.param(ClaimRef(namespace="ns", uid="a/b", name="claim-x"), "claim.uid", id="uid-with-slash"),
+        pytest.param(ClaimRef(namespace="ns", uid="u" * 200, name="claim-x"), "claim.uid", id="uid-too-long"),
         pytest.param(
             ClaimRef(namespace="", uid="uid-x", name="claim-x"), "claim.namespace", id="empty-namespace"
+        ),
+        pytest.param(
+            ClaimRef(namespace="NS", uid="uid-x", name="claim-x"), "claim.namespace", id="bad-namespace"
         ),
         pytest.param(ClaimRef(namespace="ns", uid="uid-x", name=""), "claim.name", id="empty-name"),
     ],
 )
-def test_malformed_claim_gets_its_own_error(plugin: Plugin, bad: ClaimRef, field: str) -> None:
+def test_malformed_claim_gets_its_own_error_without_an_api_call(
+    plugin: Plugin, bad: ClaimRef, field: str
+) -> None:
+    a = plugin.a
     with KubeletSimulator(plugin.registry_dir).wait_for_plugin(DRIVER, WAIT) as handle:
-        results = handle.prepare([bad, A])
+        plugin.api.clear_request_log()
+        results = handle.prepare([bad, a])
         assert field in results[bad.uid].error
         assert results[bad.uid].devices == ()
-        assert results["uid-a"].error == ""
-        assert len(results["uid-a"].devices) == 1
-        unprepared = handle.unprepare([bad, A])
+        assert results[a.uid].error == ""
+        assert len(results[a.uid].devices) == 1
+        assert [p for _, p in plugin.api.request_log() if "resourceclaims" in p] == [
+            f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims/claim-a"
+        ]
+        unprepared = handle.unprepare([bad, a])
         assert field in unprepared[bad.uid]
-        assert unprepared["uid-a"] == ""
-    assert bad.uid not in plugin.preparer.prepared
+        assert unprepared[a.uid] == ""
+    assert bad.uid not in plugin.driver.prepared
 
 
-def test_missing_result_from_preparer_is_filled(plugin: Plugin) -> None:
-    plugin.preparer.omit = {"uid-b"}
+def test_missing_result_from_the_driver_is_filled(plugin: Plugin) -> None:
+    a, b = plugin.a, plugin.b
+    plugin.driver.omit = {b.uid}
     with KubeletSimulator(plugin.registry_dir).wait_for_plugin(DRIVER, WAIT) as handle:
-        results = handle.prepare([A, B])
-        assert results["uid-a"].error == ""
-        assert "no prepare result" in results["uid-b"].error
-        unprepared = handle.unprepare([A, B])
-        assert unprepared["uid-a"] == ""
-        assert "no unprepare result" in unprepared["uid-b"]
+        results = handle.prepare([a, b])
+        assert results[a.uid].error == ""
+        assert "no prepare result" in results[b.uid].error
+        unprepared = handle.unprepare([a, b])
+        assert unprepared[a.uid] == ""
+        assert "no unprepare result" in unprepared[b.uid]
 
 
 @pytest.mark.parametrize(
@@ -237,26 +275,27 @@ def test_missing_result_from_preparer_is_filled(plugin: Plugin) -> None:
             RuntimeError("boom in the domain"), grpc.StatusCode.INTERNAL, "boom in the domain", id="bug"
         ),
         pytest.param(
-            Unavailable("daemon down", code=ErrorCode.DAEMON_UNAVAILABLE),
+            errors.ApiUnavailable("backend down"),
             grpc.StatusCode.UNAVAILABLE,
-            "daemon down",
+            "backend down",
             id="unavailable",
         ),
     ],
 )
 @pytest.mark.parametrize("verb", ["prepare", "unprepare"])
-def test_preparer_exception_maps_to_status_and_server_survives(
+def test_driver_exception_maps_to_status_and_server_survives(
     plugin: Plugin, exc: BaseException, code: grpc.StatusCode, text: str, verb: str
 ) -> None:
+    a = plugin.a
     with KubeletSimulator(plugin.registry_dir).wait_for_plugin(DRIVER, WAIT) as handle:
         call = getattr(handle, verb)
-        plugin.preparer.fail_next = exc
+        plugin.driver.fail_next = exc
         with pytest.raises(KubeletError) as info:
-            call([A])
+            call([a])
         assert info.value.code == code
         assert text in str(info.value)
-        results = call([A])
-        assert set(results) == {"uid-a"}
+        results = call([a])
+        assert set(results) == {a.uid}
 
 
 @pytest.mark.parametrize("service", ["v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth", None])
@@ -266,17 +305,17 @@ def test_health_stream_sends_set_then_updates(plugin: Plugin, service: str | Non
         try:
             assert watch.service == (service or "v1.DRAResourceHealth")
             first = watch.next(WAIT)
-            assert [(d.device, d.healthy) for d in first.devices] == [("die-0", True), ("die-1", True)]
+            assert [(d.device, d.healthy) for d in first.devices] == [("dev-0", True), ("dev-1", True)]
             assert {d.health_check_timeout_seconds for d in first.raw.devices} == {30}
             assert all(d.last_updated_time > 0 for d in first.raw.devices)
 
             plugin.health.set(
                 [
-                    DeviceHealthReport(pool="node-a", device="die-0", healthy=True),
-                    DeviceHealthReport(pool="node-a", device="die-1", healthy=False, message="x" * 3000),
+                    DeviceHealthReport(pool=NODE, device="dev-0", healthy=True),
+                    DeviceHealthReport(pool=NODE, device="dev-1", healthy=False, message="x" * 3000),
                 ]
             )
-            plugin.server.notify_health_changed()
+            plugin.helper.notify_health_changed()
             update = watch.next(WAIT)
             while update.devices[1].healthy is not False:  # a periodic resend may come first
                 update = watch.next(WAIT)
@@ -293,14 +332,14 @@ def test_health_source_failure_ends_stream_with_status(plugin: Plugin) -> None:
         try:
             watch.next(WAIT)
             plugin.health.fail = RuntimeError("sensor read failed")
-            plugin.server.notify_health_changed()
+            plugin.helper.notify_health_changed()
             assert watch.ended.wait(WAIT)
             assert watch.end_code == grpc.StatusCode.INTERNAL
             assert "sensor read failed" in watch.end_details
         finally:
             watch.close()
         plugin.health.fail = None
-        assert handle.prepare([A])["uid-a"].error == ""  # the server is still serving
+        assert handle.prepare([plugin.a])[plugin.a.uid].error == ""  # the server is still serving
         again = handle.watch_health()
         try:
             assert len(again.next(WAIT).devices) == 2
@@ -308,9 +347,11 @@ def test_health_source_failure_ends_stream_with_status(plugin: Plugin) -> None:
             again.close()
 
 
-def test_health_stream_resends_periodically(sock_dir: Path) -> None:
-    p = _make_plugin(sock_dir, resend_seconds=0.2)
-    p.server.start()
+def test_health_stream_resends_periodically(
+    short_tmp: Path, kube: KubeClient, api: FakeAPIServer, make_claim: ClaimMaker
+) -> None:
+    p = _make_plugin(short_tmp, kube, api, make_claim, resend_seconds=0.2)
+    p.helper.start()
     try:
         with KubeletSimulator(p.registry_dir).wait_for_plugin(DRIVER, WAIT) as handle:
             watch = handle.watch_health()
@@ -320,18 +361,20 @@ def test_health_stream_resends_periodically(sock_dir: Path) -> None:
                 watch.close()
         assert all(len(u.devices) == 2 for u in updates)
     finally:
-        p.server.stop(grace=1)
+        p.helper.stop(grace=1)
 
 
-def test_health_stream_ends_cleanly_on_stop(sock_dir: Path) -> None:
-    p = _make_plugin(sock_dir)
-    p.server.start()
+def test_health_stream_ends_cleanly_on_stop(
+    short_tmp: Path, kube: KubeClient, api: FakeAPIServer, make_claim: ClaimMaker
+) -> None:
+    p = _make_plugin(short_tmp, kube, api, make_claim)
+    p.helper.start()
     try:
         handle = KubeletSimulator(p.registry_dir).wait_for_plugin(DRIVER, WAIT)
         watch = handle.watch_health("v1alpha1.DRAResourceHealth")
         watch.next(WAIT)
     finally:
-        p.server.stop(grace=1)
+        p.helper.stop(grace=1)
     try:
         assert watch.ended.wait(WAIT)
         assert watch.end_code == grpc.StatusCode.OK
@@ -340,9 +383,11 @@ def test_health_stream_ends_cleanly_on_stop(sock_dir: Path) -> None:
         handle.close()
 
 
-def test_no_health_source_advertises_no_health(sock_dir: Path) -> None:
-    p = _make_plugin(sock_dir, with_health=False)
-    p.server.start()
+def test_no_health_source_advertises_no_health(
+    short_tmp: Path, kube: KubeClient, api: FakeAPIServer, make_claim: ClaimMaker
+) -> None:
+    p = _make_plugin(short_tmp, kube, api, make_claim, with_health=False)
+    p.helper.start()
     try:
         with KubeletSimulator(p.registry_dir).wait_for_plugin(DRIVER, WAIT) as handle:
             assert handle.info.supported_versions == ("v1.DRAPlugin", "v1beta1.DRAPlugin")
@@ -353,22 +398,24 @@ def test_no_health_source_advertises_no_health(sock_dir: Path) -> None:
             assert watch.end_code == grpc.StatusCode.UNIMPLEMENTED
             watch.close()
     finally:
-        p.server.stop(grace=1)
+        p.helper.stop(grace=1)
 
 
-def test_sockets_removed_after_stop_and_stale_ones_replaced(sock_dir: Path) -> None:
-    p = _make_plugin(sock_dir)
+def test_sockets_removed_after_stop_and_stale_ones_replaced(
+    short_tmp: Path, kube: KubeClient, api: FakeAPIServer, make_claim: ClaimMaker
+) -> None:
+    p = _make_plugin(short_tmp, kube, api, make_claim)
     for path in (p.dra_socket, p.reg_socket):  # leftovers of a crashed instance
         path.parent.mkdir(parents=True, exist_ok=True)
         stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         stale.bind(str(path))
         stale.close()
-    p.server.start()
+    p.helper.start()
     try:
         with KubeletSimulator(p.registry_dir).wait_for_plugin(DRIVER, WAIT) as handle:
-            assert handle.prepare([A])["uid-a"].error == ""
+            assert handle.prepare([p.a])[p.a.uid].error == ""
     finally:
-        p.server.stop(grace=1)
+        p.helper.stop(grace=1)
     assert not p.dra_socket.exists()
     assert not p.reg_socket.exists()
     with pytest.raises(KubeletError, match="no DRA plugin"):
@@ -379,7 +426,7 @@ def test_registration_rejected_by_kubelet(plugin: Plugin) -> None:
     old_kubelet = KubeletSimulator(plugin.registry_dir, supported_services=("v1alpha4.DRAPlugin",))
     with pytest.raises(RegistrationRejected, match="none of services"):
         old_kubelet.wait_for_plugin(DRIVER, WAIT)
-    registration = plugin.server.registration
+    registration = plugin.helper.server.registration
     assert registration.notified.wait(WAIT)
     assert not registration.registered.is_set()
     assert "none of services" in registration.last_error
@@ -394,16 +441,16 @@ def test_notify_false_returns_error_with_reason(plugin: Plugin) -> None:
         with pytest.raises(grpc.RpcError) as info:
             stub.NotifyRegistrationStatus(status, timeout=WAIT)
         assert "driver name taken" in (info.value.details() or "")  # type: ignore[attr-defined]
-        assert plugin.server.registration.last_error == "driver name taken"
+        assert plugin.helper.server.registration.last_error == "driver name taken"
         stub.NotifyRegistrationStatus(
             pluginregistration_v1_pb2.RegistrationStatus(plugin_registered=True), timeout=WAIT
         )
-    assert plugin.server.registration.registered.is_set()
-    assert plugin.server.registration.last_error == ""
+    assert plugin.helper.server.registration.registered.is_set()
+    assert plugin.helper.server.registration.last_error == ""
 
 
-@pytest.mark.parametrize(("verb", "api"), [("prepare", "v1"), ("unprepare", "v1beta1")])
-def test_cli_prints_json(plugin: Plugin, verb: str, api: str) -> None:
+@pytest.mark.parametrize(("verb", "version"), [("prepare", "v1"), ("unprepare", "v1beta1")])
+def test_cli_prints_json(plugin: Plugin, verb: str, version: str) -> None:
     out = subprocess.run(
         [
             sys.executable,
@@ -411,11 +458,13 @@ def test_cli_prints_json(plugin: Plugin, verb: str, api: str) -> None:
             "flexnpu_testing.kubelet",
             "--registry-dir",
             str(plugin.registry_dir),
+            "--driver",
+            DRIVER,
             "--api",
-            api,
+            version,
             verb,
             "--claim",
-            "ns/claim-a/uid-a",
+            f"{NAMESPACE}/claim-a/{plugin.a.uid}",
         ],
         env=pythonpath_env(),
         capture_output=True,
@@ -424,7 +473,7 @@ def test_cli_prints_json(plugin: Plugin, verb: str, api: str) -> None:
         check=True,
     )
     doc = json.loads(out.stdout)
-    assert doc["service"] == f"{api}.DRAPlugin"
-    assert doc["claims"]["uid-a"]["error"] == ""
+    assert doc["service"] == f"{version}.DRAPlugin"
+    assert doc["claims"][plugin.a.uid]["error"] == ""
     if verb == "prepare":
-        assert doc["claims"]["uid-a"]["devices"][0]["request_names"] == ["npu"]
+        assert doc["claims"][plugin.a.uid]["devices"][0]["request_names"] == ["req"]
