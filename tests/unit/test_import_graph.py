@@ -262,7 +262,11 @@ def test_the_core_imports_no_runtime_module() -> None:
 
 
 def test_no_production_module_imports_an_old_path() -> None:
-    partial = ("dra_driver.aclserver.datalink", "dra_driver.daemon.model", "dra_driver.claims")  # own code too
+    partial = (
+        "dra_driver.aclserver.datalink",
+        "dra_driver.daemon.model",
+        "dra_driver.claims",
+    )  # own code too
     whole = tuple(m for m in ALIASES if m not in partial)
     moved = {m: set(_reexports(m)) for m in partial}
     bad = []
