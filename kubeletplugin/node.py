@@ -32,7 +32,7 @@ from dra_driver.errors import FlexNPUError
 from dra_driver.telemetry import Telemetry
 from dra_driver.vnpu import sweeping
 from dra_kubeletplugin import Helper
-from dra_kubeletplugin.errors import DroppedFieldsError
+from dra_kubeletplugin.errors import DroppedFieldsError, PluginError
 from dra_kubeletplugin.helper import PublishOptions
 from dra_kubeletplugin.resourceslice.pools import DriverResources
 from kubeletplugin import hardsplit, statuses
@@ -190,10 +190,17 @@ class NodeProcess(NodeCore):
             self._publish()
 
     def _publish(self) -> None:
-        """Tell the helper what this node offers now (dies, modes, held capacity); it writes the difference."""
+        """Tell the helper what this node offers now (dies, modes, held capacity); it writes the difference.
+
+        A pool the API server would refuse is logged and not published (what was published stays).
+        """
         self.pool = self._desired()
-        if self.helper is not None:
+        if self.helper is None:
+            return
+        try:
             self.helper.publish_resources(DriverResources.single(self.pool))
+        except PluginError as err:
+            log.error("not publishing this node's pool: %s", err)
 
     def _desired(self) -> slices.DesiredPool:
         mode = DieMode(self.cfg.default_mode)
