@@ -17,11 +17,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from dra_driver import sharing
-from dra_driver.claims import ClaimRef
-from dra_driver.daemon.model import Share
 from dra_driver.devices import Die, DieMode, Inventory
 from dra_driver.errors import ErrorCode, InvalidInput, StateError, quote
 from dra_driver.vnpu.render import HardVnpu
+from dra_kubeletplugin.claims import ClaimRef
+from flexnpu_wire.shares import Share
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,12 +106,6 @@ class ClaimPlan:
     def shares(self) -> tuple[Share, ...]:
         """The claim's shares, in virtual-ID order."""
         return tuple(sh for d in self.devices for sh in d.shares)
-
-
-def strip_subrequest(request: str) -> str:
-    """``"req/sub"`` -> ``"req"``: the top-level request name the kubelet matches containers against
-    (the one implementation; ``kubeletplugin/claimbatch.py`` uses it for a whole batch)."""
-    return request.split("/", 1)[0]
 
 
 def _get(doc: Mapping[str, Any], *keys: str) -> Any:

@@ -22,14 +22,14 @@ from collections.abc import Mapping, Sequence
 
 import grpc
 
-from api_protos.gen import (
+from dra_driver import config
+from dra_driver.errors import FlexNPUError
+from dra_kubeletplugin.protos.gen import (
     dra_v1_pb2,
     dra_v1_pb2_grpc,
     pluginregistration_v1_pb2,
     pluginregistration_v1_pb2_grpc,
 )
-from dra_driver import config
-from dra_driver.errors import FlexNPUError
 
 __all__ = ["check_daemon", "check_plugin", "main"]
 
@@ -70,7 +70,7 @@ def check_plugin(env: Mapping[str, str], timeout: float = DEFAULT_TIMEOUT) -> st
 def check_daemon(env: Mapping[str, str], timeout: float = DEFAULT_TIMEOUT) -> str:
     """The daemon's Health call; returns a summary."""
     from dra_driver.daemon import main as daemon_main
-    from dra_driver.daemon.client import DaemonClient
+    from dra_driver.daemon_api.client import DaemonClient
 
     values = config.resolve(config.from_args_namespace(daemon_main.FLAGS), env, daemon_main.FLAGS)
     socket_path = values.get("socket") or ""

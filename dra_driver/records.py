@@ -16,10 +16,11 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from dra_driver.claims import PreparedDevice
-from dra_driver.daemon.model import Endpoints, Share
+from dra_driver.daemon_api.values import Endpoints
 from dra_driver.devices import DieMode
 from dra_driver.plan import ClaimPlan, HeldDie
+from dra_kubeletplugin.claims import PreparedDevice
+from flexnpu_wire.shares import Share
 
 JSON = dict[str, Any]
 

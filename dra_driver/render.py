@@ -17,14 +17,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from dra_driver import cdi, clientconf, interposition
-from dra_driver.claims import PreparedDevice
-from dra_driver.daemon.model import Endpoints
+from dra_driver import cdi, interposition
+from dra_driver.daemon_api.values import Endpoints
 from dra_driver.devices import DieMode
 from dra_driver.discovery import node_files
 from dra_driver.plan import ClaimPlan
 from dra_driver.sharing import Transport
 from dra_driver.vnpu import render as hard
+from dra_kubeletplugin.claims import PreparedDevice
+from flexnpu_wire import clientconf
 
 CONTAINER_CONF = "/etc/flexnpu/client.conf"
 CONTAINER_SHM = "/dev/shm/flexnpu"

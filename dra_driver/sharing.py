@@ -36,9 +36,9 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from dra_driver.aclserver.codes import Policy
 from dra_driver.devices import MIB
 from dra_driver.errors import ErrorCode, InvalidInput, quote
+from flexnpu_wire.codes import Policy
 from flexnpu_wire.shares import MAX_HOST_MEMORY_BYTES
 
 __all__ = [

@@ -1,9 +1,10 @@
 """What this node publishes: its NPU dies as ResourceSlice spec fragments (pure).
 
-Owns the device model on the wire (names, attributes, capacities, counters), the split of a
-pool into slices within the API limits, and pre-validation of a pool. It must not do I/O,
-log, or import ``kubernetes``: the publisher (``controller/publisher.py``) compares what this
-returns with what the API server holds and writes the difference. Output is deterministic
+Owns the device model on the wire (names, attributes, capacities, counters): *what* to publish.
+The generic half — the pool type, the split into slices within the API limits, pre-validation,
+and the controller that compares the pool with what the API server holds and writes the
+difference — is the kubelet-plugin helper's ``dra_kubeletplugin/resourceslice/``. It must not do
+I/O, log, or import ``kubernetes``. Output is deterministic
 (sorted by physical ID), so a restart recomputes the same slices.
 
 Modes per die (:func:`resolve_mode`):
@@ -17,7 +18,7 @@ Modes per die (:func:`resolve_mode`):
   scheduler sees: every share consumes exactly one, so the share after the last one the node can
   serve stays pending instead of failing prepare. It is a capacity and not a counter because the
   v1.36 allocator charges a device's counters once while it is allocated at all, however many
-  shares it has (see ``dra_driver/testing/scheduler.py``): a counter cannot count shares.
+  shares it has (see ``flexnpu_testing/scheduler.py``): a counter cannot count shares.
 * ``both``  -> both devices on one die, kept apart by the scheduler through shared counters
   (KEP-4815). The die gets a counter set ``die-<phy>`` with ``memory`` (bytes) and
   ``compute`` (100). The whole device consumes **all** of them; the soft device consumes a
@@ -75,28 +76,24 @@ end and shares from the other, and they collide on a die only when the node is n
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from dra_driver import templates
 from dra_driver.devices import MIB, Die, DieMode, Health, Inventory, template_device_name
 from dra_driver.errors import ErrorCode, InvalidInput
 from dra_driver.templates import Template
+from dra_kubeletplugin.resourceslice import pools
 from flexnpu_wire.launch import DEFAULT_MAX_SHARES_PER_DIE  # one default for the node and the ledger
 
 JSON = dict[str, Any]
 
-# resource.k8s.io/v1 limits (k8s.io/api resource/v1 types.go, 1.35+ semantics).
-MAX_DEVICES_PER_SLICE = 128
-MAX_DEVICES_PER_SLICE_WITH_COUNTERS = 64
-MAX_COUNTER_SETS_PER_SLICE = 8
-MAX_COUNTERS_PER_SET = 32
-MAX_ATTRIBUTES_AND_CAPACITIES = 32
-MAX_CONSUMES_COUNTERS = 2
-MAX_ATTRIBUTE_STRING = 64
-MAX_POOL_NAME = 253
+DesiredPool = pools.Pool
+"""The pool this node publishes: the helper's ``resourceslice.pools.Pool`` (this module's name for it)."""
+MAX_COUNTERS_PER_SET = pools.MAX_COUNTERS_PER_SET
+MAX_DEVICES_PER_SLICE = pools.MAX_DEVICES_PER_SLICE
+MAX_DEVICES_PER_SLICE_WITH_COUNTERS = pools.MAX_DEVICES_PER_SLICE_WITH_COUNTERS
 
 SOFT_MEMORY_STEP = 128 * MIB
 """Granularity of a soft share's ``memory`` (bytes)."""
@@ -120,10 +117,6 @@ PCI_BUS_ATTRIBUTE = "resource.kubernetes.io/pciBusID"
 UNHEALTHY_TAINT = "npu.flexnpu.io/unhealthy"
 """Taint key on the devices of an unhealthy die: NoSchedule keeps new claims off it (DRADeviceTaints)."""
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_C_IDENTIFIER = re.compile(r"^[_a-zA-Z][_a-zA-Z0-9]*$")
-_ATTRIBUTE_KINDS = ("int", "bool", "string", "version")
 _MODE_NAMES = {m.value for m in DieMode}
 
 
@@ -139,25 +132,6 @@ class Held:
 
     def __bool__(self) -> bool:
         return any((self.aicore, self.aicpu, self.memory_mib, self.media, self.vnpus))
-
-
-@dataclass(frozen=True, slots=True)
-class DesiredPool:
-    """One pool (this node) as the publisher should make it exist.
-
-    ``slices`` are ResourceSlice ``spec`` fragments in wire JSON, each either
-    ``{"devices": [...]}`` or ``{"sharedCounters": [...]}``; the publisher adds ``driver``,
-    ``pool`` and ``nodeName``. ``generation`` > the published one forces a generation bump
-    (the Go helper's ``Pool.Generation``); 0 lets the publisher decide.
-    """
-
-    name: str
-    slices: list[JSON] = field(default_factory=list)
-    generation: int = 0
-
-    @property
-    def device_names(self) -> list[str]:
-        return [d["name"] for s in self.slices for d in s.get("devices", [])]
 
 
 def resolve_mode(die: Die, inventory: Inventory, default_mode: str) -> DieMode:
@@ -264,67 +238,15 @@ def build_pool(
 
     hard_devices = [d for per_die in reversed(hard) for d in per_die]
     devices = whole + hard_devices + list(reversed(soft))
-    per_slice = MAX_DEVICES_PER_SLICE_WITH_COUNTERS if counter_sets else MAX_DEVICES_PER_SLICE
-    slices: list[JSON] = [{"devices": chunk} for chunk in _chunks(devices, per_slice)]
-    slices += [{"sharedCounters": chunk} for chunk in _chunks(counter_sets, MAX_COUNTER_SETS_PER_SLICE)]
-    if not slices:
-        slices = [{"devices": []}]  # an empty pool is not the same as no pool
-    return DesiredPool(name=node_name, slices=slices, generation=generation)
+    return DesiredPool(name=node_name, slices=pools.split(devices, counter_sets), generation=generation)
 
 
 def validate_pool(pool: DesiredPool) -> None:
-    """Pre-validate a pool like the Go helper and the API server would; InvalidInput if not.
-
-    Checks duplicate device and counter-set names, ``consumesCounters`` that reference an
-    unknown counter set or counter, names (DNS labels, qualified names), and the per-slice and
-    per-device limits. Every problem is listed in the message; ``field`` names the first.
-    """
-    problems: list[tuple[str, str]] = []
-    if not pool.name or len(pool.name) > MAX_POOL_NAME:
-        problems.append(("pool.name", f"pool name {pool.name!r} must be 1..{MAX_POOL_NAME} characters"))
-    if not pool.slices:
-        problems.append(("slices", "a pool needs at least one (possibly empty) slice"))
-
-    counters: dict[str, set[str]] = {}
-    for i, spec in enumerate(pool.slices):
-        for j, cset in enumerate(spec.get("sharedCounters") or []):
-            where = f"slices[{i}].sharedCounters[{j}]"
-            name = cset.get("name", "")
-            if not _DNS_LABEL.match(name) or len(name) > 63:
-                problems.append((f"{where}.name", f"counter set name {name!r} is not a DNS label"))
-            if name in counters:
-                problems.append((f"{where}.name", f"duplicate counter set name {name!r}"))
-            names = set((cset.get("counters") or {}).keys())
-            counters[name] = names
-            problems += _check_counters(f"{where}.counters", cset.get("counters") or {})
-
-    seen_devices: set[str] = set()
-    for i, spec in enumerate(pool.slices):
-        where = f"slices[{i}]"
-        has_devices, has_counters = "devices" in spec, "sharedCounters" in spec
-        if has_devices == has_counters:
-            problems.append((where, "a slice has either devices or sharedCounters, not both or neither"))
-        unknown = set(spec) - {"devices", "sharedCounters"}
-        if unknown:
-            problems.append((where, f"unexpected slice fields {sorted(unknown)}"))
-        sets_ = spec.get("sharedCounters") or []
-        if len(sets_) > MAX_COUNTER_SETS_PER_SLICE:
-            problems.append(
-                (f"{where}.sharedCounters", f"{len(sets_)} counter sets > {MAX_COUNTER_SETS_PER_SLICE}")
-            )
-        devices = spec.get("devices") or []
-        limited = any(d.get("consumesCounters") or d.get("taints") for d in devices)
-        limit = MAX_DEVICES_PER_SLICE_WITH_COUNTERS if limited else MAX_DEVICES_PER_SLICE
-        if len(devices) > limit:
-            problems.append((f"{where}.devices", f"{len(devices)} devices > {limit} per slice"))
-        for j, device in enumerate(devices):
-            problems += _check_device(f"{where}.devices[{j}]", device, seen_devices, counters)
-
-    if problems:
-        text = "; ".join(f"{f}: {m}" for f, m in problems)
-        raise InvalidInput(
-            f"pool {pool.name!r} is invalid: {text}", code=ErrorCode.INVALID_INVENTORY, field=problems[0][0]
-        )
+    """Pre-validate a pool as the helper and the API server would; InvalidInput (``InvalidInventory``) if not."""
+    try:
+        pools.validate(pool)
+    except pools.PoolInvalid as err:
+        raise InvalidInput(str(err), code=ErrorCode.INVALID_INVENTORY, field=err.field or None) from err
 
 
 # --- devices -----------------------------------------------------------------------------
@@ -521,87 +443,3 @@ def _counter_set(die: Die) -> JSON:
             "memory": {"value": str(die.memory_bytes)},
         },
     }
-
-
-def _chunks(items: Sequence[JSON], size: int) -> Iterable[list[JSON]]:
-    for start in range(0, len(items), size):
-        yield list(items[start : start + size])
-
-
-# --- validation helpers --------------------------------------------------------------------
-
-
-def _qualified_name_ok(name: str) -> bool:
-    domain, sep, ident = name.rpartition("/")
-    if sep and (not _DNS_SUBDOMAIN.match(domain) or len(domain) > 63):
-        return False
-    return bool(_C_IDENTIFIER.match(ident)) and len(ident) <= 32
-
-
-def _check_counters(where: str, counters: JSON) -> list[tuple[str, str]]:
-    problems: list[tuple[str, str]] = []
-    if len(counters) > MAX_COUNTERS_PER_SET:
-        problems.append((where, f"{len(counters)} counters > {MAX_COUNTERS_PER_SET}"))
-    for name, counter in counters.items():
-        if not _DNS_LABEL.match(name) or len(name) > 63:
-            problems.append((f"{where}.{name}", f"counter name {name!r} is not a DNS label"))
-        if not isinstance(counter, dict) or not isinstance(counter.get("value"), str):
-            problems.append((f"{where}.{name}.value", "a counter value must be a quantity string"))
-    return problems
-
-
-def _check_device(
-    where: str, device: JSON, seen: set[str], counter_sets: dict[str, set[str]]
-) -> list[tuple[str, str]]:
-    problems: list[tuple[str, str]] = []
-    name = device.get("name", "")
-    if not _DNS_LABEL.match(name) or len(name) > 63:
-        problems.append((f"{where}.name", f"device name {name!r} is not a DNS label"))
-    if name in seen:
-        problems.append((f"{where}.name", f"duplicate device name {name!r}"))
-    seen.add(name)
-
-    attributes: JSON = device.get("attributes") or {}
-    capacity: JSON = device.get("capacity") or {}
-    if len(attributes) + len(capacity) > MAX_ATTRIBUTES_AND_CAPACITIES:
-        problems.append(
-            (
-                where,
-                f"{len(attributes) + len(capacity)} attributes+capacities > {MAX_ATTRIBUTES_AND_CAPACITIES}",
-            )
-        )
-    for key, value in attributes.items():
-        if not _qualified_name_ok(key):
-            problems.append((f"{where}.attributes.{key}", "not a qualified name"))
-        kinds = [k for k in _ATTRIBUTE_KINDS if k in value]
-        if len(kinds) != 1 or len(value) != 1:
-            problems.append((f"{where}.attributes.{key}", "exactly one of int, bool, string, version"))
-        elif kinds[0] == "string" and len(str(value["string"])) > MAX_ATTRIBUTE_STRING:
-            problems.append((f"{where}.attributes.{key}", f"string longer than {MAX_ATTRIBUTE_STRING}"))
-    multi = bool(device.get("allowMultipleAllocations"))
-    for key, value in capacity.items():
-        if not _qualified_name_ok(key):
-            problems.append((f"{where}.capacity.{key}", "not a qualified name"))
-        if not isinstance(value.get("value"), str):
-            problems.append((f"{where}.capacity.{key}.value", "a capacity value must be a quantity string"))
-        if "requestPolicy" in value and not multi:
-            problems.append(
-                (f"{where}.capacity.{key}.requestPolicy", "requestPolicy needs allowMultipleAllocations")
-            )
-
-    consumes = device.get("consumesCounters") or []
-    if len(consumes) > MAX_CONSUMES_COUNTERS:
-        problems.append((f"{where}.consumesCounters", f"{len(consumes)} entries > {MAX_CONSUMES_COUNTERS}"))
-    for k, use in enumerate(consumes):
-        at = f"{where}.consumesCounters[{k}]"
-        cset = use.get("counterSet", "")
-        if cset not in counter_sets:
-            problems.append((f"{at}.counterSet", f"unknown counter set {cset!r}"))
-            continue
-        problems += _check_counters(f"{at}.counters", use.get("counters") or {})
-        for counter in use.get("counters") or {}:
-            if counter not in counter_sets[cset]:
-                problems.append(
-                    (f"{at}.counters.{counter}", f"counter set {cset!r} has no counter {counter!r}")
-                )
-    return problems

@@ -4,8 +4,9 @@ Collected from the aclservers through the daemon (``DaemonClient.list``: quotas,
 sessions, process state, restarts) when Prometheus scrapes the node's metrics endpoint;
 ``100 * rate(flexnpu_vnpu_pod_compute_seconds_total[1m])`` is the percent of its die a vNPU uses. Kernel counts
 (and die time, from a daemon that does not report it) come from the same place the daemon reads its figures:
-the per-die ledgers the aclservers write under ``<shm dir>/.ledger`` (``dra_driver/aclserver/ledger.py``; read
-only, a missing ledger reports nothing). The pods come from each claim's
+the per-die ledgers the aclservers write under ``<shm dir>/.ledger``, read through the ``ledger`` reader the node
+process passes in (``dra_driver/aclserver/ledger.py`` ``read_entries``; this module imports no runtime module; a
+missing ledger reports nothing). The pods come from each claim's
 ``status.reservedFor`` (cached per claim, re-read after ``POD_CACHE_SECONDS``). The node process installs this
 collector into its :class:`~dra_driver.telemetry.Telemetry` (one hook line in ``kubeletplugin/node.py``), so
 the series appear on the same endpoint as ``flexnpu_dra_*``. Nothing here writes anything.
@@ -41,14 +42,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from dra_driver.aclserver import ledger
-from dra_driver.daemon.model import EntityInfo
-from dra_driver.daemon.spec import LEDGER_DIR_NAME
+from dra_driver.daemon_api.values import EntityInfo
 from dra_driver.devices import Inventory
 from dra_driver.errors import FlexNPUError
 
@@ -72,6 +70,23 @@ class ClaimReader(Protocol):
     def get_claim(self, namespace: str, name: str) -> Mapping[str, Any]: ...
 
 
+class LedgerUse(Protocol):
+    """What the collector reads of one ledger entry (``dra_driver.aclserver.ledger.LedgerEntry``)."""
+
+    @property
+    def claim_uid(self) -> str: ...
+    @property
+    def virtual_id(self) -> int: ...
+    @property
+    def consumed_us(self) -> int: ...
+    @property
+    def kernels(self) -> int: ...
+
+
+LedgerReader = Callable[[int], Sequence[LedgerUse]]
+"""The live entries of one die's ledger, by physical die ID (raises OSError, ValueError or a driver error)."""
+
+
 def pods_from_claim(claim: Mapping[str, Any]) -> tuple[str, ...]:
     """Names of the pods a claim is reserved for, in order (pure)."""
     reserved = (claim.get("status") or {}).get("reservedFor") or []
@@ -93,7 +108,7 @@ class VnpuUsageCollector:
     * inventory - returns the node's current dies (for die totals and VDie IDs).
     * node_name, driver_name - constant labels, as on ``flexnpu_dra_*``.
     * max_shares_per_die - the cap ``flexnpu_die_share_limit`` reports.
-    * shm_dir - the node's shared-memory root (``--shm-dir``), whose ``.ledger`` has the compute counters.
+    * ledger - reads one die's ledger entries (kernel counts, die time); None: no ledger on this node.
     """
 
     def __init__(
@@ -105,10 +120,10 @@ class VnpuUsageCollector:
         node_name: str,
         driver_name: str,
         max_shares_per_die: int,
-        shm_dir: Path | None = None,
+        ledger: LedgerReader | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._ledger_dir = shm_dir / LEDGER_DIR_NAME if shm_dir is not None else None
+        self._ledger = ledger
         self._daemon = daemon
         self._kube = kube
         self._inventory = inventory
@@ -149,12 +164,12 @@ class VnpuUsageCollector:
     def _compute(self, entities: Sequence[EntityInfo]) -> dict[tuple[str, int], tuple[int, int]]:
         """(claim UID, virtual ID) -> (consumed microseconds, kernels), from the dies' ledgers."""
         out: dict[tuple[str, int], tuple[int, int]] = {}
-        if self._ledger_dir is None:
+        if self._ledger is None:
             return out
         dies = sorted({u.share.die_phy_id for e in entities for u in e.shares})
         for die in dies:
             try:
-                entries = ledger.read_entries(str(self._ledger_dir), die)
+                entries = self._ledger(die)
             except (FlexNPUError, OSError, ValueError) as exc:
                 log.debug("usage metrics: ledger of die %d: %s", die, exc)
                 continue

@@ -23,12 +23,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from dra_driver import cdi, checkpoint, clientconf, logs
+from dra_driver import cdi, checkpoint, logs, wirefiles
 from dra_driver.checkpoint import ClaimEntry, ClaimState, Effect, EffectKind, Registration, StatusRecord
-from dra_driver.claims import ClaimRef
-from dra_driver.daemon.model import EntityInfo, RegisterResult
+from dra_driver.daemon_api.values import EntityInfo, RegisterResult
 from dra_driver.errors import FlexNPUError
 from dra_driver.plan import plan_claim, resolve_shares
+from dra_kubeletplugin.claims import ClaimRef
 from kubeletplugin.prepare import Preparer
 
 log = logging.getLogger("flexnpu.adopt")
@@ -115,7 +115,7 @@ def _rebuild(preparer: Preparer, claim: Mapping[str, Any], ent: EntityInfo | Non
     )
     plan = resolve_shares(base)
     conf = s.layout.conf_dir(ref.uid) / "client.conf"
-    token = clientconf.load(conf).token if conf.is_file() else secrets.token_hex(32)
+    token = wirefiles.load_client_conf(conf).token if conf.is_file() else secrets.token_hex(32)
     job = preparer.effects.job(plan, token)
     if ent is not None:
         job.registration = RegisterResult(ent.entity_id, ent.pid, ent.endpoints, existing=True)

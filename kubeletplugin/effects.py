@@ -25,15 +25,16 @@ from typing import Any, Protocol
 
 import tenacity
 
-from dra_driver import cdi, clientconf, files, interposition, logs, paths, render, retrying
+from dra_driver import cdi, files, interposition, logs, paths, render, retrying
 from dra_driver.checkpoint import ClaimEntry, Effect, EffectKind, Registration, StatusRecord
-from dra_driver.claims import ClaimRef
 from dra_driver.config import DEFAULT_CLIENT_LIBRARY
-from dra_driver.daemon.model import Endpoints, EntityInfo, RegisterRequest, RegisterResult
+from dra_driver.daemon_api.values import Endpoints, EntityInfo, RegisterRequest, RegisterResult
 from dra_driver.discovery import node_files
 from dra_driver.errors import ErrorCode, StateError, Unavailable, quote
 from dra_driver.plan import ClaimPlan
 from dra_driver.records import HardVnpuRecord
+from dra_kubeletplugin.claims import ClaimRef
+from flexnpu_wire import clientconf
 from kubeletplugin.hardsplit import HardVnpus
 
 JSON = dict[str, Any]

@@ -10,28 +10,35 @@ prepared claims are not touched, so a restart or rolling update is seamless.
 
 from __future__ import annotations
 
+import functools
 import logging
 import signal
 import threading
 from collections.abc import Callable
 from types import FrameType
 
+import dra_kubeletplugin
 from controller.cleanup import Reconciler
 from controller.kube import Kube
-from controller.publisher import SlicePublisher
 from controller.status import ClaimStatusWriter
 from dra_driver import cdi, discovery, liveness, logs, netlink, slices, sweep, usage_metrics, vnpu
+from dra_driver.aclserver import ledger
 from dra_driver.checkpoint import CheckpointStore
-from dra_driver.claims import DeviceHealthReport
 from dra_driver.config import Config
-from dra_driver.daemon.client import DaemonClient
-from dra_driver.devices import DieMode, Health, Inventory
+from dra_driver.daemon_api.client import DaemonClient
+from dra_driver.daemon_api.values import LEDGER_DIR_NAME
+from dra_driver.devices import DieMode, Inventory
 from dra_driver.errors import FlexNPUError
 from dra_driver.telemetry import Telemetry
 from dra_driver.vnpu import sweeping
-from kubeletplugin import hardsplit
+from dra_kubeletplugin import Helper
+from dra_kubeletplugin.errors import DroppedFieldsError, PluginError
+from dra_kubeletplugin.helper import PublishOptions
+from dra_kubeletplugin.resourceslice.pools import DriverResources
+from kubeletplugin import hardsplit, statuses
+from kubeletplugin.driver import NpuDriver
+from kubeletplugin.health import InventoryHealth
 from kubeletplugin.prepare import Preparer, PrepareSettings
-from kubeletplugin.server import PluginServer
 
 log = logging.getLogger("flexnpu.node")
 
@@ -39,24 +46,6 @@ LOOP_ACLSERVERS = "aclserver-monitor"
 LOOP_REDISCOVER = "rediscover"
 ACLSERVER_PERIOD = 2.0
 """Seconds between two looks at the daemon's aclservers."""
-
-
-class InventoryHealth:
-    """Device health for the kubelet's health stream, from the discovered inventory."""
-
-    def __init__(self, inventory: Inventory, pool: str, published: list[str]) -> None:
-        self.inventory = inventory
-        self.pool = pool
-        self.published = set(published)
-
-    def device_health(self) -> list[DeviceHealthReport]:
-        out: list[DeviceHealthReport] = []
-        for die in self.inventory.dies:
-            healthy = {Health.HEALTHY: True, Health.UNHEALTHY: False}.get(die.health)
-            for name in (die.whole_device_name, die.soft_device_name):
-                if name in self.published:
-                    out.append(DeviceHealthReport(self.pool, name, healthy, f"die {die.phy_id} {die.health}"))
-        return out
 
 
 class NodeCore:
@@ -102,7 +91,6 @@ class NodeCore:
                 client_library=cfg.client_library,
             ),
             store=self.store,
-            get_claim=self.kube.get_claim,
             inventory=lambda: self.inventory,
             daemon=self.daemon,
             status=ClaimStatusWriter(self.kube, driver_name=cfg.driver_name, node_name=cfg.node_name),
@@ -169,24 +157,8 @@ class NodeProcess(NodeCore):
         self.use_counters = True
         self.pool = self._desired()
         self.health = InventoryHealth(self.inventory, cfg.pool_name, self.pool.device_names)
-        self.server = PluginServer(
-            driver_name=cfg.driver_name,
-            dra_socket=cfg.dra_socket,
-            registration_socket=cfg.registration_socket,
-            preparer=self.preparer,
-            health_source=self.health,
-            serialize_lock_file=cfg.plugin_dir / "serialize.lock" if cfg.pod_uid else None,
-        )
-        self.publisher = SlicePublisher(
-            self.kube,
-            driver_name=cfg.driver_name,
-            node_name=cfg.node_name,
-            desired=self._desired,
-            log=logs.claim_logger("-", base=logging.getLogger("flexnpu.publisher")),
-            resync_seconds=cfg.slice_resync_seconds,
-            on_dropped_fields=self._counters_dropped,
-            live=self.live,
-        )
+        self.driver = NpuDriver(self.preparer, telemetry=self.telemetry)
+        self.helper: Helper | None = None  # serving from start()
         self.telemetry.serve_health(self._health_verdict, self._loop_ages)
         if cfg.daemon_socket is not None:  # per-vNPU usage series (dra_driver/usage_metrics.py)
             self.telemetry.add_collector(
@@ -197,7 +169,7 @@ class NodeProcess(NodeCore):
                     node_name=cfg.node_name,
                     driver_name=cfg.driver_name,
                     max_shares_per_die=cfg.max_shares_per_die,
-                    shm_dir=cfg.paths.shm_dir,
+                    ledger=functools.partial(ledger.read_entries, str(cfg.paths.shm_dir / LEDGER_DIR_NAME)),
                 )
             )
         self._threads: list[threading.Thread] = []
@@ -210,11 +182,25 @@ class NodeProcess(NodeCore):
         now = self.live.clock()
         return {name: now - state.last_pass for name, state in self.live.snapshot().items()}
 
-    def _counters_dropped(self, err: Exception) -> None:
+    def _counters_dropped(self, err: DroppedFieldsError) -> None:
         """The API server dropped the counter fields (DRAPartitionableDevices off): one mode per die."""
         if self.use_counters:
             log.warning("%s; publishing each die in one mode only (no whole+share on one die)", err)
             self.use_counters = False
+            self._publish()
+
+    def _publish(self) -> None:
+        """Tell the helper what this node offers now (dies, modes, held capacity); it writes the difference.
+
+        A pool the API server would refuse is logged and not published (what was published stays).
+        """
+        self.pool = self._desired()
+        if self.helper is None:
+            return
+        try:
+            self.helper.publish_resources(DriverResources.single(self.pool))
+        except PluginError as err:
+            log.error("not publishing this node's pool: %s", err)
 
     def _desired(self) -> slices.DesiredPool:
         mode = DieMode(self.cfg.default_mode)
@@ -252,17 +238,28 @@ class NodeProcess(NodeCore):
             netlink.ensure_link(self.link)  # a clear error at start, never a hang
         self.telemetry.start()
         self._check_boot()
-        self.server.start()
+        cfg = self.cfg
+        self.helper = dra_kubeletplugin.start(
+            self.driver,
+            driver_name=cfg.driver_name,
+            node_name=cfg.node_name,
+            kube=self.kube,
+            pod_uid=cfg.pod_uid,
+            registry_dir=cfg.paths.kubelet_registry_dir,
+            plugins_dir=cfg.paths.kubelet_plugins_dir,
+            health_source=self.health,
+            error_status=statuses.status_for,
+            publish=PublishOptions(resync_seconds=cfg.slice_resync_seconds),
+            on_dropped_fields=self._counters_dropped,
+            live=self.live,
+            log=logs.claim_logger("-", base=logging.getLogger("flexnpu.publisher")),
+        )
         try:
             self.kube.connect()  # the kubernetes client loads while the kubelet registers the plugin
         except FlexNPUError:
-            self.server.stop(grace=0)
+            self.helper.stop(grace=0)
             raise
-        t = threading.Thread(
-            target=self.publisher.run, args=(self.stop_event,), name="publisher", daemon=True
-        )
-        t.start()
-        self._threads.append(t)
+        self._publish()
         r = threading.Thread(
             target=self.reconciler.run, args=(self.stop_event,), name="reconciler", daemon=True
         )
@@ -314,6 +311,10 @@ class NodeProcess(NodeCore):
 
     def _rediscover_once(self, source: discovery.Discovery) -> None:
         fresh = source.discover()
+        if fresh == self.inventory:
+            if self._desired() != self.pool:  # capacity held by vNPUs made outside the driver changed
+                self._publish()
+            return
         if fresh != self.inventory:
             changed = sorted(
                 {d.phy_id for d in fresh.dies} ^ {d.phy_id for d in self.inventory.dies}
@@ -322,9 +323,10 @@ class NodeProcess(NodeCore):
             log.warning("inventory changed (dies %s); republishing slices and health", changed)
             self.inventory = fresh
             self.health.inventory = fresh
-            self.health.published = set(self._desired().device_names)
-            self.publisher.trigger()
-            self.server.notify_health_changed()
+            self._publish()
+            self.health.published = set(self.pool.device_names)
+            if self.helper is not None:
+                self.helper.notify_health_changed()
 
     def _check_boot(self) -> None:
         """After a reboot the tmpfs state (CDI specs, client.conf, shm) and the aclservers are gone.
@@ -384,7 +386,8 @@ class NodeProcess(NodeCore):
 
     def wait(self) -> None:
         self.stop_event.wait()
-        self.server.stop(grace=5.0)
+        if self.helper is not None:
+            self.helper.stop(grace=5.0)
         for t in self._threads:
             t.join(timeout=10)
         self.close()

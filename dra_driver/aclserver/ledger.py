@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dra_driver.aclserver import scheduling
-from dra_driver.aclserver.codes import Policy
 from dra_driver.errors import ErrorCode, StateError, Unavailable
+from flexnpu_wire.codes import Policy
 from flexnpu_wire.launch import DEFAULT_MAX_SHARES_PER_DIE
 
 __all__ = ["DEFAULT_MAX_SHARES", "MAX_ENTRIES", "DieLedger", "LedgerEntry", "ledger_path", "read_entries"]

@@ -21,10 +21,10 @@ from types import FrameType
 
 from dra_driver import config, discovery, logs
 from dra_driver.daemon import service, shmfs
-from dra_driver.daemon.client import DEFAULT_SOCKET
 from dra_driver.daemon.launcher import Launcher, SpawnLauncher, ZygoteLauncher
 from dra_driver.daemon.manager import Manager, Settings
 from dra_driver.daemon.model import DieCapacity
+from dra_driver.daemon_api.client import DEFAULT_SOCKET
 from dra_driver.devices import Health
 from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput
 from flexnpu_wire.launch import DEFAULT_MAX_SESSIONS, DEFAULT_MAX_SHARES_PER_DIE

@@ -23,12 +23,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dra_driver import files as dra_files
+from dra_driver import wirefiles
 from dra_driver.daemon import files, liveness, processes, registry, shmfs, spec, usage, validation
 from dra_driver.daemon.launcher import Launcher
-from dra_driver.daemon.model import (
-    DieCapacity,
+from dra_driver.daemon.model import DieCapacity, Entity
+from dra_driver.daemon_api.values import (
     Endpoints,
-    Entity,
     EntityInfo,
     EntityState,
     RegisterRequest,
@@ -472,11 +473,13 @@ class Manager:
             max_sessions=s.max_sessions,
             max_shares_per_die=s.max_shares_per_die,
         )
-        files.write_spec(paths.spec, doc)
+        wirefiles.write_spec(paths.spec, doc)
         launched = self.launcher.launch(spec_path=paths.spec, stderr_path=paths.stderr)
         claim.launched = launched
         try:
-            files.sync(s.registry_file)  # the Starting record, made durable while the aclserver starts
+            dra_files.fsync_file(
+                s.registry_file
+            )  # the Starting record, made durable while the aclserver starts
             ready = processes.wait_ready(
                 launched,
                 ready_path=paths.ready,

@@ -2,7 +2,7 @@
 
 The image lives in podman's default storage, so its base (made from Debian packages) and its layers are reused
 by the next run on the same machine; a warm rebuild takes seconds. Runs use runc with lowered ulimits, the only
-settings rootful podman accepts on this kind of machine (runc, explicit ulimits; see dra_driver/testing/podman.py).
+settings rootful podman accepts on this kind of machine (runc, explicit ulimits; see flexnpu_testing/podman.py).
 """
 
 from __future__ import annotations

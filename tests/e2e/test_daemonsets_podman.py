@@ -27,14 +27,15 @@ import pytest
 from kubernetes import client
 
 from dra_driver import clientconf, netlink
-from dra_driver.client.session import Session
-from dra_driver.testing.fake_apiserver import FakeAPIServer
-from dra_driver.testing.kubelet import KubeletSimulator
-from dra_driver.testing.scheduler import SchedulerSim
+from flexnpu_client.session import Session
+from flexnpu_testing.fake_apiserver import FakeAPIServer
+from flexnpu_testing.kubelet import KubeletSimulator
+from flexnpu_testing.scheduler import SchedulerSim
+from flexnpu_testing.waiting import wait_for
 from tests.e2e import image as img
 from tests.e2e import podspec
 from tests.e2e.tlsproxy import TLSProxy, make_certificate
-from tests.integration.conftest import DRIVER, NAMESPACE, NODE, wait_for
+from tests.integration.conftest import DRIVER, NAMESPACE, NODE
 from tests.unit.test_manifests import RELEASE, chart_values, render_chart
 
 pytestmark = [pytest.mark.root, pytest.mark.podman, pytest.mark.timeout(img.BUILD_TIMEOUT + 600)]
@@ -121,7 +122,7 @@ def wait_ready(pod: podspec.RunningPod, container: str, timeout: float = 90) -> 
         last[:] = [proc.stdout + proc.stderr]
         return proc.returncode == 0
 
-    wait_for(f"{container} readiness probe", ready, timeout=timeout)
+    wait_for(ready, what=f"{container} readiness probe", timeout=timeout)
     return last[0]
 
 
@@ -147,7 +148,7 @@ def published(api: FakeAPIServer) -> list[dict[str, Any]]:
 
 
 def test_daemonsets_run_as_rendered_and_serve_prepares(cluster: Cluster) -> None:
-    from dra_driver.claims import ClaimRef
+    from dra_kubeletplugin.claims import ClaimRef
 
     root = cluster.node.root
     pods: list[podspec.RunningPod] = []
@@ -156,7 +157,7 @@ def test_daemonsets_run_as_rendered_and_serve_prepares(cluster: Cluster) -> None
         assert "answers on /var/run/flexnpu/daemon.sock" in wait_ready(daemon, "daemon")
         plugin = start(cluster, "flexnpu-dra-plugin", pods)
         reg = root / "kubelet" / "plugins_registry" / f"{DRIVER}-{plugin.uid}-reg.sock"
-        wait_for("registration socket on the host side", reg.exists, timeout=60)
+        wait_for(reg.exists, what="registration socket on the host side", timeout=60)
         assert stat.S_ISSOCK(reg.stat().st_mode)
         assert f"plugin {DRIVER} answers" in wait_ready(plugin, "plugin")
         # Liveness: every loop of the node process passed recently (/healthz on the metrics port).
@@ -164,7 +165,7 @@ def test_daemonsets_run_as_rendered_and_serve_prepares(cluster: Cluster) -> None
         assert live.returncode == 0, live.stdout + live.stderr
         live = daemon.exec_probe("daemon", "livenessProbe")
         assert live.returncode == 0, live.stdout + live.stderr
-        wait_for("published devices", lambda: len(published(cluster.api)) >= 2, timeout=60)
+        wait_for(lambda: len(published(cluster.api)) >= 2, what="published devices", timeout=60)
         # The plugin built the emulated device root itself (--build-device-root), with real device nodes.
         devroot = root / "var/lib/flexnpu/devroot"
         assert stat.S_ISCHR((devroot / "dev/davinci0").stat().st_mode)
@@ -245,7 +246,7 @@ def test_daemonsets_run_as_rendered_and_serve_prepares(cluster: Cluster) -> None
             kubelet.close()
             plugin2 = start(cluster, "flexnpu-dra-plugin", pods)
             reg2 = root / "kubelet" / "plugins_registry" / f"{DRIVER}-{plugin2.uid}-reg.sock"
-            wait_for("the new instance's registration socket", reg2.exists, timeout=60)
+            wait_for(reg2.exists, what="the new instance's registration socket", timeout=60)
             wait_ready(plugin2, "plugin")
             plugin.stop()
             assert not plugin.running("plugin") and not reg.exists()
@@ -253,8 +254,8 @@ def test_daemonsets_run_as_rendered_and_serve_prepares(cluster: Cluster) -> None
             assert session.get_mem_info()[0] == 240 * MI  # same aclserver, same allocation
             # The new instance took over the metrics port the old one held: its liveness probe passes.
             wait_for(
-                "the new instance's liveness (metrics port taken over)",
                 lambda: plugin2.exec_probe("plugin", "livenessProbe").returncode == 0,
+                what="the new instance's liveness (metrics port taken over)",
                 timeout=60,
             )
             session.free(ptr)

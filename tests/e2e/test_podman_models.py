@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from dra_driver.claims import ClaimRef
-from dra_driver.testing import clibrary
-from dra_driver.testing.podman import Podman
+from flexnpu_testing import clibrary
+from flexnpu_testing.podman import Podman
 from flexnpu_wire.ops import Op
 from tests.c import sample_models
 from tests.e2e.test_podman_share import sections

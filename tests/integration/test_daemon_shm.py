@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from dra_driver import clientconf
-from dra_driver.client import AclError, Session
 from dra_driver.daemon import shmfs
-from dra_driver.daemon.model import EntityInfo
+from dra_driver.daemon_api.values import EntityInfo
+from flexnpu_client import AclError, Session
 from flexnpu_wire.codes import Policy
 from flexnpu_wire.launch import DEFAULT_STAGING_BYTES
 from tests.integration.daemon_harness import GIB, DaemonProc, request, share, wait_for
@@ -144,6 +144,7 @@ def test_list_reports_usage_per_vnpu(daemon: DaemonProc) -> None:
         assert second.share.memory_bytes == GIB // 2 and second.compute_used_us >= 0
 
 
+@pytest.mark.root
 def test_auto_mounts_only_where_the_mount_reaches_other_namespaces(tmp_path: Path) -> None:
     root = tmp_path / "shmroot"
     root.mkdir()

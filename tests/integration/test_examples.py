@@ -22,12 +22,14 @@ import yaml
 from kubernetes import client
 
 from dra_driver import clientconf
-from dra_driver.claims import ClaimRef, ClaimResult
-from dra_driver.client import probe
-from dra_driver.client.session import Session
-from dra_driver.testing.fake_apiserver import parse_quantity
-from dra_driver.testing.scheduler import Unschedulable
-from tests.integration.conftest import DRIVER, NODE, REPO, Node, wait_for
+from dra_driver.claims import ClaimResult
+from dra_kubeletplugin.claims import ClaimRef
+from flexnpu_client import probe
+from flexnpu_client.session import Session
+from flexnpu_testing.fake_apiserver import parse_quantity
+from flexnpu_testing.scheduler import Unschedulable
+from flexnpu_testing.waiting import wait_for
+from tests.integration.conftest import DRIVER, NODE, REPO, Node
 
 EXAMPLES = REPO / "manifests" / "examples"
 MI = 1024 * 1024
@@ -152,7 +154,7 @@ def run_probe(conf: Path, capsys: pytest.CaptureFixture[str]) -> list[str]:
 @pytest.fixture
 def soft_node(node_factory: Callable[..., Node]) -> Node:
     n = node_factory(daemon=True, FLEXNPU_DEFAULT_MODE="both", FLEXNPU_DAEMON_RETRY_SECONDS="2").start()
-    wait_for("published devices", n.devices)
+    wait_for(n.devices, what="published devices")
     return n
 
 
@@ -325,11 +327,11 @@ def test_policy_override(soft_node: Node, tmp_path: Path) -> None:
 
 def test_extended_resource(node_factory: Callable[..., Node]) -> None:
     """The Pod of extended-resource/ asks ``flexnpu.io/npu: 1``: the chart's whole-die class serves it."""
-    from dra_driver.testing import extended_resources
+    from flexnpu_testing import extended_resources
     from tests.integration.test_extended_resources import davinci_paths, install_chart_classes
 
     node = node_factory().start()
-    wait_for("published devices", node.devices)
+    wait_for(node.devices, what="published devices")
     ex = Example(node, "extended-resource")
     install_chart_classes(node)
     (pod,) = [d for d in ex.docs if d["kind"] == "Pod"]

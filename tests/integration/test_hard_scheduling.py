@@ -15,8 +15,8 @@ from kubernetes import client
 
 from dra_driver import slices
 from dra_driver.devices import Die, DieMode, Inventory
-from dra_driver.testing.fake_apiserver import FakeAPIServer
-from dra_driver.testing.scheduler import SchedulerSim, Unschedulable
+from flexnpu_testing.fake_apiserver import FakeAPIServer
+from flexnpu_testing.scheduler import SchedulerSim, Unschedulable
 
 DRIVER = "npu.flexnpu.io"
 NS = "team-h"

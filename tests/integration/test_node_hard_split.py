@@ -19,13 +19,14 @@ from typing import Any
 import pytest
 
 from dra_driver.checkpoint import CheckpointStore
-from dra_driver.claims import ClaimRef
 from dra_driver.discovery import emulated
-from dra_driver.testing.kubelet import KubeletError
-from dra_driver.testing.scheduler import Unschedulable
 from dra_driver.vnpu import check_template, ledger
 from dra_driver.vnpu.emulated import EmulatedVnpus
-from tests.integration.conftest import DRIVER, INVENTORIES, NAMESPACE, NODE, Node, wait_for
+from dra_kubeletplugin.claims import ClaimRef
+from flexnpu_testing.kubelet import KubeletError
+from flexnpu_testing.scheduler import Unschedulable
+from flexnpu_testing.waiting import wait_for
+from tests.integration.conftest import DRIVER, INVENTORIES, NAMESPACE, NODE, Node
 from tests.integration.lifecycle_helpers import claim_doc, pod_ref
 
 HARD_CEL = f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].mode == "hard"'
@@ -61,7 +62,7 @@ def template_request(template: str, name: str = "vnpu") -> dict[str, Any]:
 
 def test_all_mode_publishes_templates_next_to_whole_and_soft(hard_node: Callable[..., Node]) -> None:
     node = hard_node().start()
-    devices = wait_for("published devices", node.devices)
+    devices = wait_for(node.devices, what="published devices")
     names = {d["name"] for d in devices}
     assert {"npu-0", "vnpu-0", "npu-0-vir10-3c-16g-0", "npu-0-vir10-3c-16g-1", "npu-7-vir05-1c-8g-3"} <= names
     sets = {c["name"]: c["counters"] for s in node.slices() for c in s["spec"].get("sharedCounters") or []}
@@ -79,7 +80,7 @@ def test_a_die_with_a_vnpu_made_outside_the_driver_is_published_without_it(
         die, check_template(die, "vir10_3c_16g", inv), 3 * 16 + 100
     )
     node.start()
-    devices = wait_for("published devices", node.devices)
+    devices = wait_for(node.devices, what="published devices")
     names = {d["name"] for d in devices}
     assert "npu-3" not in names and "vnpu-3" not in names and "npu-2" in names
     sets = {c["name"]: c["counters"] for s in node.slices() for c in s["spec"].get("sharedCounters") or []}
@@ -113,7 +114,7 @@ def _spec(node: Node, uid: str) -> dict[str, Any]:
 @pytest.fixture
 def serving(hard_node: Callable[..., Node]) -> Node:
     n = hard_node(FLEXNPU_RECONCILE_PERIOD_SECONDS="1", FLEXNPU_RESIDUAL_GRACE_SECONDS="2").start()
-    wait_for("published devices", n.devices)
+    wait_for(n.devices, what="published devices")
     return n
 
 
@@ -144,7 +145,7 @@ def test_a_template_claim_is_prepared_into_a_vnpu_and_destroyed_at_unprepare(ser
     mounts = {m["containerPath"] for m in spec["containerEdits"].get("mounts") or []}
     assert "/usr/local/Ascend/driver/lib64" in mounts
     assert f"FLEXNPU_VNPU_IDS={vnpu.vnpu_id}" in spec["containerEdits"]["env"]
-    (status,) = wait_for("claim status", lambda: claim_doc(n, "hard")["status"].get("devices"))
+    (status,) = wait_for(lambda: claim_doc(n, "hard")["status"].get("devices"), what="claim status")
     assert status["data"]["template"] == VNPU_TEMPLATE and status["data"]["vnpuID"] == vnpu.vnpu_id
     assert status["data"]["aicore"] == 10 and status["data"]["memoryBytes"] == 16 * 1024**3
     assert n.kubelet.prepare([ref])[ref.uid] == res  # idempotent: no second vNPU
@@ -237,7 +238,7 @@ def test_a_crash_at_any_step_leaves_no_vnpu(serving: Node, point: str) -> None:
             n.kubelet.unprepare([ref])
     assert n.proc is not None
     proc = n.proc
-    wait_for("the node process to die", lambda: proc.poll() is not None)
+    wait_for(lambda: proc.poll() is not None, what="the node process to die")
     assert len(_vnpus(n)) <= 1
     _restart(n)
     # the kubelet retries: one vNPU, the same one, then unprepare removes it
@@ -255,7 +256,9 @@ def test_a_claim_deleted_while_the_node_is_down_loses_its_vnpu(serving: Node) ->
     n.stop()
     n.resource.delete_namespaced_resource_claim("hard", NAMESPACE, _preload_content=False)
     n.start()
-    wait_for("the reconciler to destroy the vNPU", lambda: _vnpus(n) == [] and _ledger(n) == {}, timeout=30)
+    wait_for(
+        lambda: _vnpus(n) == [] and _ledger(n) == {}, what="the reconciler to destroy the vNPU", timeout=30
+    )
     assert not n.cdi_specs()
 
 
@@ -281,8 +284,8 @@ def test_reboot_remakes_the_vnpu_of_a_claim_still_in_use(serving: Node) -> None:
     assert n.kubelet is not None
     assert n.kubelet.prepare([ref])[ref.uid] == first  # the pod restarts: its vNPU is made again
     wait_for(
-        "only the surviving claim's vNPU",
         lambda: len(_vnpus(n)) == 1 and len(_ledger(n) or {}) == 1,
+        what="only the surviving claim's vNPU",
         timeout=30,
     )
     (vnpu,) = _vnpus(n)

@@ -11,13 +11,14 @@ from typing import Any
 import pytest
 
 from dra_driver import clientconf
-from dra_driver.aclserver.codes import ACL_ERROR_RT_MEMORY_ALLOCATION
 from dra_driver.checkpoint import CheckpointStore
-from dra_driver.claims import ClaimRef
-from dra_driver.client.errors import AclError
-from dra_driver.client.session import Session
 from dra_driver.sharing import API_VERSION
-from tests.integration.conftest import DRIVER, NAMESPACE, NODE, Node, wait_for
+from dra_kubeletplugin.claims import ClaimRef
+from flexnpu_client.errors import AclError
+from flexnpu_client.session import Session
+from flexnpu_testing.waiting import wait_for
+from flexnpu_wire.codes import ACL_ERROR_RT_MEMORY_ALLOCATION
+from tests.integration.conftest import DRIVER, NAMESPACE, NODE, Node
 from tests.integration.daemon_harness import ping_tcp
 
 MI = 1024 * 1024
@@ -48,7 +49,7 @@ def _vnpu_config(**fields: str) -> dict[str, Any]:
 @pytest.fixture
 def soft_node(node_factory: Callable[..., Node]) -> Node:
     n = node_factory(daemon=True, FLEXNPU_DEFAULT_MODE="both", FLEXNPU_DAEMON_RETRY_SECONDS="2").start()
-    wait_for("published devices", n.devices)
+    wait_for(n.devices, what="published devices")
     return n
 
 
@@ -132,7 +133,7 @@ def test_share_prepared_served_and_released(soft_node: Node) -> None:
     assert n.kubelet.unprepare([ClaimRef(NAMESPACE, uid, "s1")]) == {uid: ""}
     assert n.cdi_specs() == [] and not conf_path.exists() and not shm_dir.exists()
     assert n.daemon is not None
-    assert wait_for("aclserver gone", lambda: not n.daemon.aclserver_pids())
+    assert wait_for(lambda: not n.daemon.aclserver_pids(), what="aclserver gone")
     claim = json.loads(
         n.resource.read_namespaced_resource_claim("s1", NAMESPACE, _preload_content=False).data
     )

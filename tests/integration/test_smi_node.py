@@ -9,9 +9,10 @@ from collections.abc import Callable
 from typing import Any
 
 from dra_driver.checkpoint import CheckpointStore
-from dra_driver.claims import ClaimRef
-from dra_driver.daemon.model import RegisterRequest
-from tests.integration.conftest import NAMESPACE, NODE, Node, wait_for
+from dra_driver.daemon_api.values import RegisterRequest
+from dra_kubeletplugin.claims import ClaimRef
+from flexnpu_testing.waiting import wait_for
+from tests.integration.conftest import NAMESPACE, NODE, Node
 from tests.integration.daemon_harness import share
 
 POD = {"resource": "pods", "name": "p1", "uid": "9a9a9a9a-0000-4000-8000-000000000001"}
@@ -53,7 +54,7 @@ def _rows(node: Node) -> dict[str, dict[str, Any]]:
 
 def test_info_cleanup_and_unregister(node_factory: Callable[..., Node]) -> None:
     n = node_factory(daemon=True, FLEXNPU_DEFAULT_MODE="both").start()
-    wait_for("published devices", n.devices)
+    wait_for(n.devices, what="published devices")
     keep = _prepare(n, "keep")
     gone = _prepare(n, "gone")
     drop = _prepare(n, "drop")
@@ -102,7 +103,7 @@ def test_info_cleanup_and_unregister(node_factory: Callable[..., Node]) -> None:
 
 def test_info_without_api_marks_api_columns_unknown(node_factory: Callable[..., Node]) -> None:
     n = node_factory(daemon=True, FLEXNPU_DEFAULT_MODE="both").start()
-    wait_for("published devices", n.devices)
+    wait_for(n.devices, what="published devices")
     uid = _prepare(n, "c1")
     n.api.set_down(True)
     try:

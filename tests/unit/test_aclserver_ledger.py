@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from dra_driver.aclserver import ledger
-from dra_driver.aclserver.codes import Policy
 from dra_driver.errors import ErrorCode, StateError, Unavailable
-from dra_driver.testing.aclservers import wait_for
+from flexnpu_testing.aclservers import wait_for
+from flexnpu_wire.codes import Policy
 
 
 @pytest.fixture

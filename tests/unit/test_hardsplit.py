@@ -112,8 +112,8 @@ def _claim(device: str) -> dict[str, object]:
 
 
 def _plan(device: str = "npu-0-vir10-3c-32g-1") -> object:
-    from dra_driver.claims import ClaimRef
     from dra_driver.plan import plan_claim
+    from dra_kubeletplugin.claims import ClaimRef
 
     return plan_claim(
         _claim(device),

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from controller.publisher import specs_equal
 from dra_driver import slices
 from dra_driver.devices import GIB, MIB, Die, DieMode, Health, Inventory
 from dra_driver.errors import ErrorCode, InvalidInput
+from dra_kubeletplugin.resourceslice.sync import specs_equal
 
 DRIVER = "npu.flexnpu.io"
 NODE = "node-1"

@@ -8,9 +8,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from dra_driver import usage_metrics
-from dra_driver.daemon.model import Endpoints, EntityInfo, EntityState, Share, ShareUsage
+from dra_driver.daemon_api.values import Endpoints, EntityInfo, EntityState, ShareUsage
 from dra_driver.devices import Die, Inventory
 from dra_driver.errors import ErrorCode, Unavailable
+from flexnpu_wire.shares import Share
 
 MI = 1024 * 1024
 
