@@ -21,7 +21,7 @@ from dra_driver.claims import ClaimRef
 from dra_driver.daemon.model import Share
 from dra_driver.devices import Die, DieMode, Inventory
 from dra_driver.errors import ErrorCode, InvalidInput, StateError, quote
-from dra_driver.vnpu.render import HardVnpu
+from dra_driver.vnpu.planning import HardVnpu
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +52,7 @@ class PlannedDevice:
         Share, ...
     ] = ()  # soft split: the vNPUs (one, or N with ``vnpus: N``) the aclserver enforces
     config: sharing.VnpuConfig | None = None  # soft split: the resolved opaque config
-    vnpu: HardVnpu | None = None  # hard split: the vNPU made for it (dra_driver/vnpu/render.py)
+    vnpu: HardVnpu | None = None  # hard split: the vNPU made for it (dra_driver/vnpu/planning.py)
 
     @property
     def request_name(self) -> str:
@@ -92,7 +92,7 @@ class ClaimPlan:
         return tuple(d.vnpu for d in self.devices if d.vnpu is not None)
 
     def hard_results(self) -> tuple[tuple[str, str], ...]:
-        """(request, device) of each hard-split device, for ``dra_driver.vnpu.render.plan_vnpus``."""
+        """(request, device) of each hard-split device, for ``dra_driver.vnpu.planning.plan_vnpus``."""
         return tuple((d.request, d.device) for d in self.devices if d.mode == DieMode.HARD)
 
     def with_vnpus(self, vnpus: Sequence[HardVnpu]) -> ClaimPlan:

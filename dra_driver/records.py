@@ -88,7 +88,7 @@ class StatusRecord:
 
 @dataclass(frozen=True, slots=True)
 class HardVnpuRecord:
-    """A hard-split vNPU the claim gets (``HardVnpu.to_dict`` of ``dra_driver/vnpu/render.py``)."""
+    """A hard-split vNPU the claim gets (``HardVnpu.to_dict`` of ``dra_driver/vnpu/planning.py``)."""
 
     vnpu: Mapping[str, Any]
 

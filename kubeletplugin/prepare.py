@@ -148,9 +148,12 @@ class Preparer:
             with self.store.claim_locks.hold(ref.uid, timeout=self.effects.lock_budget()) as lock:
                 entry = self.store.get(ref.uid)
                 if entry is not None and entry.state == ClaimState.PREPARE_COMPLETED:
-                    return ClaimResult(devices=self._repeat(entry, plan, clog))
+                    missing = hardsplit.missing_vnpus(plan, entry)  # an earlier adopt's entry: not as the die
+                    if not missing:
+                        return ClaimResult(devices=self._repeat(entry, plan, clog))
+                    clog.warning("the entry records no vNPU for %s; preparing the claim again", missing)
                 if entry is not None:
-                    clog.info("finishing an interrupted %s before preparing again", entry.state)
+                    clog.info("undoing the recorded %s before preparing again", entry.state)
                     self._undo_all(entry, clog)
                     self.store.update(ref.uid, lambda _: None)
                 return ClaimResult(devices=self._prepare_new(plan, lock, clog))
