@@ -279,7 +279,11 @@ def resolve_shares(plan: ClaimPlan) -> ClaimPlan:
              for c in plan.configs_for(d.request)),
             claim_uid=uid,
         )  # fmt: skip
-        each = sharing.split(quota, cfg.vnpus, claim_uid=uid, field=fld) if cfg.vnpus > 1 else quota
+        each = (
+            sharing.split(quota, cfg.vnpus, memory_only=cfg.memory_only, claim_uid=uid, field=fld)
+            if cfg.vnpus > 1
+            else quota
+        )
         shares = tuple(
             Share(
                 virtual_id=vid + i,

@@ -79,7 +79,8 @@ FLAGS: tuple[config.Flag, ...] = (
     DaemonFlag(
         "max-shares-per-die",
         str(DEFAULT_MAX_SHARES_PER_DIE),
-        "shares a die's ledger admits; must match the plugin's --max-shares-per-die (1..1024)",
+        "aclservers (share claims, however many vNPUs each) a die's ledger admits; must match the"
+        " plugin's --max-shares-per-die (1..1024)",
     ),
     DaemonFlag(
         "shm-mount",

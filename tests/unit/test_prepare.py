@@ -586,6 +586,18 @@ def test_equal_distribution_that_does_not_divide_is_refused(
     assert world.remains(ref.uid) == NOTHING
 
 
+def test_a_memory_only_share_splits_its_uncapped_compute_without_dividing_it(world: World) -> None:
+    (cfg,) = _vnpus(16)
+    cfg["opaque"]["parameters"]["isolation"] = "memory-only"
+    ref = _claim(world, "a", [_share(memory="2Gi", compute="1")], [cfg])
+    res = world.preparer.prepare([ref])[ref.uid]
+    assert res.error == "", res.error
+    (request,) = world.daemon.registered.values()
+    assert [(s.memory_bytes, s.compute_percent, s.memory_only) for s in request.shares] == [
+        (128 * MIB, 0, True)
+    ] * 16
+
+
 @pytest.mark.parametrize("n", [0, 17, "2", True, 1.5], ids=["zero", "too-many", "string", "bool", "float"])
 def test_bad_vnpus_value_is_a_clear_error(world: World, n: object) -> None:
     ref = _claim(world, "a", [_share()], _vnpus(n))
