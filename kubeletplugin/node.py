@@ -201,6 +201,7 @@ class NodeProcess(NodeCore):
                 )
             )
         self._threads: list[threading.Thread] = []
+        self._shm_problem = ""  # what the daemon last said about bounding shm dirs
 
     def _health_verdict(self) -> tuple[bool, str]:
         verdict = self.live.verdict()
@@ -354,9 +355,36 @@ class NodeProcess(NodeCore):
 
         return iteration
 
+    def _report_shm(self) -> None:
+        """Say, in the log and a Node Event, when the daemon cannot bound a share's shm dir (once a change)."""
+        assert self.daemon is not None
+        try:
+            problem = self.daemon.health().shm_problem
+        except FlexNPUError:
+            return
+        if problem and problem != self._shm_problem:
+            log.error("flexnpu-daemon refuses every new share on this node: %s", problem)
+            try:
+                self.kube.create_event(
+                    involved={
+                        "apiVersion": "v1",
+                        "kind": "Node",
+                        "name": self.cfg.node_name,
+                        "namespace": "default",
+                    },
+                    reason="FlexNPUShmUnbounded",
+                    message=f"shares are refused on this node: {problem}",
+                    event_type="Warning",
+                    host=self.cfg.node_name,
+                )
+            except FlexNPUError as err:
+                log.info("could not post the FlexNPUShmUnbounded event: %s", err)
+        self._shm_problem = problem
+
     def _mirror_aclservers(self, last: dict[str, bool]) -> None:
         """One look: each changed aclserver state is written to its claim's Ready condition."""
         assert self.daemon is not None
+        self._report_shm()
         try:
             states = {e.entity_id: e for e in self.daemon.list()}
         except FlexNPUError as err:

@@ -189,6 +189,7 @@ class HealthInfo:
     entities: int
     dies: int
     started_at: float
+    shm_problem: str = ""  # why a share's shm dir cannot be bounded ("": it can, or --shm-mount never)
 
 
 @dataclass(frozen=True, slots=True)
