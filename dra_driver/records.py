@@ -293,6 +293,16 @@ def prepared_per_die(entries: Iterable[ClaimEntry]) -> dict[tuple[int, str], int
     return counts
 
 
+def share_policies(entries: Iterable[ClaimEntry]) -> dict[int, str]:
+    """Die -> the policy its prepared shares run (any recorded entry holds the die's policy)."""
+    out: dict[int, str] = {}
+    for entry in sorted(entries, key=lambda e: e.uid):
+        for d in entry.dies:
+            if d.mode == DieMode.SOFT and d.policy:
+                out.setdefault(d.phy, d.policy)
+    return out
+
+
 def set_state(uid: str, state: ClaimState) -> Mutation:
     """A mutation that moves claim ``uid`` to ``state`` (and leaves a missing entry missing)."""
 

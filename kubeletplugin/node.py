@@ -20,13 +20,14 @@ from controller.cleanup import Reconciler
 from controller.kube import Kube
 from controller.publisher import SlicePublisher
 from controller.status import ClaimStatusWriter
-from dra_driver import cdi, discovery, liveness, logs, netlink, slices, sweep, usage_metrics, vnpu
+from dra_driver import cdi, discovery, liveness, logs, netlink, records, slices, sweep, usage_metrics, vnpu
 from dra_driver.checkpoint import CheckpointStore
 from dra_driver.claims import DeviceHealthReport
 from dra_driver.config import Config
 from dra_driver.daemon.client import DaemonClient
 from dra_driver.devices import DieMode, Health, Inventory
 from dra_driver.errors import FlexNPUError
+from dra_driver.sharing import Policy
 from dra_driver.telemetry import Telemetry
 from dra_driver.vnpu import sweeping
 from kubeletplugin import hardsplit
@@ -53,7 +54,7 @@ class InventoryHealth:
         out: list[DeviceHealthReport] = []
         for die in self.inventory.dies:
             healthy = {Health.HEALTHY: True, Health.UNHEALTHY: False}.get(die.health)
-            for name in (die.whole_device_name, die.soft_device_name):
+            for name in (die.whole_device_name, *die.share_device_names):
                 if name in self.published:
                     out.append(DeviceHealthReport(self.pool, name, healthy, f"die {die.phy_id} {die.health}"))
         return out
@@ -202,6 +203,8 @@ class NodeProcess(NodeCore):
             )
         self._threads: list[threading.Thread] = []
         self._shm_problem = ""  # what the daemon last said about bounding shm dirs
+        self._published_policies: dict[int, Policy] = {}
+        self.preparer.after_batch = self._republish_policies
 
     def _health_verdict(self) -> tuple[bool, str]:
         verdict = self.live.verdict()
@@ -227,7 +230,12 @@ class NodeProcess(NodeCore):
             use_counters=self.use_counters,
             max_shares_per_die=self.cfg.max_shares_per_die,
             held=self._held(),
+            policies=self._share_policies(),
         )
+
+    def _share_policies(self) -> dict[int, Policy]:
+        """The policy each die's prepared shares run: its other share devices are not offered."""
+        return {phy: Policy(p) for phy, p in records.share_policies(self.store.entries().values()).items()}
 
     def _held(self) -> dict[int, slices.Held]:
         """Capacity held by vNPUs made outside the driver: published without it, and reported."""
@@ -355,6 +363,14 @@ class NodeProcess(NodeCore):
 
         return iteration
 
+    def _republish_policies(self) -> None:
+        """Republish when a die's share policy changed (its first share prepared, its last gone):
+        after every kubelet call, and in the aclserver pass for what the reconciler removed."""
+        policies = self._share_policies()
+        if policies != self._published_policies:
+            self._published_policies = policies
+            self.publisher.trigger()
+
     def _report_shm(self) -> None:
         """Say, in the log and a Node Event, when the daemon cannot bound a share's shm dir (once a change)."""
         assert self.daemon is not None
@@ -385,6 +401,7 @@ class NodeProcess(NodeCore):
         """One look: each changed aclserver state is written to its claim's Ready condition."""
         assert self.daemon is not None
         self._report_shm()
+        self._republish_policies()
         try:
             states = {e.entity_id: e for e in self.daemon.list()}
         except FlexNPUError as err:

@@ -25,7 +25,7 @@ from dra_driver.checkpoint import CheckpointStore, ClaimEntry, ClaimLockHandle, 
 from dra_driver.claims import CALL_DEADLINE, ClaimRef, ClaimResult, PreparedDevice, claim_error
 from dra_driver.devices import Inventory
 from dra_driver.errors import FlexNPUError, Unavailable
-from dra_driver.plan import ClaimPlan, check_conflicts, plan_claim, resolve_shares
+from dra_driver.plan import ClaimPlan, check_conflicts, check_device_policies, plan_claim, resolve_shares
 from dra_driver.telemetry import Telemetry
 from kubeletplugin import effects, hardsplit
 from kubeletplugin.effects import Daemon, PrepareSettings, StatusWriter
@@ -68,6 +68,8 @@ class Preparer:
         self.telemetry = telemetry or Telemetry(
             node_name=settings.pool_name, driver_name=settings.driver_name, enabled=False
         )
+        self.after_batch: Callable[[], None] = lambda: None
+        """Called after each kubelet call (the node republishes when a die's share policy changed)."""
 
     # -- kubelet calls ---------------------------------------------------------------------
 
@@ -124,6 +126,7 @@ class Preparer:
         else:
             out = {ref.uid: run(ref) for ref in claims}
         self._report_prepared()
+        self.after_batch()
         return out
 
     def _report_prepared(self) -> None:
@@ -188,6 +191,7 @@ class Preparer:
 
         def record_intent(entries: Mapping[str, ClaimEntry]) -> ClaimEntry:
             nonlocal intent
+            check_device_policies(plan)  # a new prepare's config agrees with its share device
             check_conflicts(plan, checkpoint.held_dies(entries, but=uid))
             if plan.hard_results():  # vNPU IDs are chosen under the lock, against every recorded one
                 job.plan = hardsplit.assign_vnpus(

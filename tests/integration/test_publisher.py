@@ -190,17 +190,18 @@ def test_inventory_change_updates_in_place(node: Node) -> None:
 
 
 def test_removing_dies_shrinks_slices_deleting_first(node: Node) -> None:
-    node.inventory = _inventory(100)  # 200 devices in 4 slices + 13 counter slices
+    # 400 devices (whole + a share device per policy) in 7 slices + 13 counter slices
+    node.inventory = _inventory(100)
     pub = node.publisher()
-    assert pub.sync().created == 17
+    assert pub.sync().created == 20
     node.inventory = _inventory(2)
     node.server.clear_request_log()
 
     result = pub.sync()
 
-    assert result.deleted == 15
+    assert result.deleted == 18
     methods = [m for m, _ in node.writes()]
-    assert methods.count("DELETE") == 15
+    assert methods.count("DELETE") == 18
     assert "POST" not in methods
     last_delete = max(i for i, m in enumerate(methods) if m == "DELETE")
     first_put = min(i for i, m in enumerate(methods) if m == "PUT")
@@ -325,7 +326,7 @@ def test_node_modes_from_inventory(node: Node) -> None:
     node.inventory = replace(_inventory(2), die_modes={0: DieMode.WHOLE, 1: DieMode.SOFT})
     node.publisher().sync()
     names = [d["name"] for s in node.stored() for d in s["spec"].get("devices", [])]
-    assert names == ["npu-0", "vnpu-1"]
+    assert names == ["npu-0", "vnpu-1", "vnpu-1-fixed", "vnpu-1-best-effort"]
 
 
 def test_slice_deleted_during_sync_is_retried(node: Node, running: Callable[..., SlicePublisher]) -> None:

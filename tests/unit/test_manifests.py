@@ -322,7 +322,7 @@ def test_chart_renders_valid_objects(overrides: dict[str, Any]) -> None:
     assert kinds.count("DaemonSet") == 2
     configmaps = bool(overrides.get("emulated.enabled")) + bool(overrides.get("monitoring.dashboard.enabled"))
     assert kinds.count("ConfigMap") == configmaps
-    assert kinds.count("DeviceClass") == (0 if overrides.get("deviceClasses.create") is False else 3)
+    assert kinds.count("DeviceClass") == (0 if overrides.get("deviceClasses.create") is False else 5)
     monitoring = bool(overrides.get("monitoring.prometheusRule.enabled"))
     assert ("PrometheusRule" in kinds) == monitoring and ("PodMonitor" in kinds) == monitoring
 
@@ -368,7 +368,13 @@ def test_default_emulated_inventory_is_valid() -> None:
 
 def test_device_classes_select_by_driver_and_mode() -> None:
     classes = {d["metadata"]["name"]: d for d in render_chart(chart_values()) if d["kind"] == "DeviceClass"}
-    expected = {"npu.flexnpu.io": "whole", "vnpu.flexnpu.io": "soft", "vnpu-template.flexnpu.io": "hard"}
+    expected = {
+        "npu.flexnpu.io": "whole",
+        "vnpu.flexnpu.io": "soft",  # elastic shares, the default policy (the name and selector it always had)
+        "vnpu-fixed.flexnpu.io": "soft-fixed",
+        "vnpu-best-effort.flexnpu.io": "soft-best-effort",
+        "vnpu-template.flexnpu.io": "hard",
+    }
     assert set(classes) == set(expected)
     for name, mode in expected.items():
         (selector,) = classes[name]["spec"]["selectors"]
