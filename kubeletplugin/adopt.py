@@ -32,7 +32,7 @@ from dra_driver import cdi, checkpoint, clientconf, logs
 from dra_driver.checkpoint import ClaimEntry, ClaimState, Effect, EffectKind, Registration, StatusRecord
 from dra_driver.claims import ClaimRef
 from dra_driver.daemon.model import EntityInfo, RegisterResult
-from dra_driver.errors import ErrorCode, FlexNPUError, StateError
+from dra_driver.errors import FlexNPUError
 from dra_driver.plan import plan_claim, resolve_shares
 from dra_driver.vnpu import ledger
 from kubeletplugin import hardsplit
@@ -126,14 +126,7 @@ def _rebuild(preparer: Preparer, claim: Mapping[str, Any], ent: EntityInfo | Non
     )
     plan = resolve_shares(base)
     if plan.hard_results():
-        if preparer.hard is None:
-            raise StateError(
-                "the claim has template devices but this node has no vNPU manager",
-                code=ErrorCode.VNPU_FAILED,
-                claim_uid=ref.uid,
-                field="status.allocation.devices.results",
-            )
-        h = preparer.hard
+        h = preparer.effects.hard_vnpus(ref.uid)
         plan = hardsplit.adopted_vnpus(plan, h.manager, h.state_dir, inventory=preparer.inventory())
     conf = s.layout.conf_dir(ref.uid) / "client.conf"
     token = clientconf.load(conf).token if conf.is_file() else secrets.token_hex(32)

@@ -112,14 +112,8 @@ class HardVnpus:
         die, template_name, vnpu_id = self._target(rec, claim_uid)
         template = check_template(die, template_name, self.inventory())
         self.manager.check_prerequisites(die)
-        book = ledger.load(self.state_dir)
-        if book is None:
-            raise StateError(
-                "the ledger of vNPUs this driver made cannot be read; no vNPU is made until it can",
-                code=ErrorCode.VNPU_FAILED,
-                claim_uid=claim_uid,
-                field="hard-vnpus.json",
-            )
+        if ledger.load(self.state_dir) is None:
+            raise ledger.unreadable(claim_uid, "no vNPU is made until it can")
         ledger.add(self.state_dir, vnpu_id, claim_uid)
         try:
             made = self.manager.create(die, template, vnpu_id)
@@ -150,12 +144,7 @@ class HardVnpus:
         die, template_name, vnpu_id = self._target(rec, claim_uid)
         book = ledger.load(self.state_dir)
         if book is None:
-            raise StateError(
-                "the ledger of vNPUs this driver made cannot be read; the vNPU is kept until it can",
-                code=ErrorCode.VNPU_FAILED,
-                claim_uid=claim_uid,
-                field="hard-vnpus.json",
-            )
+            raise ledger.unreadable(claim_uid, "the vNPU is kept until it can")
         present = next((v for v in self.manager.list() if v.vnpu_id == vnpu_id), None)
         ours = book.get(vnpu_id) == claim_uid
         if present is not None and ours and present.template == template_name:

@@ -32,6 +32,7 @@ from dra_driver.devices import Die, Health, Inventory, parse_template_device_nam
 from dra_driver.errors import ErrorCode, InvalidInput, StateError
 from dra_driver.templates import Template
 from dra_driver.vnpu import Vnpu, check_template, free_vnpu_id
+from dra_driver.vnpu import ledger as vnpu_ledger
 
 __all__ = [
     "HardVnpu",
@@ -180,12 +181,7 @@ def from_evidence(
     recorded with a shape the node never made.
     """
     if ledger is None:
-        raise StateError(
-            "the ledger of vNPUs this driver made cannot be read, so no vNPU can be attributed to the claim",
-            code=ErrorCode.VNPU_FAILED,
-            claim_uid=claim_uid,
-            field="hard-vnpus.json",
-        )
+        raise vnpu_ledger.unreadable(claim_uid, "no vNPU can be attributed to the claim")
     present = {v.vnpu_id: v for v in live}
     mine = sorted(vid for vid, uid in ledger.items() if uid == claim_uid)
     out: list[HardVnpu] = []
