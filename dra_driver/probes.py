@@ -7,7 +7,11 @@
 * the DRA endpoint serves a ``NodePrepareResources`` call with no claims (the kubelet's own service, through the
   plugin's handler, changes nothing).
 
-``python3 -m dra_driver.probes daemon``: ``flexnpu-daemon``'s API socket answers ``Health`` with ``ok``.
+* and, when a daemon socket is configured, the daemon does not report that it refuses shares because a share's
+  shm dir cannot be bounded on this node (an unreachable daemon does not fail the plugin's probe).
+
+``python3 -m dra_driver.probes daemon``: ``flexnpu-daemon``'s API socket answers ``Health`` with ``ok`` and no
+shm problem (``dra_driver/daemon/shmroot.py``).
 
 Both read the same flags' environment twins as the process they probe (``dra_driver/config.py``,
 ``dra_driver/daemon/main.py``), so the socket paths cannot drift from the container's environment. Exit status 0
@@ -64,7 +68,24 @@ def check_plugin(env: Mapping[str, str], timeout: float = DEFAULT_TIMEOUT) -> st
             dra.NodePrepareResources(dra_v1_pb2.NodePrepareResourcesRequest(), timeout=timeout)
     except grpc.RpcError as exc:
         raise ProbeFailed(f"DRA endpoint {info.endpoint} did not answer: {exc.code().name}") from None
+    if cfg.daemon_socket is not None:
+        problem = _daemon_health(str(cfg.daemon_socket), timeout)
+        if problem:
+            raise ProbeFailed(f"flexnpu-daemon refuses shares on this node: {problem}")
     return f"plugin {cfg.driver_name} answers on {reg} and {info.endpoint}"
+
+
+def _daemon_health(socket_path: str, timeout: float) -> str:
+    """The daemon's shm problem ("" when none, or when the daemon does not answer)."""
+    from dra_driver.daemon_api.client import DaemonClient
+
+    client = DaemonClient(socket_path, timeout=timeout)
+    try:
+        return client.health().shm_problem
+    except FlexNPUError:
+        return ""
+    finally:
+        client.close()
 
 
 def check_daemon(env: Mapping[str, str], timeout: float = DEFAULT_TIMEOUT) -> str:
@@ -83,6 +104,8 @@ def check_daemon(env: Mapping[str, str], timeout: float = DEFAULT_TIMEOUT) -> st
         client.close()
     if not health.ok:
         raise ProbeFailed(f"daemon on {socket_path} reports not ok")
+    if health.shm_problem:
+        raise ProbeFailed(f"daemon on {socket_path} refuses shares: {health.shm_problem}")
     return f"daemon pid {health.pid} answers on {socket_path}: {health.entities} aclserver(s), {health.dies} die(s)"
 
 

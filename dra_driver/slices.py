@@ -10,7 +10,10 @@ I/O, log, or import ``kubernetes``. Output is deterministic
 Modes per die (:func:`resolve_mode`):
 
 * ``whole`` -> one exclusive device ``npu-<phy>``.
-* ``soft``  -> one device ``vnpu-<phy>`` with ``allowMultipleAllocations`` and consumable
+* ``soft``  -> one share device per compute policy (:func:`share_mode`): ``vnpu-<phy>``
+  (``elastic``, the default: attribute ``mode`` ``soft``), ``vnpu-<phy>-fixed`` (``soft-fixed``)
+  and ``vnpu-<phy>-best-effort`` (``soft-best-effort``), each with attribute ``policy``,
+  ``allowMultipleAllocations`` and consumable
   ``memory`` (128 MiB steps) and ``compute`` (1 % steps) capacities (KEP-5075). Its AI Core and
   AI CPU counts are int attributes, not capacities: a share would consume all of a capacity that
   has no request policy. A third consumable capacity, ``shares`` (value ``max_shares_per_die``,
@@ -60,6 +63,19 @@ Modes per die (:func:`resolve_mode`):
   A counter set holds at most 32 counters, so a die in ``all`` mode publishes at most
   ``32 - 5`` template instances (the first ones in table order).
 
+One policy per die, decided by the scheduler: the aclservers of a die share one compute ledger,
+so all shares of a die run one policy. Counters cannot say so: two multi-allocatable devices
+exclude each other through a counter only if one's use leaves less than the other needs, and the
+v1.36 allocator charges a device's counters again for each new share on it, so each may use at
+most half of any counter it consumes - then neither can exclude the other. So the exclusion is in
+the pool instead: ``policies`` (what this node prepared: die -> policy) puts a ``NoSchedule``
+taint ``npu.flexnpu.io/share-policy=<policy>`` on the die's share devices of every other policy,
+and the node republishes when a die's policy changes (its first share prepared, its last gone). A
+claim allocated in the moment before that lands is refused by the node's ``PolicyConflict``
+guard, which is counted. A class selects by ``mode``, an attribute every device has (a selector
+naming an attribute a device lacks is a CEL error); ``mode == "soft"`` keeps selecting exactly
+the shares of the default policy.
+
 Held resources: a die with vNPUs that no claim of this driver owns (made outside the driver) is
 published without the capacity they hold (``held``): its counter totals are reduced, and it gets
 no whole and no soft device (a virtualized chip cannot be used whole).
@@ -70,8 +86,9 @@ mode; ``both`` becomes ``fallback_mode`` (``whole`` unless told otherwise), so w
 can never meet on one die.
 
 Device order (the allocator is first-fit in slice-name, then device, order): whole devices
-ascending by physical ID, then soft devices descending, so exclusive claims fill dies from one
-end and shares from the other, and they collide on a die only when the node is nearly full.
+ascending by physical ID, then share devices by die descending (elastic, fixed, best-effort
+within a die), so exclusive claims fill dies from one end and shares from the other, and they
+collide on a die only when the node is nearly full.
 """
 
 from __future__ import annotations
@@ -81,10 +98,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from dra_driver import templates
-from dra_driver.devices import MIB, Die, DieMode, Health, Inventory, template_device_name
+from dra_driver.devices import MIB, SHARE_POLICIES, Die, DieMode, Health, Inventory, template_device_name
 from dra_driver.errors import ErrorCode, InvalidInput
 from dra_driver.templates import Template
 from dra_kubeletplugin.resourceslice import pools
+from flexnpu_wire.codes import Policy
 from flexnpu_wire.launch import DEFAULT_MAX_SHARES_PER_DIE  # one default for the node and the ledger
 
 JSON = dict[str, Any]
@@ -116,6 +134,8 @@ MAX_SLOT_COUNTERS = MAX_COUNTERS_PER_SET - HARD_BASE_COUNTERS
 PCI_BUS_ATTRIBUTE = "resource.kubernetes.io/pciBusID"
 UNHEALTHY_TAINT = "npu.flexnpu.io/unhealthy"
 """Taint key on the devices of an unhealthy die: NoSchedule keeps new claims off it (DRADeviceTaints)."""
+POLICY_TAINT = "npu.flexnpu.io/share-policy"
+"""Taint key on a die's share devices of the policies it does not run now (value: the one it runs)."""
 
 _MODE_NAMES = {m.value for m in DieMode}
 
@@ -160,6 +180,7 @@ def build_pool(
     generation: int = 0,
     max_shares_per_die: int = DEFAULT_MAX_SHARES_PER_DIE,
     held: Mapping[int, Held] | None = None,
+    policies: Mapping[int, Policy] | None = None,
 ) -> DesiredPool:
     """The pool this node publishes: device slices first, then counter slices.
 
@@ -169,7 +190,8 @@ def build_pool(
     fragments do not contain it. ``max_shares_per_die`` (>= 1) is the ``shares`` capacity of
     every soft device. ``held`` maps a physical ID to what vNPUs made outside the driver hold on
     that die (see the module docstring). Without counters a ``hard`` or ``all`` die is published
-    as ``fallback_mode``: templates need counters.
+    as ``fallback_mode``: templates need counters. ``policies`` maps a physical ID to the policy
+    its shares run now: the die's share devices of the other policies are tainted NoSchedule.
     """
     del driver_name  # the publisher puts it in every slice
     if max_shares_per_die < 1:
@@ -188,7 +210,7 @@ def build_pool(
     dies = sorted(inventory.dies, key=lambda d: d.phy_id)
 
     whole: list[JSON] = []
-    soft: list[JSON] = []
+    soft: list[list[JSON]] = []  # per die, one share device per policy
     hard: list[list[JSON]] = []
     counter_sets: list[JSON] = []
     for die in dies:
@@ -214,8 +236,12 @@ def build_pool(
             if mode == DieMode.ALL:
                 whole.append(_whole_device(die, inventory, counters=_hard_whole_counters(die)))
                 soft.append(
-                    _soft_device(
-                        die, inventory, counters=_all_soft_counters(len(slots)), max_shares=max_shares_per_die
+                    _share_devices(
+                        die,
+                        inventory,
+                        counters=_all_soft_counters(len(slots)),
+                        max_shares=max_shares_per_die,
+                        running=(policies or {}).get(die.phy_id),
                     )
                 )
             continue
@@ -226,19 +252,25 @@ def build_pool(
             )
         if mode in (DieMode.SOFT, DieMode.BOTH):
             soft.append(
-                _soft_device(
+                _share_devices(
                     die,
                     inventory,
                     counters=_both_counters(die, whole=False) if both else None,
                     max_shares=max_shares_per_die,
+                    running=(policies or {}).get(die.phy_id),
                 )
             )
         if both:
             counter_sets.append(_counter_set(die))
 
     hard_devices = [d for per_die in reversed(hard) for d in per_die]
-    devices = whole + hard_devices + list(reversed(soft))
+    devices = whole + hard_devices + [d for per_die in reversed(soft) for d in per_die]
     return DesiredPool(name=node_name, slices=pools.split(devices, counter_sets), generation=generation)
+
+
+def share_mode(policy: Policy) -> str:
+    """The ``mode`` attribute of a share device of ``policy``: ``soft`` (elastic) or ``soft-<policy>``."""
+    return str(DieMode.SOFT) if policy is Policy.ELASTIC else f"{DieMode.SOFT}-{policy}"
 
 
 def validate_pool(pool: DesiredPool) -> None:
@@ -294,16 +326,38 @@ def _whole_device(die: Die, inventory: Inventory, *, counters: JSON | None) -> J
     return device
 
 
-def _soft_device(die: Die, inventory: Inventory, *, counters: JSON | None, max_shares: int) -> JSON:
+def _share_devices(
+    die: Die, inventory: Inventory, *, counters: JSON | None, max_shares: int, running: Policy | None
+) -> list[JSON]:
+    """The die's share devices, one per policy; while it runs ``running``, the others are tainted."""
+    out = []
+    for policy in SHARE_POLICIES:
+        device = _soft_device(die, inventory, counters=counters, max_shares=max_shares, policy=policy)
+        if running is not None and policy != running:
+            device.setdefault("taints", []).append(
+                {"key": POLICY_TAINT, "value": str(running), "effect": "NoSchedule"}
+            )
+        out.append(device)
+    return out
+
+
+def _soft_device(
+    die: Die, inventory: Inventory, *, counters: JSON | None, max_shares: int, policy: Policy
+) -> JSON:
     step = SOFT_MEMORY_STEP
     max_memory = die.memory_bytes // step * step
     # On a multi-allocatable device every capacity is consumed by each share: one without a
     # requestPolicy is taken whole by a request that does not name it (KEP-5075). So the AI
     # Core / AI CPU counts are attributes here, not capacities; a share's compute is ``compute``.
     attributes = _attributes(die, inventory, DieMode.SOFT)
-    attributes.update(aicore={"int": die.aicore}, aicpu={"int": die.aicpu})
+    attributes.update(
+        aicore={"int": die.aicore},
+        aicpu={"int": die.aicpu},
+        mode={"string": share_mode(policy)},
+        policy={"string": str(policy)},
+    )
     device: JSON = {
-        "name": die.soft_device_name,
+        "name": die.share_device_name(policy),
         "attributes": dict(sorted(attributes.items())),
         "allowMultipleAllocations": True,
         "capacity": {

@@ -22,7 +22,7 @@ Series (gauges unless noted; ``node`` and ``driver`` on every one)::
     flexnpu_vnpu_pod_sessions{...}                                                     client sessions open on its aclserver
     flexnpu_aclserver_up{namespace,pod,claim}                                          1 Running, 0 otherwise
     flexnpu_aclserver_restarts_total{namespace,pod,claim}                   counter   restarts by the daemon
-    flexnpu_die_shares{die,vdie_id} / flexnpu_die_share_limit{die,vdie_id}             shares on a die, and the cap
+    flexnpu_die_shares{die,vdie_id} / flexnpu_die_share_limit{die,vdie_id}             aclservers on a die, and the cap
     flexnpu_die_memory_allocated_bytes{die,vdie_id} / flexnpu_die_memory_total_bytes   quotas summed, and the die
     flexnpu_die_compute_allocated_percent{die,vdie_id}                                 quotas summed (0..100)
     flexnpu_vnpu_collect_ok                                                            0 when the daemon did not answer
@@ -248,7 +248,7 @@ def render(
     restarts = CounterMetricFamily(
         "flexnpu_aclserver_restarts", "Times the daemon restarted the claim's aclserver.", labels=CLAIM_LABELS
     )
-    shares_on: dict[int, int] = {}
+    shares_on: dict[int, set[str]] = {}  # one aclserver = one slot of --max-shares-per-die
     mem_on: dict[int, int] = {}
     compute_on: dict[int, int] = {}
     for ent in sorted(entities, key=lambda e: e.entity_id):
@@ -276,7 +276,7 @@ def render(
                 kernels.add_metric(labels, float(ledger_figures[1]))
             if usage.sessions >= 0:
                 families["sessions"].add_metric(labels, float(usage.sessions))
-            shares_on[s.die_phy_id] = shares_on.get(s.die_phy_id, 0) + 1
+            shares_on.setdefault(s.die_phy_id, set()).add(ent.entity_id)
             mem_on[s.die_phy_id] = mem_on.get(s.die_phy_id, 0) + s.memory_bytes
             compute_on[s.die_phy_id] = compute_on.get(s.die_phy_id, 0) + s.compute_percent
     yield from families.values()
@@ -284,9 +284,15 @@ def render(
     yield kernels
     yield up
     yield restarts
-    die_shares = GaugeMetricFamily("flexnpu_die_shares", "vNPU shares served on the die.", labels=DIE_LABELS)
+    die_shares = GaugeMetricFamily(
+        "flexnpu_die_shares",
+        "Share claims (aclservers) served on the die, however many vNPUs each has.",
+        labels=DIE_LABELS,
+    )
     die_limit = GaugeMetricFamily(
-        "flexnpu_die_share_limit", "Most shares one die may serve (--max-shares-per-die).", labels=DIE_LABELS
+        "flexnpu_die_share_limit",
+        "Most share claims (aclservers) one die may serve (--max-shares-per-die).",
+        labels=DIE_LABELS,
     )
     die_mem = GaugeMetricFamily(
         "flexnpu_die_memory_allocated_bytes", "Memory quotas of the die's shares, summed.", labels=DIE_LABELS
@@ -301,7 +307,7 @@ def render(
     )
     for die in sorted(inventory.dies, key=lambda d: d.phy_id):
         labels = [*const, str(die.phy_id), die.vdie_id]
-        die_shares.add_metric(labels, float(shares_on.get(die.phy_id, 0)))
+        die_shares.add_metric(labels, float(len(shares_on.get(die.phy_id, ()))))
         die_limit.add_metric(labels, float(max_shares))
         die_mem.add_metric(labels, float(mem_on.get(die.phy_id, 0)))
         die_total.add_metric(labels, float(die.memory_mib * MIB))

@@ -34,6 +34,9 @@ INVENTORY = Path(__file__).resolve().parent / "inventories" / "two-chip-910b3.ya
 DEVICE_CLASSES = {
     "npu.flexnpu.io": 'device.driver == "npu.flexnpu.io" && device.attributes["npu.flexnpu.io"].mode == "whole"',
     "vnpu.flexnpu.io": 'device.driver == "npu.flexnpu.io" && device.attributes["npu.flexnpu.io"].mode == "soft"',
+    "vnpu-fixed.flexnpu.io": (
+        'device.driver == "npu.flexnpu.io" && device.attributes["npu.flexnpu.io"].mode == "soft-fixed"'
+    ),
 }
 
 
@@ -315,7 +318,9 @@ def _soft_walk(
     from flexnpu_client.session import Session
     from flexnpu_wire.codes import ACL_ERROR_RT_MEMORY_ALLOCATION
 
-    _step("a pod's ResourceClaim for a vNPU share (vnpu.flexnpu.io): 1 GiB and 25 % of a die, policy fixed")
+    _step(
+        "a pod's ResourceClaim for a vNPU share (vnpu-fixed.flexnpu.io): 1 GiB and 25 % of a die, policy fixed"
+    )
     claim_body = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
@@ -326,7 +331,7 @@ def _soft_walk(
                     {
                         "name": "vnpu",
                         "exactly": {
-                            "deviceClassName": "vnpu.flexnpu.io",
+                            "deviceClassName": "vnpu-fixed.flexnpu.io",
                             "capacity": {"requests": {"memory": "1Gi", "compute": "25"}},
                         },
                     }

@@ -25,7 +25,7 @@ class InventoryHealth:
         out: list[DeviceHealthReport] = []
         for die in self.inventory.dies:
             healthy = {Health.HEALTHY: True, Health.UNHEALTHY: False}.get(die.health)
-            for name in (die.whole_device_name, die.soft_device_name):
+            for name in (die.whole_device_name, *die.share_device_names):
                 if name in self.published:
                     out.append(DeviceHealthReport(self.pool, name, healthy, f"die {die.phy_id} {die.health}"))
         return out

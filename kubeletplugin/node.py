@@ -21,7 +21,7 @@ import dra_kubeletplugin
 from controller.cleanup import Reconciler
 from controller.kube import Kube
 from controller.status import ClaimStatusWriter
-from dra_driver import cdi, discovery, liveness, logs, netlink, slices, sweep, usage_metrics, vnpu
+from dra_driver import cdi, discovery, liveness, logs, netlink, records, slices, sweep, usage_metrics, vnpu
 from dra_driver.aclserver import ledger
 from dra_driver.checkpoint import CheckpointStore
 from dra_driver.config import Config
@@ -29,6 +29,7 @@ from dra_driver.daemon_api.client import DaemonClient
 from dra_driver.daemon_api.values import LEDGER_DIR_NAME
 from dra_driver.devices import DieMode, Inventory
 from dra_driver.errors import FlexNPUError
+from dra_driver.sharing import Policy
 from dra_driver.telemetry import Telemetry
 from dra_driver.vnpu import sweeping
 from dra_kubeletplugin import Helper
@@ -173,6 +174,9 @@ class NodeProcess(NodeCore):
                 )
             )
         self._threads: list[threading.Thread] = []
+        self._shm_problem = ""  # what the daemon last said about bounding shm dirs
+        self._published_policies: dict[int, Policy] = {}
+        self.preparer.after_batch = self._republish_policies
 
     def _health_verdict(self) -> tuple[bool, str]:
         verdict = self.live.verdict()
@@ -212,7 +216,12 @@ class NodeProcess(NodeCore):
             use_counters=self.use_counters,
             max_shares_per_die=self.cfg.max_shares_per_die,
             held=self._held(),
+            policies=self._share_policies(),
         )
+
+    def _share_policies(self) -> dict[int, Policy]:
+        """The policy each die's prepared shares run: its other share devices are not offered."""
+        return {phy: Policy(p) for phy, p in records.share_policies(self.store.entries().values()).items()}
 
     def _held(self) -> dict[int, slices.Held]:
         """Capacity held by vNPUs made outside the driver: published without it, and reported."""
@@ -356,9 +365,45 @@ class NodeProcess(NodeCore):
 
         return iteration
 
+    def _republish_policies(self) -> None:
+        """Republish when a die's share policy changed (its first share prepared, its last gone):
+        after every kubelet call, and in the aclserver pass for what the reconciler removed."""
+        policies = self._share_policies()
+        if policies != self._published_policies:
+            self._published_policies = policies
+            self._publish()
+
+    def _report_shm(self) -> None:
+        """Say, in the log and a Node Event, when the daemon cannot bound a share's shm dir (once a change)."""
+        assert self.daemon is not None
+        try:
+            problem = self.daemon.health().shm_problem
+        except FlexNPUError:
+            return
+        if problem and problem != self._shm_problem:
+            log.error("flexnpu-daemon refuses every new share on this node: %s", problem)
+            try:
+                self.kube.create_event(
+                    involved={
+                        "apiVersion": "v1",
+                        "kind": "Node",
+                        "name": self.cfg.node_name,
+                        "namespace": "default",
+                    },
+                    reason="FlexNPUShmUnbounded",
+                    message=f"shares are refused on this node: {problem}",
+                    event_type="Warning",
+                    host=self.cfg.node_name,
+                )
+            except FlexNPUError as err:
+                log.info("could not post the FlexNPUShmUnbounded event: %s", err)
+        self._shm_problem = problem
+
     def _mirror_aclservers(self, last: dict[str, bool]) -> None:
         """One look: each changed aclserver state is written to its claim's Ready condition."""
         assert self.daemon is not None
+        self._report_shm()
+        self._republish_policies()
         try:
             states = {e.entity_id: e for e in self.daemon.list()}
         except FlexNPUError as err:

@@ -26,7 +26,7 @@ from dra_driver.checkpoint import CheckpointStore, ClaimEntry, ClaimLockHandle, 
 from dra_driver.claims import claim_error
 from dra_driver.devices import Inventory
 from dra_driver.errors import FlexNPUError, Unavailable
-from dra_driver.plan import ClaimPlan, check_conflicts, plan_claim, resolve_shares
+from dra_driver.plan import ClaimPlan, check_conflicts, check_device_policies, plan_claim, resolve_shares
 from dra_driver.telemetry import Telemetry
 from dra_kubeletplugin.claims import CALL_DEADLINE, ClaimRef, PreparedDevice, PrepareResult, ResourceClaim
 from kubeletplugin import effects, hardsplit
@@ -66,6 +66,8 @@ class Preparer:
         self.telemetry = telemetry or Telemetry(
             node_name=settings.pool_name, driver_name=settings.driver_name, enabled=False
         )
+        self.after_batch: Callable[[], None] = lambda: None
+        """Called after each kubelet call (the node republishes when a die's share policy changed)."""
 
     # -- kubelet calls ---------------------------------------------------------------------
 
@@ -124,6 +126,7 @@ class Preparer:
         else:
             out = {ref.uid: run(ref) for ref in claims}
         self._report_prepared()
+        self.after_batch()
         return out
 
     def _report_prepared(self) -> None:
@@ -148,9 +151,12 @@ class Preparer:
             with self.store.claim_locks.hold(ref.uid, timeout=self.effects.lock_budget()) as lock:
                 entry = self.store.get(ref.uid)
                 if entry is not None and entry.state == ClaimState.PREPARE_COMPLETED:
-                    return PrepareResult(devices=self._repeat(entry, plan, clog))
+                    missing = hardsplit.missing_vnpus(plan, entry)  # an earlier adopt's entry: not as the die
+                    if not missing:
+                        return PrepareResult(devices=self._repeat(entry, plan, clog))
+                    clog.warning("the entry records no vNPU for %s; preparing the claim again", missing)
                 if entry is not None:
-                    clog.info("finishing an interrupted %s before preparing again", entry.state)
+                    clog.info("undoing the recorded %s before preparing again", entry.state)
                     self._undo_all(entry, clog)
                     self.store.update(ref.uid, lambda _: None)
                 return PrepareResult(devices=self._prepare_new(plan, lock, clog))
@@ -185,6 +191,7 @@ class Preparer:
 
         def record_intent(entries: Mapping[str, ClaimEntry]) -> ClaimEntry:
             nonlocal intent
+            check_device_policies(plan)  # a new prepare's config agrees with its share device
             check_conflicts(plan, checkpoint.held_dies(entries, but=uid))
             if plan.hard_results():  # vNPU IDs are chosen under the lock, against every recorded one
                 job.plan = hardsplit.assign_vnpus(

@@ -52,6 +52,8 @@ def remove_claim_files(paths: ClaimPaths) -> None:
     """Remove the claim's shm dir (unmounting its tmpfs), spec, ready and sessions files and
     captured stderr (missing is fine; a symlink is removed, never followed)."""
     with contextlib.suppress(OSError):
+        if shmfs.is_mount(paths.shm_dir):  # emptied first: a copy of the mount elsewhere keeps nothing
+            shutil.rmtree(paths.shm_dir, ignore_errors=True)
         shmfs.unmount_all_under(paths.shm_dir)
     try:
         st = os.lstat(paths.shm_dir)

@@ -62,6 +62,8 @@ class Settings:
     max_shares_per_die: int = DEFAULT_MAX_SHARES_PER_DIE
     shm_mount: bool = False
     """Each claim's shm dir is its own tmpfs, sized from its quota (needs CAP_SYS_ADMIN)."""
+    shm_problem: str = ""
+    """Why that bound cannot be kept here (``dra_driver/daemon/shmroot.py``): no aclserver starts."""
 
     @property
     def registry_file(self) -> Path:
@@ -455,6 +457,13 @@ class Manager:
             if s.shm_mount
             else None
         )
+        if s.shm_problem:  # a tenant could fill the node's shared memory: refused, naming why
+            raise StateError(
+                f"no aclserver is started: {s.shm_problem}",
+                code=ErrorCode.SHM_UNBOUNDED,
+                claim_uid=uid,
+                field="shm-mount",
+            )
         try:
             files.prepare_shm_dir(paths, ledger_dir=s.ledger_dir, tmpfs_bytes=tmpfs)
         except OSError as exc:

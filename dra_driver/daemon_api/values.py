@@ -147,3 +147,4 @@ class HealthInfo:
     entities: int
     dies: int
     started_at: float
+    shm_problem: str = ""  # why a share's shm dir cannot be bounded ("": it can, or --shm-mount never)

@@ -169,6 +169,7 @@ def health_to_pb(info: HealthInfo) -> pb.HealthResponse:
         entities=info.entities,
         dies=info.dies,
         started_at=info.started_at,
+        shm_problem=info.shm_problem,
     )
 
 
@@ -180,4 +181,5 @@ def health_from_pb(msg: pb.HealthResponse) -> HealthInfo:
         entities=int(msg.entities),
         dies=int(msg.dies),
         started_at=float(msg.started_at),
+        shm_problem=str(msg.shm_problem),
     )

@@ -79,13 +79,16 @@ def cluster(built: img.Built, api: FakeAPIServer, short_tmp: Path) -> Iterator[C
     )
     docs = {f"{d['kind']}/{d['metadata']['name']}": d for d in render_chart(values)}
     configmaps = {d["metadata"]["name"]: d for d in docs.values() if d["kind"] == "ConfigMap"}
-    # What a node has before the driver is installed: the kubelet's registry, and /dev/shm as a tmpfs
-    # with shared propagation (as systemd sets it up), so the daemon's claim tmpfs mounts reach "the host".
+    # What a node has before the driver is installed: the kubelet's registry, its /proc, and /dev/shm as a
+    # *private* tmpfs (a host without systemd): no host prerequisite is made here. The daemon pod's init
+    # container makes the shm root a shared mount in the host's namespace, so the claim tmpfs mounts reach it.
     (root / "kubelet" / "plugins_registry").mkdir(parents=True)
     shm = root / "dev" / "shm"
     shm.mkdir(parents=True)
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m,mode=1777", "fx-node-shm", str(shm)], check=True)
-    subprocess.run(["mount", "--make-shared", str(shm)], check=True)
+    subprocess.run(["mount", "--make-private", str(shm)], check=True)
+    (root / "proc").mkdir()
+    subprocess.run(["mount", "-t", "proc", "fx-node-proc", str(root / "proc")], check=True)
     backend = urlsplit(api.url)
     try:
         with TLSProxy(cert, key, (backend.hostname or "127.0.0.1", backend.port or 80)) as proxy:
@@ -221,7 +224,8 @@ def test_daemonsets_run_as_rendered_and_serve_prepares(cluster: Cluster) -> None
                 and cluster.node.host(m["hostPath"]).is_file()
             )
         # The share is served by an aclserver the daemon container started, in the claim's own tmpfs, which
-        # reached the host side (Bidirectional); use it from the host.
+        # reached the host side (Bidirectional on the root the init container made shared); use it from the host.
+        assert podspec.is_mount(cluster.node.host("/dev/shm/flexnpu"))
         assert podspec.is_mount(cluster.node.host(f"/dev/shm/flexnpu/{share_uid}"))
         conf_path = root / "var/run/flexnpu/claims" / share_uid / "client.conf"
         conf = clientconf.load(conf_path)

@@ -29,6 +29,12 @@ NODE = "node-a"
 NAMESPACE = "team-a"
 WHOLE_CEL = f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].mode == "whole"'
 SOFT_CEL = f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].mode == "soft"'
+CLASSES = {  # as the chart makes them (manifests/helm/flexnpu-dra-driver/templates/deviceclasses.yaml)
+    "npu.flexnpu.io": WHOLE_CEL,
+    "vnpu.flexnpu.io": SOFT_CEL,  # elastic shares, the default policy
+    "vnpu-fixed.flexnpu.io": SOFT_CEL.replace('"soft"', '"soft-fixed"'),
+    "vnpu-best-effort.flexnpu.io": SOFT_CEL.replace('"soft"', '"soft-best-effort"'),
+}
 
 
 @pytest.fixture
@@ -38,7 +44,7 @@ def api() -> Iterator[FakeAPIServer]:
         core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
         core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
         res = client.ResourceV1Api(srv.api_client())
-        for name, cel in (("npu.flexnpu.io", WHOLE_CEL), ("vnpu.flexnpu.io", SOFT_CEL)):
+        for name, cel in CLASSES.items():
             res.create_device_class(
                 {
                     "apiVersion": "resource.k8s.io/v1",

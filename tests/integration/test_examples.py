@@ -295,15 +295,17 @@ def test_policy_override(soft_node: Node, tmp_path: Path) -> None:
     ex.create(claim)
     alloc = ex.allocate(claim.name)
     (result,) = _results(alloc)
-    assert result["device"].startswith("vnpu-")
+    assert result["device"].startswith("vnpu-") and result["device"].endswith("-fixed")
     config = alloc["status"]["allocation"]["devices"]["config"]
-    assert [(c["source"], c["opaque"]["driver"], c["opaque"]["parameters"]["policy"]) for c in config] == [
-        ("FromClass", DRIVER, "elastic"),
-        ("FromClaim", DRIVER, "fixed"),
+    params = [(c["source"], c["opaque"]["driver"], c["opaque"]["parameters"]) for c in config]
+    assert [(src, drv, p.get("policy"), p.get("transport")) for src, drv, p in params] == [
+        ("FromClass", DRIVER, "fixed", "unix"),
+        ("FromClaim", DRIVER, None, "tcp"),
     ]
     ex.prepare(claim.name)
     conf = ex.conf(claim.name)
     assert _shares(conf) == [(0, 2 * GI, 20, "fixed")]
+    assert conf.endpoints.unix is None and conf.endpoints.tcp  # the claim's transport won
     assert (
         '"policy": "fixed"'
         in (soft_node.dirs["run"] / "claims" / ex.uids[claim.name] / "client.conf").read_text()
@@ -314,7 +316,7 @@ def test_policy_override(soft_node: Node, tmp_path: Path) -> None:
         s.init()
         s.set_device(0)
         assert s.get_mem_info()[1] == 2 * GI
-    # Without the claim's override, the class config makes the share elastic.
+    # Without the claim's override, the class config's transport holds (and the policy is the device's).
     ex.release(claim.name)
     plain = dataclasses.replace(
         claim, name="pod1-vnpu", pod="pod1", spec={"devices": {"requests": claim.spec["devices"]["requests"]}}
@@ -322,7 +324,8 @@ def test_policy_override(soft_node: Node, tmp_path: Path) -> None:
     ex.create(plain)
     ex.allocate(plain.name)
     ex.prepare(plain.name)
-    assert _shares(ex.conf(plain.name)) == [(0, 2 * GI, 20, "elastic")]
+    plain_conf = ex.conf(plain.name)
+    assert _shares(plain_conf) == [(0, 2 * GI, 20, "fixed")] and plain_conf.endpoints.tcp is None
 
 
 def test_extended_resource(node_factory: Callable[..., Node]) -> None:

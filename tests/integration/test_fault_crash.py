@@ -15,7 +15,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -52,6 +51,7 @@ from tests.integration.lifecycle_helpers import (
     claim_doc,
     pod_ref,
     share_request,
+    smi,
 )
 
 SHARE = [share_request()]
@@ -391,7 +391,7 @@ def test_damaged_checkpoint_removes_nothing_and_the_node_keeps_serving(
     assert_share_works(n, d.uid)
 
     # the operator adopts what the node holds: A is recorded again from the evidence and the API
-    res = _smi(n, "adopt")
+    res = smi(n, "adopt")
     assert res.returncode == 0 and f"adopted claim {a.uid}" in res.stdout, res.stdout + res.stderr
     assert _prepare_ok(n, a).devices  # the kubelet's repeat prepare finds it prepared
     assert assert_share_works(n, a.uid) == a_pid
@@ -410,23 +410,12 @@ def test_discarding_a_damaged_record_makes_its_effects_orphans(fault_node: Node)
     _spoil_record(n.dirs["state"] / "checkpoint.json", a.uid, _corrupt)
     n.start()
     wait_for(lambda: "store is not trusted" in n.log(), what="a refused pass", timeout=30)
-    info = json.loads(_smi(n, "info", "--json").stdout)
+    info = json.loads(smi(n, "info", "--json").stdout)
     assert info["checkpointTrusted"] is False and a.uid in " ".join(info["checkpointDoubts"])
-    res = _smi(n, "discard")
+    res = smi(n, "discard")
     assert res.returncode == 0 and "damaged record kept at" in res.stdout, res.stdout + res.stderr
     assert_clean(n, set())  # the operator said so: A's aclserver, CDI spec and client.conf go
     assert n.daemon is not None and a_pid not in n.daemon.aclserver_pids()
-
-
-def _smi(node: Node, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "kubeletplugin.smi", *args],
-        env=node.env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 # -- every checkpoint version ever written still decodes -----------------------------------------

@@ -9,6 +9,7 @@ backend keeps its vNPUs under the node's device root (``dra_driver/vnpu/emulated
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from dra_driver.checkpoint import CheckpointStore
+from dra_driver.checkpoint import CheckpointStore, EffectKind
 from dra_driver.discovery import emulated
 from dra_driver.vnpu import check_template, ledger
 from dra_driver.vnpu.emulated import EmulatedVnpus
@@ -27,7 +28,7 @@ from flexnpu_testing.kubelet import KubeletError
 from flexnpu_testing.scheduler import Unschedulable
 from flexnpu_testing.waiting import wait_for
 from tests.integration.conftest import DRIVER, INVENTORIES, NAMESPACE, NODE, Node
-from tests.integration.lifecycle_helpers import claim_doc, pod_ref
+from tests.integration.lifecycle_helpers import claim_doc, pod_ref, smi
 
 HARD_CEL = f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].mode == "hard"'
 INVENTORY = "eight-910b4.yaml"
@@ -35,8 +36,8 @@ INVENTORY = "eight-910b4.yaml"
 
 @pytest.fixture
 def hard_node(node_factory: Callable[..., Node]) -> Callable[..., Node]:
-    def make(**env: str) -> Node:
-        n = node_factory(INVENTORY, FLEXNPU_DEFAULT_MODE="all", **env)
+    def make(*, daemon: bool = False, **env: str) -> Node:
+        n = node_factory(INVENTORY, daemon=daemon, FLEXNPU_DEFAULT_MODE="all", **env)
         n.resource.create_device_class(
             {
                 "apiVersion": "resource.k8s.io/v1",
@@ -292,3 +293,121 @@ def test_reboot_remakes_the_vnpu_of_a_claim_still_in_use(serving: Node) -> None:
     assert vnpu.vnpu_id in before and (n.dirs["devroot"] / "dev" / f"vdavinci{vnpu.vnpu_id}").exists()
     assert n.kubelet.unprepare([ref]) == {ref.uid: ""}
     assert _vnpus(n) == [] and _ledger(n) == {}
+
+
+# -- a damaged record, adopt, a reboot: the template claim gets its vNPU again, never the die ----
+
+
+@pytest.fixture
+def operated(hard_node: Callable[..., Node]) -> Node:
+    """A serving node with its flexnpu-daemon, as on a real node (``flexnpu-smi adopt`` asks it)."""
+    n = hard_node(
+        daemon=True, FLEXNPU_RECONCILE_PERIOD_SECONDS="1", FLEXNPU_RESIDUAL_GRACE_SECONDS="2"
+    ).start()
+    wait_for(n.devices, what="published devices")
+    return n
+
+
+def _reboot(node: Node) -> None:
+    """Power loss: the HDK forgets its vNPUs (no vnpu-cfg-recover), tmpfs is empty, the boot ID changes."""
+    node.stop()
+    (node.dirs["devroot"] / "var" / "lib" / "flexnpu-hdk" / "vnpus.json").unlink()
+    for p in (node.dirs["devroot"] / "dev").glob("vdavinci*"):
+        p.unlink()
+    for p in node.cdi_specs():
+        p.unlink()
+    with CheckpointStore(node.dirs["state"] / "checkpoint.json").locked() as cp:
+        cp.boot_id = str(uuid.uuid4())
+    node.start()
+
+
+def _device_nodes(spec: dict[str, Any]) -> list[tuple[str, str]]:
+    edits = [spec["containerEdits"], *(d["containerEdits"] for d in spec["devices"])]
+    return [(n["path"], n.get("hostPath", n["path"])) for e in edits for n in e.get("deviceNodes") or []]
+
+
+def _assert_only_the_vnpu(node: Node, uid: str, vnpu_id: int, phy: int) -> None:
+    nodes = _device_nodes(_spec(node, uid))
+    assert (f"/dev/davinci{vnpu_id}", str(node.dirs["devroot"] / "dev" / f"vdavinci{vnpu_id}")) in nodes
+    physical = f"/dev/davinci{phy}"
+    assert not [n for n in nodes if n[0] == physical or n[1].endswith(physical)], nodes  # nothing of the die
+
+
+def test_an_adopted_template_claim_gets_its_vnpu_after_a_reboot_never_the_die(operated: Node) -> None:
+    n = operated
+    ref = _allocate(n, "hard", [template_request(VNPU_TEMPLATE)])
+    assert n.kubelet is not None and n.kubelet.prepare([ref])[ref.uid].error == ""
+    (vnpu,) = _vnpus(n)
+    assert (vnpu.phy_id, vnpu.vnpu_id) == (7, 212)  # first fit: die 7's templates come first
+    # the claim's checkpoint record is damaged; the node doubts, then the operator adopts
+    n.stop()
+    record = n.dirs["state"] / "checkpoint.json" / f"{ref.uid}.json"
+    raw = record.read_bytes()
+    record.write_bytes(raw[: len(raw) // 2] + b"\x00\xff garbage")
+    n.start()
+    wait_for(lambda: "store is not trusted" in n.log(), timeout=30, what="a refused pass")
+    res = smi(n, "adopt")
+    assert res.returncode == 0 and f"adopted claim {ref.uid}" in res.stdout, res.stdout + res.stderr
+    entry = CheckpointStore(n.dirs["state"] / "checkpoint.json").get(ref.uid)
+    assert entry is not None
+    assert [e.ref for e in entry.effect(EffectKind.HARD_VNPU)] == ["212"]  # rebuilt from the ledger
+    assert _vnpus(n) == [vnpu] and _ledger(n) == {212: ref.uid}
+    # a reboot drops the vNPU and the CDI spec; the kubelet prepares the claim again
+    _reboot(n)
+    assert n.kubelet is not None
+    assert n.kubelet.prepare([ref])[ref.uid].error == ""
+    assert [(v.vnpu_id, v.template) for v in _vnpus(n)] == [(212, VNPU_TEMPLATE)]  # made again
+    _assert_only_the_vnpu(n, ref.uid, 212, vnpu.phy_id)
+    # the die's other template slots stay the scheduler's to give: the vNPU holds its counters
+    assert n.kubelet.unprepare([ref]) == {ref.uid: ""}
+    assert _vnpus(n) == [] and _ledger(n) == {} and not n.cdi_specs()
+
+
+def test_adopt_without_evidence_of_the_vnpu_leaves_the_claim_to_the_sweep(operated: Node) -> None:
+    n = operated
+    ref = _allocate(n, "hard", [template_request(VNPU_TEMPLATE)])
+    assert n.kubelet is not None and n.kubelet.prepare([ref])[ref.uid].error == ""
+    (vnpu,) = _vnpus(n)
+    n.stop()
+    record = n.dirs["state"] / "checkpoint.json" / f"{ref.uid}.json"
+    record.write_bytes(b"{ not json")
+    (n.dirs["state"] / ledger.FILE_NAME).write_text("{}")  # the proof of ownership is gone too
+    n.start()
+    wait_for(lambda: "store is not trusted" in n.log(), timeout=30, what="a refused pass")
+    res = smi(n, "adopt")
+    assert res.returncode == 0 and f"adopted claim {ref.uid}" not in res.stdout, res.stdout + res.stderr
+    assert CheckpointStore(n.dirs["state"] / "checkpoint.json").get(ref.uid) is None  # no wrong shape
+    # the CDI spec that only the lost record owned goes; the vNPU nobody can prove is the driver's stays
+    wait_for(lambda: not n.cdi_specs(), timeout=30, what="the orphan CDI spec removed")
+    assert _vnpus(n) == [vnpu]
+    # the kubelet's repeat prepare makes the claim a vNPU of its own, never the physical die
+    res2 = n.kubelet.prepare([ref])[ref.uid]
+    assert res2.error == "", res2.error
+    (made,) = [v for v in _vnpus(n) if v.vnpu_id != vnpu.vnpu_id]
+    _assert_only_the_vnpu(n, ref.uid, made.vnpu_id, made.phy_id)
+    assert n.kubelet.unprepare([ref]) == {ref.uid: ""}
+    assert _vnpus(n) == [vnpu]  # kept: doubt keeps things
+
+
+def test_an_entry_recorded_without_its_vnpu_is_prepared_again(serving: Node) -> None:
+    n = serving
+    ref = _allocate(n, "hard", [template_request(VNPU_TEMPLATE)])
+    assert n.kubelet is not None and n.kubelet.prepare([ref])[ref.uid].error == ""
+    (vnpu,) = _vnpus(n)
+    # what an earlier release's adopt recorded: the CDI spec and the claim status, no vNPU
+    store = CheckpointStore(n.dirs["state"] / "checkpoint.json")
+    entry = store.get(ref.uid)
+    assert entry is not None
+    shapeless = dataclasses.replace(
+        entry, effects=tuple(e for e in entry.effects if e.kind != EffectKind.HARD_VNPU)
+    )
+    store.update(ref.uid, lambda _: shapeless)
+    _reboot(n)
+    assert n.kubelet.prepare([ref])[ref.uid].error == ""
+    (made,) = _vnpus(n)
+    assert made.template == VNPU_TEMPLATE and made.phy_id == vnpu.phy_id
+    _assert_only_the_vnpu(n, ref.uid, made.vnpu_id, made.phy_id)
+    again = store.get(ref.uid)
+    assert again is not None and [e.ref for e in again.effect(EffectKind.HARD_VNPU)] == [str(made.vnpu_id)]
+    assert n.kubelet.unprepare([ref]) == {ref.uid: ""}
+    assert _vnpus(n) == [] and not n.cdi_specs()

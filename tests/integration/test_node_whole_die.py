@@ -24,7 +24,8 @@ def _checkpoint(node: Node) -> dict[str, Any]:
 def test_slices_published_with_die_attributes(node: Node) -> None:
     devices = wait_for(node.devices, what="published devices")
     names = sorted(d["name"] for d in devices)
-    assert names == ["npu-0", "npu-1", "vnpu-0", "vnpu-1"]  # default mode "both": whole and shares
+    shares = [f"vnpu-{p}{s}" for p in (0, 1) for s in ("", "-best-effort", "-fixed")]
+    assert names == ["npu-0", "npu-1", *shares]  # default mode "both": whole, a share device per policy
     (s,) = [s for s in node.slices() if s["spec"].get("devices")]
     counters = [c for s in node.slices() for c in s["spec"].get("sharedCounters") or []]
     assert sorted(c["name"] for c in counters) == ["die-0", "die-1"]

@@ -82,7 +82,7 @@ def test_node_modes_from_inventory(node: Node) -> None:
     node.inventory = replace(_inventory(2), die_modes={0: DieMode.WHOLE, 1: DieMode.SOFT})
     node.publisher().sync()
     names = [d["name"] for s in node.stored() for d in s["spec"].get("devices", [])]
-    assert names == ["npu-0", "vnpu-1"]
+    assert names == ["npu-0", "vnpu-1", "vnpu-1-fixed", "vnpu-1-best-effort"]
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ from dra_driver.devices import Die, Inventory
 from dra_driver.errors import ErrorCode, FlexNPUError, StateError
 from dra_driver.vnpu import Vnpu, check_template, ledger
 from dra_driver.vnpu.emulated import EmulatedVnpus
-from dra_driver.vnpu.render import plan_vnpus
+from dra_driver.vnpu.planning import plan_vnpus
 from kubeletplugin.hardsplit import HardVnpus, taken_ids
 
 DIE = Die(

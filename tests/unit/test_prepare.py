@@ -142,12 +142,14 @@ def _claim(
     return ClaimRef("ns", uid, name)
 
 
-def _share(phy: int = 0, memory: str = "256Mi", compute: str = "10", request: str = "vnpu") -> dict[str, Any]:
+def _share(
+    phy: int = 0, memory: str = "256Mi", compute: str = "10", request: str = "vnpu", policy: str = "elastic"
+) -> dict[str, Any]:
     return {
         "request": request,
         "driver": DRIVER,
         "pool": POOL,
-        "device": f"vnpu-{phy}",
+        "device": f"vnpu-{phy}" if policy == "elastic" else f"vnpu-{phy}-{policy}",
         "shareID": f"5a4e{phy:04d}-0000-0000-0000-000000000000",
         "consumedCapacity": {"memory": memory, "compute": compute},
     }
@@ -370,12 +372,56 @@ def test_whole_die_already_shared_is_refused_before_any_effect(world: World) -> 
 
 
 def test_policy_conflict_with_another_claim_is_refused(world: World) -> None:
-    a = _claim(world, "a", [_share()], _policy("fixed"))
+    """The guard, for a scheduler that could not see the policy (a pool published without counters)."""
+    a = _claim(world, "a", [_share(policy="fixed")], _policy("fixed"))
     world.prepare([a])
     b = _claim(world, "b", [_share()], _policy("elastic"))
     assert "PolicyConflict" in world.prepare([b])[b.uid].error
     assert world.remains(b.uid) == NOTHING
     assert not (world.root / "state" / "locks" / f"{b.uid}.lock").exists()  # no lock file left behind
+
+
+@pytest.mark.parametrize(
+    ("device_policy", "config", "want"),
+    [
+        pytest.param("elastic", None, "elastic", id="the-default-device-is-elastic"),
+        pytest.param("fixed", None, "fixed", id="the-device-decides-when-no-config-does"),
+        pytest.param("best-effort", "best-effort", "best-effort", id="a-config-may-restate-it"),
+    ],
+)
+def test_a_share_runs_under_its_devices_policy(
+    world: World, device_policy: str, config: str | None, want: str
+) -> None:
+    ref = _claim(world, "a", [_share(policy=device_policy)], _policy(config) if config else None)
+    res = world.prepare([ref])[ref.uid]
+    assert res.error == "", res.error
+    (request,) = world.daemon.registered.values()
+    assert [s.policy for s in request.shares] == [want]
+
+
+def test_a_claim_prepared_before_share_devices_had_a_policy_is_prepared_again(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An upgrade keeps running claims: only a new prepare must agree with its device's policy."""
+    from kubeletplugin import prepare as prepare_module
+
+    ref = _claim(world, "old", [_share()], _policy("fixed"))  # as an earlier release accepted it
+    with monkeypatch.context() as m:
+        m.setattr(prepare_module, "check_device_policies", lambda plan: None)
+        first = world.prepare([ref])[ref.uid]
+    assert first.error == ""
+    assert world.prepare([ref])[ref.uid] == first  # the kubelet's repeat prepare
+    (request,) = world.daemon.registered.values()
+    assert [s.policy for s in request.shares] == ["fixed"]
+
+
+def test_a_config_that_disagrees_with_the_share_device_is_refused(world: World) -> None:
+    ref = _claim(world, "a", [_share()], _policy("fixed"))  # the scheduler chose the elastic device
+    err = world.prepare([ref])[ref.uid].error
+    assert "InvalidOpaqueConfig" in err and ref.uid in err and "config[0].opaque.parameters.policy" in err
+    assert "vnpu-0" in err and "vnpu-fixed.flexnpu.io" in err
+    assert world.remains(ref.uid) == NOTHING and not world.daemon.registered
+    assert not (world.root / "state" / "locks" / f"{ref.uid}.lock").exists()
 
 
 def test_one_bad_claim_does_not_fail_the_batch(world: World) -> None:
@@ -482,6 +528,18 @@ def test_equal_distribution_that_does_not_divide_is_refused(
     res = world.prepare([ref])[ref.uid]
     assert "QuotaInvalid" in res.error and f"consumedCapacity.{field}" in res.error and "divide" in res.error
     assert world.remains(ref.uid) == NOTHING
+
+
+def test_a_memory_only_share_splits_its_uncapped_compute_without_dividing_it(world: World) -> None:
+    (cfg,) = _vnpus(16)
+    cfg["opaque"]["parameters"]["isolation"] = "memory-only"
+    ref = _claim(world, "a", [_share(memory="2Gi", compute="1")], [cfg])
+    res = world.prepare([ref])[ref.uid]
+    assert res.error == "", res.error
+    (request,) = world.daemon.registered.values()
+    assert [(s.memory_bytes, s.compute_percent, s.memory_only) for s in request.shares] == [
+        (128 * MIB, 0, True)
+    ] * 16
 
 
 @pytest.mark.parametrize("n", [0, 17, "2", True, 1.5], ids=["zero", "too-many", "string", "bool", "float"])
