@@ -47,7 +47,7 @@ def _prepare(node: Node, name: str, *, compute: int, phy: int) -> tuple[str, lis
     request: dict[str, Any] = {
         "name": "vnpu",
         "exactly": {
-            "deviceClassName": "vnpu.flexnpu.io",
+            "deviceClassName": "vnpu-fixed.flexnpu.io",
             "count": 1,
             "selectors": [{"cel": {"expression": f'device.attributes["{DRIVER}"].phyID == {phy}'}}],
             "capacity": {"requests": {"memory": "256Mi", "compute": str(compute)}},
