@@ -40,6 +40,7 @@ STATUS_BY_CODE: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.DIE_UNHEALTHY: grpc.StatusCode.FAILED_PRECONDITION,
     ErrorCode.WRITE_FAILED: grpc.StatusCode.UNAVAILABLE,
     ErrorCode.CHECKPOINT_UNTRUSTED: grpc.StatusCode.FAILED_PRECONDITION,
+    ErrorCode.CGROUP_FAILED: grpc.StatusCode.UNAVAILABLE,
     ErrorCode.INTERNAL: grpc.StatusCode.INTERNAL,
 }
 

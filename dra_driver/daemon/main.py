@@ -1,8 +1,11 @@
 """``flexnpu-daemon``: flags (each with a ``FLEXNPU_DAEMON_…`` twin), wiring and signals only.
 
-Start-up order: parse flags → discover dies → recover the registry (re-adopt / clean) →
-serve the API → monitor aclservers. SIGTERM/SIGINT stop serving and monitoring but leave every
-aclserver running: the daemon is resident, and the next start re-adopts them.
+Start-up order: parse flags → take the instance lock (``instance``; a second instance waits
+here) → find the claims' cgroups (``cgroups``: joins the host's cgroup namespace, before any
+thread or child exists) → discover dies → recover the registry (re-adopt / clean) → serve the
+API → monitor aclservers. SIGTERM/SIGINT stop serving and monitoring but leave every aclserver
+running: they live in their own cgroups and sessions, outside the daemon's container, and the
+next instance re-adopts them.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pathlib import Path
 from types import FrameType
 
 from dra_driver import config, discovery, logs
-from dra_driver.daemon import service, shmfs
+from dra_driver.daemon import bounds, cgroup_layout, cgroups, instance, service, shmfs
 from dra_driver.daemon.client import DEFAULT_SOCKET
 from dra_driver.daemon.launcher import Launcher, SpawnLauncher, ZygoteLauncher
 from dra_driver.daemon.manager import Manager, Settings
@@ -87,6 +90,31 @@ FLAGS: tuple[config.Flag, ...] = (
         "give each claim's shm dir its own size-limited tmpfs: auto (when root and the shm root is a"
         " shared mount, so the tmpfs reaches the containers), always, never",
     ),
+    DaemonFlag(
+        "cgroups",
+        "auto",
+        "run each aclserver in its own bounded cgroup outside the daemon's: auto (when the cgroup root"
+        " is writable; otherwise unbounded in the daemon's cgroup, with a warning), always (refuse to"
+        " start without), never",
+    ),
+    DaemonFlag(
+        "cgroup-root",
+        "/sys/fs/cgroup",
+        "where the host's cgroup file system is mounted (cgroup v2, or v1 hierarchies under it)",
+    ),
+    DaemonFlag(
+        "cgroup-parent",
+        cgroup_layout.DEFAULT_PARENT,
+        "driver-owned cgroup, below each hierarchy's root, of the aclservers' aclserver-<claim uid> cgroups",
+    ),
+    DaemonFlag(
+        "aclserver-memory-overhead-mib",
+        str(bounds.DEFAULT_MEMORY_OVERHEAD_BYTES >> 20),
+        "an aclserver's memory bound beyond its claim's memory quota, hostMemory and staging regions (MiB)",
+    ),
+    DaemonFlag(
+        "instance", "", "this daemon instance's name in Health and logs (the chart passes the pod UID)"
+    ),
 )
 
 
@@ -100,6 +128,10 @@ class DaemonConfig:
     npu_smi: str
     log_level: str
     log_json: bool
+    cgroups: str = "auto"
+    cgroup_root: Path = Path("/sys/fs/cgroup")
+    cgroup_parent: str = cgroup_layout.DEFAULT_PARENT
+    instance: str = ""
 
 
 def build_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> DaemonConfig:
@@ -151,6 +183,18 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> DaemonCo
             field="shm-mount",
         )
     log_json = (values["log_json"] or "").strip().lower() in ("1", "true", "yes", "on")
+    cgroup_mode = values["cgroups"] or "auto"
+    if cgroup_mode not in ("auto", "always", "never"):
+        raise InvalidInput(
+            f"unknown value {cgroup_mode!r}; use auto, always or never",
+            code=ErrorCode.INVALID_CONFIG,
+            field="cgroups",
+        )
+    parent = values["cgroup_parent"] or cgroup_layout.DEFAULT_PARENT
+    bad_parent = cgroup_layout.check_parent(parent)
+    if bad_parent:
+        raise InvalidInput(bad_parent, code=ErrorCode.INVALID_CONFIG, field="cgroup-parent")
+    overhead = int(number("aclserver_memory_overhead_mib")) << 20
     return DaemonConfig(
         socket=path("socket"),
         settings=Settings(
@@ -166,6 +210,7 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> DaemonCo
             max_shares_per_die=max_shares,
             shm_mount=shm_mount == "always"
             or (shm_mount == "auto" and os.geteuid() == 0 and shmfs.propagates(path("shm_root"))),
+            memory_overhead_bytes=overhead,
         ),
         aclserver_command=command,
         use_zygote=launcher == "zygote" and not custom,
@@ -173,7 +218,21 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> DaemonCo
         npu_smi=values["npu_smi"] or "npu-smi",
         log_level=values["log_level"] or "INFO",
         log_json=log_json,
+        cgroups=cgroup_mode,
+        cgroup_root=path("cgroup_root"),
+        cgroup_parent=parent,
+        instance=values["instance"] or "",
     )
+
+
+def open_cgroups(cfg: DaemonConfig) -> tuple[cgroups.Cgroups | None, str]:
+    """The claims' cgroups, or None and why aclservers run unbounded (``--cgroups always``: raise)."""
+    if cfg.cgroups == "never":
+        return None, "turned off (--cgroups never)"
+    found, problem = cgroups.open_cgroups(cfg.cgroup_root, cfg.cgroup_parent)
+    if found is None and cfg.cgroups == "always":
+        raise FlexNPUError(f"--cgroups always: {problem}", code=ErrorCode.CGROUP_FAILED, field="cgroups")
+    return found, problem
 
 
 def load_dies(cfg: DaemonConfig) -> dict[int, DieCapacity]:
@@ -202,7 +261,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    with instance.held(cfg.settings.lock_file, stop, instance=cfg.instance) as owner:
+        if not owner:
+            log.info("stopped before this instance got %s", cfg.settings.lock_file)
+            return 0
+        return _serve(cfg, stop)
+
+
+def _serve(cfg: DaemonConfig, stop: threading.Event) -> int:
+    """Everything after the instance lock: cgroups, dies, recovery, the API, the monitor."""
     try:
+        claim_cgroups, cgroup_problem = open_cgroups(cfg)
         dies = load_dies(cfg)
         spawn = SpawnLauncher(cfg.aclserver_command)
         launcher: Launcher = spawn
@@ -210,16 +279,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             zygote = ZygoteLauncher(run_dir=cfg.settings.run_dir, fallback=spawn)
             zygote.start()
             launcher = zygote
-        manager = Manager(cfg.settings, dies, launcher)
-        report = manager.recover()
-        log.info(
-            "recovered: adopted %d, removed %d, killed %d orphans, removed %d shm dirs%s",
-            len(report.adopted),
-            len(report.removed),
-            len(report.killed_orphans),
-            len(report.removed_dirs),
-            f", corrupt registry kept at {report.corrupt_copy}" if report.corrupt_copy else "",
+        manager = Manager(
+            cfg.settings,
+            dies,
+            launcher,
+            cgroups=claim_cgroups,
+            cgroup_problem=cgroup_problem,
+            instance=cfg.instance,
         )
+        report = manager.recover()
+        log.info("recovered: %s", report.describe())
         server = service.serve(manager, cfg.socket)
     except FlexNPUError as exc:
         log.error("cannot start: %s", exc)
@@ -231,6 +300,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             " shared mount, e.g. mountPropagation: Bidirectional): a container can fill the node's /dev/shm",
             cfg.settings.shm_root,
         )
+    if claim_cgroups is None:
+        log.warning(
+            "aclservers run in the daemon's own cgroup, unbounded, and die with its container: %s",
+            cgroup_problem,
+        )
+    else:
+        log.info("each aclserver gets its own cgroup: %s", claim_cgroups.describe())
     log.info("serving on %s with %d dies", cfg.socket, len(dies))
     stop.wait()
     server.stop(grace=1.0).wait()

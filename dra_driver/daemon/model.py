@@ -7,7 +7,7 @@ and ``flexnpu-smi``; nothing here touches the world.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -37,9 +37,12 @@ class RegisterRequest:
     token: str
     shares: tuple[Share, ...]
     tcp_host: str = ""  # empty: the daemon's --tcp-host
+    tcp_port: int = field(default=0, compare=False)
+    """The TCP port to listen on if it is free (0: any). A wish, not part of the request's
+    identity: the node passes the recorded one when it registers a claim again (healing)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "claim_uid": self.claim_uid,
             "namespace": self.namespace,
             "name": self.name,
@@ -47,6 +50,9 @@ class RegisterRequest:
             "shares": [s.to_dict() for s in self.shares],
             "tcp_host": self.tcp_host,
         }
+        if self.tcp_port:
+            doc["tcp_port"] = self.tcp_port
+        return doc
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> RegisterRequest:
@@ -57,6 +63,7 @@ class RegisterRequest:
             token=str(doc["token"]),
             shares=tuple(Share.from_dict(s) for s in doc["shares"]),
             tcp_host=str(doc.get("tcp_host", "")),
+            tcp_port=int(doc.get("tcp_port", 0)),
         )
 
 
@@ -105,6 +112,10 @@ class Entity:
     restarts: int = 0
     started_at: float = 0.0
     message: str = ""
+    cgroup: str = ""
+    """The aclserver's cgroup below each hierarchy's root ("" when it runs in the daemon's)."""
+    oom_kills: int = 0
+    """OOM kills its cgroup had counted when this process started (a higher count later: killed by it)."""
 
     @property
     def claim_uid(self) -> str:
@@ -121,6 +132,8 @@ class Entity:
             "restarts": self.restarts,
             "started_at": self.started_at,
             "message": self.message,
+            "cgroup": self.cgroup,
+            "oom_kills": self.oom_kills,
         }
 
     @classmethod
@@ -135,6 +148,8 @@ class Entity:
             restarts=int(doc.get("restarts", 0)),
             started_at=float(doc.get("started_at", 0.0)),
             message=str(doc.get("message", "")),
+            cgroup=str(doc.get("cgroup", "")),
+            oom_kills=int(doc.get("oom_kills", 0)),
         )
 
 
@@ -179,6 +194,16 @@ class EntityInfo:
     rss_bytes: int = -1
     started_at: float = 0.0
     message: str = ""
+    cgroup: str = ""
+    """The aclserver's own cgroup below each hierarchy's root; "" when it has none (unbounded)."""
+    memory_current_bytes: int = -1
+    memory_max_bytes: int = -1
+    memory_peak_bytes: int = -1
+    tasks_current: int = -1
+    tasks_max: int = -1
+    cpu_weight: int = -1
+    """On the cgroup v2 scale (100 = default)."""
+    oom_kills: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +214,14 @@ class HealthInfo:
     entities: int
     dies: int
     started_at: float
+    adopted: bool = True
+    """The registry was recovered (every live aclserver re-adopted) and the API serves."""
+    cgroups: str = ""
+    """Where aclservers get their own cgroups ("" when they do not)."""
+    cgroup_problem: str = ""
+    """Why aclservers run unbounded in the daemon's cgroup ("" when they have their own)."""
+    instance: str = ""
+    """The daemon instance (its pod UID, ``--instance``) that answers."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from dra_driver.aclserver.spec import ReadyInfo
 from dra_driver.daemon import files, zygote_marker
+from dra_driver.daemon.zygote_marker import JOIN_CGROUP_STATUS
 from dra_driver.errors import ErrorCode, FlexNPUError
 
 PROC = Path("/proc")
@@ -101,13 +102,27 @@ class Launched:
         return self.popen.poll() if self.popen is not None else None
 
 
-def launch(command: Sequence[str], *, spec_path: Path, stderr_path: Path) -> Launched:
+_JOIN = (
+    'while [ "$1" != -- ]; do echo $$ > "$1" || exit ' + str(JOIN_CGROUP_STATUS) + "; shift; done;"
+    ' shift; exec "$@"'
+)
+"""A POSIX shell moves itself (``$$``) into each cgroup, then becomes the aclserver (same PID)."""
+
+
+def launch(
+    command: Sequence[str], *, spec_path: Path, stderr_path: Path, cgroup: Sequence[Path] = ()
+) -> Launched:
     """Start ``command --spec <spec_path>`` in its own session, stderr captured to a file.
 
-    No pipe is shared with the daemon, so the aclserver outlives a daemon restart unharmed.
+    With ``cgroup`` (``cgroup.procs`` files), the process joins those cgroups before ``command``
+    runs: ``/bin/sh`` writes its own PID to each, then execs the command, keeping the PID. No
+    pipe is shared with the daemon, so the aclserver outlives a daemon restart unharmed; no
+    parent-death signal is set.
     """
     stderr_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     argv = [*command, "--spec", str(spec_path)]
+    if cgroup:
+        argv = ["/bin/sh", "-c", _JOIN, "flexnpu-cgroup-join", *map(str, cgroup), "--", *argv]
     with stderr_path.open("ab") as err:
         popen = subprocess.Popen(
             argv,

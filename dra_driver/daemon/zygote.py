@@ -2,8 +2,10 @@
 
 ``python -m dra_driver.daemon.zygote --run-dir DIR`` imports ``dra_driver.aclserver.main`` once,
 announces ``{"ready": pid}``, then reads one JSON request per line on stdin (``{"spec": path, "stderr": path}``) and answers
-one line on stdout (``{"pid": n}`` or ``{"error": text}``). Each child starts its own session,
-sends stdout/stderr to the given file and runs ``dra_driver.aclserver.main.main``. Children
+one line on stdout (``{"pid": n}`` or ``{"error": text}``); a request may also name ``"cgroup"``:
+``cgroup.procs`` files the child writes its PID to before anything else runs. Each child starts
+its own session, sends stdout/stderr to the given file, joins its cgroups (exit status 121 when
+it cannot, the reason in that file) and runs ``dra_driver.aclserver.main.main``. Children
 carry the zygote's command line (with ``--run-dir``), which is how a restarted daemon finds
 orphans. The zygote ignores SIGCHLD (children are reaped by the kernel) and exits when stdin
 closes, i.e. when the daemon goes; the aclservers it forked keep running.
@@ -22,7 +24,7 @@ import traceback
 from collections.abc import Callable, Sequence
 
 from dra_driver.aclserver import main as aclserver_main  # pre-imported once: the point of the zygote
-from dra_driver.daemon.zygote_marker import MODULE
+from dra_driver.daemon.zygote_marker import JOIN_CGROUP_STATUS, MODULE
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -40,6 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             req = json.loads(line)
             spec_path, stderr_path = str(req["spec"]), str(req["stderr"])
+            cgroup = [str(p) for p in req.get("cgroup") or ()]
         except (ValueError, KeyError, TypeError) as exc:
             replies.write(json.dumps({"error": f"bad request: {exc}"}) + "\n")
             replies.flush()
@@ -51,14 +54,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             replies.flush()
             continue
         if pid == 0:
-            _child(spec_path, stderr_path, aclserver_main.main)
+            _child(spec_path, stderr_path, cgroup, aclserver_main.main)
         replies.write(json.dumps({"pid": pid}) + "\n")
         replies.flush()
     return 0
 
 
-def _child(spec_path: str, stderr_path: str, run: Callable[[Sequence[str]], int]) -> None:
-    """In the forked child: detach, redirect, run the aclserver, never return."""
+def _child(
+    spec_path: str, stderr_path: str, cgroup: Sequence[str], run: Callable[[Sequence[str]], int]
+) -> None:
+    """In the forked child: detach, redirect, join the claim's cgroups, run the aclserver; never return."""
     code = 1
     try:
         os.setsid()
@@ -72,6 +77,17 @@ def _child(spec_path: str, stderr_path: str, run: Callable[[Sequence[str]], int]
         os.dup2(out, 1)
         os.dup2(out, 2)
         os.closerange(3, 1024)  # the zygote's pipes to the daemon must not leak into the aclserver
+        for procs in cgroup:
+            try:
+                fd = os.open(procs, os.O_WRONLY | os.O_NOFOLLOW)
+                try:
+                    os.write(fd, str(os.getpid()).encode())
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                print(f"flexnpu-cgroup-join: cannot join {procs}: {exc.strerror or exc}", file=sys.stderr)
+                code = JOIN_CGROUP_STATUS
+                return
         code = run(["--spec", spec_path])
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from dra_driver.aclserver import protocol
-from dra_driver.daemon import processes, shmfs
+from dra_driver.daemon import cgroups, processes, shmfs
 from dra_driver.daemon.client import DaemonClient
 from dra_driver.daemon.model import RegisterRequest, Share
 from dra_driver.testing import inventories
@@ -78,6 +78,14 @@ def request(uid: str, *shares: Share, token: str = "ab" * 16) -> RegisterRequest
     )
 
 
+def remove_cgroups(parent: str, root: Path = Path("/sys/fs/cgroup")) -> None:
+    """Remove a test daemon's cgroup parent and every claim cgroup under it (what a test leaves)."""
+    found = cgroups.existing(root, parent)
+    if found is not None:
+        stayed = found.remove_all()
+        assert not stayed, f"claim cgroups under {parent} could not be removed: {stayed}"
+
+
 def gone(pid: int) -> bool:
     """True when ``pid`` no longer runs (absent or a zombie)."""
     st = processes.stat(pid)
@@ -88,9 +96,13 @@ class DaemonProc:
     """One flexnpu-daemon process under a private temp root and shm root."""
 
     def __init__(self, *, command: str | None = None, extra: tuple[str, ...] = ()) -> None:
-        """``command``: an aclserver command line for ``--aclserver-command`` (None: the default)."""
+        """``command``: an aclserver command line for ``--aclserver-command`` (None: the default).
+
+        Each harness daemon gets a cgroup parent of its own (``--cgroup-parent``), so daemons of
+        other tests on the same host never see, sweep or leak each other's claim cgroups."""
         self.root = Path(tempfile.mkdtemp(prefix="fnd-", dir="/tmp"))
         self.shm_root = Path(tempfile.mkdtemp(prefix="fnd-", dir="/dev/shm"))
+        self.cgroup_parent = f"flexnpu-test-{self.root.name}"
         self.command = command or default_command()
         self.extra = extra
         self.proc: subprocess.Popen[bytes] | None = None
@@ -136,6 +148,8 @@ class DaemonProc:
             "0.1",
             "--log-level",
             "DEBUG",
+            "--cgroup-parent",
+            self.cgroup_parent,
             *self.extra,
         ]
 
@@ -196,6 +210,7 @@ class DaemonProc:
                 os.killpg(pid, signal.SIGKILL)
         with contextlib.suppress(AssertionError):
             wait_for(lambda: not self.aclserver_pids(), timeout=5, what="aclservers gone")
+        remove_cgroups(self.cgroup_parent)
         shmfs.unmount_all_under(self.shm_root)  # the claims' own tmpfs mounts, if the daemon made them
         shutil.rmtree(self.root, ignore_errors=True)
         shutil.rmtree(self.shm_root, ignore_errors=True)
