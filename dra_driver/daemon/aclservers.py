@@ -102,7 +102,10 @@ class Aclservers:
         files.write_spec(paths.spec, doc)
         procs = self.cgroups.create(uid, self.bounds(entity)) if self.cgroups is not None else ()
         oom_before = self.cgroups.figures(uid).oom_kills if self.cgroups is not None else -1
-        launched = self.launcher.launch(spec_path=paths.spec, stderr_path=paths.stderr, cgroup=procs)
+        try:
+            launched = self.launcher.launch(spec_path=paths.spec, stderr_path=paths.stderr, cgroup=procs)
+        except FlexNPUError as exc:
+            raise exc.for_claim(uid) from None
         claim.launched = launched
         try:
             files.sync(s.registry_file)  # the Starting record, made durable while the aclserver starts

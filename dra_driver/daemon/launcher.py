@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from dra_driver.daemon import processes, zygote_marker
+from dra_driver.errors import ErrorCode, StateError
 
 log = logging.getLogger("flexnpu.daemon")
 
@@ -100,6 +101,8 @@ class ZygoteLauncher:
                         log.warning("zygote unusable (%s); spawning the aclserver instead", exc)
             if reply is None:
                 return self.fallback.launch(spec_path=spec_path, stderr_path=stderr_path, cgroup=cgroup)
+        if "cgroup_error" in reply:
+            raise StateError(str(reply["cgroup_error"]), code=ErrorCode.CGROUP_FAILED, field="cgroup")
         if "pid" not in reply:
             log.warning("zygote refused: %s; spawning the aclserver instead", reply.get("error"))
             return self.fallback.launch(spec_path=spec_path, stderr_path=stderr_path, cgroup=cgroup)

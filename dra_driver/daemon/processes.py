@@ -20,7 +20,7 @@ from pathlib import Path
 from dra_driver.aclserver.spec import ReadyInfo
 from dra_driver.daemon import files, zygote_marker
 from dra_driver.daemon.zygote_marker import JOIN_CGROUP_STATUS
-from dra_driver.errors import ErrorCode, FlexNPUError
+from dra_driver.errors import ErrorCode, FlexNPUError, StateError
 
 PROC = Path("/proc")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -150,11 +150,14 @@ def wait_ready(
         if status is None and launched.popen is None and not is_alive(launched.pid, launched.start_time):
             status = -1
         if status is not None:
-            raise FlexNPUError(
-                f"aclserver exited with status {status} before it was ready;"
+            joined = status != JOIN_CGROUP_STATUS
+            raise (FlexNPUError if joined else StateError)(
+                f"aclserver exited with status {status} before it was ready"
+                f"{'' if joined else ' (it could not join its cgroup)'};"
                 f" stderr: {files.stderr_tail(stderr_path) or '(empty)'}",
-                code=ErrorCode.INTERNAL,
+                code=ErrorCode.INTERNAL if joined else ErrorCode.CGROUP_FAILED,
                 claim_uid=claim_uid,
+                field=None if joined else "cgroup",
             )
         if time.monotonic() >= deadline:
             raise FlexNPUError(

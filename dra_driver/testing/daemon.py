@@ -105,6 +105,8 @@ class DaemonProc:
         self.cgroup_parent = f"flexnpu-test-{self.root.name}"
         self.command = command or default_command()
         self.extra = extra
+        self.wrapper: list[str] = []
+        """Run the daemon under this command (``setpriv …``, ``unshare …``)."""
         self.proc: subprocess.Popen[bytes] | None = None
         self._log = None
 
@@ -130,6 +132,7 @@ class DaemonProc:
 
     def argv(self) -> list[str]:
         return [
+            *self.wrapper,
             sys.executable,
             "-m",
             "dra_driver.daemon.main",
