@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import uuid
 from pathlib import Path
 from typing import TypeVar
 
@@ -95,13 +96,26 @@ def gone(pid: int) -> bool:
 class DaemonProc:
     """One flexnpu-daemon process under a private temp root and shm root."""
 
-    def __init__(self, *, command: str | None = None, extra: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        *,
+        command: str | None = None,
+        extra: tuple[str, ...] = (),
+        same_node_as: DaemonProc | None = None,
+    ) -> None:
         """``command``: an aclserver command line for ``--aclserver-command`` (None: the default).
+        ``same_node_as``: a second instance on another daemon's directories, socket and cgroups
+        (a rolling update's new pod); it logs to a file of its own.
 
         Each harness daemon gets a cgroup parent of its own (``--cgroup-parent``), so daemons of
         other tests on the same host never see, sweep or leak each other's claim cgroups."""
-        self.root = Path(tempfile.mkdtemp(prefix="fnd-", dir="/tmp"))
-        self.shm_root = Path(tempfile.mkdtemp(prefix="fnd-", dir="/dev/shm"))
+        if same_node_as is None:
+            self.root = Path(tempfile.mkdtemp(prefix="fnd-", dir="/tmp"))
+            self.shm_root = Path(tempfile.mkdtemp(prefix="fnd-", dir="/dev/shm"))
+            self.log_name = "daemon.log"
+        else:
+            self.root, self.shm_root = same_node_as.root, same_node_as.shm_root
+            self.log_name = f"daemon-{uuid.uuid4().hex[:6]}.log"
         self.cgroup_parent = f"flexnpu-test-{self.root.name}"
         self.command = command or default_command()
         self.extra = extra
@@ -128,7 +142,7 @@ class DaemonProc:
 
     @property
     def log_path(self) -> Path:
-        return self.root / "daemon.log"
+        return self.root / self.log_name
 
     def argv(self) -> list[str]:
         return [
@@ -156,10 +170,12 @@ class DaemonProc:
             *self.extra,
         ]
 
-    def start(self) -> DaemonProc:
+    def start(self, *, wait: bool = True) -> DaemonProc:
+        """Start the daemon; ``wait``: until its socket answers Health."""
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=log, stderr=log)
-        wait_for(self._healthy, what=f"daemon health on {self.socket}")
+        if wait:
+            wait_for(self._healthy, what=f"daemon health on {self.socket}")
         return self
 
     def _healthy(self) -> bool:
