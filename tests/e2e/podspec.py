@@ -14,7 +14,7 @@ this runner silently ignores):
   Bidirectional -> rshared);
 * ``securityContext``: ``privileged``, ``runAsUser``/``runAsGroup``, ``capabilities`` (drop/add),
   ``allowPrivilegeEscalation: false`` (no-new-privileges), ``readOnlyRootFilesystem``;
-* pod ``hostNetwork`` (``--network=host``; otherwise no network);
+* pod ``hostNetwork`` (``--network=host``; otherwise no network) and ``hostPID`` (``--pid=host``);
 * init containers, in order, each to completion before the containers start;
 * exec probes, run with ``podman exec`` in the container's environment.
 
@@ -106,6 +106,23 @@ class RunningPod:
         )
         return proc.stdout.strip() == "true"
 
+    def init_pid(self, container: str) -> int:
+        """The host PID of the container's first process (its "init"; 0 when it does not run)."""
+        proc = subprocess.run(
+            ["podman", "inspect", "--format", "{{.State.Pid}}", self.containers[container]],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
+        return int(proc.stdout.strip() or 0)
+
+    def start_again(self, container: str) -> None:
+        """Start a stopped container again, as the kubelet restarts a pod's container."""
+        subprocess.run(
+            ["podman", "start", self.containers[container]], capture_output=True, timeout=120, check=True
+        )
+
     def stop(self, timeout: int = 20) -> None:
         for name in self.containers.values():
             subprocess.run(
@@ -148,6 +165,8 @@ def podman_args(
     spec = pod["spec"]
     args = ["run", "-d", "--name", podman_name, "--pull=never", *img.RUN_FLAGS]
     args.append("--network=host" if spec.get("hostNetwork") else "--network=none")
+    if spec.get("hostPID"):
+        args.append("--pid=host")
     env = {
         "KUBERNETES_SERVICE_HOST": node.api_host,
         "KUBERNETES_SERVICE_PORT": str(node.api_port),

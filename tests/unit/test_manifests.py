@@ -532,6 +532,7 @@ def test_daemon_daemonset_rolls_with_aclservers_outside_its_pod(emulated_node: b
     assert volumes[mounts["/host/sys/fs/cgroup"]["name"]]["hostPath"]["path"] == "/sys/fs/cgroup"
     assert env["FLEXNPU_DAEMON_CGROUP_ROOT"]["value"] == "/host/sys/fs/cgroup"
     assert env["FLEXNPU_DAEMON_CGROUPS"]["value"] == "auto"
+    assert env["FLEXNPU_DAEMON_CGROUP_PARENT"]["value"] == "flexnpu.slice"
     assert env["FLEXNPU_DAEMON_INSTANCE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.uid"
     assert ("FLEXNPU_DAEMON_INVENTORY" in env) == emulated_node
     assert ("FLEXNPU_DAEMON_NPU_SMI" in env) != emulated_node
