@@ -29,7 +29,7 @@ from dra_driver.devices import DieMode, Health, Inventory
 from dra_driver.errors import FlexNPUError
 from dra_driver.telemetry import Telemetry
 from dra_driver.vnpu import sweeping
-from kubeletplugin import hardsplit
+from kubeletplugin import hardsplit, healing
 from kubeletplugin.prepare import Preparer, PrepareSettings
 from kubeletplugin.server import PluginServer
 
@@ -37,8 +37,7 @@ log = logging.getLogger("flexnpu.node")
 
 LOOP_ACLSERVERS = "aclserver-monitor"
 LOOP_REDISCOVER = "rediscover"
-ACLSERVER_PERIOD = 2.0
-"""Seconds between two looks at the daemon's aclservers."""
+ACLSERVER_PERIOD = healing.ACLSERVER_PERIOD
 
 
 class InventoryHealth:
@@ -269,7 +268,8 @@ class NodeProcess(NodeCore):
         r.start()
         self._threads.append(r)
         if self.daemon is not None:
-            self._loop(LOOP_ACLSERVERS, self._aclserver_pass(), deadline=ACLSERVER_PERIOD * 5 + 60)
+            watch = healing.AclserverWatch(preparer=self.preparer, daemon=self.daemon, store=self.store)
+            self._loop(LOOP_ACLSERVERS, watch.look, deadline=ACLSERVER_PERIOD * 5 + 60)
         if self.cfg.rediscover_seconds > 0:
             self._loop(
                 LOOP_REDISCOVER, self._rediscover_pass(), deadline=self.cfg.rediscover_seconds * 2 + 120
@@ -343,40 +343,6 @@ class NodeProcess(NodeCore):
                 )
             cp.boot_id = self.store.boot_id
         self.reconciler.trigger()
-
-    def _aclserver_pass(self) -> Callable[[], float | None]:
-        """Mirror each prepared share's aclserver state into its claim's Ready condition."""
-        last: dict[str, bool] = {}
-
-        def iteration() -> float:
-            self._mirror_aclservers(last)
-            return ACLSERVER_PERIOD
-
-        return iteration
-
-    def _mirror_aclservers(self, last: dict[str, bool]) -> None:
-        """One look: each changed aclserver state is written to its claim's Ready condition."""
-        assert self.daemon is not None
-        try:
-            states = {e.entity_id: e for e in self.daemon.list()}
-        except FlexNPUError as err:
-            log.debug("daemon list failed: %s", err)
-            return
-        for uid, entry in self.store.read().claims.items():
-            if entry.state != "PrepareCompleted" or not entry.effect("daemon-registration"):
-                continue
-            ent = states.get(uid)
-            ready = ent is not None and str(ent.state) == "Running"
-            if last.get(uid, True) == ready:
-                continue
-            if ready and ent is not None:
-                reason, message = "Prepared", f"aclserver pid {ent.pid} serving again"
-            else:
-                state = f"{ent.state}: {ent.message}" if ent is not None else "missing"
-                reason, message = "AclserverDown", f"the claim's aclserver is {state}"
-            if self.preparer.set_ready(uid, ready, reason, message):
-                last[uid] = ready
-                log.warning("claim %s: %s", uid, message)
 
     def stop(self) -> None:
         self.stop_event.set()
