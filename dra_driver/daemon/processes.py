@@ -198,12 +198,28 @@ def kill(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
+def group_gone(pgid: int) -> bool:
+    """True when no live process is in group ``pgid``. Cheap while it is (one signal check and
+    the leader's stat); the whole process table is read only when the leader is gone but the
+    group still answers (members left, or zombies nobody reaps)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass
+    st = stat(pgid)
+    if st is not None and st.state not in ("Z", "X") and st.pgrp == pgid:
+        return False
+    return not live_group_members(pgid)
+
+
 def _wait_group_gone(pgid: int, timeout: float, reap: Callable[[], object]) -> bool:
     deadline = time.monotonic() + timeout
     delay = 0.002
     while True:
         reap()
-        if not live_group_members(pgid):
+        if group_gone(pgid):
             return True
         if time.monotonic() >= deadline:
             return False
