@@ -227,9 +227,23 @@ def _wait_group_gone(pgid: int, timeout: float, reap: Callable[[], object]) -> b
         delay = min(delay * 1.5, 0.02)
 
 
+def sees_same(pid: int, path: Path) -> bool:
+    """Whether ``path``, looked up in process ``pid``'s root (its mount namespace), is the very
+    directory or file this process sees there (same device and inode). With ``hostPID`` a daemon
+    sees the processes of other containers, whose paths may read the same and be other files."""
+    try:
+        theirs = os.stat(PROC / str(pid) / "root" / str(path).lstrip("/"))
+        mine = os.stat(path)
+    except OSError:
+        return False
+    return (theirs.st_dev, theirs.st_ino) == (mine.st_dev, mine.st_ino)
+
+
 def find_aclservers(spec_dir: Path, *, run_dir: Path) -> list[tuple[int, str]]:
     """Live aclservers this daemon started: ``--spec <file in spec_dir>`` on the command line, or
-    forked by our zygote (its command line, and leading its own session). Returns (pid, why).
+    forked by our zygote (its command line, and leading its own session), where that directory is
+    the one this daemon uses (:func:`sees_same`: not another daemon's that reads the same). Returns
+    (pid, why).
     """
     found = []
     for entry in PROC.iterdir():
@@ -242,9 +256,9 @@ def find_aclservers(spec_dir: Path, *, run_dir: Path) -> list[tuple[int, str]]:
         why = ""
         if "--spec" in args:
             i = args.index("--spec")
-            if i + 1 < len(args) and Path(args[i + 1]).parent == spec_dir:
+            if i + 1 < len(args) and Path(args[i + 1]).parent == spec_dir and sees_same(pid, spec_dir):
                 why = f"spec {args[i + 1]}"
-        if not why and zygote_marker.is_zygote_cmdline(args, run_dir):
+        if not why and zygote_marker.is_zygote_cmdline(args, run_dir) and sees_same(pid, run_dir):
             st = stat(pid)
             if st is not None and st.pgrp == pid:
                 why = "forked by the zygote"

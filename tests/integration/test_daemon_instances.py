@@ -96,3 +96,41 @@ def test_a_waiting_instance_stops_cleanly_on_sigterm(make_daemon: MakeDaemon) ->
     assert "stopped before this instance got" in second.log()
     with first.client() as c:
         assert c.health().ok  # the holder was not disturbed
+
+
+def test_another_namespaces_aclservers_are_never_taken_for_orphans(make_daemon: MakeDaemon) -> None:
+    """With hostPID a daemon sees every container's processes. Another daemon whose run dir reads the
+    same path in its own mount namespace (another installation, a test node) is not this one's: its
+    aclservers are left alone when this daemon recovers."""
+    mine = make_daemon()
+    mine.start()
+    own = str(uuid.uuid4())
+    with mine.client() as c:
+        own_pid = c.register(request(own, share(2))).pid
+    other = make_daemon()
+    same_path = mine.run_dir  # the other daemon's run dir is another directory mounted at this path
+    other.run_dir.mkdir(parents=True, exist_ok=True)
+    other.wrapper = [
+        "unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
+        f'mkdir -p {same_path} && mount --bind {other.run_dir} {same_path} && exec "$@"', "sh",
+    ]  # fmt: skip
+    other.extra += ("--run-dir", str(same_path))
+    other.start()
+    theirs = str(uuid.uuid4())
+    with other.client() as c:
+        res = c.register(request(theirs, share(3)))
+    assert f"--spec {same_path}/aclservers/{theirs}.spec.json" in " ".join(processes_cmdline(res.pid))
+    mine.stop(signal.SIGKILL)
+    mine.start()  # recovery looks for its orphans by their command lines
+    assert "recovered: adopted 1, removed 0, killed 0 orphans" in mine.log()
+    assert ping_unix(res.endpoints.unix_socket) == res.pid
+    with mine.client() as c:
+        assert [e.pid for e in c.list()] == [own_pid]
+    with other.client() as c:
+        assert c.unregister(theirs)
+
+
+def processes_cmdline(pid: int) -> tuple[str, ...]:
+    from dra_driver.daemon import processes
+
+    return processes.cmdline(pid) or ()
