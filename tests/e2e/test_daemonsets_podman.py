@@ -380,6 +380,10 @@ def test_daemon_container_restarts_leave_the_share_serving(cluster: Cluster) -> 
                     wait_for(
                         f"daemon container gone after {how}", lambda: not daemon.running("daemon"), timeout=60
                     )
+                    if (
+                        how == "stop"
+                    ):  # it handled the SIGTERM itself (no SIGKILL by the runtime after its timeout)
+                        assert daemon.logs("daemon").count("received SIGTERM") == 1
                     mark = calls.calls
                     wait_for(
                         f"the share served with no daemon ({how})",
