@@ -24,6 +24,7 @@ from dra_driver.daemon import processes, shmfs
 from dra_driver.daemon.client import DaemonClient
 from dra_driver.daemon.model import RegisterRequest, Share
 from dra_driver.testing import inventories
+from dra_driver.testing.daemon import remove_cgroups
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -62,7 +63,7 @@ def main() -> None:
     argv = [
         sys.executable, "-m", "dra_driver.daemon.main", "--socket", str(sock), "--state-dir", str(root / "state"),
         "--run-dir", str(root / "run"), "--shm-root", str(shm), "--log-level", "WARNING",
-        "--inventory", str(inventories.path("eight-910b4.yaml")),
+        "--inventory", str(inventories.path("eight-910b4.yaml")), "--cgroup-parent", f"flexnpu-bench-{root.name}",
     ]  # fmt: skip
     with (root / "daemon.log").open("wb") as log:
         daemon = subprocess.Popen(argv, stdout=log, stderr=log)
@@ -107,6 +108,7 @@ def main() -> None:
             if st is not None:
                 processes.stop_group(pid, start_time=st.start_time, timeout=2)
         shmfs.unmount_all_under(shm)
+        remove_cgroups(f"flexnpu-bench-{root.name}")
         shutil.rmtree(root, ignore_errors=True)
         shutil.rmtree(shm, ignore_errors=True)
 

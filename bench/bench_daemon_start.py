@@ -27,6 +27,7 @@ from dra_driver.daemon import processes
 from dra_driver.daemon.client import DaemonClient
 from dra_driver.daemon.model import RegisterRequest, Share
 from dra_driver.testing import inventories
+from dra_driver.testing.daemon import remove_cgroups
 
 
 def rss_kib(pid: int) -> int:
@@ -67,6 +68,8 @@ def run(launcher: str, n: int) -> None:
         str(root / "run"),
         "--shm-root",
         str(shm),
+        "--cgroup-parent",
+        f"flexnpu-bench-{root.name}",
         "--log-level",
         "WARNING",
         "--launcher",
@@ -141,6 +144,7 @@ def run(launcher: str, n: int) -> None:
             processes.stop_group(
                 pid, start_time=processes.stat(pid).start_time if processes.stat(pid) else 0, timeout=1
             )
+        remove_cgroups(f"flexnpu-bench-{root.name}")
         shutil.rmtree(root, ignore_errors=True)
         shutil.rmtree(shm, ignore_errors=True)
 

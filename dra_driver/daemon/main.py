@@ -180,21 +180,21 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> DaemonCo
     for key, value in (("max-sessions", max_sessions), ("max-shares-per-die", max_shares)):
         if value > 1024:
             raise InvalidInput(f"must be at most 1024, got {value}", code=ErrorCode.INVALID_CONFIG, field=key)
-    shm_mount = values["shm_mount"] or "auto"
-    if shm_mount not in ("auto", "always", "never"):
-        raise InvalidInput(
-            f"unknown value {shm_mount!r}; use auto, always or never",
-            code=ErrorCode.INVALID_CONFIG,
-            field="shm-mount",
-        )
+
+    def mode(key: str) -> str:
+        """An auto|always|never flag's value (default auto)."""
+        value = values[key] or "auto"
+        if value not in ("auto", "always", "never"):
+            raise InvalidInput(
+                f"unknown value {value!r}; use auto, always or never",
+                code=ErrorCode.INVALID_CONFIG,
+                field=key.replace("_", "-"),
+            )
+        return value
+
+    shm_mount = mode("shm_mount")
     log_json = (values["log_json"] or "").strip().lower() in ("1", "true", "yes", "on")
-    cgroup_mode = values["cgroups"] or "auto"
-    if cgroup_mode not in ("auto", "always", "never"):
-        raise InvalidInput(
-            f"unknown value {cgroup_mode!r}; use auto, always or never",
-            code=ErrorCode.INVALID_CONFIG,
-            field="cgroups",
-        )
+    cgroup_mode = mode("cgroups")
     parent = values["cgroup_parent"] or cgroup_layout.DEFAULT_PARENT
     bad_parent = cgroup_layout.check_parent(parent)
     if bad_parent:

@@ -97,25 +97,21 @@ class RunningPod:
         return proc.stdout + proc.stderr
 
     def running(self, container: str) -> bool:
+        return self._inspect(container, "{{.State.Running}}") == "true"
+
+    def init_pid(self, container: str) -> int:
+        """The host PID of the container's first process (its "init"; 0 when it does not run)."""
+        return int(self._inspect(container, "{{.State.Pid}}") or 0)
+
+    def _inspect(self, container: str, template: str) -> str:
         proc = subprocess.run(
-            ["podman", "inspect", "--format", "{{.State.Running}}", self.containers[container]],
+            ["podman", "inspect", "--format", template, self.containers[container]],
             capture_output=True,
             text=True,
             timeout=30,
             check=False,
         )
-        return proc.stdout.strip() == "true"
-
-    def init_pid(self, container: str) -> int:
-        """The host PID of the container's first process (its "init"; 0 when it does not run)."""
-        proc = subprocess.run(
-            ["podman", "inspect", "--format", "{{.State.Pid}}", self.containers[container]],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        )
-        return int(proc.stdout.strip() or 0)
+        return proc.stdout.strip()
 
     def start_again(self, container: str) -> None:
         """Start a stopped container again, as the kubelet restarts a pod's container."""

@@ -126,6 +126,14 @@ def start(cluster: Cluster, name: str, pods: list[podspec.RunningPod]) -> podspe
     return pod
 
 
+def remove_pods(pods: list[podspec.RunningPod]) -> None:
+    """Print each container's log (shown by pytest when the test failed), then remove the pods."""
+    for pod in pods:
+        for container in pod.containers:
+            print(f"==== {pod.name}/{container}\n{pod.logs(container)[-6000:]}")
+        pod.remove()
+
+
 def wait_ready(pod: podspec.RunningPod, container: str, timeout: float = 90) -> str:
     last: list[str] = []
 
@@ -295,10 +303,7 @@ def test_daemonsets_run_as_rendered_and_serve_prepares(cluster: Cluster) -> None
             assert "Traceback" not in pod.logs(container), pod.logs(container)[-4000:]
         assert not reg2.exists()
     finally:
-        for pod in pods:  # diagnostics, shown by pytest when the test failed
-            for container in pod.containers:
-                print(f"==== {pod.name}/{container}\n{pod.logs(container)[-6000:]}")
-            pod.remove()
+        remove_pods(pods)
 
 
 class CallLoop:
@@ -411,7 +416,4 @@ def test_daemon_container_restarts_leave_the_share_serving(cluster: Cluster) -> 
             pod.stop()
             assert "Traceback" not in pod.logs(container), pod.logs(container)[-4000:]
     finally:
-        for pod in pods:
-            for container in pod.containers:
-                print(f"==== {pod.name}/{container}\n{pod.logs(container)[-6000:]}")
-            pod.remove()
+        remove_pods(pods)

@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -22,29 +21,15 @@ from dra_driver.errors import ErrorCode, StateError
 from dra_driver.testing.daemon import FAKE, DaemonProc, gone, ping_unix, request, share
 from dra_driver.testing.waiting import wait_for
 from flexnpu_wire.launch import DEFAULT_STAGING_BYTES
+from tests.integration.conftest import MakeDaemon
 
 pytestmark = pytest.mark.root
 
 MIB = 1024 * 1024
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-MakeDaemon = Callable[..., DaemonProc]
 LAUNCHERS = pytest.mark.parametrize(
     "launcher", [pytest.param("zygote", id="zygote"), pytest.param("spawn", id="spawn")]
 )
-
-
-@pytest.fixture
-def make_daemon() -> Iterator[MakeDaemon]:
-    made: list[DaemonProc] = []
-
-    def make(*, command: str | None = None, extra: tuple[str, ...] = (), start: bool = True) -> DaemonProc:
-        d = DaemonProc(command=command, extra=extra)
-        made.append(d)
-        return d.start() if start else d
-
-    yield make
-    for d in made:
-        d.cleanup()
 
 
 def uid() -> str:

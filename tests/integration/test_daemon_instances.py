@@ -10,31 +10,15 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable, Iterator
 
 import pytest
 
 from dra_driver.daemon import instance
 from dra_driver.testing.daemon import DaemonProc, ping_unix, request, share
 from dra_driver.testing.waiting import wait_for
+from tests.integration.conftest import MakeDaemon
 
 pytestmark = pytest.mark.root
-
-MakeDaemon = Callable[..., DaemonProc]
-
-
-@pytest.fixture
-def make_daemon() -> Iterator[MakeDaemon]:
-    made: list[DaemonProc] = []
-
-    def make(**kwargs: object) -> DaemonProc:
-        d = DaemonProc(**kwargs)  # type: ignore[arg-type]
-        made.append(d)
-        return d
-
-    yield make
-    for d in reversed(made):  # a later instance first: it would restart what an earlier cleanup kills
-        d.cleanup()
 
 
 def ready_probe(daemon: DaemonProc, name: str) -> subprocess.CompletedProcess[str]:
@@ -52,13 +36,12 @@ def ready_probe(daemon: DaemonProc, name: str) -> subprocess.CompletedProcess[st
 
 def test_second_instance_waits_for_the_lock_then_adopts_the_same_aclservers(make_daemon: MakeDaemon) -> None:
     old = make_daemon(extra=("--instance", "old-pod"))
-    old.start()
     claim = str(uuid.uuid4())
     with old.client() as c:
         res = c.register(request(claim, share(2)))
     assert ready_probe(old, "old-pod").returncode == 0
 
-    new = make_daemon(extra=("--instance", "new-pod"), same_node_as=old)
+    new = make_daemon(extra=("--instance", "new-pod"), same_node_as=old, start=False)
     new.start(wait=False)
     wait_for(
         lambda: "another daemon instance holds it" in new.log(), what="the new instance waiting for the lock"
@@ -88,8 +71,7 @@ def test_second_instance_waits_for_the_lock_then_adopts_the_same_aclservers(make
 
 def test_a_waiting_instance_stops_cleanly_on_sigterm(make_daemon: MakeDaemon) -> None:
     first = make_daemon()
-    first.start()
-    second = make_daemon(same_node_as=first)
+    second = make_daemon(same_node_as=first, start=False)
     second.start(wait=False)
     wait_for(lambda: "another daemon instance holds it" in second.log(), what="the second instance waiting")
     assert second.stop(signal.SIGTERM) == 0
@@ -103,11 +85,10 @@ def test_another_namespaces_aclservers_are_never_taken_for_orphans(make_daemon: 
     same path in its own mount namespace (another installation, a test node) is not this one's: its
     aclservers are left alone when this daemon recovers."""
     mine = make_daemon()
-    mine.start()
     own = str(uuid.uuid4())
     with mine.client() as c:
         own_pid = c.register(request(own, share(2))).pid
-    other = make_daemon()
+    other = make_daemon(start=False)
     same_path = mine.run_dir  # the other daemon's run dir is another directory mounted at this path
     other.run_dir.mkdir(parents=True, exist_ok=True)
     other.wrapper = [
