@@ -121,7 +121,11 @@ def retire_stderr(path: Path, *, keep: int = RETIRED_KEEP) -> Path | None:
         target = retired / f"{uid}.{stamp}.{n}.stderr.log"
         n += 1
     os.replace(path, target)
-    old = sorted(retired.iterdir(), key=lambda p: p.lstat().st_mtime)
-    for extra in old[: max(0, len(old) - keep)]:
+    kept: list[tuple[float, Path]] = []
+    for entry in retired.iterdir():  # another claim's unregister may prune at the same time
+        with contextlib.suppress(FileNotFoundError):
+            kept.append((entry.lstat().st_mtime, entry))
+    kept.sort()
+    for _, extra in kept[: max(0, len(kept) - keep)]:
         extra.unlink(missing_ok=True)
     return target

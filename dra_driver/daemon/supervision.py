@@ -61,9 +61,12 @@ class Supervisor:
         with contextlib.suppress(OSError):
             os.write(self._wake_w, b"x")
 
-    def check_once(self) -> None:
-        """Notice aclservers that died: mark them Exited and restart each within the budget."""
+    def check_once(self, only: set[tuple[int, int]] | None = None) -> None:
+        """Notice aclservers that died: mark them Exited and restart each within the budget.
+        ``only``: look at these (pid, start time) alone — those whose pidfd fired."""
         for entity, claim in self.entities.running():
+            if only is not None and (entity.pid, entity.pid_start_time) not in only:
+                continue
             if claim.launched is not None:
                 claim.launched.exit_status()  # reap our child so it does not linger as a zombie
             if processes.is_alive(entity.pid, entity.pid_start_time):
@@ -83,7 +86,8 @@ class Supervisor:
                 try:
                     quiet = self._watch_running(sel, watched)
                     events = sel.select(RESYNC_SECONDS if quiet else self.settings.monitor_interval)
-                    exited = not events or not quiet  # a timeout is a resync; polling mode checks
+                    full = not events or not quiet  # a timeout is a resync; polling mode checks all
+                    fired: set[tuple[int, int]] = set()
                     for key, _ in events:
                         if key.fileobj == self._wake_r:
                             with contextlib.suppress(BlockingIOError):
@@ -92,12 +96,13 @@ class Supervisor:
                         assert isinstance(key.fileobj, int)
                         sel.unregister(key.fileobj)
                         os.close(key.fileobj)
-                        watched.pop(key.fileobj, None)
-                        exited = True
+                        ident = watched.pop(key.fileobj, None)
+                        if ident is not None:
+                            fired.add(ident)
                     if self._stop.is_set():
                         break
-                    if exited:
-                        self.check_once()
+                    if full or fired:
+                        self.check_once(None if full else fired)
                 except Exception:
                     log.exception("monitor pass failed")
                     self._stop.wait(self.settings.monitor_interval)
