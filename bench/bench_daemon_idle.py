@@ -21,10 +21,11 @@ import uuid
 from pathlib import Path
 
 from dra_driver.daemon import processes, shmfs
-from dra_driver.daemon.client import DaemonClient
-from dra_driver.daemon.model import RegisterRequest, Share
-from dra_driver.testing import inventories
-from dra_driver.testing.daemon import remove_cgroups
+from dra_driver.daemon_api.client import DaemonClient
+from dra_driver.daemon_api.values import RegisterRequest
+from flexnpu_testing import inventories
+from flexnpu_testing.daemon import remove_cgroups
+from flexnpu_wire.shares import Share
 
 TICK = os.sysconf("SC_CLK_TCK")
 

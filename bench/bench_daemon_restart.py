@@ -46,10 +46,11 @@ from _node import ms, pct  # noqa: E402
 
 from dra_driver import clientconf  # noqa: E402
 from dra_driver.client.session import Session  # noqa: E402
-from dra_driver.daemon.client import DaemonClient  # noqa: E402
-from dra_driver.daemon.model import RegisterRequest, Share  # noqa: E402
-from dra_driver.testing.daemon import remove_cgroups  # noqa: E402
+from dra_driver.daemon_api.client import DaemonClient  # noqa: E402
+from dra_driver.daemon_api.values import RegisterRequest  # noqa: E402
+from flexnpu_testing.daemon import remove_cgroups  # noqa: E402
 from flexnpu_wire.codes import Policy  # noqa: E402
+from flexnpu_wire.shares import Share  # noqa: E402
 from tests.e2e import image as img  # noqa: E402
 from tests.e2e import podspec  # noqa: E402
 from tests.unit.test_manifests import RELEASE, chart_values, render_chart  # noqa: E402

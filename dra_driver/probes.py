@@ -7,12 +7,15 @@
 * the DRA endpoint serves a ``NodePrepareResources`` call with no claims (the kubelet's own service, through the
   plugin's handler, changes nothing).
 
-``python3 -m dra_driver.probes daemon`` (the daemon's liveness): ``flexnpu-daemon``'s API socket answers
-``Health`` with ``ok``.
+* and, when a daemon socket is configured, the daemon does not report that it refuses shares because a share's
+  shm dir cannot be bounded on this node (an unreachable daemon does not fail the plugin's probe).
 
-``python3 -m dra_driver.probes daemon-ready`` (its readiness): the answer also says the registry was recovered
-(every live aclserver re-adopted) and, when ``FLEXNPU_DAEMON_INSTANCE`` is set (the chart passes the pod UID),
-that it comes from this instance — not from another one that still holds the node's daemon lock during a
+``python3 -m dra_driver.probes daemon`` (the daemon's liveness): ``flexnpu-daemon``'s API socket answers
+``Health`` with ``ok`` and no shm problem (``dra_driver/daemon/shmroot.py``).
+
+``python3 -m dra_driver.probes daemon-ready`` (its readiness): the same, and the answer also says the registry was
+recovered (every live aclserver re-adopted) and, when ``FLEXNPU_DAEMON_INSTANCE`` is set (the chart passes the pod
+UID), that it comes from this instance — not from another one that still holds the node's daemon lock during a
 rolling update.
 
 Both read the same flags' environment twins as the process they probe (``dra_driver/config.py``,
@@ -28,14 +31,14 @@ from collections.abc import Mapping, Sequence
 
 import grpc
 
-from api_protos.gen import (
+from dra_driver import config
+from dra_driver.errors import FlexNPUError
+from dra_kubeletplugin.protos.gen import (
     dra_v1_pb2,
     dra_v1_pb2_grpc,
     pluginregistration_v1_pb2,
     pluginregistration_v1_pb2_grpc,
 )
-from dra_driver import config
-from dra_driver.errors import FlexNPUError
 
 __all__ = ["check_daemon", "check_daemon_ready", "check_plugin", "main"]
 
@@ -70,13 +73,30 @@ def check_plugin(env: Mapping[str, str], timeout: float = DEFAULT_TIMEOUT) -> st
             dra.NodePrepareResources(dra_v1_pb2.NodePrepareResourcesRequest(), timeout=timeout)
     except grpc.RpcError as exc:
         raise ProbeFailed(f"DRA endpoint {info.endpoint} did not answer: {exc.code().name}") from None
+    if cfg.daemon_socket is not None:
+        problem = _daemon_health(str(cfg.daemon_socket), timeout)
+        if problem:
+            raise ProbeFailed(f"flexnpu-daemon refuses shares on this node: {problem}")
     return f"plugin {cfg.driver_name} answers on {reg} and {info.endpoint}"
+
+
+def _daemon_health(socket_path: str, timeout: float) -> str:
+    """The daemon's shm problem ("" when none, or when the daemon does not answer)."""
+    from dra_driver.daemon_api.client import DaemonClient
+
+    client = DaemonClient(socket_path, timeout=timeout)
+    try:
+        return client.health().shm_problem
+    except FlexNPUError:
+        return ""
+    finally:
+        client.close()
 
 
 def check_daemon(env: Mapping[str, str], timeout: float = DEFAULT_TIMEOUT, *, ready: bool = False) -> str:
     """The daemon's Health call (``ready``: adopted, by this instance); returns a summary."""
     from dra_driver.daemon import main as daemon_main
-    from dra_driver.daemon.client import DaemonClient
+    from dra_driver.daemon_api.client import DaemonClient
 
     values = config.resolve(config.from_args_namespace(daemon_main.FLAGS), env, daemon_main.FLAGS)
     socket_path = values.get("socket") or ""
@@ -89,6 +109,8 @@ def check_daemon(env: Mapping[str, str], timeout: float = DEFAULT_TIMEOUT, *, re
         client.close()
     if not health.ok:
         raise ProbeFailed(f"daemon on {socket_path} reports not ok")
+    if health.shm_problem:
+        raise ProbeFailed(f"daemon on {socket_path} refuses shares: {health.shm_problem}")
     mine = values.get("instance") or ""
     if ready and mine and health.instance != mine:
         raise ProbeFailed(

@@ -1,5 +1,6 @@
 """``flexnpu-dra``: ``plugin`` runs the node process; ``probe`` asks it whether its loops are alive;
-``demo`` walks claims through a local node."""
+``demo`` says how to run the demo from a clone (the demo drives test doubles, which no wheel or
+image ships)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,12 @@ from collections.abc import Sequence
 
 from dra_driver import config
 from dra_driver.errors import FlexNPUError
+
+DEMO_HINT = (
+    "flexnpu-dra demo: the demo drives the test doubles (the top-level package flexnpu_testing), which no"
+    " wheel or image ships. From a clone of the repository run: scripts/demo.sh"
+    " (or, with the project installed: python -m flexnpu_testing.demo [--keep] from the clone's root)"
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -30,8 +37,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     probe.add_argument(
         "--timeout", type=float, default=5.0, help="seconds to wait for the answer (default 5)"
     )
-    demo = sub.add_parser("demo", help="local node with emulated NPUs; walk claims through their lifecycle")
-    demo.add_argument("--keep", action="store_true", help="keep the temporary directory for inspection")
+    demo = sub.add_parser(
+        "demo", help="print how to run the demo (a local node with emulated NPUs) from a clone"
+    )
+    demo.add_argument("--keep", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.command == "plugin":
         from kubeletplugin import node
@@ -48,16 +57,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return node.run(cfg)
     if args.command == "probe":
         return _probe(args.host, args.port, args.timeout)
-    try:  # the demo drives test doubles, which a production image need not ship
-        from dra_driver.testing import demo as demo_mod
-    except ImportError as exc:
-        print(
-            f"flexnpu-dra demo: needs the test doubles (dra_driver/testing), which this installation does not"
-            f" have ({exc}; the container image leaves them out): run scripts/demo.sh from a checkout",
-            file=sys.stderr,
-        )
-        return 2
-    return demo_mod.run(keep=args.keep)
+    print(DEMO_HINT, file=sys.stderr)
+    return 2
 
 
 def _probe(host: str, port: int, timeout: float) -> int:

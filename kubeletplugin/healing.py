@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from dra_driver.checkpoint import CheckpointStore, EffectKind
-from dra_driver.daemon.model import EntityInfo, EntityState
+from dra_driver.daemon_api.values import EntityInfo, EntityState
 from dra_driver.errors import FlexNPUError
 from dra_driver.logs import ClaimLogger, claim_logger
 from kubeletplugin.effects import Daemon
@@ -62,11 +63,13 @@ class AclserverWatch:
         preparer: Preparer,
         daemon: Daemon,
         store: CheckpointStore,
+        get_claim: Callable[[str, str], Mapping[str, Any]],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.preparer = preparer
         self.daemon = daemon
         self.store = store
+        self.get_claim = get_claim  # the API's claim, only if its old TCP port was taken meanwhile
         self.clock = clock
         self._seen: dict[str, _Seen] = {}
 
@@ -127,7 +130,7 @@ class AclserverWatch:
     def _heal(self, uid: str, clog: ClaimLogger, why: str) -> int | None:
         """Register the claim's share again; the new aclserver's pid, or None."""
         try:
-            result = self.preparer.heal(uid, clog)
+            result = self.preparer.heal(uid, clog, get_claim=self.get_claim)
         except FlexNPUError as err:
             clog.warning("could not register the share again (%s): %s", why, err)
             return None

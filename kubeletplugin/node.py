@@ -10,52 +10,42 @@ prepared claims are not touched, so a restart or rolling update is seamless.
 
 from __future__ import annotations
 
+import functools
 import logging
 import signal
 import threading
 from collections.abc import Callable
 from types import FrameType
 
+import dra_kubeletplugin
 from controller.cleanup import Reconciler
 from controller.kube import Kube
-from controller.publisher import SlicePublisher
 from controller.status import ClaimStatusWriter
-from dra_driver import cdi, discovery, liveness, logs, netlink, slices, sweep, usage_metrics, vnpu
+from dra_driver import cdi, discovery, liveness, logs, netlink, records, slices, sweep, usage_metrics, vnpu
+from dra_driver.aclserver import ledger
 from dra_driver.checkpoint import CheckpointStore
-from dra_driver.claims import DeviceHealthReport
 from dra_driver.config import Config
-from dra_driver.daemon.client import DaemonClient
-from dra_driver.devices import DieMode, Health, Inventory
+from dra_driver.daemon_api.client import DaemonClient
+from dra_driver.daemon_api.values import LEDGER_DIR_NAME
+from dra_driver.devices import DieMode, Inventory
 from dra_driver.errors import FlexNPUError
+from dra_driver.sharing import Policy
 from dra_driver.telemetry import Telemetry
 from dra_driver.vnpu import sweeping
-from kubeletplugin import hardsplit, healing
+from dra_kubeletplugin import Helper
+from dra_kubeletplugin.errors import DroppedFieldsError, PluginError
+from dra_kubeletplugin.helper import PublishOptions
+from dra_kubeletplugin.resourceslice.pools import DriverResources
+from kubeletplugin import hardsplit, healing, statuses
+from kubeletplugin.driver import NpuDriver
+from kubeletplugin.health import InventoryHealth
 from kubeletplugin.prepare import Preparer, PrepareSettings
-from kubeletplugin.server import PluginServer
 
 log = logging.getLogger("flexnpu.node")
 
 LOOP_ACLSERVERS = "aclserver-monitor"
 LOOP_REDISCOVER = "rediscover"
 ACLSERVER_PERIOD = healing.ACLSERVER_PERIOD
-
-
-class InventoryHealth:
-    """Device health for the kubelet's health stream, from the discovered inventory."""
-
-    def __init__(self, inventory: Inventory, pool: str, published: list[str]) -> None:
-        self.inventory = inventory
-        self.pool = pool
-        self.published = set(published)
-
-    def device_health(self) -> list[DeviceHealthReport]:
-        out: list[DeviceHealthReport] = []
-        for die in self.inventory.dies:
-            healthy = {Health.HEALTHY: True, Health.UNHEALTHY: False}.get(die.health)
-            for name in (die.whole_device_name, die.soft_device_name):
-                if name in self.published:
-                    out.append(DeviceHealthReport(self.pool, name, healthy, f"die {die.phy_id} {die.health}"))
-        return out
 
 
 class NodeCore:
@@ -101,7 +91,6 @@ class NodeCore:
                 client_library=cfg.client_library,
             ),
             store=self.store,
-            get_claim=self.kube.get_claim,
             inventory=lambda: self.inventory,
             daemon=self.daemon,
             status=ClaimStatusWriter(self.kube, driver_name=cfg.driver_name, node_name=cfg.node_name),
@@ -168,24 +157,8 @@ class NodeProcess(NodeCore):
         self.use_counters = True
         self.pool = self._desired()
         self.health = InventoryHealth(self.inventory, cfg.pool_name, self.pool.device_names)
-        self.server = PluginServer(
-            driver_name=cfg.driver_name,
-            dra_socket=cfg.dra_socket,
-            registration_socket=cfg.registration_socket,
-            preparer=self.preparer,
-            health_source=self.health,
-            serialize_lock_file=cfg.plugin_dir / "serialize.lock" if cfg.pod_uid else None,
-        )
-        self.publisher = SlicePublisher(
-            self.kube,
-            driver_name=cfg.driver_name,
-            node_name=cfg.node_name,
-            desired=self._desired,
-            log=logs.claim_logger("-", base=logging.getLogger("flexnpu.publisher")),
-            resync_seconds=cfg.slice_resync_seconds,
-            on_dropped_fields=self._counters_dropped,
-            live=self.live,
-        )
+        self.driver = NpuDriver(self.preparer, telemetry=self.telemetry)
+        self.helper: Helper | None = None  # serving from start()
         self.telemetry.serve_health(self._health_verdict, self._loop_ages)
         if cfg.daemon_socket is not None:  # per-vNPU usage series (dra_driver/usage_metrics.py)
             self.telemetry.add_collector(
@@ -196,10 +169,13 @@ class NodeProcess(NodeCore):
                     node_name=cfg.node_name,
                     driver_name=cfg.driver_name,
                     max_shares_per_die=cfg.max_shares_per_die,
-                    shm_dir=cfg.paths.shm_dir,
+                    ledger=functools.partial(ledger.read_entries, str(cfg.paths.shm_dir / LEDGER_DIR_NAME)),
                 )
             )
         self._threads: list[threading.Thread] = []
+        self._shm_problem = ""  # what the daemon last said about bounding shm dirs
+        self._published_policies: dict[int, Policy] = {}
+        self.preparer.after_batch = self._republish_policies
 
     def _health_verdict(self) -> tuple[bool, str]:
         verdict = self.live.verdict()
@@ -209,11 +185,25 @@ class NodeProcess(NodeCore):
         now = self.live.clock()
         return {name: now - state.last_pass for name, state in self.live.snapshot().items()}
 
-    def _counters_dropped(self, err: Exception) -> None:
+    def _counters_dropped(self, err: DroppedFieldsError) -> None:
         """The API server dropped the counter fields (DRAPartitionableDevices off): one mode per die."""
         if self.use_counters:
             log.warning("%s; publishing each die in one mode only (no whole+share on one die)", err)
             self.use_counters = False
+            self._publish()
+
+    def _publish(self) -> None:
+        """Tell the helper what this node offers now (dies, modes, held capacity); it writes the difference.
+
+        A pool the API server would refuse is logged and not published (what was published stays).
+        """
+        self.pool = self._desired()
+        if self.helper is None:
+            return
+        try:
+            self.helper.publish_resources(DriverResources.single(self.pool))
+        except PluginError as err:
+            log.error("not publishing this node's pool: %s", err)
 
     def _desired(self) -> slices.DesiredPool:
         mode = DieMode(self.cfg.default_mode)
@@ -225,7 +215,12 @@ class NodeProcess(NodeCore):
             use_counters=self.use_counters,
             max_shares_per_die=self.cfg.max_shares_per_die,
             held=self._held(),
+            policies=self._share_policies(),
         )
+
+    def _share_policies(self) -> dict[int, Policy]:
+        """The policy each die's prepared shares run: its other share devices are not offered."""
+        return {phy: Policy(p) for phy, p in records.share_policies(self.store.entries().values()).items()}
 
     def _held(self) -> dict[int, slices.Held]:
         """Capacity held by vNPUs made outside the driver: published without it, and reported."""
@@ -251,25 +246,35 @@ class NodeProcess(NodeCore):
             netlink.ensure_link(self.link)  # a clear error at start, never a hang
         self.telemetry.start()
         self._check_boot()
-        self.server.start()
+        cfg = self.cfg
+        self.helper = dra_kubeletplugin.start(
+            self.driver,
+            driver_name=cfg.driver_name,
+            node_name=cfg.node_name,
+            kube=self.kube,
+            pod_uid=cfg.pod_uid,
+            registry_dir=cfg.paths.kubelet_registry_dir,
+            plugins_dir=cfg.paths.kubelet_plugins_dir,
+            health_source=self.health,
+            error_status=statuses.status_for,
+            publish=PublishOptions(resync_seconds=cfg.slice_resync_seconds),
+            on_dropped_fields=self._counters_dropped,
+            live=self.live,
+            log=logs.claim_logger("-", base=logging.getLogger("flexnpu.publisher")),
+        )
         try:
             self.kube.connect()  # the kubernetes client loads while the kubelet registers the plugin
         except FlexNPUError:
-            self.server.stop(grace=0)
+            self.helper.stop(grace=0)
             raise
-        t = threading.Thread(
-            target=self.publisher.run, args=(self.stop_event,), name="publisher", daemon=True
-        )
-        t.start()
-        self._threads.append(t)
+        self._publish()
         r = threading.Thread(
             target=self.reconciler.run, args=(self.stop_event,), name="reconciler", daemon=True
         )
         r.start()
         self._threads.append(r)
         if self.daemon is not None:
-            watch = healing.AclserverWatch(preparer=self.preparer, daemon=self.daemon, store=self.store)
-            self._loop(LOOP_ACLSERVERS, watch.look, deadline=ACLSERVER_PERIOD * 5 + 60)
+            self._loop(LOOP_ACLSERVERS, self._aclserver_pass(), deadline=ACLSERVER_PERIOD * 5 + 60)
         if self.cfg.rediscover_seconds > 0:
             self._loop(
                 LOOP_REDISCOVER, self._rediscover_pass(), deadline=self.cfg.rediscover_seconds * 2 + 120
@@ -314,6 +319,10 @@ class NodeProcess(NodeCore):
 
     def _rediscover_once(self, source: discovery.Discovery) -> None:
         fresh = source.discover()
+        if fresh == self.inventory:
+            if self._desired() != self.pool:  # capacity held by vNPUs made outside the driver changed
+                self._publish()
+            return
         if fresh != self.inventory:
             changed = sorted(
                 {d.phy_id for d in fresh.dies} ^ {d.phy_id for d in self.inventory.dies}
@@ -322,9 +331,10 @@ class NodeProcess(NodeCore):
             log.warning("inventory changed (dies %s); republishing slices and health", changed)
             self.inventory = fresh
             self.health.inventory = fresh
-            self.health.published = set(self._desired().device_names)
-            self.publisher.trigger()
-            self.server.notify_health_changed()
+            self._publish()
+            self.health.published = set(self.pool.device_names)
+            if self.helper is not None:
+                self.helper.notify_health_changed()
 
     def _check_boot(self) -> None:
         """After a reboot the tmpfs state (CDI specs, client.conf, shm) and the aclservers are gone.
@@ -344,13 +354,66 @@ class NodeProcess(NodeCore):
             cp.boot_id = self.store.boot_id
         self.reconciler.trigger()
 
+    def _aclserver_pass(self) -> Callable[[], float | None]:
+        """Each pass: the daemon's shm problem, a republish when a die's share policy changed, then one
+        look of the aclserver watch (each share's aclserver state in its claim's Ready condition, lost
+        ones registered again: ``kubeletplugin/healing.py``)."""
+        assert self.daemon is not None
+        watch = healing.AclserverWatch(
+            preparer=self.preparer, daemon=self.daemon, store=self.store, get_claim=self.kube.get_claim
+        )
+
+        def iteration() -> float:
+            self._report_shm()
+            self._republish_policies()
+            return watch.look()
+
+        return iteration
+
+    def _republish_policies(self) -> None:
+        """Republish when a die's share policy changed (its first share prepared, its last gone):
+        after every kubelet call, and in the aclserver pass for what the reconciler removed."""
+        policies = self._share_policies()
+        if policies != self._published_policies:
+            self._published_policies = policies
+            self._publish()
+
+    def _report_shm(self) -> None:
+        """Say, in the log and a Node Event, when the daemon cannot bound a share's shm dir (once a change)."""
+        assert self.daemon is not None
+        try:
+            problem = self.daemon.health().shm_problem
+        except FlexNPUError:
+            return
+        if problem and problem != self._shm_problem:
+            log.error("flexnpu-daemon refuses every new share on this node: %s", problem)
+            try:
+                self.kube.create_event(
+                    involved={
+                        "apiVersion": "v1",
+                        "kind": "Node",
+                        "name": self.cfg.node_name,
+                        "namespace": "default",
+                    },
+                    reason="FlexNPUShmUnbounded",
+                    message=f"shares are refused on this node: {problem}",
+                    event_type="Warning",
+                    host=self.cfg.node_name,
+                )
+            except FlexNPUError as err:
+                log.info("could not post the FlexNPUShmUnbounded event: %s", err)
+        self._shm_problem = problem
+
     def stop(self) -> None:
         self.stop_event.set()
         self.reconciler.trigger()
 
     def wait(self) -> None:
-        self.stop_event.wait()
-        self.server.stop(grace=5.0)
+        while not self.stop_event.wait(0.2):
+            pass  # short steps: the kernel may give SIGTERM to another thread, and Python runs its
+            # handler only when the main thread runs again (a wait without a timeout never would)
+        if self.helper is not None:
+            self.helper.stop(grace=5.0)
         for t in self._threads:
             t.join(timeout=10)
         self.close()

@@ -163,13 +163,14 @@ class HealthRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class HealthResponse(_message.Message):
-    __slots__ = ("ok", "pid", "version", "entities", "dies", "started_at", "adopted", "cgroups", "cgroup_problem", "instance")
+    __slots__ = ("ok", "pid", "version", "entities", "dies", "started_at", "shm_problem", "adopted", "cgroups", "cgroup_problem", "instance")
     OK_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     ENTITIES_FIELD_NUMBER: _ClassVar[int]
     DIES_FIELD_NUMBER: _ClassVar[int]
     STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    SHM_PROBLEM_FIELD_NUMBER: _ClassVar[int]
     ADOPTED_FIELD_NUMBER: _ClassVar[int]
     CGROUPS_FIELD_NUMBER: _ClassVar[int]
     CGROUP_PROBLEM_FIELD_NUMBER: _ClassVar[int]
@@ -180,8 +181,9 @@ class HealthResponse(_message.Message):
     entities: int
     dies: int
     started_at: float
+    shm_problem: str
     adopted: bool
     cgroups: str
     cgroup_problem: str
     instance: str
-    def __init__(self, ok: _Optional[bool] = ..., pid: _Optional[int] = ..., version: _Optional[str] = ..., entities: _Optional[int] = ..., dies: _Optional[int] = ..., started_at: _Optional[float] = ..., adopted: _Optional[bool] = ..., cgroups: _Optional[str] = ..., cgroup_problem: _Optional[str] = ..., instance: _Optional[str] = ...) -> None: ...
+    def __init__(self, ok: _Optional[bool] = ..., pid: _Optional[int] = ..., version: _Optional[str] = ..., entities: _Optional[int] = ..., dies: _Optional[int] = ..., started_at: _Optional[float] = ..., shm_problem: _Optional[str] = ..., adopted: _Optional[bool] = ..., cgroups: _Optional[str] = ..., cgroup_problem: _Optional[str] = ..., instance: _Optional[str] = ...) -> None: ...

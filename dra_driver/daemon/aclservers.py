@@ -14,12 +14,15 @@ import dataclasses
 import logging
 from collections.abc import Callable
 
+from dra_driver import files as dra_files
+from dra_driver import wirefiles
 from dra_driver.daemon import bounds, files, processes, shmfs, spec
 from dra_driver.daemon.cgroups import Cgroups
 from dra_driver.daemon.entities import Claim, Entities
 from dra_driver.daemon.launcher import Launcher
-from dra_driver.daemon.model import Endpoints, Entity, EntityState
+from dra_driver.daemon.model import Entity
 from dra_driver.daemon.settings import Settings
+from dra_driver.daemon_api.values import Endpoints, EntityState
 from dra_driver.errors import ErrorCode, FlexNPUError, StateError
 from dra_driver.logs import claim_logger
 
@@ -81,6 +84,13 @@ class Aclservers:
             if s.shm_mount
             else None
         )
+        if s.shm_problem:  # a tenant could fill the node's shared memory: refused, naming why
+            raise StateError(
+                f"no aclserver is started: {s.shm_problem}",
+                code=ErrorCode.SHM_UNBOUNDED,
+                claim_uid=uid,
+                field="shm-mount",
+            )
         try:
             files.prepare_shm_dir(paths, ledger_dir=s.ledger_dir, tmpfs_bytes=tmpfs)
         except OSError as exc:
@@ -99,7 +109,7 @@ class Aclservers:
             max_sessions=s.max_sessions,
             max_shares_per_die=s.max_shares_per_die,
         )
-        files.write_spec(paths.spec, doc)
+        wirefiles.write_spec(paths.spec, doc)
         procs = self.cgroups.create(uid, self.bounds(entity)) if self.cgroups is not None else ()
         oom_before = self.cgroups.figures(uid).oom_kills if self.cgroups is not None else -1
         try:
@@ -108,7 +118,9 @@ class Aclservers:
             raise exc.for_claim(uid) from None
         claim.launched = launched
         try:
-            files.sync(s.registry_file)  # the Starting record, made durable while the aclserver starts
+            dra_files.fsync_file(
+                s.registry_file
+            )  # the Starting record, made durable while the aclserver starts
             ready = processes.wait_ready(
                 launched,
                 ready_path=paths.ready,

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dra_driver.daemon import processes, registry
-from dra_driver.daemon.model import Entity, EntityState
+from dra_driver.daemon.model import Entity
+from dra_driver.daemon_api.values import EntityState
 
 __all__ = ["Claim", "Entities"]
 

@@ -23,11 +23,11 @@ from pathlib import Path
 from types import FrameType
 
 from dra_driver import config, discovery, logs
-from dra_driver.daemon import bounds, cgroup_layout, cgroups, instance, service, shmfs
-from dra_driver.daemon.client import DEFAULT_SOCKET
+from dra_driver.daemon import bounds, cgroup_layout, cgroups, instance, service, shmroot
 from dra_driver.daemon.launcher import Launcher, SpawnLauncher, ZygoteLauncher
 from dra_driver.daemon.manager import Manager, Settings
 from dra_driver.daemon.model import DieCapacity
+from dra_driver.daemon_api.client import DEFAULT_SOCKET
 from dra_driver.devices import Health
 from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput
 from flexnpu_wire.launch import DEFAULT_MAX_SESSIONS, DEFAULT_MAX_SHARES_PER_DIE
@@ -87,13 +87,15 @@ FLAGS: tuple[config.Flag, ...] = (
     DaemonFlag(
         "max-shares-per-die",
         str(DEFAULT_MAX_SHARES_PER_DIE),
-        "shares a die's ledger admits; must match the plugin's --max-shares-per-die (1..1024)",
+        "aclservers (share claims, however many vNPUs each) a die's ledger admits; must match the"
+        " plugin's --max-shares-per-die (1..1024)",
     ),
     DaemonFlag(
         "shm-mount",
         "auto",
-        "give each claim's shm dir its own size-limited tmpfs: auto (when root and the shm root is a"
-        " shared mount, so the tmpfs reaches the containers), always, never",
+        "give each claim's shm dir its own size-limited tmpfs: auto (when it reaches the containers: the"
+        " daemon runs in the host's mount namespace, or the shm root is a shared mount; otherwise shares"
+        " are refused, saying why), always, never (plain dirs: a container can fill the node's /dev/shm)",
     ),
     DaemonFlag(
         "cgroups",
@@ -194,6 +196,13 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> DaemonCo
 
     shm_mount = mode("shm_mount")
     log_json = (values["log_json"] or "").strip().lower() in ("1", "true", "yes", "on")
+    bound = shmroot.decide(
+        shm_mount,
+        root=path("shm_root"),
+        may_mount=shm_mount == "auto" and shmroot.may_mount(),
+        runtime_namespace=shm_mount == "auto" and shmroot.in_runtime_namespace(),
+        shared=shm_mount == "auto" and shmroot.propagates(path("shm_root")),
+    )
     cgroup_mode = mode("cgroups")
     parent = values["cgroup_parent"] or cgroup_layout.DEFAULT_PARENT
     bad_parent = cgroup_layout.check_parent(parent)
@@ -213,8 +222,8 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> DaemonCo
             max_restarts=int(number("max_restarts")),
             max_sessions=max_sessions,
             max_shares_per_die=max_shares,
-            shm_mount=shm_mount == "always"
-            or (shm_mount == "auto" and os.geteuid() == 0 and shmfs.propagates(path("shm_root"))),
+            shm_mount=bound.mount,
+            shm_problem=bound.problem,
             memory_overhead_bytes=overhead,
         ),
         aclserver_command=command,
@@ -299,10 +308,12 @@ def _serve(cfg: DaemonConfig, stop: threading.Event) -> int:
         log.error("cannot start: %s", exc)
         return 1
     manager.start_monitor()
-    if not cfg.settings.shm_mount:
+    if cfg.settings.shm_problem:
+        log.error("shares are refused on this node: %s", cfg.settings.shm_problem)
+    elif not cfg.settings.shm_mount:
         log.warning(
-            "claims' shm dirs under %s are not size-limited tmpfs mounts (--shm-mount; auto needs root and a"
-            " shared mount, e.g. mountPropagation: Bidirectional): a container can fill the node's /dev/shm",
+            "claims' shm dirs under %s are plain directories (--shm-mount never): a container can fill the"
+            " node's /dev/shm",
             cfg.settings.shm_root,
         )
     if claim_cgroups is None:

@@ -23,10 +23,12 @@ from dra_driver.daemon.cgroup_layout import Figures
 from dra_driver.daemon.cgroups import Cgroups
 from dra_driver.daemon.entities import Entities
 from dra_driver.daemon.launcher import Launcher
-from dra_driver.daemon.model import (
-    DieCapacity,
+from dra_driver.daemon.model import DieCapacity, Entity
+from dra_driver.daemon.recovery import RecoveryReport, recover
+from dra_driver.daemon.settings import Settings
+from dra_driver.daemon.supervision import RESYNC_SECONDS, Supervisor, describe
+from dra_driver.daemon_api.values import (
     Endpoints,
-    Entity,
     EntityInfo,
     EntityState,
     HealthInfo,
@@ -34,9 +36,6 @@ from dra_driver.daemon.model import (
     RegisterResult,
     ShareUsage,
 )
-from dra_driver.daemon.recovery import RecoveryReport, recover
-from dra_driver.daemon.settings import Settings
-from dra_driver.daemon.supervision import RESYNC_SECONDS, Supervisor, describe
 from dra_driver.logs import claim_logger
 
 __all__ = ["RESYNC_SECONDS", "Manager", "RecoveryReport", "Settings"]
@@ -217,6 +216,7 @@ class Manager:
             entities=self.entity_count(),
             dies=len(self.dies),
             started_at=self.started_at,
+            shm_problem=self.settings.shm_problem,
             adopted=self.adopted,
             cgroups=self.cgroups.describe() if self.cgroups is not None else "",
             cgroup_problem=self.cgroup_problem,

@@ -17,8 +17,9 @@ from pathlib import Path
 
 from dra_driver.daemon import files, processes, registry, spec, validation
 from dra_driver.daemon.aclservers import Aclservers
-from dra_driver.daemon.model import Entity, EntityState
+from dra_driver.daemon.model import Entity
 from dra_driver.daemon.settings import Settings
+from dra_driver.daemon_api.values import EntityState
 from dra_driver.errors import StateError
 from dra_driver.logs import claim_logger
 

@@ -21,8 +21,8 @@ import grpc
 
 from api_protos.gen import flexnpu_daemon_pb2 as pb
 from api_protos.gen import flexnpu_daemon_pb2_grpc as pb_grpc
-from dra_driver.daemon import wire
 from dra_driver.daemon.manager import VERSION, Manager
+from dra_driver.daemon_api import wire
 from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput, StateError, Unavailable
 
 __all__ = ["STATUS_BY_ERROR", "VERSION", "DaemonServicer", "serve", "status_for"]

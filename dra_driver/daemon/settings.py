@@ -31,6 +31,8 @@ class Settings:
     max_shares_per_die: int = DEFAULT_MAX_SHARES_PER_DIE
     shm_mount: bool = False
     """Each claim's shm dir is its own tmpfs, sized from its quota (needs CAP_SYS_ADMIN)."""
+    shm_problem: str = ""
+    """Why that bound cannot be kept here (``dra_driver/daemon/shmroot.py``): no aclserver starts."""
     memory_overhead_bytes: int = bounds.DEFAULT_MEMORY_OVERHEAD_BYTES
     """What an aclserver's memory bound allows beyond its claim's quotas (``dra_driver/daemon/bounds.py``)."""
     staging_bytes: int = DEFAULT_STAGING_BYTES

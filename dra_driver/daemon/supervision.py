@@ -21,8 +21,9 @@ import threading
 from dra_driver.daemon import processes
 from dra_driver.daemon.aclservers import Aclservers
 from dra_driver.daemon.entities import Claim
-from dra_driver.daemon.model import Endpoints, Entity, EntityState
+from dra_driver.daemon.model import Entity
 from dra_driver.daemon.settings import Settings
+from dra_driver.daemon_api.values import Endpoints, EntityState
 from dra_driver.errors import FlexNPUError
 from dra_driver.logs import claim_logger
 

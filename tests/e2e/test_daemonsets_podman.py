@@ -30,17 +30,18 @@ import pytest
 from kubernetes import client
 
 from dra_driver import clientconf, netlink
-from dra_driver.client.session import Session
 from dra_driver.daemon import cgroups, processes
-from dra_driver.daemon.model import EntityState
-from dra_driver.testing.daemon import remove_cgroups
-from dra_driver.testing.fake_apiserver import FakeAPIServer
-from dra_driver.testing.kubelet import KubeletSimulator
-from dra_driver.testing.scheduler import SchedulerSim
+from dra_driver.daemon_api.values import EntityState
+from flexnpu_client.session import Session
+from flexnpu_testing.daemon import remove_cgroups
+from flexnpu_testing.fake_apiserver import FakeAPIServer
+from flexnpu_testing.kubelet import KubeletSimulator
+from flexnpu_testing.scheduler import SchedulerSim
+from flexnpu_testing.waiting import wait_for
 from tests.e2e import image as img
 from tests.e2e import podspec
 from tests.e2e.tlsproxy import TLSProxy, make_certificate
-from tests.integration.conftest import DRIVER, NAMESPACE, NODE, wait_for
+from tests.integration.conftest import DRIVER, NAMESPACE, NODE
 from tests.unit.test_manifests import RELEASE, chart_values, render_chart
 
 pytestmark = [pytest.mark.root, pytest.mark.podman, pytest.mark.timeout(img.BUILD_TIMEOUT + 600)]
@@ -87,13 +88,16 @@ def cluster(built: img.Built, api: FakeAPIServer, short_tmp: Path) -> Iterator[C
     )
     docs = {f"{d['kind']}/{d['metadata']['name']}": d for d in render_chart(values)}
     configmaps = {d["metadata"]["name"]: d for d in docs.values() if d["kind"] == "ConfigMap"}
-    # What a node has before the driver is installed: the kubelet's registry, and /dev/shm as a tmpfs
-    # with shared propagation (as systemd sets it up), so the daemon's claim tmpfs mounts reach "the host".
+    # What a node has before the driver is installed: the kubelet's registry, its /proc, and /dev/shm as a
+    # *private* tmpfs (a host without systemd): no host prerequisite is made here. The daemon pod's init
+    # container makes the shm root a shared mount in the host's namespace, so the claim tmpfs mounts reach it.
     (root / "kubelet" / "plugins_registry").mkdir(parents=True)
     shm = root / "dev" / "shm"
     shm.mkdir(parents=True)
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m,mode=1777", "fx-node-shm", str(shm)], check=True)
-    subprocess.run(["mount", "--make-shared", str(shm)], check=True)
+    subprocess.run(["mount", "--make-private", str(shm)], check=True)
+    (root / "proc").mkdir()
+    subprocess.run(["mount", "-t", "proc", "fx-node-proc", str(root / "proc")], check=True)
     # The node's cgroup file system is the host's own (the daemon pod mounts it from the host).
     cgroup_fs = root / "sys" / "fs" / "cgroup"
     cgroup_fs.mkdir(parents=True)
@@ -144,7 +148,7 @@ def wait_ready(pod: podspec.RunningPod, container: str, timeout: float = 90) -> 
         last[:] = [proc.stdout + proc.stderr]
         return proc.returncode == 0
 
-    wait_for(f"{container} readiness probe", ready, timeout=timeout)
+    wait_for(ready, what=f"{container} readiness probe", timeout=timeout)
     return last[0]
 
 
@@ -195,7 +199,7 @@ def host_conf(cluster: Cluster, share_uid: str) -> Path:
 
 
 def test_daemonsets_run_as_rendered_and_serve_prepares(cluster: Cluster) -> None:
-    from dra_driver.claims import ClaimRef
+    from dra_kubeletplugin.claims import ClaimRef
 
     root = cluster.node.root
     pods: list[podspec.RunningPod] = []
@@ -204,7 +208,7 @@ def test_daemonsets_run_as_rendered_and_serve_prepares(cluster: Cluster) -> None
         assert "answers on /var/run/flexnpu/daemon.sock" in wait_ready(daemon, "daemon")
         plugin = start(cluster, "flexnpu-dra-plugin", pods)
         reg = root / "kubelet" / "plugins_registry" / f"{DRIVER}-{plugin.uid}-reg.sock"
-        wait_for("registration socket on the host side", reg.exists, timeout=60)
+        wait_for(reg.exists, what="registration socket on the host side", timeout=60)
         assert stat.S_ISSOCK(reg.stat().st_mode)
         assert f"plugin {DRIVER} answers" in wait_ready(plugin, "plugin")
         # Liveness: every loop of the node process passed recently (/healthz on the metrics port).
@@ -212,7 +216,7 @@ def test_daemonsets_run_as_rendered_and_serve_prepares(cluster: Cluster) -> None
         assert live.returncode == 0, live.stdout + live.stderr
         live = daemon.exec_probe("daemon", "livenessProbe")
         assert live.returncode == 0, live.stdout + live.stderr
-        wait_for("published devices", lambda: len(published(cluster.api)) >= 2, timeout=60)
+        wait_for(lambda: len(published(cluster.api)) >= 2, what="published devices", timeout=60)
         # The plugin built the emulated device root itself (--build-device-root), with real device nodes.
         devroot = root / "var/lib/flexnpu/devroot"
         assert stat.S_ISCHR((devroot / "dev/davinci0").stat().st_mode)
@@ -258,7 +262,8 @@ def test_daemonsets_run_as_rendered_and_serve_prepares(cluster: Cluster) -> None
                 and cluster.node.host(m["hostPath"]).is_file()
             )
         # The share is served by an aclserver the daemon container started, in the claim's own tmpfs, which
-        # reached the host side (Bidirectional); use it from the host.
+        # reached the host side (Bidirectional on the root the init container made shared); use it from the host.
+        assert podspec.is_mount(cluster.node.host("/dev/shm/flexnpu"))
         assert podspec.is_mount(cluster.node.host(f"/dev/shm/flexnpu/{share_uid}"))
         conf_path = root / "var/run/flexnpu/claims" / share_uid / "client.conf"
         conf = clientconf.load(conf_path)
@@ -274,7 +279,7 @@ def test_daemonsets_run_as_rendered_and_serve_prepares(cluster: Cluster) -> None
             kubelet.close()
             plugin2 = start(cluster, "flexnpu-dra-plugin", pods)
             reg2 = root / "kubelet" / "plugins_registry" / f"{DRIVER}-{plugin2.uid}-reg.sock"
-            wait_for("the new instance's registration socket", reg2.exists, timeout=60)
+            wait_for(reg2.exists, what="the new instance's registration socket", timeout=60)
             wait_ready(plugin2, "plugin")
             plugin.stop()
             assert not plugin.running("plugin") and not reg.exists()
@@ -282,8 +287,8 @@ def test_daemonsets_run_as_rendered_and_serve_prepares(cluster: Cluster) -> None
             assert session.get_mem_info()[0] == 240 * MI  # same aclserver, same allocation
             # The new instance took over the metrics port the old one held: its liveness probe passes.
             wait_for(
-                "the new instance's liveness (metrics port taken over)",
                 lambda: plugin2.exec_probe("plugin", "livenessProbe").returncode == 0,
+                what="the new instance's liveness (metrics port taken over)",
                 timeout=60,
             )
             session.free(ptr)
@@ -343,7 +348,7 @@ def test_daemon_container_restarts_leave_the_share_serving(cluster: Cluster) -> 
     started again, while a client keeps calling its share: no call fails, the aclserver is the same process
     in its own cgroup outside the container, the quota and the allocation stay, and the new daemon re-adopts it."""
     from dra_driver.claims import ClaimRef
-    from dra_driver.daemon.client import DaemonClient
+    from dra_driver.daemon_api.client import DaemonClient
 
     root = cluster.node.root
     pods: list[podspec.RunningPod] = []
@@ -352,7 +357,7 @@ def test_daemon_container_restarts_leave_the_share_serving(cluster: Cluster) -> 
         assert "cgroups: cgroup" in wait_ready(daemon, "daemon")
         plugin = start(cluster, "flexnpu-dra-plugin", pods)
         wait_ready(plugin, "plugin")
-        wait_for("published devices", lambda: len(published(cluster.api)) >= 2, timeout=60)
+        wait_for(lambda: len(published(cluster.api)) >= 2, what="published devices", timeout=60)
         kubelet = KubeletSimulator(root / "kubelet" / "plugins_registry").wait_for_plugin(DRIVER, timeout=30)
         consumer = {"resource": "pods", "name": "p", "uid": str(uuid.uuid4())}
         share_uid = create_claim(cluster.api, "share", SHARE_REQUEST)
@@ -376,14 +381,16 @@ def test_daemon_container_restarts_leave_the_share_serving(cluster: Cluster) -> 
             session.set_device(0)
             ptr = session.malloc(16 * MI)
             with CallLoop(session) as calls:
-                wait_for("the client calling", lambda: calls.free == 240 * MI, timeout=30)
+                wait_for(lambda: calls.free == 240 * MI, what="the client calling", timeout=30)
                 for how in ("stop", "kill -9 of the container's init"):
                     if how == "stop":
                         daemon.stop()  # SIGTERM, as the kubelet sends; the runtime then kills what is in its cgroup
                     else:
                         os.kill(daemon.init_pid("daemon"), signal.SIGKILL)
                     wait_for(
-                        f"daemon container gone after {how}", lambda: not daemon.running("daemon"), timeout=60
+                        lambda: not daemon.running("daemon"),
+                        what=f"daemon container gone after {how}",
+                        timeout=60,
                     )
                     if (
                         how == "stop"
@@ -391,8 +398,8 @@ def test_daemon_container_restarts_leave_the_share_serving(cluster: Cluster) -> 
                         assert daemon.logs("daemon").count("received SIGTERM") == 1
                     mark = calls.calls
                     wait_for(
-                        f"the share served with no daemon ({how})",
                         lambda m=mark: calls.served_since(m),
+                        what=f"the share served with no daemon ({how})",
                         timeout=30,
                     )
                     assert processes.is_alive(pid, started), f"aclserver pid {pid} died with {how}"
@@ -402,13 +409,13 @@ def test_daemon_container_restarts_leave_the_share_serving(cluster: Cluster) -> 
                     assert (again.pid, again.state, again.restarts) == (pid, EntityState.RUNNING, 0), how
                     assert "re-adopted aclserver pid" in daemon.logs("daemon")
                     mark = calls.calls
-                    wait_for(f"calls after {how}", lambda m=mark: calls.served_since(m), timeout=30)
+                    wait_for(lambda m=mark: calls.served_since(m), what=f"calls after {how}", timeout=30)
             assert calls.failures == []
             assert session.get_mem_info() == (240 * MI, 256 * MI)  # the quota and the allocation stayed
             session.free(ptr)
         daemon_api.close()
         assert kubelet.unprepare([ref]) == {share_uid: ""}
-        wait_for("aclserver gone", lambda: not processes.is_alive(pid, started), timeout=30)
+        wait_for(lambda: not processes.is_alive(pid, started), what="aclserver gone", timeout=30)
         left = cgroups.existing(Path("/sys/fs/cgroup"), cluster.cgroup_parent)
         assert left is not None and left.claims() == set()  # the claim's cgroup went with it
         kubelet.close()

@@ -16,17 +16,14 @@ from pathlib import Path
 import pytest
 
 from dra_driver.daemon import bounds, cgroups
-from dra_driver.daemon.model import EntityInfo, EntityState
+from dra_driver.daemon_api.values import EntityInfo, EntityState
 from dra_driver.errors import ErrorCode, StateError
-from dra_driver.testing.daemon import FAKE, DaemonProc, gone, ping_unix, request, share
-from dra_driver.testing.waiting import wait_for
+from flexnpu_testing.daemon import FAKE, DaemonProc, gone, ping_unix, request, share
+from flexnpu_testing.waiting import wait_for
 from flexnpu_wire.launch import DEFAULT_STAGING_BYTES
 from tests.integration.conftest import MakeDaemon
 
-pytestmark = pytest.mark.root
-
 MIB = 1024 * 1024
-CGROUP_ROOT = Path("/sys/fs/cgroup")
 LAUNCHERS = pytest.mark.parametrize(
     "launcher", [pytest.param("zygote", id="zygote"), pytest.param("spawn", id="spawn")]
 )
@@ -36,9 +33,14 @@ def uid() -> str:
     return str(uuid.uuid4())
 
 
+def host_cgroups(parent: str) -> cgroups.Cgroups | None:
+    """The claims' cgroups a daemon made under ``parent`` in the host's cgroup file system."""
+    return cgroups.existing(Path("/sys/fs/cgroup"), parent)
+
+
 def claim_cgroups(daemon: DaemonProc) -> cgroups.Cgroups:
-    found = cgroups.existing(CGROUP_ROOT, daemon.cgroup_parent)
-    assert found is not None, f"no cgroup parent {daemon.cgroup_parent} under {CGROUP_ROOT}"
+    found = host_cgroups(daemon.cgroup_parent)
+    assert found is not None, f"no cgroup parent {daemon.cgroup_parent} in the host's cgroup file system"
     return found
 
 
@@ -47,6 +49,7 @@ def entity(daemon: DaemonProc, claim: str) -> EntityInfo:
         return next(e for e in c.list(probe=True) if e.entity_id == claim)
 
 
+@pytest.mark.root
 @LAUNCHERS
 def test_aclserver_runs_in_its_own_bounded_cgroup(make_daemon: MakeDaemon, launcher: str) -> None:
     daemon = make_daemon(extra=("--launcher", launcher, "--max-sessions", "4"))
@@ -79,6 +82,7 @@ def test_aclserver_runs_in_its_own_bounded_cgroup(make_daemon: MakeDaemon, launc
     assert not cg.exists(claim) and claim not in cg.claims()
 
 
+@pytest.mark.root
 def test_memory_bound_kills_only_that_aclserver_and_it_is_reported(
     make_daemon: MakeDaemon, tmp_path: Path
 ) -> None:
@@ -114,10 +118,12 @@ def test_memory_bound_kills_only_that_aclserver_and_it_is_reported(
         assert (again.pid, again.state, again.oom_kills) == (calm.pid, EntityState.RUNNING, 0)
         [gone_one] = [e for e in c.list(probe=True) if e.entity_id == leaker]
         assert gone_one.oom_kills == 2 and gone_one.memory_max_bytes == 280 * MIB
+        assert claim_cgroups(daemon).figures(leaker).oom_kills == 2  # the kernel's own count
         assert c.unregister(leaker) and c.unregister(neighbour)
     assert "killed by the kernel's OOM killer" in daemon.log()
 
 
+@pytest.mark.root
 def test_cgroups_never_leak_over_cycles_and_daemon_restarts(make_daemon: MakeDaemon) -> None:
     daemon = make_daemon()
     held: dict[str, int] = {}
@@ -147,6 +153,7 @@ def test_cgroups_never_leak_over_cycles_and_daemon_restarts(make_daemon: MakeDae
     assert cg.claims() == set()
 
 
+@pytest.mark.root
 def test_recovery_removes_stale_cgroups_and_what_runs_in_them(make_daemon: MakeDaemon) -> None:
     daemon = make_daemon()
     claim, stale = uid(), uid()
@@ -174,6 +181,7 @@ UNBOUNDED = [
 row: the test interpreter lives under root's 0700 home, which that uid cannot enter.)"""
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("how", UNBOUNDED)
 def test_without_cgroup_write_access_aclservers_run_unbounded_with_a_warning(
     make_daemon: MakeDaemon, tmp_path: Path, how: str
@@ -205,7 +213,7 @@ def test_without_cgroup_write_access_aclservers_run_unbounded_with_a_warning(
     assert "unbounded" in daemon.log() and health.cgroup_problem in daemon.log()
     assert info.cgroup == "" and info.memory_max_bytes == -1 and info.state is EntityState.RUNNING
     assert ping_unix(res.endpoints.unix_socket) == res.pid
-    assert cgroups.existing(CGROUP_ROOT, daemon.cgroup_parent) is None  # nothing was made
+    assert host_cgroups(daemon.cgroup_parent) is None  # nothing was made
     with daemon.client() as c:
         assert c.unregister(claim)
 
@@ -218,6 +226,7 @@ def test_cgroups_always_refuses_to_start_without_them(make_daemon: MakeDaemon, t
     assert str(ErrorCode.CGROUP_FAILED) in daemon.log()
 
 
+@pytest.mark.root
 def test_an_aclserver_that_cannot_join_its_cgroup_fails_the_register_naming_the_claim(
     make_daemon: MakeDaemon,
 ) -> None:

@@ -14,11 +14,9 @@ import uuid
 import pytest
 
 from dra_driver.daemon import instance
-from dra_driver.testing.daemon import DaemonProc, ping_unix, request, share
-from dra_driver.testing.waiting import wait_for
+from flexnpu_testing.daemon import DaemonProc, ping_unix, request, share
+from flexnpu_testing.waiting import wait_for
 from tests.integration.conftest import MakeDaemon
-
-pytestmark = pytest.mark.root
 
 
 def ready_probe(daemon: DaemonProc, name: str) -> subprocess.CompletedProcess[str]:
@@ -80,6 +78,7 @@ def test_a_waiting_instance_stops_cleanly_on_sigterm(make_daemon: MakeDaemon) ->
         assert c.health().ok  # the holder was not disturbed
 
 
+@pytest.mark.root
 def test_another_namespaces_aclservers_are_never_taken_for_orphans(make_daemon: MakeDaemon) -> None:
     """With hostPID a daemon sees every container's processes. Another daemon whose run dir reads the
     same path in its own mount namespace (another installation, a test node) is not this one's: its
@@ -95,7 +94,7 @@ def test_another_namespaces_aclservers_are_never_taken_for_orphans(make_daemon: 
         "unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
         f'mkdir -p {same_path} && mount --bind {other.run_dir} {same_path} && exec "$@"', "sh",
     ]  # fmt: skip
-    other.extra += ("--run-dir", str(same_path))
+    other.extra += ("--run-dir", str(same_path), "--shm-mount", "never")  # its own mount namespace
     other.start()
     theirs = str(uuid.uuid4())
     with other.client() as c:

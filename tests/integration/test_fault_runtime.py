@@ -23,11 +23,13 @@ from typing import Any
 import pytest
 
 from dra_driver import clientconf
-from dra_driver.claims import ClaimRef, ClaimResult
-from dra_driver.client.session import Session
-from dra_driver.daemon.model import EntityInfo
-from dra_driver.testing.kubelet import KubeletSimulator, PluginHandle
-from tests.integration.conftest import DRIVER, NAMESPACE, NODE, Node, wait_for
+from dra_driver.claims import ClaimResult
+from dra_driver.daemon_api.values import EntityInfo
+from dra_kubeletplugin.claims import ClaimRef
+from flexnpu_client.session import Session
+from flexnpu_testing.kubelet import KubeletSimulator, PluginHandle
+from flexnpu_testing.waiting import wait_for
+from tests.integration.conftest import DRIVER, NAMESPACE, NODE, Node
 from tests.integration.lifecycle_helpers import (
     assert_clean,
     assert_share_works,
@@ -51,7 +53,7 @@ RECONCILER_ENV = {
 def fnode(node_factory: Callable[..., Node]) -> Node:
     """A node with a real daemon and a fast reconciler (1 s period, 2 s reservation grace)."""
     n = node_factory(daemon=True, **RECONCILER_ENV).start()
-    wait_for("published devices", n.devices)
+    wait_for(n.devices, what="published devices")
     return n
 
 
@@ -112,7 +114,7 @@ def _unreserve(node: Node, name: str) -> None:
 
 def _delete(node: Node, name: str) -> None:
     node.resource.delete_namespaced_resource_claim(name, NAMESPACE)
-    wait_for(f"claim {name} gone", lambda: name not in _claim_names(node))
+    wait_for(lambda: name not in _claim_names(node), what=f"claim {name} gone")
 
 
 def _claim_names(node: Node) -> set[str]:
@@ -180,8 +182,8 @@ def _ready_condition(node: Node, name: str) -> dict[str, Any]:
 def _healed(node: Node, name: str, uid: str, *, was: int) -> EntityInfo:
     """Wait until the claim serves again as another aclserver and its status says so."""
     cond = wait_for(
-        "Ready=True AclserverRestarted",
         lambda: (c := _ready_condition(node, name))["reason"] == "AclserverRestarted" and c,
+        what="Ready=True AclserverRestarted",
         timeout=60,
     )
     assert cond["status"] == "True" and "device memory was lost" in cond["message"], cond
@@ -193,27 +195,27 @@ def _healed(node: Node, name: str, uid: str, *, was: int) -> EntityInfo:
 def test_aclserver_killed_restarted_once_then_down_then_healed(fnode: Node) -> None:
     a, _ = _prepare(fnode, "a")
     first = _entities(fnode)[a.uid]
-    wait_for("Ready=True after prepare", lambda: _ready(fnode, "a") == ("True", "Prepared"))
+    wait_for(lambda: _ready(fnode, "a") == ("True", "Prepared"), what="Ready=True after prepare")
     conf_before = (fnode.dirs["run"] / "claims" / a.uid / "client.conf").read_text()
 
     # first kill: the daemon restarts it (default --max-restarts 1) on the same endpoints
     os.killpg(first.pid, signal.SIGKILL)
     second = wait_for(
-        "aclserver restarted",
         lambda: (e := _entities(fnode).get(a.uid)) and str(e.state) == "Running" and e.pid != first.pid and e,
+        what="aclserver restarted",
     )
     assert second.restarts == 1
     assert second.endpoints == first.endpoints
     assert assert_share_works(fnode, a.uid) == second.pid
-    wait_for("Ready=True again", lambda: (_ready(fnode, "a") or ("",))[0] == "True")
-    with Session.open(_host_conf(fnode, a.uid)) as s:
+    wait_for(lambda: (_ready(fnode, "a") or ("",))[0] == "True", what="Ready=True again")
+    with Session.open(_host_conf(fnode, a.uid), timeout=5) as s:  # client.conf still right
         s.init()
 
     # second kill: past the daemon's budget. The claim says so, then the node registers the share
     # again from its checkpoint record: same token and endpoints, so the same client.conf works.
     os.killpg(second.pid, signal.SIGKILL)
     wait_for(
-        "Ready=False AclserverDown", lambda: _ready(fnode, "a") == ("False", "AclserverDown"), timeout=30
+        lambda: _ready(fnode, "a") == ("False", "AclserverDown"), what="Ready=False AclserverDown", timeout=30
     )
     healed = _healed(fnode, "a", a.uid, was=second.pid)
     assert healed.endpoints == first.endpoints
@@ -235,7 +237,7 @@ def test_share_healed_when_the_daemon_lost_its_aclserver(fnode: Node) -> None:
     a, _ = _prepare(fnode, "a")
     b, _ = _prepare(fnode, "b")
     before = _entities(fnode)
-    wait_for("Ready=True after prepare", lambda: _ready(fnode, "a") == ("True", "Prepared"))
+    wait_for(lambda: _ready(fnode, "a") == ("True", "Prepared"), what="Ready=True after prepare")
     conf_before = (fnode.dirs["run"] / "claims" / a.uid / "client.conf").read_text()
     with Session.open(_host_conf(fnode, a.uid)) as s:
         s.init()
@@ -244,7 +246,7 @@ def test_share_healed_when_the_daemon_lost_its_aclserver(fnode: Node) -> None:
     assert fnode.daemon is not None
     fnode.daemon.stop(signal.SIGKILL)
     os.killpg(before[a.uid].pid, signal.SIGKILL)  # gone with the daemon's pod
-    wait_for("aclserver gone", lambda: before[a.uid].pid not in fnode.daemon.aclserver_pids())
+    wait_for(lambda: before[a.uid].pid not in fnode.daemon.aclserver_pids(), what="aclserver gone")
     fnode.daemon.start()
     assert "removed Running entry" in fnode.daemon.log()
     healed = _healed(fnode, "a", a.uid, was=before[a.uid].pid)
@@ -269,7 +271,7 @@ def test_claim_deleted_while_node_down_is_removed_at_start(fnode: Node) -> None:
     fnode.stop()
     _delete(fnode, "b")
     fnode.start()
-    wait_for("B removed by the reconciler", lambda: b.uid not in checkpoint_uids(fnode))
+    wait_for(lambda: b.uid not in checkpoint_uids(fnode), what="B removed by the reconciler")
     assert_clean(fnode, {a.uid})
     assert assert_share_works(fnode, a.uid) == pid_a
     assert "residual claim: the claim no longer exists" in fnode.log()
@@ -280,7 +282,7 @@ def test_force_deleted_pod_claim_removed_after_grace(fnode: Node) -> None:
     b, _ = _prepare(fnode, "b")
     pid_a = assert_share_works(fnode, a.uid)
     _unreserve(fnode, "b")  # the pod is gone; the kubelet never calls unprepare
-    wait_for("B removed after the grace", lambda: b.uid not in checkpoint_uids(fnode), timeout=30)
+    wait_for(lambda: b.uid not in checkpoint_uids(fnode), what="B removed after the grace", timeout=30)
     assert "residual claim: no consumer in reservedFor" in fnode.log()
     # the pass that removed B judged A too (prepared earlier, reserved throughout): kept
     assert_clean(fnode, {a.uid})
@@ -295,7 +297,7 @@ def test_claim_recreated_with_new_uid_is_replaced(fnode: Node) -> None:
         _delete(fnode, "b")
         new = _create_allocated(fnode, "b")
     assert new.uid != old.uid
-    wait_for("old B removed", lambda: old.uid not in checkpoint_uids(fnode), timeout=30)
+    wait_for(lambda: old.uid not in checkpoint_uids(fnode), what="old B removed", timeout=30)
     assert f"residual claim: the claim was replaced (now UID {new.uid})" in fnode.log()
     assert_clean(fnode, {a.uid})
     res = _kubelet(fnode).prepare([new])[new.uid]
@@ -322,7 +324,7 @@ def test_api_outage_removes_nothing_then_converges(fnode: Node) -> None:
         assert "reconcile pass stopped, nothing removed" in fnode.log()
     finally:
         fnode.api.set_down(False)
-    wait_for("B removed after the outage", lambda: b.uid not in checkpoint_uids(fnode), timeout=45)
+    wait_for(lambda: b.uid not in checkpoint_uids(fnode), what="B removed after the outage", timeout=45)
     assert_clean(fnode, {a.uid})
     assert assert_share_works(fnode, a.uid) == pid_a
 
@@ -386,7 +388,7 @@ def test_concurrent_prepare_and_unprepare_converge(fnode: Node) -> None:
 
 def test_rolling_update_two_instances_share_state(node_factory: Callable[..., Node], short_tmp: Path) -> None:
     old = node_factory(daemon=True, FLEXNPU_POD_UID="pod-old", **RECONCILER_ENV).start()
-    wait_for("published devices", old.devices)
+    wait_for(old.devices, what="published devices")
     # the new instance: same state, CDI, run and plugin dirs, its own sockets (another pod UID);
     # its kubelet handle is registered through a view of the registry holding only its socket
     view = short_tmp / "reg-new"

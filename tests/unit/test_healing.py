@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from dra_driver.daemon.model import Endpoints, EntityInfo, EntityState, RegisterResult
+from dra_driver.daemon_api.values import Endpoints, EntityInfo, EntityState, RegisterResult
 from dra_driver.errors import ErrorCode, Unavailable
 from kubeletplugin import healing
 
@@ -35,7 +35,7 @@ class World:
             raise Unavailable("daemon down", code=ErrorCode.DAEMON_UNAVAILABLE)
         return answer
 
-    def heal(self, uid: str, clog: Any) -> RegisterResult | None:
+    def heal(self, uid: str, clog: Any, *, get_claim: Any) -> RegisterResult | None:
         self.heals.append(uid)
         return RegisterResult(uid, self.healed_pid, Endpoints())
 
@@ -59,6 +59,7 @@ def run(world: World, looks: int) -> World:
         preparer=world,  # type: ignore[arg-type]
         daemon=world,  # type: ignore[arg-type]
         store=world,  # type: ignore[arg-type]
+        get_claim=lambda namespace, name: {},
         clock=lambda: world.now,
     )
     for _ in range(looks):
