@@ -8,7 +8,7 @@ runs everything as root, so running a test cannot tell):
   call by name.
 * It **needs root** when its reach runs a root-only operation: ``mount``/``umount``, creating or
   entering a network namespace (``ip netns add``, pyroute2 ``netns.create``/``NetNS``), ``unshare``
-  (a namespace of its own), looking at the host's cgroup file system by its path (``"/sys/fs/cgroup"``:
+  (a namespace of its own), looking at the host's cgroup file system by its path (``Path("/sys/fs/cgroup")``:
   the cgroups a daemon made for its aclservers, which it makes only as root), or podman.
 * It **needs podman** when its reach uses the ``podman`` or ``built_image`` fixture or starts
   ``podman`` itself.
@@ -47,7 +47,7 @@ ROOT_OPERATION = re.compile(
     r"""|["']netns["']\s*,\s*["'](?:add|exec)["']"""  # ip netns add / exec
     r"""|\bnetns\.create\(|\bNetNS\("""  # pyroute2
     r"""|["']unshare["']"""  # a namespace of its own
-    r"""|["']/sys/fs/cgroup["']"""  # the host's cgroup file system
+    r"""|\bPath\(["']/sys/fs/cgroup["']\)"""  # the host's cgroup file system
 )
 PODMAN_OPERATION = re.compile(r"""\bPodman\(|["']podman["']\s*,""")
 
