@@ -75,16 +75,18 @@ class AclserverWatch:
 
     def look(self) -> float:
         """List the aclservers once; heal and mirror each prepared share claim. Seconds to the next look."""
-        try:
-            states = {e.entity_id: e for e in self.daemon.list()}
-        except FlexNPUError as err:
-            log.debug("daemon list failed: %s", err)
-            return ACLSERVER_PERIOD
+        # The checkpoint first: a claim completed after the daemon's answer must not be judged by it
+        # (its aclserver would look missing); one completed before it is in the answer unless gone.
         prepared = {
             uid: entry
             for uid, entry in self.store.read().claims.items()
             if entry.state == "PrepareCompleted" and entry.effect(EffectKind.DAEMON_REGISTRATION)
         }
+        try:
+            states = {e.entity_id: e for e in self.daemon.list()}
+        except FlexNPUError as err:
+            log.debug("daemon list failed: %s", err)
+            return ACLSERVER_PERIOD
         for uid in set(self._seen) - set(prepared):
             del self._seen[uid]
         for uid, entry in prepared.items():

@@ -224,8 +224,8 @@ def test_two_policies_never_meet_on_one_die(soft_node: Node) -> None:
     assert r1.error == ""
     die = r1.devices[0].device.removesuffix("-fixed")
     wait_for(
-        "the die's elastic device withheld",
         lambda: any(d["name"] == die and d.get("taints") for d in soft_node.devices()),
+        what="the die's elastic device withheld",
     )
     _uid2, r2 = _prepare(soft_node, "p2", [_share_request()], [_vnpu_config(policy="elastic")])
     assert r2.error == "" and r2.devices[0].device != die
