@@ -205,12 +205,22 @@ class DaemonProc:
         return DaemonClient(self.socket, timeout=timeout)
 
     def smi(self, *args: str, socket_path: Path | None = None) -> subprocess.CompletedProcess[str]:
-        env = dict(os.environ, FLEXNPU_DAEMON_SOCKET=str(socket_path or self.socket))
+        return self._run(["kubeletplugin.smi", *args], FLEXNPU_DAEMON_SOCKET=str(socket_path or self.socket))
+
+    def probe(self, kind: str = "daemon", *, instance: str = "") -> subprocess.CompletedProcess[str]:
+        """``python3 -m dra_driver.probes daemon|daemon-ready`` in the environment the chart gives
+        the daemon's container (``instance``: its pod UID)."""
+        env = {"FLEXNPU_DAEMON_SOCKET": str(self.socket)}
+        if instance:
+            env["FLEXNPU_DAEMON_INSTANCE"] = instance
+        return self._run(["dra_driver.probes", kind], **env)
+
+    def _run(self, module_args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "kubeletplugin.smi", *args],
+            [sys.executable, "-m", *module_args],
             capture_output=True,
             text=True,
-            env=env,
+            env=dict(os.environ, **env),
             timeout=60,
             check=False,
         )

@@ -5,10 +5,8 @@ Real daemons on the same state directory, socket and cgroups; the readiness prob
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import uuid
 
 import pytest
@@ -20,16 +18,8 @@ from tests.integration.conftest import MakeDaemon
 
 
 def ready_probe(daemon: DaemonProc, name: str) -> subprocess.CompletedProcess[str]:
-    """``python3 -m dra_driver.probes daemon-ready`` in the environment the chart gives instance ``name``."""
-    env = dict(os.environ, FLEXNPU_DAEMON_SOCKET=str(daemon.socket), FLEXNPU_DAEMON_INSTANCE=name)
-    return subprocess.run(
-        [sys.executable, "-m", "dra_driver.probes", "daemon-ready"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
+    """The readiness probe as the chart runs it in instance ``name``'s container."""
+    return daemon.probe("daemon-ready", instance=name)
 
 
 def test_second_instance_waits_for_the_lock_then_adopts_the_same_aclservers(make_daemon: MakeDaemon) -> None:
