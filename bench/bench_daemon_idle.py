@@ -24,6 +24,7 @@ from dra_driver.daemon import processes, shmfs
 from dra_driver.daemon_api.client import DaemonClient
 from dra_driver.daemon_api.values import RegisterRequest
 from flexnpu_testing import inventories
+from flexnpu_testing.daemon import remove_cgroups
 from flexnpu_wire.shares import Share
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -63,7 +64,7 @@ def main() -> None:
     argv = [
         sys.executable, "-m", "dra_driver.daemon.main", "--socket", str(sock), "--state-dir", str(root / "state"),
         "--run-dir", str(root / "run"), "--shm-root", str(shm), "--log-level", "WARNING",
-        "--inventory", str(inventories.path("eight-910b4.yaml")),
+        "--inventory", str(inventories.path("eight-910b4.yaml")), "--cgroup-parent", f"flexnpu-bench-{root.name}",
     ]  # fmt: skip
     with (root / "daemon.log").open("wb") as log:
         daemon = subprocess.Popen(argv, stdout=log, stderr=log)
@@ -108,6 +109,7 @@ def main() -> None:
             if st is not None:
                 processes.stop_group(pid, start_time=st.start_time, timeout=2)
         shmfs.unmount_all_under(shm)
+        remove_cgroups(f"flexnpu-bench-{root.name}")
         shutil.rmtree(root, ignore_errors=True)
         shutil.rmtree(shm, ignore_errors=True)
 

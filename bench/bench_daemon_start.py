@@ -26,6 +26,7 @@ from dra_driver.daemon import processes
 from dra_driver.daemon_api.client import DaemonClient
 from dra_driver.daemon_api.values import RegisterRequest
 from flexnpu_testing import inventories
+from flexnpu_testing.daemon import remove_cgroups
 from flexnpu_wire import framing as protocol
 from flexnpu_wire.shares import Share
 
@@ -68,6 +69,8 @@ def run(launcher: str, n: int) -> None:
         str(root / "run"),
         "--shm-root",
         str(shm),
+        "--cgroup-parent",
+        f"flexnpu-bench-{root.name}",
         "--log-level",
         "WARNING",
         "--launcher",
@@ -142,6 +145,7 @@ def run(launcher: str, n: int) -> None:
             processes.stop_group(
                 pid, start_time=processes.stat(pid).start_time if processes.stat(pid) else 0, timeout=1
             )
+        remove_cgroups(f"flexnpu-bench-{root.name}")
         shutil.rmtree(root, ignore_errors=True)
         shutil.rmtree(shm, ignore_errors=True)
 

@@ -58,6 +58,7 @@ class ErrorCode(StrEnum):
     WRITE_FAILED = "WriteFailed"  # a node-side file (checkpoint, CDI spec, client.conf) could not be written
     CHECKPOINT_UNTRUSTED = "CheckpointUntrusted"  # the checkpoint cannot be read: nothing is removed
     SHM_UNBOUNDED = "ShmUnbounded"  # a share's shm dir cannot be bounded here (flexnpu-daemon --shm-mount)
+    CGROUP_FAILED = "CgroupFailed"  # an aclserver's cgroup could not be made or joined
     INTERNAL = "Internal"
 
 

@@ -10,8 +10,13 @@
 * and, when a daemon socket is configured, the daemon does not report that it refuses shares because a share's
   shm dir cannot be bounded on this node (an unreachable daemon does not fail the plugin's probe).
 
-``python3 -m dra_driver.probes daemon``: ``flexnpu-daemon``'s API socket answers ``Health`` with ``ok`` and no
-shm problem (``dra_driver/daemon/shmroot.py``).
+``python3 -m dra_driver.probes daemon`` (the daemon's liveness): ``flexnpu-daemon``'s API socket answers
+``Health`` with ``ok`` and no shm problem (``dra_driver/daemon/shmroot.py``).
+
+``python3 -m dra_driver.probes daemon-ready`` (its readiness): the same, and the answer also says the registry was
+recovered (every live aclserver re-adopted) and, when ``FLEXNPU_DAEMON_INSTANCE`` is set (the chart passes the pod
+UID), that it comes from this instance — not from another one that still holds the node's daemon lock during a
+rolling update.
 
 Both read the same flags' environment twins as the process they probe (``dra_driver/config.py``,
 ``dra_driver/daemon/main.py``), so the socket paths cannot drift from the container's environment. Exit status 0
@@ -35,7 +40,7 @@ from dra_kubeletplugin.protos.gen import (
     pluginregistration_v1_pb2_grpc,
 )
 
-__all__ = ["check_daemon", "check_plugin", "main"]
+__all__ = ["check_daemon", "check_daemon_ready", "check_plugin", "main"]
 
 DEFAULT_TIMEOUT = 3.0
 
@@ -88,8 +93,8 @@ def _daemon_health(socket_path: str, timeout: float) -> str:
         client.close()
 
 
-def check_daemon(env: Mapping[str, str], timeout: float = DEFAULT_TIMEOUT) -> str:
-    """The daemon's Health call; returns a summary."""
+def check_daemon(env: Mapping[str, str], timeout: float = DEFAULT_TIMEOUT, *, ready: bool = False) -> str:
+    """The daemon's Health call (``ready``: adopted, by this instance); returns a summary."""
     from dra_driver.daemon import main as daemon_main
     from dra_driver.daemon_api.client import DaemonClient
 
@@ -106,14 +111,29 @@ def check_daemon(env: Mapping[str, str], timeout: float = DEFAULT_TIMEOUT) -> st
         raise ProbeFailed(f"daemon on {socket_path} reports not ok")
     if health.shm_problem:
         raise ProbeFailed(f"daemon on {socket_path} refuses shares: {health.shm_problem}")
-    return f"daemon pid {health.pid} answers on {socket_path}: {health.entities} aclserver(s), {health.dies} die(s)"
+    mine = values.get("instance") or ""
+    if ready and mine and health.instance != mine:
+        raise ProbeFailed(
+            f"daemon on {socket_path} is instance {health.instance or '-'}, not this one ({mine}): waiting for its lock"
+        )
+    if ready and not health.adopted:
+        raise ProbeFailed(f"daemon on {socket_path} has not re-adopted its aclservers yet")
+    bounded = f"; cgroups: {health.cgroups}" if health.cgroups else f"; unbounded: {health.cgroup_problem}"
+    return (
+        f"daemon pid {health.pid} answers on {socket_path}: {health.entities} aclserver(s), {health.dies} die(s)"
+        f"{bounded if ready else ''}"
+    )
+
+
+def check_daemon_ready(env: Mapping[str, str], timeout: float = DEFAULT_TIMEOUT) -> str:
+    return check_daemon(env, timeout, ready=True)
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    checks = {"plugin": check_plugin, "daemon": check_daemon}
+    checks = {"plugin": check_plugin, "daemon": check_daemon, "daemon-ready": check_daemon_ready}
     if len(args) != 1 or args[0] not in checks:
-        sys.stderr.write("usage: python3 -m dra_driver.probes plugin|daemon\n")
+        sys.stderr.write("usage: python3 -m dra_driver.probes plugin|daemon|daemon-ready\n")
         return 2
     try:
         summary = checks[args[0]](os.environ if env is None else env)

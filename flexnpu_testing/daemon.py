@@ -15,10 +15,11 @@ import socket
 import subprocess
 import sys
 import tempfile
+import uuid
 from pathlib import Path
 from typing import TypeVar
 
-from dra_driver.daemon import processes, shmfs
+from dra_driver.daemon import cgroups, processes, shmfs
 from dra_driver.daemon_api.client import DaemonClient
 from dra_driver.daemon_api.values import RegisterRequest
 from flexnpu_testing import inventories
@@ -32,6 +33,8 @@ FAKE = Path(__file__).with_name("fake_aclserver.py")
 FAKE_COMMAND = f"{sys.executable} {FAKE}"
 INVENTORY = inventories.path("eight-910b4.yaml")  # dies 0..7, 32 GiB each
 GIB = 1024**3
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+"""The host's cgroup file system, where a root daemon makes its aclservers' cgroups (a non-root one makes none)."""
 
 T = TypeVar("T")
 
@@ -79,6 +82,14 @@ def request(uid: str, *shares: Share, token: str = "ab" * 16) -> RegisterRequest
     )
 
 
+def remove_cgroups(parent: str, root: Path = CGROUP_ROOT) -> None:
+    """Remove a test daemon's cgroup parent and every claim cgroup under it (what a test leaves)."""
+    found = cgroups.existing(root, parent)
+    if found is not None:
+        stayed = found.remove_all()
+        assert not stayed, f"claim cgroups under {parent} could not be removed: {stayed}"
+
+
 def gone(pid: int) -> bool:
     """True when ``pid`` no longer runs (absent or a zombie)."""
     st = processes.stat(pid)
@@ -88,12 +99,31 @@ def gone(pid: int) -> bool:
 class DaemonProc:
     """One flexnpu-daemon process under a private temp root and shm root."""
 
-    def __init__(self, *, command: str | None = None, extra: tuple[str, ...] = ()) -> None:
-        """``command``: an aclserver command line for ``--aclserver-command`` (None: the default)."""
-        self.root = Path(tempfile.mkdtemp(prefix="fnd-", dir="/tmp"))
-        self.shm_root = Path(tempfile.mkdtemp(prefix="fnd-", dir="/dev/shm"))
+    def __init__(
+        self,
+        *,
+        command: str | None = None,
+        extra: tuple[str, ...] = (),
+        same_node_as: DaemonProc | None = None,
+    ) -> None:
+        """``command``: an aclserver command line for ``--aclserver-command`` (None: the default).
+        ``same_node_as``: a second instance on another daemon's directories, socket and cgroups
+        (a rolling update's new pod); it logs to a file of its own.
+
+        Each harness daemon gets a cgroup parent of its own (``--cgroup-parent``), so daemons of
+        other tests on the same host never see, sweep or leak each other's claim cgroups."""
+        if same_node_as is None:
+            self.root = Path(tempfile.mkdtemp(prefix="fnd-", dir="/tmp"))
+            self.shm_root = Path(tempfile.mkdtemp(prefix="fnd-", dir="/dev/shm"))
+            self.log_name = "daemon.log"
+        else:
+            self.root, self.shm_root = same_node_as.root, same_node_as.shm_root
+            self.log_name = f"daemon-{uuid.uuid4().hex[:6]}.log"
+        self.cgroup_parent = f"flexnpu-test-{self.root.name}"
         self.command = command or default_command()
         self.extra = extra
+        self.wrapper: list[str] = []
+        """Run the daemon under this command (``setpriv …``, ``unshare …``)."""
         self.proc: subprocess.Popen[bytes] | None = None
         self._log = None
 
@@ -115,10 +145,11 @@ class DaemonProc:
 
     @property
     def log_path(self) -> Path:
-        return self.root / "daemon.log"
+        return self.root / self.log_name
 
     def argv(self) -> list[str]:
         return [
+            *self.wrapper,
             sys.executable,
             "-m",
             "dra_driver.daemon.main",
@@ -137,13 +168,17 @@ class DaemonProc:
             "0.1",
             "--log-level",
             "DEBUG",
+            "--cgroup-parent",
+            self.cgroup_parent,
             *self.extra,
         ]
 
-    def start(self) -> DaemonProc:
+    def start(self, *, wait: bool = True) -> DaemonProc:
+        """Start the daemon; ``wait``: until its socket answers Health."""
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=log, stderr=log)
-        wait_for(self._healthy, what=f"daemon health on {self.socket}")
+        if wait:
+            wait_for(self._healthy, what=f"daemon health on {self.socket}")
         return self
 
     def _healthy(self) -> bool:
@@ -170,12 +205,22 @@ class DaemonProc:
         return DaemonClient(self.socket, timeout=timeout)
 
     def smi(self, *args: str, socket_path: Path | None = None) -> subprocess.CompletedProcess[str]:
-        env = dict(os.environ, FLEXNPU_DAEMON_SOCKET=str(socket_path or self.socket))
+        return self._run(["kubeletplugin.smi", *args], FLEXNPU_DAEMON_SOCKET=str(socket_path or self.socket))
+
+    def probe(self, kind: str = "daemon", *, instance: str = "") -> subprocess.CompletedProcess[str]:
+        """``python3 -m dra_driver.probes daemon|daemon-ready`` in the environment the chart gives
+        the daemon's container (``instance``: its pod UID)."""
+        env = {"FLEXNPU_DAEMON_SOCKET": str(self.socket)}
+        if instance:
+            env["FLEXNPU_DAEMON_INSTANCE"] = instance
+        return self._run(["dra_driver.probes", kind], **env)
+
+    def _run(self, module_args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "kubeletplugin.smi", *args],
+            [sys.executable, "-m", *module_args],
             capture_output=True,
             text=True,
-            env=env,
+            env=dict(os.environ, **env),
             timeout=60,
             check=False,
         )
@@ -197,6 +242,7 @@ class DaemonProc:
                 os.killpg(pid, signal.SIGKILL)
         with contextlib.suppress(AssertionError):
             wait_for(lambda: not self.aclserver_pids(), timeout=5, what="aclservers gone")
+        remove_cgroups(self.cgroup_parent)
         shmfs.unmount_all_under(self.shm_root)  # the claims' own tmpfs mounts, if the daemon made them
         shutil.rmtree(self.root, ignore_errors=True)
         shutil.rmtree(self.shm_root, ignore_errors=True)

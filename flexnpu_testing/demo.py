@@ -93,12 +93,14 @@ def _daemon_process(
     env: dict[str, str], dirs: dict[str, Path], shm_root: Path, log_file: Path
 ) -> Iterator[None]:
     from dra_driver.daemon_api.client import DaemonClient
+    from flexnpu_testing.daemon import remove_cgroups
 
     sock = dirs["run"] / "daemon.sock"
+    cgroup_parent = f"flexnpu-demo-{shm_root.name}"  # the demo's own, removed at the end
     argv = [
         sys.executable, "-m", "dra_driver.daemon.main", "--socket", str(sock),
         "--state-dir", str(dirs["state"] / "daemon"), "--run-dir", str(dirs["run"] / "daemon"),
-        "--shm-root", str(shm_root), "--inventory", env["FLEXNPU_INVENTORY"],
+        "--shm-root", str(shm_root), "--inventory", env["FLEXNPU_INVENTORY"], "--cgroup-parent", cgroup_parent,
     ]  # fmt: skip
     with log_file.open("wb") as out:
         proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -125,6 +127,7 @@ def _daemon_process(
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        remove_cgroups(cgroup_parent)
 
 
 def run(*, keep: bool = False) -> int:

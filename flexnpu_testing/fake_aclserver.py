@@ -1,9 +1,11 @@
 """Test double of the aclserver LAUNCH CONTRACT only (used to exercise failure modes).
 
-``fake_aclserver.py --spec FILE [--fail] [--with-child]``: binds the spec's unix socket and TCP
-port, writes the ready file atomically, answers PING with PONG (pid), exits 0 on SIGTERM.
-``--fail`` writes to stderr and exits 3 before becoming ready; ``--with-child`` also starts a
-sleeping child in its process group (to prove the daemon stops the whole group).
+``fake_aclserver.py --spec FILE [--fail] [--with-child] [--leak-if DIR]``: binds the spec's unix
+socket and TCP port, writes the ready file atomically, answers PING with PONG (pid), exits 0 on
+SIGTERM. ``--fail`` writes to stderr and exits 3 before becoming ready; ``--with-child`` also
+starts a sleeping child in its process group (to prove the daemon stops the whole group);
+``--leak-if DIR``: when ``DIR/<claim uid>`` exists, once ready it allocates and touches memory
+without end, as a leaking aclserver would (to prove its cgroup's memory bound stops it alone).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ def main() -> int:
     parser.add_argument("--spec", required=True)
     parser.add_argument("--fail", action="store_true")
     parser.add_argument("--with-child", action="store_true")
+    parser.add_argument("--leak-if", default="")
     args = parser.parse_args()
     with open(args.spec) as fh:
         spec = json.load(fh)
@@ -59,6 +62,8 @@ def main() -> int:
     with open(tmp, "w") as fh:
         json.dump(ready, fh)
     os.replace(tmp, spec["ready_file"])
+    if args.leak_if and os.path.exists(os.path.join(args.leak_if, spec["claim_uid"])):
+        _leak()
     sel = selectors.DefaultSelector()
     sel.register(unix, selectors.EVENT_READ, None)
     sel.register(tcp, selectors.EVENT_READ, None)
@@ -80,6 +85,16 @@ def main() -> int:
                 continue
             if msg.op == protocol.Op.PING:
                 sock.sendall(protocol.encode_reply(msg.op, msg.request_id, 0, os.getpid()))
+
+
+def _leak() -> None:
+    """Allocate and touch 4 MiB after 4 MiB until the kernel stops this process."""
+    held = []
+    while True:
+        chunk = bytearray(4 << 20)
+        for i in range(0, len(chunk), 4096):
+            chunk[i] = 1
+        held.append(chunk)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from dra_driver.plan import ClaimPlan
 from dra_driver.records import HardVnpuRecord
 from dra_kubeletplugin.claims import ClaimRef
 from flexnpu_wire import clientconf
+from flexnpu_wire.shares import Share
 from kubeletplugin.hardsplit import HardVnpus
 
 JSON = dict[str, Any]
@@ -218,7 +219,9 @@ class Effects:
         rec = entry.registration
         moved = False
         if rec is not None:
-            job.registration = self.register(job, clog)
+            job.registration = self.register(
+                job, clog, tcp_port=rec.endpoints.tcp_port if rec.endpoints else 0
+            )
             moved = rec.endpoints != job.registration.endpoints
         for eff in entry.effects:
             if eff.kind == EffectKind.HARD_VNPU:
@@ -232,22 +235,41 @@ class Effects:
                 clog.info("writing CDI spec %s again (reboot or restarted aclserver)", eff.ref)
                 cdi.write_spec(self.settings.cdi_dir, job.rendered.spec, job.plan.ref.uid)
 
-    def register(self, job: Job, clog: logs.ClaimLogger) -> RegisterResult:
-        uid = job.plan.ref.uid
+    def register(self, job: Job, clog: logs.ClaimLogger, *, tcp_port: int = 0) -> RegisterResult:
+        """Register the job's shares (``tcp_port``: the port to keep, when it is still free)."""
+        ref = job.plan.ref
+        return self._register(ref, job.token, job.plan.shares, clog, tcp_port=tcp_port)
+
+    def register_recorded(self, entry: ClaimEntry, clog: logs.ClaimLogger) -> RegisterResult:
+        """Register a prepared claim again exactly as recorded: its token, its shares, its TCP port
+        if still free (its unix socket is always the same), so its ``client.conf`` stays valid."""
+        rec = entry.registration
+        if rec is None:
+            raise StateError(
+                "the claim has no recorded daemon registration", claim_uid=entry.uid, field="effects"
+            )
+        ref = ClaimRef(entry.namespace, entry.uid, entry.name)
+        port = rec.endpoints.tcp_port if rec.endpoints else 0
+        return self._register(ref, rec.token, rec.shares, clog, tcp_port=port)
+
+    def _register(
+        self, ref: ClaimRef, token: str, shares: tuple[Share, ...], clog: logs.ClaimLogger, *, tcp_port: int
+    ) -> RegisterResult:
         if self.daemon is None:
             raise StateError(
                 "soft-split shares need flexnpu-daemon, but no daemon socket is configured",
                 code=ErrorCode.DAEMON_UNAVAILABLE,
-                claim_uid=uid,
+                claim_uid=ref.uid,
                 field="daemon-socket",
             )
         request = RegisterRequest(
-            claim_uid=uid,
-            namespace=job.plan.ref.namespace,
-            name=job.plan.ref.name,
-            token=job.token,
-            shares=job.plan.shares,
+            claim_uid=ref.uid,
+            namespace=ref.namespace,
+            name=ref.name,
+            token=token,
+            shares=shares,
             tcp_host=self.settings.control_address,
+            tcp_port=tcp_port,
         )
         result: RegisterResult = self._retrying(clog)(self.daemon.register, request)
         return result

@@ -36,7 +36,7 @@ from dra_kubeletplugin import Helper
 from dra_kubeletplugin.errors import DroppedFieldsError, PluginError
 from dra_kubeletplugin.helper import PublishOptions
 from dra_kubeletplugin.resourceslice.pools import DriverResources
-from kubeletplugin import hardsplit, statuses
+from kubeletplugin import hardsplit, healing, statuses
 from kubeletplugin.driver import NpuDriver
 from kubeletplugin.health import InventoryHealth
 from kubeletplugin.prepare import Preparer, PrepareSettings
@@ -45,8 +45,7 @@ log = logging.getLogger("flexnpu.node")
 
 LOOP_ACLSERVERS = "aclserver-monitor"
 LOOP_REDISCOVER = "rediscover"
-ACLSERVER_PERIOD = 2.0
-"""Seconds between two looks at the daemon's aclservers."""
+ACLSERVER_PERIOD = healing.ACLSERVER_PERIOD
 
 
 class NodeCore:
@@ -356,12 +355,18 @@ class NodeProcess(NodeCore):
         self.reconciler.trigger()
 
     def _aclserver_pass(self) -> Callable[[], float | None]:
-        """Mirror each prepared share's aclserver state into its claim's Ready condition."""
-        last: dict[str, bool] = {}
+        """Each pass: the daemon's shm problem, a republish when a die's share policy changed, then one
+        look of the aclserver watch (each share's aclserver state in its claim's Ready condition, lost
+        ones registered again: ``kubeletplugin/healing.py``)."""
+        assert self.daemon is not None
+        watch = healing.AclserverWatch(
+            preparer=self.preparer, daemon=self.daemon, store=self.store, get_claim=self.kube.get_claim
+        )
 
         def iteration() -> float:
-            self._mirror_aclservers(last)
-            return ACLSERVER_PERIOD
+            self._report_shm()
+            self._republish_policies()
+            return watch.look()
 
         return iteration
 
@@ -399,38 +404,14 @@ class NodeProcess(NodeCore):
                 log.info("could not post the FlexNPUShmUnbounded event: %s", err)
         self._shm_problem = problem
 
-    def _mirror_aclservers(self, last: dict[str, bool]) -> None:
-        """One look: each changed aclserver state is written to its claim's Ready condition."""
-        assert self.daemon is not None
-        self._report_shm()
-        self._republish_policies()
-        try:
-            states = {e.entity_id: e for e in self.daemon.list()}
-        except FlexNPUError as err:
-            log.debug("daemon list failed: %s", err)
-            return
-        for uid, entry in self.store.read().claims.items():
-            if entry.state != "PrepareCompleted" or not entry.effect("daemon-registration"):
-                continue
-            ent = states.get(uid)
-            ready = ent is not None and str(ent.state) == "Running"
-            if last.get(uid, True) == ready:
-                continue
-            if ready and ent is not None:
-                reason, message = "Prepared", f"aclserver pid {ent.pid} serving again"
-            else:
-                state = f"{ent.state}: {ent.message}" if ent is not None else "missing"
-                reason, message = "AclserverDown", f"the claim's aclserver is {state}"
-            if self.preparer.set_ready(uid, ready, reason, message):
-                last[uid] = ready
-                log.warning("claim %s: %s", uid, message)
-
     def stop(self) -> None:
         self.stop_event.set()
         self.reconciler.trigger()
 
     def wait(self) -> None:
-        self.stop_event.wait()
+        while not self.stop_event.wait(0.2):
+            pass  # short steps: the kernel may give SIGTERM to another thread, and Python runs its
+            # handler only when the main thread runs again (a wait without a timeout never would)
         if self.helper is not None:
             self.helper.stop(grace=5.0)
         for t in self._threads:

@@ -19,11 +19,13 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Literal, TypeVar
+from pathlib import Path
+from typing import Any, Literal, TypeVar
 
 from dra_driver import checkpoint, failpoints, logs, paths, render
 from dra_driver.checkpoint import CheckpointStore, ClaimEntry, ClaimLockHandle, ClaimState, Effect, EffectKind
 from dra_driver.claims import claim_error
+from dra_driver.daemon_api.values import RegisterResult
 from dra_driver.devices import Inventory
 from dra_driver.errors import FlexNPUError, Unavailable
 from dra_driver.plan import ClaimPlan, check_conflicts, check_device_policies, plan_claim, resolve_shares
@@ -264,6 +266,50 @@ class Preparer:
         return entry.devices
 
     # -- claim status ------------------------------------------------------------------------
+
+    def heal(
+        self, uid: str, clog: logs.ClaimLogger, *, get_claim: Callable[[str, str], Mapping[str, Any]]
+    ) -> RegisterResult | None:
+        """Register a prepared share claim again from its checkpoint record (its aclserver is gone
+        for good): same token, quota and endpoints. None when the claim is busy, no longer
+        prepared, or its ``client.conf`` is gone (a reboot emptied the run dir: the kubelet's repeat
+        prepare restores what its pods still need). If its old TCP port was taken meanwhile, the
+        claim is prepared again as the kubelet would, from the claim ``get_claim(namespace, name)``
+        returns (``client.conf``, CDI spec and record follow the new port; a running container keeps
+        the unix socket, which never moves)."""
+        try:
+            with self.store.claim_locks.hold(uid, timeout=0):
+                entry = self.store.get(uid)
+                if entry is None or entry.state != ClaimState.PREPARE_COMPLETED or entry.registration is None:
+                    return None
+                if not all(
+                    (Path(e.ref) / "client.conf").is_file() for e in entry.effect(EffectKind.CLIENT_CONF)
+                ):
+                    return None
+                rec = entry.registration
+                result = self.effects.register_recorded(entry, clog)
+                if rec.endpoints == result.endpoints:
+                    if rec.pid != result.pid:
+                        self.store.update(
+                            uid, lambda _: entry.with_details(DAEMON, replace(rec, pid=result.pid))
+                        )
+                    return result
+                clog.warning(
+                    "the aclserver's TCP port moved to %d; writing the claim's files again",
+                    result.endpoints.tcp_port,
+                )
+                ref = ClaimRef(entry.namespace, uid, entry.name)
+                base = plan_claim(
+                    get_claim(entry.namespace, entry.name),
+                    ref=ref,
+                    driver_name=self.settings.driver_name,
+                    pool_name=self.settings.pool_name,
+                    inventory=self.inventory(),
+                )
+                self._repeat(entry, resolve_shares(base), clog)
+                return result
+        except checkpoint.ClaimBusy:
+            return None  # a prepare or unprepare of it is in flight: the next look decides
 
     def set_ready(self, uid: str, ready: bool, reason: str, message: str) -> bool:
         """Write the recorded device status with a new Ready condition; whether it was written."""

@@ -56,8 +56,11 @@ MIB = 1024 * 1024
 
 COLUMNS = (
     "CLAIM UID", "CLAIM", "VNPU", "DEVICE", "DIE", "MODE", "MEM(MiB) USED/QUOTA", "COMPUTE(%) USED/QUOTA",
-    "POLICY", "ACLSERVER", "ENDPOINT", "STATE", "PODS", "RESIDUAL",
+    "POLICY", "ACLSERVER", "HOST MEM(MiB) USED/MAX", "TASKS USED/MAX", "CPU WEIGHT", "ENDPOINT", "STATE",
+    "PODS", "RESIDUAL",
 )  # fmt: skip
+"""The ACLSERVER columns come from the daemon; HOST MEM, TASKS and CPU WEIGHT are the aclserver's own
+cgroup's figures (``unbounded`` when it runs in the daemon's cgroup)."""
 
 
 # --- pure rendering ----------------------------------------------------------------------------
@@ -84,8 +87,44 @@ def usage_cells(usage: ShareUsage | None) -> tuple[str, str]:
 def aclserver_cell(ent: EntityInfo | None) -> str:
     if ent is None:
         return "-"
-    restarts = f" (restarts {ent.restarts})" if ent.restarts else ""
-    return f"{ent.pid or '-'} {ent.state}{restarts}"
+    notes = [f"restarts {ent.restarts}"] if ent.restarts else []
+    if ent.oom_kills > 0:
+        notes.append(f"OOM kills {ent.oom_kills}")
+    return f"{ent.pid or '-'} {ent.state}" + (f" ({', '.join(notes)})" if notes else "")
+
+
+def bounds_cells(ent: EntityInfo | None) -> dict[str, str]:
+    """The aclserver's cgroup figures: host memory and tasks used/max, CPU weight. Pure."""
+    keys = ("HOST MEM(MiB) USED/MAX", "TASKS USED/MAX", "CPU WEIGHT")
+    if ent is None:
+        return dict.fromkeys(keys, "-")
+    if not ent.cgroup:
+        return dict.fromkeys(keys, "unbounded")
+
+    def pair(used: int, limit: int, unit: int = 1) -> str:
+        return f"{used // unit if used >= 0 else '-'}/{limit // unit if limit >= 0 else 'max'}"
+
+    weight = str(ent.cpu_weight) if ent.cpu_weight >= 0 else "-"
+    return dict(
+        zip(
+            keys,
+            (
+                pair(ent.memory_current_bytes, ent.memory_max_bytes, MIB),
+                pair(ent.tasks_current, ent.tasks_max),
+                weight,
+            ),
+            strict=True,
+        )
+    )
+
+
+def state_cell(entry: ClaimEntry, ent: EntityInfo | None, *, shares: bool, daemon_known: bool) -> str:
+    """The claim's state: the checkpoint's, unless its aclserver is not serving (then that). Pure."""
+    if not shares or not daemon_known or str(entry.state) != "PrepareCompleted":
+        return str(entry.state)
+    if ent is None:
+        return "AclserverMissing"
+    return str(entry.state) if str(ent.state) == "Running" else f"AclserverDown ({ent.state})"
 
 
 def endpoint_cell(ent: EntityInfo | None) -> str:
@@ -98,12 +137,15 @@ def info_rows(
     entries: Mapping[str, ClaimEntry],
     entities: Mapping[str, EntityInfo],
     api_view: Callable[[ClaimEntry], tuple[str, str]],
+    *,
+    daemon_known: bool = True,
 ) -> list[dict[str, str]]:
     """One row per vNPU (by virtual id) and per whole die; then the daemon's orphan aclservers.
 
     A claim's shares on one die are told apart by their virtual ids (the daemon's ``Share``), so
     two vNPUs of one claim on one die show their own usage. ``api_view(entry)`` gives the PODS and
-    RESIDUAL cells.
+    RESIDUAL cells. ``daemon_known``: the daemon answered, so a claim it does not list has no
+    aclserver (STATE says so).
     """
     rows: list[dict[str, str]] = []
     for uid, entry in sorted(entries.items()):
@@ -130,8 +172,9 @@ def info_rows(
                     "COMPUTE(%) USED/QUOTA": compute,
                     "POLICY": d.policy or "-",
                     "ACLSERVER": aclserver_cell(ent) if mode != "whole" else "-",
+                    **(bounds_cells(ent) if mode != "whole" else bounds_cells(None)),
                     "ENDPOINT": endpoint_cell(ent) if mode != "whole" else "-",
-                    "STATE": str(entry.state),
+                    "STATE": state_cell(entry, ent, shares=mode != "whole", daemon_known=daemon_known),
                     "PODS": pods,
                     "RESIDUAL": residual,
                 }
@@ -153,6 +196,7 @@ def info_rows(
                     "COMPUTE(%) USED/QUOTA": compute,
                     "POLICY": usage.share.policy,
                     "ACLSERVER": aclserver_cell(ent),
+                    **bounds_cells(ent),
                     "ENDPOINT": endpoint_cell(ent),
                     "STATE": "-",
                     "PODS": "-",
@@ -259,13 +303,17 @@ def _info_args(parser: argparse.ArgumentParser) -> None:
 def _info(args: argparse.Namespace, tool: Tool, out: TextIO) -> int:
     entities: dict[str, EntityInfo] = {}
     daemon_error: FlexNPUError | None = None
+    unbounded = ""
     if tool.daemon is not None:
         try:
             entities = {e.entity_id: e for e in tool.daemon.list(probe=True)}  # PING each: live state
+            unbounded = tool.daemon.health().cgroup_problem
         except Unavailable as err:
             daemon_error = err
     entries = tool.entries()
-    rows = info_rows(entries, entities, tool.api_view)
+    rows = info_rows(
+        entries, entities, tool.api_view, daemon_known=tool.daemon is not None and daemon_error is None
+    )
     rows += [{"VNPU": "-", **r} for r in tool.hard_rows(entries)]
     store = tool.store()
     doubts = store.doubts() if store is not None else []
@@ -275,12 +323,17 @@ def _info(args: argparse.Namespace, tool: Tool, out: TextIO) -> int:
             "entities": [_jsonable(e) for e in entities.values()],
             "checkpointTrusted": not doubts,
             "checkpointDoubts": doubts,
+            "aclserversUnbounded": unbounded,
         }
         json.dump(doc, out, indent=2)
         out.write("\n")
     else:
         for why in doubts:
             out.write(f"CHECKPOINT UNTRUSTED (nothing is removed; flexnpu-smi adopt or discard): {why}\n")
+        if unbounded:
+            out.write(
+                f"ACLSERVERS UNBOUNDED (no cgroups of their own; they die with the daemon's pod): {unbounded}\n"
+            )
         out.write((render_table(rows, COLUMNS) if rows else "nothing prepared on this node") + "\n")
     if daemon_error is not None:
         print(f"flexnpu-smi: aclserver columns unknown: {daemon_error}", file=sys.stderr)

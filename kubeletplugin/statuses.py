@@ -39,6 +39,7 @@ STATUS_BY_CODE: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.WRITE_FAILED: grpc.StatusCode.UNAVAILABLE,
     ErrorCode.CHECKPOINT_UNTRUSTED: grpc.StatusCode.FAILED_PRECONDITION,
     ErrorCode.SHM_UNBOUNDED: grpc.StatusCode.FAILED_PRECONDITION,
+    ErrorCode.CGROUP_FAILED: grpc.StatusCode.UNAVAILABLE,
     ErrorCode.INTERNAL: grpc.StatusCode.INTERNAL,
 }
 

@@ -7,7 +7,9 @@ runs everything as root, so running a test cannot tell):
   installed code (the standard library, site-packages), and, transitively, the module-level functions of those modules that they
   call by name.
 * It **needs root** when its reach runs a root-only operation: ``mount``/``umount``, creating or
-  entering a network namespace (``ip netns add``, pyroute2 ``netns.create``/``NetNS``), or podman.
+  entering a network namespace (``ip netns add``, pyroute2 ``netns.create``/``NetNS``), ``unshare``
+  (a namespace of its own), looking at the host's cgroup file system by its path (``Path("/sys/fs/cgroup")``:
+  the cgroups a daemon made for its aclservers, which it makes only as root), or podman.
 * It **needs podman** when its reach uses the ``podman`` or ``built_image`` fixture or starts
   ``podman`` itself.
 
@@ -44,6 +46,8 @@ ROOT_OPERATION = re.compile(
     r"""["'](?:u?mount)["']"""  # subprocess.run(["mount", ...]) / ["umount", ...]
     r"""|["']netns["']\s*,\s*["'](?:add|exec)["']"""  # ip netns add / exec
     r"""|\bnetns\.create\(|\bNetNS\("""  # pyroute2
+    r"""|["']unshare["']"""  # a namespace of its own
+    r"""|\bPath\(["']/sys/fs/cgroup["']\)"""  # the host's cgroup file system
 )
 PODMAN_OPERATION = re.compile(r"""\bPodman\(|["']podman["']\s*,""")
 

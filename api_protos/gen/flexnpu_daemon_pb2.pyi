@@ -25,10 +25,12 @@ class Share(_message.Message):
     def __init__(self, virtual_id: _Optional[int] = ..., die_phy_id: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., compute_percent: _Optional[int] = ..., policy: _Optional[str] = ..., memory_only: _Optional[bool] = ..., host_memory_bytes: _Optional[int] = ...) -> None: ...
 
 class Transport(_message.Message):
-    __slots__ = ("tcp_host",)
+    __slots__ = ("tcp_host", "tcp_port")
     TCP_HOST_FIELD_NUMBER: _ClassVar[int]
+    TCP_PORT_FIELD_NUMBER: _ClassVar[int]
     tcp_host: str
-    def __init__(self, tcp_host: _Optional[str] = ...) -> None: ...
+    tcp_port: int
+    def __init__(self, tcp_host: _Optional[str] = ..., tcp_port: _Optional[int] = ...) -> None: ...
 
 class Endpoints(_message.Message):
     __slots__ = ("tcp_host", "tcp_port", "unix_socket", "shm_dir")
@@ -109,7 +111,7 @@ class ShareUsage(_message.Message):
     def __init__(self, share: _Optional[_Union[Share, _Mapping]] = ..., memory_used_bytes: _Optional[int] = ..., compute_used_percent: _Optional[int] = ..., compute_used_us: _Optional[int] = ..., sessions: _Optional[int] = ...) -> None: ...
 
 class Entity(_message.Message):
-    __slots__ = ("entity_id", "namespace", "name", "shares", "pid", "state", "endpoints", "restarts", "rss_bytes", "started_at", "message")
+    __slots__ = ("entity_id", "namespace", "name", "shares", "pid", "state", "endpoints", "restarts", "rss_bytes", "started_at", "message", "cgroup", "memory_current_bytes", "memory_max_bytes", "memory_peak_bytes", "tasks_current", "tasks_max", "cpu_weight", "oom_kills")
     ENTITY_ID_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -121,6 +123,14 @@ class Entity(_message.Message):
     RSS_BYTES_FIELD_NUMBER: _ClassVar[int]
     STARTED_AT_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    CGROUP_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_CURRENT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_PEAK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TASKS_CURRENT_FIELD_NUMBER: _ClassVar[int]
+    TASKS_MAX_FIELD_NUMBER: _ClassVar[int]
+    CPU_WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    OOM_KILLS_FIELD_NUMBER: _ClassVar[int]
     entity_id: str
     namespace: str
     name: str
@@ -132,7 +142,15 @@ class Entity(_message.Message):
     rss_bytes: int
     started_at: float
     message: str
-    def __init__(self, entity_id: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., shares: _Optional[_Iterable[_Union[ShareUsage, _Mapping]]] = ..., pid: _Optional[int] = ..., state: _Optional[str] = ..., endpoints: _Optional[_Union[Endpoints, _Mapping]] = ..., restarts: _Optional[int] = ..., rss_bytes: _Optional[int] = ..., started_at: _Optional[float] = ..., message: _Optional[str] = ...) -> None: ...
+    cgroup: str
+    memory_current_bytes: int
+    memory_max_bytes: int
+    memory_peak_bytes: int
+    tasks_current: int
+    tasks_max: int
+    cpu_weight: int
+    oom_kills: int
+    def __init__(self, entity_id: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., shares: _Optional[_Iterable[_Union[ShareUsage, _Mapping]]] = ..., pid: _Optional[int] = ..., state: _Optional[str] = ..., endpoints: _Optional[_Union[Endpoints, _Mapping]] = ..., restarts: _Optional[int] = ..., rss_bytes: _Optional[int] = ..., started_at: _Optional[float] = ..., message: _Optional[str] = ..., cgroup: _Optional[str] = ..., memory_current_bytes: _Optional[int] = ..., memory_max_bytes: _Optional[int] = ..., memory_peak_bytes: _Optional[int] = ..., tasks_current: _Optional[int] = ..., tasks_max: _Optional[int] = ..., cpu_weight: _Optional[int] = ..., oom_kills: _Optional[int] = ...) -> None: ...
 
 class ListResponse(_message.Message):
     __slots__ = ("entities",)
@@ -145,7 +163,7 @@ class HealthRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class HealthResponse(_message.Message):
-    __slots__ = ("ok", "pid", "version", "entities", "dies", "started_at", "shm_problem")
+    __slots__ = ("ok", "pid", "version", "entities", "dies", "started_at", "shm_problem", "adopted", "cgroups", "cgroup_problem", "instance")
     OK_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -153,6 +171,10 @@ class HealthResponse(_message.Message):
     DIES_FIELD_NUMBER: _ClassVar[int]
     STARTED_AT_FIELD_NUMBER: _ClassVar[int]
     SHM_PROBLEM_FIELD_NUMBER: _ClassVar[int]
+    ADOPTED_FIELD_NUMBER: _ClassVar[int]
+    CGROUPS_FIELD_NUMBER: _ClassVar[int]
+    CGROUP_PROBLEM_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
     ok: bool
     pid: int
     version: str
@@ -160,4 +182,8 @@ class HealthResponse(_message.Message):
     dies: int
     started_at: float
     shm_problem: str
-    def __init__(self, ok: _Optional[bool] = ..., pid: _Optional[int] = ..., version: _Optional[str] = ..., entities: _Optional[int] = ..., dies: _Optional[int] = ..., started_at: _Optional[float] = ..., shm_problem: _Optional[str] = ...) -> None: ...
+    adopted: bool
+    cgroups: str
+    cgroup_problem: str
+    instance: str
+    def __init__(self, ok: _Optional[bool] = ..., pid: _Optional[int] = ..., version: _Optional[str] = ..., entities: _Optional[int] = ..., dies: _Optional[int] = ..., started_at: _Optional[float] = ..., shm_problem: _Optional[str] = ..., adopted: _Optional[bool] = ..., cgroups: _Optional[str] = ..., cgroup_problem: _Optional[str] = ..., instance: _Optional[str] = ...) -> None: ...

@@ -3,15 +3,23 @@
 Layers, top down (each module's docstring says what it owns):
 
 - ``main``           flags (``FLEXNPU_DAEMON_…`` twins), wiring, signals.
+- ``instance``       the lock one daemon instance holds for life (a second one waits).
 - ``service``        the gRPC face (``flexnpu.daemon.v1.FlexNPUDaemon``) and the error → status table.
-- ``manager``        the lifecycle: register, unregister, list, re-adopt at start, monitor/restart.
+- ``manager``        the API: register, unregister, list, health, composed from:
+- ``entities``       the registered claims in memory, their locks, the one registry writer;
+- ``aclservers``     starting, restarting, stopping one claim's aclserver (files, cgroup, process);
+- ``recovery``       re-adoption and clean-up at start (orphans, files, stale cgroups);
+- ``supervision``    the pidfd monitor, exit reasons (OOM kills), restarts within the budget.
+- ``cgroups``        each aclserver's own cgroup on the host; ``cgroup_layout`` (pure): the
+                     hierarchies and the files; ``bounds`` (pure): memory, tasks, CPU weight.
 - ``registry``       the on-disk registry (versioned, checksummed, atomic).
-- ``launcher``       starting aclservers: forked from the ``zygote`` process, or spawned.
+- ``launcher``       starting aclservers into their cgroup: forked from the ``zygote``, or spawned.
 - ``processes``      /proc identity, readiness, stopping process groups, finding orphans.
 - ``liveness``       PING an aclserver; ``usage``: memory in use from the die ledgers.
-- ``files``          atomic writes; a claim's shm dir, spec, ready and stderr files.
+- ``files``          a claim's shm dir, spec, ready and stderr files (stderr is retired, not deleted).
 - ``validation``     pure rules a registration must satisfy.
 - ``spec``           pure: per-claim paths and the aclserver launch spec.
+- ``settings``       the one settings value every part reads.
 - ``model``          pure data types shared by all of the above, the client and ``flexnpu-smi``.
 - ``wire``           protobuf ↔ model conversion.
 - ``client``         :class:`DaemonClient`, used by the kubelet plugin and ``flexnpu-smi``.

@@ -11,6 +11,7 @@ import contextlib
 import os
 import shutil
 import stat
+import time
 from pathlib import Path
 
 from dra_driver import files
@@ -49,8 +50,8 @@ def stderr_tail(path: Path, limit: int = 2000) -> str:
 
 
 def remove_claim_files(paths: ClaimPaths) -> None:
-    """Remove the claim's shm dir (unmounting its tmpfs), spec, ready and sessions files and
-    captured stderr (missing is fine; a symlink is removed, never followed)."""
+    """Remove the claim's shm dir (unmounting its tmpfs), spec, ready and sessions files, and
+    retire its captured stderr (missing is fine; a symlink is removed, never followed)."""
     with contextlib.suppress(OSError):
         if shmfs.is_mount(paths.shm_dir):  # emptied first: a copy of the mount elsewhere keeps nothing
             shutil.rmtree(paths.shm_dir, ignore_errors=True)
@@ -64,4 +65,41 @@ def remove_claim_files(paths: ClaimPaths) -> None:
     else:
         shutil.rmtree(paths.shm_dir, ignore_errors=True)
     for f in paths.files():
-        f.unlink(missing_ok=True)
+        if f != paths.stderr:
+            f.unlink(missing_ok=True)
+    retire_stderr(paths.stderr)
+
+
+RETIRED_DIR = "retired"
+RETIRED_KEEP = 128
+"""How many retired stderr files are kept (the oldest go first)."""
+
+
+def retire_stderr(path: Path, *, keep: int = RETIRED_KEEP) -> Path | None:
+    """Move an aclserver's captured stderr into ``retired/`` beside it, for the operator, as
+    ``<uid>.<UTC time>.stderr.log``; keep the newest ``keep`` there. The new path (None if none)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        files.remove_nofollow(path)
+        return None
+    retired = path.parent / RETIRED_DIR
+    retired.mkdir(mode=0o700, exist_ok=True)
+    uid = path.name.split(".", 1)[0]
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(st.st_mtime))
+    target = retired / f"{uid}.{stamp}.stderr.log"
+    n = 1
+    while target.exists():
+        target = retired / f"{uid}.{stamp}.{n}.stderr.log"
+        n += 1
+    os.replace(path, target)
+    kept: list[tuple[float, Path]] = []
+    for entry in retired.iterdir():  # another claim's unregister may prune at the same time
+        with contextlib.suppress(FileNotFoundError):
+            kept.append((entry.lstat().st_mtime, entry))
+    kept.sort()
+    for _, extra in kept[: max(0, len(kept) - keep)]:
+        extra.unlink(missing_ok=True)
+    return target

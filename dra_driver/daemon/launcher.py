@@ -22,12 +22,18 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from dra_driver.daemon import processes, zygote_marker
+from dra_driver.errors import ErrorCode, StateError
 
 log = logging.getLogger("flexnpu.daemon")
 
 
 class Launcher(Protocol):
-    def launch(self, *, spec_path: Path, stderr_path: Path) -> processes.Launched: ...
+    def launch(
+        self, *, spec_path: Path, stderr_path: Path, cgroup: Sequence[Path] = ()
+    ) -> processes.Launched:
+        """Start an aclserver for ``spec_path``; with ``cgroup`` (``cgroup.procs`` files) it
+        joins those cgroups before it runs (see :func:`processes.launch`)."""
+        ...
 
     def close(self) -> None: ...
 
@@ -38,8 +44,10 @@ class SpawnLauncher:
     def __init__(self, command: Sequence[str]) -> None:
         self.command = tuple(command)
 
-    def launch(self, *, spec_path: Path, stderr_path: Path) -> processes.Launched:
-        return processes.launch(self.command, spec_path=spec_path, stderr_path=stderr_path)
+    def launch(
+        self, *, spec_path: Path, stderr_path: Path, cgroup: Sequence[Path] = ()
+    ) -> processes.Launched:
+        return processes.launch(self.command, spec_path=spec_path, stderr_path=stderr_path, cgroup=cgroup)
 
     def close(self) -> None:
         pass
@@ -72,9 +80,15 @@ class ZygoteLauncher:
                 log.warning("zygote did not start (%s); aclservers will be spawned until it does", exc)
                 self._stop_locked()
 
-    def launch(self, *, spec_path: Path, stderr_path: Path) -> processes.Launched:
+    def launch(
+        self, *, spec_path: Path, stderr_path: Path, cgroup: Sequence[Path] = ()
+    ) -> processes.Launched:
         stderr_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        request = {"spec": str(spec_path), "stderr": str(stderr_path)}
+        request: dict[str, Any] = {
+            "spec": str(spec_path),
+            "stderr": str(stderr_path),
+            "cgroup": [str(p) for p in cgroup],
+        }
         with self._lock:
             reply: dict[str, Any] | None = None
             for attempt in (1, 2):  # a zygote that died since the last launch is replaced once
@@ -86,10 +100,12 @@ class ZygoteLauncher:
                     if attempt == 2:
                         log.warning("zygote unusable (%s); spawning the aclserver instead", exc)
             if reply is None:
-                return self.fallback.launch(spec_path=spec_path, stderr_path=stderr_path)
+                return self.fallback.launch(spec_path=spec_path, stderr_path=stderr_path, cgroup=cgroup)
+        if "cgroup_error" in reply:
+            raise StateError(str(reply["cgroup_error"]), code=ErrorCode.CGROUP_FAILED, field="cgroup")
         if "pid" not in reply:
             log.warning("zygote refused: %s; spawning the aclserver instead", reply.get("error"))
-            return self.fallback.launch(spec_path=spec_path, stderr_path=stderr_path)
+            return self.fallback.launch(spec_path=spec_path, stderr_path=stderr_path, cgroup=cgroup)
         pid = int(reply["pid"])
         st = processes.stat(pid)
         return processes.Launched(
@@ -115,7 +131,7 @@ class ZygoteLauncher:
             raise ValueError(f"unexpected first line from the zygote: {hello}")
         return self._proc
 
-    def _ask(self, proc: subprocess.Popen[bytes], request: dict[str, str]) -> dict[str, Any]:
+    def _ask(self, proc: subprocess.Popen[bytes], request: dict[str, Any]) -> dict[str, Any]:
         assert proc.stdin is not None
         proc.stdin.write(json.dumps(request).encode() + b"\n")
         proc.stdin.flush()

@@ -58,6 +58,10 @@ class Entity:
     restarts: int = 0
     started_at: float = 0.0
     message: str = ""
+    cgroup: str = ""
+    """The aclserver's cgroup below each hierarchy's root ("" when it runs in the daemon's)."""
+    oom_kills: int = 0
+    """OOM kills its cgroup had counted when this process started (a higher count later: killed by it)."""
 
     @property
     def claim_uid(self) -> str:
@@ -74,6 +78,8 @@ class Entity:
             "restarts": self.restarts,
             "started_at": self.started_at,
             "message": self.message,
+            "cgroup": self.cgroup,
+            "oom_kills": self.oom_kills,
         }
 
     @classmethod
@@ -88,6 +94,8 @@ class Entity:
             restarts=int(doc.get("restarts", 0)),
             started_at=float(doc.get("started_at", 0.0)),
             message=str(doc.get("message", "")),
+            cgroup=str(doc.get("cgroup", "")),
+            oom_kills=int(doc.get("oom_kills", 0)),
         )
 
 

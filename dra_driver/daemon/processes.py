@@ -19,7 +19,8 @@ from pathlib import Path
 
 from dra_driver import wirefiles
 from dra_driver.daemon import files, zygote_marker
-from dra_driver.errors import ErrorCode, FlexNPUError
+from dra_driver.daemon.zygote_marker import JOIN_CGROUP_STATUS
+from dra_driver.errors import ErrorCode, FlexNPUError, StateError
 from flexnpu_wire.launch import ReadyInfo
 
 PROC = Path("/proc")
@@ -102,13 +103,27 @@ class Launched:
         return self.popen.poll() if self.popen is not None else None
 
 
-def launch(command: Sequence[str], *, spec_path: Path, stderr_path: Path) -> Launched:
+_JOIN = (
+    'while [ "$1" != -- ]; do echo $$ > "$1" || exit ' + str(JOIN_CGROUP_STATUS) + "; shift; done;"
+    ' shift; exec "$@"'
+)
+"""A POSIX shell moves itself (``$$``) into each cgroup, then becomes the aclserver (same PID)."""
+
+
+def launch(
+    command: Sequence[str], *, spec_path: Path, stderr_path: Path, cgroup: Sequence[Path] = ()
+) -> Launched:
     """Start ``command --spec <spec_path>`` in its own session, stderr captured to a file.
 
-    No pipe is shared with the daemon, so the aclserver outlives a daemon restart unharmed.
+    With ``cgroup`` (``cgroup.procs`` files), the process joins those cgroups before ``command``
+    runs: ``/bin/sh`` writes its own PID to each, then execs the command, keeping the PID. No
+    pipe is shared with the daemon, so the aclserver outlives a daemon restart unharmed; no
+    parent-death signal is set.
     """
     stderr_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     argv = [*command, "--spec", str(spec_path)]
+    if cgroup:
+        argv = ["/bin/sh", "-c", _JOIN, "flexnpu-cgroup-join", *map(str, cgroup), "--", *argv]
     with stderr_path.open("ab") as err:
         popen = subprocess.Popen(
             argv,
@@ -136,11 +151,14 @@ def wait_ready(
         if status is None and launched.popen is None and not is_alive(launched.pid, launched.start_time):
             status = -1
         if status is not None:
-            raise FlexNPUError(
-                f"aclserver exited with status {status} before it was ready;"
+            joined = status != JOIN_CGROUP_STATUS
+            raise (FlexNPUError if joined else StateError)(
+                f"aclserver exited with status {status} before it was ready"
+                f"{'' if joined else ' (it could not join its cgroup)'};"
                 f" stderr: {files.stderr_tail(stderr_path) or '(empty)'}",
-                code=ErrorCode.INTERNAL,
+                code=ErrorCode.INTERNAL if joined else ErrorCode.CGROUP_FAILED,
                 claim_uid=claim_uid,
+                field=None if joined else "cgroup",
             )
         if time.monotonic() >= deadline:
             raise FlexNPUError(
@@ -181,12 +199,28 @@ def kill(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
+def group_gone(pgid: int) -> bool:
+    """True when no live process is in group ``pgid``. Cheap while it is (one signal check and
+    the leader's stat); the whole process table is read only when the leader is gone but the
+    group still answers (members left, or zombies nobody reaps)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass
+    st = stat(pgid)
+    if st is not None and st.state not in ("Z", "X") and st.pgrp == pgid:
+        return False
+    return not live_group_members(pgid)
+
+
 def _wait_group_gone(pgid: int, timeout: float, reap: Callable[[], object]) -> bool:
     deadline = time.monotonic() + timeout
     delay = 0.002
     while True:
         reap()
-        if not live_group_members(pgid):
+        if group_gone(pgid):
             return True
         if time.monotonic() >= deadline:
             return False
@@ -194,9 +228,23 @@ def _wait_group_gone(pgid: int, timeout: float, reap: Callable[[], object]) -> b
         delay = min(delay * 1.5, 0.02)
 
 
+def sees_same(pid: int, path: Path) -> bool:
+    """Whether ``path``, looked up in process ``pid``'s root (its mount namespace), is the very
+    directory or file this process sees there (same device and inode). With ``hostPID`` a daemon
+    sees the processes of other containers, whose paths may read the same and be other files."""
+    try:
+        theirs = os.stat(PROC / str(pid) / "root" / str(path).lstrip("/"))
+        mine = os.stat(path)
+    except OSError:
+        return False
+    return (theirs.st_dev, theirs.st_ino) == (mine.st_dev, mine.st_ino)
+
+
 def find_aclservers(spec_dir: Path, *, run_dir: Path) -> list[tuple[int, str]]:
     """Live aclservers this daemon started: ``--spec <file in spec_dir>`` on the command line, or
-    forked by our zygote (its command line, and leading its own session). Returns (pid, why).
+    forked by our zygote (its command line, and leading its own session), where that directory is
+    the one this daemon uses (:func:`sees_same`: not another daemon's that reads the same). Returns
+    (pid, why).
     """
     found = []
     for entry in PROC.iterdir():
@@ -209,9 +257,9 @@ def find_aclservers(spec_dir: Path, *, run_dir: Path) -> list[tuple[int, str]]:
         why = ""
         if "--spec" in args:
             i = args.index("--spec")
-            if i + 1 < len(args) and Path(args[i + 1]).parent == spec_dir:
+            if i + 1 < len(args) and Path(args[i + 1]).parent == spec_dir and sees_same(pid, spec_dir):
                 why = f"spec {args[i + 1]}"
-        if not why and zygote_marker.is_zygote_cmdline(args, run_dir):
+        if not why and zygote_marker.is_zygote_cmdline(args, run_dir) and sees_same(pid, run_dir):
             st = stat(pid)
             if st is not None and st.pgrp == pid:
                 why = "forked by the zygote"

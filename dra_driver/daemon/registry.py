@@ -4,6 +4,11 @@ One JSON file (``registry.json`` under ``--state-dir``), versioned and checksumm
 atomically (temp file in the same directory, fsync, rename, fsync of the directory), mode 0600
 because it holds the claims' tokens. A missing file reads as empty; a corrupt one raises
 :class:`StateError` with code ``CheckpointCorrupt`` and can be set aside with :func:`quarantine`.
+
+The file is written compact: each entry is its canonical JSON (sorted keys, no spaces), the
+same text the checksum covers, so :class:`Writer` encodes an entity once and a save with N
+claims costs a join of N cached strings instead of N encodings (``bench/bench_scale.py``).
+Earlier daemons read it unchanged (version 1; whitespace never mattered to them).
 """
 
 from __future__ import annotations
@@ -53,10 +58,31 @@ def save(path: Path, entities: Iterable[Entity], *, sync: bool = True) -> None:
 
     ``sync=False`` defers durability to a later ``files.fsync_file(path)`` (see ``files.write_atomic``).
     """
-    entries = [e.to_dict() for e in sorted(entities, key=lambda e: e.claim_uid)]
-    doc = {"version": VERSION, "checksum": _checksum(entries), "entries": entries}
-    data = json.dumps(doc, indent=1, sort_keys=True).encode()
-    files.write_atomic(path, data, mode=0o600, sync=sync, dir_mode=0o700)
+    Writer(path).save(entities, sync=sync)
+
+
+class Writer:
+    """Saves the registry at ``path``, encoding each entity only when it changed. Not thread-safe:
+    the daemon saves under its registry lock."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._encoded: dict[str, tuple[Entity, str]] = {}
+
+    def save(self, entities: Iterable[Entity], *, sync: bool = True) -> None:
+        texts: list[str] = []
+        fresh: dict[str, tuple[Entity, str]] = {}
+        for e in sorted(entities, key=lambda e: e.claim_uid):
+            cached = self._encoded.get(e.claim_uid)
+            if cached is None or cached[0] is not e:
+                cached = (e, _canonical(e.to_dict()))
+            fresh[e.claim_uid] = cached
+            texts.append(cached[1])
+        self._encoded = fresh
+        listing = "[" + ",".join(texts) + "]"
+        checksum = "sha256:" + hashlib.sha256(listing.encode()).hexdigest()
+        data = f'{{"checksum":{json.dumps(checksum)},"entries":{listing},"version":{VERSION}}}'
+        files.write_atomic(self.path, data.encode(), mode=0o600, sync=sync, dir_mode=0o700)
 
 
 def quarantine(path: Path) -> Path:
@@ -71,6 +97,9 @@ def quarantine(path: Path) -> Path:
     return target
 
 
+def _canonical(doc: Any) -> str:
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"))
+
+
 def _checksum(entries: list[Any]) -> str:
-    canonical = json.dumps(entries, sort_keys=True, separators=(",", ":")).encode()
-    return "sha256:" + hashlib.sha256(canonical).hexdigest()
+    return "sha256:" + hashlib.sha256(_canonical(entries).encode()).hexdigest()

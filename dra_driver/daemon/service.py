@@ -21,12 +21,11 @@ import grpc
 
 from api_protos.gen import flexnpu_daemon_pb2 as pb
 from api_protos.gen import flexnpu_daemon_pb2_grpc as pb_grpc
-from dra_driver.daemon.manager import Manager
+from dra_driver.daemon.manager import VERSION, Manager
 from dra_driver.daemon_api import wire
-from dra_driver.daemon_api.values import HealthInfo
 from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput, StateError, Unavailable
 
-VERSION = "0.1.0"
+__all__ = ["STATUS_BY_ERROR", "VERSION", "DaemonServicer", "serve", "status_for"]
 
 #: Driver error class → gRPC status; the first matching row wins (most specific first).
 STATUS_BY_ERROR: tuple[tuple[type[FlexNPUError], grpc.StatusCode], ...] = (
@@ -69,17 +68,7 @@ class DaemonServicer(pb_grpc.FlexNPUDaemonServicer):
         )
 
     def Health(self, request: pb.HealthRequest, context: grpc.ServicerContext) -> pb.HealthResponse:  # noqa: N802
-        m = self.manager
-        info = HealthInfo(
-            ok=True,
-            pid=os.getpid(),
-            version=VERSION,
-            entities=m.entity_count(),
-            dies=len(m.dies),
-            started_at=m.started_at,
-            shm_problem=m.settings.shm_problem,
-        )
-        return wire.health_to_pb(info)
+        return wire.health_to_pb(self.manager.health(os.getpid()))
 
 
 def _call(context: grpc.ServicerContext, fn: Callable[[], _Resp]) -> _Resp:

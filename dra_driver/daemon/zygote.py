@@ -1,12 +1,15 @@
 """A small pre-imported process that forks aclservers fast (the daemon's optional launcher).
 
 ``python -m dra_driver.daemon.zygote --run-dir DIR`` imports ``dra_driver.aclserver.main`` once,
-announces ``{"ready": pid}``, then reads one JSON request per line on stdin (``{"spec": path, "stderr": path}``) and answers
-one line on stdout (``{"pid": n}`` or ``{"error": text}``). Each child starts its own session,
-sends stdout/stderr to the given file and runs ``dra_driver.aclserver.main.main``. Children
-carry the zygote's command line (with ``--run-dir``), which is how a restarted daemon finds
-orphans. The zygote ignores SIGCHLD (children are reaped by the kernel) and exits when stdin
-closes, i.e. when the daemon goes; the aclservers it forked keep running.
+announces ``{"ready": pid}``, then reads one JSON request per line on stdin
+(``{"spec": path, "stderr": path, "cgroup": [cgroup.procs paths]}``) and answers one line on
+stdout: ``{"pid": n}``, ``{"cgroup_error": text}`` or ``{"error": text}``. Each child starts its
+own session and sends stdout/stderr to the given file, then waits until the zygote has moved it
+into every cgroup named (so not a line of the aclserver runs outside them), and runs
+``dra_driver.aclserver.main.main``; when a cgroup cannot be joined the zygote kills the child and
+says why. Children carry the zygote's command line (with ``--run-dir``), which is how a
+restarted daemon finds orphans. The zygote ignores SIGCHLD (children are reaped by the kernel)
+and exits when stdin closes, i.e. when the daemon goes; the aclservers it forked keep running.
 
 It must never import grpc (forking a process with gRPC threads is unsafe) or anything heavy.
 """
@@ -22,7 +25,7 @@ import traceback
 from collections.abc import Callable, Sequence
 
 from dra_driver.aclserver import main as aclserver_main  # pre-imported once: the point of the zygote
-from dra_driver.daemon.zygote_marker import MODULE
+from dra_driver.daemon.zygote_marker import JOIN_CGROUP_STATUS, MODULE
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -40,25 +43,52 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             req = json.loads(line)
             spec_path, stderr_path = str(req["spec"]), str(req["stderr"])
+            cgroup = [str(p) for p in req.get("cgroup") or ()]
         except (ValueError, KeyError, TypeError) as exc:
             replies.write(json.dumps({"error": f"bad request: {exc}"}) + "\n")
             replies.flush()
             continue
-        try:
-            pid = os.fork()
-        except OSError as exc:
-            replies.write(json.dumps({"error": f"fork failed: {exc}"}) + "\n")
-            replies.flush()
-            continue
-        if pid == 0:
-            _child(spec_path, stderr_path, aclserver_main.main)
-        replies.write(json.dumps({"pid": pid}) + "\n")
+        replies.write(json.dumps(_fork(spec_path, stderr_path, cgroup)) + "\n")
         replies.flush()
     return 0
 
 
-def _child(spec_path: str, stderr_path: str, run: Callable[[Sequence[str]], int]) -> None:
-    """In the forked child: detach, redirect, run the aclserver, never return."""
+def _fork(spec_path: str, stderr_path: str, cgroup: Sequence[str]) -> dict[str, object]:
+    """Fork one aclserver, move it into ``cgroup`` before it runs, and say how that went."""
+    go_r, go_w = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        os.close(go_r)
+        os.close(go_w)
+        return {"error": f"fork failed: {exc}"}
+    if pid == 0:
+        os.close(go_w)
+        _child(spec_path, stderr_path, go_r, aclserver_main.main)
+    os.close(go_r)
+    try:
+        for procs in cgroup:
+            try:
+                _write_pid(procs, pid)
+            except OSError as exc:
+                os.kill(pid, signal.SIGKILL)
+                return {"cgroup_error": f"cannot move the aclserver into {procs}: {exc.strerror or exc}"}
+        os.write(go_w, b"1")
+    finally:
+        os.close(go_w)
+    return {"pid": pid}
+
+
+def _write_pid(procs: str, pid: int) -> None:
+    fd = os.open(procs, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.write(fd, str(pid).encode())
+    finally:
+        os.close(fd)
+
+
+def _child(spec_path: str, stderr_path: str, go: int, run: Callable[[Sequence[str]], int]) -> None:
+    """In the forked child: detach, redirect, wait to be in its cgroups, run the aclserver; never return."""
     code = 1
     try:
         os.setsid()
@@ -71,7 +101,13 @@ def _child(spec_path: str, stderr_path: str, run: Callable[[Sequence[str]], int]
         os.dup2(null, 0)
         os.dup2(out, 1)
         os.dup2(out, 2)
-        os.closerange(3, 1024)  # the zygote's pipes to the daemon must not leak into the aclserver
+        os.dup2(go, 3)
+        os.closerange(4, 1024)  # the zygote's pipes to the daemon must not leak into the aclserver
+        placed = os.read(3, 1) == b"1"  # the zygote moved us into our cgroups (EOF: it could not)
+        os.close(3)
+        if not placed:
+            code = JOIN_CGROUP_STATUS
+            return
         code = run(["--spec", spec_path])
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 MODULE = "dra_driver.daemon.zygote"
+JOIN_CGROUP_STATUS = 121
+"""Exit status of an aclserver that could not join its cgroup (the same for spawned ones)."""
 
 
 TITLE_ROOM = 192

@@ -11,7 +11,7 @@ here, never from the runtime in ``dra_driver/daemon/``; the protobuf conversions
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -49,9 +49,12 @@ class RegisterRequest:
     token: str
     shares: tuple[Share, ...]
     tcp_host: str = ""  # empty: the daemon's --tcp-host
+    tcp_port: int = field(default=0, compare=False)
+    """The TCP port to listen on if it is free (0: any). A wish, not part of the request's
+    identity: the node passes the recorded one when it registers a claim again (healing)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "claim_uid": self.claim_uid,
             "namespace": self.namespace,
             "name": self.name,
@@ -59,6 +62,9 @@ class RegisterRequest:
             "shares": [s.to_dict() for s in self.shares],
             "tcp_host": self.tcp_host,
         }
+        if self.tcp_port:
+            doc["tcp_port"] = self.tcp_port
+        return doc
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> RegisterRequest:
@@ -69,6 +75,7 @@ class RegisterRequest:
             token=str(doc["token"]),
             shares=tuple(Share.from_dict(s) for s in doc["shares"]),
             tcp_host=str(doc.get("tcp_host", "")),
+            tcp_port=int(doc.get("tcp_port", 0)),
         )
 
 
@@ -137,6 +144,16 @@ class EntityInfo:
     rss_bytes: int = -1
     started_at: float = 0.0
     message: str = ""
+    cgroup: str = ""
+    """The aclserver's own cgroup below each hierarchy's root; "" when it has none (unbounded)."""
+    memory_current_bytes: int = -1
+    memory_max_bytes: int = -1
+    memory_peak_bytes: int = -1
+    tasks_current: int = -1
+    tasks_max: int = -1
+    cpu_weight: int = -1
+    """On the cgroup v2 scale (100 = default)."""
+    oom_kills: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,3 +165,11 @@ class HealthInfo:
     dies: int
     started_at: float
     shm_problem: str = ""  # why a share's shm dir cannot be bounded ("": it can, or --shm-mount never)
+    adopted: bool = True
+    """The registry was recovered (every live aclserver re-adopted) and the API serves."""
+    cgroups: str = ""
+    """Where aclservers get their own cgroups ("" when they do not)."""
+    cgroup_problem: str = ""
+    """Why aclservers run unbounded in the daemon's cgroup ("" when they have their own)."""
+    instance: str = ""
+    """The daemon instance (its pod UID, ``--instance``) that answers."""

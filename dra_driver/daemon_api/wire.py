@@ -56,7 +56,7 @@ def register_request_to_pb(req: RegisterRequest) -> pb.RegisterRequest:
         name=req.name,
         token=req.token,
         shares=[share_to_pb(s) for s in req.shares],
-        transport=pb.Transport(tcp_host=req.tcp_host),
+        transport=pb.Transport(tcp_host=req.tcp_host, tcp_port=req.tcp_port),
     )
 
 
@@ -68,6 +68,7 @@ def register_request_from_pb(msg: pb.RegisterRequest) -> RegisterRequest:
         token=str(msg.token),
         shares=tuple(share_from_pb(s) for s in msg.shares),
         tcp_host=str(msg.transport.tcp_host),
+        tcp_port=int(msg.transport.tcp_port),
     )
 
 
@@ -123,6 +124,14 @@ def entity_to_pb(info: EntityInfo) -> pb.Entity:
         rss_bytes=info.rss_bytes,
         started_at=info.started_at,
         message=info.message,
+        cgroup=info.cgroup,
+        memory_current_bytes=info.memory_current_bytes,
+        memory_max_bytes=info.memory_max_bytes,
+        memory_peak_bytes=info.memory_peak_bytes,
+        tasks_current=info.tasks_current,
+        tasks_max=info.tasks_max,
+        cpu_weight=info.cpu_weight,
+        oom_kills=info.oom_kills,
     )
 
 
@@ -158,6 +167,14 @@ def entity_from_pb(msg: pb.Entity) -> EntityInfo:
         rss_bytes=int(msg.rss_bytes),
         started_at=float(msg.started_at),
         message=str(msg.message),
+        cgroup=str(msg.cgroup),
+        memory_current_bytes=int(msg.memory_current_bytes),
+        memory_max_bytes=int(msg.memory_max_bytes),
+        memory_peak_bytes=int(msg.memory_peak_bytes),
+        tasks_current=int(msg.tasks_current),
+        tasks_max=int(msg.tasks_max),
+        cpu_weight=int(msg.cpu_weight),
+        oom_kills=int(msg.oom_kills),
     )
 
 
@@ -170,6 +187,10 @@ def health_to_pb(info: HealthInfo) -> pb.HealthResponse:
         dies=info.dies,
         started_at=info.started_at,
         shm_problem=info.shm_problem,
+        adopted=info.adopted,
+        cgroups=info.cgroups,
+        cgroup_problem=info.cgroup_problem,
+        instance=info.instance,
     )
 
 
@@ -182,4 +203,8 @@ def health_from_pb(msg: pb.HealthResponse) -> HealthInfo:
         dies=int(msg.dies),
         started_at=float(msg.started_at),
         shm_problem=str(msg.shm_problem),
+        adopted=bool(msg.adopted),
+        cgroups=str(msg.cgroups),
+        cgroup_problem=str(msg.cgroup_problem),
+        instance=str(msg.instance),
     )

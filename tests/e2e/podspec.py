@@ -14,7 +14,7 @@ this runner silently ignores):
   Bidirectional -> rshared);
 * ``securityContext``: ``privileged``, ``runAsUser``/``runAsGroup``, ``capabilities`` (drop/add),
   ``allowPrivilegeEscalation: false`` (no-new-privileges), ``readOnlyRootFilesystem``;
-* pod ``hostNetwork`` (``--network=host``; otherwise no network);
+* pod ``hostNetwork`` (``--network=host``; otherwise no network) and ``hostPID`` (``--pid=host``);
 * init containers, in order, each to completion before the containers start;
 * exec probes, run with ``podman exec`` in the container's environment.
 
@@ -97,14 +97,27 @@ class RunningPod:
         return proc.stdout + proc.stderr
 
     def running(self, container: str) -> bool:
+        return self._inspect(container, "{{.State.Running}}") == "true"
+
+    def init_pid(self, container: str) -> int:
+        """The host PID of the container's first process (its "init"; 0 when it does not run)."""
+        return int(self._inspect(container, "{{.State.Pid}}") or 0)
+
+    def _inspect(self, container: str, template: str) -> str:
         proc = subprocess.run(
-            ["podman", "inspect", "--format", "{{.State.Running}}", self.containers[container]],
+            ["podman", "inspect", "--format", template, self.containers[container]],
             capture_output=True,
             text=True,
             timeout=30,
             check=False,
         )
-        return proc.stdout.strip() == "true"
+        return proc.stdout.strip()
+
+    def start_again(self, container: str) -> None:
+        """Start a stopped container again, as the kubelet restarts a pod's container."""
+        subprocess.run(
+            ["podman", "start", self.containers[container]], capture_output=True, timeout=120, check=True
+        )
 
     def stop(self, timeout: int = 20) -> None:
         for name in self.containers.values():
@@ -148,6 +161,8 @@ def podman_args(
     spec = pod["spec"]
     args = ["run", "-d", "--name", podman_name, "--pull=never", *img.RUN_FLAGS]
     args.append("--network=host" if spec.get("hostNetwork") else "--network=none")
+    if spec.get("hostPID"):
+        args.append("--pid=host")
     env = {
         "KUBERNETES_SERVICE_HOST": node.api_host,
         "KUBERNETES_SERVICE_PORT": str(node.api_port),

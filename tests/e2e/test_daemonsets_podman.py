@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import signal
 import socket
 import stat
 import subprocess
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +30,10 @@ import pytest
 from kubernetes import client
 
 from dra_driver import clientconf, netlink
+from dra_driver.daemon import cgroups, processes
+from dra_driver.daemon_api.values import EntityState
 from flexnpu_client.session import Session
+from flexnpu_testing.daemon import remove_cgroups
 from flexnpu_testing.fake_apiserver import FakeAPIServer
 from flexnpu_testing.kubelet import KubeletSimulator
 from flexnpu_testing.scheduler import SchedulerSim
@@ -55,6 +61,7 @@ class Cluster:
     docs: dict[str, dict[str, Any]]
     configmaps: dict[str, dict[str, Any]]
     link: str
+    cgroup_parent: str
 
 
 @pytest.fixture
@@ -65,6 +72,7 @@ def cluster(built: img.Built, api: FakeAPIServer, short_tmp: Path) -> Iterator[C
     cert, key = make_certificate(certs)
     sa_dir = podspec.write_service_account(short_tmp / "sa", cert.read_bytes(), RELEASE["Namespace"])
     link = f"fxs{uuid.uuid4().hex[:8]}"
+    cgroup_parent = f"flexnpu-e2e-{uuid.uuid4().hex[:8]}"  # this test's own, so no other daemon's is touched
     repo, tag = built.image.rsplit(":", 1)
     values = chart_values(
         {
@@ -75,6 +83,7 @@ def cluster(built: img.Built, api: FakeAPIServer, short_tmp: Path) -> Iterator[C
             "kubeletDir": str(root / "kubelet"),
             "plugin.controlLink": {"name": link, "cidr": "169.254.213.1/24"},
             "plugin.metricsPort": _free_port(),  # host network: not the default, which may be taken here
+            "daemon.cgroupParent": cgroup_parent,
         }
     )
     docs = {f"{d['kind']}/{d['metadata']['name']}": d for d in render_chart(values)}
@@ -89,16 +98,22 @@ def cluster(built: img.Built, api: FakeAPIServer, short_tmp: Path) -> Iterator[C
     subprocess.run(["mount", "--make-private", str(shm)], check=True)
     (root / "proc").mkdir()
     subprocess.run(["mount", "-t", "proc", "fx-node-proc", str(root / "proc")], check=True)
+    # The node's cgroup file system is the host's own (the daemon pod mounts it from the host).
+    cgroup_fs = root / "sys" / "fs" / "cgroup"
+    cgroup_fs.mkdir(parents=True)
+    subprocess.run(["mount", "--rbind", "/sys/fs/cgroup", str(cgroup_fs)], check=True)
+    subprocess.run(["mount", "--make-rprivate", str(cgroup_fs)], check=True)
     backend = urlsplit(api.url)
     try:
         with TLSProxy(cert, key, (backend.hostname or "127.0.0.1", backend.port or 80)) as proxy:
             node = podspec.NodeRoot(root, NODE, "127.0.0.1", proxy.port, sa_dir)
             try:
-                yield Cluster(api, node, docs, configmaps, link)
+                yield Cluster(api, node, docs, configmaps, link, cgroup_parent)
             finally:
                 netlink.remove_link(link)
     finally:
         podspec.unmount_under(root)
+        remove_cgroups(cgroup_parent)
 
 
 def _free_port() -> int:
@@ -113,6 +128,14 @@ def start(cluster: Cluster, name: str, pods: list[podspec.RunningPod]) -> podspe
     )
     pods.append(pod)
     return pod
+
+
+def remove_pods(pods: list[podspec.RunningPod]) -> None:
+    """Print each container's log (shown by pytest when the test failed), then remove the pods."""
+    for pod in pods:
+        for container in pod.containers:
+            print(f"==== {pod.name}/{container}\n{pod.logs(container)[-6000:]}")
+        pod.remove()
 
 
 def wait_ready(pod: podspec.RunningPod, container: str, timeout: float = 90) -> str:
@@ -150,6 +173,31 @@ def published(api: FakeAPIServer) -> list[dict[str, Any]]:
     return [d for s in json.loads(raw.data)["items"] for d in s["spec"].get("devices") or []]
 
 
+SHARE_REQUEST = {
+    "name": "vnpu",
+    "exactly": {
+        "deviceClassName": "vnpu.flexnpu.io",
+        "capacity": {"requests": {"memory": "256Mi", "compute": "20"}},
+    },
+}
+
+
+def host_conf(cluster: Cluster, share_uid: str) -> Path:
+    """The share's client.conf as the host sees it (the claim's shm dir under the node root, unix socket only)."""
+    root = cluster.node.root
+    conf = clientconf.load(root / "var/run/flexnpu/claims" / share_uid / "client.conf")
+    host_shm = cluster.node.host(f"/dev/shm/flexnpu/{share_uid}")
+    assert conf.endpoints.unix is not None
+    mapped = dataclasses.replace(
+        conf,
+        shm_dir=str(host_shm),
+        endpoints=clientconf.Endpoints(unix=str(host_shm / Path(conf.endpoints.unix).name), tcp=None),
+    )
+    path = root / f"host-client-{share_uid}.conf"
+    path.write_text(clientconf.render(mapped))
+    return path
+
+
 def test_daemonsets_run_as_rendered_and_serve_prepares(cluster: Cluster) -> None:
     from dra_kubeletplugin.claims import ClaimRef
 
@@ -181,17 +229,7 @@ def test_daemonsets_run_as_rendered_and_serve_prepares(cluster: Cluster) -> None
         whole_uid = create_claim(
             cluster.api, "whole", {"name": "npu", "exactly": {"deviceClassName": "npu.flexnpu.io"}}
         )
-        share_uid = create_claim(
-            cluster.api,
-            "share",
-            {
-                "name": "vnpu",
-                "exactly": {
-                    "deviceClassName": "vnpu.flexnpu.io",
-                    "capacity": {"requests": {"memory": "256Mi", "compute": "20"}},
-                },
-            },
-        )
+        share_uid = create_claim(cluster.api, "share", SHARE_REQUEST)
         sim.allocate(NAMESPACE, "whole", NODE, reserved_for=[consumer])
         sim.allocate(NAMESPACE, "share", NODE, reserved_for=[consumer])
         refs = [ClaimRef(NAMESPACE, whole_uid, "whole"), ClaimRef(NAMESPACE, share_uid, "share")]
@@ -230,16 +268,7 @@ def test_daemonsets_run_as_rendered_and_serve_prepares(cluster: Cluster) -> None
         conf_path = root / "var/run/flexnpu/claims" / share_uid / "client.conf"
         conf = clientconf.load(conf_path)
         assert [(s.memory_bytes, s.compute_percent) for s in conf.shares] == [(256 * MI, 20)]
-        host_shm = cluster.node.host(f"/dev/shm/flexnpu/{share_uid}")
-        assert conf.endpoints.unix is not None
-        mapped = dataclasses.replace(
-            conf,
-            shm_dir=str(host_shm),
-            endpoints=clientconf.Endpoints(unix=str(host_shm / Path(conf.endpoints.unix).name), tcp=None),
-        )
-        host_conf = root / "host-client.conf"
-        host_conf.write_text(clientconf.render(mapped))
-        with Session.open(host_conf) as session:
+        with Session.open(host_conf(cluster, share_uid)) as session:
             session.init()
             session.set_device(0)
             assert session.get_mem_info()[1] == 256 * MI
@@ -279,7 +308,119 @@ def test_daemonsets_run_as_rendered_and_serve_prepares(cluster: Cluster) -> None
             assert "Traceback" not in pod.logs(container), pod.logs(container)[-4000:]
         assert not reg2.exists()
     finally:
-        for pod in pods:  # diagnostics, shown by pytest when the test failed
-            for container in pod.containers:
-                print(f"==== {pod.name}/{container}\n{pod.logs(container)[-6000:]}")
-            pod.remove()
+        remove_pods(pods)
+
+
+class CallLoop:
+    """A client that keeps calling its share (``get_mem_info``) from a thread, counting what fails."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.calls = 0
+        self.failures: list[str] = []
+        self.free = -1
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="call-loop", daemon=True)
+
+    def __enter__(self) -> CallLoop:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.free = self.session.get_mem_info()[0]
+                self.calls += 1
+            except Exception as err:  # recorded, never raised: the test asserts on the record
+                self.failures.append(f"{type(err).__name__}: {err}")
+            self._stop.wait(0.005)  # pacing of the client's own calls, not a synchronisation
+
+    def served_since(self, mark: int) -> bool:
+        return self.calls > mark
+
+
+def test_daemon_container_restarts_leave_the_share_serving(cluster: Cluster) -> None:
+    """The chart's daemon container stopped and started again, then its init SIGKILLed and the container
+    started again, while a client keeps calling its share: no call fails, the aclserver is the same process
+    in its own cgroup outside the container, the quota and the allocation stay, and the new daemon re-adopts it."""
+    from dra_driver.claims import ClaimRef
+    from dra_driver.daemon_api.client import DaemonClient
+
+    root = cluster.node.root
+    pods: list[podspec.RunningPod] = []
+    try:
+        daemon = start(cluster, "flexnpu-daemon", pods)
+        assert "cgroups: cgroup" in wait_ready(daemon, "daemon")
+        plugin = start(cluster, "flexnpu-dra-plugin", pods)
+        wait_ready(plugin, "plugin")
+        wait_for(lambda: len(published(cluster.api)) >= 2, what="published devices", timeout=60)
+        kubelet = KubeletSimulator(root / "kubelet" / "plugins_registry").wait_for_plugin(DRIVER, timeout=30)
+        consumer = {"resource": "pods", "name": "p", "uid": str(uuid.uuid4())}
+        share_uid = create_claim(cluster.api, "share", SHARE_REQUEST)
+        SchedulerSim(cluster.api.api_client(), DRIVER).allocate(
+            NAMESPACE, "share", NODE, reserved_for=[consumer]
+        )
+        ref = ClaimRef(NAMESPACE, share_uid, "share")
+        assert kubelet.prepare([ref])[share_uid].error == ""
+        daemon_api = DaemonClient(root / "var/run/flexnpu/daemon.sock", timeout=10)
+        [ent] = daemon_api.list(probe=True)
+        pid = ent.pid
+        st = processes.stat(pid)
+        assert st is not None
+        started = st.start_time
+        assert ent.cgroup == f"{cluster.cgroup_parent}/aclserver-{share_uid}"
+        assert f"/{ent.cgroup}" in Path(f"/proc/{pid}/cgroup").read_text()
+        assert daemon.init_pid("daemon") not in (0, pid)
+
+        with Session.open(host_conf(cluster, share_uid)) as session:
+            session.init()
+            session.set_device(0)
+            ptr = session.malloc(16 * MI)
+            with CallLoop(session) as calls:
+                wait_for(lambda: calls.free == 240 * MI, what="the client calling", timeout=30)
+                for how in ("stop", "kill -9 of the container's init"):
+                    if how == "stop":
+                        daemon.stop()  # SIGTERM, as the kubelet sends; the runtime then kills what is in its cgroup
+                    else:
+                        os.kill(daemon.init_pid("daemon"), signal.SIGKILL)
+                    wait_for(
+                        lambda: not daemon.running("daemon"),
+                        what=f"daemon container gone after {how}",
+                        timeout=60,
+                    )
+                    if (
+                        how == "stop"
+                    ):  # it handled the SIGTERM itself (no SIGKILL by the runtime after its timeout)
+                        assert daemon.logs("daemon").count("received SIGTERM") == 1
+                    mark = calls.calls
+                    wait_for(
+                        lambda m=mark: calls.served_since(m),
+                        what=f"the share served with no daemon ({how})",
+                        timeout=30,
+                    )
+                    assert processes.is_alive(pid, started), f"aclserver pid {pid} died with {how}"
+                    daemon.start_again("daemon")
+                    wait_ready(daemon, "daemon")
+                    [again] = daemon_api.list(probe=True)
+                    assert (again.pid, again.state, again.restarts) == (pid, EntityState.RUNNING, 0), how
+                    assert "re-adopted aclserver pid" in daemon.logs("daemon")
+                    mark = calls.calls
+                    wait_for(lambda m=mark: calls.served_since(m), what=f"calls after {how}", timeout=30)
+            assert calls.failures == []
+            assert session.get_mem_info() == (240 * MI, 256 * MI)  # the quota and the allocation stayed
+            session.free(ptr)
+        daemon_api.close()
+        assert kubelet.unprepare([ref]) == {share_uid: ""}
+        wait_for(lambda: not processes.is_alive(pid, started), what="aclserver gone", timeout=30)
+        left = cgroups.existing(Path("/sys/fs/cgroup"), cluster.cgroup_parent)
+        assert left is not None and left.claims() == set()  # the claim's cgroup went with it
+        kubelet.close()
+        for pod, container in ((plugin, "plugin"), (daemon, "daemon")):
+            pod.stop()
+            assert "Traceback" not in pod.logs(container), pod.logs(container)[-4000:]
+    finally:
+        remove_pods(pods)

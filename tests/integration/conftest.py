@@ -209,3 +209,28 @@ def node_factory(api: FakeAPIServer, short_tmp: Path) -> Iterator[Callable[..., 
 @pytest.fixture
 def node(node_factory: Callable[..., Node]) -> Node:
     return node_factory().start()
+
+
+MakeDaemon = Callable[..., DaemonProc]
+
+
+@pytest.fixture
+def make_daemon() -> Iterator[MakeDaemon]:
+    """Real daemons on temp dirs (``DaemonProc``); each removed at the end, the last made first (a
+    later instance on the same node would restart what an earlier one's cleanup kills)."""
+    made: list[DaemonProc] = []
+
+    def make(
+        *,
+        command: str | None = None,
+        extra: tuple[str, ...] = (),
+        start: bool = True,
+        same_node_as: DaemonProc | None = None,
+    ) -> DaemonProc:
+        d = DaemonProc(command=command, extra=extra, same_node_as=same_node_as)
+        made.append(d)
+        return d.start() if start else d
+
+    yield make
+    for d in reversed(made):
+        d.cleanup()

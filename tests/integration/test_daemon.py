@@ -7,7 +7,7 @@ import os
 import signal
 import stat
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,23 +16,8 @@ from dra_driver.daemon import processes
 from dra_driver.daemon_api.values import EntityState, RegisterRequest
 from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput, StateError, Unavailable
 from tests.integration import daemon_harness as h
+from tests.integration.conftest import MakeDaemon
 from tests.integration.daemon_harness import DaemonProc, gone, ping_tcp, ping_unix, request, share, wait_for
-
-MakeDaemon = Callable[..., DaemonProc]
-
-
-@pytest.fixture
-def make_daemon() -> Iterator[MakeDaemon]:
-    made: list[DaemonProc] = []
-
-    def make(*, command: str | None = None, extra: tuple[str, ...] = (), start: bool = True) -> DaemonProc:
-        d = DaemonProc(command=command, extra=extra)
-        made.append(d)
-        return d.start() if start else d
-
-    yield make
-    for d in made:
-        d.cleanup()
 
 
 @pytest.fixture

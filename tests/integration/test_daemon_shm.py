@@ -230,15 +230,7 @@ def test_host_memory_sizes_the_tmpfs_and_bounds_host_buffers(daemon: DaemonProc)
 
 
 def _probe_daemon(d: DaemonProc) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, FLEXNPU_DAEMON_SOCKET=str(d.socket))
-    return subprocess.run(
-        [sys.executable, "-m", "dra_driver.probes", "daemon"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return d.probe("daemon")
 
 
 def test_a_daemon_in_its_own_namespace_refuses_shares_it_cannot_bound() -> None:

@@ -26,7 +26,6 @@ from dra_driver import clientconf
 from dra_driver.claims import ClaimResult
 from dra_driver.daemon_api.values import EntityInfo
 from dra_kubeletplugin.claims import ClaimRef
-from flexnpu_client.errors import ConnectError
 from flexnpu_client.session import Session
 from flexnpu_testing.kubelet import KubeletSimulator, PluginHandle
 from flexnpu_testing.waiting import wait_for
@@ -175,10 +174,29 @@ def test_daemon_sigkilled_readopts_live_aclservers(fnode: Node) -> None:
 # -- 2. an aclserver crashes ----------------------------------------------------------------
 
 
-def test_aclserver_killed_restarted_once_then_reported_down(fnode: Node) -> None:
+def _ready_condition(node: Node, name: str) -> dict[str, Any]:
+    devices = (claim_doc(node, name).get("status") or {}).get("devices") or []
+    return next(c for c in devices[0]["conditions"] if c["type"] == "Ready")
+
+
+def _healed(node: Node, name: str, uid: str, *, was: int) -> EntityInfo:
+    """Wait until the claim serves again as another aclserver and its status says so."""
+    cond = wait_for(
+        lambda: (c := _ready_condition(node, name))["reason"] == "AclserverRestarted" and c,
+        what="Ready=True AclserverRestarted",
+        timeout=60,
+    )
+    assert cond["status"] == "True" and "device memory was lost" in cond["message"], cond
+    healed = _entities(node)[uid]
+    assert str(healed.state) == "Running" and healed.pid != was
+    return healed
+
+
+def test_aclserver_killed_restarted_once_then_down_then_healed(fnode: Node) -> None:
     a, _ = _prepare(fnode, "a")
     first = _entities(fnode)[a.uid]
     wait_for(lambda: _ready(fnode, "a") == ("True", "Prepared"), what="Ready=True after prepare")
+    conf_before = (fnode.dirs["run"] / "claims" / a.uid / "client.conf").read_text()
 
     # first kill: the daemon restarts it (default --max-restarts 1) on the same endpoints
     os.killpg(first.pid, signal.SIGKILL)
@@ -193,19 +211,53 @@ def test_aclserver_killed_restarted_once_then_reported_down(fnode: Node) -> None
     with Session.open(_host_conf(fnode, a.uid), timeout=5) as s:  # client.conf still right
         s.init()
 
-    # second kill: no more restarts; the claim reports it and clients fail fast
+    # second kill: past the daemon's budget. The claim says so, then the node registers the share
+    # again from its checkpoint record: same token and endpoints, so the same client.conf works.
     os.killpg(second.pid, signal.SIGKILL)
     wait_for(
         lambda: _ready(fnode, "a") == ("False", "AclserverDown"), what="Ready=False AclserverDown", timeout=30
     )
-    down = _entities(fnode)[a.uid]
-    assert str(down.state) != "Running" and down.restarts == 1
-    assert fnode.daemon is not None and fnode.daemon.aclserver_pids() == []
+    healed = _healed(fnode, "a", a.uid, was=second.pid)
+    assert healed.endpoints == first.endpoints
+    assert (fnode.dirs["run"] / "claims" / a.uid / "client.conf").read_text() == conf_before
     for prefer in ("unix", "tcp"):
-        with pytest.raises(ConnectError, match="no aclserver endpoint answered"):
-            Session.open(_host_conf(fnode, a.uid), prefer=prefer, timeout=2)
-
+        with Session.open(_host_conf(fnode, a.uid), prefer=prefer, timeout=5) as s:
+            s.init()  # the tenant's next aclInit works; its device memory is gone, the whole quota free
+            s.set_device(0)
+            free, total = s.get_mem_info()
+            assert free == total
+    assert "aclserver gone for good" in fnode.log()
     assert _kubelet(fnode).unprepare([a]) == {a.uid: ""}
+    assert_clean(fnode, set())
+
+
+def test_share_healed_when_the_daemon_lost_its_aclserver(fnode: Node) -> None:
+    """A daemon pod deleted where aclservers cannot outlive it: the new daemon finds the aclserver
+    dead and drops its entry; the node registers the share again from its checkpoint record."""
+    a, _ = _prepare(fnode, "a")
+    b, _ = _prepare(fnode, "b")
+    before = _entities(fnode)
+    wait_for(lambda: _ready(fnode, "a") == ("True", "Prepared"), what="Ready=True after prepare")
+    conf_before = (fnode.dirs["run"] / "claims" / a.uid / "client.conf").read_text()
+    with Session.open(_host_conf(fnode, a.uid)) as s:
+        s.init()
+        s.set_device(0)
+        s.malloc(64 * 1024 * 1024)
+    assert fnode.daemon is not None
+    fnode.daemon.stop(signal.SIGKILL)
+    os.killpg(before[a.uid].pid, signal.SIGKILL)  # gone with the daemon's pod
+    wait_for(lambda: before[a.uid].pid not in fnode.daemon.aclserver_pids(), what="aclserver gone")
+    fnode.daemon.start()
+    assert "removed Running entry" in fnode.daemon.log()
+    healed = _healed(fnode, "a", a.uid, was=before[a.uid].pid)
+    assert healed.endpoints.unix_socket == before[a.uid].endpoints.unix_socket
+    assert (fnode.dirs["run"] / "claims" / a.uid / "client.conf").read_text() == conf_before
+    with Session.open(_host_conf(fnode, a.uid)) as s:
+        s.init()
+        s.set_device(0)
+        assert s.get_mem_info()[0] == s.get_mem_info()[1]  # the old allocation went with the old aclserver
+    assert _entities(fnode)[b.uid].pid == before[b.uid].pid  # the other share was re-adopted, not touched
+    assert _kubelet(fnode).unprepare([a, b]) == {a.uid: "", b.uid: ""}
     assert_clean(fnode, set())
 
 

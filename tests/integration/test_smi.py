@@ -7,6 +7,7 @@ aclservers stopped by ``unregister``, and clear exits when the daemon is not the
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from types import SimpleNamespace
 import pytest
 
 from dra_driver.checkpoint import ClaimState
+from dra_driver.daemon import bounds
 from dra_driver.daemon_api.values import Endpoints, EntityInfo, EntityState, ShareUsage
 from dra_driver.devices import DieMode
 from dra_driver.records import DieRecord
@@ -54,6 +56,17 @@ def test_info_shows_each_vnpu_and_unregister_stops_an_orphan(daemon: DaemonProc)
     )  # probed: idle
     assert rows[1]["MEM(MiB) USED/QUOTA"] == "0/2048"
     assert all(r["RESIDUAL"].startswith("yes: orphan aclserver") for r in rows)  # no checkpoint owns it
+    # The aclserver's own cgroup: its host memory within its bound (both quotas, staging, overhead),
+    # its tasks, its CPU weight from the claim's compute quota (30 % + 100 %).
+    want = bounds.bounds_for(
+        [share(2, compute=30), share(5, vid=1, mem_gib=2, compute=100)],
+        max_sessions=16,
+        staging_bytes=8 * MIB,
+        overhead_bytes=bounds.DEFAULT_MEMORY_OVERHEAD_BYTES,
+    )
+    used, limit = rows[0]["HOST MEM(MiB) USED/MAX"].split("/")
+    assert int(used) > 0 and int(limit) == want.memory_bytes // MIB
+    assert rows[0]["TASKS USED/MAX"].endswith(f"/{want.tasks}") and rows[0]["CPU WEIGHT"] == "130"
 
     out = daemon.smi("unregister", "-u", claim, "--json")
     assert out.returncode == 0, out.stderr
@@ -138,3 +151,53 @@ def test_two_vnpus_of_one_claim_on_one_die_show_their_own_usage() -> None:
         ("1", "100/256", "7/20"),
     ]
     assert all(r["RESIDUAL"] == "no" and r["PODS"] == "pods/p" for r in rows)
+
+
+def _bounded(state: EntityState, **figures: int) -> EntityInfo:
+    return dataclasses.replace(_entity("u1", state=state), cgroup="flexnpu.slice/aclserver-u1", **figures)
+
+
+@pytest.mark.parametrize(
+    ("ent", "cells"),
+    [
+        pytest.param(None, ("-", "-", "-"), id="no-aclserver"),
+        pytest.param(_entity("u1"), ("unbounded", "unbounded", "unbounded"), id="in-the-daemon's-cgroup"),
+        pytest.param(
+            _bounded(
+                EntityState.RUNNING,
+                memory_current_bytes=40 * MIB,
+                memory_max_bytes=408 * MIB,
+                tasks_current=5,
+                tasks_max=1216,
+                cpu_weight=30,
+            ),
+            ("40/408", "5/1216", "30"),
+            id="own-cgroup",
+        ),
+        pytest.param(_bounded(EntityState.RUNNING), ("-/max", "-/max", "-"), id="figures-unknown"),
+    ],
+)
+def test_bounds_cells(ent: EntityInfo | None, cells: tuple[str, str, str]) -> None:
+    got = smi.bounds_cells(ent)
+    assert (got["HOST MEM(MiB) USED/MAX"], got["TASKS USED/MAX"], got["CPU WEIGHT"]) == cells
+
+
+@pytest.mark.parametrize(
+    ("ent", "daemon_known", "state"),
+    [
+        pytest.param(_entity("u1"), True, "PrepareCompleted", id="serving"),
+        pytest.param(_entity("u1", state=EntityState.EXITED), True, "AclserverDown (Exited)", id="down"),
+        pytest.param(None, True, "AclserverMissing", id="unknown-to-the-daemon"),
+        pytest.param(None, False, "PrepareCompleted", id="daemon-unreachable-says-nothing"),
+    ],
+)
+def test_state_cell_says_when_the_aclserver_is_not_serving(
+    ent: EntityInfo | None, daemon_known: bool, state: str
+) -> None:
+    entry = SimpleNamespace(state=ClaimState.PREPARE_COMPLETED)
+    assert smi.state_cell(entry, ent, shares=True, daemon_known=daemon_known) == state  # type: ignore[arg-type]
+
+
+def test_oom_kills_are_shown_with_the_aclserver() -> None:
+    ent = dataclasses.replace(_entity("u1", restarts=1, state=EntityState.EXITED), oom_kills=2)
+    assert smi.aclserver_cell(ent) == "- Exited (restarts 1, OOM kills 2)"

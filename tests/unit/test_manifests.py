@@ -512,11 +512,16 @@ def test_kubelet_dir_moves_every_kubelet_path() -> None:
 @pytest.mark.parametrize(
     "emulated_node", [pytest.param(False, id="real-node"), pytest.param(True, id="emulated")]
 )
-def test_daemon_daemonset_is_on_delete(emulated_node: bool) -> None:
+def test_daemon_daemonset_rolls_with_aclservers_outside_its_pod(emulated_node: bool) -> None:
     docs = {d["metadata"]["name"]: d for d in render_chart(chart_values({"emulated.enabled": emulated_node}))}
     ds = docs["flexnpu-daemon"]
-    assert ds["spec"]["updateStrategy"] == {"type": "OnDelete"}
+    # The old pod goes first (no surge: only one instance may adopt); its aclservers keep serving.
+    assert ds["spec"]["updateStrategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0},
+    }
     pod = ds["spec"]["template"]["spec"]
+    assert pod["hostPID"] is True  # aclservers in the host PID namespace, not one that dies with the pod
     (ctr,) = pod["containers"]
     assert ctr["command"] == ["flexnpu-daemon"]
     sc = ctr["securityContext"]
@@ -538,10 +543,17 @@ def test_daemon_daemonset_is_on_delete(emulated_node: bool) -> None:
     assert host[init_mounts["/host/proc"]["name"]] == "/proc"
     assert host[mounts["/dev/shm/flexnpu"]["name"]] == "/dev/shm/flexnpu"
     assert "env" not in init
-    for probe in ("readinessProbe", "livenessProbe"):
-        assert ctr[probe]["exec"]["command"] == ["python3", "-m", "dra_driver.probes", "daemon"]
+    assert ctr["livenessProbe"]["exec"]["command"] == ["python3", "-m", "dra_driver.probes", "daemon"]
+    assert ctr["readinessProbe"]["exec"]["command"] == ["python3", "-m", "dra_driver.probes", "daemon-ready"]
     assert pod["automountServiceAccountToken"] is False
     env = _container_env(ds)
+    # The host's cgroup file system, where each aclserver gets a bounded cgroup outside the pod's.
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes[mounts["/host/sys/fs/cgroup"]["name"]]["hostPath"]["path"] == "/sys/fs/cgroup"
+    assert env["FLEXNPU_DAEMON_CGROUP_ROOT"]["value"] == "/host/sys/fs/cgroup"
+    assert env["FLEXNPU_DAEMON_CGROUPS"]["value"] == "auto"
+    assert env["FLEXNPU_DAEMON_CGROUP_PARENT"]["value"] == "flexnpu.slice"
+    assert env["FLEXNPU_DAEMON_INSTANCE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.uid"
     assert ("FLEXNPU_DAEMON_INVENTORY" in env) == emulated_node
     assert ("FLEXNPU_DAEMON_NPU_SMI" in env) != emulated_node
     used = {m["name"] for c in [*pod["containers"], *pod["initContainers"]] for m in c["volumeMounts"]}
