@@ -1,5 +1,6 @@
 """``flexnpu-dra``: ``plugin`` runs the node process; ``probe`` asks it whether its loops are alive;
-``demo`` walks claims through a local node."""
+``webhook`` serves the admission webhook that checks VnpuConfig at ``kubectl apply``; ``demo`` walks
+claims through a local node."""
 
 from __future__ import annotations
 
@@ -30,6 +31,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     probe.add_argument(
         "--timeout", type=float, default=5.0, help="seconds to wait for the answer (default 5)"
     )
+    webhook = sub.add_parser(
+        "webhook", help="serve the validating admission webhook for VnpuConfig in claims and claim templates"
+    )
+    config.add_flags(webhook, config.WEBHOOK_FLAGS)
     demo = sub.add_parser("demo", help="local node with emulated NPUs; walk claims through their lifecycle")
     demo.add_argument("--keep", action="store_true", help="keep the temporary directory for inspection")
     args = parser.parse_args(argv)
@@ -46,6 +51,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"flexnpu-dra plugin: {err}", file=sys.stderr)
             return 2
         return node.run(cfg)
+    if args.command == "webhook":
+        return _webhook(args)
     if args.command == "probe":
         return _probe(args.host, args.port, args.timeout)
     try:  # the demo drives test doubles, which a production image need not ship
@@ -58,6 +65,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     return demo_mod.run(keep=args.keep)
+
+
+def _webhook(args: argparse.Namespace) -> int:
+    from controller import webhook
+    from dra_driver import logs
+
+    try:
+        cfg = config.build_webhook(config.resolve(args, os.environ, config.WEBHOOK_FLAGS))
+    except FlexNPUError as err:
+        print(f"flexnpu-dra webhook: {err}", file=sys.stderr)
+        return 2
+    logs.setup(cfg.log_level, json_format=cfg.log_json)
+    return webhook.run(cfg)
 
 
 def _probe(host: str, port: int, timeout: float) -> int:
