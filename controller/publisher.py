@@ -349,6 +349,8 @@ class SlicePublisher:
         self.last_result: SyncResult | None = None
         self.last_error: FlexNPUError | None = None
         self.syncs = 0
+        self.published = threading.Event()
+        """Set once a sync made the whole pool published (the readiness of the node process)."""
         self._signal = _Signal()
         self._sync_lock = threading.Lock()
 
@@ -371,6 +373,7 @@ class SlicePublisher:
             result = self._apply(plan)
             self.syncs += 1
             self.last_result = result
+            self.published.set()
             return result
 
     def _apply(self, plan: Plan) -> SyncResult:

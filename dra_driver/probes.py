@@ -5,7 +5,9 @@
 * the registration socket answers ``GetInfo`` as a ``DRAPlugin`` named after this driver, with this instance's
   DRA endpoint — what the kubelet's plugin watcher asks first;
 * the DRA endpoint serves a ``NodePrepareResources`` call with no claims (the kubelet's own service, through the
-  plugin's handler, changes nothing).
+  plugin's handler, changes nothing);
+* the instance says it serves (``dra_driver/readiness.py``): the kubelet registered it and it has published a
+  complete pool — a plugin that never published a slice is not ready.
 
 ``python3 -m dra_driver.probes daemon``: ``flexnpu-daemon``'s API socket answers ``Health`` with ``ok``.
 
@@ -28,7 +30,7 @@ from api_protos.gen import (
     pluginregistration_v1_pb2,
     pluginregistration_v1_pb2_grpc,
 )
-from dra_driver import config
+from dra_driver import config, readiness
 from dra_driver.errors import FlexNPUError
 
 __all__ = ["check_daemon", "check_plugin", "main"]
@@ -64,7 +66,13 @@ def check_plugin(env: Mapping[str, str], timeout: float = DEFAULT_TIMEOUT) -> st
             dra.NodePrepareResources(dra_v1_pb2.NodePrepareResourcesRequest(), timeout=timeout)
     except grpc.RpcError as exc:
         raise ProbeFailed(f"DRA endpoint {info.endpoint} did not answer: {exc.code().name}") from None
-    return f"plugin {cfg.driver_name} answers on {reg} and {info.endpoint}"
+    ready_file = readiness.path_for(cfg.paths.run_dir, cfg.pod_uid)
+    state = readiness.read(ready_file)
+    if state is None:
+        raise ProbeFailed(f"no readiness record {ready_file}: the node process has not started its loops")
+    if not state.ready:
+        raise ProbeFailed(f"plugin {cfg.driver_name} answers on {reg} but is not ready: {state.missing()}")
+    return f"plugin {cfg.driver_name} answers on {reg} and {info.endpoint}, registered, pool published"
 
 
 def check_daemon(env: Mapping[str, str], timeout: float = DEFAULT_TIMEOUT) -> str:

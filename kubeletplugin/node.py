@@ -11,6 +11,7 @@ prepared claims are not touched, so a restart or rolling update is seamless.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 from collections.abc import Callable
@@ -20,7 +21,7 @@ from controller.cleanup import Reconciler
 from controller.kube import Kube
 from controller.publisher import SlicePublisher
 from controller.status import ClaimStatusWriter
-from dra_driver import cdi, discovery, liveness, logs, netlink, slices, sweep, usage_metrics, vnpu
+from dra_driver import cdi, discovery, liveness, logs, netlink, readiness, slices, sweep, usage_metrics, vnpu
 from dra_driver.checkpoint import CheckpointStore
 from dra_driver.claims import DeviceHealthReport
 from dra_driver.config import Config
@@ -37,6 +38,8 @@ log = logging.getLogger("flexnpu.node")
 
 LOOP_ACLSERVERS = "aclserver-monitor"
 LOOP_REDISCOVER = "rediscover"
+LOOP_READINESS = "readiness"
+READINESS_PERIOD = 0.5
 ACLSERVER_PERIOD = 2.0
 """Seconds between two looks at the daemon's aclservers."""
 
@@ -166,6 +169,7 @@ class NodeProcess(NodeCore):
             ),
         )
         self.stop_event = threading.Event()
+        self.readiness_file = readiness.path_for(cfg.paths.run_dir, cfg.pod_uid)
         self.use_counters = True
         self.pool = self._desired()
         self.health = InventoryHealth(self.inventory, cfg.pool_name, self.pool.device_names)
@@ -270,6 +274,7 @@ class NodeProcess(NodeCore):
         self._threads.append(r)
         if self.daemon is not None:
             self._loop(LOOP_ACLSERVERS, self._aclserver_pass(), deadline=ACLSERVER_PERIOD * 5 + 60)
+        self._loop(LOOP_READINESS, self._readiness_pass(), deadline=READINESS_PERIOD * 10 + 60)
         if self.cfg.rediscover_seconds > 0:
             self._loop(
                 LOOP_REDISCOVER, self._rediscover_pass(), deadline=self.cfg.rediscover_seconds * 2 + 120
@@ -294,6 +299,25 @@ class NodeProcess(NodeCore):
         )
         t.start()
         self._threads.append(t)
+
+    def _readiness_pass(self) -> Callable[[], float | None]:
+        """Record whether this instance serves (registered by the kubelet, pool published) for the
+        readiness probe (dra_driver/readiness.py), on every change."""
+        last: list[readiness.State | None] = [None]
+
+        def iteration() -> float | None:
+            state = readiness.State(
+                registered=self.server.registration.registered.is_set(),
+                published=self.publisher.published.is_set(),
+                pid=os.getpid(),
+            )
+            if state != last[0]:
+                readiness.write(self.readiness_file, state)
+                log.info("readiness: %s", "ready" if state.ready else f"not ready: {state.missing()}")
+                last[0] = state
+            return READINESS_PERIOD
+
+        return iteration
 
     def _rediscover_pass(self) -> Callable[[], float | None]:
         """Discover the dies again; on a change (health, dies added or gone) republish and re-report health."""
@@ -389,6 +413,7 @@ class NodeProcess(NodeCore):
             t.join(timeout=10)
         self.close()
         self.telemetry.shutdown()
+        readiness.remove(self.readiness_file)
         log.info("node process stopped; sockets removed")
 
 
