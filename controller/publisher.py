@@ -376,6 +376,19 @@ class SlicePublisher:
             self.published.set()
             return result
 
+    def withdraw(self) -> int:
+        """Delete every slice of this driver on this node (a clean uninstall); how many went.
+        Call it only once nothing publishes any more (the run loop has ended)."""
+        with self._sync_lock:
+            existing, _ = self.kube.list_slices(driver=self.driver_name, node=self.node_name)
+            for item in existing:
+                meta = item["metadata"]
+                self.kube.delete_slice(
+                    meta["name"], uid=meta["uid"], resource_version=meta["resourceVersion"]
+                )
+            self.published.clear()
+            return len(existing)
+
     def _apply(self, plan: Plan) -> SyncResult:
         deleted = updated = created = 0
 

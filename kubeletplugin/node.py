@@ -15,6 +15,7 @@ import os
 import signal
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from types import FrameType
 
 from controller.cleanup import Reconciler
@@ -300,6 +301,43 @@ class NodeProcess(NodeCore):
         t.start()
         self._threads.append(t)
 
+    def _leave_node(self) -> None:
+        """A clean stop of the last instance on the node (an uninstall, not a rolling update, whose surge
+        pod still serves): withdraw this node's slices at once (the kubelet would only after 30 s), and
+        remove the control link when nothing is prepared here any more. On doubt (another instance
+        may answer, the daemon does not, a claim is recorded) everything stays."""
+        others = other_instances(
+            self.cfg.paths.kubelet_registry_dir, self.cfg.driver_name, str(self.cfg.dra_socket)
+        )
+        if others:
+            log.info(
+                "stop: %d other instance(s) serve this node (%s); slices stay", len(others), ", ".join(others)
+            )
+            return
+        try:
+            withdrawn = self.publisher.withdraw()
+            log.info("stop: last instance on the node; withdrew %d ResourceSlice(s)", withdrawn)
+        except FlexNPUError as err:
+            log.warning("stop: could not withdraw the slices (the kubelet removes them 30 s after): %s", err)
+        if not self.cfg.control_link or not self._nothing_prepared():
+            return
+        try:
+            if netlink.remove_link(self.cfg.control_link):
+                log.info(
+                    "stop: nothing prepared on the node; removed the control link %s", self.cfg.control_link
+                )
+        except FlexNPUError as err:
+            log.warning("stop: could not remove the control link %s: %s", self.cfg.control_link, err)
+
+    def _nothing_prepared(self) -> bool:
+        try:
+            if self.store.read().claims:
+                return False
+            return self.daemon is None or not self.daemon.list()
+        except FlexNPUError as err:
+            log.info("stop: keeping the control link, cannot prove nothing is prepared: %s", err)
+            return False
+
     def _readiness_pass(self) -> Callable[[], float | None]:
         """Record whether this instance serves (registered by the kubelet, pool published) for the
         readiness probe (dra_driver/readiness.py), on every change."""
@@ -411,10 +449,33 @@ class NodeProcess(NodeCore):
         self.server.stop(grace=5.0)
         for t in self._threads:
             t.join(timeout=10)
+        self._leave_node()
         self.close()
         self.telemetry.shutdown()
         readiness.remove(self.readiness_file)
         log.info("node process stopped; sockets removed")
+
+
+def other_instances(
+    registry_dir: Path, driver_name: str, own_endpoint: str, *, timeout: float = 2.0
+) -> list[str]:
+    """Endpoints of other live instances of this driver: registration sockets in the kubelet's registry
+    that answer GetInfo as this driver with another endpoint (a rolling update's other pod)."""
+    import grpc
+
+    from api_protos.gen import pluginregistration_v1_pb2, pluginregistration_v1_pb2_grpc
+
+    found = []
+    for sock in sorted(registry_dir.glob(f"{driver_name}*-reg.sock")):
+        try:
+            with grpc.insecure_channel(f"unix:{sock}") as channel:
+                stub = pluginregistration_v1_pb2_grpc.RegistrationStub(channel)  # type: ignore[no-untyped-call]
+                info = stub.GetInfo(pluginregistration_v1_pb2.InfoRequest(), timeout=timeout)
+        except grpc.RpcError:
+            continue  # a stale socket: nobody serves it
+        if info.name == driver_name and info.endpoint != own_endpoint:
+            found.append(info.endpoint)
+    return found
 
 
 def run(cfg: Config) -> int:
