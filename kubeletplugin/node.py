@@ -10,6 +10,7 @@ prepared claims are not touched, so a restart or rolling update is seamless.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -22,12 +23,24 @@ from controller.cleanup import Reconciler
 from controller.kube import Kube
 from controller.publisher import SlicePublisher
 from controller.status import ClaimStatusWriter
-from dra_driver import cdi, discovery, liveness, logs, netlink, readiness, slices, sweep, usage_metrics, vnpu
+from dra_driver import (
+    cdi,
+    discovery,
+    liveness,
+    logs,
+    netlink,
+    readiness,
+    rediscovery,
+    slices,
+    sweep,
+    usage_metrics,
+    vnpu,
+)
 from dra_driver.checkpoint import CheckpointStore
 from dra_driver.claims import DeviceHealthReport
 from dra_driver.config import Config
 from dra_driver.daemon.client import DaemonClient
-from dra_driver.devices import DieMode, Health, Inventory
+from dra_driver.devices import Die, DieMode, Health, Inventory
 from dra_driver.errors import FlexNPUError
 from dra_driver.telemetry import Telemetry
 from dra_driver.vnpu import sweeping
@@ -91,6 +104,8 @@ class NodeCore:
             str(m) in ("hard", "all") for m in self.inventory.die_modes.values()
         )
         self._foreign: tuple[vnpu.Vnpu, ...] = ()
+        self.withheld: frozenset[int] = frozenset()
+        """Dies discovered but not published yet: not every part that serves them can (rediscovery)."""
         self.preparer = Preparer(
             settings=PrepareSettings(
                 driver_name=cfg.driver_name,
@@ -221,13 +236,20 @@ class NodeProcess(NodeCore):
             log.warning("%s; publishing each die in one mode only (no whole+share on one die)", err)
             self.use_counters = False
 
+    def mode_of(self, die: Die, inventory: Inventory) -> DieMode:
+        return slices.resolve_mode(die, inventory, DieMode(self.cfg.default_mode))
+
     def _desired(self) -> slices.DesiredPool:
-        mode = DieMode(self.cfg.default_mode)
+        published = self.inventory
+        if self.withheld:
+            published = dataclasses.replace(
+                published, dies=tuple(d for d in published.dies if d.phy_id not in self.withheld)
+            )
         return slices.build_pool(
-            self.inventory,
+            published,
             driver_name=self.cfg.driver_name,
             node_name=self.cfg.node_name,
-            mode_of=lambda die: slices.resolve_mode(die, self.inventory, mode),
+            mode_of=lambda die: self.mode_of(die, published),
             use_counters=self.use_counters,
             max_shares_per_die=self.cfg.max_shares_per_die,
             held=self._held(),
@@ -375,18 +397,78 @@ class NodeProcess(NodeCore):
         return iteration
 
     def _rediscover_once(self, source: discovery.Discovery) -> None:
+        """Serve a changed inventory as one: make the node able to serve it (emulated device root, vNPU
+        manager), then publish each die once every part that serves it can (dra_driver/rediscovery.py)."""
         fresh = source.discover()
-        if fresh != self.inventory:
-            changed = sorted(
-                {d.phy_id for d in fresh.dies} ^ {d.phy_id for d in self.inventory.dies}
-                | {d.phy_id for d in fresh.dies if d not in self.inventory.dies}
+        if fresh == self.inventory and not self.withheld:
+            return
+        change = rediscovery.describe(self.inventory, fresh, self.mode_of)
+        if change:
+            log.warning("inventory changed: %s", change.text())
+            self._serve_inventory(fresh)
+        served_shared = {
+            d.phy_id
+            for d in self.inventory.dies
+            if d.phy_id not in self.withheld and rediscovery.needs_daemon(self.mode_of(d, self.inventory))
+        }
+        withheld = rediscovery.withheld(
+            fresh, self.mode_of, daemon_dies=self._daemon_dies(), served_shared=served_shared
+        )
+        if withheld:
+            log.warning(
+                "die(s) %s not published yet: flexnpu-daemon does not serve them yet (it discovers again every"
+                " --rediscover-seconds)",
+                sorted(withheld),
             )
-            log.warning("inventory changed (dies %s); republishing slices and health", changed)
-            self.inventory = fresh
-            self.health.inventory = fresh
-            self.health.published = set(self._desired().device_names)
-            self.publisher.trigger()
-            self.server.notify_health_changed()
+        elif self.withheld:
+            log.info("die(s) %s now served by flexnpu-daemon: publishing them", sorted(self.withheld))
+        if fresh == self.inventory and withheld == self.withheld:
+            return
+        self.inventory = fresh
+        self.withheld = withheld
+        self.health.inventory = fresh
+        self.health.published = set(self._desired().device_names)
+        self.publisher.trigger()
+        self.server.notify_health_changed()
+
+    def _serve_inventory(self, fresh: Inventory) -> None:
+        """Before a changed inventory is published: the emulated device nodes of new dies, and a vNPU
+        manager that knows them when any die now offers templates."""
+        if self.cfg.build_device_root:
+            from dra_driver import devroot
+
+            devroot.build_for_config(self.cfg)
+        needs_hard = any(self.mode_of(d, fresh) in rediscovery.HARD_MODES for d in fresh.dies)
+        if needs_hard:
+            self.vnpus = vnpu.from_config(
+                inventory=fresh,
+                emulated=self.cfg.inventory is not None,
+                device_root=self.cfg.paths.device_root,
+                npu_smi=self.cfg.npu_smi,
+            )
+            if self.preparer.hard is None:
+                log.info("a die now offers hard-split templates: the vNPU manager is started")
+            self.hard_split = True
+            self.preparer.set_hard(
+                hardsplit.HardVnpus(self.vnpus, lambda: self.inventory, self.cfg.paths.state_dir)
+            )
+            self.reconciler.places = dataclasses.replace(
+                self.reconciler.places,
+                hard=sweeping.HardSweep(self.vnpus, lambda: self.inventory, self.cfg.paths.state_dir),
+            )
+
+    def _daemon_dies(self) -> frozenset[int] | None:
+        """The dies flexnpu-daemon serves now; None when it cannot say (unreachable, or too old)."""
+        if self.daemon is None:
+            return None
+        try:
+            health = self.daemon.health()
+        except FlexNPUError as err:
+            log.info("rediscovery: cannot ask flexnpu-daemon which dies it serves: %s", err)
+            return None
+        if not health.die_ids and health.dies:
+            return None
+        return frozenset(health.die_ids)
 
     def _check_boot(self) -> None:
         """After a reboot the tmpfs state (CDI specs, client.conf, shm) and the aclservers are gone.

@@ -69,6 +69,11 @@ class Preparer:
             node_name=settings.pool_name, driver_name=settings.driver_name, enabled=False
         )
 
+    def set_hard(self, hard: HardVnpus) -> None:
+        """Serve hard-split vNPUs with ``hard`` from now on (an inventory change added template dies)."""
+        self.hard = hard
+        self.effects.hard = hard
+
     # -- kubelet calls ---------------------------------------------------------------------
 
     def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, ClaimResult]:

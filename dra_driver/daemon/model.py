@@ -189,6 +189,8 @@ class HealthInfo:
     entities: int
     dies: int
     started_at: float
+    die_ids: tuple[int, ...] = ()
+    """Physical IDs of the dies served now (empty from a daemon older than this field)."""
 
 
 @dataclass(frozen=True, slots=True)

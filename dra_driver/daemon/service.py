@@ -77,6 +77,7 @@ class DaemonServicer(pb_grpc.FlexNPUDaemonServicer):
             entities=m.entity_count(),
             dies=len(m.dies),
             started_at=m.started_at,
+            die_ids=tuple(sorted(m.dies)),
         )
         return wire.health_to_pb(info)
 

@@ -169,6 +169,7 @@ def health_to_pb(info: HealthInfo) -> pb.HealthResponse:
         entities=info.entities,
         dies=info.dies,
         started_at=info.started_at,
+        die_ids=list(info.die_ids),
     )
 
 
@@ -180,4 +181,5 @@ def health_from_pb(msg: pb.HealthResponse) -> HealthInfo:
         entities=int(msg.entities),
         dies=int(msg.dies),
         started_at=float(msg.started_at),
+        die_ids=tuple(int(d) for d in msg.die_ids),
     )
