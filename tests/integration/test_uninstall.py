@@ -6,8 +6,6 @@ and nothing else. Real node process, daemon, netlink (root), the fake API server
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 from collections.abc import Callable
 
 import pytest
@@ -15,19 +13,9 @@ import pytest
 from dra_driver.claims import ClaimRef
 from tests.integration.conftest import NAMESPACE, NODE, Node, wait_for
 from tests.integration.lifecycle_helpers import share_request
+from tests.integration.test_smi_node import _smi as smi
 
 pytestmark = pytest.mark.root
-
-
-def smi(node: Node, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "kubeletplugin.smi", *args],
-        env=node.env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 def link_exists(name: str) -> bool:
