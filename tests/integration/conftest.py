@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from dra_driver import discovery, netlink
+from dra_driver import discovery, netlink, readiness
 from dra_driver.testing import waiting
 from dra_driver.testing.devroot import build_device_root
 from dra_driver.testing.fake_apiserver import FakeAPIServer
@@ -100,6 +100,11 @@ class Node:
                 stderr=subprocess.STDOUT,
             )
         self.kubelet = KubeletSimulator(self.dirs["registry"]).wait_for_plugin(DRIVER, timeout=30)
+        if not getattr(self.api, "_down", False):  # as the kubelet marks it Ready: its pool is published
+            path = readiness.path_for(self.dirs["run"], self.env.get("FLEXNPU_POD_UID") or None)
+            wait_for(
+                "the node's pool published", lambda: (st := readiness.read(path)) is not None and st.published
+            )
         return self
 
     def stop(self, sig: int = signal.SIGTERM) -> int:

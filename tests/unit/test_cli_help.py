@@ -20,7 +20,7 @@ DIST = "flexnpu-dra-driver"
 EXPECTED_SCRIPTS = {"flexnpu-dra", "flexnpu-daemon", "flexnpu-smi", "flexnpu-aclserver"}
 EXPECTED_SUBCOMMANDS = {
     "flexnpu-dra": {"plugin", "probe", "webhook", "demo"},
-    "flexnpu-smi": {"info", "cleanup", "unregister", "adopt", "discard"},
+    "flexnpu-smi": {"info", "cleanup", "unregister", "adopt", "discard", "uninstall"},
 }
 
 
