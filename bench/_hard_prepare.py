@@ -20,7 +20,7 @@ from typing import Any
 import _node
 from _node import cluster, ms, pct
 
-from dra_driver.claims import ClaimRef
+from dra_kubeletplugin.claims import ClaimRef
 from tests.integration.conftest import DRIVER, NAMESPACE, NODE, Node
 
 HARD_CEL = f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].mode == "hard"'

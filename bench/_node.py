@@ -17,9 +17,10 @@ from typing import Any
 from kubernetes import client
 
 from dra_driver import netlink
-from dra_driver.testing.daemon import DaemonProc
-from dra_driver.testing.fake_apiserver import FakeAPIServer
-from tests.integration.conftest import NAMESPACE, NODE, SOFT_CEL, WHOLE_CEL, Node, make_node, wait_for
+from flexnpu_testing.daemon import DaemonProc
+from flexnpu_testing.fake_apiserver import FakeAPIServer
+from flexnpu_testing.waiting import wait_for
+from tests.integration.conftest import NAMESPACE, NODE, SOFT_CEL, WHOLE_CEL, Node, make_node
 
 CLASSES: tuple[tuple[str, str], ...] = (("npu.flexnpu.io", WHOLE_CEL), ("vnpu.flexnpu.io", SOFT_CEL))
 
@@ -72,7 +73,7 @@ def cluster(
             node = make_node(srv, root / "n0", inventory, **env)
             node.daemon = daemon
             node.start()
-            wait_for("published devices", node.devices, timeout=published_timeout)
+            wait_for(node.devices, what="published devices", timeout=published_timeout)
             yield node
         finally:
             srv.set_down(False)  # a fault the soak left on must not stall the teardown

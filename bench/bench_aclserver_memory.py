@@ -13,8 +13,8 @@ import time
 
 from _aclbench import med, p99, workdir
 
-from dra_driver.client import Session
-from dra_driver.testing import aclservers
+from flexnpu_client import Session
+from flexnpu_testing import aclservers
 
 
 def pss_kib(pid: int) -> dict[str, int]:

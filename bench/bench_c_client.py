@@ -34,7 +34,7 @@ from _aclbench import med, p99, workdir
 from bench_roundtrip import ECHO
 
 from dra_driver import clientconf
-from dra_driver.testing import aclservers, clibrary
+from flexnpu_testing import aclservers, clibrary
 
 HERE = Path(__file__).parent
 MIB = 1 << 20

@@ -16,9 +16,9 @@ import time
 from _aclbench import workdir
 
 from dra_driver.aclserver import ledger
-from dra_driver.aclserver.codes import Policy
-from dra_driver.testing import aclservers
-from dra_driver.testing.aclservers import Tenant
+from flexnpu_testing import aclservers
+from flexnpu_testing.aclservers import Tenant
+from flexnpu_wire.codes import Policy
 
 SCENARIOS = [
     ("fixed 30/70, both busy", [(30, Policy.FIXED), (70, Policy.FIXED)], [0, 1], [0.30, 0.70]),

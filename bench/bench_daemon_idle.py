@@ -21,9 +21,10 @@ import uuid
 from pathlib import Path
 
 from dra_driver.daemon import processes, shmfs
-from dra_driver.daemon.client import DaemonClient
-from dra_driver.daemon.model import RegisterRequest, Share
-from dra_driver.testing import inventories
+from dra_driver.daemon_api.client import DaemonClient
+from dra_driver.daemon_api.values import RegisterRequest
+from flexnpu_testing import inventories
+from flexnpu_wire.shares import Share
 
 TICK = os.sysconf("SC_CLK_TCK")
 

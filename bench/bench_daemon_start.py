@@ -22,11 +22,12 @@ import time
 import uuid
 from pathlib import Path
 
-from dra_driver.aclserver import protocol
 from dra_driver.daemon import processes
-from dra_driver.daemon.client import DaemonClient
-from dra_driver.daemon.model import RegisterRequest, Share
-from dra_driver.testing import inventories
+from dra_driver.daemon_api.client import DaemonClient
+from dra_driver.daemon_api.values import RegisterRequest
+from flexnpu_testing import inventories
+from flexnpu_wire import framing as protocol
+from flexnpu_wire.shares import Share
 
 
 def rss_kib(pid: int) -> int:

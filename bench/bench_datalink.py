@@ -16,10 +16,10 @@ import time
 import numpy as np
 from _aclbench import med, p99, workdir
 
-from dra_driver.aclserver import spec as spec_mod
-from dra_driver.aclserver.codes import MemcpyKind
-from dra_driver.client import Session
-from dra_driver.testing import aclservers
+from flexnpu_client import Session
+from flexnpu_testing import aclservers
+from flexnpu_wire import launch
+from flexnpu_wire.codes import MemcpyKind
 
 SIZE = 64 << 20
 H2D, D2H = MemcpyKind.HOST_TO_DEVICE, MemcpyKind.DEVICE_TO_HOST
@@ -55,7 +55,7 @@ def main() -> None:
             work,
             shares=[aclservers.share(0, memory=2 * SIZE + (1 << 20))],
             ledger_dir=str(work / "ledger"),
-            staging_bytes=spec_mod.DEFAULT_STAGING_BYTES,
+            staging_bytes=launch.DEFAULT_STAGING_BYTES,
             # the claim's own tmpfs, as flexnpu-daemon makes it (huge pages; needs root)
             shm_mount_bytes=(3 * SIZE) if args.shm_mount else None,
         ) as srv,

@@ -4,7 +4,7 @@ Publish (16 Atlas A3 dies, mode ``all``: whole + soft + every template instance 
 baseline is the same node in mode ``both``, measured in the same run, interleaved):
 
 * ``build``: ``slices.build_pool`` + ``slices.validate_pool`` (pure);
-* ``publish``: the real slice publisher (``controller/publisher.py``) writing the pool into an
+* ``publish``: the real slice controller (``dra_kubeletplugin/resourceslice/``) writing the pool into an
   empty fake API server (every slice created), and a re-sync with nothing to change;
 * slice bytes: the JSON of every slice as the API server stores it.
 
@@ -35,10 +35,11 @@ from _node import ms, pct  # noqa: E402
 from kubernetes import client  # noqa: E402
 
 from controller.kube import Kube  # noqa: E402
-from controller.publisher import SlicePublisher  # noqa: E402
 from dra_driver import logs, slices  # noqa: E402
 from dra_driver.devices import Die, DieMode, Inventory  # noqa: E402
-from dra_driver.testing.fake_apiserver import FakeAPIServer  # noqa: E402
+from dra_kubeletplugin.resourceslice.controller import SliceController  # noqa: E402
+from dra_kubeletplugin.resourceslice.pools import DriverResources  # noqa: E402
+from flexnpu_testing.fake_apiserver import FakeAPIServer  # noqa: E402
 
 DRIVER = "npu.flexnpu.io"
 NODE = "bench-node"
@@ -81,11 +82,11 @@ def publish_once(inv: Inventory, mode: DieMode) -> tuple[float, float, int, int]
         api_client = srv.api_client()
         core: Any = client.CoreV1Api(api_client)
         core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
-        pub = SlicePublisher(
+        pub = SliceController(
             Kube(api_client),
             driver_name=DRIVER,
             node_name=NODE,
-            desired=lambda: build(inv, mode),
+            resources=DriverResources.single(build(inv, mode)),
             log=logs.claim_logger("-", base=logging.getLogger("bench")),
         )
         t0 = time.perf_counter()

@@ -29,7 +29,7 @@ from dra_driver.aclserver.backend import Buffer
 from dra_driver.aclserver.backend_emulated import EmulatedBackend
 from dra_driver.aclserver.streams import Streams, Task
 from dra_driver.client import Session
-from dra_driver.testing import aclservers, clibrary
+from flexnpu_testing import aclservers, clibrary
 from flexnpu_wire import modelfile as mf
 
 HERE = Path(__file__).parent

@@ -38,7 +38,7 @@ if str(REPO) not in sys.path:
 
 from _node import cluster, ms, pct  # noqa: E402
 
-from dra_driver.claims import ClaimRef  # noqa: E402
+from dra_kubeletplugin.claims import ClaimRef  # noqa: E402
 from tests.integration.conftest import (  # noqa: E402
     NAMESPACE,
     NODE,
@@ -104,7 +104,7 @@ def prepare_cycle(
         if out != {ref.uid: ""}:
             raise SystemExit(f"unprepare failed: {out}")
         claims.drop(ref)
-        wait_for("aclservers gone", lambda: not node.daemon.aclserver_pids(), timeout=30)  # type: ignore[union-attr]
+        wait_for(lambda: not node.daemon.aclserver_pids(), what="aclservers gone", timeout=30)  # type: ignore[union-attr]
     return prep, unprep
 
 
@@ -139,7 +139,7 @@ def back_to_back(node: Node, claims: Claims, count: int, *, batched: bool) -> fl
         raise SystemExit(f"unprepare failed: {out}")
     for ref in refs:
         claims.drop(ref)
-    wait_for("aclservers gone", lambda: not node.daemon.aclserver_pids(), timeout=60)  # type: ignore[union-attr]
+    wait_for(lambda: not node.daemon.aclserver_pids(), what="aclservers gone", timeout=60)  # type: ignore[union-attr]
     return total
 
 

@@ -45,9 +45,10 @@ if str(REPO) not in sys.path:
 from kubernetes import client  # noqa: E402
 
 from dra_driver import netlink  # noqa: E402
-from dra_driver.claims import ClaimRef  # noqa: E402
-from dra_driver.testing.fake_apiserver import FakeAPIServer  # noqa: E402
-from tests.integration.conftest import DRIVER, NAMESPACE, NODE, WHOLE_CEL, Node, make_node, wait_for  # noqa: E402
+from dra_kubeletplugin.claims import ClaimRef  # noqa: E402
+from flexnpu_testing.fake_apiserver import FakeAPIServer  # noqa: E402
+from flexnpu_testing.waiting import wait_for  # noqa: E402
+from tests.integration.conftest import DRIVER, NAMESPACE, NODE, WHOLE_CEL, Node, make_node  # noqa: E402
 
 FOREIGN_NS = "elsewhere"
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -120,7 +121,7 @@ def cluster(root: Path) -> Iterator[Node]:
         )
         try:
             node.start()
-            wait_for("published devices", node.devices, timeout=30)
+            wait_for(node.devices, what="published devices", timeout=30)
             yield node
         finally:
             node.stop()

@@ -29,12 +29,12 @@ from pathlib import Path
 from _aclbench import med, p99, workdir
 
 from dra_driver import clientconf
-from dra_driver.aclserver import protocol
-from dra_driver.aclserver.codes import MemAttr
-from dra_driver.aclserver.protocol import Op
-from dra_driver.client import Session
-from dra_driver.testing import aclservers
-from dra_driver.testing.aclservers import RunningAclServer
+from flexnpu_client import Session
+from flexnpu_testing import aclservers
+from flexnpu_testing.aclservers import RunningAclServer
+from flexnpu_wire import framing as protocol
+from flexnpu_wire.codes import MemAttr
+from flexnpu_wire.framing import Op
 
 REQUEST = len(protocol.encode(Op.GET_MEM_INFO, 1, (int(MemAttr.HBM_MEM),)))
 REPLY = len(protocol.encode_reply(Op.GET_MEM_INFO, 1, 0, 1, 2))

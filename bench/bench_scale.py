@@ -45,8 +45,9 @@ if str(REPO) not in sys.path:
 
 from _node import cluster, pct  # noqa: E402
 
-from dra_driver.claims import ClaimRef  # noqa: E402
-from tests.integration.conftest import NAMESPACE, NODE, Node, wait_for  # noqa: E402
+from dra_kubeletplugin.claims import ClaimRef  # noqa: E402
+from flexnpu_testing.waiting import wait_for  # noqa: E402
+from tests.integration.conftest import NAMESPACE, NODE, Node  # noqa: E402
 
 WHOLE = {"name": "npu", "exactly": {"deviceClassName": "npu.flexnpu.io"}}
 SHARE = {
@@ -237,7 +238,7 @@ def release_all(node: Node, claims: Claims, held: list[ClaimRef]) -> float:
     for ref in held:
         claims.drop(ref)
     held.clear()
-    wait_for("aclservers gone", lambda: not node.daemon.aclserver_pids(), timeout=120)  # type: ignore[union-attr]
+    wait_for(lambda: not node.daemon.aclserver_pids(), what="aclservers gone", timeout=120)  # type: ignore[union-attr]
     return took
 
 

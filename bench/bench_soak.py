@@ -50,9 +50,10 @@ if str(REPO) not in sys.path:
 
 from _node import cluster  # noqa: E402
 
-from dra_driver.claims import ClaimRef  # noqa: E402
-from dra_driver.testing.fake_apiserver import Ambiguity  # noqa: E402
-from tests.integration.conftest import NAMESPACE, NODE, Node, wait_for  # noqa: E402
+from dra_kubeletplugin.claims import ClaimRef  # noqa: E402
+from flexnpu_testing.fake_apiserver import Ambiguity  # noqa: E402
+from flexnpu_testing.waiting import wait_for  # noqa: E402
+from tests.integration.conftest import NAMESPACE, NODE, Node  # noqa: E402
 from tests.integration.lifecycle_helpers import (  # noqa: E402
     assert_clean,
     assert_share_works,
@@ -92,7 +93,7 @@ class Soak:
 
     def kubelet(self) -> Any:
         """The kubelet's handle on the plugin (waits while the node process restarts)."""
-        return wait_for("the plugin registered", lambda: self.node.kubelet, timeout=60)
+        return wait_for(lambda: self.node.kubelet, what="the plugin registered", timeout=60)
 
     def fail(self, what: str, message: str) -> None:
         self.failures[what] += 1
@@ -211,8 +212,8 @@ class Soak:
         )
         try:
             wait_for(
-                "every claim the API no longer wants here removed by the node",
                 lambda: checkpoint_uids(self.node) <= keep,
+                what="every claim the API no longer wants here removed by the node",
                 timeout=120,
             )
         except Exception as exc:

@@ -36,7 +36,7 @@ if str(REPO) not in sys.path:
 
 from kubernetes import client  # noqa: E402
 
-from dra_driver.testing.fake_apiserver import FakeAPIServer  # noqa: E402
+from flexnpu_testing.fake_apiserver import FakeAPIServer  # noqa: E402
 from tests.integration.conftest import DRIVER, NAMESPACE, NODE, make_node  # noqa: E402
 
 

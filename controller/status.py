@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from controller.kube import Kube
-from dra_driver.claims import ClaimRef
+from dra_kubeletplugin.claims import ClaimRef
 
 
 class ClaimStatusWriter:

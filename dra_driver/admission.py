@@ -10,7 +10,9 @@ drivers' configs are never looked at): the parameters decode strictly (kind, api
 misspelled fields, wrong types, unknown values, ``hostMemory``); ``config[i].requests`` name requests
 of the claim; and for each share request (its device class is a share class) the claim's configs,
 overlaid in order, give a ``vnpus`` that divides the request's ``memory`` and ``compute``
-(defaults and 128 MiB rounding as the published request policy has them). Class-level configs are
+(defaults and 128 MiB rounding as the published request policy has them), and names the policy
+the request's DeviceClass serves, when the webhook knows it (``class=policy`` in
+``--share-classes``). Class-level configs are
 not seen here (prepare still applies them first); a claim the webhook admits can still fail at
 prepare on what only the node knows (the die, the class config).
 
@@ -25,6 +27,7 @@ from typing import Any
 
 from dra_driver import sharing
 from dra_driver.errors import ErrorCode, InvalidInput, quote
+from dra_driver.sharing import Policy
 
 __all__ = ["KINDS", "Verdict", "check_object", "review"]
 
@@ -39,6 +42,24 @@ DEFAULT_COMPUTE = 1
 class Verdict:
     allowed: bool
     message: str = ""
+
+
+def parse_share_classes(items: Iterable[str]) -> dict[str, Policy | None]:
+    """``class`` or ``class=policy`` entries (the webhook's ``--share-classes``): the DeviceClasses of shares,
+    each with the policy its devices serve when known."""
+    out: dict[str, Policy | None] = {}
+    for item in items:
+        name, _, policy = item.partition("=")
+        try:
+            out[name.strip()] = Policy(policy.strip()) if policy.strip() else None
+        except ValueError:
+            raise InvalidInput(
+                f"unknown policy {quote(policy)} for share class {quote(name)}; use one of"
+                f" {', '.join(p.value for p in Policy)}",
+                code=ErrorCode.INVALID_CONFIG,
+                field="share-classes",
+            ) from None
+    return out
 
 
 def review(doc: Any, *, driver_name: str, share_classes: Iterable[str]) -> dict[str, Any]:
@@ -63,7 +84,7 @@ def review(doc: Any, *, driver_name: str, share_classes: Iterable[str]) -> dict[
             obj,
             namespace=str(request.get("namespace") or ""),
             driver_name=driver_name,
-            share_classes=frozenset(share_classes),
+            share_classes=parse_share_classes(share_classes),
         )
     response: dict[str, Any] = {"uid": request["uid"], "allowed": verdict.allowed}
     if not verdict.allowed:
@@ -76,7 +97,12 @@ def review(doc: Any, *, driver_name: str, share_classes: Iterable[str]) -> dict[
 
 
 def check_object(
-    kind: str, obj: Mapping[str, Any], *, namespace: str, driver_name: str, share_classes: frozenset[str]
+    kind: str,
+    obj: Mapping[str, Any],
+    *,
+    namespace: str,
+    driver_name: str,
+    share_classes: Mapping[str, Policy | None],
 ) -> Verdict:
     """Whether a ResourceClaim or ResourceClaimTemplate ``obj`` may be stored."""
     meta = _map(obj.get("metadata"))
@@ -116,7 +142,7 @@ class _Config:
 
 
 def _check_devices(
-    devices: Mapping[str, Any], *, prefix: str, driver_name: str, share_classes: frozenset[str]
+    devices: Mapping[str, Any], *, prefix: str, driver_name: str, share_classes: Mapping[str, Policy | None]
 ) -> None:
     requests = _list(devices.get("requests"))
     names = {str(r.get("name")) for r in requests if isinstance(r, Mapping)}
@@ -132,9 +158,32 @@ def _check_devices(
                 ((f"{prefix}.config[{c.index}].opaque.parameters", c.parameters) for c in applied),
                 claim_uid="",
             )
+            served = share_classes.get(str(sub.get("deviceClassName")))
+            if (
+                served is not None
+                and any("policy" in c.parameters for c in applied)
+                and resolved.policy != served
+            ):
+                at = [c.index for c in applied if "policy" in c.parameters][-1]
+                better = [k for k, v in share_classes.items() if v == resolved.policy]
+                raise InvalidInput(
+                    f"policy {quote(str(resolved.policy))} does not agree with the DeviceClass"
+                    f" {quote(sub.get('deviceClassName'))} of {where}, whose share devices serve"
+                    f" {quote(str(served))} shares: ask for {quote(str(resolved.policy))} share devices"
+                    + (f" (the DeviceClass {better[0]})" if better else "")
+                    + ", so that the scheduler places the share on a die without another policy",
+                    code=ErrorCode.INVALID_OPAQUE_CONFIG,
+                    field=f"{prefix}.config[{at}].opaque.parameters.policy",
+                )
             if resolved.vnpus > 1:
                 quota = _requested_quota(sub, where=f"{where}.capacity.requests")
-                sharing.split(quota, resolved.vnpus, claim_uid="", field=f"{where}.capacity.requests")
+                sharing.split(
+                    quota,
+                    resolved.vnpus,
+                    memory_only=resolved.memory_only,
+                    claim_uid="",
+                    field=f"{where}.capacity.requests",
+                )
 
 
 def _own_configs(raw: Any, *, prefix: str, driver_name: str, names: set[str]) -> Iterable[_Config]:
@@ -167,7 +216,7 @@ def _own_configs(raw: Any, *, prefix: str, driver_name: str, names: set[str]) ->
 
 
 def _share_requests(
-    req: Mapping[str, Any], where: str, share_classes: frozenset[str]
+    req: Mapping[str, Any], where: str, share_classes: Mapping[str, Policy | None]
 ) -> Iterable[tuple[str, Mapping[str, Any], Sequence[str]]]:
     """(field, request body, names a config may use for it) of each share (sub)request."""
     name = str(req.get("name"))

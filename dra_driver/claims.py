@@ -1,79 +1,28 @@
-"""Types that cross the kubelet boundary: claim references and per-claim results.
+"""The driver's side of the kubelet boundary: the per-claim error rule; the boundary's types are the helper's.
 
-``kubeletplugin/`` converts generated protobuf messages to and from these, so the domain
-core never sees protobuf types.
+:func:`claim_error` turns whatever a claim's prepare or unprepare raised into the driver error the
+kubelet sees for that claim. The types that cross the boundary (claim references, fetched claims,
+results, health reports, the call deadline) are ``dra_kubeletplugin.claims``; the names below are
+documented aliases for their old import path (``dra_driver.claims.<name>``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from contextvars import ContextVar
-from dataclasses import dataclass
-from typing import Protocol
 
 from dra_driver.errors import QUOTE_MAX, ErrorCode, FlexNPUError, StateError
+from dra_kubeletplugin.claims import CALL_DEADLINE, ClaimRef, DeviceHealthReport, HealthSource, PreparedDevice
+from dra_kubeletplugin.claims import PrepareResult as ClaimResult
 
-CALL_DEADLINE: ContextVar[float | None] = ContextVar("flexnpu_call_deadline", default=None)
-"""``time.monotonic()`` by which the kubelet's current call must be answered (None: no deadline).
-
-Set by ``kubeletplugin/claimbatch.py`` around a preparer call; the preparer starts no claim and
-no retry that would outlive it.
-"""
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimRef:
-    """What the kubelet sends for one claim: namespace, UID and name (all required)."""
-
-    namespace: str
-    uid: str
-    name: str
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedDevice:
-    """One prepared device of a claim, as returned to the kubelet."""
-
-    request_names: tuple[str, ...]
-    pool: str
-    device: str
-    cdi_device_ids: tuple[str, ...]
-    share_id: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimResult:
-    """The outcome for one claim: devices, or a non-empty error (never both)."""
-
-    devices: tuple[PreparedDevice, ...] = ()
-    error: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceHealthReport:
-    """Health of one published device, for the kubelet's DRA health stream."""
-
-    pool: str
-    device: str
-    healthy: bool | None  # None = unknown
-    message: str = ""
-
-
-class ClaimPreparer(Protocol):
-    """What the kubelet face calls. One result per claim UID, always; never raises for one bad claim."""
-
-    def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, ClaimResult]: ...
-
-    def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
-        """Return claim UID -> error text ("" on success). Unknown claims succeed."""
-        ...
-
-
-class HealthSource(Protocol):
-    """Current health of every published device (the full set each time)."""
-
-    def device_health(self) -> list[DeviceHealthReport]: ...
+__all__ = [
+    "CALL_DEADLINE",
+    "ClaimRef",
+    "ClaimResult",
+    "DeviceHealthReport",
+    "HealthSource",
+    "PreparedDevice",
+    "claim_error",
+]
 
 
 def claim_error(

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.errors import ErrorCode, InvalidInput
+from dra_kubeletplugin import sockets
 from flexnpu_wire.launch import DEFAULT_MAX_SHARES_PER_DIE
 
 DEFAULT_CLIENT_LIBRARY = "/usr/lib/flexnpu/libascendcl.so"
@@ -145,20 +146,26 @@ class Config:
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @property
+    def socket_paths(self) -> sockets.Sockets:
+        """The plugin's socket paths, named by the kubelet-plugin helper (per instance with a pod UID)."""
+        return sockets.plugin_sockets(
+            self.driver_name,
+            pod_uid=self.pod_uid,
+            registry_dir=self.paths.kubelet_registry_dir,
+            plugins_dir=self.paths.kubelet_plugins_dir,
+        )
+
+    @property
     def plugin_dir(self) -> Path:
-        return self.paths.kubelet_plugins_dir / self.driver_name
+        return self.socket_paths.plugin_dir
 
     @property
     def dra_socket(self) -> Path:
-        name = f"dra-{self.pod_uid}.sock" if self.pod_uid else "dra.sock"
-        return self.plugin_dir / name
+        return self.socket_paths.dra
 
     @property
     def registration_socket(self) -> Path:
-        name = (
-            f"{self.driver_name}-{self.pod_uid}-reg.sock" if self.pod_uid else f"{self.driver_name}-reg.sock"
-        )
-        return self.paths.kubelet_registry_dir / name
+        return self.socket_paths.registration
 
     @property
     def pool_name(self) -> str:
@@ -312,7 +319,8 @@ WEBHOOK_FLAGS: tuple[Flag, ...] = (
     Flag(
         "share-classes",
         "vnpu.flexnpu.io",
-        "comma-separated DeviceClasses of soft-split shares (their requests' vnpus must divide memory and compute)",
+        "comma-separated DeviceClasses of soft-split shares, each optionally =<policy> its devices serve"
+        " (a request's vnpus must divide its memory and compute; a config's policy must be its class's)",
     ),
     Flag("webhook-host", "0.0.0.0", "address the admission webhook listens on"),
     Flag("webhook-port", "8443", "HTTPS port of the admission webhook"),

@@ -12,12 +12,17 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from dra_driver.templates import Template
+from flexnpu_wire.codes import Policy
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
 
 VDIE_RE = re.compile(r"^[0-9A-F]{8}(-[0-9A-F]{8}){4}$")
 PCI_BUS_RE = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+
+
+SHARE_POLICIES = (Policy.ELASTIC, Policy.FIXED, Policy.BEST_EFFORT)
+"""One share device per policy per die (the default, elastic, first); see ``dra_driver/slices.py``."""
 
 
 class Health(StrEnum):
@@ -132,8 +137,17 @@ class Die:
 
     @property
     def soft_device_name(self) -> str:
-        """DRA device name of the soft-split (shareable) view of the die."""
-        return f"vnpu-{self.phy_id}"
+        """DRA device name of the die's share device of the default policy (elastic)."""
+        return self.share_device_name(Policy.ELASTIC)
+
+    def share_device_name(self, policy: Policy) -> str:
+        """DRA device name of the die's share device of ``policy``: ``vnpu-<phy>`` (elastic, the name
+        it always had) or ``vnpu-<phy>-<policy>``."""
+        return f"vnpu-{self.phy_id}" if policy is Policy.ELASTIC else f"vnpu-{self.phy_id}-{policy}"
+
+    @property
+    def share_device_names(self) -> tuple[str, ...]:
+        return tuple(self.share_device_name(p) for p in SHARE_POLICIES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,9 +163,9 @@ class Inventory:
     """Per chip model, templates reported by ``npu-smi info -t template-info`` (override the table)."""
 
     def by_device_name(self, name: str) -> Die | None:
-        """The die of a published device: whole, soft, or a template instance slot."""
+        """The die of a published device: whole, a share device of any policy, or a template slot."""
         for die in self.dies:
-            if name in (die.whole_device_name, die.soft_device_name):
+            if name == die.whole_device_name or name in die.share_device_names:
                 return die
         parsed = parse_template_device_name(name)
         return self.by_phy_id(parsed[0]) if parsed else None
@@ -163,9 +177,14 @@ class Inventory:
             return None
         if name == die.whole_device_name:
             return DieMode.WHOLE
-        if name == die.soft_device_name:
+        if name in die.share_device_names:
             return DieMode.SOFT
         return DieMode.HARD
+
+    def share_policy(self, name: str) -> Policy | None:
+        """The policy a share device serves (None: not a share device of this node)."""
+        die = self.by_device_name(name)
+        return next((p for p in SHARE_POLICIES if die and name == die.share_device_name(p)), None)
 
     def by_phy_id(self, phy_id: int) -> Die | None:
         for die in self.dies:

@@ -57,6 +57,7 @@ class ErrorCode(StrEnum):
     DIE_UNHEALTHY = "DieUnhealthy"
     WRITE_FAILED = "WriteFailed"  # a node-side file (checkpoint, CDI spec, client.conf) could not be written
     CHECKPOINT_UNTRUSTED = "CheckpointUntrusted"  # the checkpoint cannot be read: nothing is removed
+    SHM_UNBOUNDED = "ShmUnbounded"  # a share's shm dir cannot be bounded here (flexnpu-daemon --shm-mount)
     INTERNAL = "Internal"
 
 

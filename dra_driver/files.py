@@ -37,6 +37,7 @@ __all__ = [
     "WriteFailed",
     "boot_id",
     "fsync_dir",
+    "fsync_file",
     "locked",
     "read_nofollow",
     "remove_nofollow",
@@ -122,7 +123,21 @@ def write_atomic(
 
 def fsync_dir(directory: Path) -> None:
     """fsync a directory, so that a rename or unlink in it is durable."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    _fsync(directory, os.O_DIRECTORY)
+
+
+def fsync_file(path: Path) -> None:
+    """Make an earlier ``write_atomic(..., sync=False)`` of ``path`` durable: the file, then its directory.
+
+    ``path`` itself is never followed if it is a symlink (ELOOP).
+    """
+    _fsync(path, os.O_NOFOLLOW)
+    fsync_dir(path.parent)
+
+
+def _fsync(path: Path, flags: int) -> None:
+    """The one fsync: open read-only with ``flags``, fsync, close."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | flags)
     try:
         os.fsync(fd)
     finally:

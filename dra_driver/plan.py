@@ -4,7 +4,10 @@ Given the ResourceClaim (as the API returned it), the driver name, this node's p
 inventory, :func:`plan_claim` decides which dies the claim gets and how, and which opaque
 configs apply to which request; :func:`resolve_shares` then gives each soft-split device its
 share (quota from the allocation, virtual ID) and its resolved ``VnpuConfig`` — resolved
-once, here.
+once, here, over the policy of the share device the scheduler chose (``vnpu-<phy>`` elastic,
+``vnpu-<phy>-fixed``, ``vnpu-<phy>-best-effort``: ``dra_driver/slices.py``), which is the
+share's policy unless a config names one. :func:`check_device_policies` refuses a new prepare
+whose config names another policy than its device serves.
 :func:`check_conflicts` is the node's last line of defence against what other claims hold.
 It performs no I/O and logs nothing; every error names the claim UID and the field. The same
 input always gives the same plan, so a retry or a restart recomputes it instead of storing it.
@@ -16,12 +19,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from dra_driver import sharing
-from dra_driver.claims import ClaimRef
-from dra_driver.daemon.model import Share
+from dra_driver import sharing, slices
 from dra_driver.devices import Die, DieMode, Inventory
 from dra_driver.errors import ErrorCode, InvalidInput, StateError, quote
-from dra_driver.vnpu.render import HardVnpu
+from dra_driver.sharing import Policy
+from dra_driver.vnpu.planning import HardVnpu
+from dra_kubeletplugin.claims import ClaimRef
+from flexnpu_wire.shares import Share
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +56,12 @@ class PlannedDevice:
         Share, ...
     ] = ()  # soft split: the vNPUs (one, or N with ``vnpus: N``) the aclserver enforces
     config: sharing.VnpuConfig | None = None  # soft split: the resolved opaque config
-    vnpu: HardVnpu | None = None  # hard split: the vNPU made for it (dra_driver/vnpu/render.py)
+    vnpu: HardVnpu | None = None  # hard split: the vNPU made for it (dra_driver/vnpu/planning.py)
+    policy: Policy | None = None  # soft split: the policy its share device serves
+
+    @property
+    def device_policy(self) -> Policy:
+        return self.policy or Policy.ELASTIC
 
     @property
     def request_name(self) -> str:
@@ -92,7 +101,7 @@ class ClaimPlan:
         return tuple(d.vnpu for d in self.devices if d.vnpu is not None)
 
     def hard_results(self) -> tuple[tuple[str, str], ...]:
-        """(request, device) of each hard-split device, for ``dra_driver.vnpu.render.plan_vnpus``."""
+        """(request, device) of each hard-split device, for ``dra_driver.vnpu.planning.plan_vnpus``."""
         return tuple((d.request, d.device) for d in self.devices if d.mode == DieMode.HARD)
 
     def with_vnpus(self, vnpus: Sequence[HardVnpu]) -> ClaimPlan:
@@ -106,12 +115,6 @@ class ClaimPlan:
     def shares(self) -> tuple[Share, ...]:
         """The claim's shares, in virtual-ID order."""
         return tuple(sh for d in self.devices for sh in d.shares)
-
-
-def strip_subrequest(request: str) -> str:
-    """``"req/sub"`` -> ``"req"``: the top-level request name the kubelet matches containers against
-    (the one implementation; ``kubeletplugin/claimbatch.py`` uses it for a whole batch)."""
-    return request.split("/", 1)[0]
 
 
 def _get(doc: Mapping[str, Any], *keys: str) -> Any:
@@ -209,6 +212,7 @@ def plan_claim(
                 share_id=str(share_id) if share_id else None,
                 consumed_capacity={str(k): str(v) for k, v in consumed.items()},
                 admin_access=bool(res.get("adminAccess")),
+                policy=inventory.share_policy(str(device)) if mode == DieMode.SOFT else None,
             )
         )
 
@@ -278,8 +282,13 @@ def resolve_shares(plan: ClaimPlan) -> ClaimPlan:
             ((f"status.allocation.devices.config[{c.index}].opaque.parameters", c.parameters)
              for c in plan.configs_for(d.request)),
             claim_uid=uid,
+            base=sharing.VnpuConfig(policy=d.device_policy),
         )  # fmt: skip
-        each = sharing.split(quota, cfg.vnpus, claim_uid=uid, field=fld) if cfg.vnpus > 1 else quota
+        each = (
+            sharing.split(quota, cfg.vnpus, memory_only=cfg.memory_only, claim_uid=uid, field=fld)
+            if cfg.vnpus > 1
+            else quota
+        )
         host = sharing.split_host_memory(cfg.host_memory, cfg.vnpus)
         shares = tuple(
             Share(
@@ -296,6 +305,34 @@ def resolve_shares(plan: ClaimPlan) -> ClaimPlan:
         out.append(replace(d, shares=shares, config=cfg))
         vid += cfg.vnpus
     return replace(plan, devices=tuple(out))
+
+
+def check_device_policies(plan: ClaimPlan) -> None:
+    """Refuse a share whose config names another policy than the share device the scheduler chose
+    serves (the scheduler keeps one policy per die only through the device). Checked for a new
+    prepare; a claim prepared before share devices had a policy keeps what it was prepared with."""
+    for d in plan.devices:
+        if d.config is None or d.config.policy == d.device_policy:
+            continue
+        setters = [c for c in plan.configs_for(d.request) if "policy" in c.parameters]
+        at = setters[-1].index if setters else 0
+        want = d.config.policy
+        raise InvalidInput(
+            f"policy {quote(str(want))} does not agree with the share device {quote(d.device)} the scheduler chose,"
+            f" which serves {quote(str(d.device_policy))} shares: ask for {quote(str(want))} share devices"
+            f" (the chart's DeviceClass {_CLASS_OF[want]}: devices whose attribute mode is"
+            f" {quote(slices.share_mode(want))}), so that the scheduler places the share on a die without another policy",
+            code=ErrorCode.INVALID_OPAQUE_CONFIG,
+            claim_uid=plan.ref.uid,
+            field=f"status.allocation.devices.config[{at}].opaque.parameters.policy",
+        )
+
+
+_CLASS_OF = {
+    Policy.ELASTIC: "vnpu.flexnpu.io",
+    Policy.FIXED: "vnpu-fixed.flexnpu.io",
+    Policy.BEST_EFFORT: "vnpu-best-effort.flexnpu.io",
+}
 
 
 def check_conflicts(plan: ClaimPlan, held: Iterable[HeldDie]) -> None:

@@ -9,7 +9,11 @@
 * the instance says it serves (``dra_driver/readiness.py``): the kubelet registered it and it has published a
   complete pool — a plugin that never published a slice is not ready.
 
-``python3 -m dra_driver.probes daemon``: ``flexnpu-daemon``'s API socket answers ``Health`` with ``ok``.
+* and, when a daemon socket is configured, the daemon does not report that it refuses shares because a share's
+  shm dir cannot be bounded on this node (an unreachable daemon does not fail the plugin's probe).
+
+``python3 -m dra_driver.probes daemon``: ``flexnpu-daemon``'s API socket answers ``Health`` with ``ok`` and no
+shm problem (``dra_driver/daemon/shmroot.py``).
 
 Both read the same flags' environment twins as the process they probe (``dra_driver/config.py``,
 ``dra_driver/daemon/main.py``), so the socket paths cannot drift from the container's environment. Exit status 0
@@ -24,14 +28,14 @@ from collections.abc import Mapping, Sequence
 
 import grpc
 
-from api_protos.gen import (
+from dra_driver import config, readiness
+from dra_driver.errors import FlexNPUError
+from dra_kubeletplugin.protos.gen import (
     dra_v1_pb2,
     dra_v1_pb2_grpc,
     pluginregistration_v1_pb2,
     pluginregistration_v1_pb2_grpc,
 )
-from dra_driver import config, readiness
-from dra_driver.errors import FlexNPUError
 
 __all__ = ["check_daemon", "check_plugin", "main"]
 
@@ -66,6 +70,10 @@ def check_plugin(env: Mapping[str, str], timeout: float = DEFAULT_TIMEOUT) -> st
             dra.NodePrepareResources(dra_v1_pb2.NodePrepareResourcesRequest(), timeout=timeout)
     except grpc.RpcError as exc:
         raise ProbeFailed(f"DRA endpoint {info.endpoint} did not answer: {exc.code().name}") from None
+    if cfg.daemon_socket is not None:
+        problem = _daemon_health(str(cfg.daemon_socket), timeout)
+        if problem:
+            raise ProbeFailed(f"flexnpu-daemon refuses shares on this node: {problem}")
     ready_file = readiness.path_for(cfg.paths.run_dir, cfg.pod_uid)
     state = readiness.read(ready_file)
     if state is None:
@@ -75,10 +83,23 @@ def check_plugin(env: Mapping[str, str], timeout: float = DEFAULT_TIMEOUT) -> st
     return f"plugin {cfg.driver_name} answers on {reg} and {info.endpoint}, registered, pool published"
 
 
+def _daemon_health(socket_path: str, timeout: float) -> str:
+    """The daemon's shm problem ("" when none, or when the daemon does not answer)."""
+    from dra_driver.daemon_api.client import DaemonClient
+
+    client = DaemonClient(socket_path, timeout=timeout)
+    try:
+        return client.health().shm_problem
+    except FlexNPUError:
+        return ""
+    finally:
+        client.close()
+
+
 def check_daemon(env: Mapping[str, str], timeout: float = DEFAULT_TIMEOUT) -> str:
     """The daemon's Health call; returns a summary."""
     from dra_driver.daemon import main as daemon_main
-    from dra_driver.daemon.client import DaemonClient
+    from dra_driver.daemon_api.client import DaemonClient
 
     values = config.resolve(config.from_args_namespace(daemon_main.FLAGS), env, daemon_main.FLAGS)
     socket_path = values.get("socket") or ""
@@ -91,6 +112,8 @@ def check_daemon(env: Mapping[str, str], timeout: float = DEFAULT_TIMEOUT) -> st
         client.close()
     if not health.ok:
         raise ProbeFailed(f"daemon on {socket_path} reports not ok")
+    if health.shm_problem:
+        raise ProbeFailed(f"daemon on {socket_path} refuses shares: {health.shm_problem}")
     return f"daemon pid {health.pid} answers on {socket_path}: {health.entities} aclserver(s), {health.dies} die(s)"
 
 

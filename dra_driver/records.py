@@ -16,10 +16,11 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from dra_driver.claims import PreparedDevice
-from dra_driver.daemon.model import Endpoints, Share
+from dra_driver.daemon_api.values import Endpoints
 from dra_driver.devices import DieMode
 from dra_driver.plan import ClaimPlan, HeldDie
+from dra_kubeletplugin.claims import PreparedDevice
+from flexnpu_wire.shares import Share
 
 JSON = dict[str, Any]
 
@@ -88,7 +89,7 @@ class StatusRecord:
 
 @dataclass(frozen=True, slots=True)
 class HardVnpuRecord:
-    """A hard-split vNPU the claim gets (``HardVnpu.to_dict`` of ``dra_driver/vnpu/render.py``)."""
+    """A hard-split vNPU the claim gets (``HardVnpu.to_dict`` of ``dra_driver/vnpu/planning.py``)."""
 
     vnpu: Mapping[str, Any]
 
@@ -291,6 +292,16 @@ def prepared_per_die(entries: Iterable[ClaimEntry]) -> dict[tuple[int, str], int
             for d in entry.dies:
                 counts[(d.phy, str(d.mode))] = counts.get((d.phy, str(d.mode)), 0) + 1
     return counts
+
+
+def share_policies(entries: Iterable[ClaimEntry]) -> dict[int, str]:
+    """Die -> the policy its prepared shares run (any recorded entry holds the die's policy)."""
+    out: dict[int, str] = {}
+    for entry in sorted(entries, key=lambda e: e.uid):
+        for d in entry.dies:
+            if d.mode == DieMode.SOFT and d.policy:
+                out.setdefault(d.phy, d.policy)
+    return out
 
 
 def set_state(uid: str, state: ClaimState) -> Mutation:

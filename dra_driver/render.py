@@ -3,6 +3,10 @@
 :func:`render` turns a resolved :class:`~dra_driver.plan.ClaimPlan` and the aclserver's
 endpoints (when the claim has shares) into everything the node writes for it: the CDI spec,
 the devices returned to the kubelet, ``client.conf`` and the claim's device status documents.
+What the container gets for each device is one dispatch over the three device kinds (whole
+die, share, template), exhaustive, that refuses a device it cannot render truthfully: a
+template device without its vNPU never renders to the physical die, a share without its
+resolved shares never to nothing.
 :func:`failure_status` and :func:`ready_status` build the other two status documents the
 node writes (a failed prepare; an aclserver that went down or came back). Nothing here
 touches the world: the caller says which driver mounts exist on this node and what time it
@@ -15,16 +19,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, assert_never
 
-from dra_driver import cdi, clientconf, interposition
-from dra_driver.claims import PreparedDevice
-from dra_driver.daemon.model import Endpoints
+from dra_driver import cdi, interposition
+from dra_driver.daemon_api.values import Endpoints
 from dra_driver.devices import DieMode
 from dra_driver.discovery import node_files
-from dra_driver.plan import ClaimPlan
+from dra_driver.errors import ErrorCode, StateError
+from dra_driver.plan import ClaimPlan, PlannedDevice
 from dra_driver.sharing import Transport
-from dra_driver.vnpu import render as hard
+from dra_driver.vnpu.planning import HardVnpu
+from dra_kubeletplugin.claims import PreparedDevice
+from flexnpu_wire import clientconf
 
 CONTAINER_CONF = "/etc/flexnpu/client.conf"
 CONTAINER_SHM = "/dev/shm/flexnpu"
@@ -84,13 +90,7 @@ def render(
     prepared: list[PreparedDevice] = []
     for d in plan.devices:
         name = cdi.device_name(uid, d.device if not d.share_id else f"{d.device}-{d.share_id}")
-        if d.vnpu is not None:
-            edits = hard.device_edits(d.vnpu, device_root=layout.device_root)
-        elif not d.shares:
-            edits = cdi.whole_die_edits([d.die.device_node], device_root=layout.device_root)
-        else:
-            edits = cdi.Edits(env=tuple(f"FLEXNPU_VNPU_{sh.virtual_id}={d.device}" for sh in d.shares))
-        cdi_devices.append(cdi.CDIDevice(name=name, edits=edits))
+        cdi_devices.append(cdi.CDIDevice(name=name, edits=device_edits(d, layout=layout, claim_uid=uid)))
         prepared.append(
             PreparedDevice(
                 request_names=(d.request_name,),
@@ -110,6 +110,84 @@ def render(
     return Rendered(spec=spec, devices=tuple(prepared), client_conf=conf, conf_dir=conf_dir, status=status)
 
 
+def device_edits(d: PlannedDevice, *, layout: NodeLayout, claim_uid: str) -> cdi.Edits:
+    """What the container gets for one device, by its kind; StateError for what cannot be rendered.
+
+    whole -> the die's device node; share -> no device node (the aclserver serves it: environment
+    only); template -> the vNPU's node ``/dev/vdavinci<id>`` as ``/dev/davinci<id>``, nothing of
+    the physical die. Each kind must carry what it is rendered from, and nothing of another kind.
+    """
+    match d.mode:
+        case DieMode.WHOLE:
+            if d.shares or d.vnpu is not None:
+                raise _refused(d, claim_uid, "a whole-die device that also carries shares or a vNPU")
+            return cdi.whole_die_edits([d.die.device_node], device_root=layout.device_root)
+        case DieMode.SOFT:
+            if not d.shares or d.vnpu is not None:
+                raise _refused(d, claim_uid, "a share device without its resolved shares")
+            return cdi.Edits(env=tuple(f"FLEXNPU_VNPU_{sh.virtual_id}={d.device}" for sh in d.shares))
+        case DieMode.HARD:
+            if d.vnpu is None or d.shares:
+                raise _refused(
+                    d,
+                    claim_uid,
+                    "a template device without its vNPU (the physical die is never given for it)",
+                )
+            return _vnpu_edits(d.vnpu, device_root=layout.device_root)
+        case DieMode.BOTH | DieMode.ALL:
+            raise _refused(d, claim_uid, f"{d.mode!s} is how a die is published, not a kind of device")
+        case _:  # pragma: no cover - mypy proves the match exhaustive
+            assert_never(d.mode)
+
+
+def _refused(d: PlannedDevice, claim_uid: str, what: str) -> StateError:
+    return StateError(
+        f"device {d.device} ({d.mode!s}) is not rendered: {what}",
+        code=ErrorCode.INTERNAL,
+        claim_uid=claim_uid,
+        field=f"status.allocation.devices.results[{d.request}/{d.device}]",
+    )
+
+
+def _vnpu_edits(vnpu: HardVnpu, *, device_root: Path) -> cdi.Edits:
+    """The vNPU's node only (the host ``vdavinci`` as the container ``davinci``)."""
+    return cdi.Edits(
+        env=(f"FLEXNPU_VNPU_TEMPLATE_{vnpu.vnpu_id}={vnpu.template.name}",),
+        device_nodes=(
+            cdi.DeviceNode(path=vnpu.container_node, host_path=cdi.host_path(device_root, vnpu.host_node)),
+        ),
+    )
+
+
+def vnpu_spec_env(vnpus: Sequence[HardVnpu]) -> dict[str, str]:
+    """Spec-level environment of a claim with hard vNPUs."""
+    if not vnpus:
+        return {}
+    return {
+        "FLEXNPU_VNPU_IDS": ",".join(str(v.vnpu_id) for v in vnpus),
+        "FLEXNPU_TEMPLATES": ",".join(v.template.name for v in vnpus),
+    }
+
+
+def vnpu_status_data(vnpu: HardVnpu) -> dict[str, Any]:
+    """``status.devices[].data`` of a hard vNPU (the claim status names template, ID, resources)."""
+    data: dict[str, Any] = {
+        "mode": "hard",
+        "die": vnpu.die.phy_id,
+        "vdieID": vnpu.die.vdie_id,
+        "model": vnpu.die.model,
+        "template": vnpu.template.name,
+        "vnpuID": vnpu.vnpu_id,
+        "deviceNode": vnpu.host_node,
+        "aicore": vnpu.template.aicore,
+        "aicpu": vnpu.template.aicpu,
+        "memoryBytes": vnpu.template.memory_bytes,
+    }
+    if vnpu.template.media is not None:
+        data["media"] = vnpu.template.media
+    return data
+
+
 def _shared_edits(
     plan: ClaimPlan,
     endpoints: Endpoints | None,
@@ -123,7 +201,7 @@ def _shared_edits(
     whole = [d for d in plan.devices if d.mode == DieMode.WHOLE]
     if whole:
         env["FLEXNPU_PHYSICAL_IDS"] = ",".join(str(d.die.phy_id) for d in whole)
-    env.update(hard.spec_env(plan.vnpus))
+    env.update(vnpu_spec_env(plan.vnpus))
     if whole or plan.vnpus:  # a device node of the driver's own: the shared nodes and driver files too
         nodes = tuple(node_files.SHARED_DEVICE_NODES)
         mounts = tuple(p for p in node_files.DRIVER_MOUNTS if p in driver_mounts)
@@ -201,7 +279,7 @@ def _status(
         if d.share_id:
             doc["shareID"] = d.share_id
         if d.vnpu is not None:
-            data.update(hard.status_data(d.vnpu))
+            data.update(vnpu_status_data(d.vnpu))
         if d.shares:
             sh = d.shares[0]
             data.update(

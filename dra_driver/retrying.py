@@ -4,8 +4,8 @@ What is retried: only :class:`~dra_driver.errors.Unavailable` (a daemon socket t
 API server that does not answer, a conflict); every other error is final at once. How: full-jitter
 exponential backoff (``base`` seconds, doubling, capped at ``max_wait``), the last error re-raised
 when the caller's ``stop`` says so. Callers choose only when to stop (a budget before the kubelet's
-deadline, a stop event) and what to log; ``kubeletplugin/effects.py`` (daemon calls) and
-``controller/publisher.py`` (API writes) use it.
+deadline, a stop event) and what to log; ``kubeletplugin/effects.py`` (daemon calls) uses it.
+(The kubelet-plugin helper's slice controller has its own, on the helper's ``errors.retryable``.)
 """
 
 from __future__ import annotations

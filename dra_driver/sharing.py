@@ -16,7 +16,8 @@ Pure. Accepted in a DeviceClass's and a claim's ``config[].opaque.parameters`` w
 ``vnpus: N`` is FlexNPU's equal distribution: the claim asks for the total (one share request,
 ``memory: 256Mi, compute: "20"``) and the node divides it into N vNPUs of total/N each (devices
 0..N-1 in the container), served by the claim's one aclserver. A total that does not divide into
-whole 128 MiB steps and whole percents is refused.
+whole 128 MiB steps and whole percents is refused (a ``memory-only`` share's compute, which caps
+nothing, need not divide).
 
 ``hostMemory`` bounds host memory, which is not device memory: the pinned buffers
 ``aclrtMallocHost`` gives and the model bytes in flight while one loads, for every session of the
@@ -36,9 +37,9 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from dra_driver.aclserver.codes import Policy
 from dra_driver.devices import MIB
 from dra_driver.errors import ErrorCode, InvalidInput, quote
+from flexnpu_wire.codes import Policy
 from flexnpu_wire.shares import MAX_HOST_MEMORY_BYTES
 
 __all__ = [
@@ -220,14 +221,20 @@ def share_quota(
     return ShareQuota(memory_bytes=memory, compute_percent=compute)
 
 
-def split(quota: ShareQuota, vnpus: int, *, claim_uid: str, field: str) -> ShareQuota:
-    """The quota of each of ``vnpus`` equal vNPUs of ``quota`` (whole 128 MiB steps, whole percents)."""
+def split(
+    quota: ShareQuota, vnpus: int, *, memory_only: bool = False, claim_uid: str, field: str
+) -> ShareQuota:
+    """The quota of each of ``vnpus`` equal vNPUs of ``quota`` (whole 128 MiB steps, whole percents).
+
+    A ``memory-only`` share has no compute cap, so its compute need not divide: each vNPU gets
+    the whole-percent part of its N-th (possibly 0, which such a share accepts).
+    """
     if quota.memory_bytes % (vnpus * MEMORY_STEP):
         raise InvalidInput(
             f"memory {quota.memory_bytes // MIB}Mi does not divide into {vnpus} vNPUs of whole 128Mi steps",
             code=ErrorCode.QUOTA, claim_uid=claim_uid, field=f"{field}.memory",
         )  # fmt: skip
-    if quota.compute_percent % vnpus:
+    if quota.compute_percent % vnpus and not memory_only:
         raise InvalidInput(
             f"compute {quota.compute_percent}% does not divide into {vnpus} vNPUs of whole percents",
             code=ErrorCode.QUOTA, claim_uid=claim_uid, field=f"{field}.compute",

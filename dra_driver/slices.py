@@ -1,15 +1,19 @@
 """What this node publishes: its NPU dies as ResourceSlice spec fragments (pure).
 
-Owns the device model on the wire (names, attributes, capacities, counters), the split of a
-pool into slices within the API limits, and pre-validation of a pool. It must not do I/O,
-log, or import ``kubernetes``: the publisher (``controller/publisher.py``) compares what this
-returns with what the API server holds and writes the difference. Output is deterministic
+Owns the device model on the wire (names, attributes, capacities, counters): *what* to publish.
+The generic half — the pool type, the split into slices within the API limits, pre-validation,
+and the controller that compares the pool with what the API server holds and writes the
+difference — is the kubelet-plugin helper's ``dra_kubeletplugin/resourceslice/``. It must not do
+I/O, log, or import ``kubernetes``. Output is deterministic
 (sorted by physical ID), so a restart recomputes the same slices.
 
 Modes per die (:func:`resolve_mode`):
 
 * ``whole`` -> one exclusive device ``npu-<phy>``.
-* ``soft``  -> one device ``vnpu-<phy>`` with ``allowMultipleAllocations`` and consumable
+* ``soft``  -> one share device per compute policy (:func:`share_mode`): ``vnpu-<phy>``
+  (``elastic``, the default: attribute ``mode`` ``soft``), ``vnpu-<phy>-fixed`` (``soft-fixed``)
+  and ``vnpu-<phy>-best-effort`` (``soft-best-effort``), each with attribute ``policy``,
+  ``allowMultipleAllocations`` and consumable
   ``memory`` (128 MiB steps) and ``compute`` (1 % steps) capacities (KEP-5075). Its AI Core and
   AI CPU counts are int attributes, not capacities: a share would consume all of a capacity that
   has no request policy. A third consumable capacity, ``shares`` (value ``max_shares_per_die``,
@@ -17,7 +21,7 @@ Modes per die (:func:`resolve_mode`):
   scheduler sees: every share consumes exactly one, so the share after the last one the node can
   serve stays pending instead of failing prepare. It is a capacity and not a counter because the
   v1.36 allocator charges a device's counters once while it is allocated at all, however many
-  shares it has (see ``dra_driver/testing/scheduler.py``): a counter cannot count shares.
+  shares it has (see ``flexnpu_testing/scheduler.py``): a counter cannot count shares.
 * ``both``  -> both devices on one die, kept apart by the scheduler through shared counters
   (KEP-4815). The die gets a counter set ``die-<phy>`` with ``memory`` (bytes) and
   ``compute`` (100). The whole device consumes **all** of them; the soft device consumes a
@@ -59,6 +63,19 @@ Modes per die (:func:`resolve_mode`):
   A counter set holds at most 32 counters, so a die in ``all`` mode publishes at most
   ``32 - 5`` template instances (the first ones in table order).
 
+One policy per die, decided by the scheduler: the aclservers of a die share one compute ledger,
+so all shares of a die run one policy. Counters cannot say so: two multi-allocatable devices
+exclude each other through a counter only if one's use leaves less than the other needs, and the
+v1.36 allocator charges a device's counters again for each new share on it, so each may use at
+most half of any counter it consumes - then neither can exclude the other. So the exclusion is in
+the pool instead: ``policies`` (what this node prepared: die -> policy) puts a ``NoSchedule``
+taint ``npu.flexnpu.io/share-policy=<policy>`` on the die's share devices of every other policy,
+and the node republishes when a die's policy changes (its first share prepared, its last gone). A
+claim allocated in the moment before that lands is refused by the node's ``PolicyConflict``
+guard, which is counted. A class selects by ``mode``, an attribute every device has (a selector
+naming an attribute a device lacks is a CEL error); ``mode == "soft"`` keeps selecting exactly
+the shares of the default policy.
+
 Held resources: a die with vNPUs that no claim of this driver owns (made outside the driver) is
 published without the capacity they hold (``held``): its counter totals are reduced, and it gets
 no whole and no soft device (a virtualized chip cannot be used whole).
@@ -69,34 +86,32 @@ mode; ``both`` becomes ``fallback_mode`` (``whole`` unless told otherwise), so w
 can never meet on one die.
 
 Device order (the allocator is first-fit in slice-name, then device, order): whole devices
-ascending by physical ID, then soft devices descending, so exclusive claims fill dies from one
-end and shares from the other, and they collide on a die only when the node is nearly full.
+ascending by physical ID, then share devices by die descending (elastic, fixed, best-effort
+within a die), so exclusive claims fill dies from one end and shares from the other, and they
+collide on a die only when the node is nearly full.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from dra_driver import templates
-from dra_driver.devices import MIB, Die, DieMode, Health, Inventory, template_device_name
+from dra_driver.devices import MIB, SHARE_POLICIES, Die, DieMode, Health, Inventory, template_device_name
 from dra_driver.errors import ErrorCode, InvalidInput
 from dra_driver.templates import Template
+from dra_kubeletplugin.resourceslice import pools
+from flexnpu_wire.codes import Policy
 from flexnpu_wire.launch import DEFAULT_MAX_SHARES_PER_DIE  # one default for the node and the ledger
 
 JSON = dict[str, Any]
 
-# resource.k8s.io/v1 limits (k8s.io/api resource/v1 types.go, 1.35+ semantics).
-MAX_DEVICES_PER_SLICE = 128
-MAX_DEVICES_PER_SLICE_WITH_COUNTERS = 64
-MAX_COUNTER_SETS_PER_SLICE = 8
-MAX_COUNTERS_PER_SET = 32
-MAX_ATTRIBUTES_AND_CAPACITIES = 32
-MAX_CONSUMES_COUNTERS = 2
-MAX_ATTRIBUTE_STRING = 64
-MAX_POOL_NAME = 253
+DesiredPool = pools.Pool
+"""The pool this node publishes: the helper's ``resourceslice.pools.Pool`` (this module's name for it)."""
+MAX_COUNTERS_PER_SET = pools.MAX_COUNTERS_PER_SET
+MAX_DEVICES_PER_SLICE = pools.MAX_DEVICES_PER_SLICE
+MAX_DEVICES_PER_SLICE_WITH_COUNTERS = pools.MAX_DEVICES_PER_SLICE_WITH_COUNTERS
 
 SOFT_MEMORY_STEP = 128 * MIB
 """Granularity of a soft share's ``memory`` (bytes)."""
@@ -119,11 +134,9 @@ MAX_SLOT_COUNTERS = MAX_COUNTERS_PER_SET - HARD_BASE_COUNTERS
 PCI_BUS_ATTRIBUTE = "resource.kubernetes.io/pciBusID"
 UNHEALTHY_TAINT = "npu.flexnpu.io/unhealthy"
 """Taint key on the devices of an unhealthy die: NoSchedule keeps new claims off it (DRADeviceTaints)."""
+POLICY_TAINT = "npu.flexnpu.io/share-policy"
+"""Taint key on a die's share devices of the policies it does not run now (value: the one it runs)."""
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_C_IDENTIFIER = re.compile(r"^[_a-zA-Z][_a-zA-Z0-9]*$")
-_ATTRIBUTE_KINDS = ("int", "bool", "string", "version")
 _MODE_NAMES = {m.value for m in DieMode}
 
 
@@ -139,25 +152,6 @@ class Held:
 
     def __bool__(self) -> bool:
         return any((self.aicore, self.aicpu, self.memory_mib, self.media, self.vnpus))
-
-
-@dataclass(frozen=True, slots=True)
-class DesiredPool:
-    """One pool (this node) as the publisher should make it exist.
-
-    ``slices`` are ResourceSlice ``spec`` fragments in wire JSON, each either
-    ``{"devices": [...]}`` or ``{"sharedCounters": [...]}``; the publisher adds ``driver``,
-    ``pool`` and ``nodeName``. ``generation`` > the published one forces a generation bump
-    (the Go helper's ``Pool.Generation``); 0 lets the publisher decide.
-    """
-
-    name: str
-    slices: list[JSON] = field(default_factory=list)
-    generation: int = 0
-
-    @property
-    def device_names(self) -> list[str]:
-        return [d["name"] for s in self.slices for d in s.get("devices", [])]
 
 
 def resolve_mode(die: Die, inventory: Inventory, default_mode: str) -> DieMode:
@@ -186,6 +180,7 @@ def build_pool(
     generation: int = 0,
     max_shares_per_die: int = DEFAULT_MAX_SHARES_PER_DIE,
     held: Mapping[int, Held] | None = None,
+    policies: Mapping[int, Policy] | None = None,
 ) -> DesiredPool:
     """The pool this node publishes: device slices first, then counter slices.
 
@@ -195,7 +190,8 @@ def build_pool(
     fragments do not contain it. ``max_shares_per_die`` (>= 1) is the ``shares`` capacity of
     every soft device. ``held`` maps a physical ID to what vNPUs made outside the driver hold on
     that die (see the module docstring). Without counters a ``hard`` or ``all`` die is published
-    as ``fallback_mode``: templates need counters.
+    as ``fallback_mode``: templates need counters. ``policies`` maps a physical ID to the policy
+    its shares run now: the die's share devices of the other policies are tainted NoSchedule.
     """
     del driver_name  # the publisher puts it in every slice
     if max_shares_per_die < 1:
@@ -214,7 +210,7 @@ def build_pool(
     dies = sorted(inventory.dies, key=lambda d: d.phy_id)
 
     whole: list[JSON] = []
-    soft: list[JSON] = []
+    soft: list[list[JSON]] = []  # per die, one share device per policy
     hard: list[list[JSON]] = []
     counter_sets: list[JSON] = []
     for die in dies:
@@ -240,8 +236,12 @@ def build_pool(
             if mode == DieMode.ALL:
                 whole.append(_whole_device(die, inventory, counters=_hard_whole_counters(die)))
                 soft.append(
-                    _soft_device(
-                        die, inventory, counters=_all_soft_counters(len(slots)), max_shares=max_shares_per_die
+                    _share_devices(
+                        die,
+                        inventory,
+                        counters=_all_soft_counters(len(slots)),
+                        max_shares=max_shares_per_die,
+                        running=(policies or {}).get(die.phy_id),
                     )
                 )
             continue
@@ -252,79 +252,33 @@ def build_pool(
             )
         if mode in (DieMode.SOFT, DieMode.BOTH):
             soft.append(
-                _soft_device(
+                _share_devices(
                     die,
                     inventory,
                     counters=_both_counters(die, whole=False) if both else None,
                     max_shares=max_shares_per_die,
+                    running=(policies or {}).get(die.phy_id),
                 )
             )
         if both:
             counter_sets.append(_counter_set(die))
 
     hard_devices = [d for per_die in reversed(hard) for d in per_die]
-    devices = whole + hard_devices + list(reversed(soft))
-    per_slice = MAX_DEVICES_PER_SLICE_WITH_COUNTERS if counter_sets else MAX_DEVICES_PER_SLICE
-    slices: list[JSON] = [{"devices": chunk} for chunk in _chunks(devices, per_slice)]
-    slices += [{"sharedCounters": chunk} for chunk in _chunks(counter_sets, MAX_COUNTER_SETS_PER_SLICE)]
-    if not slices:
-        slices = [{"devices": []}]  # an empty pool is not the same as no pool
-    return DesiredPool(name=node_name, slices=slices, generation=generation)
+    devices = whole + hard_devices + [d for per_die in reversed(soft) for d in per_die]
+    return DesiredPool(name=node_name, slices=pools.split(devices, counter_sets), generation=generation)
+
+
+def share_mode(policy: Policy) -> str:
+    """The ``mode`` attribute of a share device of ``policy``: ``soft`` (elastic) or ``soft-<policy>``."""
+    return str(DieMode.SOFT) if policy is Policy.ELASTIC else f"{DieMode.SOFT}-{policy}"
 
 
 def validate_pool(pool: DesiredPool) -> None:
-    """Pre-validate a pool like the Go helper and the API server would; InvalidInput if not.
-
-    Checks duplicate device and counter-set names, ``consumesCounters`` that reference an
-    unknown counter set or counter, names (DNS labels, qualified names), and the per-slice and
-    per-device limits. Every problem is listed in the message; ``field`` names the first.
-    """
-    problems: list[tuple[str, str]] = []
-    if not pool.name or len(pool.name) > MAX_POOL_NAME:
-        problems.append(("pool.name", f"pool name {pool.name!r} must be 1..{MAX_POOL_NAME} characters"))
-    if not pool.slices:
-        problems.append(("slices", "a pool needs at least one (possibly empty) slice"))
-
-    counters: dict[str, set[str]] = {}
-    for i, spec in enumerate(pool.slices):
-        for j, cset in enumerate(spec.get("sharedCounters") or []):
-            where = f"slices[{i}].sharedCounters[{j}]"
-            name = cset.get("name", "")
-            if not _DNS_LABEL.match(name) or len(name) > 63:
-                problems.append((f"{where}.name", f"counter set name {name!r} is not a DNS label"))
-            if name in counters:
-                problems.append((f"{where}.name", f"duplicate counter set name {name!r}"))
-            names = set((cset.get("counters") or {}).keys())
-            counters[name] = names
-            problems += _check_counters(f"{where}.counters", cset.get("counters") or {})
-
-    seen_devices: set[str] = set()
-    for i, spec in enumerate(pool.slices):
-        where = f"slices[{i}]"
-        has_devices, has_counters = "devices" in spec, "sharedCounters" in spec
-        if has_devices == has_counters:
-            problems.append((where, "a slice has either devices or sharedCounters, not both or neither"))
-        unknown = set(spec) - {"devices", "sharedCounters"}
-        if unknown:
-            problems.append((where, f"unexpected slice fields {sorted(unknown)}"))
-        sets_ = spec.get("sharedCounters") or []
-        if len(sets_) > MAX_COUNTER_SETS_PER_SLICE:
-            problems.append(
-                (f"{where}.sharedCounters", f"{len(sets_)} counter sets > {MAX_COUNTER_SETS_PER_SLICE}")
-            )
-        devices = spec.get("devices") or []
-        limited = any(d.get("consumesCounters") or d.get("taints") for d in devices)
-        limit = MAX_DEVICES_PER_SLICE_WITH_COUNTERS if limited else MAX_DEVICES_PER_SLICE
-        if len(devices) > limit:
-            problems.append((f"{where}.devices", f"{len(devices)} devices > {limit} per slice"))
-        for j, device in enumerate(devices):
-            problems += _check_device(f"{where}.devices[{j}]", device, seen_devices, counters)
-
-    if problems:
-        text = "; ".join(f"{f}: {m}" for f, m in problems)
-        raise InvalidInput(
-            f"pool {pool.name!r} is invalid: {text}", code=ErrorCode.INVALID_INVENTORY, field=problems[0][0]
-        )
+    """Pre-validate a pool as the helper and the API server would; InvalidInput (``InvalidInventory``) if not."""
+    try:
+        pools.validate(pool)
+    except pools.PoolInvalid as err:
+        raise InvalidInput(str(err), code=ErrorCode.INVALID_INVENTORY, field=err.field or None) from err
 
 
 # --- devices -----------------------------------------------------------------------------
@@ -372,16 +326,38 @@ def _whole_device(die: Die, inventory: Inventory, *, counters: JSON | None) -> J
     return device
 
 
-def _soft_device(die: Die, inventory: Inventory, *, counters: JSON | None, max_shares: int) -> JSON:
+def _share_devices(
+    die: Die, inventory: Inventory, *, counters: JSON | None, max_shares: int, running: Policy | None
+) -> list[JSON]:
+    """The die's share devices, one per policy; while it runs ``running``, the others are tainted."""
+    out = []
+    for policy in SHARE_POLICIES:
+        device = _soft_device(die, inventory, counters=counters, max_shares=max_shares, policy=policy)
+        if running is not None and policy != running:
+            device.setdefault("taints", []).append(
+                {"key": POLICY_TAINT, "value": str(running), "effect": "NoSchedule"}
+            )
+        out.append(device)
+    return out
+
+
+def _soft_device(
+    die: Die, inventory: Inventory, *, counters: JSON | None, max_shares: int, policy: Policy
+) -> JSON:
     step = SOFT_MEMORY_STEP
     max_memory = die.memory_bytes // step * step
     # On a multi-allocatable device every capacity is consumed by each share: one without a
     # requestPolicy is taken whole by a request that does not name it (KEP-5075). So the AI
     # Core / AI CPU counts are attributes here, not capacities; a share's compute is ``compute``.
     attributes = _attributes(die, inventory, DieMode.SOFT)
-    attributes.update(aicore={"int": die.aicore}, aicpu={"int": die.aicpu})
+    attributes.update(
+        aicore={"int": die.aicore},
+        aicpu={"int": die.aicpu},
+        mode={"string": share_mode(policy)},
+        policy={"string": str(policy)},
+    )
     device: JSON = {
-        "name": die.soft_device_name,
+        "name": die.share_device_name(policy),
         "attributes": dict(sorted(attributes.items())),
         "allowMultipleAllocations": True,
         "capacity": {
@@ -521,87 +497,3 @@ def _counter_set(die: Die) -> JSON:
             "memory": {"value": str(die.memory_bytes)},
         },
     }
-
-
-def _chunks(items: Sequence[JSON], size: int) -> Iterable[list[JSON]]:
-    for start in range(0, len(items), size):
-        yield list(items[start : start + size])
-
-
-# --- validation helpers --------------------------------------------------------------------
-
-
-def _qualified_name_ok(name: str) -> bool:
-    domain, sep, ident = name.rpartition("/")
-    if sep and (not _DNS_SUBDOMAIN.match(domain) or len(domain) > 63):
-        return False
-    return bool(_C_IDENTIFIER.match(ident)) and len(ident) <= 32
-
-
-def _check_counters(where: str, counters: JSON) -> list[tuple[str, str]]:
-    problems: list[tuple[str, str]] = []
-    if len(counters) > MAX_COUNTERS_PER_SET:
-        problems.append((where, f"{len(counters)} counters > {MAX_COUNTERS_PER_SET}"))
-    for name, counter in counters.items():
-        if not _DNS_LABEL.match(name) or len(name) > 63:
-            problems.append((f"{where}.{name}", f"counter name {name!r} is not a DNS label"))
-        if not isinstance(counter, dict) or not isinstance(counter.get("value"), str):
-            problems.append((f"{where}.{name}.value", "a counter value must be a quantity string"))
-    return problems
-
-
-def _check_device(
-    where: str, device: JSON, seen: set[str], counter_sets: dict[str, set[str]]
-) -> list[tuple[str, str]]:
-    problems: list[tuple[str, str]] = []
-    name = device.get("name", "")
-    if not _DNS_LABEL.match(name) or len(name) > 63:
-        problems.append((f"{where}.name", f"device name {name!r} is not a DNS label"))
-    if name in seen:
-        problems.append((f"{where}.name", f"duplicate device name {name!r}"))
-    seen.add(name)
-
-    attributes: JSON = device.get("attributes") or {}
-    capacity: JSON = device.get("capacity") or {}
-    if len(attributes) + len(capacity) > MAX_ATTRIBUTES_AND_CAPACITIES:
-        problems.append(
-            (
-                where,
-                f"{len(attributes) + len(capacity)} attributes+capacities > {MAX_ATTRIBUTES_AND_CAPACITIES}",
-            )
-        )
-    for key, value in attributes.items():
-        if not _qualified_name_ok(key):
-            problems.append((f"{where}.attributes.{key}", "not a qualified name"))
-        kinds = [k for k in _ATTRIBUTE_KINDS if k in value]
-        if len(kinds) != 1 or len(value) != 1:
-            problems.append((f"{where}.attributes.{key}", "exactly one of int, bool, string, version"))
-        elif kinds[0] == "string" and len(str(value["string"])) > MAX_ATTRIBUTE_STRING:
-            problems.append((f"{where}.attributes.{key}", f"string longer than {MAX_ATTRIBUTE_STRING}"))
-    multi = bool(device.get("allowMultipleAllocations"))
-    for key, value in capacity.items():
-        if not _qualified_name_ok(key):
-            problems.append((f"{where}.capacity.{key}", "not a qualified name"))
-        if not isinstance(value.get("value"), str):
-            problems.append((f"{where}.capacity.{key}.value", "a capacity value must be a quantity string"))
-        if "requestPolicy" in value and not multi:
-            problems.append(
-                (f"{where}.capacity.{key}.requestPolicy", "requestPolicy needs allowMultipleAllocations")
-            )
-
-    consumes = device.get("consumesCounters") or []
-    if len(consumes) > MAX_CONSUMES_COUNTERS:
-        problems.append((f"{where}.consumesCounters", f"{len(consumes)} entries > {MAX_CONSUMES_COUNTERS}"))
-    for k, use in enumerate(consumes):
-        at = f"{where}.consumesCounters[{k}]"
-        cset = use.get("counterSet", "")
-        if cset not in counter_sets:
-            problems.append((f"{at}.counterSet", f"unknown counter set {cset!r}"))
-            continue
-        problems += _check_counters(f"{at}.counters", use.get("counters") or {})
-        for counter in use.get("counters") or {}:
-            if counter not in counter_sets[cset]:
-                problems.append(
-                    (f"{at}.counters.{counter}", f"counter set {cset!r} has no counter {counter!r}")
-                )
-    return problems

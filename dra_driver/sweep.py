@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Protocol
 
 from dra_driver import cdi
-from dra_driver.daemon.model import EntityInfo
+from dra_driver.daemon_api.values import EntityInfo
 from dra_driver.errors import Unavailable
 from dra_driver.vnpu.sweeping import HardSweep
 

@@ -4,8 +4,9 @@ Collected from the aclservers through the daemon (``DaemonClient.list``: quotas,
 sessions, process state, restarts) when Prometheus scrapes the node's metrics endpoint;
 ``100 * rate(flexnpu_vnpu_pod_compute_seconds_total[1m])`` is the percent of its die a vNPU uses. Kernel counts
 (and die time, from a daemon that does not report it) come from the same place the daemon reads its figures:
-the per-die ledgers the aclservers write under ``<shm dir>/.ledger`` (``dra_driver/aclserver/ledger.py``; read
-only, a missing ledger reports nothing). The pods come from each claim's
+the per-die ledgers the aclservers write under ``<shm dir>/.ledger``, read through the ``ledger`` reader the node
+process passes in (``dra_driver/aclserver/ledger.py`` ``read_entries``; this module imports no runtime module; a
+missing ledger reports nothing). The pods come from each claim's
 ``status.reservedFor`` (cached per claim, re-read after ``POD_CACHE_SECONDS``). The node process installs this
 collector into its :class:`~dra_driver.telemetry.Telemetry` (one hook line in ``kubeletplugin/node.py``), so
 the series appear on the same endpoint as ``flexnpu_dra_*``. Nothing here writes anything.
@@ -21,7 +22,7 @@ Series (gauges unless noted; ``node`` and ``driver`` on every one)::
     flexnpu_vnpu_pod_sessions{...}                                                     client sessions open on its aclserver
     flexnpu_aclserver_up{namespace,pod,claim}                                          1 Running, 0 otherwise
     flexnpu_aclserver_restarts_total{namespace,pod,claim}                   counter   restarts by the daemon
-    flexnpu_die_shares{die,vdie_id} / flexnpu_die_share_limit{die,vdie_id}             shares on a die, and the cap
+    flexnpu_die_shares{die,vdie_id} / flexnpu_die_share_limit{die,vdie_id}             aclservers on a die, and the cap
     flexnpu_die_memory_allocated_bytes{die,vdie_id} / flexnpu_die_memory_total_bytes   quotas summed, and the die
     flexnpu_die_compute_allocated_percent{die,vdie_id}                                 quotas summed (0..100)
     flexnpu_vnpu_collect_ok                                                            0 when the daemon did not answer
@@ -41,14 +42,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from dra_driver.aclserver import ledger
-from dra_driver.daemon.model import EntityInfo
-from dra_driver.daemon.spec import LEDGER_DIR_NAME
+from dra_driver.daemon_api.values import EntityInfo
 from dra_driver.devices import Inventory
 from dra_driver.errors import FlexNPUError
 
@@ -72,6 +70,23 @@ class ClaimReader(Protocol):
     def get_claim(self, namespace: str, name: str) -> Mapping[str, Any]: ...
 
 
+class LedgerUse(Protocol):
+    """What the collector reads of one ledger entry (``dra_driver.aclserver.ledger.LedgerEntry``)."""
+
+    @property
+    def claim_uid(self) -> str: ...
+    @property
+    def virtual_id(self) -> int: ...
+    @property
+    def consumed_us(self) -> int: ...
+    @property
+    def kernels(self) -> int: ...
+
+
+LedgerReader = Callable[[int], Sequence[LedgerUse]]
+"""The live entries of one die's ledger, by physical die ID (raises OSError, ValueError or a driver error)."""
+
+
 def pods_from_claim(claim: Mapping[str, Any]) -> tuple[str, ...]:
     """Names of the pods a claim is reserved for, in order (pure)."""
     reserved = (claim.get("status") or {}).get("reservedFor") or []
@@ -93,7 +108,7 @@ class VnpuUsageCollector:
     * inventory - returns the node's current dies (for die totals and VDie IDs).
     * node_name, driver_name - constant labels, as on ``flexnpu_dra_*``.
     * max_shares_per_die - the cap ``flexnpu_die_share_limit`` reports.
-    * shm_dir - the node's shared-memory root (``--shm-dir``), whose ``.ledger`` has the compute counters.
+    * ledger - reads one die's ledger entries (kernel counts, die time); None: no ledger on this node.
     """
 
     def __init__(
@@ -105,10 +120,10 @@ class VnpuUsageCollector:
         node_name: str,
         driver_name: str,
         max_shares_per_die: int,
-        shm_dir: Path | None = None,
+        ledger: LedgerReader | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._ledger_dir = shm_dir / LEDGER_DIR_NAME if shm_dir is not None else None
+        self._ledger = ledger
         self._daemon = daemon
         self._kube = kube
         self._inventory = inventory
@@ -149,12 +164,12 @@ class VnpuUsageCollector:
     def _compute(self, entities: Sequence[EntityInfo]) -> dict[tuple[str, int], tuple[int, int]]:
         """(claim UID, virtual ID) -> (consumed microseconds, kernels), from the dies' ledgers."""
         out: dict[tuple[str, int], tuple[int, int]] = {}
-        if self._ledger_dir is None:
+        if self._ledger is None:
             return out
         dies = sorted({u.share.die_phy_id for e in entities for u in e.shares})
         for die in dies:
             try:
-                entries = ledger.read_entries(str(self._ledger_dir), die)
+                entries = self._ledger(die)
             except (FlexNPUError, OSError, ValueError) as exc:
                 log.debug("usage metrics: ledger of die %d: %s", die, exc)
                 continue
@@ -233,7 +248,7 @@ def render(
     restarts = CounterMetricFamily(
         "flexnpu_aclserver_restarts", "Times the daemon restarted the claim's aclserver.", labels=CLAIM_LABELS
     )
-    shares_on: dict[int, int] = {}
+    shares_on: dict[int, set[str]] = {}  # one aclserver = one slot of --max-shares-per-die
     mem_on: dict[int, int] = {}
     compute_on: dict[int, int] = {}
     for ent in sorted(entities, key=lambda e: e.entity_id):
@@ -261,7 +276,7 @@ def render(
                 kernels.add_metric(labels, float(ledger_figures[1]))
             if usage.sessions >= 0:
                 families["sessions"].add_metric(labels, float(usage.sessions))
-            shares_on[s.die_phy_id] = shares_on.get(s.die_phy_id, 0) + 1
+            shares_on.setdefault(s.die_phy_id, set()).add(ent.entity_id)
             mem_on[s.die_phy_id] = mem_on.get(s.die_phy_id, 0) + s.memory_bytes
             compute_on[s.die_phy_id] = compute_on.get(s.die_phy_id, 0) + s.compute_percent
     yield from families.values()
@@ -269,9 +284,15 @@ def render(
     yield kernels
     yield up
     yield restarts
-    die_shares = GaugeMetricFamily("flexnpu_die_shares", "vNPU shares served on the die.", labels=DIE_LABELS)
+    die_shares = GaugeMetricFamily(
+        "flexnpu_die_shares",
+        "Share claims (aclservers) served on the die, however many vNPUs each has.",
+        labels=DIE_LABELS,
+    )
     die_limit = GaugeMetricFamily(
-        "flexnpu_die_share_limit", "Most shares one die may serve (--max-shares-per-die).", labels=DIE_LABELS
+        "flexnpu_die_share_limit",
+        "Most share claims (aclservers) one die may serve (--max-shares-per-die).",
+        labels=DIE_LABELS,
     )
     die_mem = GaugeMetricFamily(
         "flexnpu_die_memory_allocated_bytes", "Memory quotas of the die's shares, summed.", labels=DIE_LABELS
@@ -286,7 +307,7 @@ def render(
     )
     for die in sorted(inventory.dies, key=lambda d: d.phy_id):
         labels = [*const, str(die.phy_id), die.vdie_id]
-        die_shares.add_metric(labels, float(shares_on.get(die.phy_id, 0)))
+        die_shares.add_metric(labels, float(len(shares_on.get(die.phy_id, ()))))
         die_limit.add_metric(labels, float(max_shares))
         die_mem.add_metric(labels, float(mem_on.get(die.phy_id, 0)))
         die_total.add_metric(labels, float(die.memory_mib * MIB))

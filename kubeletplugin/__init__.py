@@ -1,5 +1,8 @@
-"""The gRPC face to the kubelet: registration, DRA v1/v1beta1, health streaming, the server.
+"""The NPU driver on the kubelet-plugin helper (``dra_kubeletplugin``), file by file like dra-example-driver's plugin.
 
-Modules here decode protobuf, call the domain (``dra_driver``), encode the answer and map
-errors to gRPC status codes. They hold no claim state; ``prepare.py`` sequences effects.
+``driver.py`` (``driver.go``: the driver the helper calls), ``prepare.py`` (``state.go``: the only
+place that sequences effects) with ``effects.py``, ``hardsplit.py`` and ``adopt.py``, ``health.py``
+(``health.go``), ``statuses.py`` (this driver's error codes as gRPC statuses), ``node.py`` (the node
+process's wiring), ``cli.py`` (``main.go``: ``flexnpu-dra``) and ``smi.py`` (``flexnpu-smi``). CDI
+specs and the checkpoint are ``dra_driver/cdi.py`` and ``dra_driver/checkpoint.py``.
 """

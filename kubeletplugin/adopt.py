@@ -5,11 +5,16 @@ and every destructive path stops. This module ends the doubt one of two ways, ea
 logged operator decision:
 
 * :func:`adopt` — for every claim UID the node holds evidence of (a CDI spec of this driver's
-  kind, a ``client.conf`` directory, an aclserver in the daemon's registry, a damaged record)
-  and that the API says is allocated on this node by this driver, record a ``PrepareCompleted``
-  entry rebuilt from that evidence: the plan from the API's allocation, the token from the
-  claim's ``client.conf``, the endpoints from the daemon. Evidence no allocated claim explains
-  is left unowned, so the next reconcile pass removes it. Damaged records are kept aside.
+  kind, a ``client.conf`` directory, an aclserver in the daemon's registry, a vNPU in the
+  driver's vNPU ledger, a damaged record) and that the API says is allocated on this node by
+  this driver, record a ``PrepareCompleted`` entry rebuilt from that evidence: the plan from the
+  API's allocation, the token from the claim's ``client.conf``, the endpoints from the daemon,
+  each template device's vNPU from the ledger and the live vNPU list
+  (:func:`kubeletplugin.hardsplit.adopted_vnpus`). A claim whose evidence does not explain every
+  effect its allocation needs (a template device without a vNPU of its own) is not recorded: it
+  is left to the sweep, which never destroys a vNPU the ledger does not tie to a gone claim.
+  Evidence no allocated claim explains is left unowned, so the next reconcile pass removes it.
+  Damaged records are kept aside.
 * :func:`discard` — trust what could be read; damaged records are set aside and what only they
   owned becomes an orphan for the sweep.
 """
@@ -23,12 +28,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from dra_driver import cdi, checkpoint, clientconf, logs
+from dra_driver import cdi, checkpoint, logs, wirefiles
 from dra_driver.checkpoint import ClaimEntry, ClaimState, Effect, EffectKind, Registration, StatusRecord
-from dra_driver.claims import ClaimRef
-from dra_driver.daemon.model import EntityInfo, RegisterResult
+from dra_driver.daemon_api.values import EntityInfo, RegisterResult
 from dra_driver.errors import FlexNPUError
 from dra_driver.plan import plan_claim, resolve_shares
+from dra_driver.vnpu import ledger
+from dra_kubeletplugin.claims import ClaimRef
+from kubeletplugin import hardsplit
 from kubeletplugin.prepare import Preparer
 
 log = logging.getLogger("flexnpu.adopt")
@@ -44,7 +51,8 @@ class Outcome:
 
 
 def evidence(preparer: Preparer) -> dict[str, set[str]]:
-    """Claim UID -> what the node holds for it (``cdi-spec``, ``client-conf``, ``aclserver``, ``record``)."""
+    """Claim UID -> what the node holds for it (``cdi-spec``, ``client-conf``, ``aclserver``, ``vnpu``,
+    ``record``)."""
     s = preparer.settings
     found: dict[str, set[str]] = {}
     for uid in cdi.list_specs(s.cdi_dir, s.cdi_kind):
@@ -55,6 +63,9 @@ def evidence(preparer: Preparer) -> dict[str, set[str]]:
             found.setdefault(d.name, set()).add("client-conf")
     for ent in _entities(preparer).values():
         found.setdefault(ent.entity_id, set()).add("aclserver")
+    if preparer.hard is not None:
+        for uid in (ledger.load(preparer.hard.state_dir) or {}).values():
+            found.setdefault(uid, set()).add("vnpu")
     for name in preparer.store.damaged():
         found.setdefault(name.removesuffix(".json"), set()).add("record")
     return found
@@ -114,8 +125,11 @@ def _rebuild(preparer: Preparer, claim: Mapping[str, Any], ent: EntityInfo | Non
         claim, ref=ref, driver_name=s.driver_name, pool_name=s.pool_name, inventory=preparer.inventory()
     )
     plan = resolve_shares(base)
+    if plan.hard_results():
+        h = preparer.effects.hard_vnpus(ref.uid)
+        plan = hardsplit.adopted_vnpus(plan, h.manager, h.state_dir, inventory=preparer.inventory())
     conf = s.layout.conf_dir(ref.uid) / "client.conf"
-    token = clientconf.load(conf).token if conf.is_file() else secrets.token_hex(32)
+    token = wirefiles.load_client_conf(conf).token if conf.is_file() else secrets.token_hex(32)
     job = preparer.effects.job(plan, token)
     if ent is not None:
         job.registration = RegisterResult(ent.entity_id, ent.pid, ent.endpoints, existing=True)

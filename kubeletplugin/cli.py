@@ -1,6 +1,6 @@
 """``flexnpu-dra``: ``plugin`` runs the node process; ``probe`` asks it whether its loops are alive;
-``webhook`` serves the admission webhook that checks VnpuConfig at ``kubectl apply``; ``demo`` walks
-claims through a local node."""
+``webhook`` serves the admission webhook that checks VnpuConfig at ``kubectl apply``; ``demo`` says how
+to run the demo from a clone (the demo drives test doubles, which no wheel or image ships)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,12 @@ from collections.abc import Sequence
 
 from dra_driver import config
 from dra_driver.errors import FlexNPUError
+
+DEMO_HINT = (
+    "flexnpu-dra demo: the demo drives the test doubles (the top-level package flexnpu_testing), which no"
+    " wheel or image ships. From a clone of the repository run: scripts/demo.sh"
+    " (or, with the project installed: python -m flexnpu_testing.demo [--keep] from the clone's root)"
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -35,8 +41,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "webhook", help="serve the validating admission webhook for VnpuConfig in claims and claim templates"
     )
     config.add_flags(webhook, config.WEBHOOK_FLAGS)
-    demo = sub.add_parser("demo", help="local node with emulated NPUs; walk claims through their lifecycle")
-    demo.add_argument("--keep", action="store_true", help="keep the temporary directory for inspection")
+    demo = sub.add_parser(
+        "demo", help="print how to run the demo (a local node with emulated NPUs) from a clone"
+    )
+    demo.add_argument("--keep", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.command == "plugin":
         from kubeletplugin import node
@@ -55,24 +63,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _webhook(args)
     if args.command == "probe":
         return _probe(args.host, args.port, args.timeout)
-    try:  # the demo drives test doubles, which a production image need not ship
-        from dra_driver.testing import demo as demo_mod
-    except ImportError as exc:
-        print(
-            f"flexnpu-dra demo: needs the test doubles (dra_driver/testing), which this installation does not"
-            f" have ({exc}; the container image leaves them out): run scripts/demo.sh from a checkout",
-            file=sys.stderr,
-        )
-        return 2
-    return demo_mod.run(keep=args.keep)
+    print(DEMO_HINT, file=sys.stderr)
+    return 2
 
 
 def _webhook(args: argparse.Namespace) -> int:
     from controller import webhook
-    from dra_driver import logs
+    from dra_driver import admission, logs
 
     try:
         cfg = config.build_webhook(config.resolve(args, os.environ, config.WEBHOOK_FLAGS))
+        admission.parse_share_classes(cfg.share_classes)  # a bad policy name fails here, not per review
     except FlexNPUError as err:
         print(f"flexnpu-dra webhook: {err}", file=sys.stderr)
         return 2

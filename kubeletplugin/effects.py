@@ -25,15 +25,16 @@ from typing import Any, Protocol
 
 import tenacity
 
-from dra_driver import cdi, clientconf, files, interposition, logs, paths, render, retrying
+from dra_driver import cdi, files, interposition, logs, paths, render, retrying
 from dra_driver.checkpoint import ClaimEntry, Effect, EffectKind, Registration, StatusRecord
-from dra_driver.claims import ClaimRef
 from dra_driver.config import DEFAULT_CLIENT_LIBRARY
-from dra_driver.daemon.model import Endpoints, EntityInfo, RegisterRequest, RegisterResult
+from dra_driver.daemon_api.values import Endpoints, EntityInfo, RegisterRequest, RegisterResult
 from dra_driver.discovery import node_files
 from dra_driver.errors import ErrorCode, StateError, Unavailable, quote
 from dra_driver.plan import ClaimPlan
 from dra_driver.records import HardVnpuRecord
+from dra_kubeletplugin.claims import ClaimRef
+from flexnpu_wire import clientconf
 from kubeletplugin.hardsplit import HardVnpus
 
 JSON = dict[str, Any]
@@ -195,7 +196,7 @@ class Effects:
 
     def _do(self, eff: Effect, job: Job, clog: logs.ClaimLogger) -> None:
         if eff.kind == EffectKind.HARD_VNPU:
-            self._hard(job.plan.ref.uid).do(_vnpu_record(eff), job.plan.ref.uid, clog)
+            self.hard_vnpus(job.plan.ref.uid).do(_vnpu_record(eff), job.plan.ref.uid, clog)
         elif eff.kind == EffectKind.DAEMON_REGISTRATION:
             job.registration = self.register(job, clog)
         elif eff.kind == EffectKind.CLIENT_CONF:
@@ -221,7 +222,7 @@ class Effects:
             moved = rec.endpoints != job.registration.endpoints
         for eff in entry.effects:
             if eff.kind == EffectKind.HARD_VNPU:
-                self._hard(entry.uid).ensure(_vnpu_record(eff), entry.uid, clog)
+                self.hard_vnpus(entry.uid).ensure(_vnpu_record(eff), entry.uid, clog)
             elif eff.kind == EffectKind.CLIENT_CONF and (
                 moved or not (Path(eff.ref) / "client.conf").exists()
             ):
@@ -299,7 +300,7 @@ class Effects:
 
     def _undo(self, entry: ClaimEntry, eff: Effect, clog: logs.ClaimLogger) -> None:
         if eff.kind == EffectKind.HARD_VNPU:
-            self._hard(entry.uid).undo(_vnpu_record(eff), entry.uid, clog)
+            self.hard_vnpus(entry.uid).undo(_vnpu_record(eff), entry.uid, clog)
         elif eff.kind == EffectKind.CDI_SPEC:
             path = Path(eff.ref)
             if _inside(path, self.settings.cdi_dir, entry.uid, clog) and cdi.remove_spec(path):
@@ -329,7 +330,8 @@ class Effects:
         else:  # pragma: no cover - the enum is closed
             raise _unknown(eff, entry.uid)
 
-    def _hard(self, uid: str) -> HardVnpus:
+    def hard_vnpus(self, uid: str) -> HardVnpus:
+        """This node's vNPU effects; StateError (naming claim ``uid``) on a node without a vNPU manager."""
         if self.hard is None:
             raise StateError(
                 "the claim has a hard-split vNPU but this node has no vNPU manager",

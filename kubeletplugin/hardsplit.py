@@ -1,8 +1,9 @@
 """The hard-vNPU effect of a prepare: make, repeat and undo one vNPU (touches the world).
 
 ``kubeletplugin/effects.py`` calls these for its ``hard-vnpu`` effect kind, after
-``kubeletplugin/prepare.py`` recorded the effect (the :class:`~dra_driver.vnpu.render.HardVnpu`
-as a dict) in the checkpoint. Order inside :meth:`HardVnpus.do`: the driver's ledger
+``kubeletplugin/prepare.py`` recorded the effect (the :class:`~dra_driver.vnpu.planning.HardVnpu`
+as a dict) in the checkpoint; every recorded vNPU is read back by
+:func:`dra_driver.vnpu.planning.parse_record`. Order inside :meth:`HardVnpus.do`: the driver's ledger
 (``dra_driver/vnpu/ledger.py``) first, then the prerequisite check, then the create; so every
 vNPU that may exist is owned on disk before it can exist. :meth:`HardVnpus.undo` destroys it
 (absent is fine; in use by a container is an error that keeps the entry) and then forgets it in
@@ -11,6 +12,11 @@ the ledger. :meth:`HardVnpus.ensure` makes it again after a reboot that dropped 
 An ID that turned out to be taken by a vNPU made outside the driver (``VnpuIdInUse``) is never
 destroyed by the undo: the ledger only names vNPUs this driver made, and undo skips a vNPU whose
 template differs from the recorded one.
+
+:func:`adopted_vnpus` gives ``flexnpu-smi adopt`` (``kubeletplugin/adopt.py``) the vNPUs a claim
+whose record was lost holds, from the ledger and the live vNPU list; :func:`missing_vnpus` names
+the template devices a completed entry has no vNPU for (an entry an earlier adopt rebuilt
+without them), which a repeat prepare then prepares again from scratch.
 """
 
 from __future__ import annotations
@@ -25,10 +31,9 @@ from dra_driver.devices import Die, Inventory
 from dra_driver.errors import ErrorCode, FlexNPUError, StateError
 from dra_driver.plan import ClaimPlan
 from dra_driver.records import ClaimEntry, HardVnpuRecord
-from dra_driver.vnpu import Vnpu, VnpuManager, check_template, ledger
-from dra_driver.vnpu import render as vnpu_render
+from dra_driver.vnpu import Vnpu, VnpuManager, check_template, ledger, planning
 
-__all__ = ["HardVnpus", "assign_vnpus", "recorded_vnpus", "taken_ids"]
+__all__ = ["HardVnpus", "adopted_vnpus", "assign_vnpus", "missing_vnpus", "recorded_vnpus", "taken_ids"]
 
 
 def assign_vnpus(
@@ -46,7 +51,7 @@ def assign_vnpus(
         for e in other.effects
         if isinstance(e.details, HardVnpuRecord)
     ]
-    vnpus = vnpu_render.plan_vnpus(
+    vnpus = planning.plan_vnpus(
         plan.hard_results(),
         inventory=inventory,
         taken=taken_ids(existing, recorded),
@@ -60,7 +65,34 @@ def recorded_vnpus(plan: ClaimPlan, entry: ClaimEntry, *, inventory: Inventory) 
     recorded = [dict(e.details.vnpu) for e in entry.effects if isinstance(e.details, HardVnpuRecord)]
     if not recorded:
         return plan
-    return plan.with_vnpus(vnpu_render.from_records(recorded, inventory=inventory, claim_uid=entry.uid))
+    return plan.with_vnpus(planning.from_records(recorded, inventory=inventory, claim_uid=entry.uid))
+
+
+def missing_vnpus(plan: ClaimPlan, entry: ClaimEntry) -> list[str]:
+    """Template devices of ``plan`` for which ``entry`` records no vNPU (pure)."""
+    recorded = {
+        str(e.details.vnpu.get("device") or "")
+        for e in entry.effects
+        if isinstance(e.details, HardVnpuRecord)
+    }
+    return [device for _, device in plan.hard_results() if device not in recorded]
+
+
+def adopted_vnpus(
+    plan: ClaimPlan, manager: VnpuManager, state_dir: Path, *, inventory: Inventory
+) -> ClaimPlan:
+    """The plan with the vNPUs the evidence (ledger, live vNPUs) says the claim holds; StateError
+    naming the template device the evidence does not explain."""
+    if not plan.hard_results():
+        return plan
+    vnpus = planning.from_evidence(
+        plan.hard_results(),
+        ledger=ledger.load(state_dir),
+        live=manager.list(),
+        inventory=inventory,
+        claim_uid=plan.ref.uid,
+    )
+    return plan.with_vnpus(vnpus)
 
 
 def taken_ids(existing: Iterable[Vnpu], recorded: Iterable[Mapping[str, Any]]) -> set[int]:
@@ -80,14 +112,8 @@ class HardVnpus:
         die, template_name, vnpu_id = self._target(rec, claim_uid)
         template = check_template(die, template_name, self.inventory())
         self.manager.check_prerequisites(die)
-        book = ledger.load(self.state_dir)
-        if book is None:
-            raise StateError(
-                "the ledger of vNPUs this driver made cannot be read; no vNPU is made until it can",
-                code=ErrorCode.VNPU_FAILED,
-                claim_uid=claim_uid,
-                field="hard-vnpus.json",
-            )
+        if ledger.load(self.state_dir) is None:
+            raise ledger.unreadable(claim_uid, "no vNPU is made until it can")
         ledger.add(self.state_dir, vnpu_id, claim_uid)
         try:
             made = self.manager.create(die, template, vnpu_id)
@@ -118,12 +144,7 @@ class HardVnpus:
         die, template_name, vnpu_id = self._target(rec, claim_uid)
         book = ledger.load(self.state_dir)
         if book is None:
-            raise StateError(
-                "the ledger of vNPUs this driver made cannot be read; the vNPU is kept until it can",
-                code=ErrorCode.VNPU_FAILED,
-                claim_uid=claim_uid,
-                field="hard-vnpus.json",
-            )
+            raise ledger.unreadable(claim_uid, "the vNPU is kept until it can")
         present = next((v for v in self.manager.list() if v.vnpu_id == vnpu_id), None)
         ours = book.get(vnpu_id) == claim_uid
         if present is not None and ours and present.template == template_name:
@@ -142,21 +163,5 @@ class HardVnpus:
             ledger.remove(self.state_dir, vnpu_id)
 
     def _target(self, rec: Mapping[str, Any], claim_uid: str) -> tuple[Die, str, int]:
-        try:
-            phy, template, vnpu_id = int(rec["phy"]), str(rec["template"]), int(rec["vnpuID"])
-        except (KeyError, TypeError, ValueError):
-            raise StateError(
-                f"a recorded hard vNPU is malformed: {str(dict(rec))[:200]}",
-                code=ErrorCode.CHECKPOINT_CORRUPT,
-                claim_uid=claim_uid,
-                field="effects.hard-vnpu",
-            ) from None
-        die = self.inventory().by_phy_id(phy)
-        if die is None:
-            raise StateError(
-                f"vNPU {vnpu_id} was made on die {phy}, which this node no longer has",
-                code=ErrorCode.DEVICE_NOT_FOUND,
-                claim_uid=claim_uid,
-                field="effects.hard-vnpu",
-            )
-        return die, template, vnpu_id
+        r = planning.parse_record(rec, inventory=self.inventory(), claim_uid=claim_uid)
+        return r.die, r.template, r.vnpu_id

@@ -11,6 +11,7 @@ prepared claims are not touched, so a restart or rolling update is seamless.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import signal
@@ -19,9 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
+import dra_kubeletplugin
 from controller.cleanup import Reconciler
 from controller.kube import Kube
-from controller.publisher import SlicePublisher
 from controller.status import ClaimStatusWriter
 from dra_driver import (
     cdi,
@@ -30,23 +31,31 @@ from dra_driver import (
     logs,
     netlink,
     readiness,
+    records,
     rediscovery,
     slices,
     sweep,
     usage_metrics,
     vnpu,
 )
+from dra_driver.aclserver import ledger
 from dra_driver.checkpoint import CheckpointStore
-from dra_driver.claims import DeviceHealthReport
 from dra_driver.config import Config
-from dra_driver.daemon.client import DaemonClient
-from dra_driver.devices import Die, DieMode, Health, Inventory
+from dra_driver.daemon_api.client import DaemonClient
+from dra_driver.daemon_api.values import LEDGER_DIR_NAME
+from dra_driver.devices import Die, DieMode, Inventory
 from dra_driver.errors import FlexNPUError
+from dra_driver.sharing import Policy
 from dra_driver.telemetry import Telemetry
 from dra_driver.vnpu import sweeping
-from kubeletplugin import hardsplit
+from dra_kubeletplugin import Helper
+from dra_kubeletplugin.errors import DroppedFieldsError, PluginError
+from dra_kubeletplugin.helper import PublishOptions
+from dra_kubeletplugin.resourceslice.pools import DriverResources
+from kubeletplugin import hardsplit, statuses
+from kubeletplugin.driver import NpuDriver
+from kubeletplugin.health import InventoryHealth
 from kubeletplugin.prepare import Preparer, PrepareSettings
-from kubeletplugin.server import PluginServer
 
 log = logging.getLogger("flexnpu.node")
 
@@ -56,24 +65,6 @@ LOOP_READINESS = "readiness"
 READINESS_PERIOD = 0.5
 ACLSERVER_PERIOD = 2.0
 """Seconds between two looks at the daemon's aclservers."""
-
-
-class InventoryHealth:
-    """Device health for the kubelet's health stream, from the discovered inventory."""
-
-    def __init__(self, inventory: Inventory, pool: str, published: list[str]) -> None:
-        self.inventory = inventory
-        self.pool = pool
-        self.published = set(published)
-
-    def device_health(self) -> list[DeviceHealthReport]:
-        out: list[DeviceHealthReport] = []
-        for die in self.inventory.dies:
-            healthy = {Health.HEALTHY: True, Health.UNHEALTHY: False}.get(die.health)
-            for name in (die.whole_device_name, die.soft_device_name):
-                if name in self.published:
-                    out.append(DeviceHealthReport(self.pool, name, healthy, f"die {die.phy_id} {die.health}"))
-        return out
 
 
 class NodeCore:
@@ -121,7 +112,6 @@ class NodeCore:
                 client_library=cfg.client_library,
             ),
             store=self.store,
-            get_claim=self.kube.get_claim,
             inventory=lambda: self.inventory,
             daemon=self.daemon,
             status=ClaimStatusWriter(self.kube, driver_name=cfg.driver_name, node_name=cfg.node_name),
@@ -189,24 +179,8 @@ class NodeProcess(NodeCore):
         self.use_counters = True
         self.pool = self._desired()
         self.health = InventoryHealth(self.inventory, cfg.pool_name, self.pool.device_names)
-        self.server = PluginServer(
-            driver_name=cfg.driver_name,
-            dra_socket=cfg.dra_socket,
-            registration_socket=cfg.registration_socket,
-            preparer=self.preparer,
-            health_source=self.health,
-            serialize_lock_file=cfg.plugin_dir / "serialize.lock" if cfg.pod_uid else None,
-        )
-        self.publisher = SlicePublisher(
-            self.kube,
-            driver_name=cfg.driver_name,
-            node_name=cfg.node_name,
-            desired=self._desired,
-            log=logs.claim_logger("-", base=logging.getLogger("flexnpu.publisher")),
-            resync_seconds=cfg.slice_resync_seconds,
-            on_dropped_fields=self._counters_dropped,
-            live=self.live,
-        )
+        self.driver = NpuDriver(self.preparer, telemetry=self.telemetry)
+        self.helper: Helper | None = None  # serving from start()
         self.telemetry.serve_health(self._health_verdict, self._loop_ages)
         if cfg.daemon_socket is not None:  # per-vNPU usage series (dra_driver/usage_metrics.py)
             self.telemetry.add_collector(
@@ -217,10 +191,13 @@ class NodeProcess(NodeCore):
                     node_name=cfg.node_name,
                     driver_name=cfg.driver_name,
                     max_shares_per_die=cfg.max_shares_per_die,
-                    shm_dir=cfg.paths.shm_dir,
+                    ledger=functools.partial(ledger.read_entries, str(cfg.paths.shm_dir / LEDGER_DIR_NAME)),
                 )
             )
         self._threads: list[threading.Thread] = []
+        self._shm_problem = ""  # what the daemon last said about bounding shm dirs
+        self._published_policies: dict[int, Policy] = {}
+        self.preparer.after_batch = self._republish_policies
 
     def _health_verdict(self) -> tuple[bool, str]:
         verdict = self.live.verdict()
@@ -230,11 +207,25 @@ class NodeProcess(NodeCore):
         now = self.live.clock()
         return {name: now - state.last_pass for name, state in self.live.snapshot().items()}
 
-    def _counters_dropped(self, err: Exception) -> None:
+    def _counters_dropped(self, err: DroppedFieldsError) -> None:
         """The API server dropped the counter fields (DRAPartitionableDevices off): one mode per die."""
         if self.use_counters:
             log.warning("%s; publishing each die in one mode only (no whole+share on one die)", err)
             self.use_counters = False
+            self._publish()
+
+    def _publish(self) -> None:
+        """Tell the helper what this node offers now (dies, modes, held capacity); it writes the difference.
+
+        A pool the API server would refuse is logged and not published (what was published stays).
+        """
+        self.pool = self._desired()
+        if self.helper is None:
+            return
+        try:
+            self.helper.publish_resources(DriverResources.single(self.pool))
+        except PluginError as err:
+            log.error("not publishing this node's pool: %s", err)
 
     def mode_of(self, die: Die, inventory: Inventory) -> DieMode:
         return slices.resolve_mode(die, inventory, DieMode(self.cfg.default_mode))
@@ -253,7 +244,12 @@ class NodeProcess(NodeCore):
             use_counters=self.use_counters,
             max_shares_per_die=self.cfg.max_shares_per_die,
             held=self._held(),
+            policies=self._share_policies(),
         )
+
+    def _share_policies(self) -> dict[int, Policy]:
+        """The policy each die's prepared shares run: its other share devices are not offered."""
+        return {phy: Policy(p) for phy, p in records.share_policies(self.store.entries().values()).items()}
 
     def _held(self) -> dict[int, slices.Held]:
         """Capacity held by vNPUs made outside the driver: published without it, and reported."""
@@ -279,17 +275,28 @@ class NodeProcess(NodeCore):
             netlink.ensure_link(self.link)  # a clear error at start, never a hang
         self.telemetry.start()
         self._check_boot()
-        self.server.start()
+        cfg = self.cfg
+        self.helper = dra_kubeletplugin.start(
+            self.driver,
+            driver_name=cfg.driver_name,
+            node_name=cfg.node_name,
+            kube=self.kube,
+            pod_uid=cfg.pod_uid,
+            registry_dir=cfg.paths.kubelet_registry_dir,
+            plugins_dir=cfg.paths.kubelet_plugins_dir,
+            health_source=self.health,
+            error_status=statuses.status_for,
+            publish=PublishOptions(resync_seconds=cfg.slice_resync_seconds),
+            on_dropped_fields=self._counters_dropped,
+            live=self.live,
+            log=logs.claim_logger("-", base=logging.getLogger("flexnpu.publisher")),
+        )
         try:
             self.kube.connect()  # the kubernetes client loads while the kubelet registers the plugin
         except FlexNPUError:
-            self.server.stop(grace=0)
+            self.helper.stop(grace=0)
             raise
-        t = threading.Thread(
-            target=self.publisher.run, args=(self.stop_event,), name="publisher", daemon=True
-        )
-        t.start()
-        self._threads.append(t)
+        self._publish()
         r = threading.Thread(
             target=self.reconciler.run, args=(self.stop_event,), name="reconciler", daemon=True
         )
@@ -336,8 +343,10 @@ class NodeProcess(NodeCore):
                 "stop: %d other instance(s) serve this node (%s); slices stay", len(others), ", ".join(others)
             )
             return
+        if self.helper is None:
+            return
         try:
-            withdrawn = self.publisher.withdraw()
+            withdrawn = self.helper.withdraw_resources()
             log.info("stop: last instance on the node; withdrew %d ResourceSlice(s)", withdrawn)
         except FlexNPUError as err:
             log.warning("stop: could not withdraw the slices (the kubelet removes them 30 s after): %s", err)
@@ -367,8 +376,8 @@ class NodeProcess(NodeCore):
 
         def iteration() -> float | None:
             state = readiness.State(
-                registered=self.server.registration.registered.is_set(),
-                published=self.publisher.published.is_set(),
+                registered=self.helper is not None and self.helper.registered.is_set(),
+                published=self.helper is not None and self.helper.published.is_set(),
                 pid=os.getpid(),
             )
             if state != last[0]:
@@ -401,6 +410,8 @@ class NodeProcess(NodeCore):
         manager), then publish each die once every part that serves it can (dra_driver/rediscovery.py)."""
         fresh = source.discover()
         if fresh == self.inventory and not self.withheld:
+            if self._desired() != self.pool:  # capacity held by vNPUs made outside the driver changed
+                self._publish()
             return
         change = rediscovery.describe(self.inventory, fresh, self.mode_of)
         if change:
@@ -427,9 +438,10 @@ class NodeProcess(NodeCore):
         self.inventory = fresh
         self.withheld = withheld
         self.health.inventory = fresh
-        self.health.published = set(self._desired().device_names)
-        self.publisher.trigger()
-        self.server.notify_health_changed()
+        self._publish()
+        self.health.published = set(self.pool.device_names)
+        if self.helper is not None:
+            self.helper.notify_health_changed()
 
     def _serve_inventory(self, fresh: Inventory) -> None:
         """Before a changed inventory is published: the emulated device nodes of new dies, and a vNPU
@@ -498,9 +510,45 @@ class NodeProcess(NodeCore):
 
         return iteration
 
+    def _republish_policies(self) -> None:
+        """Republish when a die's share policy changed (its first share prepared, its last gone):
+        after every kubelet call, and in the aclserver pass for what the reconciler removed."""
+        policies = self._share_policies()
+        if policies != self._published_policies:
+            self._published_policies = policies
+            self._publish()
+
+    def _report_shm(self) -> None:
+        """Say, in the log and a Node Event, when the daemon cannot bound a share's shm dir (once a change)."""
+        assert self.daemon is not None
+        try:
+            problem = self.daemon.health().shm_problem
+        except FlexNPUError:
+            return
+        if problem and problem != self._shm_problem:
+            log.error("flexnpu-daemon refuses every new share on this node: %s", problem)
+            try:
+                self.kube.create_event(
+                    involved={
+                        "apiVersion": "v1",
+                        "kind": "Node",
+                        "name": self.cfg.node_name,
+                        "namespace": "default",
+                    },
+                    reason="FlexNPUShmUnbounded",
+                    message=f"shares are refused on this node: {problem}",
+                    event_type="Warning",
+                    host=self.cfg.node_name,
+                )
+            except FlexNPUError as err:
+                log.info("could not post the FlexNPUShmUnbounded event: %s", err)
+        self._shm_problem = problem
+
     def _mirror_aclservers(self, last: dict[str, bool]) -> None:
         """One look: each changed aclserver state is written to its claim's Ready condition."""
         assert self.daemon is not None
+        self._report_shm()
+        self._republish_policies()
         try:
             states = {e.entity_id: e for e in self.daemon.list()}
         except FlexNPUError as err:
@@ -528,7 +576,8 @@ class NodeProcess(NodeCore):
 
     def wait(self) -> None:
         self.stop_event.wait()
-        self.server.stop(grace=5.0)
+        if self.helper is not None:
+            self.helper.stop(grace=5.0)
         for t in self._threads:
             t.join(timeout=10)
         self._leave_node()
@@ -545,7 +594,7 @@ def other_instances(
     that answer GetInfo as this driver with another endpoint (a rolling update's other pod)."""
     import grpc
 
-    from api_protos.gen import pluginregistration_v1_pb2, pluginregistration_v1_pb2_grpc
+    from dra_kubeletplugin.protos.gen import pluginregistration_v1_pb2, pluginregistration_v1_pb2_grpc
 
     found = []
     for sock in sorted(registry_dir.glob(f"{driver_name}*-reg.sock")):

@@ -1,6 +1,7 @@
-"""Prepare and unprepare claims: the only place that sequences side effects.
+"""Prepare and unprepare claims: the only place that sequences side effects (dra-example-driver's ``state.go``).
 
-GET the claim → plan and resolve shares (pure, ``dra_driver/plan.py``) → under the claim's own
+The claim as the helper fetched it (``dra_kubeletplugin``: right UID, allocated, a device of this
+driver) → plan and resolve shares (pure, ``dra_driver/plan.py``) → under the claim's own
 lock: record ``PrepareStarted`` with every planned effect (conflict check in the same step) →
 make each effect in order (``kubeletplugin/effects.py``: daemon Register, ``client.conf``, CDI
 spec, all rendered once by ``dra_driver/render.py``) → record ``PrepareCompleted`` → write the
@@ -18,22 +19,21 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
 from dra_driver import checkpoint, failpoints, logs, paths, render
 from dra_driver.checkpoint import CheckpointStore, ClaimEntry, ClaimLockHandle, ClaimState, Effect, EffectKind
-from dra_driver.claims import CALL_DEADLINE, ClaimRef, ClaimResult, PreparedDevice, claim_error
+from dra_driver.claims import claim_error
 from dra_driver.devices import Inventory
 from dra_driver.errors import FlexNPUError, Unavailable
-from dra_driver.plan import ClaimPlan, check_conflicts, plan_claim, resolve_shares
+from dra_driver.plan import ClaimPlan, check_conflicts, check_device_policies, plan_claim, resolve_shares
 from dra_driver.telemetry import Telemetry
+from dra_kubeletplugin.claims import CALL_DEADLINE, ClaimRef, PreparedDevice, PrepareResult, ResourceClaim
 from kubeletplugin import effects, hardsplit
 from kubeletplugin.effects import Daemon, PrepareSettings, StatusWriter
 from kubeletplugin.hardsplit import HardVnpus
 
 __all__ = ["CONTAINER_CONF", "CONTAINER_SHM", "Daemon", "PrepareSettings", "Preparer", "StatusWriter"]
-
-ClaimGetter = Callable[[str, str], Mapping[str, Any]]
 
 CONTAINER_CONF = render.CONTAINER_CONF
 CONTAINER_SHM = render.CONTAINER_SHM
@@ -43,14 +43,13 @@ UNPREPARE_WORKERS = 8
 
 
 class Preparer:
-    """Implements :class:`dra_driver.claims.ClaimPreparer` on top of the checkpoint."""
+    """Prepares fetched claims and unprepares claim references on top of the checkpoint (``kubeletplugin/driver.py`` calls it)."""
 
     def __init__(
         self,
         *,
         settings: PrepareSettings,
         store: CheckpointStore,
-        get_claim: ClaimGetter,
         inventory: Callable[[], Inventory],
         daemon: Daemon | None = None,
         status: StatusWriter | None = None,
@@ -59,7 +58,6 @@ class Preparer:
     ) -> None:
         self.settings = settings
         self.store = store
-        self.get_claim = get_claim
         self.inventory = inventory
         self.daemon = daemon
         self.status = status
@@ -68,6 +66,8 @@ class Preparer:
         self.telemetry = telemetry or Telemetry(
             node_name=settings.pool_name, driver_name=settings.driver_name, enabled=False
         )
+        self.after_batch: Callable[[], None] = lambda: None
+        """Called after each kubelet call (the node republishes when a die's share policy changed)."""
 
     def set_hard(self, hard: HardVnpus) -> None:
         """Serve hard-split vNPUs with ``hard`` from now on (an inventory change added template dies)."""
@@ -76,13 +76,15 @@ class Preparer:
 
     # -- kubelet calls ---------------------------------------------------------------------
 
-    def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, ClaimResult]:
-        def one(ref: ClaimRef, clog: logs.ClaimLogger) -> ClaimResult:
-            result = self._prepare_one(ref, clog)
+    def prepare(self, claims: Sequence[ResourceClaim]) -> dict[str, PrepareResult]:
+        by_uid = {c.uid: c for c in claims}
+
+        def one(ref: ClaimRef, clog: logs.ClaimLogger) -> PrepareResult:
+            result = self._prepare_one(by_uid[ref.uid], clog)
             clog.info("prepared %d device(s)", len(result.devices))
             return result
 
-        return self._each("prepare", claims, one, lambda err: ClaimResult(error=err))
+        return self._each("prepare", [c.ref for c in claims], one, lambda err: PrepareResult(error=err))
 
     def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
         def one(ref: ClaimRef, clog: logs.ClaimLogger) -> str:
@@ -129,6 +131,7 @@ class Preparer:
         else:
             out = {ref.uid: run(ref) for ref in claims}
         self._report_prepared()
+        self.after_batch()
         return out
 
     def _report_prepared(self) -> None:
@@ -137,15 +140,15 @@ class Preparer:
 
     # -- prepare ---------------------------------------------------------------------------
 
-    def _prepare_one(self, ref: ClaimRef, clog: logs.ClaimLogger) -> ClaimResult:
+    def _prepare_one(self, claim: ResourceClaim, clog: logs.ClaimLogger) -> PrepareResult:
+        ref = claim.ref
         paths.check_ref(ref.uid, ref.namespace, ref.name)
-        claim = self.get_claim(ref.namespace, ref.name)
         s = self.settings
         base = plan_claim(
-            claim, ref=ref, driver_name=s.driver_name, pool_name=s.pool_name, inventory=self.inventory()
+            claim.obj, ref=ref, driver_name=s.driver_name, pool_name=s.pool_name, inventory=self.inventory()
         )
         if not base.devices:
-            return ClaimResult(devices=())  # only other drivers' results: nothing to do here
+            return PrepareResult(devices=())  # only other drivers' results: nothing to do here
         try:
             plan = resolve_shares(base)  # validates quotas and opaque config before any effect
             if plan.shares:  # and that the chosen interposition is possible on this node
@@ -153,12 +156,15 @@ class Preparer:
             with self.store.claim_locks.hold(ref.uid, timeout=self.effects.lock_budget()) as lock:
                 entry = self.store.get(ref.uid)
                 if entry is not None and entry.state == ClaimState.PREPARE_COMPLETED:
-                    return ClaimResult(devices=self._repeat(entry, plan, clog))
+                    missing = hardsplit.missing_vnpus(plan, entry)  # an earlier adopt's entry: not as the die
+                    if not missing:
+                        return PrepareResult(devices=self._repeat(entry, plan, clog))
+                    clog.warning("the entry records no vNPU for %s; preparing the claim again", missing)
                 if entry is not None:
-                    clog.info("finishing an interrupted %s before preparing again", entry.state)
+                    clog.info("undoing the recorded %s before preparing again", entry.state)
                     self._undo_all(entry, clog)
                     self.store.update(ref.uid, lambda _: None)
-                return ClaimResult(devices=self._prepare_new(plan, lock, clog))
+                return PrepareResult(devices=self._prepare_new(plan, lock, clog))
         except Exception as exc:
             err = claim_error(exc, ref.uid, log=clog)
             docs = render.failure_status(
@@ -190,6 +196,7 @@ class Preparer:
 
         def record_intent(entries: Mapping[str, ClaimEntry]) -> ClaimEntry:
             nonlocal intent
+            check_device_policies(plan)  # a new prepare's config agrees with its share device
             check_conflicts(plan, checkpoint.held_dies(entries, but=uid))
             if plan.hard_results():  # vNPU IDs are chosen under the lock, against every recorded one
                 job.plan = hardsplit.assign_vnpus(

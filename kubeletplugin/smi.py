@@ -43,8 +43,8 @@ from controller.kube import Kube, NotFound
 from dra_driver import config
 from dra_driver.checkpoint import CheckpointStore, ClaimEntry
 from dra_driver.config import Config
-from dra_driver.daemon.client import DaemonClient
-from dra_driver.daemon.model import EntityInfo, ShareUsage
+from dra_driver.daemon_api.client import DaemonClient
+from dra_driver.daemon_api.values import EntityInfo, ShareUsage
 from dra_driver.errors import FlexNPUError, Unavailable
 from dra_driver.vnpu import ledger as vnpu_ledger
 from dra_driver.vnpu import report as vnpu_report

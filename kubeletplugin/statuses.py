@@ -1,18 +1,16 @@
-"""One table from driver errors to gRPC status codes, used by every servicer in this package.
+"""The driver's one table from its error codes to gRPC status codes, handed to the helper as ``error_status``.
 
-A whole-call failure (the preparer raised) becomes a gRPC error; per-claim failures never do,
-they travel in the claim's ``error`` field. Anything that is not a ``FlexNPUError`` is a bug
-and maps to ``INTERNAL`` with a message that says so.
+A whole-call failure (the driver raised) becomes a gRPC error; per-claim failures never do, they
+travel in the claim's ``error`` field. A ``FlexNPUError`` maps by its code; anything else goes to
+the helper's own table (``dra_kubeletplugin.statuses``: its errors by class, the rest ``INTERNAL``).
 """
 
 from __future__ import annotations
 
-from typing import NoReturn
-
 import grpc
 
 from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput, Unavailable
-from dra_driver.logs import ClaimLogger
+from dra_kubeletplugin import statuses as helper_statuses
 
 STATUS_BY_CODE: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
@@ -40,6 +38,7 @@ STATUS_BY_CODE: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.DIE_UNHEALTHY: grpc.StatusCode.FAILED_PRECONDITION,
     ErrorCode.WRITE_FAILED: grpc.StatusCode.UNAVAILABLE,
     ErrorCode.CHECKPOINT_UNTRUSTED: grpc.StatusCode.FAILED_PRECONDITION,
+    ErrorCode.SHM_UNBOUNDED: grpc.StatusCode.FAILED_PRECONDITION,
     ErrorCode.INTERNAL: grpc.StatusCode.INTERNAL,
 }
 
@@ -53,12 +52,4 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
         if isinstance(exc, Unavailable):
             fallback = grpc.StatusCode.UNAVAILABLE
         return STATUS_BY_CODE.get(exc.code, fallback), str(exc)
-    return grpc.StatusCode.INTERNAL, f"internal error in the driver: {type(exc).__name__}: {exc}"
-
-
-def abort_with(context: grpc.ServicerContext, exc: BaseException, *, what: str, log: ClaimLogger) -> NoReturn:
-    """Log ``exc`` and end the RPC with its mapped status. Never returns."""
-    code, detail = status_for(exc)
-    log.error("%s failed: %s", what, detail, exc_info=not isinstance(exc, FlexNPUError))
-    context.abort(code, f"{what}: {detail}")
-    raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
+    return helper_statuses.status_for(exc)

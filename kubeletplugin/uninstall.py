@@ -32,7 +32,7 @@ from controller.kube import Kube
 from dra_driver import netlink
 from dra_driver.checkpoint import CheckpointStore
 from dra_driver.config import Config
-from dra_driver.daemon.client import DaemonClient
+from dra_driver.daemon_api.client import DaemonClient
 from dra_driver.errors import FlexNPUError
 
 

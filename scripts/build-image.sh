@@ -25,7 +25,7 @@ VERSION="$("$PY" -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "
 IMAGE="${FLEXNPU_IMAGE:-localhost/flexnpu-dra-driver:$VERSION}"
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 BASE_PACKAGES="python3,python3-venv"
-# Podman on this kind of machine: runc refuses the default rlimits (see dra_driver/testing/podman.py),
+# Podman on this kind of machine: runc refuses the default rlimits (see flexnpu_testing/podman.py),
 # and the host network avoids needing a CNI/netavark bridge for the apt step.
 BUILD_FLAGS=(--network=host --ulimit nofile=1024:1024 --ulimit nproc=1024:1024)
 

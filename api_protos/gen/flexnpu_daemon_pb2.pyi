@@ -145,13 +145,14 @@ class HealthRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class HealthResponse(_message.Message):
-    __slots__ = ("ok", "pid", "version", "entities", "dies", "started_at", "die_ids")
+    __slots__ = ("ok", "pid", "version", "entities", "dies", "started_at", "shm_problem", "die_ids")
     OK_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     ENTITIES_FIELD_NUMBER: _ClassVar[int]
     DIES_FIELD_NUMBER: _ClassVar[int]
     STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    SHM_PROBLEM_FIELD_NUMBER: _ClassVar[int]
     DIE_IDS_FIELD_NUMBER: _ClassVar[int]
     ok: bool
     pid: int
@@ -159,5 +160,6 @@ class HealthResponse(_message.Message):
     entities: int
     dies: int
     started_at: float
+    shm_problem: str
     die_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, ok: _Optional[bool] = ..., pid: _Optional[int] = ..., version: _Optional[str] = ..., entities: _Optional[int] = ..., dies: _Optional[int] = ..., started_at: _Optional[float] = ..., die_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    def __init__(self, ok: _Optional[bool] = ..., pid: _Optional[int] = ..., version: _Optional[str] = ..., entities: _Optional[int] = ..., dies: _Optional[int] = ..., started_at: _Optional[float] = ..., shm_problem: _Optional[str] = ..., die_ids: _Optional[_Iterable[int]] = ...) -> None: ...

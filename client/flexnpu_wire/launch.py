@@ -2,7 +2,7 @@
 
 Owns the JSON format, strict parsing (every error names the file and the field) and rendering.
 Pure: the daemon writes the spec and the aclserver writes the ready file with the atomic writer
-of ``dra_driver/files.py`` (see ``dra_driver/aclserver/spec.py`` and ``dra_driver/daemon/files.py``).
+of ``dra_driver/files.py``, one call per effect (``dra_driver/wirefiles.py``).
 """
 
 from __future__ import annotations

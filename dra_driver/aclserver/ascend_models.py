@@ -15,9 +15,8 @@ import ctypes
 from collections.abc import Callable
 from typing import Any
 
-from dra_driver.aclserver import codes
 from dra_driver.aclserver.backend import AclFailure, Buffer
-from flexnpu_wire import modelfile
+from flexnpu_wire import codes, modelfile
 
 __all__ = ["Batch", "IODims", "ModelRuntime"]
 

@@ -34,12 +34,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from dra_driver.aclserver import codes, datalink
+from dra_driver.aclserver import datalink
 from dra_driver.aclserver.ascend_models import ModelRuntime
 from dra_driver.aclserver.backend import KERNEL_RESULT_BYTES, AclFailure, Buffer, LoadedModel
-from dra_driver.aclserver.datalink import HOST_TAG
 from dra_driver.aclserver.quota import Allocation, QuotaBook
-from dra_driver.aclserver.spec import AclServerSpec
+from flexnpu_wire import codes
+from flexnpu_wire import datalink as wire_datalink
+from flexnpu_wire.datalink import HOST_TAG
+from flexnpu_wire.launch import AclServerSpec
 from flexnpu_wire.modelfile import ModelFile
 
 __all__ = ["DEFAULT_LIBRARY", "AscendBackend", "AscendRuntime"]
@@ -218,11 +220,11 @@ class AscendBackend:
             return
         buf = memoryview(bytearray(count))
         if src_region is not None:
-            src_region.read_into(datalink.split_host_ptr(src)[1], buf)
+            src_region.read_into(wire_datalink.split_host_ptr(src)[1], buf)
         else:
             self.copy_from_device(src, buf, owner=owner)
         if dst_region is not None:
-            dst_region.write_from(datalink.split_host_ptr(dst)[1], buf)
+            dst_region.write_from(wire_datalink.split_host_ptr(dst)[1], buf)
         else:
             self.copy_to_device(dst, buf, owner=owner)
 

@@ -22,11 +22,12 @@ import threading
 import zlib
 from collections.abc import Callable
 
-from dra_driver.aclserver import codes, datalink, model_exec
+from dra_driver.aclserver import datalink, model_exec
 from dra_driver.aclserver.backend import KERNEL_RESULT_BYTES, AclFailure, Buffer, LoadedModel
 from dra_driver.aclserver.quota import Allocation, QuotaBook
-from dra_driver.aclserver.spec import AclServerSpec
-from flexnpu_wire import modelfile
+from flexnpu_wire import codes, modelfile
+from flexnpu_wire import datalink as wire_datalink
+from flexnpu_wire.launch import AclServerSpec
 from flexnpu_wire.modelfile import ModelFile
 
 __all__ = ["EmulatedBackend"]
@@ -96,14 +97,14 @@ class EmulatedBackend:
         dst_view = None if dst_region else self.device_view(dst, span, owner=owner)[:count]
         if src_region is not None and dst_region is not None:
             buf = memoryview(bytearray(count))
-            src_region.read_into(datalink.split_host_ptr(src)[1], buf)
-            dst_region.write_from(datalink.split_host_ptr(dst)[1], buf)
+            src_region.read_into(wire_datalink.split_host_ptr(src)[1], buf)
+            dst_region.write_from(wire_datalink.split_host_ptr(dst)[1], buf)
         elif src_region is not None:
             assert dst_view is not None
-            src_region.read_into(datalink.split_host_ptr(src)[1], dst_view)
+            src_region.read_into(wire_datalink.split_host_ptr(src)[1], dst_view)
         elif dst_region is not None:
             assert src_view is not None
-            dst_region.write_from(datalink.split_host_ptr(dst)[1], src_view)
+            dst_region.write_from(wire_datalink.split_host_ptr(dst)[1], src_view)
         else:
             assert dst_view is not None and src_view is not None
             dst_view[:] = src_view

@@ -12,10 +12,10 @@ import itertools
 import threading
 from collections.abc import Callable
 
-from dra_driver.aclserver import codes
 from dra_driver.aclserver.backend import AclFailure, Backend
 from dra_driver.aclserver.dispatch import Session
-from dra_driver.aclserver.spec import AclServerSpec
+from flexnpu_wire import codes
+from flexnpu_wire.launch import AclServerSpec
 
 __all__ = ["MAX_HOST_BUFFERS", "Claim", "SessionRefused"]
 

@@ -1,4 +1,4 @@
-"""Compatibility path: the ACL codes and enums live in ``client/flexnpu_wire/codes.py``."""
+"""Old import path (documented alias): the ACL codes and enums are ``flexnpu_wire.codes``."""
 
 from __future__ import annotations
 

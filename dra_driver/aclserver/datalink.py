@@ -1,6 +1,7 @@
 """The server side of the data link: region files in the claim's shm dir, read and written by fd.
 
-The layout (host pointers, region names) is the contract in ``client/flexnpu_wire/datalink.py``.
+The layout (host pointers, region names) is the contract in ``client/flexnpu_wire/datalink.py``;
+its names are re-exported here only as documented aliases for the old import path.
 The aclserver creates every region file itself (``O_EXCL|O_NOFOLLOW``, so it never opens a file
 a client planted), allocates its pages up front (first touch of a /dev/shm page is ~30x slower
 than a warm copy) and removes it when the session ends. The client maps the file by name.

@@ -15,13 +15,13 @@ import itertools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
-from dra_driver.aclserver import codes, protocol
 from dra_driver.aclserver.backend import AclFailure, Backend
 from dra_driver.aclserver.memory import Memory
 from dra_driver.aclserver.models import Models
-from dra_driver.aclserver.protocol import Op
 from dra_driver.aclserver.streams import WAITING_OPS, Streams
-from flexnpu_wire import ops
+from flexnpu_wire import codes, ops
+from flexnpu_wire import framing as protocol
+from flexnpu_wire.framing import Op
 
 if TYPE_CHECKING:
     from dra_driver.aclserver.claim import Claim

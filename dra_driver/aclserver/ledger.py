@@ -1,16 +1,26 @@
 """The per-die compute ledger: one mmap'ed file per die, shared by every aclserver on that die.
 
 Owns the file format, locking (``flock`` on the file plus a thread lock), registration with the
-same-policy rule, liveness (entries of dead or zombie pids are dropped, so a SIGKILL'd server's
-reservation disappears) and the blocking ``acquire`` loop around ``scheduling.decide``.
-The ledger never trusts a client: only aclservers write it, with time they measured themselves.
+same-policy rule and the per-die aclserver limit, liveness (entries of dead or zombie pids are
+dropped, so a SIGKILL'd server's reservation disappears) and the blocking ``acquire`` loop around
+``scheduling.decide``. The ledger never trusts a client: only aclservers write it, with time they
+measured themselves.
 
 File ``<ledger_dir>/die-<phy>.ledger``: a header (magic, version, die, busy_until, busy_slot,
-slots) then ``slots`` fixed-size entries (pid, process start time, claim, share, quota, policy,
-memory_only, waiting flag, period use, consumed time, memory use, kernel count). ``slots`` is
-the configured per-die share limit (``max_shares_per_die``, 63 by default) of the aclserver that
-created the file; a file written before the field existed reads 0 there and has 64 slots.
-Registration refuses a share when the die already has ``max_shares_per_die`` live entries.
+slots, capacity) then ``capacity`` fixed-size entries, one per vNPU an aclserver serves on the die
+(pid, process start time, claim, share, quota, policy, memory_only, waiting flag, period use,
+consumed time, memory use, kernel count).
+
+**One aclserver = one slot.** ``slots`` is the die's limit of aclservers (the configured
+``max_shares_per_die``, 63 by default, of the aclserver that created the file): the per-die
+process limit of the device counts processes, and one aclserver serves all of a claim's vNPUs
+(``vnpus: N``) and sessions, so registration refuses a share only when the die already has
+``slots`` other live aclservers; it is the same number, counted the same way, as the ``shares``
+capacity the scheduler charges once per share device allocation (``dra_driver/slices.py``).
+``capacity`` (entries) starts at ``slots`` and doubles when an aclserver's vNPUs need more, up to
+``slots * MAX_VNPUS_PER_ACLSERVER``; an opener re-maps when it sees the file grew. A file written
+before ``capacity`` existed reads 0 there and has ``slots`` entries (64 when ``slots`` reads 0 too,
+the first format); a process of that release sees only the first ``slots`` entries.
 """
 
 from __future__ import annotations
@@ -21,24 +31,36 @@ import os
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from dra_driver.aclserver import scheduling
-from dra_driver.aclserver.codes import Policy
 from dra_driver.errors import ErrorCode, StateError, Unavailable
+from flexnpu_wire.codes import Policy
 from flexnpu_wire.launch import DEFAULT_MAX_SHARES_PER_DIE
 
-__all__ = ["DEFAULT_MAX_SHARES", "MAX_ENTRIES", "DieLedger", "LedgerEntry", "ledger_path", "read_entries"]
+__all__ = [
+    "DEFAULT_MAX_SHARES",
+    "MAX_ENTRIES",
+    "MAX_VNPUS_PER_ACLSERVER",
+    "DieLedger",
+    "LedgerEntry",
+    "ledger_path",
+    "read_entries",
+]
 
 MAGIC = b"FNPULDG1"
 VERSION = 1
 DEFAULT_MAX_SHARES = DEFAULT_MAX_SHARES_PER_DIE
 MAX_ENTRIES = 64
 """Slots of a ledger file written before the header recorded its slot count."""
+MAX_VNPUS_PER_ACLSERVER = 16
+"""What the entries may grow to, per slot: ``vnpus: 16`` (``dra_driver/sharing.py`` MAX_VNPUS)."""
 _HEADER = struct.Struct("<8sIIdi")
-_SLOTS = struct.Struct("<I")
+_COUNT = struct.Struct("<I")
 _SLOTS_OFFSET = 28
+_CAPACITY_OFFSET = 32
 _ENTRY = struct.Struct("<BBBBiiiQ48sqqqdQQQd")
 _HEADER_SIZE = 64
 
@@ -109,6 +131,9 @@ def read_entries(ledger_dir: str, die_phy_id: int, *, check_liveness: bool = Tru
 class DieLedger:
     """An open die ledger. One instance per die per process; thread-safe."""
 
+    slots: int  # the die's aclserver limit, as the file records it
+    capacity: int  # entries the file holds now
+
     def __init__(
         self, ledger_dir: str, die_phy_id: int, *, max_shares: int = DEFAULT_MAX_SHARES, create: bool = True
     ) -> None:
@@ -139,18 +164,47 @@ class DieLedger:
             (_magic, version, _die, _busy, _slot) = _HEADER.unpack_from(head, 0)
             if version != VERSION:
                 raise StateError(f"ledger {self.path} has version {version}, expected {VERSION}")
-            (slots,) = _SLOTS.unpack_from(head, _SLOTS_OFFSET)
+            (slots,) = _COUNT.unpack_from(head, _SLOTS_OFFSET)
+            (capacity,) = _COUNT.unpack_from(head, _CAPACITY_OFFSET)
             self.slots = slots or MAX_ENTRIES
-            if size < _file_size(self.slots):
-                os.ftruncate(self._fd, _file_size(self.slots))
-            self._mm = mmap.mmap(self._fd, _file_size(self.slots))
+            self.capacity = max(capacity, self.slots)
+            if size < _file_size(self.capacity):
+                os.ftruncate(self._fd, _file_size(self.capacity))
+            self._mm = mmap.mmap(self._fd, _file_size(self.capacity))
             return
-        self.slots = max_shares
-        os.ftruncate(self._fd, _file_size(self.slots))
-        self._mm = mmap.mmap(self._fd, _file_size(self.slots))
-        self._mm[: _file_size(self.slots)] = bytes(_file_size(self.slots))
+        self.slots = self.capacity = max_shares
+        os.ftruncate(self._fd, _file_size(self.capacity))
+        self._mm = mmap.mmap(self._fd, _file_size(self.capacity))
+        self._mm[: _file_size(self.capacity)] = bytes(_file_size(self.capacity))
         _HEADER.pack_into(self._mm, 0, MAGIC, VERSION, self.die, 0.0, -1)
-        _SLOTS.pack_into(self._mm, _SLOTS_OFFSET, self.slots)
+        _COUNT.pack_into(self._mm, _SLOTS_OFFSET, self.slots)
+        _COUNT.pack_into(self._mm, _CAPACITY_OFFSET, self.capacity)
+
+    def _follow_growth(self) -> None:
+        """Map the whole file again when another opener grew it (called with the file locked)."""
+        (capacity,) = _COUNT.unpack_from(self._mm, _CAPACITY_OFFSET)
+        if capacity > self.capacity:
+            self._mm.close()
+            self.capacity = capacity
+            self._mm = mmap.mmap(self._fd, _file_size(capacity))
+
+    def _grow(self, claim_uid: str) -> int:
+        """Double the entries (file locked); the first new entry, or Unavailable at the ceiling."""
+        ceiling = self.slots * MAX_VNPUS_PER_ACLSERVER
+        if self.capacity >= ceiling:
+            raise Unavailable(
+                f"die {self.die}'s ledger holds {self.capacity} vNPUs, the most its {self.slots} aclservers"
+                f" may serve ({MAX_VNPUS_PER_ACLSERVER} each)",
+                claim_uid=claim_uid,
+                field="vnpus",
+            )
+        first, capacity = self.capacity, min(ceiling, self.capacity * 2)
+        os.ftruncate(self._fd, _file_size(capacity))  # new entries read as zero: free
+        self._mm.close()
+        self._mm = mmap.mmap(self._fd, _file_size(capacity))
+        self.capacity = capacity
+        _COUNT.pack_into(self._mm, _CAPACITY_OFFSET, capacity)
+        return first
 
     # -- registration -------------------------------------------------------------------------
 
@@ -165,7 +219,8 @@ class DieLedger:
         mem_quota: int,
         pid: int | None = None,
     ) -> int:
-        """Add an entry for one share and return its slot; refuse a policy other shares don't use."""
+        """Add an entry for one vNPU of aclserver ``pid`` and return it; refuse a policy other shares
+        don't use, and a new aclserver on a die that serves ``slots`` already."""
         pid = os.getpid() if pid is None else pid
         starttime = _starttime(pid)
         with self._locked():
@@ -180,16 +235,18 @@ class DieLedger:
                         claim_uid=claim_uid,
                         field="policy",
                     )
-            used = {e.slot for e in entries}
-            free = [i for i in range(self.slots) if i not in used]
+            servers = {(e.pid, e.starttime) for e in entries}
             limit = min(self.slots, self.max_shares)
-            if not free or len(entries) >= limit:
+            if (pid, starttime) not in servers and len(servers) >= limit:
                 raise Unavailable(
-                    f"die {self.die} already serves {len(entries)} shares, its limit (max_shares_per_die {limit})",
+                    f"die {self.die} already serves {len(servers)} aclservers, its limit"
+                    f" (max_shares_per_die {limit}; one aclserver however many vNPUs and sessions it serves)",
                     claim_uid=claim_uid,
                     field="max_shares_per_die",
                 )
-            slot = free[0]
+            used = {e.slot for e in entries}
+            free = [i for i in range(self.capacity) if i not in used]
+            slot = free[0] if free else self._grow(claim_uid)
             raw = _ENTRY.pack(
                 1,
                 policy.number,
@@ -270,7 +327,7 @@ class DieLedger:
     def snapshot(self) -> list[LedgerEntry]:
         """Every used entry as written, dead pids included (no liveness check, no writes)."""
         with self._locked():
-            return [e for e in (self._decode(i) for i in range(self.slots)) if e is not None]
+            return [e for e in (self._decode(i) for i in self._used()) if e is not None]
 
     def close(self) -> None:
         try:
@@ -286,7 +343,12 @@ class DieLedger:
                 self._write_fields(slot, waiting=waiting)
 
     def _locked(self) -> _Lock:
-        return _Lock(self._tlock, self._fd)
+        return _Lock(self._tlock, self._fd, self._follow_growth)
+
+    def _used(self) -> list[int]:
+        """Entries in use: the first byte of each entry, read in one strided slice."""
+        flags = self._mm[_HEADER_SIZE : _HEADER_SIZE + self.capacity * _ENTRY.size : _ENTRY.size]
+        return [i for i, flag in enumerate(flags) if flag]
 
     @staticmethod
     def _offset(slot: int) -> int:
@@ -345,7 +407,7 @@ class DieLedger:
         self._mm[off : off + _ENTRY.size] = raw
 
     def _live_entries(self, *, force: bool) -> list[LedgerEntry]:
-        entries = [e for e in (self._decode(i) for i in range(self.slots)) if e is not None]
+        entries = [e for e in (self._decode(i) for i in self._used()) if e is not None]
         now = time.monotonic()
         if not force and now - self._last_liveness < _LIVENESS_EVERY_S:
             return entries
@@ -360,11 +422,12 @@ class DieLedger:
 
 
 class _Lock:
-    """Thread lock + flock on the ledger file, as one context manager."""
+    """Thread lock + flock on the ledger file, as one context manager; ``held`` runs once both are held."""
 
-    def __init__(self, tlock: threading.Lock, fd: int) -> None:
+    def __init__(self, tlock: threading.Lock, fd: int, held: Callable[[], None]) -> None:
         self._tlock = tlock
         self._fd = fd
+        self._held = held
 
     def __enter__(self) -> None:
         self._tlock.acquire()
@@ -372,6 +435,11 @@ class _Lock:
             fcntl.flock(self._fd, fcntl.LOCK_EX)
         except BaseException:
             self._tlock.release()
+            raise
+        try:
+            self._held()
+        except BaseException:
+            self.__exit__()
             raise
 
     def __exit__(self, *exc: object) -> None:

@@ -25,16 +25,15 @@ import time
 from collections.abc import Sequence
 from types import FrameType
 
-from dra_driver import logs
+from dra_driver import logs, wirefiles
 from dra_driver.aclserver import proctitle
-from dra_driver.aclserver import spec as spec_mod
 from dra_driver.aclserver.backend import AclFailure, Backend
 from dra_driver.aclserver.backend_ascend import DEFAULT_LIBRARY as ASCEND_LIBRARY
 from dra_driver.aclserver.backend_ascend import AscendBackend
 from dra_driver.aclserver.backend_emulated import EmulatedBackend
 from dra_driver.aclserver.server import Server
-from dra_driver.aclserver.spec import AclServerSpec
 from dra_driver.errors import FlexNPUError, InvalidInput
+from flexnpu_wire.launch import AclServerSpec, ReadyInfo
 
 __all__ = ["load_spec", "main", "run"]
 
@@ -46,7 +45,7 @@ EXIT_LISTEN = 4
 
 def load_spec(path: str | os.PathLike[str]) -> AclServerSpec:
     """Read and validate a spec file (InvalidInput naming the file and field)."""
-    return spec_mod.load_spec(path)
+    return wirefiles.load_spec(path)
 
 
 def run(spec: AclServerSpec, *, backend_name: str | None = None, ascend_library: str | None = None) -> int:
@@ -77,9 +76,9 @@ def run(spec: AclServerSpec, *, backend_name: str | None = None, ascend_library:
         old_wakeup = signal.set_wakeup_fd(stop_w.fileno(), warn_on_full_buffer=False)
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, _ignore)
-        spec_mod.write_ready(
+        wirefiles.write_ready(
             spec.ready_file,
-            spec_mod.ReadyInfo(
+            ReadyInfo(
                 pid=os.getpid(),
                 tcp_host=spec.tcp_host,
                 tcp_port=server.tcp_port,

@@ -14,9 +14,12 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from dra_driver.aclserver import codes, datalink, protocol
+from dra_driver.aclserver import datalink
 from dra_driver.aclserver.backend import AclFailure, Backend
-from dra_driver.aclserver.protocol import Op
+from flexnpu_wire import codes
+from flexnpu_wire import datalink as wire_datalink
+from flexnpu_wire import framing as protocol
+from flexnpu_wire.framing import Op
 
 if TYPE_CHECKING:
     from dra_driver.aclserver.claim import Claim
@@ -60,7 +63,7 @@ class Memory:
         self.unix = unix
         self.regions: dict[int, datalink.AnyRegion] = {}
         self._next_region = 1
-        self.staging = self._new_region("staging", staging_bytes, datalink.STAGING_REGION)
+        self.staging = self._new_region("staging", staging_bytes, wire_datalink.STAGING_REGION)
 
     def handlers(self) -> dict[Op, Handler]:
         return {
@@ -112,7 +115,7 @@ class Memory:
             )
         if kind not in _MEMCPY_KINDS:
             raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, f"unknown memcpy kind {kind}")
-        src_host, dst_host = datalink.is_host_ptr(src), datalink.is_host_ptr(dst)
+        src_host, dst_host = wire_datalink.is_host_ptr(src), wire_datalink.is_host_ptr(dst)
         if _EXPECTED_SIDES.get(codes.MemcpyKind(kind), (src_host, dst_host)) != (src_host, dst_host):
             raise AclFailure(
                 codes.ACL_ERROR_INVALID_PARAM,
@@ -137,26 +140,26 @@ class Memory:
     def malloc_host(self, msg: protocol.Message) -> tuple[tuple[int, ...], bytes]:
         """A host buffer: (host pointer, mapped bytes), its region file name as the reply tail."""
         region = self._host_buffer(msg.ints[0], sealed=False)
-        return (datalink.host_ptr(region.region_id), region.size), region.name.encode()
+        return (wire_datalink.host_ptr(region.region_id), region.size), region.name.encode()
 
     def malloc_host_fd(self, msg: protocol.Message) -> tuple[tuple[int, ...], int]:
         """A host buffer as a sealed memfd: (host pointer, mapped bytes), and the fd to pass."""
         region = self._host_buffer(msg.ints[0], sealed=True)
         assert isinstance(region, datalink.SealedRegion)
-        return (datalink.host_ptr(region.region_id), region.size), region.fd
+        return (wire_datalink.host_ptr(region.region_id), region.size), region.fd
 
     def staging_fd(self, _msg: protocol.Message) -> tuple[tuple[int, ...], int]:
         """Replace the staging region with a sealed memfd of the same size; its fd to pass."""
         self._need_unix()
-        old = self.regions[datalink.STAGING_REGION]
-        name = datalink.region_name("staging", os.getpid(), next(_region_names))
+        old = self.regions[wire_datalink.STAGING_REGION]
+        name = wire_datalink.region_name("staging", os.getpid(), next(_region_names))
         try:
-            region = datalink.create_sealed_region(name, old.size, datalink.STAGING_REGION)
+            region = datalink.create_sealed_region(name, old.size, wire_datalink.STAGING_REGION)
         except OSError as exc:
             raise AclFailure(
                 codes.ACL_ERROR_BAD_ALLOC, f"cannot create a sealed staging region: {exc}"
             ) from exc
-        self.regions[datalink.STAGING_REGION] = self.staging = region
+        self.regions[wire_datalink.STAGING_REGION] = self.staging = region
         old.close()
         return (region.size,), region.fd
 
@@ -171,7 +174,7 @@ class Memory:
             self._need_unix()
         if size <= 0:
             raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, f"malloc_host size must be positive, got {size}")
-        if size >= 1 << datalink.OFFSET_BITS:
+        if size >= 1 << wire_datalink.OFFSET_BITS:
             raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, f"malloc_host size {size} is too large")
         rounded = -(-size // PAGE) * PAGE
         claim = self.claim
@@ -180,7 +183,7 @@ class Memory:
         rid = self._next_region
         try:
             if sealed:
-                name = datalink.region_name("host", os.getpid(), next(_region_names))
+                name = wire_datalink.region_name("host", os.getpid(), next(_region_names))
                 region: datalink.AnyRegion = datalink.create_sealed_region(name, rounded, rid)
                 self.regions[rid] = region
             else:
@@ -196,7 +199,7 @@ class Memory:
 
     def _free_host(self, ints: tuple[int, ...]) -> tuple[int, ...]:
         ptr = ints[0]
-        rid, offset = datalink.split_host_ptr(ptr) if datalink.is_host_ptr(ptr) else (-1, -1)
+        rid, offset = wire_datalink.split_host_ptr(ptr) if wire_datalink.is_host_ptr(ptr) else (-1, -1)
         if rid <= 0 or offset != 0 or rid not in self.regions:
             raise AclFailure(
                 codes.ACL_ERROR_INVALID_PARAM, f"pointer {ptr:#x} is not a host buffer of this client"
@@ -206,7 +209,7 @@ class Memory:
 
     def host_region(self, ptr: int, count: int) -> datalink.AnyRegion:
         """The region ``count`` bytes at host pointer ``ptr`` lie in (AclFailure if they do not)."""
-        rid, offset = datalink.split_host_ptr(ptr)
+        rid, offset = wire_datalink.split_host_ptr(ptr)
         region = self.regions.get(rid)
         if region is None:
             raise AclFailure(
@@ -222,12 +225,12 @@ class Memory:
     def drop_region(self, rid: int) -> None:
         region = self.regions.pop(rid)
         region.close()
-        if rid != datalink.STAGING_REGION and self.claim is not None:
+        if rid != wire_datalink.STAGING_REGION and self.claim is not None:
             self.claim.release_host(region.size)
 
     def drop_host_buffers(self) -> None:
         """Every region but the staging region (aclFinalize)."""
-        for rid in [r for r in self.regions if r != datalink.STAGING_REGION]:
+        for rid in [r for r in self.regions if r != wire_datalink.STAGING_REGION]:
             self.drop_region(rid)
 
     def close(self) -> None:
@@ -237,7 +240,7 @@ class Memory:
             self.drop_region(rid)
 
     def _new_region(self, kind: str, size: int, rid: int) -> datalink.AnyRegion:
-        name = datalink.region_name(kind, os.getpid(), next(_region_names))
+        name = wire_datalink.region_name(kind, os.getpid(), next(_region_names))
         region = datalink.create_region(self.shm_dir, name, size, rid)
         self.regions[rid] = region
         return region

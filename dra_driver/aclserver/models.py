@@ -22,13 +22,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from dra_driver.aclserver import codes, datalink, protocol
 from dra_driver.aclserver.backend import AclFailure, Backend, Buffer, LoadedModel
 from dra_driver.aclserver.memory import Memory
-from dra_driver.aclserver.protocol import Op
 from dra_driver.aclserver.quota import Allocation
 from dra_driver.aclserver.streams import Streams, Task
-from flexnpu_wire import modelfile
+from flexnpu_wire import codes, modelfile
+from flexnpu_wire import datalink as wire_datalink
+from flexnpu_wire import framing as protocol
+from flexnpu_wire.framing import Op
 
 if TYPE_CHECKING:
     from dra_driver.aclserver.claim import Claim
@@ -148,7 +149,7 @@ class Models:
             )
         region = self.memory.host_region(host_ptr, count)
         try:
-            region.read_into(datalink.split_host_ptr(host_ptr)[1], blob.view[offset : offset + count])
+            region.read_into(wire_datalink.split_host_ptr(host_ptr)[1], blob.view[offset : offset + count])
         except OSError as exc:
             raise AclFailure(
                 codes.ACL_ERROR_INVALID_PARAM, f"reading the model from the data link failed: {exc}"

@@ -1,4 +1,4 @@
-"""Compatibility path: the frame format lives in ``client/flexnpu_wire/framing.py`` (ops in ``ops.py``)."""
+"""Old import path (documented alias): the frame format is ``flexnpu_wire.framing`` (ops in ``flexnpu_wire.ops``)."""
 
 from __future__ import annotations
 

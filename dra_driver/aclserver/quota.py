@@ -29,11 +29,11 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from dra_driver.aclserver import codes
 from dra_driver.aclserver.backend import AclFailure
-from dra_driver.aclserver.codes import Policy
 from dra_driver.aclserver.ledger import DieLedger
-from dra_driver.aclserver.spec import AclServerSpec, ShareSpec
+from flexnpu_wire import codes
+from flexnpu_wire.codes import Policy
+from flexnpu_wire.launch import AclServerSpec, ShareSpec
 
 __all__ = [
     "ALLOC_ALIGN",

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dra_driver.aclserver.codes import Policy
+from flexnpu_wire.codes import Policy
 
 __all__ = [
     "LOOKAHEAD_US",

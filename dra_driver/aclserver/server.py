@@ -29,13 +29,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dra_driver import files
-from dra_driver.aclserver import codes, protocol
 from dra_driver.aclserver.backend import Backend
 from dra_driver.aclserver.claim import Claim, SessionRefused
 from dra_driver.aclserver.dispatch import WAITING_OPS, FdReply, Session
-from dra_driver.aclserver.protocol import Op
-from dra_driver.aclserver.spec import AclServerSpec
 from dra_driver.logs import ClaimLogger
+from flexnpu_wire import codes
+from flexnpu_wire import framing as protocol
+from flexnpu_wire.framing import Op
+from flexnpu_wire.launch import AclServerSpec
 
 __all__ = ["SOCKET_MODE", "Server"]
 

@@ -17,10 +17,11 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from dra_driver.aclserver import codes, scheduling
+from dra_driver.aclserver import scheduling
 from dra_driver.aclserver.backend import KERNEL_RESULT_BYTES, AclFailure, Backend
-from dra_driver.aclserver.protocol import Op
 from dra_driver.aclserver.quota import Allocation
+from flexnpu_wire import codes
+from flexnpu_wire.framing import Op
 
 __all__ = ["MAX_KERNEL_US", "MAX_QUEUED_TASKS", "MAX_STREAMS", "WAITING_OPS", "Streams"]
 

@@ -1,4 +1,4 @@
-"""Compatibility path of the container client: the library is ``flexnpu_client`` (``client/``).
+"""Old import path (documented alias): the container client is ``flexnpu_client`` (``client/``).
 
 ``from dra_driver.client import acl`` keeps working inside the driver distribution: every
 ``dra_driver.client.<module>`` is the very module object ``flexnpu_client.<module>`` (same

@@ -1,4 +1,4 @@
-"""Compatibility path: this module is ``flexnpu_client.acl`` (see ``dra_driver/client/__init__.py``)."""
+"""Old import path (documented alias): this module is ``flexnpu_client.acl`` (see ``dra_driver/client/__init__.py``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``python -m dra_driver.client.probe``: compatibility path of ``python -m flexnpu_client.probe``."""
+"""Old import path (documented alias): ``python -m dra_driver.client.probe`` is ``python -m flexnpu_client.probe``."""
 
 from __future__ import annotations
 

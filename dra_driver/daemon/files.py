@@ -1,8 +1,8 @@
-"""Files the daemon owns on disk: a claim's shm dir, launch spec, ready file and captured stderr.
+"""Files the daemon owns on disk: a claim's shm dir, its captured stderr, and their removal.
 
-Atomic writes are ``dra_driver/files.py``'s; the spec and ready formats are
-``client/flexnpu_wire/launch.py`` (read and written through ``dra_driver/aclserver/spec.py``).
-Nothing here knows about processes; ``manager`` decides when to create or remove.
+Atomic writes and fsyncs are ``dra_driver/files.py``'s; the launch spec and the ready file are
+written and read in one call each through ``dra_driver/wirefiles.py``. Nothing here knows about
+processes; ``manager`` decides when to create or remove.
 """
 
 from __future__ import annotations
@@ -14,28 +14,8 @@ import stat
 from pathlib import Path
 
 from dra_driver import files
-from dra_driver.aclserver import spec as launch
-from dra_driver.aclserver.spec import AclServerSpec, ReadyInfo
 from dra_driver.daemon import shmfs
 from dra_driver.daemon.spec import ClaimPaths
-from dra_driver.errors import FlexNPUError
-
-write_atomic = files.write_atomic
-
-
-def sync(path: Path) -> None:
-    """Make an earlier ``write_atomic(..., sync=False)`` of ``path`` durable (file and directory)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    files.fsync_dir(path.parent)
-
-
-def write_spec(path: Path, spec: AclServerSpec) -> None:
-    """Write the aclserver launch spec (mode 0600: it holds the claim's token; not fsynced)."""
-    launch.write_spec(path, spec)
 
 
 def prepare_shm_dir(paths: ClaimPaths, *, ledger_dir: Path, tmpfs_bytes: int | None = None) -> None:
@@ -56,14 +36,6 @@ def prepare_shm_dir(paths: ClaimPaths, *, ledger_dir: Path, tmpfs_bytes: int | N
         stale.unlink(missing_ok=True)
 
 
-def read_ready(path: Path) -> ReadyInfo | None:
-    """The aclserver's ready file, or None if it is not there yet or not readable as one."""
-    try:
-        return launch.load_ready(path)
-    except (OSError, UnicodeDecodeError, FlexNPUError):
-        return None
-
-
 def stderr_tail(path: Path, limit: int = 2000) -> str:
     """The last ``limit`` characters of a captured stderr file ("" if none)."""
     try:
@@ -80,6 +52,8 @@ def remove_claim_files(paths: ClaimPaths) -> None:
     """Remove the claim's shm dir (unmounting its tmpfs), spec, ready and sessions files and
     captured stderr (missing is fine; a symlink is removed, never followed)."""
     with contextlib.suppress(OSError):
+        if shmfs.is_mount(paths.shm_dir):  # emptied first: a copy of the mount elsewhere keeps nothing
+            shutil.rmtree(paths.shm_dir, ignore_errors=True)
         shmfs.unmount_all_under(paths.shm_dir)
     try:
         st = os.lstat(paths.shm_dir)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import socket
 
-from dra_driver.aclserver import protocol
+from flexnpu_wire import framing as protocol
 
 _REQUEST_ID = 0x464E  # arbitrary, echoed back
 

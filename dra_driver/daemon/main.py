@@ -20,11 +20,11 @@ from pathlib import Path
 from types import FrameType
 
 from dra_driver import config, discovery, logs
-from dra_driver.daemon import service, shmfs
-from dra_driver.daemon.client import DEFAULT_SOCKET
+from dra_driver.daemon import service, shmroot
 from dra_driver.daemon.launcher import Launcher, SpawnLauncher, ZygoteLauncher
 from dra_driver.daemon.manager import Manager, Settings
 from dra_driver.daemon.model import DieCapacity
+from dra_driver.daemon_api.client import DEFAULT_SOCKET
 from dra_driver.devices import Health
 from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput
 from flexnpu_wire.launch import DEFAULT_MAX_SESSIONS, DEFAULT_MAX_SHARES_PER_DIE
@@ -84,13 +84,15 @@ FLAGS: tuple[config.Flag, ...] = (
     DaemonFlag(
         "max-shares-per-die",
         str(DEFAULT_MAX_SHARES_PER_DIE),
-        "shares a die's ledger admits; must match the plugin's --max-shares-per-die (1..1024)",
+        "aclservers (share claims, however many vNPUs each) a die's ledger admits; must match the"
+        " plugin's --max-shares-per-die (1..1024)",
     ),
     DaemonFlag(
         "shm-mount",
         "auto",
-        "give each claim's shm dir its own size-limited tmpfs: auto (when root and the shm root is a"
-        " shared mount, so the tmpfs reaches the containers), always, never",
+        "give each claim's shm dir its own size-limited tmpfs: auto (when it reaches the containers: the"
+        " daemon runs in the host's mount namespace, or the shm root is a shared mount; otherwise shares"
+        " are refused, saying why), always, never (plain dirs: a container can fill the node's /dev/shm)",
     ),
 )
 
@@ -150,13 +152,20 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> DaemonCo
         if value > 1024:
             raise InvalidInput(f"must be at most 1024, got {value}", code=ErrorCode.INVALID_CONFIG, field=key)
     shm_mount = values["shm_mount"] or "auto"
-    if shm_mount not in ("auto", "always", "never"):
+    if shm_mount not in shmroot.MODES:
         raise InvalidInput(
             f"unknown value {shm_mount!r}; use auto, always or never",
             code=ErrorCode.INVALID_CONFIG,
             field="shm-mount",
         )
     log_json = (values["log_json"] or "").strip().lower() in ("1", "true", "yes", "on")
+    bound = shmroot.decide(
+        shm_mount,
+        root=path("shm_root"),
+        may_mount=shm_mount == "auto" and shmroot.may_mount(),
+        runtime_namespace=shm_mount == "auto" and shmroot.in_runtime_namespace(),
+        shared=shm_mount == "auto" and shmroot.propagates(path("shm_root")),
+    )
     return DaemonConfig(
         socket=path("socket"),
         settings=Settings(
@@ -170,8 +179,8 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> DaemonCo
             max_restarts=int(number("max_restarts")),
             max_sessions=max_sessions,
             max_shares_per_die=max_shares,
-            shm_mount=shm_mount == "always"
-            or (shm_mount == "auto" and os.geteuid() == 0 and shmfs.propagates(path("shm_root"))),
+            shm_mount=bound.mount,
+            shm_problem=bound.problem,
         ),
         aclserver_command=command,
         use_zygote=launcher == "zygote" and not custom,
@@ -256,10 +265,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     manager.start_monitor()
     if cfg.rediscover_seconds > 0:
         threading.Thread(target=rediscover, args=(cfg, manager, stop), name="rediscover", daemon=True).start()
-    if not cfg.settings.shm_mount:
+    if cfg.settings.shm_problem:
+        log.error("shares are refused on this node: %s", cfg.settings.shm_problem)
+    elif not cfg.settings.shm_mount:
         log.warning(
-            "claims' shm dirs under %s are not size-limited tmpfs mounts (--shm-mount; auto needs root and a"
-            " shared mount, e.g. mountPropagation: Bidirectional): a container can fill the node's /dev/shm",
+            "claims' shm dirs under %s are plain directories (--shm-mount never): a container can fill the"
+            " node's /dev/shm",
             cfg.settings.shm_root,
         )
     log.info("serving on %s with %d dies", cfg.socket, len(dies))

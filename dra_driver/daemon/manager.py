@@ -23,12 +23,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dra_driver import files as dra_files
+from dra_driver import wirefiles
 from dra_driver.daemon import files, liveness, processes, registry, shmfs, spec, usage, validation
 from dra_driver.daemon.launcher import Launcher
-from dra_driver.daemon.model import (
-    DieCapacity,
+from dra_driver.daemon.model import DieCapacity, Entity
+from dra_driver.daemon_api.values import (
     Endpoints,
-    Entity,
     EntityInfo,
     EntityState,
     RegisterRequest,
@@ -61,6 +62,8 @@ class Settings:
     max_shares_per_die: int = DEFAULT_MAX_SHARES_PER_DIE
     shm_mount: bool = False
     """Each claim's shm dir is its own tmpfs, sized from its quota (needs CAP_SYS_ADMIN)."""
+    shm_problem: str = ""
+    """Why that bound cannot be kept here (``dra_driver/daemon/shmroot.py``): no aclserver starts."""
 
     @property
     def registry_file(self) -> Path:
@@ -463,6 +466,13 @@ class Manager:
             if s.shm_mount
             else None
         )
+        if s.shm_problem:  # a tenant could fill the node's shared memory: refused, naming why
+            raise StateError(
+                f"no aclserver is started: {s.shm_problem}",
+                code=ErrorCode.SHM_UNBOUNDED,
+                claim_uid=uid,
+                field="shm-mount",
+            )
         try:
             files.prepare_shm_dir(paths, ledger_dir=s.ledger_dir, tmpfs_bytes=tmpfs)
         except OSError as exc:
@@ -481,11 +491,13 @@ class Manager:
             max_sessions=s.max_sessions,
             max_shares_per_die=s.max_shares_per_die,
         )
-        files.write_spec(paths.spec, doc)
+        wirefiles.write_spec(paths.spec, doc)
         launched = self.launcher.launch(spec_path=paths.spec, stderr_path=paths.stderr)
         claim.launched = launched
         try:
-            files.sync(s.registry_file)  # the Starting record, made durable while the aclserver starts
+            dra_files.fsync_file(
+                s.registry_file
+            )  # the Starting record, made durable while the aclserver starts
             ready = processes.wait_ready(
                 launched,
                 ready_path=paths.ready,

@@ -17,9 +17,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dra_driver.aclserver.spec import ReadyInfo
+from dra_driver import wirefiles
 from dra_driver.daemon import files, zygote_marker
 from dra_driver.errors import ErrorCode, FlexNPUError
+from flexnpu_wire.launch import ReadyInfo
 
 PROC = Path("/proc")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -128,7 +129,7 @@ def wait_ready(
     deadline = time.monotonic() + timeout
     delay = 0.001
     while True:
-        ready = files.read_ready(ready_path)
+        ready = wirefiles.read_ready(ready_path)
         if ready is not None and ready.pid == launched.pid:
             return ready
         status = launched.exit_status()

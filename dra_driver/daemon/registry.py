@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from dra_driver.daemon import files
+from dra_driver import files
 from dra_driver.daemon.model import Entity
 from dra_driver.errors import ErrorCode, StateError
 
@@ -51,7 +51,7 @@ def load(path: Path) -> list[Entity]:
 def save(path: Path, entities: Iterable[Entity], *, sync: bool = True) -> None:
     """Replace ``path`` atomically with ``entities`` (sorted by claim UID).
 
-    ``sync=False`` defers durability to a later ``files.sync(path)`` (see ``files.write_atomic``).
+    ``sync=False`` defers durability to a later ``files.fsync_file(path)`` (see ``files.write_atomic``).
     """
     entries = [e.to_dict() for e in sorted(entities, key=lambda e: e.claim_uid)]
     doc = {"version": VERSION, "checksum": _checksum(entries), "entries": entries}

@@ -21,9 +21,9 @@ import grpc
 
 from api_protos.gen import flexnpu_daemon_pb2 as pb
 from api_protos.gen import flexnpu_daemon_pb2_grpc as pb_grpc
-from dra_driver.daemon import wire
 from dra_driver.daemon.manager import Manager
-from dra_driver.daemon.model import HealthInfo
+from dra_driver.daemon_api import wire
+from dra_driver.daemon_api.values import HealthInfo
 from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput, StateError, Unavailable
 
 VERSION = "0.1.0"
@@ -77,6 +77,7 @@ class DaemonServicer(pb_grpc.FlexNPUDaemonServicer):
             entities=m.entity_count(),
             dies=len(m.dies),
             started_at=m.started_at,
+            shm_problem=m.settings.shm_problem,
             die_ids=tuple(sorted(m.dies)),
         )
         return wire.health_to_pb(info)

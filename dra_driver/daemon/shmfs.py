@@ -7,7 +7,10 @@ host-memory limit (``hostMemory``, by default its memory quota), one staging reg
 session, and a little slack (``size_for``). Mode 0711: the
 container's processes (any uid) only traverse the directory to reach the unix socket and the
 region files the aclserver names; they need not list it. Needs CAP_SYS_ADMIN (the daemon runs
-privileged); ``flexnpu-daemon --shm-mount never`` turns it off. A symlink is never followed:
+privileged); whether the tmpfs reaches the containers at all is decided in
+``dra_driver/daemon/shmroot.py``, and ``flexnpu-daemon --shm-mount never`` turns it off. A claim's
+tmpfs is emptied before it is detached, so a copy of the mount that another mount namespace kept
+(a container that started while it existed) holds nothing. A symlink is never followed:
 ``mount`` refuses to run on anything but a real directory that this module checked with
 ``lstat``, and unmounting uses ``MNT_DETACH|UMOUNT_NOFOLLOW``.
 """
@@ -27,7 +30,6 @@ __all__ = [
     "is_mount",
     "mount",
     "mounts_under",
-    "propagates",
     "size_for",
     "unmount",
     "unmount_all_under",
@@ -98,24 +100,6 @@ def unmount_all_under(root: Path) -> int:
         if _lib().umount2(point.encode(), _MNT_DETACH | _UMOUNT_NOFOLLOW) == 0:
             count += 1
     return count
-
-
-def propagates(path: Path) -> bool:
-    """True if mounts made under ``path`` reach the other mount namespaces (the host, and through
-    it the containers): the mount holding ``path`` has shared propagation. In a pod that needs
-    ``mountPropagation: Bidirectional`` on the shm root's hostPath volume."""
-    target = str(path).rstrip("/") or "/"
-    best, shared = -1, False
-    with contextlib.suppress(OSError), open("/proc/self/mountinfo", "rb") as fh:
-        for line in fh:
-            fields = line.decode(errors="replace").split()
-            point = _unescape(fields[4])
-            inside = target == point or target.startswith(point.rstrip("/") + "/")
-            if inside and len(point) >= best:
-                best = len(point)
-                optional = fields[6 : fields.index("-")]
-                shared = any(f.startswith("shared:") for f in optional)
-    return shared
 
 
 def _unescape(text: str) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from dra_driver.daemon.model import RegisterRequest
+from dra_driver.daemon_api.values import LEDGER_DIR_NAME, RegisterRequest
 from flexnpu_wire.launch import (
     DEFAULT_MAX_FRAME_BYTES,
     DEFAULT_MAX_SESSIONS,
@@ -32,7 +32,6 @@ __all__ = [
     "specs_dir",
 ]
 
-LEDGER_DIR_NAME = ".ledger"
 MAX_FRAME_BYTES = DEFAULT_MAX_FRAME_BYTES
 BACKEND = "emulated"
 

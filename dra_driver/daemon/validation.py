@@ -12,9 +12,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from dra_driver import paths
-from dra_driver.aclserver.codes import Policy
-from dra_driver.daemon.model import DieCapacity, Entity, RegisterRequest, parse_policy
+from dra_driver.daemon.model import DieCapacity, Entity, parse_policy
+from dra_driver.daemon_api.values import RegisterRequest
 from dra_driver.errors import ErrorCode, InvalidInput, StateError
+from flexnpu_wire.codes import Policy
 from flexnpu_wire.shares import MAX_HOST_MEMORY_BYTES
 
 # Claim UIDs become file and directory names: the node's one rule (dra_driver/paths.py; no dots,

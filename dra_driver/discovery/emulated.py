@@ -8,7 +8,7 @@ dies. The format is documented field by field in ``docs/inventory.md``.
 :func:`parse_inventory` is pure (a decoded document in, an :class:`Inventory` out, or an
 :class:`InvalidInput` naming the file and the field path); :func:`load_inventory` and
 :class:`EmulatedDiscovery` read the file. Nothing here creates device nodes: that is
-:mod:`dra_driver.testing.devroot`.
+:mod:`flexnpu_testing.devroot`.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ mounts by default (``base.list``) plus the ones HAMi's soft split adds (``versio
 
 Paths are absolute container paths; on the host they are the same paths under the
 configured device root (``--device-root``, ``/`` on a real node). The CDI writer imports
-these tables; :mod:`dra_driver.testing.devroot` creates them on an emulated node. This
+these tables; :mod:`flexnpu_testing.devroot` creates them on an emulated node. This
 module holds constants only.
 """
 

@@ -4,7 +4,7 @@ A :class:`VnpuManager` answers "which vNPUs exist on this node?" and makes or re
 backends:
 
 * :mod:`.npu_smi` runs ``npu-smi set -t create-vnpu`` / ``destroy-vnpu`` and parses
-  ``npu-smi info -t info-vnpu`` (real nodes; tests use ``dra_driver/testing/fake_npu_smi.py``);
+  ``npu-smi info -t info-vnpu`` (real nodes; tests use ``flexnpu_testing/fake_npu_smi.py``);
 * :mod:`.emulated` keeps the vNPUs of an emulated node in a state file and makes their device
   nodes ``<device-root>/dev/vdavinci<id>`` (machines without NPUs, tests, demos).
 

@@ -4,7 +4,7 @@
 refuses what the real one refuses (a template the chip model does not offer, an ID outside the
 die's range or already taken, more than the die has left), under a file lock, and makes or
 removes ``<device-root>/dev/vdavinci<id>``. :class:`EmulatedVnpus` is the
-:class:`~dra_driver.vnpu.VnpuManager` on top of it; ``dra_driver/testing/fake_npu_smi.py`` puts
+:class:`~dra_driver.vnpu.VnpuManager` on top of it; ``flexnpu_testing/fake_npu_smi.py`` puts
 an ``npu-smi`` command line on the same state, so both backends see one world.
 
 The state file (JSON, written with ``dra_driver/files.py``)::
@@ -168,7 +168,7 @@ class HdkState:
     def _make_node(self, vnpu_id: int) -> None:
         """A character device with the numbers of ``/dev/null`` (root), else an empty file.
 
-        Like the emulated node's other device nodes (``dra_driver/testing/devroot.py``): a
+        Like the emulated node's other device nodes (``flexnpu_testing/devroot.py``): a
         runtime that injects it (podman, containerd) needs a real device node.
         """
         path = self.node_path(vnpu_id)

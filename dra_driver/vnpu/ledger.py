@@ -13,8 +13,9 @@ import json
 from pathlib import Path
 
 from dra_driver import files
+from dra_driver.errors import ErrorCode, StateError
 
-__all__ = ["FILE_NAME", "add", "load", "remove"]
+__all__ = ["FILE_NAME", "add", "load", "remove", "unreadable"]
 
 FILE_NAME = "hard-vnpus.json"
 LOCK_TIMEOUT_SECONDS = 10.0
@@ -29,6 +30,16 @@ def load(state_dir: Path) -> dict[int, str] | None:
         return {}
     except (OSError, ValueError, TypeError):
         return None
+
+
+def unreadable(claim_uid: str, consequence: str) -> StateError:
+    """The error for a ledger that :func:`load` could not read: ``consequence`` says what waits for it."""
+    return StateError(
+        f"the ledger of vNPUs this driver made cannot be read; {consequence}",
+        code=ErrorCode.VNPU_FAILED,
+        claim_uid=claim_uid,
+        field=FILE_NAME,
+    )
 
 
 def add(state_dir: Path, vnpu_id: int, claim_uid: str) -> None:

@@ -2,7 +2,7 @@
 
 A vNPU is an orphan only when the driver's ledger (``dra_driver/vnpu/ledger.py``) says the
 driver made it, no checkpoint entry owns its claim, and no container uses it
-(:func:`dra_driver.vnpu.render.orphans`). A vNPU made outside the driver is never touched. When
+(:func:`dra_driver.vnpu.planning.orphans`). A vNPU made outside the driver is never touched. When
 the vNPUs cannot be listed or the ledger cannot be read, nothing is found this pass. A ledger
 record whose vNPU no longer exists and whose claim has no entry is dropped.
 """
@@ -17,7 +17,7 @@ from dra_driver import slices
 from dra_driver.devices import Inventory
 from dra_driver.errors import FlexNPUError, StateError
 from dra_driver.vnpu import Vnpu, VnpuManager, held_by, ledger
-from dra_driver.vnpu.render import orphans
+from dra_driver.vnpu.planning import orphans
 
 __all__ = ["HardSweep", "foreign_vnpus", "held_capacity"]
 

@@ -1,6 +1,6 @@
 /*
  * conf.h: client.conf (docs/client-conf.md, version 1) as the C client reads it. The same
- * validation as dra_driver/clientconf.py; every error names the file and the field.
+ * validation as client/flexnpu_wire/clientconf.py; every error names the file and the field.
  */
 #ifndef FLEXNPU_CONF_H_
 #define FLEXNPU_CONF_H_

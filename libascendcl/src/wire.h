@@ -1,6 +1,6 @@
 /*
  * wire.h: the aclserver wire protocol as the C client speaks it. Byte-compatible with
- * dra_driver/aclserver/protocol.py (framing, op numbers) and dra_driver/aclserver/datalink.py
+ * client/flexnpu_wire/framing.py and ops.py (framing, op numbers) and client/flexnpu_wire/datalink.py
  * (host pointers); tests/c/test_constants.py checks every number here against the Python side.
  *
  * A frame: uint32 length (big-endian, of what follows) | uint16 op | uint16 flags |

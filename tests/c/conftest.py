@@ -1,5 +1,5 @@
 """Fixtures of the C client tests: the built libascendcl.so, C programs linked against it, and
-real aclservers (``dra_driver.testing.aclservers``) with a host-side client.conf for FLEXNPU_CONF."""
+real aclservers (``flexnpu_testing.aclservers``) with a host-side client.conf for FLEXNPU_CONF."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from types import ModuleType
 import pytest
 
 from dra_driver import clientconf
-from dra_driver.testing import aclservers, clibrary
-from dra_driver.testing.aclservers import RunningAclServer, ShareSpec
+from flexnpu_testing import aclservers, clibrary
+from flexnpu_testing.aclservers import RunningAclServer, ShareSpec
 
 HERE = Path(__file__).parent
 MIB = 1 << 20

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from dra_driver.testing import clibrary
+from flexnpu_testing import clibrary
 from tests.c.conftest import api_generator
 
 INCLUDE = clibrary.LIBRARY_DIR / "include"

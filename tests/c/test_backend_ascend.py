@@ -17,10 +17,11 @@ from pathlib import Path
 import pytest
 
 from dra_driver import clientconf
-from dra_driver.aclserver import codes, datalink
+from dra_driver.aclserver import datalink
 from dra_driver.aclserver.backend import AclFailure
 from dra_driver.aclserver.backend_ascend import AscendBackend
-from dra_driver.testing import aclservers, clibrary
+from flexnpu_testing import aclservers, clibrary
+from flexnpu_wire import codes
 from tests.c.conftest import HERE, MIB, run
 from tests.integration import daemon_harness
 from tests.integration.daemon_harness import DaemonProc

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 from dra_driver import interposition
-from dra_driver.testing import clibrary
+from flexnpu_testing import clibrary
 from tests.c.conftest import MIB, Claim, run
 
 LISTED = [

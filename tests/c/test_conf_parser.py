@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.testing import clibrary
+from flexnpu_testing import clibrary
 from tests.c.conftest import HERE
 
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g"]

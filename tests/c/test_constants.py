@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.aclserver import codes, datalink, protocol
-from dra_driver.aclserver.protocol import Op
-from dra_driver.client import transport
-from dra_driver.testing import clibrary
+from dra_driver.aclserver import datalink
+from flexnpu_client import transport
+from flexnpu_testing import clibrary
+from flexnpu_wire import codes
+from flexnpu_wire import framing as protocol
+from flexnpu_wire.framing import Op
 
 HERE = Path(__file__).parent
 

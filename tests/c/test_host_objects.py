@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.testing import clibrary
+from flexnpu_testing import clibrary
 from tests.c.conftest import HERE, run
 
 

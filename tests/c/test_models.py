@@ -19,7 +19,7 @@ import pytest
 
 from dra_driver import clientconf
 from dra_driver.client import Session
-from dra_driver.testing import aclservers, clibrary
+from flexnpu_testing import aclservers, clibrary
 from flexnpu_wire.ops import Op
 from tests.c import sample_models
 from tests.c.conftest import HERE, MIB, Claim, Interactive, run

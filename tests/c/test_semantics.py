@@ -9,7 +9,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from dra_driver.testing import aclservers
+from flexnpu_testing import aclservers
 from tests.c.conftest import MIB, Claim, run
 
 

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from dra_driver import clientconf
-from dra_driver.testing import aclservers
-from dra_driver.testing.waiting import wait_for
+from flexnpu_testing import aclservers
+from flexnpu_testing.waiting import wait_for
 from tests.c.conftest import Claim, Interactive, run
 
 INVALID_FILE, PARSE_FILE, MISSING_ATTR, ATTR_INVALID = 100003, 100006, 100007, 100008

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from dra_driver.testing import aclservers
+from flexnpu_testing import aclservers
 from tests.c.conftest import HERE, MIB, Claim, run
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from dra_driver.testing import aclservers
+from flexnpu_testing import aclservers
 from tests.c.conftest import MIB, Claim, run
 
 

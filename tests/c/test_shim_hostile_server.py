@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.aclserver import protocol
-from dra_driver.aclserver.protocol import Op
-from dra_driver.testing import clibrary
+from flexnpu_testing import clibrary
+from flexnpu_wire import framing as protocol
+from flexnpu_wire.framing import Op
 from tests.c.conftest import HERE, run
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.testing import aclservers, clibrary
+from flexnpu_testing import aclservers, clibrary
 from tests.c.conftest import HERE, MIB, Claim, run
 
 SCENARIOS = [

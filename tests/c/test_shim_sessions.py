@@ -12,8 +12,8 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
-from dra_driver.testing import aclservers
-from dra_driver.testing.waiting import wait_for
+from flexnpu_testing import aclservers
+from flexnpu_testing.waiting import wait_for
 from tests.c.conftest import MIB, Claim, Interactive
 
 GIB = 1024 * MIB

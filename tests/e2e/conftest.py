@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.testing.podman import Podman
+from flexnpu_testing.podman import Podman
 from tests.e2e import image
-from tests.integration.conftest import api, node_factory, short_tmp  # noqa: F401  (re-exported fixtures)
+from tests.integration.conftest import api, node_factory  # noqa: F401  (re-exported fixtures)
 
 
 def podman_unavailable(reason: str) -> None:

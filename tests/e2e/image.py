@@ -2,11 +2,12 @@
 
 The image lives in podman's default storage, so its base (made from Debian packages) and its layers are reused
 by the next run on the same machine; a warm rebuild takes seconds. Runs use runc with lowered ulimits, the only
-settings rootful podman accepts on this kind of machine (runc, explicit ulimits; see dra_driver/testing/podman.py).
+settings rootful podman accepts on this kind of machine (runc, explicit ulimits; see flexnpu_testing/podman.py).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -16,7 +17,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = ROOT / "scripts" / "build-image.sh"
-IMAGE = "localhost/flexnpu-dra-driver:test"
+IMAGE = f"localhost/flexnpu-dra-driver:test-{hashlib.sha256(str(ROOT).encode()).hexdigest()[:10]}"
+"""One tag per checkout: podman's image store is global, and two checkouts testing at once must not run each
+other's image."""
 RUN_FLAGS = ("--runtime", "runc", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024")
 BUILD_TIMEOUT = 1200
 

@@ -210,7 +210,7 @@ def materialize_configmaps(pod: Obj, configmaps: Mapping[str, Obj], pod_dir: Pat
 
 
 def start_pod(daemonset: Obj, node: NodeRoot, configmaps: Mapping[str, Obj], *, namespace: str) -> RunningPod:
-    """Start every container of the DaemonSet's pod template (init containers are not used by the chart)."""
+    """Start the DaemonSet's pod: its init containers in order, each to completion, then every container."""
     pod = daemonset["spec"]["template"]
     meta = {"name": f"{daemonset['metadata']['name']}-{uuid.uuid4().hex[:5]}", "namespace": namespace}
     meta["uid"] = str(uuid.uuid4())

@@ -28,14 +28,15 @@ import pytest
 from kubernetes import client
 
 from dra_driver import clientconf, netlink
-from dra_driver.client.session import Session
-from dra_driver.testing.fake_apiserver import FakeAPIServer
-from dra_driver.testing.kubelet import KubeletSimulator
-from dra_driver.testing.scheduler import SchedulerSim
+from flexnpu_client.session import Session
+from flexnpu_testing.fake_apiserver import FakeAPIServer
+from flexnpu_testing.kubelet import KubeletSimulator
+from flexnpu_testing.scheduler import SchedulerSim
+from flexnpu_testing.waiting import wait_for
 from tests.e2e import image as img
 from tests.e2e import podspec
 from tests.e2e.tlsproxy import TLSProxy, make_certificate
-from tests.integration.conftest import DRIVER, NAMESPACE, NODE, wait_for
+from tests.integration.conftest import DRIVER, NAMESPACE, NODE
 from tests.unit.test_manifests import RELEASE, chart_values, render_chart
 
 pytestmark = [pytest.mark.root, pytest.mark.podman, pytest.mark.timeout(img.BUILD_TIMEOUT + 600)]
@@ -79,13 +80,16 @@ def cluster(built: img.Built, api: FakeAPIServer, short_tmp: Path) -> Iterator[C
     )
     docs = {f"{d['kind']}/{d['metadata']['name']}": d for d in render_chart(values)}
     configmaps = {d["metadata"]["name"]: d for d in docs.values() if d["kind"] == "ConfigMap"}
-    # What a node has before the driver is installed: the kubelet's registry, and /dev/shm as a tmpfs
-    # with shared propagation (as systemd sets it up), so the daemon's claim tmpfs mounts reach "the host".
+    # What a node has before the driver is installed: the kubelet's registry, its /proc, and /dev/shm as a
+    # *private* tmpfs (a host without systemd): no host prerequisite is made here. The daemon pod's init
+    # container makes the shm root a shared mount in the host's namespace, so the claim tmpfs mounts reach it.
     (root / "kubelet" / "plugins_registry").mkdir(parents=True)
     shm = root / "dev" / "shm"
     shm.mkdir(parents=True)
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m,mode=1777", "fx-node-shm", str(shm)], check=True)
-    subprocess.run(["mount", "--make-shared", str(shm)], check=True)
+    subprocess.run(["mount", "--make-private", str(shm)], check=True)
+    (root / "proc").mkdir()
+    subprocess.run(["mount", "-t", "proc", "fx-node-proc", str(root / "proc")], check=True)
     backend = urlsplit(api.url)
     try:
         with TLSProxy(cert, key, (backend.hostname or "127.0.0.1", backend.port or 80)) as proxy:
@@ -122,7 +126,7 @@ def wait_ready(pod: podspec.RunningPod, container: str, timeout: float = 90) -> 
         last[:] = [proc.stdout + proc.stderr]
         return proc.returncode == 0
 
-    wait_for(f"{container} readiness probe", ready, timeout=timeout)
+    wait_for(ready, what=f"{container} readiness probe", timeout=timeout)
     return last[0]
 
 
@@ -148,7 +152,7 @@ def published(api: FakeAPIServer) -> list[dict[str, Any]]:
 
 
 def test_daemonsets_run_as_rendered_and_serve_prepares(cluster: Cluster) -> None:
-    from dra_driver.claims import ClaimRef
+    from dra_kubeletplugin.claims import ClaimRef
 
     root = cluster.node.root
     pods: list[podspec.RunningPod] = []
@@ -157,7 +161,7 @@ def test_daemonsets_run_as_rendered_and_serve_prepares(cluster: Cluster) -> None
         assert "answers on /var/run/flexnpu/daemon.sock" in wait_ready(daemon, "daemon")
         plugin = start(cluster, "flexnpu-dra-plugin", pods)
         reg = root / "kubelet" / "plugins_registry" / f"{DRIVER}-{plugin.uid}-reg.sock"
-        wait_for("registration socket on the host side", reg.exists, timeout=60)
+        wait_for(reg.exists, what="registration socket on the host side", timeout=60)
         assert stat.S_ISSOCK(reg.stat().st_mode)
         # The kubelet's plugin watcher registers the new socket; only then is the plugin ready (with its pool).
         kubelet = KubeletSimulator(root / "kubelet" / "plugins_registry").wait_for_plugin(DRIVER, timeout=30)
@@ -167,7 +171,7 @@ def test_daemonsets_run_as_rendered_and_serve_prepares(cluster: Cluster) -> None
         assert live.returncode == 0, live.stdout + live.stderr
         live = daemon.exec_probe("daemon", "livenessProbe")
         assert live.returncode == 0, live.stdout + live.stderr
-        wait_for("published devices", lambda: len(published(cluster.api)) >= 2, timeout=60)
+        wait_for(lambda: len(published(cluster.api)) >= 2, what="published devices", timeout=60)
         # The plugin built the emulated device root itself (--build-device-root), with real device nodes.
         devroot = root / "var/lib/flexnpu/devroot"
         assert stat.S_ISCHR((devroot / "dev/davinci0").stat().st_mode)
@@ -222,7 +226,8 @@ def test_daemonsets_run_as_rendered_and_serve_prepares(cluster: Cluster) -> None
                 and cluster.node.host(m["hostPath"]).is_file()
             )
         # The share is served by an aclserver the daemon container started, in the claim's own tmpfs, which
-        # reached the host side (Bidirectional); use it from the host.
+        # reached the host side (Bidirectional on the root the init container made shared); use it from the host.
+        assert podspec.is_mount(cluster.node.host("/dev/shm/flexnpu"))
         assert podspec.is_mount(cluster.node.host(f"/dev/shm/flexnpu/{share_uid}"))
         conf_path = root / "var/run/flexnpu/claims" / share_uid / "client.conf"
         conf = clientconf.load(conf_path)
@@ -247,7 +252,7 @@ def test_daemonsets_run_as_rendered_and_serve_prepares(cluster: Cluster) -> None
             kubelet.close()
             plugin2 = start(cluster, "flexnpu-dra-plugin", pods)
             reg2 = root / "kubelet" / "plugins_registry" / f"{DRIVER}-{plugin2.uid}-reg.sock"
-            wait_for("the new instance's registration socket", reg2.exists, timeout=60)
+            wait_for(reg2.exists, what="the new instance's registration socket", timeout=60)
             watcher = KubeletSimulator(root / "kubelet" / "plugins_registry")
             registered2 = watcher._register(
                 reg2, DRIVER, time.monotonic() + 30
@@ -260,8 +265,8 @@ def test_daemonsets_run_as_rendered_and_serve_prepares(cluster: Cluster) -> None
             assert session.get_mem_info()[0] == 240 * MI  # same aclserver, same allocation
             # The new instance took over the metrics port the old one held: its liveness probe passes.
             wait_for(
-                "the new instance's liveness (metrics port taken over)",
                 lambda: plugin2.exec_probe("plugin", "livenessProbe").returncode == 0,
+                what="the new instance's liveness (metrics port taken over)",
                 timeout=60,
             )
             session.free(ptr)

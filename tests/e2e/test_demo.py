@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from flexnpu_testing import REPO, pythonpath_env
+
 
 def _ours() -> set[str]:
     out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True, check=True).stdout
@@ -15,7 +17,9 @@ def _ours() -> set[str]:
 def test_demo_runs_every_step_and_leaves_nothing_behind() -> None:
     before_tmp = set(Path("/tmp").glob("flexnpu-demo-*")) | set(Path("/dev/shm").glob("flexnpu-demo-*"))
     proc = subprocess.run(
-        [sys.executable, "-m", "kubeletplugin.cli", "demo"],
+        [sys.executable, "-m", "flexnpu_testing.demo"],
+        cwd=REPO,
+        env=pythonpath_env(),
         capture_output=True,
         text=True,
         timeout=300,

@@ -15,10 +15,11 @@ from collections.abc import Callable
 
 import pytest
 
-from dra_driver.testing import clibrary
-from dra_driver.testing.podman import Podman
+from flexnpu_testing import clibrary
+from flexnpu_testing.podman import Podman
+from flexnpu_testing.waiting import wait_for
 from tests.e2e.conftest import podman_unavailable
-from tests.integration.conftest import REPO, Node, wait_for
+from tests.integration.conftest import REPO, Node
 from tests.integration.test_examples import Example
 
 pytestmark = [pytest.mark.podman, pytest.mark.root]
@@ -39,7 +40,7 @@ def test_unmodified_acl_app_example(node_factory: Callable[..., Node], podman: P
     if reason is not None:
         podman_unavailable(reason)
     node = node_factory(daemon=True, FLEXNPU_CLIENT_LIBRARY=str(clibrary.build_library())).start()
-    wait_for("published devices", node.devices)
+    wait_for(node.devices, what="published devices")
     ex = Example(node, "unmodified-acl-app")
     (claim,) = ex.pod_claims().values()
     ex.create(claim)

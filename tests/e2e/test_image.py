@@ -79,7 +79,7 @@ def test_image_ships_no_test_doubles_and_runs_as_non_root(built: img.Built) -> N
     script = (
         "import importlib.util, os, shutil\n"
         "print(os.getuid(), os.getgid())\n"
-        "print(importlib.util.find_spec('dra_driver.testing'))\n"
+        "print(importlib.util.find_spec('flexnpu_testing'))\n"
         "print(shutil.which('gcc'), shutil.which('make'), shutil.which('pip'))\n"
     )
     proc = img.run(built.image, ["python3", "-c", script])

@@ -2,7 +2,7 @@
 
 Whole dies and soft shares written with :mod:`dra_driver.cdi`, a whole die prepared by the
 real node process, the spec versions podman rejects, and the harness's network namespace mode.
-Each test runs busybox in an isolated podman instance (``dra_driver.testing.podman``).
+Each test runs busybox in an isolated podman instance (``flexnpu_testing.podman``).
 """
 
 from __future__ import annotations
@@ -18,14 +18,15 @@ from pathlib import Path
 import pytest
 
 from dra_driver import cdi, discovery
-from dra_driver.claims import ClaimRef
 from dra_driver.devices import Inventory
 from dra_driver.discovery import node_files
-from dra_driver.testing.devroot import NULL_DEVICE, build_device_root
-from dra_driver.testing.podman import UNRESOLVABLE, Podman
+from dra_kubeletplugin.claims import ClaimRef
+from flexnpu_testing.devroot import NULL_DEVICE, build_device_root
+from flexnpu_testing.podman import UNRESOLVABLE, Podman
+from flexnpu_testing.waiting import wait_for
 from kubeletplugin.prepare import CONTAINER_CONF, CONTAINER_SHM
 from tests.e2e.conftest import podman_unavailable
-from tests.integration.conftest import INVENTORIES, NAMESPACE, NODE, Node, wait_for
+from tests.integration.conftest import INVENTORIES, NAMESPACE, NODE, Node
 
 pytestmark = [pytest.mark.podman, pytest.mark.root]
 
@@ -211,7 +212,7 @@ def test_node_prepared_whole_die_runs_in_podman_until_unprepared(
 ) -> None:
     """The node process writes the spec; podman injects it; after unprepare it is unresolvable."""
     node = node_factory().start()  # the factory stops it and removes its control link
-    wait_for("published devices", node.devices)
+    wait_for(node.devices, what="published devices")
     uid = node.create_claim("e2e", WHOLE)
     alloc = node.scheduler.allocate(NAMESPACE, "e2e", NODE)
     device = alloc["status"]["allocation"]["devices"]["results"][0]["device"]

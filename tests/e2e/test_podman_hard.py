@@ -10,12 +10,13 @@ from collections.abc import Callable
 
 import pytest
 
-from dra_driver.claims import ClaimRef
 from dra_driver.discovery import emulated
-from dra_driver.testing.podman import Podman
 from dra_driver.vnpu.emulated import EmulatedVnpus
+from dra_kubeletplugin.claims import ClaimRef
+from flexnpu_testing.podman import Podman
+from flexnpu_testing.waiting import wait_for
 from tests.e2e.test_podman_cdi import CHAR_NULL, probe_script, run_ok
-from tests.integration.conftest import DRIVER, INVENTORIES, NAMESPACE, NODE, Node, wait_for
+from tests.integration.conftest import DRIVER, INVENTORIES, NAMESPACE, NODE, Node
 
 pytestmark = [pytest.mark.podman, pytest.mark.root]
 
@@ -33,7 +34,7 @@ def test_node_prepared_hard_vnpu_runs_in_podman(podman: Podman, node_factory: Ca
         }
     )
     node.start()
-    wait_for("published devices", node.devices)
+    wait_for(node.devices, what="published devices")
     request = {
         "name": "vnpu",
         "exactly": {

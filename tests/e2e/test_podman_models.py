@@ -20,13 +20,14 @@ from typing import Any
 import pytest
 
 from dra_driver.claims import ClaimRef
-from dra_driver.testing import clibrary
-from dra_driver.testing.podman import Podman
+from flexnpu_testing import clibrary
+from flexnpu_testing.podman import Podman
+from flexnpu_testing.waiting import wait_for
 from flexnpu_wire.ops import Op
 from tests.c import sample_models
 from tests.e2e.test_podman_share import sections
 from tests.e2e.test_podman_shim import shim_node  # noqa: F401 - the fixture: node, daemon, client library
-from tests.integration.conftest import NAMESPACE, NODE, Node, wait_for
+from tests.integration.conftest import NAMESPACE, NODE, Node
 from tests.integration.test_node_soft_split import _host_session
 
 pytestmark = [pytest.mark.podman, pytest.mark.root]
@@ -135,7 +136,7 @@ def test_two_fixed_tenants_in_containers_get_30_and_70_percent(
             for s in sessions:
                 s.init()
             used = [lambda s=s: s.call(Op.GET_USAGE, 0)[2] for s in sessions]  # type: ignore[misc]
-            wait_for("both tenants executing", lambda: all(u() > 0 for u in used), timeout=60)
+            wait_for(lambda: all(u() > 0 for u in used), what="both tenants executing", timeout=60)
             window = threading.Event()
             window.wait(1.0)  # warm-up, then the measurement window: neither synchronises anything
             start, t0 = [u() for u in used], time.monotonic()

@@ -1,7 +1,7 @@
 """A soft-split share, prepared by the real node process and daemon, consumed by podman.
 
 The kubelet simulator prepares a share claim through the node process; podman 4.3.1 injects the
-spec the node wrote (``dra_driver.testing.podman``). Inside a busybox container: the read-only
+spec the node wrote (``flexnpu_testing.podman``). Inside a busybox container: the read-only
 client.conf, the claim's shm dir with the aclserver's unix socket, no device node, and, from a
 network namespace attached to the node's control-link bridge, a PING answered over TCP by the
 claim's aclserver. After unprepare the CDI ID no longer resolves and the shm dir is gone.
@@ -23,18 +23,14 @@ from typing import Any
 
 import pytest
 
-from dra_driver.aclserver import protocol
 from dra_driver.checkpoint import CheckpointStore
-from dra_driver.claims import ClaimRef
-from dra_driver.testing.podman import UNRESOLVABLE, Podman
+from dra_kubeletplugin.claims import ClaimRef
+from flexnpu_testing.podman import UNRESOLVABLE, Podman
+from flexnpu_testing.waiting import wait_for
+from flexnpu_wire import framing as protocol
 from kubeletplugin.prepare import CONTAINER_CONF, CONTAINER_SHM
 from tests.e2e.conftest import podman_unavailable
-from tests.integration.conftest import (
-    NAMESPACE,
-    NODE,
-    Node,
-    wait_for,
-)
+from tests.integration.conftest import NAMESPACE, NODE, Node
 
 pytestmark = [pytest.mark.podman, pytest.mark.root]
 
@@ -79,7 +75,7 @@ def share(node_factory: Callable[..., Node]) -> Share:
     if reason is not None:
         podman_unavailable(reason)
     node = node_factory(daemon=True, FLEXNPU_DEFAULT_MODE="both").start()
-    wait_for("published devices", node.devices)
+    wait_for(node.devices, what="published devices")
     request = {
         "name": "vnpu",
         "exactly": {
@@ -205,7 +201,7 @@ def attached_netns(bridge: str) -> Iterator[tuple[str, str]]:
     """
     tag = uuid.uuid4().hex[:8]
     name, host_end, ns_end = f"fnpu-e2e-{tag}", f"fh{tag}", f"fn{tag}"
-    wait_for(f"control link {bridge}", Path(f"/sys/class/net/{bridge}").exists)
+    wait_for(Path(f"/sys/class/net/{bridge}").exists, what=f"control link {bridge}")
     ip("netns", "add", name)
     address = None
     try:
@@ -273,7 +269,7 @@ def test_unprepared_share_is_unresolvable_and_its_shm_dir_gone(share: Share, pod
     assert not share.conf_host.exists() and share.node.cdi_specs() == []
     daemon = share.node.daemon
     assert daemon is not None
-    wait_for("the claim's aclserver to exit", lambda: not daemon.aclserver_pids())
+    wait_for(lambda: not daemon.aclserver_pids(), what="the claim's aclserver to exit")
     gone = run(podman, share, "echo ran")
     assert gone.returncode == 126, gone
     assert f"{UNRESOLVABLE} {share.cdi_ids[0]}" in gone.stderr

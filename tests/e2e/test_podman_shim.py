@@ -26,14 +26,13 @@ from pathlib import Path
 import pytest
 
 from dra_driver import interposition
-from dra_driver.claims import ClaimRef
-from dra_driver.testing import clibrary
-from dra_driver.testing.podman import Podman
+from dra_kubeletplugin.claims import ClaimRef
+from flexnpu_testing import clibrary
+from flexnpu_testing.podman import Podman
+from flexnpu_testing.waiting import wait_for
 from tests.e2e.conftest import podman_unavailable
 from tests.e2e.test_podman_share import sections
-from tests.integration.conftest import NAMESPACE, NODE, Node, wait_for
-
-pytestmark = [pytest.mark.podman, pytest.mark.root]
+from tests.integration.conftest import NAMESPACE, NODE, Node
 
 REPO = Path(__file__).resolve().parents[2]
 C_DIR = REPO / "tests" / "c"
@@ -80,7 +79,7 @@ def shim_node(node_factory: Callable[..., Node]) -> Node:
         podman_unavailable(reason)
     library = clibrary.build_library()
     node = node_factory(daemon=True, FLEXNPU_DEFAULT_MODE="both", FLEXNPU_CLIENT_LIBRARY=str(library)).start()
-    wait_for("published devices", node.devices)
+    wait_for(node.devices, what="published devices")
     return node
 
 
@@ -125,6 +124,8 @@ def _values(text: str) -> dict[str, str]:
     }
 
 
+@pytest.mark.podman
+@pytest.mark.root
 def test_unmodified_programs_use_the_share_through_the_injected_shim(
     shim_node: Node, podman: Podman, tmp_path: Path
 ) -> None:
@@ -161,6 +162,8 @@ def test_unmodified_programs_use_the_share_through_the_injected_shim(
     assert "OSError" in bare.stderr and "libascendcl.so" in bare.stderr
 
 
+@pytest.mark.podman
+@pytest.mark.root
 def test_device_count_is_the_claims_vnpus(shim_node: Node, podman: Podman, tmp_path: Path) -> None:
     share = _prepare(shim_node, "shim-pair", count=2)
     _image(podman, tmp_path)
@@ -175,6 +178,8 @@ def test_device_count_is_the_claims_vnpus(shim_node: Node, podman: Podman, tmp_p
     assert v["device_count"] == "2" and int(v["total"]) == MEMORY, v
 
 
+@pytest.mark.podman
+@pytest.mark.root
 def test_c_scenarios_in_the_container(shim_node: Node, podman: Podman, tmp_path: Path) -> None:
     """tests/c/acl_check.c in the container through the injected shim (its RUNPATH names a host
     directory the container does not have): quota, copies both ways with content checked,
@@ -202,6 +207,8 @@ def test_interposition_none_leaves_the_container_alone(shim_node: Node) -> None:
     assert "/etc/flexnpu/client.conf" in paths
 
 
+@pytest.mark.podman
+@pytest.mark.root
 def test_two_processes_at_once_share_the_quota(shim_node: Node, podman: Podman, tmp_path: Path) -> None:
     """Needs the multi-session aclserver: while one process of the container holds 192 MiB of the
     256 MiB claim, another one's 128 MiB allocation is refused with 207001 and sees 64 MiB free."""

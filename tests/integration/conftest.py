@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,33 +16,26 @@ import pytest
 from kubernetes import client
 
 from dra_driver import discovery, netlink, readiness
-from dra_driver.testing import waiting
-from dra_driver.testing.devroot import build_device_root
-from dra_driver.testing.fake_apiserver import FakeAPIServer
-from dra_driver.testing.kubelet import KubeletSimulator, PluginHandle
-from dra_driver.testing.scheduler import SchedulerSim
+from flexnpu_testing.devroot import build_device_root
+from flexnpu_testing.fake_apiserver import FakeAPIServer
+from flexnpu_testing.kubelet import KubeletSimulator, PluginHandle
+from flexnpu_testing.scheduler import SchedulerSim
+from flexnpu_testing.waiting import wait_for
 from tests.integration.daemon_harness import DaemonProc
 
 REPO = Path(__file__).resolve().parents[2]
-INVENTORIES = REPO / "dra_driver" / "testing" / "inventories"
+INVENTORIES = REPO / "flexnpu_testing" / "inventories"
 DRIVER = "npu.flexnpu.io"
 NODE = "node-a"
 NAMESPACE = "team-a"
 WHOLE_CEL = f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].mode == "whole"'
 SOFT_CEL = f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].mode == "soft"'
-
-
-def wait_for(what: str, cond: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05) -> Any:
-    """``waiting.wait_for`` with the argument order these tests use."""
-    return waiting.wait_for(cond, what=what, timeout=timeout, interval=interval)
-
-
-@pytest.fixture
-def short_tmp() -> Iterator[Path]:
-    """A short temp dir (unix socket paths must stay under 108 bytes)."""
-    d = Path(tempfile.mkdtemp(prefix="fx", dir="/tmp"))
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
+CLASSES = {  # as the chart makes them (manifests/helm/flexnpu-dra-driver/templates/deviceclasses.yaml)
+    "npu.flexnpu.io": WHOLE_CEL,
+    "vnpu.flexnpu.io": SOFT_CEL,  # elastic shares, the default policy
+    "vnpu-fixed.flexnpu.io": SOFT_CEL.replace('"soft"', '"soft-fixed"'),
+    "vnpu-best-effort.flexnpu.io": SOFT_CEL.replace('"soft"', '"soft-best-effort"'),
+}
 
 
 @pytest.fixture
@@ -54,7 +45,7 @@ def api() -> Iterator[FakeAPIServer]:
         core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
         core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
         res = client.ResourceV1Api(srv.api_client())
-        for name, cel in (("npu.flexnpu.io", WHOLE_CEL), ("vnpu.flexnpu.io", SOFT_CEL)):
+        for name, cel in CLASSES.items():
             res.create_device_class(
                 {
                     "apiVersion": "resource.k8s.io/v1",
@@ -103,7 +94,8 @@ class Node:
         if not getattr(self.api, "_down", False):  # as the kubelet marks it Ready: its pool is published
             path = readiness.path_for(self.dirs["run"], self.env.get("FLEXNPU_POD_UID") or None)
             wait_for(
-                "the node's pool published", lambda: (st := readiness.read(path)) is not None and st.published
+                lambda: (st := readiness.read(path)) is not None and st.published,
+                what="the node's pool published",
             )
         return self
 

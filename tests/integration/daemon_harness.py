@@ -1,9 +1,9 @@
-"""Moved to ``dra_driver/testing/daemon.py``: harnesses and doubles live in ``dra_driver/testing/``.
+"""Moved to ``flexnpu_testing/daemon.py``: harnesses and doubles live in ``flexnpu_testing/``.
 
 Kept so that ``from tests.integration.daemon_harness import ...`` still works.
 """
 
-from dra_driver.testing.daemon import (
+from flexnpu_testing.daemon import (
     ACLSERVER_MAIN,
     FAKE,
     FAKE_COMMAND,
@@ -18,7 +18,7 @@ from dra_driver.testing.daemon import (
     request,
     share,
 )
-from dra_driver.testing.waiting import wait_for
+from flexnpu_testing.waiting import wait_for
 
 __all__ = [
     "ACLSERVER_MAIN",

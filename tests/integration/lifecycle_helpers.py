@@ -9,6 +9,8 @@ shm dir exists for any other claim. It polls until the node converges or the dea
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Collection
 from pathlib import Path
@@ -105,3 +107,15 @@ def claim_doc(node: Node, name: str, namespace: str = NAMESPACE) -> dict[str, An
 
 def conf_path(node: Node, uid: str) -> Path:
     return node.dirs["run"] / "claims" / uid / "client.conf"
+
+
+def smi(node: Node, *args: str) -> subprocess.CompletedProcess[str]:
+    """``flexnpu-smi`` with the node's environment, as an operator on that node runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "kubeletplugin.smi", *args],
+        env=node.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )

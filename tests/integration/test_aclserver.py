@@ -19,13 +19,15 @@ import numpy as np
 import pytest
 
 from dra_driver import clientconf
-from dra_driver.aclserver import codes, datalink, protocol
-from dra_driver.aclserver.codes import MemcpyKind
-from dra_driver.aclserver.protocol import Op
-from dra_driver.client import AclError, ConnectError, Session
-from dra_driver.clientconf import Endpoints
-from dra_driver.testing import aclservers
-from dra_driver.testing.aclservers import RunningAclServer
+from dra_driver.aclserver import datalink
+from flexnpu_client import AclError, ConnectError, Session
+from flexnpu_testing import aclservers
+from flexnpu_testing.aclservers import RunningAclServer
+from flexnpu_wire import codes
+from flexnpu_wire import framing as protocol
+from flexnpu_wire.clientconf import Endpoints
+from flexnpu_wire.codes import MemcpyKind
+from flexnpu_wire.framing import Op
 
 MEM0 = 1 << 20
 MEM1 = 32 << 20
@@ -445,7 +447,7 @@ def test_disconnect_with_queued_kernels_is_clean(server: RunningAclServer) -> No
 
 
 def test_pyacl_shape(server: RunningAclServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from dra_driver.client import acl
+    from flexnpu_client import acl
 
     conf_path = tmp_path / "client.conf"
     conf_path.write_text(clientconf.render(server.conf()))

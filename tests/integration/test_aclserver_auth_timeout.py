@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.aclserver import protocol
-from dra_driver.client.session import Session
-from dra_driver.testing import aclservers
-from dra_driver.testing.aclservers import RunningAclServer
+from flexnpu_client.session import Session
+from flexnpu_testing import aclservers
+from flexnpu_testing.aclservers import RunningAclServer
+from flexnpu_wire import framing as protocol
 
 AUTH_TIMEOUT_MS = 300
 

@@ -21,8 +21,8 @@ import pytest
 from dra_driver import clientconf
 from dra_driver.aclserver import codes, streams
 from dra_driver.client import AclError, Session
-from dra_driver.testing import aclservers
-from dra_driver.testing.aclservers import RunningAclServer, wait_for
+from flexnpu_testing import aclservers
+from flexnpu_testing.aclservers import RunningAclServer, wait_for
 
 QUOTA = 128 << 20
 KERNEL_US = 3_000_000

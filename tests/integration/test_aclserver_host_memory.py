@@ -14,7 +14,7 @@ from dra_driver.aclserver import codes
 from dra_driver.aclserver.codes import MemcpyKind
 from dra_driver.client import AclError, Session
 from dra_driver.daemon import shmfs
-from dra_driver.testing import aclservers
+from flexnpu_testing import aclservers
 
 GIB = 1 << 30
 MIB = 1 << 20

@@ -17,13 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.aclserver import codes, datalink, protocol
-from dra_driver.aclserver.codes import MemcpyKind
-from dra_driver.aclserver.protocol import Op
-from dra_driver.client import AclError, Session
-from dra_driver.testing import aclservers
-from dra_driver.testing.aclservers import RunningAclServer
-from dra_driver.testing.waiting import wait_for
+from dra_driver.aclserver import datalink
+from flexnpu_client import AclError, Session
+from flexnpu_testing import aclservers
+from flexnpu_testing.aclservers import RunningAclServer
+from flexnpu_testing.waiting import wait_for
+from flexnpu_wire import codes
+from flexnpu_wire import framing as protocol
+from flexnpu_wire.codes import MemcpyKind
+from flexnpu_wire.framing import Op
 
 MEM = 64 << 20
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from dra_driver.aclserver import ledger
-from dra_driver.aclserver.codes import Policy
-from dra_driver.client import AclError, ConnectError, Session
-from dra_driver.testing import aclservers
+from flexnpu_client import AclError, ConnectError, Session
+from flexnpu_testing import aclservers
+from flexnpu_wire.codes import Policy
 
 
 def test_ready_file_and_sigterm_cleanup(tmp_path: Path) -> None:

@@ -16,8 +16,8 @@ import pytest
 
 from dra_driver.aclserver import codes
 from dra_driver.client import AclError, Session
-from dra_driver.testing import aclservers
-from dra_driver.testing.aclservers import RunningAclServer
+from flexnpu_testing import aclservers
+from flexnpu_testing.aclservers import RunningAclServer
 from flexnpu_wire import modelfile as mf
 from flexnpu_wire.ops import Op
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from dra_driver.aclserver import ledger
-from dra_driver.aclserver.codes import Policy
-from dra_driver.testing import aclservers
-from dra_driver.testing.aclservers import RunningAclServer, Tenant
+from flexnpu_testing import aclservers
+from flexnpu_testing.aclservers import RunningAclServer, Tenant
+from flexnpu_wire.codes import Policy
 
 WINDOW_S = 2.0
 WARMUP_S = 0.3

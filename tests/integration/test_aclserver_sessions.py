@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 
 from dra_driver import clientconf
-from dra_driver.aclserver import codes
-from dra_driver.aclserver.protocol import Op
-from dra_driver.client import AclError, ConnectError, Session
-from dra_driver.testing import aclservers
-from dra_driver.testing.aclservers import RunningAclServer
-from dra_driver.testing.waiting import wait_for
+from flexnpu_client import AclError, ConnectError, Session
+from flexnpu_testing import aclservers
+from flexnpu_testing.aclservers import RunningAclServer
+from flexnpu_testing.waiting import wait_for
+from flexnpu_wire import codes
+from flexnpu_wire.framing import Op
 
 MEM = 64 << 20
 MAX_SESSIONS = 4

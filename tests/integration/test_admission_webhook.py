@@ -22,8 +22,8 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from dra_driver.testing.fake_apiserver import FakeAPIServer
-from dra_driver.testing.waiting import wait_for
+from flexnpu_testing.fake_apiserver import FakeAPIServer
+from flexnpu_testing.waiting import wait_for
 from tests.helmchart import RELEASE, render_chart
 
 NS = "ml"
@@ -161,6 +161,12 @@ def refused(api: k8s.ApiClient, body: dict[str, Any], *, template: bool = False)
         ),
         pytest.param(vnpu(vnpus=3), "capacity.requests.memory", "does not divide into 3 vNPUs", id="vnpus"),
         pytest.param(vnpu(hostMemory="1Pi"), "parameters.hostMemory", "must be 1Mi..1Ti", id="host-memory"),
+        pytest.param(
+            vnpu(policy="fixed"),
+            "parameters.policy",
+            "(the DeviceClass vnpu-fixed.flexnpu.io)",
+            id="policy-not-the-classes",
+        ),
     ],
 )
 def test_bad_configs_are_refused_at_apply(
@@ -192,7 +198,7 @@ def test_good_and_foreign_claims_are_stored(
 ) -> None:
     _srv, api, _hook = cluster
     res = k8s.ResourceV1Api(api)
-    res.create_namespaced_resource_claim(NS, claim("good", vnpu(policy="fixed", vnpus=2)))
+    res.create_namespaced_resource_claim(NS, claim("good", vnpu(policy="elastic", vnpus=2)))
     res.create_namespaced_resource_claim(NS, claim("foreign", {"whatever": True}, driver="gpu.example.com"))
     assert {c.metadata.name for c in res.list_namespaced_resource_claim(NS).items} == {"good", "foreign"}
 

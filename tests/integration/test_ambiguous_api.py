@@ -1,7 +1,7 @@
 """Removal needs a positive answer: every API answer that proves nothing keeps the claim.
 
 Three levels, each against the fake API server answering ambiguously on demand
-(``FakeAPIServer.answer_ambiguously``, dra_driver/testing/fake_apiserver/faults.py):
+(``FakeAPIServer.answer_ambiguously``, flexnpu_testing/fake_apiserver/faults.py):
 
 * ``Kube.get_claim`` turns each ambiguous answer into ``Ambiguous`` (or ``Unreachable`` for a
   request never answered), and only a NotFound Status for the claim into ``NotFound``;
@@ -33,8 +33,9 @@ from controller.cleanup import Reconciler
 from dra_driver import cdi, sweep
 from dra_driver.checkpoint import ClaimState
 from dra_driver.errors import Unavailable
-from dra_driver.testing.fake_apiserver import Ambiguity, FakeAPIServer
-from tests.integration.conftest import DRIVER, NAMESPACE, NODE, Node, wait_for
+from flexnpu_testing.fake_apiserver import Ambiguity, FakeAPIServer
+from flexnpu_testing.waiting import wait_for
+from tests.integration.conftest import DRIVER, NAMESPACE, NODE, Node
 from tests.integration.lifecycle_helpers import assert_clean, assert_share_works, checkpoint_uids
 from tests.integration.test_fault_runtime import RECONCILER_ENV, _delete, _holds_for, _paused, _prepare
 
@@ -134,7 +135,7 @@ def test_ambiguity_ends_after_its_seconds(bare_api: FakeAPIServer) -> None:
         bare_api.answer_ambiguously(Ambiguity.EMPTY_OBJECT, seconds=0.5)
         with pytest.raises(kube.Ambiguous):
             k.get_claim(NAMESPACE, "a")
-        wait_for("normal answers again", lambda: _answers(k), timeout=10)
+        wait_for(lambda: _answers(k), what="normal answers again", timeout=10)
     finally:
         k.close()
 
@@ -262,7 +263,7 @@ def test_reconciler_pass_stops_when_the_api_does_not_answer(bare_api: FakeAPISer
 @pytest.fixture
 def fnode(node_factory: Callable[..., Node]) -> Node:
     n = node_factory(daemon=True, **RECONCILER_ENV).start()
-    wait_for("published devices", n.devices)
+    wait_for(n.devices, what="published devices")
     return n
 
 
@@ -293,7 +294,9 @@ def test_ambiguous_answers_for_a_while_remove_nothing_then_converge(fnode: Node,
     _holds_for(AMBIGUOUS_SECONDS - 1, both_kept)
     assert checked.is_set() and fnode.api.ambiguous_answers > 0
     assert "proves nothing" in fnode.log()
-    wait_for("B removed once answers are normal", lambda: b.uid not in checkpoint_uids(fnode), timeout=60)
+    wait_for(
+        lambda: b.uid not in checkpoint_uids(fnode), what="B removed once answers are normal", timeout=60
+    )
     assert_clean(fnode, {a.uid})
     assert assert_share_works(fnode, a.uid) == pid_a
     assert "residual claim: the claim no longer exists" in fnode.log()

@@ -8,13 +8,11 @@ import dataclasses
 import signal
 from collections.abc import Callable
 
-import pytest
-
-from dra_driver.claims import ClaimRef
+from dra_kubeletplugin.claims import ClaimRef
+from flexnpu_testing.waiting import wait_for
 from kubeletplugin.node import other_instances
-from tests.integration.conftest import DRIVER, NAMESPACE, NODE, Node, wait_for
+from tests.integration.conftest import DRIVER, NAMESPACE, NODE, Node
 
-pytestmark = pytest.mark.root
 WHOLE = {"name": "npu", "exactly": {"deviceClassName": "npu.flexnpu.io"}}
 
 
@@ -27,7 +25,7 @@ def link_exists(node: Node) -> bool:
 
 def test_last_instance_withdraws_slices_and_the_idle_link(node_factory: Callable[..., Node]) -> None:
     node = node_factory(daemon=True).start()
-    wait_for("published devices", node.devices)
+    wait_for(node.devices, what="published devices")
     assert link_exists(node)
     assert node.stop(signal.SIGTERM) == 0
     assert node.slices() == []  # at once, not 30 s later by the kubelet
@@ -37,7 +35,7 @@ def test_last_instance_withdraws_slices_and_the_idle_link(node_factory: Callable
 
 def test_a_prepared_claim_keeps_the_link(node_factory: Callable[..., Node]) -> None:
     node = node_factory(daemon=True).start()
-    wait_for("published devices", node.devices)
+    wait_for(node.devices, what="published devices")
     uid = node.create_claim("whole", [WHOLE])
     node.scheduler.allocate(NAMESPACE, "whole", NODE)
     assert node.kubelet is not None
@@ -49,14 +47,14 @@ def test_a_prepared_claim_keeps_the_link(node_factory: Callable[..., Node]) -> N
 
 def test_daemon_unreachable_keeps_the_link(node_factory: Callable[..., Node]) -> None:
     node = node_factory().start()  # names a daemon socket nobody serves
-    wait_for("published devices", node.devices)
+    wait_for(node.devices, what="published devices")
     assert node.stop(signal.SIGTERM) == 0
     assert link_exists(node) and "cannot prove nothing is prepared" in node.log()
 
 
 def test_rolling_update_keeps_the_slices(node_factory: Callable[..., Node]) -> None:
     old = node_factory(FLEXNPU_POD_UID="11111111-1111-4111-8111-111111111111").start()
-    wait_for("published devices", old.devices)
+    wait_for(old.devices, what="published devices")
     new = dataclasses.replace(
         old,
         env={**old.env, "FLEXNPU_POD_UID": "22222222-2222-4222-8222-222222222222"},
@@ -67,7 +65,7 @@ def test_rolling_update_keeps_the_slices(node_factory: Callable[..., Node]) -> N
     new.start()
     old_endpoint = str(old.dirs["plugins"] / DRIVER / "dra-11111111-1111-4111-8111-111111111111.sock")
     wait_for(
-        "the surge instance serving", lambda: other_instances(old.dirs["registry"], DRIVER, old_endpoint)
+        lambda: other_instances(old.dirs["registry"], DRIVER, old_endpoint), what="the surge instance serving"
     )
     assert old.stop(signal.SIGTERM) == 0
     assert old.devices(), f"the surge pod serves: the slices must stay\n{old.log()[-3000:]}"

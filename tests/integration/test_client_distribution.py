@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from dra_driver import clientconf
-from dra_driver.testing import aclservers
-from dra_driver.testing.aclservers import RunningAclServer
+from flexnpu_testing import aclservers
+from flexnpu_testing.aclservers import RunningAclServer
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -35,11 +35,12 @@ from pyroute2 import IPRoute, NetNS, netns
 from pyroute2.netlink.exceptions import NetlinkError
 
 from dra_driver import clientconf, netlink
-from dra_driver.aclserver.codes import ACL_ERROR_RT_MEMORY_ALLOCATION
-from dra_driver.claims import ClaimRef
-from dra_driver.client.session import Session
-from dra_driver.clientconf import ClientConf, Endpoints
-from tests.integration.conftest import NAMESPACE, NODE, REPO, Node, wait_for
+from dra_kubeletplugin.claims import ClaimRef
+from flexnpu_client.session import Session
+from flexnpu_testing.waiting import wait_for
+from flexnpu_wire.clientconf import ClientConf, Endpoints
+from flexnpu_wire.codes import ACL_ERROR_RT_MEMORY_ALLOCATION
+from tests.integration.conftest import NAMESPACE, NODE, REPO, Node
 
 MI = 1024 * 1024
 CONTROL_NET = ipaddress.ip_network("169.254.213.0/24")
@@ -213,7 +214,7 @@ def _prepare(node: Node, name: str, memory: str, compute: str) -> Prepared:
 @pytest.fixture
 def soft_node(node_factory: Callable[..., Node]) -> Node:
     n = node_factory(daemon=True, FLEXNPU_DEFAULT_MODE="both", FLEXNPU_DAEMON_RETRY_SECONDS="2").start()
-    wait_for("published devices", n.devices)
+    wait_for(n.devices, what="published devices")
     return n
 
 
@@ -241,6 +242,7 @@ def _write(conf: ClientConf, path: Path) -> str:
     return str(path)
 
 
+@pytest.mark.root
 def test_pod_reaches_its_aclserver_over_tcp_and_not_with_another_token(
     claims: tuple[Prepared, Prepared], pod: Pod, tmp_path: Path
 ) -> None:
@@ -317,6 +319,7 @@ def test_unix_socket_in_the_shm_dir_serves_the_claim(claims: tuple[Prepared, Pre
             s.free(s.malloc(quota))
 
 
+@pytest.mark.root
 def test_pod_network_is_removed(soft_node: Node) -> None:
     """The fixture's own contract: nothing of the pod network stays behind."""
     with pod_network(soft_node.env["FLEXNPU_CONTROL_LINK"]) as p:

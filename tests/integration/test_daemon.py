@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from dra_driver.daemon import processes
-from dra_driver.daemon.model import EntityState, RegisterRequest
+from dra_driver.daemon_api.values import EntityState, RegisterRequest
 from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput, StateError, Unavailable
 from tests.integration import daemon_harness as h
 from tests.integration.daemon_harness import DaemonProc, gone, ping_tcp, ping_unix, request, share, wait_for
@@ -305,7 +305,7 @@ def test_killed_aclserver_is_restarted_once_and_reported(make_daemon: MakeDaemon
 
 
 def test_client_reports_unreachable_daemon(tmp_path: Path) -> None:
-    from dra_driver.daemon.client import DaemonClient
+    from dra_driver.daemon_api.client import DaemonClient
 
     with DaemonClient(tmp_path / "none.sock", timeout=2) as c, pytest.raises(Unavailable) as info:
         c.list()
@@ -314,8 +314,8 @@ def test_client_reports_unreachable_daemon(tmp_path: Path) -> None:
 
 def test_list_reports_memory_used_by_a_client(daemon: DaemonProc) -> None:
     from dra_driver import clientconf
-    from dra_driver.aclserver.codes import Policy
-    from dra_driver.client import Session
+    from flexnpu_client import Session
+    from flexnpu_wire.codes import Policy
 
     claim = uid()
     with daemon.client() as c:

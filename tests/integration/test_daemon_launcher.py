@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from dra_driver import wirefiles
 from dra_driver.daemon import files, processes, spec
 from dra_driver.daemon.launcher import SpawnLauncher, ZygoteLauncher
 from tests.integration.daemon_harness import gone, ping_unix, request, wait_for
@@ -29,7 +30,7 @@ def dirs() -> Iterator[tuple[Path, Path]]:
 def _start(launcher: ZygoteLauncher, run: Path, shm: Path, uid: str) -> processes.Launched:
     paths = spec.claim_paths(uid, run_dir=run, shm_root=shm)
     files.prepare_shm_dir(paths, ledger_dir=shm / spec.LEDGER_DIR_NAME)
-    files.write_spec(
+    wirefiles.write_spec(
         paths.spec, spec.build_spec(request(uid), paths=paths, shm_root=shm, tcp_host="127.0.0.1")
     )
     launched = launcher.launch(spec_path=paths.spec, stderr_path=paths.stderr)

@@ -1,14 +1,22 @@
-"""Each claim's shm dir is its own bounded tmpfs; a symlinked shm dir is never followed; usage per vNPU.
+"""Each claim's shm dir is its own bounded tmpfs wherever that can reach the containers; a symlinked shm
+dir is never followed; usage per vNPU.
 
-A real daemon (root: it mounts), real aclservers, a hostile container simulated by writing into
-its own shm dir until the filesystem is full, while another claim keeps working.
+A real daemon (root: it mounts), real aclservers, a hostile container simulated by writing into its own
+shm dir until the filesystem is full, while another claim keeps working. ``--shm-mount auto`` is decided
+by mount namespace: a daemon in the host's namespace bounds the claims of a *private* shm root (the case
+that used to fall back to plain directories); a daemon in a namespace of its own (``unshare``, as in a
+pod) bounds them only on a shared root - which ``python3 -m dra_driver.daemon.shmroot`` makes from the
+host's namespace - and otherwise refuses every share, saying why, unless the operator chose ``never``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import os
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,23 +24,60 @@ from pathlib import Path
 import pytest
 
 from dra_driver import clientconf
-from dra_driver.client import AclError, Session
-from dra_driver.daemon import shmfs
-from dra_driver.daemon.model import EntityInfo
+from dra_driver.daemon import shmfs, shmroot
+from dra_driver.daemon_api.values import EntityInfo
+from dra_driver.errors import ErrorCode, StateError
+from dra_kubeletplugin.claims import ClaimRef
+from flexnpu_client import AclError, Session
+from flexnpu_testing.fake_apiserver import FakeAPIServer
 from flexnpu_wire.codes import Policy
 from flexnpu_wire.launch import DEFAULT_STAGING_BYTES
+from tests.integration.conftest import NAMESPACE, NODE, make_node
 from tests.integration.daemon_harness import GIB, DaemonProc, request, share, wait_for
+from tests.integration.lifecycle_helpers import share_request
+
+pytestmark = pytest.mark.root  # every test mounts (the daemon's tmpfs, private or shared roots)
 
 MAX_SESSIONS = 2
+WHOLE = {"name": "npu", "exactly": {"deviceClassName": "npu.flexnpu.io"}}
+
+
+class OwnNamespaceDaemon(DaemonProc):
+    """A daemon in a mount namespace of its own, as in a pod: its copy of the host's mounts private
+    (``--propagation private``) or still peers of the host's where those are shared (``unchanged``)."""
+
+    def __init__(self, propagation: str, extra: tuple[str, ...] = ()) -> None:
+        super().__init__(extra=extra)
+        self.propagation = propagation
+
+    def argv(self) -> list[str]:
+        return ["unshare", "--mount", f"--propagation={self.propagation}", *super().argv()]
+
+
+@contextlib.contextmanager
+def _private_root(d: DaemonProc) -> Iterator[DaemonProc]:
+    """``d``'s shm root as a private tmpfs of its own (a host whose /dev/shm is private); cleaned after."""
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2g", "fnpu-private-root", str(d.shm_root)], check=True
+    )
+    subprocess.run(["mount", "--make-private", str(d.shm_root)], check=True)
+    try:
+        yield d
+    finally:
+        with contextlib.suppress(Exception):
+            d.stop()
+        shmfs.unmount_all_under(d.shm_root)
+        while os.path.ismount(d.shm_root):  # the root tmpfs, and a bind of it that shmroot made
+            subprocess.run(["umount", "-l", str(d.shm_root)], check=True)
+        d.cleanup()
 
 
 @pytest.fixture
 def daemon() -> Iterator[DaemonProc]:
-    d = DaemonProc(extra=("--max-sessions", str(MAX_SESSIONS), "--shm-mount", "always"))
-    try:
+    """A daemon in the host's mount namespace with a private shm root and the default --shm-mount auto."""
+    with _private_root(DaemonProc(extra=("--max-sessions", str(MAX_SESSIONS)))) as d:
+        assert not shmroot.propagates(d.shm_root) and shmroot.in_runtime_namespace()
         yield d.start()
-    finally:
-        d.cleanup()
 
 
 def _conf(res_unix: str, shm_dir: str, uid: str) -> clientconf.ClientConf:
@@ -150,9 +195,9 @@ def test_auto_mounts_only_where_the_mount_reaches_other_namespaces(tmp_path: Pat
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "fnpu-prop-test", str(root)], check=True)
     try:
         subprocess.run(["mount", "--make-private", str(root)], check=True)
-        assert not shmfs.propagates(root / "claim")
+        assert not shmroot.propagates(root / "claim")
         subprocess.run(["mount", "--make-shared", str(root)], check=True)
-        assert shmfs.propagates(root / "claim")
+        assert shmroot.propagates(root / "claim")
     finally:
         subprocess.run(["umount", "-l", str(root)], check=True)
 
@@ -182,3 +227,126 @@ def test_host_memory_sizes_the_tmpfs_and_bounds_host_buffers(daemon: DaemonProc)
         assert err.value.ret == 207001 and "hostMemory" in err.value.message
         s.free_host(first)
         s.free_host(s.malloc_host(host))
+
+
+def _probe_daemon(d: DaemonProc) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, FLEXNPU_DAEMON_SOCKET=str(d.socket))
+    return subprocess.run(
+        [sys.executable, "-m", "dra_driver.probes", "daemon"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_a_daemon_in_its_own_namespace_refuses_shares_it_cannot_bound() -> None:
+    with _private_root(OwnNamespaceDaemon("private")) as d:
+        d.start()
+        with d.client() as c:
+            problem = c.health().shm_problem
+            assert "not on a shared mount" in problem and str(d.shm_root) in problem
+            claim = str(uuid.uuid4())
+            with pytest.raises(StateError) as info:
+                c.register(request(claim, share(2, mem_gib=0.25)))
+        err = info.value
+        assert err.code == ErrorCode.SHM_UNBOUNDED and err.claim_uid == claim and err.field == "shm-mount"
+        assert "not on a shared mount" in err.message and "--shm-mount never" in err.message
+        assert not d.aclserver_pids() and not (d.shm_root / claim).exists()  # nothing half-made
+        probe = _probe_daemon(d)
+        assert probe.returncode == 1 and "refuses shares" in probe.stderr, probe.stderr
+        assert "shares are refused on this node" in d.log()
+
+
+def test_never_is_the_operators_choice_even_where_the_bound_cannot_be_kept() -> None:
+    with _private_root(OwnNamespaceDaemon("private", extra=("--shm-mount", "never"))) as d:
+        d.start()
+        with d.client() as c:
+            assert c.health().shm_problem == ""
+            res = c.register(request(str(uuid.uuid4()), share(2, mem_gib=0.25)))
+        assert not shmfs.is_mount(Path(res.endpoints.shm_dir))  # plain directories, as chosen
+        assert _probe_daemon(d).returncode == 0
+        assert "plain directories (--shm-mount never)" in d.log()
+
+
+def test_a_root_made_shared_from_the_host_namespace_bounds_a_pod_like_daemons_claims() -> None:
+    with _private_root(OwnNamespaceDaemon("unchanged", extra=("--max-sessions", str(MAX_SESSIONS)))) as d:
+        # what the chart's init container does: from a namespace of its own, enter the host's one
+        # (through the host's /proc) and make the root a shared mount point there
+        made = subprocess.run(
+            ["unshare", "--mount", "--propagation=private", sys.executable, "-m", "dra_driver.daemon.shmroot",
+             "--host-proc", "/proc", str(d.shm_root)],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert made.returncode == 0 and "now a shared mount point" in made.stdout, made.stdout + made.stderr
+        assert shmroot.propagates(d.shm_root / "claim")
+        d.start()
+        hostile, honest = str(uuid.uuid4()), str(uuid.uuid4())
+        with d.client() as c:
+            assert c.health().shm_problem == ""
+            bad = c.register(request(hostile, share(2, mem_gib=0.25)))
+            good = c.register(request(honest, share(3, mem_gib=0.25)))
+        bad_dir, good_dir = Path(bad.endpoints.shm_dir), Path(good.endpoints.shm_dir)
+        # the daemon's tmpfs mounts, made in its own namespace, reached the host's
+        assert shmfs.is_mount(bad_dir) and shmfs.is_mount(good_dir)
+        limit = shmfs.size_for(
+            host_memory_bytes=GIB // 4, max_sessions=MAX_SESSIONS, staging_bytes=DEFAULT_STAGING_BYTES
+        )
+        assert 0 < _fill(bad_dir) <= limit
+        with Session.open(_conf(good.endpoints.unix_socket, str(good_dir), honest)) as s:
+            s.init()
+            s.set_device(0)
+            ptr = s.malloc(8 << 20)
+            s.copy_to_device(ptr, b"q" * (4 << 20))
+            assert s.copy_from_device(ptr, 4 << 20) == b"q" * (4 << 20)
+        again = subprocess.run(
+            [sys.executable, "-m", "dra_driver.daemon.shmroot", str(d.shm_root)],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert again.returncode == 0 and "nothing to do" in again.stdout  # idempotent
+
+
+def test_the_node_says_why_it_refuses_shares_and_keeps_serving_whole_dies(
+    api: FakeAPIServer, short_tmp: Path
+) -> None:
+    with _private_root(OwnNamespaceDaemon("private")) as d:
+        d.start()
+        n = make_node(
+            api,
+            short_tmp / "n",
+            "eight-910b4.yaml",
+            FLEXNPU_DAEMON_SOCKET=str(d.socket),
+            FLEXNPU_SHM_DIR=str(d.shm_root),
+            FLEXNPU_DEFAULT_MODE="both",
+        )
+        try:
+            n.start()
+            wait_for(n.devices, what="published devices")
+            assert n.kubelet is not None
+            share_claim = ClaimRef(NAMESPACE, n.create_claim("share", [share_request()]), "share")
+            n.scheduler.allocate(NAMESPACE, "share", NODE)
+            err = n.kubelet.prepare([share_claim])[share_claim.uid].error
+            assert "ShmUnbounded" in err and share_claim.uid in err and "not on a shared mount" in err, err
+            # the log, a Node Event and the plugin's readiness say why
+            assert "refuses every new share" in n.log()
+
+            def events() -> list[dict[str, object]]:
+                raw = n.api_core().list_namespaced_event("default", _preload_content=False)
+                items: list[dict[str, object]] = json.loads(raw.data)["items"]
+                return [e for e in items if e["reason"] == "FlexNPUShmUnbounded"]
+
+            (event,) = wait_for(events, what="the FlexNPUShmUnbounded Node event")
+            assert "not on a shared mount" in str(event["message"])
+            probe = subprocess.run(
+                [sys.executable, "-m", "dra_driver.probes", "plugin"],
+                env=n.env, capture_output=True, text=True, timeout=60, check=False,
+            )  # fmt: skip
+            assert probe.returncode == 1 and "refuses shares" in probe.stderr, probe.stderr
+            # and the node keeps serving what needs no shm dir
+            whole = ClaimRef(NAMESPACE, n.create_claim("whole", [WHOLE]), "whole")
+            n.scheduler.allocate(NAMESPACE, "whole", NODE)
+            assert n.kubelet.prepare([whole])[whole.uid].error == ""
+            assert n.kubelet.unprepare([whole, share_claim]) == {whole.uid: "", share_claim.uid: ""}
+        finally:
+            n.stop()

@@ -22,12 +22,14 @@ import yaml
 from kubernetes import client
 
 from dra_driver import clientconf
-from dra_driver.claims import ClaimRef, ClaimResult
-from dra_driver.client import probe
-from dra_driver.client.session import Session
-from dra_driver.testing.fake_apiserver import parse_quantity
-from dra_driver.testing.scheduler import Unschedulable
-from tests.integration.conftest import DRIVER, NODE, REPO, Node, wait_for
+from dra_driver.claims import ClaimResult
+from dra_kubeletplugin.claims import ClaimRef
+from flexnpu_client import probe
+from flexnpu_client.session import Session
+from flexnpu_testing.fake_apiserver import parse_quantity
+from flexnpu_testing.scheduler import Unschedulable
+from flexnpu_testing.waiting import wait_for
+from tests.integration.conftest import DRIVER, NODE, REPO, Node
 
 EXAMPLES = REPO / "manifests" / "examples"
 MI = 1024 * 1024
@@ -152,7 +154,7 @@ def run_probe(conf: Path, capsys: pytest.CaptureFixture[str]) -> list[str]:
 @pytest.fixture
 def soft_node(node_factory: Callable[..., Node]) -> Node:
     n = node_factory(daemon=True, FLEXNPU_DEFAULT_MODE="both", FLEXNPU_DAEMON_RETRY_SECONDS="2").start()
-    wait_for("published devices", n.devices)
+    wait_for(n.devices, what="published devices")
     return n
 
 
@@ -293,15 +295,17 @@ def test_policy_override(soft_node: Node, tmp_path: Path) -> None:
     ex.create(claim)
     alloc = ex.allocate(claim.name)
     (result,) = _results(alloc)
-    assert result["device"].startswith("vnpu-")
+    assert result["device"].startswith("vnpu-") and result["device"].endswith("-fixed")
     config = alloc["status"]["allocation"]["devices"]["config"]
-    assert [(c["source"], c["opaque"]["driver"], c["opaque"]["parameters"]["policy"]) for c in config] == [
-        ("FromClass", DRIVER, "elastic"),
-        ("FromClaim", DRIVER, "fixed"),
+    params = [(c["source"], c["opaque"]["driver"], c["opaque"]["parameters"]) for c in config]
+    assert [(src, drv, p.get("policy"), p.get("transport")) for src, drv, p in params] == [
+        ("FromClass", DRIVER, "fixed", "unix"),
+        ("FromClaim", DRIVER, None, "tcp"),
     ]
     ex.prepare(claim.name)
     conf = ex.conf(claim.name)
     assert _shares(conf) == [(0, 2 * GI, 20, "fixed")]
+    assert conf.endpoints.unix is None and conf.endpoints.tcp  # the claim's transport won
     assert (
         '"policy": "fixed"'
         in (soft_node.dirs["run"] / "claims" / ex.uids[claim.name] / "client.conf").read_text()
@@ -312,7 +316,7 @@ def test_policy_override(soft_node: Node, tmp_path: Path) -> None:
         s.init()
         s.set_device(0)
         assert s.get_mem_info()[1] == 2 * GI
-    # Without the claim's override, the class config makes the share elastic.
+    # Without the claim's override, the class config's transport holds (and the policy is the device's).
     ex.release(claim.name)
     plain = dataclasses.replace(
         claim, name="pod1-vnpu", pod="pod1", spec={"devices": {"requests": claim.spec["devices"]["requests"]}}
@@ -320,16 +324,17 @@ def test_policy_override(soft_node: Node, tmp_path: Path) -> None:
     ex.create(plain)
     ex.allocate(plain.name)
     ex.prepare(plain.name)
-    assert _shares(ex.conf(plain.name)) == [(0, 2 * GI, 20, "elastic")]
+    plain_conf = ex.conf(plain.name)
+    assert _shares(plain_conf) == [(0, 2 * GI, 20, "fixed")] and plain_conf.endpoints.tcp is None
 
 
 def test_extended_resource(node_factory: Callable[..., Node]) -> None:
     """The Pod of extended-resource/ asks ``flexnpu.io/npu: 1``: the chart's whole-die class serves it."""
-    from dra_driver.testing import extended_resources
+    from flexnpu_testing import extended_resources
     from tests.integration.test_extended_resources import davinci_paths, install_chart_classes
 
     node = node_factory().start()
-    wait_for("published devices", node.devices)
+    wait_for(node.devices, what="published devices")
     ex = Example(node, "extended-resource")
     install_chart_classes(node)
     (pod,) = [d for d in ex.docs if d["kind"] == "Pod"]

@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 
 from dra_driver.discovery import emulated
-from dra_driver.testing.scheduler import Unschedulable
 from dra_driver.vnpu.emulated import EmulatedVnpus
-from tests.integration.conftest import DRIVER, INVENTORIES, NODE, Node, wait_for
+from flexnpu_testing.scheduler import Unschedulable
+from flexnpu_testing.waiting import wait_for
+from tests.integration.conftest import DRIVER, INVENTORIES, NODE, Node
 from tests.integration.test_examples import Example
 
 HARD_CEL = f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].mode == "hard"'
@@ -33,7 +34,7 @@ def all_node(node_factory: Callable[..., Node]) -> Node:
         }
     )
     n.start()
-    wait_for("published devices", n.devices)
+    wait_for(n.devices, what="published devices")
     return n
 
 
@@ -59,7 +60,7 @@ def test_hard_split(all_node: Node) -> None:
     assert vnpu.template == "vir10_3c_16g"
     assert f"FLEXNPU_VNPU_IDS={vnpu.vnpu_id}" in ex.cdi_env(claim.name)
     assert f"FLEXNPU_TEMPLATES={vnpu.template}" in ex.cdi_env(claim.name)
-    (status,) = wait_for("claim status", lambda: ex.stored(claim.name)["status"].get("devices"))
+    (status,) = wait_for(lambda: ex.stored(claim.name)["status"].get("devices"), what="claim status")
     assert status["data"]["template"] == "vir10_3c_16g" and status["data"]["vnpuID"] == vnpu.vnpu_id
     assert res.devices[0].device == device
     ex.release(claim.name)

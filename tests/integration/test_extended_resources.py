@@ -1,7 +1,7 @@
 """Extended-resource requests (KEP-5004) through the fake API server, the scheduler stand-in and a real node process.
 
 A pod that asks ``resources.limits: {flexnpu.io/npu: N}`` gets N whole dies: the stand-in creates the special claim the
-way kube-scheduler 1.36 does (dra_driver/testing/extended_resources.py), and the node prepares it like any other
+way kube-scheduler 1.36 does (flexnpu_testing/extended_resources.py), and the node prepares it like any other
 claim. The whole-die DeviceClass is the one the Helm chart renders.
 """
 
@@ -15,10 +15,11 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dra_driver.testing import extended_resources
-from dra_driver.testing.fake_apiserver import FakeAPIServer
-from dra_driver.testing.scheduler import Unschedulable
-from tests.integration.conftest import DRIVER, NAMESPACE, NODE, Node, wait_for
+from flexnpu_testing import extended_resources
+from flexnpu_testing.fake_apiserver import FakeAPIServer
+from flexnpu_testing.scheduler import Unschedulable
+from flexnpu_testing.waiting import wait_for
+from tests.integration.conftest import DRIVER, NAMESPACE, NODE, Node
 from tests.unit.test_manifests import chart_values, render_chart
 
 
@@ -79,7 +80,7 @@ def davinci_paths(spec_path: Path) -> list[str]:
 def test_pod_gets_a_whole_die_through_the_special_claim(node: Node) -> None:
     whole = install_chart_classes(node)
     assert whole["spec"]["extendedResourceName"] == "flexnpu.io/npu"
-    wait_for("published devices", node.devices)
+    wait_for(node.devices, what="published devices")
     pod = create_pod(node, "trainer", {"flexnpu.io/npu": "1"})
 
     claim = node.scheduler.schedule_pod(NAMESPACE, "trainer", NODE)
@@ -152,7 +153,7 @@ def test_pod_gets_a_whole_die_through_the_special_claim(node: Node) -> None:
 
 def test_count_spreads_over_distinct_dies_and_refusal_leaves_no_claim(node: Node) -> None:
     install_chart_classes(node)
-    wait_for("published devices", node.devices)
+    wait_for(node.devices, what="published devices")
     create_pod(node, "two", {"flexnpu.io/npu": "2"})
     claim = node.scheduler.schedule_pod(NAMESPACE, "two", NODE)
     assert claim is not None
@@ -173,7 +174,7 @@ def test_count_spreads_over_distinct_dies_and_refusal_leaves_no_claim(node: Node
 
 def test_implicit_name_per_container_and_device_plugin_nodes(node: Node) -> None:
     install_chart_classes(node, {"deviceClasses.extendedResourceName": "huawei.com/Ascend910"})
-    wait_for("published devices", node.devices)
+    wait_for(node.devices, what="published devices")
     # Two containers asking the class's implicit name: one request per container.
     implicit = extended_resources.IMPLICIT_PREFIX + "npu.flexnpu.io"
     create_pod(node, "implicit", {implicit: "1"}, containers=2)

@@ -18,7 +18,8 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from dra_driver.testing.fake_apiserver import FakeAPIServer
+from flexnpu_testing import pythonpath_env
+from flexnpu_testing.fake_apiserver import FakeAPIServer
 
 DRIVER = "npu.flexnpu.io"
 NS = "team-a"
@@ -1033,12 +1034,13 @@ def test_standalone_process_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "dra_driver.testing.fake_apiserver",
+            "flexnpu_testing.fake_apiserver",
             "--port",
             "0",
             "--kubeconfig-out",
             str(kubeconfig),
         ],
+        env=pythonpath_env(),
         stdout=subprocess.PIPE,
         text=True,
     )

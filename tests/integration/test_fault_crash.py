@@ -15,7 +15,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,19 +35,23 @@ from dra_driver.checkpoint import (
     Registration,
     StatusRecord,
 )
-from dra_driver.claims import ClaimRef, ClaimResult, PreparedDevice
-from dra_driver.client.session import Session
+from dra_driver.claims import ClaimResult
 from dra_driver.daemon import shmfs
-from dra_driver.daemon.model import Endpoints, Share
+from dra_driver.daemon_api.values import Endpoints
 from dra_driver.devices import DieMode
-from dra_driver.testing.kubelet import KubeletError, PluginHandle
-from tests.integration.conftest import NAMESPACE, NODE, Node, wait_for
+from dra_kubeletplugin.claims import ClaimRef, PreparedDevice
+from flexnpu_client.session import Session
+from flexnpu_testing.kubelet import KubeletError, PluginHandle
+from flexnpu_testing.waiting import wait_for
+from flexnpu_wire.shares import Share
+from tests.integration.conftest import NAMESPACE, NODE, Node
 from tests.integration.lifecycle_helpers import (
     assert_clean,
     assert_share_works,
     claim_doc,
     pod_ref,
     share_request,
+    smi,
 )
 
 SHARE = [share_request()]
@@ -67,7 +70,7 @@ def fault_node(node_factory: Callable[..., Node]) -> Node:
         FLEXNPU_RECONCILE_PERIOD_SECONDS="1",
         FLEXNPU_RESIDUAL_GRACE_SECONDS="2",
     ).start()
-    wait_for("published devices", n.devices)
+    wait_for(n.devices, what="published devices")
     return n
 
 
@@ -104,7 +107,7 @@ def _expect_killed(node: Node, call: Callable[[], object]) -> None:
         call()
     assert node.proc is not None
     proc = node.proc
-    wait_for("the node process to die", lambda: proc.poll() is not None)
+    wait_for(lambda: proc.poll() is not None, what="the node process to die")
     assert node.stop() == -signal.SIGKILL, node.log()[-3000:]
 
 
@@ -263,6 +266,7 @@ def _rmtree(d: Path) -> None:
     d.rmdir()
 
 
+@pytest.mark.root
 def test_reboot_restores_running_claims_and_drops_the_rest(fault_node: Node) -> None:
     n = fault_node
     d = n.daemon
@@ -276,7 +280,7 @@ def test_reboot_restores_running_claims_and_drops_the_rest(fault_node: Node) -> 
     d.stop(signal.SIGKILL)
     for pid in d.aclserver_pids():
         os.killpg(pid, signal.SIGKILL)
-    wait_for("aclservers gone", lambda: not d.aclserver_pids())
+    wait_for(lambda: not d.aclserver_pids(), what="aclservers gone")
     for tmpfs in (n.dirs["cdi"], n.dirs["run"], d.shm_root, d.run_dir):
         _empty(tmpfs)
     with CheckpointStore(n.dirs["state"] / "checkpoint.json").locked() as cp:
@@ -287,14 +291,16 @@ def test_reboot_restores_running_claims_and_drops_the_rest(fault_node: Node) -> 
     n.start()
     _delete_claim(n, b)  # its pod did not come back
     wait_for(
-        "claim a's status to say its aclserver is down", lambda: (_status_of(n, a) or ("",))[0] == "False"
+        lambda: (_status_of(n, a) or ("",))[0] == "False",
+        what="claim a's status to say its aclserver is down",
     )
     for ref in (a, c):
         assert _kubelet(n).prepare([ref])[ref.uid] == first[ref.uid]
     assert assert_share_works(n, a.uid) != old_pid  # a new aclserver after the reboot
     _client_sees_its_quota(n, a)
     wait_for(
-        "claim a's status to name the new aclserver, Ready", lambda: _status_of(n, a) == _endpoint_of(n, a)
+        lambda: _status_of(n, a) == _endpoint_of(n, a),
+        what="claim a's status to name the new aclserver, Ready",
     )
     assert "rebooted" in n.log()
     assert_clean(n, {a.uid, c.uid})
@@ -372,7 +378,7 @@ def test_damaged_checkpoint_removes_nothing_and_the_node_keeps_serving(
 
     n.start()
     # two reconcile passes ran (1 s period) and each refused to remove anything
-    wait_for("two refused passes", lambda: n.log().count("store is not trusted") >= 2, timeout=30)
+    wait_for(lambda: n.log().count("store is not trusted") >= 2, what="two refused passes", timeout=30)
     assert assert_share_works(n, a.uid) == a_pid  # A's aclserver, CDI spec and client.conf survive
     events = json.loads(n.api_core().list_namespaced_event("default", _preload_content=False).data)["items"]
     untrusted = [e for e in events if e["reason"] == "FlexNPUCheckpointUntrusted"]
@@ -385,7 +391,7 @@ def test_damaged_checkpoint_removes_nothing_and_the_node_keeps_serving(
     assert_share_works(n, d.uid)
 
     # the operator adopts what the node holds: A is recorded again from the evidence and the API
-    res = _smi(n, "adopt")
+    res = smi(n, "adopt")
     assert res.returncode == 0 and f"adopted claim {a.uid}" in res.stdout, res.stdout + res.stderr
     assert _prepare_ok(n, a).devices  # the kubelet's repeat prepare finds it prepared
     assert assert_share_works(n, a.uid) == a_pid
@@ -403,24 +409,13 @@ def test_discarding_a_damaged_record_makes_its_effects_orphans(fault_node: Node)
     n.stop()
     _spoil_record(n.dirs["state"] / "checkpoint.json", a.uid, _corrupt)
     n.start()
-    wait_for("a refused pass", lambda: "store is not trusted" in n.log(), timeout=30)
-    info = json.loads(_smi(n, "info", "--json").stdout)
+    wait_for(lambda: "store is not trusted" in n.log(), what="a refused pass", timeout=30)
+    info = json.loads(smi(n, "info", "--json").stdout)
     assert info["checkpointTrusted"] is False and a.uid in " ".join(info["checkpointDoubts"])
-    res = _smi(n, "discard")
+    res = smi(n, "discard")
     assert res.returncode == 0 and "damaged record kept at" in res.stdout, res.stdout + res.stderr
     assert_clean(n, set())  # the operator said so: A's aclserver, CDI spec and client.conf go
     assert n.daemon is not None and a_pid not in n.daemon.aclserver_pids()
-
-
-def _smi(node: Node, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "kubeletplugin.smi", *args],
-        env=node.env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 # -- every checkpoint version ever written still decodes -----------------------------------------

@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 
 from dra_driver.checkpoint import CheckpointStore, ClaimState
-from dra_driver.claims import ClaimRef
-from tests.integration.conftest import NAMESPACE, NODE, Node, wait_for
+from dra_kubeletplugin.claims import ClaimRef
+from flexnpu_testing.waiting import wait_for
+from tests.integration.conftest import NAMESPACE, NODE, Node
 from tests.integration.lifecycle_helpers import (
     assert_clean,
     assert_share_works,
@@ -52,7 +53,7 @@ def disk_node(node_factory: Callable[..., Node]) -> Iterator[Node]:
     _mount("-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(state))
     try:
         n.start()
-        wait_for("published devices", n.devices)
+        wait_for(n.devices, what="published devices")
         yield n
     finally:
         n.stop()
@@ -101,6 +102,7 @@ def _nothing_of(node: Node, ref: ClaimRef) -> None:
     assert CheckpointStore(node.dirs["state"] / "checkpoint.json").get(ref.uid) is None
 
 
+@pytest.mark.root
 def test_full_state_dir_fails_the_prepare_cleanly_and_the_node_serves_on(disk_node: Node) -> None:
     n = disk_node
     a = _allocate(n, "a")
@@ -124,6 +126,7 @@ def test_full_state_dir_fails_the_prepare_cleanly_and_the_node_serves_on(disk_no
     assert_clean(n, {a.uid, b.uid})
 
 
+@pytest.mark.root
 def test_full_state_dir_fails_the_unprepare_and_keeps_the_claim_whole(disk_node: Node) -> None:
     n = disk_node
     a, b = _allocate(n, "a"), _allocate(n, "b")
@@ -144,6 +147,7 @@ def test_full_state_dir_fails_the_unprepare_and_keeps_the_claim_whole(disk_node:
     assert_clean(n, {a.uid})
 
 
+@pytest.mark.root
 def test_read_only_cdi_dir_fails_the_prepare_and_rolls_it_back(disk_node: Node) -> None:
     n = disk_node
     a = _allocate(n, "a")

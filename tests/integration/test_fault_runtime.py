@@ -23,12 +23,14 @@ from typing import Any
 import pytest
 
 from dra_driver import clientconf
-from dra_driver.claims import ClaimRef, ClaimResult
-from dra_driver.client.errors import ConnectError
-from dra_driver.client.session import Session
-from dra_driver.daemon.model import EntityInfo
-from dra_driver.testing.kubelet import KubeletSimulator, PluginHandle
-from tests.integration.conftest import DRIVER, NAMESPACE, NODE, Node, wait_for
+from dra_driver.claims import ClaimResult
+from dra_driver.daemon_api.values import EntityInfo
+from dra_kubeletplugin.claims import ClaimRef
+from flexnpu_client.errors import ConnectError
+from flexnpu_client.session import Session
+from flexnpu_testing.kubelet import KubeletSimulator, PluginHandle
+from flexnpu_testing.waiting import wait_for
+from tests.integration.conftest import DRIVER, NAMESPACE, NODE, Node
 from tests.integration.lifecycle_helpers import (
     assert_clean,
     assert_share_works,
@@ -52,7 +54,7 @@ RECONCILER_ENV = {
 def fnode(node_factory: Callable[..., Node]) -> Node:
     """A node with a real daemon and a fast reconciler (1 s period, 2 s reservation grace)."""
     n = node_factory(daemon=True, **RECONCILER_ENV).start()
-    wait_for("published devices", n.devices)
+    wait_for(n.devices, what="published devices")
     return n
 
 
@@ -113,7 +115,7 @@ def _unreserve(node: Node, name: str) -> None:
 
 def _delete(node: Node, name: str) -> None:
     node.resource.delete_namespaced_resource_claim(name, NAMESPACE)
-    wait_for(f"claim {name} gone", lambda: name not in _claim_names(node))
+    wait_for(lambda: name not in _claim_names(node), what=f"claim {name} gone")
 
 
 def _claim_names(node: Node) -> set[str]:
@@ -176,25 +178,25 @@ def test_daemon_sigkilled_readopts_live_aclservers(fnode: Node) -> None:
 def test_aclserver_killed_restarted_once_then_reported_down(fnode: Node) -> None:
     a, _ = _prepare(fnode, "a")
     first = _entities(fnode)[a.uid]
-    wait_for("Ready=True after prepare", lambda: _ready(fnode, "a") == ("True", "Prepared"))
+    wait_for(lambda: _ready(fnode, "a") == ("True", "Prepared"), what="Ready=True after prepare")
 
     # first kill: the daemon restarts it (default --max-restarts 1) on the same endpoints
     os.killpg(first.pid, signal.SIGKILL)
     second = wait_for(
-        "aclserver restarted",
         lambda: (e := _entities(fnode).get(a.uid)) and str(e.state) == "Running" and e.pid != first.pid and e,
+        what="aclserver restarted",
     )
     assert second.restarts == 1
     assert second.endpoints == first.endpoints
     assert assert_share_works(fnode, a.uid) == second.pid
-    wait_for("Ready=True again", lambda: (_ready(fnode, "a") or ("",))[0] == "True")
+    wait_for(lambda: (_ready(fnode, "a") or ("",))[0] == "True", what="Ready=True again")
     with Session.open(_host_conf(fnode, a.uid), timeout=5) as s:  # client.conf still right
         s.init()
 
     # second kill: no more restarts; the claim reports it and clients fail fast
     os.killpg(second.pid, signal.SIGKILL)
     wait_for(
-        "Ready=False AclserverDown", lambda: _ready(fnode, "a") == ("False", "AclserverDown"), timeout=30
+        lambda: _ready(fnode, "a") == ("False", "AclserverDown"), what="Ready=False AclserverDown", timeout=30
     )
     down = _entities(fnode)[a.uid]
     assert str(down.state) != "Running" and down.restarts == 1
@@ -217,7 +219,7 @@ def test_claim_deleted_while_node_down_is_removed_at_start(fnode: Node) -> None:
     fnode.stop()
     _delete(fnode, "b")
     fnode.start()
-    wait_for("B removed by the reconciler", lambda: b.uid not in checkpoint_uids(fnode))
+    wait_for(lambda: b.uid not in checkpoint_uids(fnode), what="B removed by the reconciler")
     assert_clean(fnode, {a.uid})
     assert assert_share_works(fnode, a.uid) == pid_a
     assert "residual claim: the claim no longer exists" in fnode.log()
@@ -228,7 +230,7 @@ def test_force_deleted_pod_claim_removed_after_grace(fnode: Node) -> None:
     b, _ = _prepare(fnode, "b")
     pid_a = assert_share_works(fnode, a.uid)
     _unreserve(fnode, "b")  # the pod is gone; the kubelet never calls unprepare
-    wait_for("B removed after the grace", lambda: b.uid not in checkpoint_uids(fnode), timeout=30)
+    wait_for(lambda: b.uid not in checkpoint_uids(fnode), what="B removed after the grace", timeout=30)
     assert "residual claim: no consumer in reservedFor" in fnode.log()
     # the pass that removed B judged A too (prepared earlier, reserved throughout): kept
     assert_clean(fnode, {a.uid})
@@ -243,7 +245,7 @@ def test_claim_recreated_with_new_uid_is_replaced(fnode: Node) -> None:
         _delete(fnode, "b")
         new = _create_allocated(fnode, "b")
     assert new.uid != old.uid
-    wait_for("old B removed", lambda: old.uid not in checkpoint_uids(fnode), timeout=30)
+    wait_for(lambda: old.uid not in checkpoint_uids(fnode), what="old B removed", timeout=30)
     assert f"residual claim: the claim was replaced (now UID {new.uid})" in fnode.log()
     assert_clean(fnode, {a.uid})
     res = _kubelet(fnode).prepare([new])[new.uid]
@@ -270,7 +272,7 @@ def test_api_outage_removes_nothing_then_converges(fnode: Node) -> None:
         assert "reconcile pass stopped, nothing removed" in fnode.log()
     finally:
         fnode.api.set_down(False)
-    wait_for("B removed after the outage", lambda: b.uid not in checkpoint_uids(fnode), timeout=45)
+    wait_for(lambda: b.uid not in checkpoint_uids(fnode), what="B removed after the outage", timeout=45)
     assert_clean(fnode, {a.uid})
     assert assert_share_works(fnode, a.uid) == pid_a
 
@@ -334,7 +336,7 @@ def test_concurrent_prepare_and_unprepare_converge(fnode: Node) -> None:
 
 def test_rolling_update_two_instances_share_state(node_factory: Callable[..., Node], short_tmp: Path) -> None:
     old = node_factory(daemon=True, FLEXNPU_POD_UID="pod-old", **RECONCILER_ENV).start()
-    wait_for("published devices", old.devices)
+    wait_for(old.devices, what="published devices")
     # the new instance: same state, CDI, run and plugin dirs, its own sockets (another pod UID);
     # its kubelet handle is registered through a view of the registry holding only its socket
     view = short_tmp / "reg-new"

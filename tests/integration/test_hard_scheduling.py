@@ -15,8 +15,8 @@ from kubernetes import client
 
 from dra_driver import slices
 from dra_driver.devices import Die, DieMode, Inventory
-from dra_driver.testing.fake_apiserver import FakeAPIServer
-from dra_driver.testing.scheduler import SchedulerSim, Unschedulable
+from flexnpu_testing.fake_apiserver import FakeAPIServer
+from flexnpu_testing.scheduler import SchedulerSim, Unschedulable
 
 DRIVER = "npu.flexnpu.io"
 NS = "team-h"
@@ -187,9 +187,9 @@ def test_sixteen_a3_dies_with_all_templates_are_accepted(
     )
     pool = publish(api, Inventory(dies=dies), DieMode.ALL)
     stored = [s.to_dict() for s in api.list_resource_slice().items]
-    assert len(stored) == len(pool.slices) == 4
+    assert len(stored) == len(pool.slices) == 5
     names = sorted(d.name for s in api.list_resource_slice().items for d in s.spec.devices or [])
-    assert names == sorted(pool.device_names) and len(names) == 16 * 8
+    assert names == sorted(pool.device_names) and len(names) == 16 * 10  # whole, 3 share devices, 6 templates
     claim(api, "t", "vnpu-template.flexnpu.io", template="vir12_3c_32g")
     assert device(sim, "t") == "npu-15-vir12-3c-32g-0"
     assert json.dumps(pool.slices)  # serialisable as published

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from dra_driver import interposition
-from dra_driver.claims import ClaimRef
 from dra_driver.sharing import API_VERSION
-from tests.integration.conftest import DRIVER, NAMESPACE, NODE, Node, wait_for
+from dra_kubeletplugin.claims import ClaimRef
+from flexnpu_testing.waiting import wait_for
+from tests.integration.conftest import DRIVER, NAMESPACE, NODE, Node
 
 
 def _request() -> dict[str, Any]:
@@ -38,7 +39,7 @@ def bare_node(node_factory: Callable[..., Node], tmp_path: Path) -> Node:
     """A node whose --client-library does not exist."""
     missing = tmp_path / "no-such-dir" / "libascendcl.so"
     node = node_factory(daemon=True, FLEXNPU_DEFAULT_MODE="both", FLEXNPU_CLIENT_LIBRARY=str(missing)).start()
-    wait_for("published devices", node.devices)
+    wait_for(node.devices, what="published devices")
     return node
 
 
@@ -56,7 +57,7 @@ def test_preload_without_the_library_fails_cleanly_and_auto_still_works(bare_nod
     assert not [p for p in bare_node.cdi_specs() if uid in p.name]
     assert not (bare_node.dirs["run"] / "claims" / uid).exists()
     assert bare_node.daemon is not None
-    wait_for("the refused claim's aclserver stopped", lambda: not bare_node.daemon.aclserver_pids())  # type: ignore[union-attr]
+    wait_for(lambda: not bare_node.daemon.aclserver_pids(), what="the refused claim's aclserver stopped")  # type: ignore[union-attr]
 
     uid2, ok = _prepare(bare_node, "auto-here", "auto")
     assert ok.error == "", ok.error

@@ -13,7 +13,7 @@ from kubernetes import client
 from controller import kube
 from controller.kube import Kube
 from dra_driver.errors import ErrorCode, Unavailable
-from dra_driver.testing.fake_apiserver import FakeAPIServer
+from flexnpu_testing.fake_apiserver import FakeAPIServer
 
 DRIVER = "npu.flexnpu.io"
 NODE = "node-k"

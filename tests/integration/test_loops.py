@@ -16,7 +16,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.integration.conftest import Node, wait_for
+import pytest
+
+from flexnpu_testing.waiting import wait_for
+from tests.integration.conftest import Node
 
 ORPHAN_UID = "0badc0de-0000-4000-8000-00000000feed"
 
@@ -56,6 +59,7 @@ def _probe(port: int) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.root
 def test_read_only_cdi_dir_during_cleanup_does_not_kill_the_reconciler(
     node_factory: Callable[..., Node],
 ) -> None:
@@ -66,8 +70,8 @@ def test_read_only_cdi_dir_during_cleanup_does_not_kill_the_reconciler(
     with _read_only(n.dirs["cdi"]):
         n.start()
         wait_for(
-            "two failed removals (the loop went on after the first)",
             lambda: _metric(port, "flexnpu_dra_loop_errors_total", 'loop="reconciler"') >= 2,
+            what="two failed removals (the loop went on after the first)",
             timeout=30,
         )
         assert orphan.exists()
@@ -77,7 +81,9 @@ def test_read_only_cdi_dir_during_cleanup_does_not_kill_the_reconciler(
         assert "reconciler: ok" in probe.stdout
         health = urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10)
         assert health.status == 200
-    wait_for("the orphan removed once the directory is writable", lambda: not orphan.exists(), timeout=30)
+    wait_for(
+        lambda: not orphan.exists(), what="the orphan removed once the directory is writable", timeout=30
+    )
     assert "removed orphan cdi-spec" in n.log()
     assert n.proc is not None and n.proc.poll() is None
 

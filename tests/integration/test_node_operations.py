@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from dra_driver import netlink
-from dra_driver.claims import ClaimRef
-from dra_driver.testing.scheduler import Unschedulable
-from tests.integration.conftest import INVENTORIES, NAMESPACE, NODE, Node, wait_for
+from dra_kubeletplugin.claims import ClaimRef
+from flexnpu_testing.scheduler import Unschedulable
+from flexnpu_testing.waiting import wait_for
+from tests.integration.conftest import INVENTORIES, NAMESPACE, NODE, Node
 
 
 @pytest.mark.parametrize(
@@ -60,7 +61,7 @@ def _free_port() -> int:
 def test_metrics_are_exported_for_prometheus(node_factory: Callable[..., Node]) -> None:
     port = _free_port()
     n = node_factory(FLEXNPU_METRICS_PORT=str(port)).start()
-    wait_for("published devices", n.devices)
+    wait_for(n.devices, what="published devices")
     uid = n.create_claim("m1", [{"name": "npu", "exactly": {"deviceClassName": "npu.flexnpu.io"}}])
     n.scheduler.allocate(NAMESPACE, "m1", NODE)
     assert n.kubelet is not None
@@ -93,8 +94,8 @@ def test_dropped_counter_fields_fall_back_to_one_mode_per_die(node_factory: Call
         counters = [c for s in slices for c in s["spec"].get("sharedCounters") or []]
         return bool(names) and not counters and names == ["npu-0", "npu-1"]
 
-    wait_for("a pool without counters, whole dies only", fell_back)
-    wait_for("the warning in the log", lambda: "one mode only" in n.log())
+    wait_for(fell_back, what="a pool without counters, whole dies only")
+    wait_for(lambda: "one mode only" in n.log(), what="the warning in the log")
 
 
 def test_health_change_is_republished_and_streamed_to_the_kubelet(
@@ -104,7 +105,7 @@ def test_health_change_is_republished_and_streamed_to_the_kubelet(
     inventory = tmp_path / "inventory.yaml"
     inventory.write_text(source)
     n = node_factory(FLEXNPU_INVENTORY=str(inventory), FLEXNPU_REDISCOVER_SECONDS="0.3").start()
-    wait_for("published devices", n.devices)
+    wait_for(n.devices, what="published devices")
     assert n.kubelet is not None
     watch = n.kubelet.watch_health()
     try:
@@ -120,7 +121,7 @@ def test_health_change_is_republished_and_streamed_to_the_kubelet(
             devices = {d["name"]: d for d in n.devices()}
             return "npu-1" in devices and devices["npu-1"]["attributes"]["healthy"] == {"bool": False}
 
-        wait_for("npu-1 republished as unhealthy", npu1_unhealthy)
+        wait_for(npu1_unhealthy, what="npu-1 republished as unhealthy")
         devices = {d["name"]: d for d in n.devices()}
         assert (
             devices["npu-0"]["attributes"]["healthy"] == {"bool": True} and "taints" not in devices["npu-0"]
@@ -138,6 +139,6 @@ def test_health_change_is_republished_and_streamed_to_the_kubelet(
             update = watch.next(timeout=10)
             return ("npu-1", False) in {(d.device, d.healthy) for d in update.devices}
 
-        wait_for("the kubelet told that npu-1 is unhealthy", streamed, timeout=30)
+        wait_for(streamed, what="the kubelet told that npu-1 is unhealthy", timeout=30)
     finally:
         watch.close()

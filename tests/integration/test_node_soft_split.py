@@ -11,25 +11,30 @@ from typing import Any
 import pytest
 
 from dra_driver import clientconf
-from dra_driver.aclserver.codes import ACL_ERROR_RT_MEMORY_ALLOCATION
 from dra_driver.checkpoint import CheckpointStore
-from dra_driver.claims import ClaimRef
-from dra_driver.client.errors import AclError
-from dra_driver.client.session import Session
 from dra_driver.sharing import API_VERSION
-from tests.integration.conftest import DRIVER, NAMESPACE, NODE, Node, wait_for
+from dra_kubeletplugin.claims import ClaimRef
+from flexnpu_client.errors import AclError
+from flexnpu_client.session import Session
+from flexnpu_testing.waiting import wait_for
+from flexnpu_wire.codes import ACL_ERROR_RT_MEMORY_ALLOCATION
+from tests.integration.conftest import DRIVER, NAMESPACE, NODE, Node
 from tests.integration.daemon_harness import ping_tcp
 
 MI = 1024 * 1024
 
 
 def _share_request(
-    name: str = "vnpu", memory: str = "256Mi", compute: str = "30", count: int = 1
+    name: str = "vnpu",
+    memory: str = "256Mi",
+    compute: str = "30",
+    count: int = 1,
+    cls: str = "vnpu.flexnpu.io",
 ) -> dict[str, Any]:
     return {
         "name": name,
         "exactly": {
-            "deviceClassName": "vnpu.flexnpu.io",
+            "deviceClassName": cls,
             "count": count,
             "capacity": {"requests": {"memory": memory, "compute": compute}},
         },
@@ -48,7 +53,7 @@ def _vnpu_config(**fields: str) -> dict[str, Any]:
 @pytest.fixture
 def soft_node(node_factory: Callable[..., Node]) -> Node:
     n = node_factory(daemon=True, FLEXNPU_DEFAULT_MODE="both", FLEXNPU_DAEMON_RETRY_SECONDS="2").start()
-    wait_for("published devices", n.devices)
+    wait_for(n.devices, what="published devices")
     return n
 
 
@@ -79,7 +84,10 @@ def _host_session(node: Node, uid: str, *, prefer: str = "unix") -> Session:
 def test_share_prepared_served_and_released(soft_node: Node) -> None:
     n = soft_node
     uid, res = _prepare(
-        n, "s1", [_share_request(memory="256Mi", compute="30")], [_vnpu_config(policy="fixed")]
+        n,
+        "s1",
+        [_share_request(memory="256Mi", compute="30", cls="vnpu-fixed.flexnpu.io")],
+        [_vnpu_config(policy="fixed")],
     )
     assert res.error == ""
     (dev,) = res.devices
@@ -132,7 +140,7 @@ def test_share_prepared_served_and_released(soft_node: Node) -> None:
     assert n.kubelet.unprepare([ClaimRef(NAMESPACE, uid, "s1")]) == {uid: ""}
     assert n.cdi_specs() == [] and not conf_path.exists() and not shm_dir.exists()
     assert n.daemon is not None
-    assert wait_for("aclserver gone", lambda: not n.daemon.aclserver_pids())
+    assert wait_for(lambda: not n.daemon.aclserver_pids(), what="aclserver gone")
     claim = json.loads(
         n.resource.read_namespaced_resource_claim("s1", NAMESPACE, _preload_content=False).data
     )
@@ -210,17 +218,17 @@ def test_bad_opaque_config_fails_that_claim_only(
     assert ok.error == "", ok.error  # another driver's config is not ours to judge
 
 
-def test_policy_conflict_on_one_die(soft_node: Node) -> None:
-    _uid1, r1 = _prepare(soft_node, "p1", [_share_request()], [_vnpu_config(policy="fixed")])
+def test_two_policies_never_meet_on_one_die(soft_node: Node) -> None:
+    """The scheduler decides (tests/integration/test_share_policies.py has the guard and the waits)."""
+    _uid1, r1 = _prepare(soft_node, "p1", [_share_request(cls="vnpu-fixed.flexnpu.io")])
     assert r1.error == ""
-    die = r1.devices[0].device
-    uid2 = soft_node.create_claim("p2", [_share_request()], [_vnpu_config(policy="elastic")])
-    alloc = soft_node.scheduler.allocate(NAMESPACE, "p2", NODE)
-    if alloc["status"]["allocation"]["devices"]["results"][0]["device"] != die:
-        pytest.fail("scheduler spread shares over dies; the test needs them on one die")
-    assert soft_node.kubelet is not None
-    r2 = soft_node.kubelet.prepare([ClaimRef(NAMESPACE, uid2, "p2")])[uid2]
-    assert "PolicyConflict" in r2.error and "fixed" in r2.error and "elastic" in r2.error
+    die = r1.devices[0].device.removesuffix("-fixed")
+    wait_for(
+        "the die's elastic device withheld",
+        lambda: any(d["name"] == die and d.get("taints") for d in soft_node.devices()),
+    )
+    _uid2, r2 = _prepare(soft_node, "p2", [_share_request()], [_vnpu_config(policy="elastic")])
+    assert r2.error == "" and r2.devices[0].device != die
 
 
 @pytest.mark.parametrize(

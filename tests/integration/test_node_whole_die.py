@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from dra_driver.checkpoint import CheckpointStore
-from dra_driver.claims import ClaimRef
-from tests.integration.conftest import DRIVER, NAMESPACE, NODE, Node, wait_for
+from dra_kubeletplugin.claims import ClaimRef
+from flexnpu_testing.waiting import wait_for
+from tests.integration.conftest import DRIVER, NAMESPACE, NODE, Node
 
 WHOLE = [{"name": "npu", "exactly": {"deviceClassName": "npu.flexnpu.io"}}]
 
@@ -21,9 +22,10 @@ def _checkpoint(node: Node) -> dict[str, Any]:
 
 
 def test_slices_published_with_die_attributes(node: Node) -> None:
-    devices = wait_for("published devices", node.devices)
+    devices = wait_for(node.devices, what="published devices")
     names = sorted(d["name"] for d in devices)
-    assert names == ["npu-0", "npu-1", "vnpu-0", "vnpu-1"]  # default mode "both": whole and shares
+    shares = [f"vnpu-{p}{s}" for p in (0, 1) for s in ("", "-best-effort", "-fixed")]
+    assert names == ["npu-0", "npu-1", *shares]  # default mode "both": whole, a share device per policy
     (s,) = [s for s in node.slices() if s["spec"].get("devices")]
     counters = [c for s in node.slices() for c in s["spec"].get("sharedCounters") or []]
     assert sorted(c["name"] for c in counters) == ["die-0", "die-1"]
@@ -38,7 +40,7 @@ def test_slices_published_with_die_attributes(node: Node) -> None:
 
 
 def test_prepare_and_unprepare_whole_die(node: Node) -> None:
-    wait_for("published devices", node.devices)
+    wait_for(node.devices, what="published devices")
     uid = node.create_claim("c1", WHOLE)
     alloc = node.scheduler.allocate(NAMESPACE, "c1", NODE)
     device = alloc["status"]["allocation"]["devices"]["results"][0]["device"]
@@ -76,7 +78,7 @@ def test_prepare_and_unprepare_whole_die(node: Node) -> None:
 
 def test_die_prepared_for_another_claim_is_refused(node: Node) -> None:
     """The node is the last line of defence when the API says two claims own one die."""
-    wait_for("published devices", node.devices)
+    wait_for(node.devices, what="published devices")
     uid1 = node.create_claim("c1", WHOLE)
     alloc = node.scheduler.allocate(NAMESPACE, "c1", NODE)
     uid2 = node.create_claim("c2", WHOLE)
@@ -107,7 +109,7 @@ def _alloc_results(node: Node, name: str, results: list[dict[str, Any]]) -> None
 )
 def test_bad_claims_get_per_claim_errors(node: Node, setup: str, expect: str) -> None:
     """Each bad claim gets its own error naming it; a good claim in the same call is prepared."""
-    wait_for("published devices", node.devices)
+    wait_for(node.devices, what="published devices")
     good_uid = node.create_claim("good", WHOLE)
     node.scheduler.allocate(NAMESPACE, "good", NODE)
     uid = node.create_claim("bad", WHOLE)
@@ -127,7 +129,7 @@ def test_bad_claims_get_per_claim_errors(node: Node, setup: str, expect: str) ->
 
 
 def test_only_other_drivers_results_is_success_without_devices(node: Node) -> None:
-    wait_for("published devices", node.devices)
+    wait_for(node.devices, what="published devices")
     uid = node.create_claim("gpu", WHOLE)
     _alloc_results(
         node, "gpu", [{"request": "npu", "driver": "gpu.example.com", "pool": "x", "device": "gpu-0"}]
@@ -163,7 +165,7 @@ def test_corrupt_checkpoint_at_start_is_kept_and_node_serves(node_factory: Calla
     (n.dirs["state"] / "checkpoint.json").write_text('{"version": 1, "checksum": "x", "data": {"cla')
     n.start()
     try:
-        wait_for("published devices", n.devices)
+        wait_for(n.devices, what="published devices")
         copies = list(n.dirs["state"].glob("checkpoint.json.corrupt-*"))
         assert len(copies) == 1 and copies[0].read_text().startswith('{"version": 1')
         assert "CheckpointCorrupt" in n.log()
@@ -177,7 +179,7 @@ def test_corrupt_checkpoint_at_start_is_kept_and_node_serves(node_factory: Calla
 
 def test_sigterm_removes_sockets_and_keeps_prepared_claims(node_factory: Callable[..., Node]) -> None:
     n = node_factory().start()
-    wait_for("published devices", n.devices)
+    wait_for(n.devices, what="published devices")
     uid = n.create_claim("c1", WHOLE)
     n.scheduler.allocate(NAMESPACE, "c1", NODE)
     assert n.kubelet is not None

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from dra_driver import clientconf
-from dra_driver.aclserver import codes
-from dra_driver.client import acl
-from dra_driver.testing import aclservers
+from flexnpu_client import acl
+from flexnpu_testing import aclservers
+from flexnpu_wire import codes
 
 
 @pytest.fixture

@@ -10,9 +10,10 @@ import sys
 from collections.abc import Callable
 
 from dra_driver import readiness
-from dra_driver.testing.fake_apiserver import FakeAPIServer
-from dra_driver.testing.kubelet import KubeletSimulator
-from tests.integration.conftest import DRIVER, Node, wait_for
+from flexnpu_testing.fake_apiserver import FakeAPIServer
+from flexnpu_testing.kubelet import KubeletSimulator
+from flexnpu_testing.waiting import wait_for
+from tests.integration.conftest import DRIVER, Node
 
 
 def probe(node: Node) -> subprocess.CompletedProcess[str]:
@@ -39,7 +40,7 @@ def test_ready_only_after_registration_and_a_complete_publish(
             stderr=subprocess.STDOUT,
         )
     ready_file = readiness.path_for(node.dirs["run"], None)
-    wait_for("the readiness record", ready_file.exists, timeout=30)
+    wait_for(ready_file.exists, what="the readiness record", timeout=30)
 
     first = probe(node)
     assert first.returncode == 1
@@ -50,17 +51,17 @@ def test_ready_only_after_registration_and_a_complete_publish(
 
     node.kubelet = KubeletSimulator(node.dirs["registry"]).wait_for_plugin(DRIVER, timeout=30)  # registers
     wait_for(
-        "registration recorded",
         lambda: (
             (p := probe(node)).returncode == 1
             and "not registered" not in p.stderr
             and "is not ready: no complete pool has been published yet" in p.stderr
         ),
+        what="registration recorded",
         timeout=30,
     )
 
     api.set_down(False)
-    ok = wait_for("ready", lambda: (p := probe(node)).returncode == 0 and p, timeout=60)
+    ok = wait_for(lambda: (p := probe(node)).returncode == 0 and p, what="ready", timeout=60)
     assert "registered, pool published" in ok.stdout
     assert node.devices(), "ready, yet no complete pool in the API"
 

@@ -15,13 +15,13 @@ import pytest
 import yaml
 from kubernetes import client
 
-from dra_driver.claims import ClaimRef
-from dra_driver.daemon.client import DaemonClient
-from dra_driver.testing import fake_npu_smi
-from dra_driver.testing.daemon import DaemonProc
-from tests.integration.conftest import DRIVER, NAMESPACE, NODE, Node, wait_for
+from dra_driver.daemon_api.client import DaemonClient
+from dra_kubeletplugin.claims import ClaimRef
+from flexnpu_testing import fake_npu_smi
+from flexnpu_testing.daemon import DaemonProc
+from flexnpu_testing.waiting import wait_for
+from tests.integration.conftest import DRIVER, NAMESPACE, NODE, Node
 
-pytestmark = pytest.mark.root
 SAMPLES = Path(__file__).resolve().parents[1] / "data" / "npu-smi"
 
 
@@ -91,18 +91,18 @@ def prepare(node: Node, name: str, request: dict[str, Any]) -> str:
 
 def test_new_dies_are_served_without_restarts(changing: tuple[Node, DaemonProc, Path]) -> None:
     node, daemon, inventory = changing
-    wait_for("the first pool", lambda: {"npu-0", "vnpu-0", "vnpu-1"} <= device_names(node))
+    wait_for(lambda: {"npu-0", "vnpu-0", "vnpu-1"} <= device_names(node), what="the first pool")
     assert not any(n.startswith(("npu-2", "vnpu-2", "npu-3")) for n in device_names(node))
     pid = node.proc.pid if node.proc else 0
 
     write_inventory(inventory, ["both", "whole", "both", "hard"])
     wait_for(
-        "the grown pool",
         lambda: (
             {"npu-0", "npu-1", "npu-2", "vnpu-2"} <= (names := device_names(node))
             and any(n.startswith("npu-3-vir") for n in names)
             and "vnpu-1" not in names
         ),
+        what="the grown pool",
         timeout=30,
     )
     with DaemonClient(daemon.socket, timeout=5) as c:
@@ -122,7 +122,9 @@ def test_new_dies_are_served_without_restarts(changing: tuple[Node, DaemonProc, 
 
     # die 2 goes while its share is prepared: withdrawn from the pool, the aclserver stays, unprepare works
     write_inventory(inventory, {0: "both", 1: "whole", 3: "hard"})
-    wait_for("die 2 withdrawn", lambda: "vnpu-2" not in device_names(node) and device_names(node), timeout=30)
+    wait_for(
+        lambda: "vnpu-2" not in device_names(node) and device_names(node), what="die 2 withdrawn", timeout=30
+    )
     with DaemonClient(daemon.socket, timeout=5) as c:
         assert share in {e.entity_id for e in c.list()}
     assert node.kubelet is not None
@@ -132,11 +134,11 @@ def test_new_dies_are_served_without_restarts(changing: tuple[Node, DaemonProc, 
 
 def test_a_mode_only_change_is_logged_truthfully(changing: tuple[Node, DaemonProc, Path]) -> None:
     node, _daemon, inventory = changing
-    wait_for("the first pool", lambda: "vnpu-1" in device_names(node))
+    wait_for(lambda: "vnpu-1" in device_names(node), what="the first pool")
     write_inventory(inventory, ["both", "whole"])
     wait_for(
-        "die 1 whole",
         lambda: "npu-1" in device_names(node) and "vnpu-1" not in device_names(node),
+        what="die 1 whole",
         timeout=30,
     )
     assert "inventory changed: die 1 mode soft -> whole" in node.log()
@@ -163,14 +165,16 @@ def test_a_real_nodes_npu_smi_change_follows_the_same_path(
     )
     try:
         node.start()
-        wait_for("the first pool", lambda: {f"vnpu-{p}" for p in before} <= device_names(node))
+        wait_for(lambda: {f"vnpu-{p}" for p in before} <= device_names(node), what="the first pool")
         fake_npu_smi.install(
             home, device_root=root, samples=SAMPLES / "a2-8x910b4"
         )  # the node's answer changes
         after = {d.phy_id for d in fake_npu_smi._inventory(fake_npu_smi._config(home)).dies}
         new = max(after - before)
         wait_for(
-            "the new dies published", lambda: {f"vnpu-{p}" for p in after} <= device_names(node), timeout=30
+            lambda: {f"vnpu-{p}" for p in after} <= device_names(node),
+            what="the new dies published",
+            timeout=30,
         )
         with DaemonClient(daemon.socket, timeout=5) as c:
             assert set(c.health().die_ids) == after

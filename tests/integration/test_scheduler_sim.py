@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from dra_driver.testing.fake_apiserver import FakeAPIServer
-from dra_driver.testing.scheduler import SchedulerSim, Unschedulable
+from flexnpu_testing.fake_apiserver import FakeAPIServer
+from flexnpu_testing.scheduler import SchedulerSim, Unschedulable
 
 DRIVER = "npu.flexnpu.io"
 NS = "team-a"

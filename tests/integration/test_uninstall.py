@@ -8,14 +8,10 @@ from __future__ import annotations
 import signal
 from collections.abc import Callable
 
-import pytest
-
-from dra_driver.claims import ClaimRef
-from tests.integration.conftest import NAMESPACE, NODE, Node, wait_for
-from tests.integration.lifecycle_helpers import share_request
-from tests.integration.test_smi_node import _smi as smi
-
-pytestmark = pytest.mark.root
+from dra_kubeletplugin.claims import ClaimRef
+from flexnpu_testing.waiting import wait_for
+from tests.integration.conftest import NAMESPACE, NODE, Node
+from tests.integration.lifecycle_helpers import share_request, smi
 
 
 def link_exists(name: str) -> bool:
@@ -27,7 +23,7 @@ def link_exists(name: str) -> bool:
 
 def test_uninstall_refuses_then_lists_then_removes(node_factory: Callable[..., Node]) -> None:
     node = node_factory(daemon=True, FLEXNPU_POD_UID="33333333-3333-4333-8333-333333333333").start()
-    wait_for("published devices", node.devices)
+    wait_for(node.devices, what="published devices")
     uid = node.create_claim("train", [share_request()])
     node.scheduler.allocate(NAMESPACE, "train", NODE)
     assert node.kubelet is not None

@@ -24,10 +24,11 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from dra_driver import clientconf
-from dra_driver.claims import ClaimRef
-from dra_driver.client.session import Session
 from dra_driver.errors import ErrorCode
-from tests.integration.conftest import NAMESPACE, NODE, Node, wait_for
+from dra_kubeletplugin.claims import ClaimRef
+from flexnpu_client.session import Session
+from flexnpu_testing.waiting import wait_for
+from tests.integration.conftest import NAMESPACE, NODE, Node
 from tests.integration.lifecycle_helpers import pod_ref, share_request
 
 CHART = Path(__file__).resolve().parents[2] / "manifests" / "helm" / "flexnpu-dra-driver"
@@ -157,7 +158,7 @@ def served(node_factory: Callable[..., Node], tmp_path: Path) -> Iterator[tuple[
     """A node with a daemon and one 256Mi/20 share reserved for pod 'trainer', used a little by its client."""
     port = _free_port()
     node = node_factory(daemon=True, FLEXNPU_METRICS_PORT=str(port), FLEXNPU_DEFAULT_MODE="both").start()
-    wait_for("published devices", node.devices)
+    wait_for(node.devices, what="published devices")
     uid = node.create_claim("train-vnpu", [share_request(memory="256Mi", compute="20")])
     claim = node.scheduler.allocate(NAMESPACE, "train-vnpu", NODE, reserved_for=[pod_ref("trainer")])
     (result,) = claim["status"]["allocation"]["devices"]["results"]
@@ -183,7 +184,7 @@ def test_vnpu_usage_is_exported_per_pod_and_die(served: tuple[Node, int, str, in
         ok = "flexnpu_vnpu_pod_kernels_total" in s.names
         return s if ok and s.value("flexnpu_vnpu_pod_kernels_total", **vnpu) >= 1 else None
 
-    s = wait_for("the kernel in the ledger", kernel_counted)
+    s = wait_for(kernel_counted, what="the kernel in the ledger")
     assert s.value("flexnpu_vnpu_pod_total_memory_bytes", **vnpu, node=NODE) == 256 * MI
     assert s.value("flexnpu_vnpu_pod_used_memory_bytes", **vnpu) >= 64 * MI
     assert s.value("flexnpu_vnpu_pod_compute_quota_percent", **vnpu) == 20
@@ -216,8 +217,8 @@ def test_every_dashboard_and_alert_expression_names_exported_series(
     assert node.kubelet is not None
     node.kubelet.prepare([ClaimRef(NAMESPACE, "0000aaaa-0000-4000-8000-000000000000", "missing")])  # an error
     s = wait_for(
-        "the compute counter",
         lambda: (x := scrape(port)) and "flexnpu_vnpu_pod_compute_seconds_total" in x.names and x,
+        what="the compute counter",
     )
     exprs = {"dashboard": dashboard_expressions(), "alerts": alert_expressions()}
     assert len(exprs["dashboard"]) >= 20 and len(exprs["alerts"]) >= 6
@@ -263,8 +264,8 @@ def test_alert_tests_use_exported_series(served: tuple[Node, int, str, int]) -> 
     assert node.kubelet is not None
     node.kubelet.prepare([ClaimRef(NAMESPACE, "0000aaaa-0000-4000-8000-000000000000", "missing")])  # an error
     s = wait_for(
-        "the compute counter",
         lambda: (x := scrape(port)) and "flexnpu_vnpu_pod_compute_seconds_total" in x.names and x,
+        what="the compute counter",
     )
     series = alert_test_series()
     assert len(series) >= 13

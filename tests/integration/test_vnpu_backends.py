@@ -12,10 +12,10 @@ import pytest
 from dra_driver import templates
 from dra_driver.devices import Die, Inventory
 from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput, StateError
-from dra_driver.testing import fake_npu_smi
 from dra_driver.vnpu import Vnpu, check_template, free_vnpu_id
 from dra_driver.vnpu.emulated import EmulatedVnpus
 from dra_driver.vnpu.npu_smi import NpuSmiVnpus
+from flexnpu_testing import fake_npu_smi
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "tests" / "data" / "npu-smi" / "a2-8x910b4"

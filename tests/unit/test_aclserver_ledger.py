@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from dra_driver.aclserver import ledger
-from dra_driver.aclserver.codes import Policy
 from dra_driver.errors import ErrorCode, StateError, Unavailable
-from dra_driver.testing.aclservers import wait_for
+from flexnpu_testing.aclservers import wait_for
+from flexnpu_wire.codes import Policy
 
 
 @pytest.fixture
@@ -111,23 +111,55 @@ def test_acquire_waits_over_budget_and_cancel_clears_waiting(die: ledger.DieLedg
     assert die.entries()[0].waiting is False
 
 
-def test_share_limit_comes_from_max_shares_per_die(tmp_path: Path) -> None:
+@pytest.fixture
+def aclservers() -> Iterator[list[int]]:
+    """Pids of live processes standing in for aclservers (the limit counts processes)."""
+    procs = [subprocess.Popen(["sleep", "600"]) for _ in range(4)]
+    try:
+        yield [p.pid for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def test_share_limit_counts_aclservers_not_vnpus(tmp_path: Path, aclservers: list[int]) -> None:
     d = ledger.DieLedger(str(tmp_path), 3, max_shares=3)
     try:
         assert d.slots == 3
-        for _ in range(3):
-            reg(d, Policy.FIXED)
+        for pid in aclservers[:3]:
+            for _ in range(ledger.MAX_VNPUS_PER_ACLSERVER):  # vnpus: 16, one aclserver
+                reg(d, Policy.FIXED, pid=pid)
+        assert len(d.entries()) == 48 and d.capacity == 48  # the file grew as the vNPUs needed
         with pytest.raises(Unavailable) as err:
-            reg(d, Policy.FIXED)
-        assert err.value.field == "max_shares_per_die" and "limit" in str(err.value)
+            reg(d, Policy.FIXED, pid=aclservers[3])  # a fourth aclserver: over the limit
+        assert err.value.field == "max_shares_per_die" and "3 aclservers" in str(err.value)
+        with pytest.raises(Unavailable) as err:
+            reg(d, Policy.FIXED, pid=aclservers[0])  # a 17th vNPU of one aclserver: the ledger is full
+        assert err.value.field == "vnpus"
     finally:
         d.close()
-    # another aclserver opening the same die reads the slot count from the file
+    # another aclserver opening the same die reads the limit and the entries from the file
     again = ledger.DieLedger(str(tmp_path), 3, max_shares=63)
     try:
-        assert again.slots == 3 and len(again.entries()) == 3
+        assert (again.slots, again.capacity, len(again.entries())) == (3, 48, 48)
     finally:
         again.close()
+
+
+def test_an_opener_follows_a_file_another_one_grew(tmp_path: Path, aclservers: list[int]) -> None:
+    first = ledger.DieLedger(str(tmp_path), 5, max_shares=2)
+    second = ledger.DieLedger(str(tmp_path), 5, max_shares=2)
+    try:
+        slots = [reg(first, Policy.ELASTIC, pid=aclservers[0]) for _ in range(5)]
+        assert slots == [0, 1, 2, 3, 4] and first.capacity == 8
+        assert second.capacity == 2  # mapped before the file grew
+        assert sorted(e.slot for e in second.entries()) == slots and second.capacity == 8
+        assert reg(second, Policy.ELASTIC, pid=aclservers[1]) == 5
+        assert len(first.entries()) == 6
+    finally:
+        first.close()
+        second.close()
 
 
 def test_default_limit_is_63_and_a_file_without_a_slot_count_has_64(tmp_path: Path) -> None:

@@ -7,8 +7,8 @@ import struct
 
 import pytest
 
-from dra_driver.aclserver import protocol
-from dra_driver.aclserver.protocol import Op
+from flexnpu_wire import framing as protocol
+from flexnpu_wire.framing import Op
 
 
 @pytest.fixture

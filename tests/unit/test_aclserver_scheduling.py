@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 
 from dra_driver.aclserver import scheduling
-from dra_driver.aclserver.codes import Policy
 from dra_driver.aclserver.scheduling import Row
+from flexnpu_wire.codes import Policy
 
 P = scheduling.PERIOD_US
 

@@ -12,7 +12,7 @@ from dra_driver import admission
 from dra_driver.errors import InvalidInput
 
 DRIVER = "npu.flexnpu.io"
-SHARES = ("vnpu.flexnpu.io",)
+SHARES = ("vnpu.flexnpu.io=elastic", "vnpu-fixed.flexnpu.io=fixed", "vnpu-any.flexnpu.io")
 
 
 def claim(
@@ -108,7 +108,7 @@ def test_the_message_is_the_one_prepare_gives() -> None:
 
 
 ALLOWED = [
-    pytest.param(claim(vnpu_config(policy="fixed", isolation="memory-only")), id="valid-config"),
+    pytest.param(claim(vnpu_config(policy="elastic", isolation="memory-only")), id="valid-config"),
     pytest.param(claim(vnpu_config(vnpus=2)), id="vnpus-dividing"),
     pytest.param(claim(vnpu_config(vnpus=2), memory="200Mi"), id="memory-rounded-up-to-the-step"),
     pytest.param(claim(None), id="no-config"),
@@ -182,3 +182,28 @@ def test_not_looked_at(kind: str, operation: str) -> None:
 def test_malformed_reviews_raise(doc: Any) -> None:
     with pytest.raises(InvalidInput):
         admission.review(doc, driver_name=DRIVER, share_classes=SHARES)
+
+
+@pytest.mark.parametrize(
+    ("cls", "policy", "allowed"),
+    [
+        pytest.param("vnpu.flexnpu.io", "fixed", False, id="fixed-on-the-elastic-class"),
+        pytest.param("vnpu-fixed.flexnpu.io", "fixed", True, id="fixed-on-the-fixed-class"),
+        pytest.param("vnpu-fixed.flexnpu.io", None, True, id="no-policy-named"),
+        pytest.param("vnpu-any.flexnpu.io", "best-effort", True, id="class-without-a-known-policy"),
+    ],
+)
+def test_the_policy_must_be_the_classes(cls: str, policy: str | None, allowed: bool) -> None:
+    obj = claim(vnpu_config(**({"policy": policy} if policy else {})))
+    obj["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = cls
+    response = answer(obj)
+    assert response["allowed"] is allowed
+    if not allowed:
+        message = response["status"]["message"]
+        assert f"field {FIELD}.policy: policy 'fixed' does not agree with the DeviceClass" in message
+        assert "(the DeviceClass vnpu-fixed.flexnpu.io)" in message
+
+
+def test_a_bad_share_class_policy_is_refused() -> None:
+    with pytest.raises(InvalidInput, match="unknown policy"):
+        admission.parse_share_classes(["vnpu.flexnpu.io=greedy"])

@@ -20,9 +20,9 @@ from dra_driver.checkpoint import (
     Effect,
     EffectKind,
 )
-from dra_driver.claims import PreparedDevice
 from dra_driver.devices import DieMode
 from dra_driver.errors import ErrorCode, StateError, Unavailable
+from dra_kubeletplugin.claims import PreparedDevice
 
 
 def _entry(uid: str = "u1", name: str = "claim") -> ClaimEntry:

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from dra_driver import clientconf
-from dra_driver.aclserver.codes import Policy
-from dra_driver.clientconf import ClientConf, Endpoints, ShareInfo
 from dra_driver.errors import InvalidInput
+from flexnpu_wire.clientconf import ClientConf, Endpoints, ShareInfo
+from flexnpu_wire.codes import Policy
 
 CONF = ClientConf(
     claim_uid="c-1",

@@ -7,7 +7,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from dra_driver.daemon import client, main, service
+from dra_driver.daemon import main, service
+from dra_driver.daemon_api import client
 from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput, StateError, Unavailable
 
 

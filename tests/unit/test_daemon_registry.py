@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from dra_driver.daemon import registry
-from dra_driver.daemon.model import Endpoints, Entity, EntityState, RegisterRequest, Share
+from dra_driver.daemon.model import Entity
+from dra_driver.daemon_api.values import Endpoints, EntityState, RegisterRequest
 from dra_driver.errors import ErrorCode, StateError
+from flexnpu_wire.shares import Share
 
 ENTITY = Entity(
     request=RegisterRequest("uid-1", "ns", "n", "ab" * 16, (Share(0, 3, 1 << 30, 30, "fixed"),), "127.0.0.1"),

@@ -7,8 +7,10 @@ import dataclasses
 import pytest
 
 from dra_driver.daemon import validation
-from dra_driver.daemon.model import DieCapacity, Endpoints, Entity, EntityState, RegisterRequest, Share
+from dra_driver.daemon.model import DieCapacity, Entity
+from dra_driver.daemon_api.values import Endpoints, EntityState, RegisterRequest
 from dra_driver.errors import ErrorCode, InvalidInput, StateError
+from flexnpu_wire.shares import Share
 
 GIB = 1024**3
 DIES = {0: DieCapacity(0, 32 * GIB), 3: DieCapacity(3, 64 * GIB)}

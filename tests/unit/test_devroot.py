@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dra_driver.discovery import emulated, node_files
-from dra_driver.testing import devroot, inventories
+from flexnpu_testing import devroot, inventories
 
 
 def tree(root: Path) -> set[str]:
@@ -108,7 +108,7 @@ def test_command_builds_the_root_in_a_real_process(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "dra_driver.testing.devroot",
+            "flexnpu_testing.devroot",
             str(inventories.path("a3-one-module.yaml")),
             str(root),
         ],

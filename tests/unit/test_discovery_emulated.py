@@ -13,7 +13,7 @@ from dra_driver import discovery
 from dra_driver.devices import PCI_BUS_RE, VDIE_RE, DieMode, Health
 from dra_driver.discovery import emulated
 from dra_driver.errors import ErrorCode, InvalidInput
-from dra_driver.testing import inventories
+from flexnpu_testing import inventories
 
 VDIE_A = "185011D4-21104518-A0C4ED94-14CC040A-56102003"
 VDIE_B = "42C711D4-20B03704-10100A48-F4100000-00000000"

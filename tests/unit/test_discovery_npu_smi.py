@@ -428,7 +428,7 @@ def test_timeout_is_unavailable_and_kills_the_child(tmp_path: Path) -> None:
 
 def test_template_info_overrides_the_table_when_npu_smi_has_it(tmp_path: Path) -> None:
     from dra_driver import templates
-    from dra_driver.testing import fake_npu_smi
+    from flexnpu_testing import fake_npu_smi
 
     exe = fake_npu_smi.install(tmp_path / "smi", device_root=tmp_path / "root", samples=DATA / "a2-8x910b4")
     inv = npu_smi.NpuSmiDiscovery(str(exe), timeout=60).discover()

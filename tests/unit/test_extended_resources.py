@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from dra_driver.testing import extended_resources as er
+from flexnpu_testing import extended_resources as er
 
 
 def cls(name: str, ern: str | None = None, created: str = "2026-12-01T00:00:00Z") -> dict[str, Any]:

@@ -12,7 +12,7 @@ from dra_driver.devices import Die, Inventory
 from dra_driver.errors import ErrorCode, FlexNPUError, StateError
 from dra_driver.vnpu import Vnpu, check_template, ledger
 from dra_driver.vnpu.emulated import EmulatedVnpus
-from dra_driver.vnpu.render import plan_vnpus
+from dra_driver.vnpu.planning import plan_vnpus
 from kubeletplugin.hardsplit import HardVnpus, taken_ids
 
 DIE = Die(
@@ -112,8 +112,8 @@ def _claim(device: str) -> dict[str, object]:
 
 
 def _plan(device: str = "npu-0-vir10-3c-32g-1") -> object:
-    from dra_driver.claims import ClaimRef
     from dra_driver.plan import plan_claim
+    from dra_kubeletplugin.claims import ClaimRef
 
     return plan_claim(
         _claim(device),

@@ -7,7 +7,7 @@ import pytest
 from dra_driver import cdi, interposition, sharing
 from dra_driver.errors import ErrorCode, InvalidInput
 from dra_driver.interposition import Interposition as I  # noqa: N817
-from dra_driver.testing import clibrary
+from flexnpu_testing import clibrary
 
 UID = "0d7e4b2c-1111-2222-3333-444455556666"
 LIB = "/opt/flexnpu/lib/libascendcl.so"

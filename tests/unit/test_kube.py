@@ -11,6 +11,7 @@ from kubernetes.config.config_exception import ConfigException
 
 from controller import kube
 from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput, Unavailable
+from dra_kubeletplugin import errors as api_errors
 
 REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed"}
 REASONS |= {409: "Conflict", 410: "Expired", 422: "Invalid", 429: "TooManyRequests", 500: "InternalError"}
@@ -29,7 +30,7 @@ def _api(status: int, message: str = "boom", *, body: str | None = None) -> ApiE
 @pytest.mark.parametrize(
     ("exc", "cls", "parent", "code"),
     [
-        pytest.param(_api(400), InvalidInput, InvalidInput, ErrorCode.INVALID_ARGUMENT, id="400"),
+        pytest.param(_api(400), kube.Rejected, InvalidInput, ErrorCode.INVALID_ARGUMENT, id="400"),
         pytest.param(_api(401), kube.Forbidden, Unavailable, ErrorCode.API_UNAVAILABLE, id="401"),
         pytest.param(_api(403), kube.Forbidden, Unavailable, ErrorCode.API_UNAVAILABLE, id="403"),
         pytest.param(_api(404), kube.NotFound, InvalidInput, ErrorCode.INVALID_ARGUMENT, id="404"),
@@ -54,12 +55,12 @@ def _api(status: int, message: str = "boom", *, body: str | None = None) -> ApiE
             ErrorCode.API_UNAVAILABLE,
             id="404-empty-object",
         ),
-        pytest.param(_api(405), InvalidInput, InvalidInput, ErrorCode.INVALID_ARGUMENT, id="405"),
+        pytest.param(_api(405), kube.Rejected, InvalidInput, ErrorCode.INVALID_ARGUMENT, id="405"),
         pytest.param(_api(409), kube.Conflict, Unavailable, ErrorCode.API_CONFLICT, id="409"),
         pytest.param(_api(410), kube.Gone, Unavailable, ErrorCode.API_UNAVAILABLE, id="410"),
-        pytest.param(_api(422), InvalidInput, InvalidInput, ErrorCode.INVALID_ARGUMENT, id="422"),
-        pytest.param(_api(429), Unavailable, Unavailable, ErrorCode.API_UNAVAILABLE, id="429"),
-        pytest.param(_api(500), Unavailable, Unavailable, ErrorCode.API_UNAVAILABLE, id="500"),
+        pytest.param(_api(422), kube.Rejected, InvalidInput, ErrorCode.INVALID_ARGUMENT, id="422"),
+        pytest.param(_api(429), kube.ServerError, Unavailable, ErrorCode.API_UNAVAILABLE, id="429"),
+        pytest.param(_api(500), kube.ServerError, Unavailable, ErrorCode.API_UNAVAILABLE, id="500"),
         pytest.param(_api(503), kube.Unreachable, Unavailable, ErrorCode.API_UNAVAILABLE, id="503"),
         pytest.param(
             ApiException(status=0, reason="SSLError"),
@@ -100,7 +101,11 @@ def _api(status: int, message: str = "boom", *, body: str | None = None) -> ApiE
             ValueError("bad json"), kube.Ambiguous, Unavailable, ErrorCode.API_UNAVAILABLE, id="bad-json"
         ),
         pytest.param(
-            ConfigException("no file"), InvalidInput, InvalidInput, ErrorCode.INVALID_CONFIG, id="kubeconfig"
+            ConfigException("no file"),
+            kube.BadKubeconfig,
+            InvalidInput,
+            ErrorCode.INVALID_CONFIG,
+            id="kubeconfig",
         ),
     ],
 )
@@ -115,6 +120,8 @@ def test_translation_table(
     assert err.code == code
     assert err.__cause__ is exc
     assert "get thing" in str(err)
+    assert isinstance(err, api_errors.ApiError)  # the helper's class too: it catches by its own hierarchy
+    assert api_errors.retryable(err) == isinstance(err, Unavailable)
 
 
 def test_status_message_is_kept() -> None:

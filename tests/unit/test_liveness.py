@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from dra_driver import liveness
-from dra_driver.testing.waiting import wait_for
+from flexnpu_testing.waiting import wait_for
 
 
 class _Clock:

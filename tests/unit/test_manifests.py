@@ -227,7 +227,7 @@ def test_chart_renders_valid_objects(overrides: dict[str, Any]) -> None:
     assert kinds.count("DaemonSet") == 2
     configmaps = bool(overrides.get("emulated.enabled")) + bool(overrides.get("monitoring.dashboard.enabled"))
     assert kinds.count("ConfigMap") == configmaps
-    assert kinds.count("DeviceClass") == (0 if overrides.get("deviceClasses.create") is False else 3)
+    assert kinds.count("DeviceClass") == (0 if overrides.get("deviceClasses.create") is False else 5)
     monitoring = bool(overrides.get("monitoring.prometheusRule.enabled"))
     assert ("PrometheusRule" in kinds) == monitoring and ("PodMonitor" in kinds) == monitoring
     webhook = overrides.get("webhook.enabled", True)
@@ -277,7 +277,13 @@ def test_default_emulated_inventory_is_valid() -> None:
 
 def test_device_classes_select_by_driver_and_mode() -> None:
     classes = {d["metadata"]["name"]: d for d in render_chart(chart_values()) if d["kind"] == "DeviceClass"}
-    expected = {"npu.flexnpu.io": "whole", "vnpu.flexnpu.io": "soft", "vnpu-template.flexnpu.io": "hard"}
+    expected = {
+        "npu.flexnpu.io": "whole",
+        "vnpu.flexnpu.io": "soft",  # elastic shares, the default policy (the name and selector it always had)
+        "vnpu-fixed.flexnpu.io": "soft-fixed",
+        "vnpu-best-effort.flexnpu.io": "soft-best-effort",
+        "vnpu-template.flexnpu.io": "hard",
+    }
     assert set(classes) == set(expected)
     for name, mode in expected.items():
         (selector,) = classes[name]["spec"]["selectors"]
@@ -359,7 +365,7 @@ def test_plugin_daemonset(emulated_node: bool) -> None:
         "/var/lib/flexnpu",
         "/var/run/flexnpu",
         "/var/run/cdi",
-        "/dev/shm",
+        "/dev/shm/flexnpu",
     }
     assert required <= set(host_paths)
     assert ("/dev" in host_paths) != emulated_node  # the emulated device root lives under /var/lib/flexnpu
@@ -371,9 +377,10 @@ def test_plugin_daemonset(emulated_node: bool) -> None:
         assert by_path[kubelet_dir]["mountPath"] == kubelet_dir
     assert env["FLEXNPU_KUBELET_REGISTRY_DIR"]["value"] == "/var/lib/kubelet/plugins_registry"
     assert env["FLEXNPU_KUBELET_PLUGINS_DIR"]["value"] == "/var/lib/kubelet/plugins"
-    # The plugin mounts nothing, so nothing propagates back to the host; it sees the daemon's shm mounts.
+    # The plugin mounts nothing, so nothing propagates back to the host; the shm root's directories are all it
+    # needs of it, so that volume asks for no propagation, hence no host prerequisite.
     assert all(m.get("mountPropagation") in (None, "HostToContainer") for m in mounts.values())
-    assert by_path["/dev/shm"]["mountPropagation"] == "HostToContainer"
+    assert "mountPropagation" not in by_path["/dev/shm/flexnpu"]
     if not emulated_node:
         assert by_path["/dev"]["mountPropagation"] == "HostToContainer"
     assert ctr["readinessProbe"]["exec"]["command"] == ["python3", "-m", "dra_driver.probes", "plugin"]
@@ -426,14 +433,28 @@ def test_daemon_daemonset_is_on_delete(emulated_node: bool) -> None:
     # The claim tmpfs mounts must reach the host: Bidirectional, which needs a privileged container.
     assert sc["privileged"] is True
     mounts = {m["mountPath"]: m for m in ctr["volumeMounts"]}
-    assert mounts["/dev/shm"]["mountPropagation"] == "Bidirectional"
+    assert mounts["/dev/shm/flexnpu"]["mountPropagation"] == "Bidirectional"
+    # ... of a shm root the init container first made a shared mount in the host's mount namespace
+    (init,) = pod["initContainers"]
+    assert init["image"] == ctr["image"] and init["securityContext"]["privileged"] is True
+    assert init["command"] == [
+        "python3", "-m", "dra_driver.daemon.shmroot", "--host-proc", "/host/proc", "/dev/shm/flexnpu",
+    ]  # fmt: skip
+    init_mounts = {m["mountPath"]: m for m in init["volumeMounts"]}
+    assert set(init_mounts) == {"/dev/shm/flexnpu", "/host/proc"} and init_mounts["/host/proc"]["readOnly"]
+    assert not any("mountPropagation" in m for m in init_mounts.values())  # no prerequisite of its own
+    host = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    assert host[init_mounts["/host/proc"]["name"]] == "/proc"
+    assert host[mounts["/dev/shm/flexnpu"]["name"]] == "/dev/shm/flexnpu"
+    assert "env" not in init
     for probe in ("readinessProbe", "livenessProbe"):
         assert ctr[probe]["exec"]["command"] == ["python3", "-m", "dra_driver.probes", "daemon"]
     assert pod["automountServiceAccountToken"] is False
     env = _container_env(ds)
     assert ("FLEXNPU_DAEMON_INVENTORY" in env) == emulated_node
     assert ("FLEXNPU_DAEMON_NPU_SMI" in env) != emulated_node
-    assert {m["name"] for m in ctr["volumeMounts"]} == {v["name"] for v in pod["volumes"]}
+    used = {m["name"] for c in [*pod["containers"], *pod["initContainers"]] for m in c["volumeMounts"]}
+    assert used == {v["name"] for v in pod["volumes"]}
     # The plugin reaches the daemon through the run dir both pods mount from the host.
     assert env["FLEXNPU_DAEMON_SOCKET"]["value"].startswith("/var/run/flexnpu/")
     selectors = [d["spec"]["selector"]["matchLabels"] for d in docs.values() if d["kind"] == "DaemonSet"]

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from dra_driver.claims import ClaimRef
 from dra_driver.devices import Die, DieMode, Inventory
 from dra_driver.errors import ErrorCode, FlexNPUError
-from dra_driver.plan import check_conflicts, plan_claim, resolve_shares, strip_subrequest
+from dra_driver.plan import check_conflicts, plan_claim, resolve_shares
+from dra_kubeletplugin.claims import ClaimRef, strip_subrequest
 
 DRIVER = "npu.flexnpu.io"
 UID = "0b7d7a5c-1111-2222-3333-444455556666"

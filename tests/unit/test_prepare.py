@@ -8,31 +8,25 @@ question is ``tests/integration/test_fault_crash.py``.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from dra_driver import cdi, clientconf, files
-from dra_driver.checkpoint import Checkpoint, ClaimEntry, ClaimLocks, ClaimState, EffectKind, Mutation
-from dra_driver.claims import CALL_DEADLINE, ClaimRef
-from dra_driver.daemon.model import (
-    Endpoints,
-    EntityInfo,
-    EntityState,
-    RegisterRequest,
-    RegisterResult,
-    ShareUsage,
-)
+from dra_driver.checkpoint import ClaimState, EffectKind
+from dra_driver.daemon_api.values import RegisterRequest, RegisterResult
 from dra_driver.devices import Die, Inventory
-from dra_driver.errors import ErrorCode, InvalidInput, StateError, Unavailable
-from dra_driver.testing import devroot
+from dra_driver.errors import InvalidInput, StateError, Unavailable
+from dra_kubeletplugin.claims import CALL_DEADLINE, ClaimRef, PrepareResult, ResourceClaim
+from flexnpu_testing import devroot
+from flexnpu_testing.fakes import FakeDaemon, FakeStatus, FakeStore
+from kubeletplugin import prepare as prepare_mod
 from kubeletplugin.prepare import Preparer, PrepareSettings
 
 DRIVER = "npu.flexnpu.io"
@@ -64,108 +58,6 @@ def _die(phy: int) -> Die:
 INVENTORY = Inventory(dies=(_die(0), _die(1)))
 
 
-# -- fakes ---------------------------------------------------------------------------------------
-
-
-@dataclass
-class FakeStore:
-    """The CheckpointStore interface, in memory; ``fail_at`` makes the n-th update (1-based) raise."""
-
-    directory: Path
-    claims: dict[str, ClaimEntry] = field(default_factory=dict)
-    boot_id: str = "boot"
-    updates: int = 0
-    fail_at: int = 0
-    error: Exception = field(default_factory=lambda: StateError("disk full", code=ErrorCode.INTERNAL))
-
-    def __post_init__(self) -> None:
-        self.claim_locks = ClaimLocks(self.directory / "locks")
-
-    def update(self, uid: str, mutate: Mutation) -> ClaimEntry | None:
-        self.updates += 1
-        new = mutate(dict(self.claims))
-        if self.updates == self.fail_at:
-            raise self.error
-        if new is None:
-            self.claims.pop(uid, None)
-        else:
-            self.claims[uid] = new
-        return new
-
-    def entries(self) -> dict[str, ClaimEntry]:
-        return dict(self.claims)
-
-    def get(self, uid: str) -> ClaimEntry | None:
-        return self.claims.get(uid)
-
-    def read(self) -> Checkpoint:
-        return Checkpoint(self.boot_id, dict(self.claims))
-
-    @contextlib.contextmanager
-    def locked(self) -> Iterator[Checkpoint]:
-        yield self.read()
-
-
-@dataclass
-class FakeDaemon:
-    shm_root: Path
-    registered: dict[str, RegisterRequest] = field(default_factory=dict)
-    fail_register: Exception | None = None
-    fail_unregister: Exception | None = None
-    fail_uids: set[str] = field(default_factory=set)
-    unregistered: list[str] = field(default_factory=list)
-
-    def register(self, request: RegisterRequest) -> RegisterResult:
-        if self.fail_register is not None:
-            raise self.fail_register
-        self.registered[request.claim_uid] = request
-        shm = self.shm_root / request.claim_uid
-        shm.mkdir(parents=True, exist_ok=True)
-        return RegisterResult(
-            entity_id=request.claim_uid,
-            pid=4242,
-            endpoints=Endpoints(
-                tcp_host="127.0.0.1",
-                tcp_port=40000,
-                unix_socket=str(shm / "aclserver.sock"),
-                shm_dir=str(shm),
-            ),
-        )
-
-    def list(self) -> list[EntityInfo]:
-        return [
-            EntityInfo(
-                entity_id=uid,
-                namespace=req.namespace,
-                name=req.name,
-                shares=tuple(ShareUsage(sh) for sh in req.shares),
-                pid=4242,
-                state=EntityState.RUNNING,
-                endpoints=self.register(req).endpoints,
-            )
-            for uid, req in self.registered.items()
-        ]
-
-    def unregister(self, claim_uid: str) -> bool:
-        self.unregistered.append(claim_uid)
-        if self.fail_unregister is not None:
-            raise self.fail_unregister
-        if claim_uid in self.fail_uids:
-            raise Unavailable("daemon cannot stop this one")
-        return self.registered.pop(claim_uid, None) is not None
-
-
-@dataclass
-class FakeStatus:
-    written: dict[str, list[Mapping[str, Any]]] = field(default_factory=dict)
-    fail: Exception | None = None
-
-    def write(self, ref: ClaimRef, devices: Sequence[Mapping[str, Any]]) -> None:
-        if self.fail is not None:
-            raise self.fail
-        self.written[ref.uid] = list(devices)
-
-
 @dataclass
 class World:
     root: Path
@@ -178,6 +70,10 @@ class World:
     @property
     def cdi_dir(self) -> Path:
         return self.root / "cdi"
+
+    def prepare(self, refs: list[ClaimRef]) -> dict[str, PrepareResult]:
+        """What the helper hands the driver: each claim as the API holds it (the tests' ``claims``)."""
+        return self.preparer.prepare([ResourceClaim(ref, self.claims[ref.name]) for ref in refs])
 
     def conf(self, uid: str) -> Path:
         return self.root / "run" / "claims" / uid / "client.conf"
@@ -228,7 +124,6 @@ def world(tmp_path: Path) -> World:
             daemon_retry_seconds=0.0,
         ),
         store=store,  # type: ignore[arg-type]
-        get_claim=lambda ns, name: claims[name],
         inventory=lambda: INVENTORY,
         daemon=daemon,
         status=status,
@@ -247,12 +142,14 @@ def _claim(
     return ClaimRef("ns", uid, name)
 
 
-def _share(phy: int = 0, memory: str = "256Mi", compute: str = "10", request: str = "vnpu") -> dict[str, Any]:
+def _share(
+    phy: int = 0, memory: str = "256Mi", compute: str = "10", request: str = "vnpu", policy: str = "elastic"
+) -> dict[str, Any]:
     return {
         "request": request,
         "driver": DRIVER,
         "pool": POOL,
-        "device": f"vnpu-{phy}",
+        "device": f"vnpu-{phy}" if policy == "elastic" else f"vnpu-{phy}-{policy}",
         "shareID": f"5a4e{phy:04d}-0000-0000-0000-000000000000",
         "consumedCapacity": {"memory": memory, "compute": compute},
     }
@@ -272,7 +169,7 @@ def _policy(policy: str) -> list[dict[str, Any]]:
 
 def test_share_prepare_makes_every_effect_and_renders_them_once(world: World) -> None:
     ref = _claim(world, "a", [_share()])
-    res = world.preparer.prepare([ref])[ref.uid]
+    res = world.prepare([ref])[ref.uid]
     assert res.error == ""
     assert world.remains(ref.uid) == DONE
     (dev,) = res.devices
@@ -292,17 +189,17 @@ def test_share_prepare_makes_every_effect_and_renders_them_once(world: World) ->
 
 def test_repeat_prepare_returns_the_same_devices_and_puts_back_lost_files(world: World) -> None:
     ref = _claim(world, "a", [_share()])
-    first = world.preparer.prepare([ref])[ref.uid]
+    first = world.prepare([ref])[ref.uid]
     world.spec(ref.uid).unlink()
     world.conf(ref.uid).unlink()
-    again = world.preparer.prepare([ref])[ref.uid]
+    again = world.prepare([ref])[ref.uid]
     assert again == first
     assert world.remains(ref.uid) == DONE
 
 
 def test_unprepare_undoes_everything_and_is_idempotent(world: World) -> None:
     ref = _claim(world, "a", [_share()])
-    world.preparer.prepare([ref])
+    world.prepare([ref])
     assert world.preparer.unprepare([ref]) == {ref.uid: ""}
     assert world.remains(ref.uid) == NOTHING
     assert world.preparer.unprepare([ref]) == {ref.uid: ""}
@@ -368,10 +265,10 @@ def test_prepare_that_fails_at_a_step_leaves_nothing(
     message: str,
 ) -> None:
     keep = _claim(world, "keep", [_share(phy=1)])
-    assert world.preparer.prepare([keep])[keep.uid].error == ""
+    assert world.prepare([keep])[keep.uid].error == ""
     ref = _claim(world, "a", [_share()])
     arm(world, monkeypatch)
-    res = world.preparer.prepare([ref])[ref.uid]
+    res = world.prepare([ref])[ref.uid]
     assert res.devices == () and ref.uid in res.error and message in res.error
     assert world.remains(ref.uid) == want
     assert not list(world.root.glob("run/claims/*/.*tmp*")) and not list(world.root.glob("cdi/.*tmp*"))
@@ -382,21 +279,21 @@ def test_prepare_that_fails_at_a_step_leaves_nothing(
     world.store.fail_at = 0
     world.daemon.fail_register = None
     assert world.remains(keep.uid) == DONE  # the other claim is untouched
-    assert world.preparer.prepare([ref])[ref.uid].error == ""  # and the kubelet's retry works
+    assert world.prepare([ref])[ref.uid].error == ""  # and the kubelet's retry works
     assert world.remains(ref.uid) == DONE
 
 
 def test_prepare_whose_status_write_fails_is_still_prepared(world: World) -> None:
     ref = _claim(world, "a", [_share()])
     world.status.fail = Unavailable("API down")
-    res = world.preparer.prepare([ref])[ref.uid]
+    res = world.prepare([ref])[ref.uid]
     assert res.error == "" and res.devices
     assert world.remains(ref.uid) == Remains(ClaimState.PREPARE_COMPLETED, True, True, True, status=False)
 
 
 def test_failed_prepare_writes_ready_false_with_the_error_code(world: World) -> None:
     ref = _claim(world, "a", [_share()], _policy("nonsense"))
-    res = world.preparer.prepare([ref])[ref.uid]
+    res = world.prepare([ref])[ref.uid]
     assert "InvalidOpaqueConfig" in res.error
     (doc,) = world.status.written[ref.uid]
     assert (doc["conditions"][0]["status"], doc["conditions"][0]["reason"]) == (
@@ -412,7 +309,7 @@ def test_rollback_that_cannot_finish_keeps_the_entry_for_the_reconciler(
     ref = _claim(world, "a", [_share()])
     _enospc("cdi-spec")(world, monkeypatch)
     world.daemon.fail_unregister = Unavailable("daemon gone")
-    res = world.preparer.prepare([ref])[ref.uid]
+    res = world.prepare([ref])[ref.uid]
     assert "claim" in res.error
     assert world.remains(ref.uid).state == ClaimState.PREPARE_STARTED  # doubt keeps the record
     world.daemon.fail_unregister = None
@@ -451,7 +348,7 @@ def test_unprepare_that_fails_at_a_step_keeps_the_entry_and_a_retry_finishes(
     want: Remains,
 ) -> None:
     ref = _claim(world, "a", [_share()])
-    world.preparer.prepare([ref])
+    world.prepare([ref])
     arm(world, monkeypatch)
     err = world.preparer.unprepare([ref])[ref.uid]
     assert ref.uid in err
@@ -467,38 +364,84 @@ def test_unprepare_that_fails_at_a_step_keeps_the_entry_and_a_retry_finishes(
 
 def test_whole_die_already_shared_is_refused_before_any_effect(world: World) -> None:
     a = _claim(world, "a", [_share(phy=1)])
-    world.preparer.prepare([a])
+    world.prepare([a])
     b = _claim(world, "b", [_whole(phy=1)])
-    res = world.preparer.prepare([b])[b.uid]
+    res = world.prepare([b])[b.uid]
     assert "DeviceBusy" in res.error and "ns/a" in res.error
     assert world.remains(b.uid) == NOTHING
 
 
 def test_policy_conflict_with_another_claim_is_refused(world: World) -> None:
-    a = _claim(world, "a", [_share()], _policy("fixed"))
-    world.preparer.prepare([a])
+    """The guard, for a scheduler that could not see the policy (a pool published without counters)."""
+    a = _claim(world, "a", [_share(policy="fixed")], _policy("fixed"))
+    world.prepare([a])
     b = _claim(world, "b", [_share()], _policy("elastic"))
-    assert "PolicyConflict" in world.preparer.prepare([b])[b.uid].error
+    assert "PolicyConflict" in world.prepare([b])[b.uid].error
     assert world.remains(b.uid) == NOTHING
     assert not (world.root / "state" / "locks" / f"{b.uid}.lock").exists()  # no lock file left behind
+
+
+@pytest.mark.parametrize(
+    ("device_policy", "config", "want"),
+    [
+        pytest.param("elastic", None, "elastic", id="the-default-device-is-elastic"),
+        pytest.param("fixed", None, "fixed", id="the-device-decides-when-no-config-does"),
+        pytest.param("best-effort", "best-effort", "best-effort", id="a-config-may-restate-it"),
+    ],
+)
+def test_a_share_runs_under_its_devices_policy(
+    world: World, device_policy: str, config: str | None, want: str
+) -> None:
+    ref = _claim(world, "a", [_share(policy=device_policy)], _policy(config) if config else None)
+    res = world.prepare([ref])[ref.uid]
+    assert res.error == "", res.error
+    (request,) = world.daemon.registered.values()
+    assert [s.policy for s in request.shares] == [want]
+
+
+def test_a_claim_prepared_before_share_devices_had_a_policy_is_prepared_again(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An upgrade keeps running claims: only a new prepare must agree with its device's policy."""
+    from kubeletplugin import prepare as prepare_module
+
+    ref = _claim(world, "old", [_share()], _policy("fixed"))  # as an earlier release accepted it
+    with monkeypatch.context() as m:
+        m.setattr(prepare_module, "check_device_policies", lambda plan: None)
+        first = world.prepare([ref])[ref.uid]
+    assert first.error == ""
+    assert world.prepare([ref])[ref.uid] == first  # the kubelet's repeat prepare
+    (request,) = world.daemon.registered.values()
+    assert [s.policy for s in request.shares] == ["fixed"]
+
+
+def test_a_config_that_disagrees_with_the_share_device_is_refused(world: World) -> None:
+    ref = _claim(world, "a", [_share()], _policy("fixed"))  # the scheduler chose the elastic device
+    err = world.prepare([ref])[ref.uid].error
+    assert "InvalidOpaqueConfig" in err and ref.uid in err and "config[0].opaque.parameters.policy" in err
+    assert "vnpu-0" in err and "vnpu-fixed.flexnpu.io" in err
+    assert world.remains(ref.uid) == NOTHING and not world.daemon.registered
+    assert not (world.root / "state" / "locks" / f"{ref.uid}.lock").exists()
 
 
 def test_one_bad_claim_does_not_fail_the_batch(world: World) -> None:
     good = _claim(world, "good", [_whole(phy=0)])
     bad = _claim(world, "bad", [_share(memory="100Mi")])
-    out = world.preparer.prepare([bad, good])
+    out = world.prepare([bad, good])
     assert "QuotaInvalid" in out[bad.uid].error
     assert out[good.uid].error == "" and world.remains(good.uid) == WHOLE_DONE
 
 
-def test_unknown_exception_from_the_api_becomes_internal_naming_the_claim(world: World) -> None:
+def test_unknown_exception_becomes_internal_naming_the_claim(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ref = _claim(world, "a", [_share()])
 
-    def broken(ns: str, name: str) -> Mapping[str, Any]:
+    def broken(*_a: Any, **_k: Any) -> Any:
         raise Boom("x" * 5000)
 
-    world.preparer.get_claim = broken
-    res = world.preparer.prepare([ref])[ref.uid]
+    monkeypatch.setattr(prepare_mod, "plan_claim", broken)
+    res = world.prepare([ref])[ref.uid]
     assert res.error.startswith(f"claim {ref.uid}: internal error: Boom: xxx") and "[Internal]" in res.error
     assert len(res.error) < 400  # input is quoted at most 200 characters
 
@@ -513,20 +456,21 @@ def test_in_flight_claim_is_not_rolled_back_by_the_reconciler(world: World) -> N
         return FakeDaemon.register(world.daemon, request)
 
     world.daemon.register = register  # type: ignore[method-assign]
-    assert world.preparer.prepare([ref])[ref.uid].error == ""
+    assert world.prepare([ref])[ref.uid].error == ""
     assert seen == [[]] and world.remains(ref.uid) == DONE
 
 
 def test_invalid_input_is_not_an_internal_error(world: World) -> None:
     ref = ClaimRef("ns", "bad_uid!", "a")
-    res = world.preparer.prepare([ref])[ref.uid]
+    world.claims["a"] = {"metadata": {"uid": "bad_uid!", "name": "a", "namespace": "ns"}}
+    res = world.prepare([ref])[ref.uid]
     assert isinstance(res.error, str) and "InvalidPath" in res.error
     assert not isinstance(InvalidInput("x"), StateError)
 
 
 def test_batched_unprepare_releases_every_claim_and_one_failure_stays_its_own(world: World) -> None:
     refs = [_claim(world, f"c{i}", [_share(phy=i % 2, memory="128Mi", compute="1")]) for i in range(12)]
-    assert all(r.error == "" for r in world.preparer.prepare(refs).values())
+    assert all(r.error == "" for r in world.prepare(refs).values())
     world.daemon.fail_uids = {refs[5].uid}
     out = world.preparer.unprepare(refs)
     assert set(out) == {r.uid for r in refs}
@@ -539,7 +483,7 @@ def test_batched_unprepare_releases_every_claim_and_one_failure_stays_its_own(wo
 def test_missing_device_node_fails_the_claim_before_its_spec_is_written(world: World) -> None:
     (world.root / "root" / "dev" / "davinci1").unlink()
     ref = _claim(world, "a", [_whole(phy=1)])
-    res = world.preparer.prepare([ref])[ref.uid]
+    res = world.prepare([ref])[ref.uid]
     assert "DeviceNotFound" in res.error and "dev/davinci1" in res.error and ref.uid in res.error
     assert world.remains(ref.uid) == NOTHING
 
@@ -551,7 +495,7 @@ def _vnpus(n: object) -> list[dict[str, Any]]:
 
 def test_equal_distribution_splits_one_share_into_n_vnpus_of_one_aclserver(world: World) -> None:
     ref = _claim(world, "a", [_share(memory="512Mi", compute="20")], _vnpus(4))
-    res = world.preparer.prepare([ref])[ref.uid]
+    res = world.prepare([ref])[ref.uid]
     assert res.error == "" and len(res.devices) == 1  # one allocated device, one CDI device
     conf = clientconf.load(world.conf(ref.uid))
     assert [(s.virtual_id, s.memory_bytes, s.compute_percent) for s in conf.shares] == [
@@ -581,15 +525,27 @@ def test_equal_distribution_that_does_not_divide_is_refused(
     world: World, memory: str, compute: str, n: int, field: str
 ) -> None:
     ref = _claim(world, "a", [_share(memory=memory, compute=compute)], _vnpus(n))
-    res = world.preparer.prepare([ref])[ref.uid]
+    res = world.prepare([ref])[ref.uid]
     assert "QuotaInvalid" in res.error and f"consumedCapacity.{field}" in res.error and "divide" in res.error
     assert world.remains(ref.uid) == NOTHING
+
+
+def test_a_memory_only_share_splits_its_uncapped_compute_without_dividing_it(world: World) -> None:
+    (cfg,) = _vnpus(16)
+    cfg["opaque"]["parameters"]["isolation"] = "memory-only"
+    ref = _claim(world, "a", [_share(memory="2Gi", compute="1")], [cfg])
+    res = world.prepare([ref])[ref.uid]
+    assert res.error == "", res.error
+    (request,) = world.daemon.registered.values()
+    assert [(s.memory_bytes, s.compute_percent, s.memory_only) for s in request.shares] == [
+        (128 * MIB, 0, True)
+    ] * 16
 
 
 @pytest.mark.parametrize("n", [0, 17, "2", True, 1.5], ids=["zero", "too-many", "string", "bool", "float"])
 def test_bad_vnpus_value_is_a_clear_error(world: World, n: object) -> None:
     ref = _claim(world, "a", [_share()], _vnpus(n))
-    res = world.preparer.prepare([ref])[ref.uid]
+    res = world.prepare([ref])[ref.uid]
     assert "InvalidOpaqueConfig" in res.error and "opaque.parameters.vnpus" in res.error
 
 
@@ -597,7 +553,7 @@ def test_a_claim_is_not_started_after_the_kubelets_deadline(world: World) -> Non
     ref = _claim(world, "a", [_share()])
     token = CALL_DEADLINE.set(time.monotonic() - 1.0)
     try:
-        res = world.preparer.prepare([ref])[ref.uid]
+        res = world.prepare([ref])[ref.uid]
     finally:
         CALL_DEADLINE.reset(token)
     assert "deadline" in res.error and ref.uid in res.error
@@ -618,7 +574,7 @@ def test_daemon_retries_stop_at_the_kubelets_deadline(world: World) -> None:
     deadline = time.monotonic() + 0.5
     token = CALL_DEADLINE.set(deadline)
     try:
-        res = world.preparer.prepare([ref])[ref.uid]
+        res = world.prepare([ref])[ref.uid]
     finally:
         CALL_DEADLINE.reset(token)
     assert "daemon restarting" in res.error
@@ -628,7 +584,7 @@ def test_daemon_retries_stop_at_the_kubelets_deadline(world: World) -> None:
 
 def test_recorded_paths_outside_the_driver_directories_are_never_removed(world: World) -> None:
     ref = _claim(world, "a", [_share()])
-    world.preparer.prepare([ref])
+    world.prepare([ref])
     victim_file = world.root / "etc-passwd"
     victim_file.write_text("root:x:0:0")
     victim_dir = world.root / "home"

@@ -9,7 +9,7 @@ import pytest
 from google.protobuf.descriptor import FieldDescriptor
 
 from api_protos import generate
-from api_protos.gen import (
+from dra_kubeletplugin.protos.gen import (
     dra_health_v1_pb2,
     dra_health_v1alpha1_pb2,
     dra_v1_pb2,
@@ -22,11 +22,15 @@ def _generated_files(directory: Path) -> dict[str, str]:
     return {p.name: p.read_text() for p in directory.iterdir() if p.is_file()}
 
 
-def test_checked_in_code_matches_fresh_generation(tmp_path: Path) -> None:
+SETS = [pytest.param(s, id=name) for name, s in generate.SETS.items()]
+
+
+@pytest.mark.parametrize("proto_set", SETS)
+def test_checked_in_code_matches_fresh_generation(tmp_path: Path, proto_set: generate.ProtoSet) -> None:
     out = tmp_path / "gen"
-    generate.generate(out)
+    generate.generate(out, proto_set=proto_set)
     fresh = _generated_files(out)
-    checked_in = _generated_files(generate.GEN_DIR)
+    checked_in = _generated_files(proto_set.gen_dir)
     assert sorted(fresh) == sorted(checked_in), (
         "generated file set differs: run python -m api_protos.generate"
     )
@@ -34,9 +38,10 @@ def test_checked_in_code_matches_fresh_generation(tmp_path: Path) -> None:
     assert stale == [], f"out of date: {stale}; run python -m api_protos.generate"
 
 
-def test_every_proto_has_its_three_generated_files() -> None:
-    names = set(_generated_files(generate.GEN_DIR))
-    for proto in generate.PROTO_DIR.glob("*.proto"):
+@pytest.mark.parametrize("proto_set", SETS)
+def test_every_proto_has_its_three_generated_files(proto_set: generate.ProtoSet) -> None:
+    names = set(_generated_files(proto_set.gen_dir))
+    for proto in proto_set.proto_dir.glob("*.proto"):
         stem = proto.stem
         assert {f"{stem}_pb2.py", f"{stem}_pb2.pyi", f"{stem}_pb2_grpc.py"} <= names
 
@@ -56,12 +61,16 @@ def test_stale_generated_files_are_removed(tmp_path: Path) -> None:
     [
         pytest.param(
             "import dra_v1_pb2 as dra__v1__pb2\n",
-            "from api_protos.gen import dra_v1_pb2 as dra__v1__pb2\n",
+            "from dra_kubeletplugin.protos.gen import dra_v1_pb2 as dra__v1__pb2\n",
             id="aliased",
         ),
-        pytest.param("import dra_v1_pb2\n", "from api_protos.gen import dra_v1_pb2\n", id="plain"),
         pytest.param(
-            "from dra_v1_pb2 import Claim\n", "from api_protos.gen.dra_v1_pb2 import Claim\n", id="from"
+            "import dra_v1_pb2\n", "from dra_kubeletplugin.protos.gen import dra_v1_pb2\n", id="plain"
+        ),
+        pytest.param(
+            "from dra_v1_pb2 import Claim\n",
+            "from dra_kubeletplugin.protos.gen.dra_v1_pb2 import Claim\n",
+            id="from",
         ),
         pytest.param("import other_pb2 as o\n", "import other_pb2 as o\n", id="foreign-module-untouched"),
         pytest.param(
@@ -72,7 +81,7 @@ def test_stale_generated_files_are_removed(tmp_path: Path) -> None:
     ],
 )
 def test_rewrite_imports(text: str, expected: str) -> None:
-    assert generate.rewrite_imports(text, {"dra_v1_pb2"}) == expected
+    assert generate.rewrite_imports(text, {"dra_v1_pb2"}, package="dra_kubeletplugin.protos.gen") == expected
 
 
 @pytest.mark.parametrize(

@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
-from controller.publisher import specs_equal
 from dra_driver import slices
 from dra_driver.devices import GIB, MIB, Die, DieMode, Health, Inventory
 from dra_driver.errors import ErrorCode, InvalidInput
+from dra_kubeletplugin.resourceslice.sync import specs_equal
+from flexnpu_wire.codes import Policy
 
 DRIVER = "npu.flexnpu.io"
 NODE = "node-1"
@@ -61,20 +62,35 @@ def _mode(mode: DieMode) -> Any:
     return lambda _die: mode
 
 
+def _shares(phy: int) -> list[str]:
+    """A die's share devices, one per policy (elastic, the default, keeps the old name)."""
+    return [f"vnpu-{phy}", f"vnpu-{phy}-fixed", f"vnpu-{phy}-best-effort"]
+
+
 @pytest.mark.parametrize(
     ("inventory", "mode", "use_counters", "names", "counter_sets"),
     [
         pytest.param(A2, DieMode.WHOLE, True, ["npu-0", "npu-1"], [], id="a2-whole"),
-        pytest.param(A2, DieMode.SOFT, True, ["vnpu-1", "vnpu-0"], [], id="a2-soft"),
+        pytest.param(A2, DieMode.SOFT, True, [*_shares(1), *_shares(0)], [], id="a2-soft"),
         pytest.param(
-            A2, DieMode.BOTH, True, ["npu-0", "npu-1", "vnpu-1", "vnpu-0"], ["die-0", "die-1"], id="a2-both"
+            A2,
+            DieMode.BOTH,
+            True,
+            ["npu-0", "npu-1", *_shares(1), *_shares(0)],
+            ["die-0", "die-1"],
+            id="a2-both",
         ),
         pytest.param(A2, DieMode.BOTH, False, ["npu-0", "npu-1"], [], id="a2-both-without-counters"),
         pytest.param(
-            A3, DieMode.BOTH, True, ["npu-0", "npu-1", "vnpu-1", "vnpu-0"], ["die-0", "die-1"], id="a3-both"
+            A3,
+            DieMode.BOTH,
+            True,
+            ["npu-0", "npu-1", *_shares(1), *_shares(0)],
+            ["die-0", "die-1"],
+            id="a3-both",
         ),
         pytest.param(P310, DieMode.WHOLE, True, ["npu-0"], [], id="310p-whole"),
-        pytest.param(P310, DieMode.BOTH, True, ["npu-0", "vnpu-0"], ["die-0"], id="310p-both"),
+        pytest.param(P310, DieMode.BOTH, True, ["npu-0", *_shares(0)], ["die-0"], id="310p-both"),
         pytest.param(Inventory(dies=()), DieMode.BOTH, True, [], [], id="empty-node"),
     ],
 )
@@ -134,6 +150,12 @@ def test_whole_device_attributes_and_capacity() -> None:
         pytest.param(A3, "npu-1", "generation", {"string": "A3"}, id="a3-generation"),
         pytest.param(P310, "npu-0", "model", {"string": "310P3"}, id="310p-model"),
         pytest.param(P310, "vnpu-0", "mode", {"string": "soft"}, id="soft-mode-attribute"),
+        pytest.param(P310, "vnpu-0", "policy", {"string": "elastic"}, id="elastic-share-device"),
+        pytest.param(P310, "vnpu-0-fixed", "policy", {"string": "fixed"}, id="fixed-share-device"),
+        pytest.param(P310, "vnpu-0-fixed", "mode", {"string": "soft-fixed"}, id="fixed-share-mode"),
+        pytest.param(
+            P310, "vnpu-0-best-effort", "mode", {"string": "soft-best-effort"}, id="best-effort-mode"
+        ),
         pytest.param(
             Inventory(dies=(_die(0, health=Health.UNHEALTHY),)),
             "npu-0",
@@ -202,9 +224,10 @@ def test_both_mode_counters() -> None:
     assert devices["npu-0"]["consumesCounters"] == [
         {"counterSet": "die-0", "counters": {"compute": {"value": "100"}, "memory": {"value": str(64 * GIB)}}}
     ]
-    assert devices["vnpu-0"]["consumesCounters"] == [
-        {"counterSet": "die-0", "counters": {"memory": {"value": "1"}}}
-    ]
+    for name in _shares(0):
+        assert devices[name]["consumesCounters"] == [
+            {"counterSet": "die-0", "counters": {"memory": {"value": "1"}}}
+        ]
 
 
 # A small model of the allocator's counter accounting, to check the exclusion rules of "both".
@@ -252,15 +275,49 @@ def test_counters_keep_whole_and_shares_apart(
     assert _fits(pool, allocated, candidate, per_share=per_share) is fits
 
 
+@pytest.mark.parametrize("mode", [DieMode.SOFT, DieMode.BOTH, DieMode.ALL])
+@pytest.mark.parametrize(
+    ("running", "untainted"),
+    [
+        pytest.param(Policy.FIXED, "vnpu-0-fixed", id="a-fixed-die"),
+        pytest.param(Policy.ELASTIC, "vnpu-0", id="an-elastic-die"),
+        pytest.param(Policy.BEST_EFFORT, "vnpu-0-best-effort", id="a-best-effort-die"),
+    ],
+)
+def test_a_die_offers_new_shares_only_of_the_policy_it_runs(
+    mode: DieMode, running: Policy, untainted: str
+) -> None:
+    pool = _pool(A2, mode_of=_mode(mode), policies={0: running})
+    devices = _devices(pool)
+    for name in _shares(0):
+        taints = devices[name].get("taints") or []
+        want = [] if name == untainted else [
+            {"key": "npu.flexnpu.io/share-policy", "value": str(running), "effect": "NoSchedule"}
+        ]  # fmt: skip
+        assert taints == want, name
+    assert not any(devices[n].get("taints") for n in _shares(1))  # die 1 runs nothing: every policy offered
+    slices.validate_pool(pool)
+
+
+def test_counters_cannot_keep_policies_apart_so_the_pool_does() -> None:
+    """Why a taint: the allocator charges a shared device's counters again for each new share, so a
+    counter that one policy's device used up would also stop that device's own second share."""
+    pool = _pool(A2, mode_of=_mode(DieMode.BOTH))
+    assert _fits(pool, ["vnpu-0"], "vnpu-0", per_share=True)  # shares of one device pile up
+    assert _fits(pool, ["vnpu-0"], "vnpu-0-fixed", per_share=False)  # and counters allow a second policy
+    tainted = _devices(_pool(A2, mode_of=_mode(DieMode.BOTH), policies={0: Policy.ELASTIC}))
+    assert tainted["vnpu-0-fixed"]["taints"][0]["effect"] == "NoSchedule"  # the pool does not
+
+
 @pytest.mark.parametrize(
     ("dies", "mode", "device_slices", "counter_slices"),
     [
-        pytest.param(100, DieMode.BOTH, [64, 64, 64, 8], [8] * 12 + [4], id="100-dies-both"),
+        pytest.param(100, DieMode.BOTH, [64] * 6 + [16], [8] * 12 + [4], id="100-dies-both"),
         pytest.param(100, DieMode.WHOLE, [100], [], id="100-dies-whole"),
         pytest.param(200, DieMode.WHOLE, [128, 72], [], id="200-dies-whole"),
-        pytest.param(130, DieMode.SOFT, [128, 2], [], id="130-dies-soft"),
-        pytest.param(8, DieMode.BOTH, [16], [8], id="8-dies-one-counter-slice"),
-        pytest.param(9, DieMode.BOTH, [18], [8, 1], id="9-dies-two-counter-slices"),
+        pytest.param(130, DieMode.SOFT, [128, 128, 128, 6], [], id="130-dies-soft"),
+        pytest.param(8, DieMode.BOTH, [32], [8], id="8-dies-one-counter-slice"),
+        pytest.param(9, DieMode.BOTH, [36], [8, 1], id="9-dies-two-counter-slices"),
     ],
 )
 def test_split_by_limits(
@@ -289,11 +346,11 @@ def test_resolve_mode_per_die_override() -> None:
     assert slices.resolve_mode(inv.dies[1], inv, "whole") == DieMode.SOFT
     assert slices.resolve_mode(inv.dies[0], inv, "both") == DieMode.BOTH
     pool = _pool(inv, mode_of=lambda d: slices.resolve_mode(d, inv, "whole"))
-    assert pool.device_names == ["npu-0", "vnpu-1"]
+    assert pool.device_names == ["npu-0", *_shares(1)]
 
 
 def test_default_mode_is_both() -> None:
-    assert _pool(A2).device_names == ["npu-0", "npu-1", "vnpu-1", "vnpu-0"]
+    assert _pool(A2).device_names == ["npu-0", "npu-1", *_shares(1), *_shares(0)]
 
 
 @pytest.mark.parametrize(
@@ -319,7 +376,7 @@ def test_mode_errors(call: Any, field: str) -> None:
 
 def test_soft_fallback_without_counters() -> None:
     pool = _pool(A2, use_counters=False, fallback_mode=DieMode.SOFT)
-    assert pool.device_names == ["vnpu-1", "vnpu-0"]
+    assert pool.device_names == [*_shares(1), *_shares(0)]
     assert all("consumesCounters" not in d for d in _devices(pool).values())
 
 
@@ -348,7 +405,7 @@ def _many_attributes(s: list[dict[str, Any]]) -> None:
     [
         pytest.param(
             lambda s: s[0]["devices"].append(copy.deepcopy(s[0]["devices"][0])),
-            "slices[0].devices[4].name",
+            "slices[0].devices[8].name",
             "duplicate device name 'npu-0'",
             id="duplicate-device",
         ),
@@ -462,7 +519,8 @@ def test_unhealthy_die_devices_carry_a_noschedule_taint(use_counters: bool) -> N
     pool = slices.build_pool(inv, driver_name="npu.flexnpu.io", node_name="n1", use_counters=use_counters)
     devices = {d["name"]: d for s in pool.slices for d in s.get("devices", [])}
     tainted = {name for name, d in devices.items() if d.get("taints")}
-    assert tainted == {name for name in devices if name.endswith("-1")} and tainted
+    assert tainted == {name for name, d in devices.items() if d["attributes"]["phyID"] == {"int": 1}}
+    assert tainted
     for name in tainted:
         assert devices[name]["taints"] == [
             {"key": "npu.flexnpu.io/unhealthy", "value": "true", "effect": "NoSchedule"}
@@ -537,15 +595,16 @@ def test_hard_mode_publishes_one_device_per_template_instance() -> None:
 def test_all_mode_whole_soft_and_templates_with_slot_counters() -> None:
     pool = _pool(B3, mode_of=_mode(DieMode.ALL), max_shares_per_die=63)
     devs = _devices(pool)
-    assert pool.device_names[0] == "npu-0" and pool.device_names[-1] == "vnpu-0"
+    assert pool.device_names[0] == "npu-0" and pool.device_names[-3:] == _shares(0)
     assert devs["npu-0"]["consumesCounters"][0]["counters"] == {
         "aicore": {"value": "20"},
         "aicpu": {"value": "7"},
         "memory": {"value": str(64 * GIB)},
     }
-    soft_counters = devs["vnpu-0"]["consumesCounters"][0]["counters"]
-    assert soft_counters == {"memory": {"value": "1"}, **{f"t{k}": {"value": "1"} for k in range(6)}}
-    slots = [devs[n]["consumesCounters"][0]["counters"] for n in pool.device_names[1:-1]]
+    for name in _shares(0):
+        soft_counters = devs[name]["consumesCounters"][0]["counters"]
+        assert soft_counters == {"memory": {"value": "1"}, **{f"t{k}": {"value": "1"} for k in range(6)}}
+    slots = [devs[n]["consumesCounters"][0]["counters"] for n in pool.device_names[1:-3]]
     assert [{k: v for k, v in c.items() if k.startswith("t")} for c in slots] == [
         {f"t{k}": {"value": "63"}} for k in range(6)
     ]
@@ -573,7 +632,8 @@ def test_sixteen_a3_dies_with_all_templates_respect_the_api_limits() -> None:
     slices.validate_pool(pool)
     device_slices = [s for s in pool.slices if "devices" in s]
     counter_slices = [s for s in pool.slices if "sharedCounters" in s]
-    assert [len(s["devices"]) for s in device_slices] == [64, 64]  # 16 x (whole + soft + 6 templates)
+    # 16 x (whole + 3 share devices + 6 templates)
+    assert [len(s["devices"]) for s in device_slices] == [64, 64, 32]
     assert [len(s["sharedCounters"]) for s in counter_slices] == [8, 8]
     assert all(len(d.get("consumesCounters") or []) <= 2 for s in device_slices for d in s["devices"])
 

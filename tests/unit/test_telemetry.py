@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from dra_driver import telemetry
 from dra_driver.errors import ErrorCode, InvalidInput, StateError, Unavailable
 from dra_driver.telemetry import OpRecord, ResidualKind, Telemetry
+from flexnpu_testing.waiting import wait_for
 
 NODE = "node-a"
 DRIVER = "npu.flexnpu.io"
@@ -40,14 +41,6 @@ def duration_key(op: str, suffix: str, result: str) -> str:
 
 def in_flight_key(op: str) -> str:
     return f"flexnpu_dra_operations_in_flight{{operation={op}}}"
-
-
-def wait_for(cond: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.005)
 
 
 # -- counts and durations -------------------------------------------------------------------
@@ -222,7 +215,7 @@ def test_in_flight_counts_concurrent_threads(tel: Telemetry) -> None:
     for t in threads:
         t.start()
     try:
-        wait_for(lambda: tel.snapshot()[in_flight_key("prepare")] == 4, "4 operations in flight")
+        wait_for(lambda: tel.snapshot()[in_flight_key("prepare")] == 4, what="4 operations in flight")
     finally:
         release.set()
         for t in threads:

@@ -9,7 +9,7 @@ import pytest
 
 from dra_driver.errors import InvalidInput
 from dra_driver.telemetry import Telemetry
-from dra_driver.testing.waiting import wait_for
+from flexnpu_testing.waiting import wait_for
 
 
 def test_binds_when_the_holder_lets_go() -> None:

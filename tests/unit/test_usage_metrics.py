@@ -8,9 +8,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from dra_driver import usage_metrics
-from dra_driver.daemon.model import Endpoints, EntityInfo, EntityState, Share, ShareUsage
+from dra_driver.daemon_api.values import Endpoints, EntityInfo, EntityState, ShareUsage
 from dra_driver.devices import Die, Inventory
 from dra_driver.errors import ErrorCode, Unavailable
+from flexnpu_wire.shares import Share
 
 MI = 1024 * 1024
 
@@ -112,3 +113,26 @@ def test_pods_from_claim_keeps_only_pods() -> None:
     }
     assert usage_metrics.pods_from_claim(claim) == ("p1",)
     assert usage_metrics.pods_from_claim({}) == ()
+
+
+def test_a_claim_with_sixteen_vnpus_takes_one_slot_of_the_share_limit() -> None:
+    one = entity("a", used=0)
+    vnpus = tuple(
+        ShareUsage(
+            Share(virtual_id=i, die_phy_id=1, memory_bytes=128 * MI, compute_percent=1, policy="fixed")
+        )
+        for i in range(16)
+    )
+    many = EntityInfo(
+        entity_id="b", namespace="ns", name="claim-b", shares=vnpus, pid=11, state=EntityState.RUNNING,
+        endpoints=Endpoints(),
+    )  # fmt: skip
+    collector = usage_metrics.VnpuUsageCollector(
+        daemon=Daemon([one, many]), kube=Kube(), inventory=lambda: Inventory(dies=(die(1),)),
+        node_name="n1", driver_name="npu.flexnpu.io", max_shares_per_die=63,
+    )  # fmt: skip
+    registry = CollectorRegistry()
+    registry.register(collector)
+    got = scrape(registry)
+    assert value(got, "flexnpu_die_shares", die="1") == 2  # two aclservers, as the ledger counts them
+    assert value(got, "flexnpu_die_compute_allocated_percent", die="1") == 30 + 16

@@ -1,0 +1,202 @@
+"""Harness for flexnpu-daemon: a real daemon process on short unix socket paths (tests and benches).
+
+Uses the real aclserver (``python -m dra_driver.aclserver``) once ``dra_driver/aclserver/main.py``
+exists, else the contract double ``fake_aclserver.py``. Every process and path it creates is
+removed by :meth:`DaemonProc.cleanup`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import TypeVar
+
+from dra_driver.daemon import processes, shmfs
+from dra_driver.daemon_api.client import DaemonClient
+from dra_driver.daemon_api.values import RegisterRequest
+from flexnpu_testing import inventories
+from flexnpu_testing.waiting import wait_for
+from flexnpu_wire import framing as protocol
+from flexnpu_wire.shares import Share
+
+REPO = Path(__file__).resolve().parents[1]  # flexnpu_testing/daemon.py
+ACLSERVER_MAIN = REPO / "dra_driver" / "aclserver" / "main.py"
+FAKE = Path(__file__).with_name("fake_aclserver.py")
+FAKE_COMMAND = f"{sys.executable} {FAKE}"
+INVENTORY = inventories.path("eight-910b4.yaml")  # dies 0..7, 32 GiB each
+GIB = 1024**3
+
+T = TypeVar("T")
+
+
+def default_command() -> str | None:
+    """None: the daemon's own default (the real aclserver, forked from its zygote)."""
+    return None if ACLSERVER_MAIN.exists() else FAKE_COMMAND
+
+
+def _ping(family: int, address: str | tuple[str, int], timeout: float) -> int:
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(address)
+        s.sendall(protocol.encode(protocol.Op.PING, 7))
+        msg = protocol.FrameReader(s, 1 << 20).read()
+    assert msg is not None and msg.op == protocol.Op.PING and msg.request_id == 7, msg
+    assert msg.ints[0] == 0, msg
+    return int(msg.ints[1]) if len(msg.ints) > 1 else -1
+
+
+def ping_unix(path: str, timeout: float = 5.0) -> int:
+    """PING over the unix socket; the PONG's pid."""
+    return _ping(socket.AF_UNIX, path, timeout)
+
+
+def ping_tcp(host: str, port: int, timeout: float = 5.0) -> int:
+    return _ping(socket.AF_INET, (host, port), timeout)
+
+
+def share(
+    die: int = 2, *, vid: int = 0, mem_gib: float = 1, compute: int = 30, policy: str = "fixed"
+) -> Share:
+    return Share(
+        virtual_id=vid,
+        die_phy_id=die,
+        memory_bytes=int(mem_gib * GIB),
+        compute_percent=compute,
+        policy=policy,
+    )
+
+
+def request(uid: str, *shares: Share, token: str = "ab" * 16) -> RegisterRequest:
+    return RegisterRequest(
+        claim_uid=uid, namespace="ns", name=f"claim-{uid[:8]}", token=token, shares=shares or (share(),)
+    )
+
+
+def gone(pid: int) -> bool:
+    """True when ``pid`` no longer runs (absent or a zombie)."""
+    st = processes.stat(pid)
+    return st is None or st.state in ("Z", "X")
+
+
+class DaemonProc:
+    """One flexnpu-daemon process under a private temp root and shm root."""
+
+    def __init__(self, *, command: str | None = None, extra: tuple[str, ...] = ()) -> None:
+        """``command``: an aclserver command line for ``--aclserver-command`` (None: the default)."""
+        self.root = Path(tempfile.mkdtemp(prefix="fnd-", dir="/tmp"))
+        self.shm_root = Path(tempfile.mkdtemp(prefix="fnd-", dir="/dev/shm"))
+        self.command = command or default_command()
+        self.extra = extra
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log = None
+
+    @property
+    def socket(self) -> Path:
+        return self.root / "d.sock"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / "state"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.root / "run"
+
+    @property
+    def registry(self) -> Path:
+        return self.state_dir / "registry.json"
+
+    @property
+    def log_path(self) -> Path:
+        return self.root / "daemon.log"
+
+    def argv(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "dra_driver.daemon.main",
+            "--socket",
+            str(self.socket),
+            "--state-dir",
+            str(self.state_dir),
+            "--run-dir",
+            str(self.run_dir),
+            "--shm-root",
+            str(self.shm_root),
+            "--inventory",
+            str(INVENTORY),
+            *(["--aclserver-command", self.command] if self.command else []),
+            "--monitor-interval",
+            "0.1",
+            "--log-level",
+            "DEBUG",
+            *self.extra,
+        ]
+
+    def start(self) -> DaemonProc:
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        wait_for(self._healthy, what=f"daemon health on {self.socket}")
+        return self
+
+    def _healthy(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"daemon exited with {self.proc.returncode}:\n{self.log()}")
+        if not self.socket.exists():
+            return False
+        with DaemonClient(self.socket, timeout=2.0) as c:
+            try:
+                return c.health().ok
+            except Exception:
+                return False
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout=15)
+        finally:
+            self.proc = None
+
+    def client(self, timeout: float = 30.0) -> DaemonClient:
+        return DaemonClient(self.socket, timeout=timeout)
+
+    def smi(self, *args: str, socket_path: Path | None = None) -> subprocess.CompletedProcess[str]:
+        env = dict(os.environ, FLEXNPU_DAEMON_SOCKET=str(socket_path or self.socket))
+        return subprocess.run(
+            [sys.executable, "-m", "kubeletplugin.smi", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def aclserver_pids(self) -> list[int]:
+        return [
+            pid for pid, _ in processes.find_aclservers(self.run_dir / "aclservers", run_dir=self.run_dir)
+        ]
+
+    def cleanup(self) -> None:
+        if self.proc is not None:
+            with contextlib.suppress(Exception):
+                self.stop(signal.SIGKILL)
+        for pid in self.aclserver_pids():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(AssertionError):
+            wait_for(lambda: not self.aclserver_pids(), timeout=5, what="aclservers gone")
+        shmfs.unmount_all_under(self.shm_root)  # the claims' own tmpfs mounts, if the daemon made them
+        shutil.rmtree(self.root, ignore_errors=True)
+        shutil.rmtree(self.shm_root, ignore_errors=True)

@@ -1,0 +1,7 @@
+"""``python -m flexnpu_testing.fake_apiserver``: run the fake apiserver standalone."""
+
+import sys
+
+from flexnpu_testing.fake_apiserver.server import main
+
+sys.exit(main())

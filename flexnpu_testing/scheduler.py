@@ -1,0 +1,687 @@
+"""A stand-in for kube-scheduler's DRA allocator (v1.36 semantics), for tests and demos.
+
+It owns: reading a ResourceClaim, its DeviceClasses and the ResourceSlices of one node, picking
+devices the way the structured-parameters allocator does, and writing ``status.allocation`` and
+``status.reservedFor`` through the status subresource. It talks to the API only through the
+official ``kubernetes`` client, so it works against any apiserver, fake or real. It must not be
+used by the driver itself: in a cluster, kube-scheduler allocates.
+
+How it charges (facts measured on a real v1.36 kube-scheduler; where this module and a real
+scheduler differ, this module is wrong):
+
+* A depth-first search over the claim's requests, in order, and for each request over its
+  devices in slice-name then device order, with backtracking: a later request that cannot be
+  satisfied makes an earlier one try its next device, like the real allocator.
+* One request with ``count: N`` takes N **distinct** devices; two results of one request never
+  land on the same device, even a multi-allocatable one. Two *requests* of one claim may share a
+  multi-allocatable device, each result with its own ``shareID`` and ``consumedCapacity``.
+* Consumable capacity (``allowMultipleAllocations``) is summed per share over every allocated
+  claim and this one; a capacity with a request policy is rounded up to it (``default`` when not
+  requested); one without a policy is consumed whole. On an exclusive device,
+  ``capacity.requests`` is a minimum the device's capacity must meet.
+* Shared counters: a device allocated by earlier claims (exclusively or by any number of shares)
+  uses its ``consumesCounters`` **once**; every result of the claim being allocated adds its
+  device's ``consumesCounters`` again. A device fits only if no counter of its pool is then
+  over its counter set's value (an already overdrawn pool fits nothing that consumes counters).
+* A pool is used only when all of its ``resourceSliceCount`` slices of the newest generation are
+  seen, and its device names are unique; otherwise none of its devices is allocated.
+
+Supported: ``exactly`` requests (``ExactCount`` with ``count``, or ``All``: every matching
+device, each one allocatable) and ``firstAvailable``
+subrequests; CEL selectors of the forms ``device.driver == "x"`` and
+``device.attributes["domain"].name == <literal>`` joined by ``&&`` (anything else raises
+NotImplementedError); device taints with NoSchedule/NoExecute against request tolerations.
+``constraints`` with ``matchAttribute`` (every device of the named requests, or of all, has the
+attribute, with one value) or ``distinctAttribute`` (has it, each value once).
+Not supported (NotImplementedError): ``adminAccess``.
+Unlike kube-scheduler it adds no ``resource.kubernetes.io/delete-protection`` finalizer, since no
+resourceclaim controller runs next to it to remove it again.
+
+Usage::
+
+    sim = SchedulerSim(srv.api_client(), "npu.flexnpu.io")
+    claim = sim.allocate("ns", "claim-1", "node-1", reserved_for=[{"resource": "pods", "name": "p", "uid": uid}])
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import kubernetes.client
+from kubernetes.client.exceptions import ApiException
+
+from flexnpu_testing.fake_apiserver.quantities import format_quantity, parse_quantity
+
+__all__ = ["SchedulerSim", "Unschedulable"]
+
+Obj = dict[str, Any]
+DevKey = tuple[str, str, str]  # driver, pool, device
+CounterKey = tuple[str, str, str, str]  # driver, pool, counter set, counter
+MAX_CONFLICT_RETRIES = 5
+
+_CEL_DRIVER = re.compile(r'^device\.driver\s*==\s*"([^"]*)"$')
+_CEL_ATTR = re.compile(r'^device\.attributes\["([^"]+)"\]\.([A-Za-z_][A-Za-z0-9_]*)\s*==\s*(.+)$')
+
+
+class Unschedulable(Exception):
+    """No set of devices on the node satisfies the claim; it stays pending."""
+
+    def __init__(self, namespace: str, claim_name: str, reason: str) -> None:
+        super().__init__(f"claim {namespace}/{claim_name} cannot be allocated: {reason}")
+        self.namespace = namespace
+        self.claim_name = claim_name
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    driver: str
+    pool: str
+    device: Obj
+    pool_unusable: bool = False  # incomplete or invalid pool: the allocator skips its devices
+
+    @property
+    def key(self) -> DevKey:
+        return (self.driver, self.pool, self.device["name"])
+
+    @property
+    def multi(self) -> bool:
+        return bool(self.device.get("allowMultipleAllocations"))
+
+
+@dataclass
+class _Node:
+    """The node's devices (in allocator order) and counter sets, newest pool generation only."""
+
+    candidates: list[_Candidate]
+    counter_sets: dict[tuple[str, str, str], dict[str, Fraction]]  # (driver, pool, set) -> totals
+
+    def index(self) -> dict[DevKey, int]:
+        return {c.key: i for i, c in enumerate(self.candidates)}
+
+
+@dataclass
+class _State:
+    """What other claims hold, plus what the claim being allocated has picked so far."""
+
+    exclusive: set[DevKey] = field(default_factory=set)
+    consumed: dict[tuple[DevKey, str], Fraction] = field(default_factory=dict)
+    available: dict[CounterKey, Fraction] = field(default_factory=dict)  # after earlier claims
+    used: dict[CounterKey, Fraction] = field(default_factory=dict)  # by this claim's results
+    overdrawn_pools: set[tuple[str, str]] = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class _Option:
+    """One way to satisfy a request: an ``exactly`` request or one ``firstAvailable`` subrequest."""
+
+    result_name: str
+    class_name: str
+    count: int
+    tolerations: list[Obj]
+    matching: list[tuple[int, dict[str, Fraction]]]  # candidate index, capacity one share consumes
+    class_config: list[Obj]
+
+
+Pick = tuple[int, dict[str, Fraction]]
+MAX_SEARCH_STEPS = 200_000
+"""Bound on devices tried per claim (kube-scheduler bounds its filter by time instead)."""
+
+
+@dataclass(frozen=True)
+class _Constraint:
+    """``matchAttribute`` or ``distinctAttribute`` over some (or all) of the claim's requests."""
+
+    requests: frozenset[str]  # empty: every request
+    attribute: str  # fully qualified: <domain>/<name>
+    distinct: bool
+
+    def allows(self, request: str, cand: _Candidate, placed: Sequence[tuple[str, _Candidate]]) -> bool:
+        if self.requests and request not in self.requests:
+            return True
+        domain, _, name = self.attribute.rpartition("/")
+        value = _attribute(cand, domain, name)
+        if value is None:
+            return False
+        others = [
+            _attribute(c, domain, name) for req, c in placed if not self.requests or req in self.requests
+        ]
+        return value not in others if self.distinct else all(v == value for v in others)
+
+
+class _Search:
+    """Depth-first search with backtracking over requests, then devices, like the real allocator."""
+
+    def __init__(self, node: _Node, state: _State, constraints: Sequence[_Constraint] = ()) -> None:
+        self.node = node
+        self.state = state
+        self.constraints = tuple(constraints)
+        self.placed: list[tuple[str, _Candidate]] = []  # (top-level request, device) so far
+        self.steps = 0
+        self.best: dict[int, int] = {}  # request index -> most devices ever placed for it
+
+    def run(self, requests: list[list[_Option]]) -> list[tuple[_Option, list[Pick]]] | None:
+        chosen: list[tuple[_Option, list[Pick]]] = []
+        return chosen if self._request(requests, 0, chosen) else None
+
+    def reason(self, requests: list[list[_Option]], specs: list[Obj]) -> str:
+        if self.steps >= MAX_SEARCH_STEPS:
+            return f"gave up after trying {self.steps} devices"
+        if not requests:
+            return "no requests"
+        r = min(max(self.best, default=0), len(requests) - 1)  # the deepest request reached
+        wanted = "; ".join(
+            f"{self.best.get(r, 0)} of {o.count} distinct device(s) of class {o.class_name!r} available"
+            for o in requests[r]
+        )
+        return f"request {specs[r]['name']!r}: {wanted}"
+
+    def _request(
+        self, requests: list[list[_Option]], r: int, chosen: list[tuple[_Option, list[Pick]]]
+    ) -> bool:
+        if r == len(requests):
+            return True
+        for option in requests[r]:
+            picks: list[Pick] = []
+            if self._device(requests, r, option=option, start=0, picks=picks, chosen=chosen):
+                return True
+        return False
+
+    def _device(
+        self,
+        requests: list[list[_Option]],
+        r: int,
+        *,
+        option: _Option,
+        start: int,
+        picks: list[Pick],
+        chosen: list[tuple[_Option, list[Pick]]],
+    ) -> bool:
+        self.best[r] = max(self.best.get(r, 0), len(picks))
+        if len(picks) == option.count:
+            chosen.append((option, list(picks)))
+            if self._request(requests, r + 1, chosen):
+                return True
+            chosen.pop()
+            return False
+        # Distinct devices per request: each next pick comes after the previous one in order
+        # (a set of devices, not each permutation of it).
+        for pos in range(start, len(option.matching)):
+            if self.steps >= MAX_SEARCH_STEPS:
+                return False
+            self.steps += 1
+            index, consumed = option.matching[pos]
+            cand = self.node.candidates[index]
+            request = option.result_name.split("/", 1)[0]
+            if not all(c.allows(request, cand, self.placed) for c in self.constraints):
+                continue
+            undo = self._take(cand, consumed)
+            if undo is None:
+                continue
+            picks.append((index, consumed))
+            self.placed.append((request, cand))
+            if self._device(requests, r, option=option, start=pos + 1, picks=picks, chosen=chosen):
+                return True
+            self.placed.pop()
+            picks.pop()
+            undo()
+        return False
+
+    def _take(self, cand: _Candidate, consumed: dict[str, Fraction]) -> Callable[[], None] | None:
+        """Charge one result on ``cand`` if it fits; returns how to give it back, or None."""
+        st = self.state
+        key = cand.key
+        if key in st.exclusive:
+            return None
+        if cand.multi:
+            caps = cand.device.get("capacity") or {}
+            for name, amount in consumed.items():
+                total = parse_quantity(caps[name]["value"])[0]
+                if st.consumed.get((key, name), Fraction(0)) + amount > total:
+                    return None
+        use = _counter_use(cand, self.node.counter_sets)
+        if use is None:
+            return None
+        if use:
+            if (cand.driver, cand.pool) in st.overdrawn_pools:
+                return None
+            for ckey, amount in use.items():
+                if st.used.get(ckey, Fraction(0)) + amount > st.available[ckey]:
+                    return None
+        for ckey, amount in use.items():
+            st.used[ckey] = st.used.get(ckey, Fraction(0)) + amount
+        if cand.multi:
+            for name, amount in consumed.items():
+                st.consumed[(key, name)] = st.consumed.get((key, name), Fraction(0)) + amount
+        else:
+            st.exclusive.add(key)
+
+        def undo() -> None:
+            for ckey, amount in use.items():
+                st.used[ckey] -= amount
+            if cand.multi:
+                for name, amount in consumed.items():
+                    st.consumed[(key, name)] -= amount
+            else:
+                st.exclusive.discard(key)
+
+        return undo
+
+
+class SchedulerSim:
+    """Allocates ResourceClaims on one node the way kube-scheduler's DRA plugin would."""
+
+    def __init__(self, api_client: kubernetes.client.ApiClient, driver_name: str) -> None:
+        self._client = api_client
+        self._api = kubernetes.client.ResourceV1Api(api_client)
+        self.driver_name = driver_name
+
+    # ---- public
+
+    @property
+    def api_client(self) -> kubernetes.client.ApiClient:
+        return self._client
+
+    def schedule_pod(self, namespace: str, pod_name: str, node_name: str) -> dict[str, Any] | None:
+        """A pod's extended-resource requests (KEP-5004): see ``flexnpu_testing/extended_resources.py``."""
+        from flexnpu_testing import extended_resources
+
+        return extended_resources.schedule_pod(self, namespace, pod_name, node_name)
+
+    def allocate(
+        self,
+        namespace: str,
+        claim_name: str,
+        node_name: str,
+        *,
+        reserved_for: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        """Allocate the claim on ``node_name`` and reserve it; returns the stored claim (camelCase dict).
+
+        An already allocated claim only gets the new ``reserved_for`` entries. Raises Unschedulable.
+        """
+        for attempt in range(MAX_CONFLICT_RETRIES):
+            claim = self._read_claim(namespace, claim_name)
+            status = dict(claim.get("status") or {})
+            if not status.get("allocation"):
+                status["allocation"] = self._plan(claim, node_name)
+            reserved = list(status.get("reservedFor") or [])
+            for ref in reserved_for or []:
+                if all(r.get("uid") != ref.get("uid") for r in reserved):
+                    reserved.append(dict(ref))
+            if reserved:
+                status["reservedFor"] = reserved
+            try:
+                return self._write_status(claim, status)
+            except ApiException as exc:
+                if exc.status != 409 or attempt == MAX_CONFLICT_RETRIES - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    def deallocate(self, namespace: str, claim_name: str) -> dict[str, Any]:
+        """Clear allocation, reservations and device status, as the resourceclaim controller does."""
+        for attempt in range(MAX_CONFLICT_RETRIES):
+            claim = self._read_claim(namespace, claim_name)
+            status = {
+                k: v
+                for k, v in (claim.get("status") or {}).items()
+                if k not in ("allocation", "reservedFor", "devices")
+            }
+            try:
+                return self._write_status(claim, status)
+            except ApiException as exc:
+                if exc.status != 409 or attempt == MAX_CONFLICT_RETRIES - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    # ---- planning
+
+    def _plan(self, claim: Obj, node_name: str) -> Obj:
+        meta = claim["metadata"]
+        ns, name = meta["namespace"], meta["name"]
+        devices = (claim.get("spec") or {}).get("devices") or {}
+        constraints = [_constraint(c, f"claim {ns}/{name}") for c in devices.get("constraints") or []]
+        node = self._node_devices(node_name)
+        state = self._usage(claim, node)
+        requests: list[list[_Option]] = []
+        for request in devices.get("requests") or []:
+            subs = (
+                [(request["name"], request["exactly"])]
+                if request.get("exactly")
+                else [
+                    (f"{request['name']}/{sub['name']}", sub) for sub in request.get("firstAvailable") or []
+                ]
+            )
+            requests.append([self._option(result_name, sub, node) for result_name, sub in subs])
+        search = _Search(node, state, constraints)
+        chosen = search.run(requests)
+        if chosen is None:
+            raise Unschedulable(ns, name, search.reason(requests, devices.get("requests") or []))
+        results: list[Obj] = []
+        class_configs: list[Obj] = []
+        for option, picks in chosen:
+            results += [_result(option, node.candidates[i], consumed) for i, consumed in picks]
+            for cfg in option.class_config:
+                class_configs.append(
+                    {"source": "FromClass", "requests": [option.result_name], **_config_body(cfg)}
+                )
+        claim_configs = [
+            {"source": "FromClaim", "requests": list(cfg.get("requests") or []), **_config_body(cfg)}
+            for cfg in devices.get("config") or []
+        ]
+        config = class_configs + claim_configs
+        alloc: Obj = {
+            "devices": {"results": results},
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]}
+                ]
+            },
+        }
+        if config:
+            alloc["devices"]["config"] = config
+        return alloc
+
+    def _option(self, result_name: str, request: Obj, node: _Node) -> _Option:
+        """One (sub)request: the devices that match its selectors and tolerate their taints, in order."""
+        mode = request.get("allocationMode", "ExactCount")
+        if mode not in ("ExactCount", "All"):
+            raise NotImplementedError(
+                f"request {result_name!r}: allocationMode {mode!r} is not supported by SchedulerSim"
+            )
+        if request.get("adminAccess"):
+            raise NotImplementedError(
+                f"request {result_name!r}: adminAccess is not supported by SchedulerSim"
+            )
+        cls = self._device_class(request["deviceClassName"])
+        selectors = [
+            _compile_cel(s["cel"]["expression"]) for s in (cls.get("spec") or {}).get("selectors") or []
+        ]
+        selectors += [_compile_cel(s["cel"]["expression"]) for s in request.get("selectors") or []]
+        wanted = (request.get("capacity") or {}).get("requests") or {}
+        matching: list[tuple[int, dict[str, Fraction]]] = []
+        for i, cand in enumerate(node.candidates):
+            if (
+                cand.pool_unusable
+                or not all(sel(cand) for sel in selectors)
+                or not _tolerated(cand.device, request)
+            ):
+                continue
+            if cand.multi:
+                consumed = _consumed_capacity(cand.device, wanted)
+                if consumed is None:
+                    continue
+            elif not _exclusive_capacity_fits(cand.device, wanted):
+                continue
+            else:
+                consumed = {}
+            matching.append((i, consumed))
+        return _Option(
+            result_name=result_name,
+            class_name=request["deviceClassName"],
+            # All: every matching device, and at least one (none matching cannot be satisfied)
+            count=(len(matching) or 1) if mode == "All" else int(request.get("count", 1)),
+            tolerations=list(request.get("tolerations") or []),
+            matching=matching,
+            class_config=list((cls.get("spec") or {}).get("config") or []),
+        )
+
+    # ---- API reads
+
+    def _node_devices(self, node_name: str) -> _Node:
+        """Devices and counter sets of the node's pools, newest pool generation only, in slice order."""
+        slices = [
+            s
+            for s in map(self._to_dict, self._api.list_resource_slice().items)
+            if s["spec"].get("nodeName") == node_name or s["spec"].get("allNodes")
+        ]
+        newest: dict[tuple[str, str], int] = {}
+        for s in slices:
+            key = (s["spec"]["driver"], s["spec"]["pool"]["name"])
+            newest[key] = max(newest.get(key, 0), int(s["spec"]["pool"]["generation"]))
+        current = [
+            s
+            for s in sorted(slices, key=lambda s: s["metadata"]["name"])
+            if int(s["spec"]["pool"]["generation"])
+            == newest[(s["spec"]["driver"], s["spec"]["pool"]["name"])]
+        ]
+        unusable: set[tuple[str, str]] = set()
+        for key in newest:
+            pool_slices = [s for s in current if (s["spec"]["driver"], s["spec"]["pool"]["name"]) == key]
+            expected = max(int(s["spec"]["pool"].get("resourceSliceCount") or 1) for s in pool_slices)
+            names = [d["name"] for s in pool_slices for d in s["spec"].get("devices") or []]
+            if len(pool_slices) < expected or len(names) != len(set(names)):
+                unusable.add(key)  # incomplete or invalid: the allocator does not use the pool
+        candidates: list[_Candidate] = []
+        counters: dict[tuple[str, str, str], dict[str, Fraction]] = {}
+        for s in current:
+            spec = s["spec"]
+            driver, pool = spec["driver"], spec["pool"]["name"]
+            for cset in spec.get("sharedCounters") or []:
+                counters[(driver, pool, cset["name"])] = {
+                    n: parse_quantity(c["value"])[0] for n, c in (cset.get("counters") or {}).items()
+                }
+            candidates += [
+                _Candidate(driver, pool, dev, (driver, pool) in unusable) for dev in spec.get("devices") or []
+            ]
+        return _Node(candidates, counters)
+
+    def _usage(self, claim: Obj, node: _Node) -> _State:
+        """What every other allocated claim holds on these devices.
+
+        Counters: each device allocated at all (exclusively or by any number of shares) uses its
+        ``consumesCounters`` once, as the v1.36 allocator rebuilds them from allocated devices.
+        """
+        by_key = {c.key: c for c in node.candidates}
+        state = _State()
+        allocated: set[DevKey] = set()
+        for other in map(self._to_dict, self._api.list_resource_claim_for_all_namespaces().items):
+            allocation = (other.get("status") or {}).get("allocation")
+            if other["metadata"]["uid"] == claim["metadata"]["uid"] or not allocation:
+                continue
+            for res in (allocation.get("devices") or {}).get("results") or []:
+                if res.get("adminAccess"):
+                    continue
+                key = (res["driver"], res["pool"], res["device"])
+                allocated.add(key)
+                if res.get("shareID") is None:
+                    state.exclusive.add(key)
+                for cap, value in (res.get("consumedCapacity") or {}).items():
+                    state.consumed[(key, cap)] = (
+                        state.consumed.get((key, cap), Fraction(0)) + parse_quantity(value)[0]
+                    )
+        for (driver, pool, cset), totals in node.counter_sets.items():
+            for name, value in totals.items():
+                state.available[(driver, pool, cset, name)] = value
+        for key in allocated:
+            cand = by_key.get(key)
+            if cand is None:
+                continue
+            for cons in cand.device.get("consumesCounters") or []:
+                for name, ctr in (cons.get("counters") or {}).items():
+                    ckey = (key[0], key[1], cons["counterSet"], name)
+                    if ckey in state.available:
+                        state.available[ckey] -= parse_quantity(ctr["value"])[0]
+        state.overdrawn_pools = {(k[0], k[1]) for k, v in state.available.items() if v < 0}
+        return state
+
+    def _device_class(self, name: str) -> Obj:
+        return self._to_dict(self._api.read_device_class(name))
+
+    def _read_claim(self, namespace: str, name: str) -> Obj:
+        return self._to_dict(self._api.read_namespaced_resource_claim(name, namespace))
+
+    def _write_status(self, claim: Obj, status: Obj) -> Obj:
+        meta = claim["metadata"]
+        body = {**claim, "status": status}
+        model = kubernetes.client.ResourceV1ResourceClaim.from_dict(body)
+        assert model is not None
+        stored = self._api.replace_namespaced_resource_claim_status(meta["name"], meta["namespace"], model)
+        return self._to_dict(stored)
+
+    def _to_dict(self, model: Any) -> Obj:
+        out: Obj = self._client.sanitize_for_serialization(model)  # type: ignore[no-untyped-call]
+        return out
+
+
+# ---- pure helpers
+
+
+def _constraint(doc: Obj, where: str) -> _Constraint:
+    kinds = [k for k in ("matchAttribute", "distinctAttribute") if doc.get(k)]
+    if len(kinds) != 1:
+        raise NotImplementedError(
+            f"{where}: a constraint needs exactly one of matchAttribute, distinctAttribute"
+        )
+    return _Constraint(
+        requests=frozenset(doc.get("requests") or ()),
+        attribute=str(doc[kinds[0]]),
+        distinct=kinds[0] == "distinctAttribute",
+    )
+
+
+def _config_body(cfg: Obj) -> Obj:
+    return {k: v for k, v in cfg.items() if k not in ("requests", "source")}
+
+
+def _compile_cel(expression: str) -> Callable[[_Candidate], bool]:
+    """Compile the supported CEL subset into a predicate; anything else is NotImplementedError."""
+    terms = [t.strip() for t in expression.split("&&")]
+    preds: list[Callable[[_Candidate], bool]] = []
+    for term in terms:
+        if (m := _CEL_DRIVER.match(term)) is not None:
+            want = m.group(1)
+            preds.append(lambda c, want=want: c.driver == want)  # type: ignore[misc]
+        elif (m := _CEL_ATTR.match(term)) is not None:
+            domain, attr, literal = m.group(1), m.group(2), _cel_literal(m.group(3).strip(), expression)
+            preds.append(lambda c, d=domain, a=attr, v=literal: _attribute(c, d, a) == v)  # type: ignore[misc]
+        else:
+            raise NotImplementedError(
+                f'CEL selector {expression!r}: SchedulerSim only supports `device.driver == "x"` and '
+                f'`device.attributes["domain"].name == <literal>` joined by `&&`'
+            )
+    return lambda c: all(p(c) for p in preds)
+
+
+def _cel_literal(text: str, expression: str) -> object:
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        return text[1:-1]
+    if text in ("true", "false"):
+        return text == "true"
+    if re.fullmatch(r"-?\d+", text):
+        return int(text)
+    raise NotImplementedError(f"CEL selector {expression!r}: unsupported literal {text!r}")
+
+
+def _attribute(cand: _Candidate, domain: str, name: str) -> object:
+    attrs = cand.device.get("attributes") or {}
+    attr = attrs.get(f"{domain}/{name}")
+    if attr is None and domain == cand.driver:
+        attr = attrs.get(name)
+    if not isinstance(attr, dict):
+        return None
+    for kind in ("string", "int", "bool", "version"):
+        if kind in attr:
+            return attr[kind]
+    return None
+
+
+def _tolerated(dev: Obj, request: Obj) -> bool:
+    tolerations = request.get("tolerations") or []
+    for taint in dev.get("taints") or []:
+        if taint.get("effect") not in ("NoSchedule", "NoExecute"):
+            continue
+        if not any(_tolerates(t, taint) for t in tolerations):
+            return False
+    return True
+
+
+def _tolerates(tol: Obj, taint: Obj) -> bool:
+    if tol.get("effect") and tol["effect"] != taint.get("effect"):
+        return False
+    if tol.get("operator", "Equal") == "Exists":
+        return not tol.get("key") or tol["key"] == taint.get("key")
+    return bool(tol.get("key") == taint.get("key") and tol.get("value", "") == taint.get("value", ""))
+
+
+def _consumed_capacity(dev: Obj, wanted: dict[str, str]) -> dict[str, Fraction] | None:
+    """Per-capacity amounts one share consumes (policy-rounded), or None if the request cannot fit."""
+    caps = dev.get("capacity") or {}
+    if any(name not in caps for name in wanted):
+        return None
+    out: dict[str, Fraction] = {}
+    for name, cap in caps.items():
+        total = parse_quantity(cap["value"])[0]
+        policy = cap.get("requestPolicy") or {}
+        if name not in wanted:
+            out[name] = parse_quantity(policy["default"])[0] if policy.get("default") else total
+            continue
+        amount = parse_quantity(wanted[name])[0]
+        if policy.get("validValues"):
+            fitting = sorted(v for v in (parse_quantity(x)[0] for x in policy["validValues"]) if v >= amount)
+            if not fitting:
+                return None
+            amount = fitting[0]
+        elif policy.get("validRange"):
+            rng = policy["validRange"]
+            low = parse_quantity(rng["min"])[0]
+            amount = max(amount, low)
+            if rng.get("step"):
+                step = parse_quantity(rng["step"])[0]
+                amount = low + math.ceil((amount - low) / step) * step
+            if rng.get("max") and amount > parse_quantity(rng["max"])[0]:
+                return None
+        out[name] = amount
+    return out
+
+
+def _exclusive_capacity_fits(dev: Obj, wanted: dict[str, str]) -> bool:
+    """On an exclusive device, each requested capacity is a minimum the device must have."""
+    caps = dev.get("capacity") or {}
+    for name, amount in wanted.items():
+        if name not in caps or parse_quantity(caps[name]["value"])[0] < parse_quantity(amount)[0]:
+            return False
+    return True
+
+
+def _result(option: _Option, cand: _Candidate, consumed: dict[str, Fraction]) -> Obj:
+    result: Obj = {
+        "request": option.result_name,
+        "driver": cand.driver,
+        "pool": cand.pool,
+        "device": cand.device["name"],
+    }
+    if option.tolerations:
+        result["tolerations"] = option.tolerations
+    if cand.multi:
+        result["shareID"] = str(uuid.uuid4())
+        result["consumedCapacity"] = {
+            cap: format_quantity(amount, _fmt(cand.device, cap)) for cap, amount in consumed.items()
+        }
+    return result
+
+
+def _counter_use(
+    cand: _Candidate, counter_sets: dict[tuple[str, str, str], dict[str, Fraction]]
+) -> dict[CounterKey, Fraction] | None:
+    out: dict[CounterKey, Fraction] = {}
+    for cons in cand.device.get("consumesCounters") or []:
+        cset = counter_sets.get((cand.driver, cand.pool, cons["counterSet"]))
+        if cset is None:
+            return None  # unknown counter set: the real allocator treats the device as unusable
+        for name, ctr in (cons.get("counters") or {}).items():
+            if name not in cset:
+                return None
+            key = (cand.driver, cand.pool, cons["counterSet"], name)
+            out[key] = out.get(key, Fraction(0)) + parse_quantity(ctr["value"])[0]
+    return out
+
+
+def _fmt(dev: Obj, cap: str) -> str:
+    return parse_quantity((dev.get("capacity") or {})[cap]["value"])[1]
