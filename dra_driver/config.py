@@ -312,3 +312,68 @@ def _max_shares(value: str | None) -> int:
             field="max-shares-per-die",
         )
     return int(number)
+
+
+WEBHOOK_FLAGS: tuple[Flag, ...] = (
+    Flag("driver-name", DEFAULT_DRIVER_NAME, "DRA driver name whose opaque configs are checked"),
+    Flag(
+        "share-classes",
+        "vnpu.flexnpu.io",
+        "comma-separated DeviceClasses of soft-split shares, each optionally =<policy> its devices serve"
+        " (a request's vnpus must divide its memory and compute; a config's policy must be its class's)",
+    ),
+    Flag("webhook-host", "0.0.0.0", "address the admission webhook listens on"),
+    Flag("webhook-port", "8443", "HTTPS port of the admission webhook"),
+    Flag(
+        "tls-cert-file",
+        None,
+        "serving certificate (PEM); the API server needs TLS ('' = plain HTTP, for tests)",
+    ),
+    Flag("tls-key-file", None, "private key of the serving certificate (PEM)"),
+    Flag("log-level", "INFO", "log level"),
+    Flag("log-json", "false", "log JSON lines instead of text (true|false)"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookConfig:
+    """``flexnpu-dra webhook``: the validating admission webhook for VnpuConfig."""
+
+    driver_name: str
+    share_classes: tuple[str, ...]
+    host: str
+    port: int
+    tls_cert: Path | None
+    tls_key: Path | None
+    log_level: str = "INFO"
+    log_json: bool = False
+
+
+def build_webhook(values: Mapping[str, str | None]) -> WebhookConfig:
+    cert, key = values.get("tls_cert_file") or None, values.get("tls_key_file") or None
+    if bool(cert) != bool(key):
+        raise InvalidInput(
+            "give both --tls-cert-file and --tls-key-file, or neither",
+            code=ErrorCode.INVALID_CONFIG,
+            field="tls-key-file" if cert else "tls-cert-file",
+        )
+    port = _number("webhook-port", values.get("webhook_port") or "8443")
+    if port != int(port) or not 0 <= port <= 65535:
+        raise InvalidInput(
+            f"expected a port 0..65535, got {port!r}", code=ErrorCode.INVALID_CONFIG, field="webhook-port"
+        )
+    classes = tuple(c.strip() for c in (values.get("share_classes") or "").split(",") if c.strip())
+    if not classes:
+        raise InvalidInput(
+            "name at least one share class", code=ErrorCode.INVALID_CONFIG, field="share-classes"
+        )
+    return WebhookConfig(
+        driver_name=values.get("driver_name") or DEFAULT_DRIVER_NAME,
+        share_classes=classes,
+        host=values.get("webhook_host") or "0.0.0.0",
+        port=int(port),
+        tls_cert=Path(cert).absolute() if cert else None,
+        tls_key=Path(key).absolute() if key else None,
+        log_level=values.get("log_level") or "INFO",
+        log_json=_bool("log-json", values.get("log_json")),
+    )

@@ -5,7 +5,9 @@
 * the registration socket answers ``GetInfo`` as a ``DRAPlugin`` named after this driver, with this instance's
   DRA endpoint — what the kubelet's plugin watcher asks first;
 * the DRA endpoint serves a ``NodePrepareResources`` call with no claims (the kubelet's own service, through the
-  plugin's handler, changes nothing).
+  plugin's handler, changes nothing);
+* the instance says it serves (``dra_driver/readiness.py``): the kubelet registered it and it has published a
+  complete pool — a plugin that never published a slice is not ready.
 
 * and, when a daemon socket is configured, the daemon does not report that it refuses shares because a share's
   shm dir cannot be bounded on this node (an unreachable daemon does not fail the plugin's probe).
@@ -31,7 +33,7 @@ from collections.abc import Mapping, Sequence
 
 import grpc
 
-from dra_driver import config
+from dra_driver import config, readiness
 from dra_driver.errors import FlexNPUError
 from dra_kubeletplugin.protos.gen import (
     dra_v1_pb2,
@@ -77,7 +79,13 @@ def check_plugin(env: Mapping[str, str], timeout: float = DEFAULT_TIMEOUT) -> st
         problem = _daemon_health(str(cfg.daemon_socket), timeout)
         if problem:
             raise ProbeFailed(f"flexnpu-daemon refuses shares on this node: {problem}")
-    return f"plugin {cfg.driver_name} answers on {reg} and {info.endpoint}"
+    ready_file = readiness.path_for(cfg.paths.run_dir, cfg.pod_uid)
+    state = readiness.read(ready_file)
+    if state is None:
+        raise ProbeFailed(f"no readiness record {ready_file}: the node process has not started its loops")
+    if not state.ready:
+        raise ProbeFailed(f"plugin {cfg.driver_name} answers on {reg} but is not ready: {state.missing()}")
+    return f"plugin {cfg.driver_name} answers on {reg} and {info.endpoint}, registered, pool published"
 
 
 def _daemon_health(socket_path: str, timeout: float) -> str:

@@ -164,12 +164,25 @@ class Helper:
         self._controller: SliceController | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._never = threading.Event()
         self._lock = threading.Lock()
 
     @property
     def registered(self) -> threading.Event:
         """Set while the kubelet accepts the plugin (its NotifyRegistrationStatus said so)."""
         return self.server.registration.registered
+
+    @property
+    def published(self) -> threading.Event:
+        """Set once the resources given to :meth:`publish_resources` were completely published."""
+        return self._controller.published if self._controller is not None else self._never
+
+    def withdraw_resources(self) -> int:
+        """After :meth:`stop`: delete this node's slices of this driver now (a clean uninstall, not a
+        rolling update, whose other instance still serves); how many went. The kubelet would after 30 s."""
+        if self._controller is None:
+            return 0
+        return self._controller.withdraw()
 
     @property
     def controller(self) -> SliceController | None:

@@ -1,6 +1,6 @@
 """``flexnpu-dra``: ``plugin`` runs the node process; ``probe`` asks it whether its loops are alive;
-``demo`` says how to run the demo from a clone (the demo drives test doubles, which no wheel or
-image ships)."""
+``webhook`` serves the admission webhook that checks VnpuConfig at ``kubectl apply``; ``demo`` says how
+to run the demo from a clone (the demo drives test doubles, which no wheel or image ships)."""
 
 from __future__ import annotations
 
@@ -37,6 +37,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     probe.add_argument(
         "--timeout", type=float, default=5.0, help="seconds to wait for the answer (default 5)"
     )
+    webhook = sub.add_parser(
+        "webhook", help="serve the validating admission webhook for VnpuConfig in claims and claim templates"
+    )
+    config.add_flags(webhook, config.WEBHOOK_FLAGS)
     demo = sub.add_parser(
         "demo", help="print how to run the demo (a local node with emulated NPUs) from a clone"
     )
@@ -55,10 +59,26 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"flexnpu-dra plugin: {err}", file=sys.stderr)
             return 2
         return node.run(cfg)
+    if args.command == "webhook":
+        return _webhook(args)
     if args.command == "probe":
         return _probe(args.host, args.port, args.timeout)
     print(DEMO_HINT, file=sys.stderr)
     return 2
+
+
+def _webhook(args: argparse.Namespace) -> int:
+    from controller import webhook
+    from dra_driver import admission, logs
+
+    try:
+        cfg = config.build_webhook(config.resolve(args, os.environ, config.WEBHOOK_FLAGS))
+        admission.parse_share_classes(cfg.share_classes)  # a bad policy name fails here, not per review
+    except FlexNPUError as err:
+        print(f"flexnpu-dra webhook: {err}", file=sys.stderr)
+        return 2
+    logs.setup(cfg.log_level, json_format=cfg.log_json)
+    return webhook.run(cfg)
 
 
 def _probe(host: str, port: int, timeout: float) -> int:

@@ -10,24 +10,40 @@ prepared claims are not touched, so a restart or rolling update is seamless.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
+import os
 import signal
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from types import FrameType
 
 import dra_kubeletplugin
 from controller.cleanup import Reconciler
 from controller.kube import Kube
 from controller.status import ClaimStatusWriter
-from dra_driver import cdi, discovery, liveness, logs, netlink, records, slices, sweep, usage_metrics, vnpu
+from dra_driver import (
+    cdi,
+    discovery,
+    liveness,
+    logs,
+    netlink,
+    readiness,
+    records,
+    rediscovery,
+    slices,
+    sweep,
+    usage_metrics,
+    vnpu,
+)
 from dra_driver.aclserver import ledger
 from dra_driver.checkpoint import CheckpointStore
 from dra_driver.config import Config
 from dra_driver.daemon_api.client import DaemonClient
 from dra_driver.daemon_api.values import LEDGER_DIR_NAME
-from dra_driver.devices import DieMode, Inventory
+from dra_driver.devices import Die, DieMode, Inventory
 from dra_driver.errors import FlexNPUError
 from dra_driver.sharing import Policy
 from dra_driver.telemetry import Telemetry
@@ -45,6 +61,8 @@ log = logging.getLogger("flexnpu.node")
 
 LOOP_ACLSERVERS = "aclserver-monitor"
 LOOP_REDISCOVER = "rediscover"
+LOOP_READINESS = "readiness"
+READINESS_PERIOD = 0.5
 ACLSERVER_PERIOD = healing.ACLSERVER_PERIOD
 
 
@@ -76,6 +94,8 @@ class NodeCore:
             str(m) in ("hard", "all") for m in self.inventory.die_modes.values()
         )
         self._foreign: tuple[vnpu.Vnpu, ...] = ()
+        self.withheld: frozenset[int] = frozenset()
+        """Dies discovered but not published yet: not every part that serves them can (rediscovery)."""
         self.preparer = Preparer(
             settings=PrepareSettings(
                 driver_name=cfg.driver_name,
@@ -154,6 +174,7 @@ class NodeProcess(NodeCore):
             ),
         )
         self.stop_event = threading.Event()
+        self.readiness_file = readiness.path_for(cfg.paths.run_dir, cfg.pod_uid)
         self.use_counters = True
         self.pool = self._desired()
         self.health = InventoryHealth(self.inventory, cfg.pool_name, self.pool.device_names)
@@ -205,13 +226,20 @@ class NodeProcess(NodeCore):
         except PluginError as err:
             log.error("not publishing this node's pool: %s", err)
 
+    def mode_of(self, die: Die, inventory: Inventory) -> DieMode:
+        return slices.resolve_mode(die, inventory, DieMode(self.cfg.default_mode))
+
     def _desired(self) -> slices.DesiredPool:
-        mode = DieMode(self.cfg.default_mode)
+        published = self.inventory
+        if self.withheld:
+            published = dataclasses.replace(
+                published, dies=tuple(d for d in published.dies if d.phy_id not in self.withheld)
+            )
         return slices.build_pool(
-            self.inventory,
+            published,
             driver_name=self.cfg.driver_name,
             node_name=self.cfg.node_name,
-            mode_of=lambda die: slices.resolve_mode(die, self.inventory, mode),
+            mode_of=lambda die: self.mode_of(die, published),
             use_counters=self.use_counters,
             max_shares_per_die=self.cfg.max_shares_per_die,
             held=self._held(),
@@ -275,6 +303,7 @@ class NodeProcess(NodeCore):
         self._threads.append(r)
         if self.daemon is not None:
             self._loop(LOOP_ACLSERVERS, self._aclserver_pass(), deadline=ACLSERVER_PERIOD * 5 + 60)
+        self._loop(LOOP_READINESS, self._readiness_pass(), deadline=READINESS_PERIOD * 10 + 60)
         if self.cfg.rediscover_seconds > 0:
             self._loop(
                 LOOP_REDISCOVER, self._rediscover_pass(), deadline=self.cfg.rediscover_seconds * 2 + 120
@@ -300,6 +329,64 @@ class NodeProcess(NodeCore):
         t.start()
         self._threads.append(t)
 
+    def _leave_node(self) -> None:
+        """A clean stop of the last instance on the node (an uninstall, not a rolling update, whose surge
+        pod still serves): withdraw this node's slices at once (the kubelet would only after 30 s), and
+        remove the control link when nothing is prepared here any more. On doubt (another instance
+        may answer, the daemon does not, a claim is recorded) everything stays."""
+        others = other_instances(
+            self.cfg.paths.kubelet_registry_dir, self.cfg.driver_name, str(self.cfg.dra_socket)
+        )
+        if others:
+            log.info(
+                "stop: %d other instance(s) serve this node (%s); slices stay", len(others), ", ".join(others)
+            )
+            return
+        if self.helper is None:
+            return
+        try:
+            withdrawn = self.helper.withdraw_resources()
+            log.info("stop: last instance on the node; withdrew %d ResourceSlice(s)", withdrawn)
+        except FlexNPUError as err:
+            log.warning("stop: could not withdraw the slices (the kubelet removes them 30 s after): %s", err)
+        if not self.cfg.control_link or not self._nothing_prepared():
+            return
+        try:
+            if netlink.remove_link(self.cfg.control_link):
+                log.info(
+                    "stop: nothing prepared on the node; removed the control link %s", self.cfg.control_link
+                )
+        except FlexNPUError as err:
+            log.warning("stop: could not remove the control link %s: %s", self.cfg.control_link, err)
+
+    def _nothing_prepared(self) -> bool:
+        try:
+            if self.store.read().claims:
+                return False
+            return self.daemon is None or not self.daemon.list()
+        except FlexNPUError as err:
+            log.info("stop: keeping the control link, cannot prove nothing is prepared: %s", err)
+            return False
+
+    def _readiness_pass(self) -> Callable[[], float | None]:
+        """Record whether this instance serves (registered by the kubelet, pool published) for the
+        readiness probe (dra_driver/readiness.py), on every change."""
+        last: list[readiness.State | None] = [None]
+
+        def iteration() -> float | None:
+            state = readiness.State(
+                registered=self.helper is not None and self.helper.registered.is_set(),
+                published=self.helper is not None and self.helper.published.is_set(),
+                pid=os.getpid(),
+            )
+            if state != last[0]:
+                readiness.write(self.readiness_file, state)
+                log.info("readiness: %s", "ready" if state.ready else f"not ready: {state.missing()}")
+                last[0] = state
+            return READINESS_PERIOD
+
+        return iteration
+
     def _rediscover_pass(self) -> Callable[[], float | None]:
         """Discover the dies again; on a change (health, dies added or gone) republish and re-report health."""
         source = discovery.from_config(inventory=self.cfg.inventory, npu_smi=self.cfg.npu_smi)
@@ -318,23 +405,81 @@ class NodeProcess(NodeCore):
         return iteration
 
     def _rediscover_once(self, source: discovery.Discovery) -> None:
+        """Serve a changed inventory as one: make the node able to serve it (emulated device root, vNPU
+        manager), then publish each die once every part that serves it can (dra_driver/rediscovery.py)."""
         fresh = source.discover()
-        if fresh == self.inventory:
+        if fresh == self.inventory and not self.withheld:
             if self._desired() != self.pool:  # capacity held by vNPUs made outside the driver changed
                 self._publish()
             return
-        if fresh != self.inventory:
-            changed = sorted(
-                {d.phy_id for d in fresh.dies} ^ {d.phy_id for d in self.inventory.dies}
-                | {d.phy_id for d in fresh.dies if d not in self.inventory.dies}
+        change = rediscovery.describe(self.inventory, fresh, self.mode_of)
+        if change:
+            log.warning("inventory changed: %s", change.text())
+            self._serve_inventory(fresh)
+        served_shared = {
+            d.phy_id
+            for d in self.inventory.dies
+            if d.phy_id not in self.withheld and rediscovery.needs_daemon(self.mode_of(d, self.inventory))
+        }
+        withheld = rediscovery.withheld(
+            fresh, self.mode_of, daemon_dies=self._daemon_dies(), served_shared=served_shared
+        )
+        if withheld:
+            log.warning(
+                "die(s) %s not published yet: flexnpu-daemon does not serve them yet (it discovers again every"
+                " --rediscover-seconds)",
+                sorted(withheld),
             )
-            log.warning("inventory changed (dies %s); republishing slices and health", changed)
-            self.inventory = fresh
-            self.health.inventory = fresh
-            self._publish()
-            self.health.published = set(self.pool.device_names)
-            if self.helper is not None:
-                self.helper.notify_health_changed()
+        elif self.withheld:
+            log.info("die(s) %s now served by flexnpu-daemon: publishing them", sorted(self.withheld))
+        if fresh == self.inventory and withheld == self.withheld:
+            return
+        self.inventory = fresh
+        self.withheld = withheld
+        self.health.inventory = fresh
+        self._publish()
+        self.health.published = set(self.pool.device_names)
+        if self.helper is not None:
+            self.helper.notify_health_changed()
+
+    def _serve_inventory(self, fresh: Inventory) -> None:
+        """Before a changed inventory is published: the emulated device nodes of new dies, and a vNPU
+        manager that knows them when any die now offers templates."""
+        if self.cfg.build_device_root:
+            from dra_driver import devroot
+
+            devroot.build_for_config(self.cfg)
+        needs_hard = any(self.mode_of(d, fresh) in rediscovery.HARD_MODES for d in fresh.dies)
+        if needs_hard:
+            self.vnpus = vnpu.from_config(
+                inventory=fresh,
+                emulated=self.cfg.inventory is not None,
+                device_root=self.cfg.paths.device_root,
+                npu_smi=self.cfg.npu_smi,
+            )
+            if self.preparer.hard is None:
+                log.info("a die now offers hard-split templates: the vNPU manager is started")
+            self.hard_split = True
+            self.preparer.set_hard(
+                hardsplit.HardVnpus(self.vnpus, lambda: self.inventory, self.cfg.paths.state_dir)
+            )
+            self.reconciler.places = dataclasses.replace(
+                self.reconciler.places,
+                hard=sweeping.HardSweep(self.vnpus, lambda: self.inventory, self.cfg.paths.state_dir),
+            )
+
+    def _daemon_dies(self) -> frozenset[int] | None:
+        """The dies flexnpu-daemon serves now; None when it cannot say (unreachable, or too old)."""
+        if self.daemon is None:
+            return None
+        try:
+            health = self.daemon.health()
+        except FlexNPUError as err:
+            log.info("rediscovery: cannot ask flexnpu-daemon which dies it serves: %s", err)
+            return None
+        if not health.die_ids and health.dies:
+            return None
+        return frozenset(health.die_ids)
 
     def _check_boot(self) -> None:
         """After a reboot the tmpfs state (CDI specs, client.conf, shm) and the aclservers are gone.
@@ -416,9 +561,33 @@ class NodeProcess(NodeCore):
             self.helper.stop(grace=5.0)
         for t in self._threads:
             t.join(timeout=10)
+        self._leave_node()
         self.close()
         self.telemetry.shutdown()
+        readiness.remove(self.readiness_file)
         log.info("node process stopped; sockets removed")
+
+
+def other_instances(
+    registry_dir: Path, driver_name: str, own_endpoint: str, *, timeout: float = 2.0
+) -> list[str]:
+    """Endpoints of other live instances of this driver: registration sockets in the kubelet's registry
+    that answer GetInfo as this driver with another endpoint (a rolling update's other pod)."""
+    import grpc
+
+    from dra_kubeletplugin.protos.gen import pluginregistration_v1_pb2, pluginregistration_v1_pb2_grpc
+
+    found = []
+    for sock in sorted(registry_dir.glob(f"{driver_name}*-reg.sock")):
+        try:
+            with grpc.insecure_channel(f"unix:{sock}") as channel:
+                stub = pluginregistration_v1_pb2_grpc.RegistrationStub(channel)  # type: ignore[no-untyped-call]
+                info = stub.GetInfo(pluginregistration_v1_pb2.InfoRequest(), timeout=timeout)
+        except grpc.RpcError:
+            continue  # a stale socket: nobody serves it
+        if info.name == driver_name and info.endpoint != own_endpoint:
+            found.append(info.endpoint)
+    return found
 
 
 def run(cfg: Config) -> int:

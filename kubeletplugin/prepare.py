@@ -71,6 +71,11 @@ class Preparer:
         self.after_batch: Callable[[], None] = lambda: None
         """Called after each kubelet call (the node republishes when a die's share policy changed)."""
 
+    def set_hard(self, hard: HardVnpus) -> None:
+        """Serve hard-split vNPUs with ``hard`` from now on (an inventory change added template dies)."""
+        self.hard = hard
+        self.effects.hard = hard
+
     # -- kubelet calls ---------------------------------------------------------------------
 
     def prepare(self, claims: Sequence[ResourceClaim]) -> dict[str, PrepareResult]:

@@ -10,6 +10,8 @@ Usage::
                                               residual (or stop an orphan aclserver no entry owns)
     flexnpu-smi adopt                         checkpoint untrusted: record what the node holds and the API allocated
     flexnpu-smi discard                       checkpoint untrusted: set damaged records aside, trust the rest
+    flexnpu-smi uninstall [--yes] [--force]   after helm uninstall: list (remove with --yes) what the driver
+                                              left on the node (kubeletplugin/uninstall.py)
 
 It reads the node's checkpoint and talks to flexnpu-daemon and, when it can, the Kubernetes
 API (``--kubeconfig`` or the in-cluster config). Without the API the PODS and RESIDUAL columns
@@ -436,6 +438,17 @@ def _adopt_or_discard(args: argparse.Namespace, tool: Tool, out: TextIO) -> int:
     return EXIT_OK
 
 
+def _uninstall_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--yes", action="store_true", help="remove (without it: list what would go)")
+    parser.add_argument("--force", action="store_true", help="remove even while claims or aclservers remain")
+
+
+def _uninstall(args: argparse.Namespace, tool: Tool, out: TextIO) -> int:
+    from kubeletplugin import uninstall
+
+    return uninstall.run(tool.cfg, tool.kube, tool.daemon, yes=args.yes, force=args.force, out=out)
+
+
 COMMANDS: dict[str, Command] = {
     "info": Command(
         "every prepared claim, vNPU and whole die, with pods and residual state", _info_args, _info
@@ -457,6 +470,11 @@ COMMANDS: dict[str, Command] = {
         "set damaged checkpoint records aside and trust the rest (damaged checkpoint)",
         _no_args,
         _adopt_or_discard,
+    ),
+    "uninstall": Command(
+        "after helm uninstall: list, or remove with --yes, what the driver left on this node",
+        _uninstall_args,
+        _uninstall,
     ),
 }
 

@@ -31,13 +31,14 @@ if [ ! -x "$VENV/bin/python" ]; then
   fi
 fi
 STAMP="$VENV/.flexnpu-installed"
-WANT="$(cat "$ROOT/pyproject.toml" "$ROOT/client/pyproject.toml" | sha256sum | cut -d' ' -f1)"
+WANT="$(cat "$ROOT/pyproject.toml" "$ROOT/setup.py" "$ROOT/client/pyproject.toml" | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
   echo "bootstrap: installing the project and its dependencies into $VENV" >&2
   "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-  # The container client distribution first: the driver depends on it and it is not on PyPI.
-  "$VENV/bin/python" -m pip install -q -e "$ROOT/client" 2>&1 | grep -v -e '^WARNING: Location' >&2 || true
+  # The driver brings the container client from ./client (setup.py); then the client is made
+  # editable too, so a change under client/ needs no reinstall.
   "$VENV/bin/python" -m pip install -q -e "$ROOT[dev]" 2>&1 | grep -v -e '^WARNING: Location' >&2 || true
+  "$VENV/bin/python" -m pip install -q --no-deps -e "$ROOT/client" 2>&1 | grep -v -e '^WARNING: Location' >&2 || true
   "$VENV/bin/python" -c 'import dra_driver, flexnpu_client, flexnpu_wire, grpc, kubernetes, pyroute2' || { echo "bootstrap: install failed" >&2; exit 1; }
   echo "$WANT" >"$STAMP"
 fi

@@ -163,7 +163,7 @@ class HealthRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class HealthResponse(_message.Message):
-    __slots__ = ("ok", "pid", "version", "entities", "dies", "started_at", "shm_problem", "adopted", "cgroups", "cgroup_problem", "instance")
+    __slots__ = ("ok", "pid", "version", "entities", "dies", "started_at", "shm_problem", "adopted", "cgroups", "cgroup_problem", "instance", "die_ids")
     OK_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -175,6 +175,7 @@ class HealthResponse(_message.Message):
     CGROUPS_FIELD_NUMBER: _ClassVar[int]
     CGROUP_PROBLEM_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    DIE_IDS_FIELD_NUMBER: _ClassVar[int]
     ok: bool
     pid: int
     version: str
@@ -186,4 +187,5 @@ class HealthResponse(_message.Message):
     cgroups: str
     cgroup_problem: str
     instance: str
-    def __init__(self, ok: _Optional[bool] = ..., pid: _Optional[int] = ..., version: _Optional[str] = ..., entities: _Optional[int] = ..., dies: _Optional[int] = ..., started_at: _Optional[float] = ..., shm_problem: _Optional[str] = ..., adopted: _Optional[bool] = ..., cgroups: _Optional[str] = ..., cgroup_problem: _Optional[str] = ..., instance: _Optional[str] = ...) -> None: ...
+    die_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, ok: _Optional[bool] = ..., pid: _Optional[int] = ..., version: _Optional[str] = ..., entities: _Optional[int] = ..., dies: _Optional[int] = ..., started_at: _Optional[float] = ..., shm_problem: _Optional[str] = ..., adopted: _Optional[bool] = ..., cgroups: _Optional[str] = ..., cgroup_problem: _Optional[str] = ..., instance: _Optional[str] = ..., die_ids: _Optional[_Iterable[int]] = ...) -> None: ...

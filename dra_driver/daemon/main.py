@@ -61,6 +61,11 @@ FLAGS: tuple[config.Flag, ...] = (
     DaemonFlag("shm-root", "/dev/shm/flexnpu", "parent of per-claim shared-memory directories"),
     DaemonFlag("inventory", None, "emulated inventory file (YAML/JSON); when absent, discover with npu-smi"),
     DaemonFlag("npu-smi", "npu-smi", "npu-smi executable used when no --inventory is given"),
+    DaemonFlag(
+        "rediscover-seconds",
+        "30",
+        "how often the dies are discovered again, so dies added to the node are served (0 = never)",
+    ),
     DaemonFlag("tcp-host", "127.0.0.1", "default host address of the aclservers' TCP control link"),
     DaemonFlag("log-level", "INFO", "log level"),
     DaemonFlag("log-json", "false", "log JSON lines instead of text (true|false)"),
@@ -139,6 +144,7 @@ class DaemonConfig:
     cgroup_root: Path = Path("/sys/fs/cgroup")
     cgroup_parent: str = cgroup_layout.DEFAULT_PARENT
     instance: str = ""
+    rediscover_seconds: float = 30.0
 
 
 def build_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> DaemonConfig:
@@ -230,6 +236,7 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> DaemonCo
         use_zygote=launcher == "zygote" and not custom,
         inventory=Path(inventory).absolute() if inventory else None,
         npu_smi=values["npu_smi"] or "npu-smi",
+        rediscover_seconds=number("rediscover_seconds"),
         log_level=values["log_level"] or "INFO",
         log_json=log_json,
         cgroups=cgroup_mode,
@@ -258,6 +265,28 @@ def load_dies(cfg: DaemonConfig) -> dict[int, DieCapacity]:
         )
         for d in inventory.dies
     }
+
+
+def rediscover(cfg: DaemonConfig, manager: Manager, stop: threading.Event) -> None:
+    """Discover the dies again every ``--rediscover-seconds`` and serve what is there now (the node
+    process publishes a new die for shares only once this daemon reports it, in ``Health``)."""
+    while not stop.wait(cfg.rediscover_seconds):
+        try:
+            dies = load_dies(cfg)
+        except FlexNPUError as err:
+            log.warning("rediscovery failed, keeping the dies %s: %s", sorted(manager.dies), err)
+            continue
+        except Exception:
+            log.exception("rediscovery: unexpected error; keeping the dies %s", sorted(manager.dies))
+            continue
+        if dies != manager.dies:
+            added, removed = manager.set_dies(dies)
+            log.warning(
+                "dies changed: added %s, removed %s, now serving %s (aclservers on removed dies keep running)",
+                list(added),
+                list(removed),
+                sorted(dies),
+            )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -308,6 +337,8 @@ def _serve(cfg: DaemonConfig, stop: threading.Event) -> int:
         log.error("cannot start: %s", exc)
         return 1
     manager.start_monitor()
+    if cfg.rediscover_seconds > 0:
+        threading.Thread(target=rediscover, args=(cfg, manager, stop), name="rediscover", daemon=True).start()
     if cfg.settings.shm_problem:
         log.error("shares are refused on this node: %s", cfg.settings.shm_problem)
     elif not cfg.settings.shm_mount:

@@ -205,6 +205,15 @@ class Manager:
         self._sampler.forget((e.claim_uid, s.virtual_id) for e in snapshot for s in e.request.shares)
         return out
 
+    def set_dies(self, dies: Mapping[int, DieCapacity]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Serve the dies a new discovery found; returns (added, removed) physical IDs. Registered
+        claims on a removed die keep their aclservers (nothing alive is stopped); new ones are refused."""
+        with self.entities.locked():  # the lock a registration checks its die under
+            added = tuple(sorted(dies.keys() - self.dies.keys()))
+            removed = tuple(sorted(self.dies.keys() - dies.keys()))
+            self.dies = dict(dies)
+        return added, removed
+
     def entity_count(self) -> int:
         return self.entities.count()
 
@@ -221,6 +230,7 @@ class Manager:
             cgroups=self.cgroups.describe() if self.cgroups is not None else "",
             cgroup_problem=self.cgroup_problem,
             instance=self.instance,
+            die_ids=tuple(sorted(self.dies)),
         )
 
     # ---- monitor ----

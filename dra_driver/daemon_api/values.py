@@ -173,3 +173,5 @@ class HealthInfo:
     """Why aclservers run unbounded in the daemon's cgroup ("" when they have their own)."""
     instance: str = ""
     """The daemon instance (its pod UID, ``--instance``) that answers."""
+    die_ids: tuple[int, ...] = ()
+    """Physical IDs of the dies served now (empty from a daemon older than this field)."""

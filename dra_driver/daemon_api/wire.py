@@ -191,6 +191,7 @@ def health_to_pb(info: HealthInfo) -> pb.HealthResponse:
         cgroups=info.cgroups,
         cgroup_problem=info.cgroup_problem,
         instance=info.instance,
+        die_ids=list(info.die_ids),
     )
 
 
@@ -207,4 +208,5 @@ def health_from_pb(msg: pb.HealthResponse) -> HealthInfo:
         cgroups=str(msg.cgroups),
         cgroup_problem=str(msg.cgroup_problem),
         instance=str(msg.instance),
+        die_ids=tuple(int(d) for d in msg.die_ids),
     )

@@ -158,6 +158,8 @@ class SliceController:
         self.last_result: SyncResult | None = None
         self.last_error: Exception | None = None
         self.syncs = 0
+        self.published = threading.Event()
+        """Set once a sync made every pool published as desired (a plugin's readiness)."""
         self._signal = _Signal()
         self._sync_lock = threading.Lock()
 
@@ -206,7 +208,21 @@ class SliceController:
                 result = self._apply(plan, result)
             self.syncs += 1
             self.last_result = result
+            self.published.set()
             return result
+
+    def withdraw(self) -> int:
+        """Delete every slice of this driver on this node (a clean uninstall); how many went.
+        Call it only once nothing publishes any more (:meth:`run` has returned)."""
+        with self._sync_lock:
+            existing, _ = self.kube.list_slices(driver=self.driver_name, node=self.node_name)
+            for item in existing:
+                meta = item["metadata"]
+                self.kube.delete_slice(
+                    meta["name"], uid=meta["uid"], resource_version=meta["resourceVersion"]
+                )
+            self.published.clear()
+            return len(existing)
 
     def _apply(self, plan: Plan, before: SyncResult) -> SyncResult:
         deleted, updated, created = before.deleted, before.updated, before.created

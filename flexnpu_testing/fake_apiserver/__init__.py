@@ -2,14 +2,17 @@
 
 It owns: serving the handful of resources FlexNPU touches (core ``nodes``, ``namespaces``,
 ``events``, ``pods``; ``events.k8s.io/v1`` ``events``; ``resource.k8s.io/v1`` ``resourceslices``,
-``resourceclaims`` (+ ``/status``), ``resourceclaimtemplates``, ``deviceclasses``) over HTTP/1.1 JSON
+``resourceclaims`` (+ ``/status``), ``resourceclaimtemplates``, ``deviceclasses``;
+``admissionregistration.k8s.io/v1`` ``validatingwebhookconfigurations``) over HTTP/1.1 JSON
 to the official ``kubernetes`` client, with the apiserver semantics drivers depend on: one global
 resourceVersion, optimistic concurrency, Status error bodies, delete preconditions, finalizers,
 label/field selectors, status-subresource isolation, merge / strategic-merge / JSON / server-side
 apply patches, watches with history, bookmarks and 410 Gone, and the validation rules that catch
 driver bugs. It must not grow endpoints a real apiserver lacks: driver code talks to it only
 through the ``kubernetes`` client, so it runs unchanged against a real cluster. Test-only hooks
-(``set_down``, ``answer_ambiguously``, ``compact``, ``request_log``, ``get_object``, ``put_object``) are Python methods.
+(``set_down``, ``answer_ambiguously``, ``compact``, ``request_log``, ``get_object``, ``put_object``,
+``route_service``) are Python methods. Validating admission webhooks are called as kube-apiserver calls them
+(``webhooks.py``).
 
 Usage::
 
@@ -37,6 +40,7 @@ The package, one module per concern (each imports only the ones above it):
 * ``patch.py`` — merge, strategic-merge, JSON and server-side-apply patches;
 * ``validation.py`` — validation and normalisation rules of the served types;
 * ``store.py`` — objects, resourceVersions, watch history, watchers;
+* ``webhooks.py`` — validating admission webhooks (HTTPS, caBundle, matchConditions in CEL);
 * ``faults.py`` — ambiguous answers on demand (test hook);
 * ``http.py`` — routing, discovery, watch streams;
 * ``server.py`` — :class:`FakeAPIServer` and ``main``.

@@ -134,6 +134,14 @@ RESOURCES: tuple[Resource, ...] = (
         returns_deleted=True,
     ),
     Resource(
+        "admissionregistration.k8s.io",
+        "v1",
+        "validatingwebhookconfigurations",
+        "ValidatingWebhookConfiguration",
+        False,
+        has_generation=True,
+    ),
+    Resource(
         "resource.k8s.io",
         "v1",
         "deviceclasses",

@@ -53,6 +53,10 @@ class FakeAPIServer:
         self._log_lock = threading.Lock()
         self.url = ""
 
+    def route_service(self, namespace: str, name: str, port: int, *, to: tuple[str, int]) -> None:
+        """Test hook: admission webhooks that name the Service ``namespace/name:port`` reach ``to``."""
+        self._store.webhooks.route_service(namespace, name, port, to=to)
+
     @property
     def drop_partitionable_fields(self) -> bool:
         return self._store.drop_partitionable

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from flexnpu_testing.fake_apiserver import webhooks
 from flexnpu_testing.fake_apiserver.patch import (
     FieldPath,
     path_get,
@@ -116,6 +117,9 @@ class Store:
         self.owners: dict[str, dict[tuple[str, str], set[FieldPath]]] = {}
         self.drop_partitionable = False
         self.accepting_watches = True  # False while down or stopped: new watches end at once
+        self.webhooks = webhooks.Webhooks(
+            lambda: [copy.deepcopy(o) for o in self.objects[webhooks.KEY].values()]
+        )
         ns_res = BY_KEY["namespaces"]
         for ns in DEFAULT_NAMESPACES:
             self.create(ns_res, None, {"metadata": {"name": ns}})
@@ -228,6 +232,7 @@ class Store:
             meta["creationTimestamp"] = _now()
             if res.has_generation:
                 meta["generation"] = 1
+            self.webhooks.check(res, "CREATE", copy.deepcopy(obj), None)
             return self._commit(res, "ADDED", obj, None)
 
     def update(
@@ -281,6 +286,8 @@ class Store:
                 return copy.deepcopy(old)  # a no-op update writes nothing and keeps the resourceVersion
             if res.has_generation and _spec_part(new) != _spec_part(old):
                 new["metadata"]["generation"] = int(ometa.get("generation", 1)) + 1
+            if not subresource:
+                self.webhooks.check(res, "UPDATE", copy.deepcopy(new), copy.deepcopy(old))
             if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
                 gone = self._commit(res, "DELETED", new, old)
                 self._collect_garbage(gone["metadata"]["uid"])

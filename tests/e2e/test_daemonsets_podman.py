@@ -20,6 +20,7 @@ import socket
 import stat
 import subprocess
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -210,6 +211,8 @@ def test_daemonsets_run_as_rendered_and_serve_prepares(cluster: Cluster) -> None
         reg = root / "kubelet" / "plugins_registry" / f"{DRIVER}-{plugin.uid}-reg.sock"
         wait_for(reg.exists, what="registration socket on the host side", timeout=60)
         assert stat.S_ISSOCK(reg.stat().st_mode)
+        # The kubelet's plugin watcher registers the new socket; only then is the plugin ready (with its pool).
+        kubelet = KubeletSimulator(root / "kubelet" / "plugins_registry").wait_for_plugin(DRIVER, timeout=30)
         assert f"plugin {DRIVER} answers" in wait_ready(plugin, "plugin")
         # Liveness: every loop of the node process passed recently (/healthz on the metrics port).
         live = plugin.exec_probe("plugin", "livenessProbe")
@@ -222,7 +225,6 @@ def test_daemonsets_run_as_rendered_and_serve_prepares(cluster: Cluster) -> None
         assert stat.S_ISCHR((devroot / "dev/davinci0").stat().st_mode)
         assert (devroot / "usr/local/Ascend/driver/version.info").is_file()
 
-        kubelet = KubeletSimulator(root / "kubelet" / "plugins_registry").wait_for_plugin(DRIVER, timeout=30)
         assert kubelet.info.endpoint == str(root / "kubelet" / "plugins" / DRIVER / f"dra-{plugin.uid}.sock")
         sim = SchedulerSim(cluster.api.api_client(), DRIVER)
         consumer = {"resource": "pods", "name": "p", "uid": str(uuid.uuid4())}
@@ -280,7 +282,12 @@ def test_daemonsets_run_as_rendered_and_serve_prepares(cluster: Cluster) -> None
             plugin2 = start(cluster, "flexnpu-dra-plugin", pods)
             reg2 = root / "kubelet" / "plugins_registry" / f"{DRIVER}-{plugin2.uid}-reg.sock"
             wait_for(reg2.exists, what="the new instance's registration socket", timeout=60)
+            watcher = KubeletSimulator(root / "kubelet" / "plugins_registry")
+            registered2 = watcher._register(
+                reg2, DRIVER, time.monotonic() + 30
+            )  # the kubelet registers each socket
             wait_ready(plugin2, "plugin")
+            registered2.close()
             plugin.stop()
             assert not plugin.running("plugin") and not reg.exists()
             assert "Traceback" not in plugin.logs("plugin"), plugin.logs("plugin")[-4000:]

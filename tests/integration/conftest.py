@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from dra_driver import discovery, netlink
+from dra_driver import discovery, netlink, readiness
 from flexnpu_testing.devroot import build_device_root
 from flexnpu_testing.fake_apiserver import FakeAPIServer
 from flexnpu_testing.kubelet import KubeletSimulator, PluginHandle
 from flexnpu_testing.scheduler import SchedulerSim
+from flexnpu_testing.waiting import wait_for
 from tests.integration.daemon_harness import DaemonProc
 
 REPO = Path(__file__).resolve().parents[2]
@@ -90,6 +91,12 @@ class Node:
                 stderr=subprocess.STDOUT,
             )
         self.kubelet = KubeletSimulator(self.dirs["registry"]).wait_for_plugin(DRIVER, timeout=30)
+        if not getattr(self.api, "_down", False):  # as the kubelet marks it Ready: its pool is published
+            path = readiness.path_for(self.dirs["run"], self.env.get("FLEXNPU_POD_UID") or None)
+            wait_for(
+                lambda: (st := readiness.read(path)) is not None and st.published,
+                what="the node's pool published",
+            )
         return self
 
     def stop(self, sig: int = signal.SIGTERM) -> int:

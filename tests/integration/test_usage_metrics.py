@@ -3,7 +3,9 @@
 A node process with a daemon serves a share to a pod; the pod's client allocates memory and runs a kernel; then
 ``/metrics`` is scraped. The vNPU series carry the pod, claim and quotas and what was used, the die series what is
 allocated. Every expression of monitoring/dashboard.json and monitoring/alerts.yaml names only series of that
-scrape (and only labels they carry), so no panel or alert of the chart watches a metric that does not exist.
+scrape (and only labels they carry), so no panel or alert of the chart watches a metric that does not exist; and
+every input series of the alerts' promtool tests (monitoring/alerts.test.yaml) is a series of that scrape with the
+label names it carries, so the alerts are tested on what the driver really exports.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from dra_driver import clientconf
+from dra_driver.errors import ErrorCode
 from dra_kubeletplugin.claims import ClaimRef
 from flexnpu_client.session import Session
 from flexnpu_testing.waiting import wait_for
@@ -31,6 +34,7 @@ from tests.integration.lifecycle_helpers import pod_ref, share_request
 CHART = Path(__file__).resolve().parents[2] / "manifests" / "helm" / "flexnpu-dra-driver"
 DASHBOARD = CHART / "monitoring" / "dashboard.json"
 ALERTS = CHART / "monitoring" / "alerts.yaml"
+ALERT_TESTS = CHART / "monitoring" / "alerts.test.yaml"
 MI = 1024 * 1024
 
 # -- PromQL: which series and labels an expression names ----------------------------------------
@@ -237,3 +241,44 @@ def test_every_dashboard_and_alert_expression_names_exported_series(
         "flexnpu_die_share_limit",
     ):
         assert needed in alerts, needed
+
+
+_SERIES = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)\{(?P<labels>.*)\}$")
+
+
+def alert_test_series() -> list[tuple[str, dict[str, str]]]:
+    """(name, labels) of every input series of the promtool tests; empty labels are absent ones."""
+    doc = yaml.safe_load(ALERT_TESTS.read_text())
+    out = []
+    for case in doc["tests"]:
+        for series in case["input_series"]:
+            m = _SERIES.match(series["series"])
+            assert m, series["series"]
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', m["labels"]))
+            out.append((m["name"], {k: v for k, v in labels.items() if v}))
+    return out
+
+
+def test_alert_tests_use_exported_series(served: tuple[Node, int, str, int]) -> None:
+    node, port, _uid, _die = served
+    assert node.kubelet is not None
+    node.kubelet.prepare([ClaimRef(NAMESPACE, "0000aaaa-0000-4000-8000-000000000000", "missing")])  # an error
+    s = wait_for(
+        lambda: (x := scrape(port)) and "flexnpu_vnpu_pod_compute_seconds_total" in x.names and x,
+        what="the compute counter",
+    )
+    series = alert_test_series()
+    assert len(series) >= 13
+    codes = {c.value for c in ErrorCode}
+    for name, labels in series:
+        assert name in s.names, f"alerts.test.yaml feeds {name}, which the node does not export"
+        exported = [{k: v for k, v in x.labels.items() if v} for x in s.samples if x.name == name]
+        shapes = {frozenset(x) for x in exported}
+        assert frozenset(labels) in shapes, (
+            f"alerts.test.yaml's {name} has labels {sorted(labels)}; the node exports {sorted(map(sorted, shapes))}"
+        )
+        for label in ("result", "loop", "kind"):  # values from a fixed set: one the node exports
+            if label in labels:
+                assert labels[label] in {x.get(label) for x in exported}, (name, label, labels[label])
+        if "error_type" in labels:
+            assert labels["error_type"] in codes, labels["error_type"]

@@ -19,8 +19,8 @@ import pytest
 DIST = "flexnpu-dra-driver"
 EXPECTED_SCRIPTS = {"flexnpu-dra", "flexnpu-daemon", "flexnpu-smi", "flexnpu-aclserver"}
 EXPECTED_SUBCOMMANDS = {
-    "flexnpu-dra": {"plugin", "probe", "demo"},
-    "flexnpu-smi": {"info", "cleanup", "unregister", "adopt", "discard"},
+    "flexnpu-dra": {"plugin", "probe", "webhook", "demo"},
+    "flexnpu-smi": {"info", "cleanup", "unregister", "adopt", "discard", "uninstall"},
 }
 
 

@@ -1,9 +1,9 @@
 """Manifests: every YAML under manifests/ has a valid Kubernetes shape, the Helm chart renders
-(with a small renderer for the Go-template subset the chart uses) to the same objects as the
-plain manifest, and the examples only use DeviceClasses the chart defines.
+(with Helm itself: tests/helmchart.py) to the same objects as the plain manifest, and the
+examples only use DeviceClasses the chart defines.
 
-Regenerate the plain manifest after a chart change:
-``.venv/bin/python tests/unit/test_manifests.py > manifests/deploy/flexnpu-dra-driver.yaml``
+Regenerate the plain manifest after a chart change (from the repository root):
+``.venv/bin/python -m tests.unit.test_manifests > manifests/deploy/flexnpu-dra-driver.yaml``
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ from kubernetes import client as k8s
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.discovery import emulated
+from tests.helmchart import CHART, RELEASE, ROOT, chart_values, render_chart
 
-ROOT = Path(__file__).resolve().parents[2]
+__all__ = ["RELEASE", "chart_values", "render_chart"]  # the chart helpers other tests import from here
+
 MANIFESTS = ROOT / "manifests"
-CHART = MANIFESTS / "helm" / "flexnpu-dra-driver"
 DEPLOY = MANIFESTS / "deploy" / "flexnpu-dra-driver.yaml"
 EXAMPLES = MANIFESTS / "examples"
-RELEASE = {"Name": "flexnpu-dra-driver", "Namespace": "flexnpu-system", "Service": "Helm"}
 
 MODELS: dict[str, type[Any]] = {
     "Namespace": k8s.V1Namespace,
@@ -42,6 +42,10 @@ MODELS: dict[str, type[Any]] = {
     "ResourceClaimTemplate": k8s.V1ResourceClaimTemplate,
     "ValidatingAdmissionPolicy": k8s.V1ValidatingAdmissionPolicy,
     "ValidatingAdmissionPolicyBinding": k8s.V1ValidatingAdmissionPolicyBinding,
+    "Secret": k8s.V1Secret,
+    "Service": k8s.V1Service,
+    "Deployment": k8s.V1Deployment,
+    "ValidatingWebhookConfiguration": k8s.V1ValidatingWebhookConfiguration,
 }
 API_VERSIONS = {
     "Namespace": "v1",
@@ -55,123 +59,23 @@ API_VERSIONS = {
     "ResourceClaimTemplate": "resource.k8s.io/v1",
     "ValidatingAdmissionPolicy": "admissionregistration.k8s.io/v1",
     "ValidatingAdmissionPolicyBinding": "admissionregistration.k8s.io/v1",
+    "Secret": "v1",
+    "Service": "v1",
+    "Deployment": "apps/v1",
+    "ValidatingWebhookConfiguration": "admissionregistration.k8s.io/v1",
 }
-NAMESPACED = {"ServiceAccount", "ConfigMap", "Pod", "DaemonSet", "ResourceClaimTemplate"}
-
-
-# -- a renderer for the Go-template subset the chart uses --------------------------------------
-# Supported: {{ .Values.a.b }}, .Release.*, .Chart.*, `.Files.Get "path"`, pipes `quote`, `nindent N`, `toYaml X`,
-# `{{ if X }} ... {{ else }} ... {{ end }}`, and `{{-` / `-}}` whitespace trimming. Anything
-# else fails loudly, so the chart cannot drift outside what this test understands.
-
-_ACTION = re.compile(r"{{(-?)\s*(.*?)\s*(-?)}}", re.S)
-
-
-def _lookup(path: str, scope: Mapping[str, Any]) -> Any:
-    if not path.startswith("."):
-        raise ValueError(f"unsupported template term {path!r}")
-    value: Any = scope
-    for part in path[1:].split("."):
-        if not isinstance(value, Mapping) or part not in value:
-            raise KeyError(f"template refers to missing value {path}")
-        value = value[part]
-    return value
-
-
-def _to_yaml(value: Any) -> str:
-    return yaml.safe_dump(value, sort_keys=True, default_flow_style=False).rstrip("\n").removesuffix("\n...")
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def _evaluate(expr: str, scope: Mapping[str, Any]) -> Any:
-    stages = [s.strip() for s in expr.split("|")]
-    head = stages[0].split()
-    if head[0] == "toYaml":
-        value = _to_yaml(_lookup(head[1], scope))
-    elif head[0] == ".Files.Get":
-        value = (CHART / json.loads(head[1])).read_text()  # a file of the chart, as is (not templated)
-    else:
-        value = _lookup(head[0], scope)
-    for stage in stages[1:]:
-        name, *args = stage.split()
-        if name == "quote":
-            value = json.dumps(_text(value))
-        elif name == "nindent":
-            pad = " " * int(args[0])
-            value = "\n" + "\n".join(pad + line if line else line for line in _text(value).split("\n"))
-        else:
-            raise ValueError(f"unsupported template function {name!r}")
-    return value
-
-
-def render_template(text: str, scope: Mapping[str, Any]) -> str:
-    pieces: list[str | tuple[str, str]] = []
-    pos = 0
-    for match in _ACTION.finditer(text):
-        literal = text[pos : match.start()]
-        if match.group(1):
-            literal = literal.rstrip()
-        if pieces and isinstance(pieces[-1], tuple) and pieces[-1][1] == "-":
-            literal = literal.lstrip()
-        pieces.append(literal)
-        pieces.append((match.group(2), match.group(3)))
-        pos = match.end()
-    tail = text[pos:]
-    if pieces and isinstance(pieces[-1], tuple) and pieces[-1][1] == "-":
-        tail = tail.lstrip()
-    pieces.append(tail)
-    out: list[str] = []
-    active = [True]  # one entry per open `if`: is this branch emitted?
-    taken: list[bool] = []
-    for piece in pieces:
-        if isinstance(piece, str):
-            if all(active):
-                out.append(piece)
-            continue
-        expr = piece[0]
-        if expr.startswith("if "):
-            cond = bool(_evaluate(expr[3:], scope)) if all(active) else False
-            active.append(cond)
-            taken.append(cond)
-        elif expr == "else":
-            active[-1] = not taken[-1]
-        elif expr == "end":
-            active.pop()
-            taken.pop()
-        elif all(active):
-            out.append(_text(_evaluate(expr, scope)))
-    assert len(active) == 1, "unbalanced if/end"
-    return "".join(out)
-
-
-def chart_values(overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    values = yaml.safe_load((CHART / "values.yaml").read_text())
-    for dotted, value in (overrides or {}).items():
-        node = values
-        *parents, last = dotted.split(".")
-        for part in parents:
-            node = node[part]
-        node[last] = value
-    return values
-
-
-def render_chart(values: Mapping[str, Any]) -> list[dict[str, Any]]:
-    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
-    scope = {
-        "Values": values,
-        "Release": RELEASE,
-        "Chart": {"Name": chart["name"], "AppVersion": chart["appVersion"], "Version": chart["version"]},
-    }
-    docs: list[dict[str, Any]] = []
-    for template in sorted((CHART / "templates").glob("*.yaml")):
-        rendered = render_template(template.read_text(), scope)
-        docs.extend(d for d in yaml.safe_load_all(rendered) if d)
-    return docs
+NAMESPACED = {
+    "ServiceAccount",
+    "ConfigMap",
+    "Pod",
+    "DaemonSet",
+    "ResourceClaimTemplate",
+    "Secret",
+    "Service",
+    "Deployment",
+}
+# The plain manifest has no admission webhook: its TLS key would be the same, published, on every cluster.
+PLAIN = {"webhook.enabled": False}
 
 
 def yaml_files() -> Iterator[Path]:
@@ -290,6 +194,7 @@ CHART_VARIANTS = [
             "deviceClasses.create": False,
             "validatingAdmissionPolicy.enabled": False,
             "plugin.probes.enabled": False,
+            "webhook.enabled": False,
         },
         id="minimal",
     ),
@@ -325,10 +230,14 @@ def test_chart_renders_valid_objects(overrides: dict[str, Any]) -> None:
     assert kinds.count("DeviceClass") == (0 if overrides.get("deviceClasses.create") is False else 5)
     monitoring = bool(overrides.get("monitoring.prometheusRule.enabled"))
     assert ("PrometheusRule" in kinds) == monitoring and ("PodMonitor" in kinds) == monitoring
+    webhook = overrides.get("webhook.enabled", True)
+    assert [
+        kinds.count(k) for k in ("Deployment", "Service", "Secret", "ValidatingWebhookConfiguration")
+    ] == [int(webhook)] * 4
 
 
 def test_plain_manifest_matches_the_chart() -> None:
-    rendered = {key(d): d for d in render_chart(chart_values())}
+    rendered = {key(d): d for d in render_chart(chart_values(PLAIN))}
     plain = {key(d): d for d in load_docs(DEPLOY) if d["kind"] != "Namespace"}
     assert sorted(plain) == sorted(rendered)
     for k, doc in rendered.items():
@@ -650,12 +559,13 @@ def main() -> None:
     """Print the plain manifest: a Namespace plus the chart rendered with default values."""
     header = (
         "# FlexNPU DRA driver, for clusters without Helm: the Helm chart manifests/helm/flexnpu-dra-driver\n"
-        f"# rendered with its default values into namespace {RELEASE['Namespace']}.\n"
-        "# Generated by: .venv/bin/python tests/unit/test_manifests.py > manifests/deploy/flexnpu-dra-driver.yaml\n"
+        "# rendered with its default values, without the admission webhook (its TLS key would be published\n"
+        f"# here), into namespace {RELEASE['Namespace']}.\n"
+        "# Generated by: .venv/bin/python -m tests.unit.test_manifests > manifests/deploy/flexnpu-dra-driver.yaml\n"
         "# (tests/unit/test_manifests.py checks that it matches the chart).\n"
     )
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": RELEASE["Namespace"]}}
-    docs = [namespace, *render_chart(chart_values())]
+    docs = [namespace, *render_chart(chart_values(PLAIN))]
     print(
         header + "---\n" + "---\n".join(yaml.safe_dump(d, sort_keys=False, width=120) for d in docs), end=""
     )
