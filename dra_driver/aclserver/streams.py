@@ -45,6 +45,10 @@ class _Stream:
     pending: int = 0
 
 
+def _ended() -> None:
+    """What a task's ``complete`` is once it ended: nothing."""
+
+
 @dataclass(slots=True)
 class Task:
     """Queued work: hold the die for ``duration_us``, then ``complete()``; ``pins`` are released
@@ -230,6 +234,9 @@ class Streams:
             self.streams.clear()
 
     def _finish(self, task: Task, *, ran: bool, used_us: int = 0) -> None:
+        # The work's closure holds views of the buffers it used: drop it before their memory may
+        # go, so a freed buffer's bytes leave with its quota (not when this worker takes its next task).
+        task.complete = _ended
         self.backend.book.unpin(task.pins)
         task.pins = ()
         with self._cond:
@@ -240,8 +247,9 @@ class Streams:
                 self.kernel_us_done += used_us
             self._cond.notify_all()
         task.done.set()
-        if task.then is not None:
-            task.then()
+        then, task.then = task.then, None  # ``then`` may refer to the task: no cycle outlives it
+        if then is not None:
+            then()
 
     def _run_worker(self, worker: _Worker) -> None:
         """Run the device's tasks slice by slice. While a slice runs, the next one (of this task
