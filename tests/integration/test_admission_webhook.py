@@ -96,8 +96,11 @@ class Webhook:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[tuple[FakeAPIServer, k8s.ApiClient, Webhook]]:
-    webhook = Webhook(render_chart(), tmp_path)
+def cluster(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[tuple[FakeAPIServer, k8s.ApiClient, Webhook]]:
+    """The chart's webhook behind a fake API server; chart values by indirect parametrization."""
+    webhook = Webhook(render_chart(getattr(request, "param", None)), tmp_path)
     webhook.start()
     with FakeAPIServer() as srv:
         api = srv.api_client()
@@ -203,7 +206,10 @@ def test_good_and_foreign_claims_are_stored(
     assert {c.metadata.name for c in res.list_namespaced_resource_claim(NS).items} == {"good", "foreign"}
 
 
-def test_webhook_down_refuses_only_this_drivers_claims(
+@pytest.mark.parametrize(
+    "cluster", [pytest.param({"webhook": {"failurePolicy": "Fail"}}, id="failurePolicy-Fail")], indirect=True
+)
+def test_webhook_down_with_fail_refuses_only_this_drivers_claims(
     cluster: tuple[FakeAPIServer, k8s.ApiClient, Webhook],
 ) -> None:
     _srv, api, hook = cluster
@@ -211,11 +217,23 @@ def test_webhook_down_refuses_only_this_drivers_claims(
     err = refused(api, claim("unchecked", vnpu(policy="fixed")))
     assert err.status == 500 and 'failed calling webhook "vnpuconfig.npu.flexnpu.io"' in status_message(
         err
-    )  # failurePolicy Fail
+    )
     # another driver's claim never reaches the webhook (matchConditions), so it does not wait for it
     k8s.ResourceV1Api(api).create_namespaced_resource_claim(
         NS, claim("foreign", {"x": 1}, driver="gpu.example.com")
     )
+
+
+def test_webhook_down_by_default_lets_claims_through_for_prepare_to_check(
+    cluster: tuple[FakeAPIServer, k8s.ApiClient, Webhook],
+) -> None:
+    """The chart's default failurePolicy is Ignore: a webhook that is not up yet (just installed) or down
+    does not refuse good claims; prepare checks every config again."""
+    _srv, api, hook = cluster
+    assert hook.config["webhooks"][0]["failurePolicy"] == "Ignore"
+    hook.stop()
+    made = k8s.ResourceV1Api(api).create_namespaced_resource_claim(NS, claim("unchecked", vnpu(policy="fixed")))
+    assert made.metadata.name == "unchecked"
 
 
 @pytest.mark.parametrize(
