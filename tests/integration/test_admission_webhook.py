@@ -215,9 +215,7 @@ def test_webhook_down_with_fail_refuses_only_this_drivers_claims(
     _srv, api, hook = cluster
     hook.stop()
     err = refused(api, claim("unchecked", vnpu(policy="fixed")))
-    assert err.status == 500 and 'failed calling webhook "vnpuconfig.npu.flexnpu.io"' in status_message(
-        err
-    )
+    assert err.status == 500 and 'failed calling webhook "vnpuconfig.npu.flexnpu.io"' in status_message(err)
     # another driver's claim never reaches the webhook (matchConditions), so it does not wait for it
     k8s.ResourceV1Api(api).create_namespaced_resource_claim(
         NS, claim("foreign", {"x": 1}, driver="gpu.example.com")
@@ -232,7 +230,9 @@ def test_webhook_down_by_default_lets_claims_through_for_prepare_to_check(
     _srv, api, hook = cluster
     assert hook.config["webhooks"][0]["failurePolicy"] == "Ignore"
     hook.stop()
-    made = k8s.ResourceV1Api(api).create_namespaced_resource_claim(NS, claim("unchecked", vnpu(policy="fixed")))
+    made = k8s.ResourceV1Api(api).create_namespaced_resource_claim(
+        NS, claim("unchecked", vnpu(policy="fixed"))
+    )
     assert made.metadata.name == "unchecked"
 
 
