@@ -23,6 +23,8 @@ import errno
 import logging
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -31,7 +33,7 @@ from dra_driver.daemon.bounds import Bounds
 from dra_driver.daemon.cgroup_layout import Figures, Hierarchy, Layout, Version
 from dra_driver.errors import ErrorCode, StateError
 
-__all__ = ["Cgroups", "enter_host_namespace", "existing", "open_cgroups"]
+__all__ = ["Cgroups", "check_join", "enter_host_namespace", "existing", "open_cgroups"]
 
 log = logging.getLogger("flexnpu.daemon")
 
@@ -196,7 +198,80 @@ def open_cgroups(root: Path, parent: str, *, enter_host: bool = True) -> tuple[C
         _make_parent(layout, parent)
     except OSError as exc:
         return None, f"cannot create the cgroup {exc.filename or parent}: {exc.strerror or exc}"
-    return Cgroups(layout, parent), ""
+    found = Cgroups(layout, parent)
+    problem = check_join(found)
+    return (None, problem) if problem else (found, "")
+
+
+PROBE_PREFIX = "probe-"
+"""The join check's own cgroup below the parent (``probe-<daemon pid>``; never a claim's)."""
+
+
+def check_join(cg: Cgroups) -> str:
+    """Move a process of ours into a cgroup below the parent in every hierarchy, as a launch does, and
+    see it arrive; the problem, or "". Found at start, so a host where the kernel refuses the move
+    (a cgroup namespace boundary, a missing permission) runs aclservers unbounded with a warning
+    instead of failing every register with ``CgroupFailed``. Stale probes of earlier daemons go."""
+    for h in cg.layout.hierarchies:
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(Path(h.mount) / cg.parent):
+                if entry.name.startswith(PROBE_PREFIX) and entry.is_dir(follow_symlinks=False):
+                    with contextlib.suppress(OSError):
+                        os.rmdir(entry.path)  # only an empty cgroup can be removed: a live one stays
+    name = f"{PROBE_PREFIX}{os.getpid()}"
+    dirs = [Path(h.mount) / cg.parent / name for h in cg.layout.hierarchies]
+    child = subprocess.Popen(  # waits on its stdin: ends when we close it
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE, close_fds=True
+    )
+    try:
+        for h, d in zip(cg.layout.hierarchies, dirs, strict=True):
+            try:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(d, 0o755)
+                if "cpuset" in h.controllers:
+                    _inherit_cpuset(d)
+                _write(d / "cgroup.procs", str(child.pid))
+            except OSError as exc:
+                return f"cannot move a process into the cgroup {d}: {exc.strerror or exc}"
+        try:
+            mine = layout_.parse_proc_cgroup((PROC / str(child.pid) / "cgroup").read_text())
+        except OSError as exc:
+            return (
+                f"cannot read the cgroups of a process moved into {cg.parent}/{name}: {exc.strerror or exc}"
+            )
+        want = f"/{cg.parent}/{name}"
+        missed = [h.key for h in cg.layout.hierarchies if not mine.get(h.key, "").endswith(want)]
+        if missed:
+            return f"a process moved into {cg.parent}/{name} did not arrive there (hierarchies {', '.join(missed)})"
+        return ""
+    finally:
+        if child.stdin is not None:
+            child.stdin.close()
+        try:
+            child.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+        _remove_when_empty(dirs, timeout=1.0)
+
+
+def _remove_when_empty(dirs: list[Path], *, timeout: float) -> None:
+    """rmdir each of ``dirs`` once the kernel took the exited task out (EBUSY until then); what stays
+    is removed by the next daemon's check."""
+    deadline = time.monotonic() + timeout
+    left = list(dirs)
+    while left:
+        busy = []
+        for d in left:
+            try:
+                os.rmdir(d)
+            except OSError as exc:
+                if exc.errno == errno.EBUSY:
+                    busy.append(d)
+        left = busy
+        if not left or time.monotonic() >= deadline:
+            return
+        time.sleep(0.005)  # the kernel's removal of an exited task; no event to wait on
 
 
 def existing(root: Path, parent: str) -> Cgroups | None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
-from dra_driver.daemon import bounds, cgroup_layout
+from dra_driver.daemon import bounds, cgroup_layout, cgroups
 from dra_driver.daemon.cgroup_layout import Figures, Version
 from flexnpu_wire.shares import Share
 
@@ -222,3 +225,39 @@ def test_bounds_for(shares: list[Share], memory_mib: int, weight: int) -> None:
     assert b.memory_bytes == memory_mib * MIB and b.cpu_weight == weight
     assert b.tasks == bounds.BASE_TASKS + 16 * bounds.TASKS_PER_SESSION
     assert b.cpu_shares == max(2, weight * 1024 // 100)
+
+
+def test_the_join_check_says_when_a_moved_process_did_not_arrive(tmp_path: Path) -> None:
+    """A "hierarchy" that takes the write but is no cgroup (a plain directory): the real child
+    process never arrives, so the daemon runs aclservers unbounded and says why instead of failing
+    every register."""
+    layout = cgroup_layout.Layout(
+        root=str(tmp_path),
+        version=Version.V1,
+        hierarchies=(
+            cgroup_layout.Hierarchy(
+                mount=str(tmp_path / "memory"), root="/", controllers=frozenset({"memory"})
+            ),
+        ),
+    )
+    parent = tmp_path / "memory" / "flexnpu.slice"
+    (parent / "probe-1").mkdir(parents=True)  # an earlier daemon's, empty
+    ours = parent / f"probe-{os.getpid()}"
+    ours.mkdir()
+    (ours / "cgroup.procs").write_text("")  # takes the write, as a cgroup would
+    problem = cgroups.check_join(cgroups.Cgroups(layout, "flexnpu.slice"))
+    assert "did not arrive there (hierarchies memory)" in problem
+    assert (ours / "cgroup.procs").read_text().isdigit(), "the child's PID was written"
+    assert not (parent / "probe-1").exists(), "an earlier daemon's empty probe is removed"
+
+
+def test_the_join_check_names_the_cgroup_it_cannot_make(tmp_path: Path) -> None:
+    layout = cgroup_layout.Layout(
+        root=str(tmp_path),
+        version=Version.V1,
+        hierarchies=(
+            cgroup_layout.Hierarchy(mount=str(tmp_path / "gone"), root="/", controllers=frozenset({"pids"})),
+        ),
+    )
+    problem = cgroups.check_join(cgroups.Cgroups(layout, "flexnpu.slice"))
+    assert problem.startswith(f"cannot move a process into the cgroup {tmp_path}/gone/flexnpu.slice/probe-")
