@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from dra_driver.aclserver import scheduling
 from dra_driver.errors import ErrorCode, StateError, Unavailable
@@ -46,6 +47,7 @@ __all__ = [
     "MAX_VNPUS_PER_ACLSERVER",
     "DieLedger",
     "LedgerEntry",
+    "Pause",
     "ledger_path",
     "read_entries",
 ]
@@ -70,6 +72,15 @@ def _file_size(slots: int) -> int:
 
 
 _LIVENESS_EVERY_S = 0.2
+
+
+class Pause(Protocol):
+    """How a thread waiting for the die waits: ``wait(timeout)`` returns True once cancelled.
+    A ``threading.Event``; the aclserver's session thread also serves its connection meanwhile."""
+
+    def is_set(self) -> bool: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,7 +289,7 @@ class DieLedger:
 
     # -- compute --------------------------------------------------------------------------------
 
-    def acquire(self, slot: int, want_us: int, cancel: threading.Event) -> tuple[float, float] | None:
+    def acquire(self, slot: int, want_us: int, cancel: Pause) -> tuple[float, float] | None:
         """Block until the die grants ``slot`` a slice of at most ``want_us``; return (start, end).
 
         Returns None (and clears the waiting flag) when ``cancel`` is set first.
