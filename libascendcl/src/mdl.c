@@ -685,9 +685,7 @@ static int do_execute(uint32_t model_id, const aclmdlDataset *in, aclmdlDataset 
     if (rc)
         return rc;
     size_t len = 16 * (in->n + out->n);
-    unsigned char *tail = malloc(len ? len : 1);
-    if (!tail)
-        return flexnpu_fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", what);
+    unsigned char tail[16 * MODEL_MAX_TENSORS]; /* no allocation per execution */
     rc = pack(in, tail, "input", what);
     if (!rc)
         rc = pack(out, tail + 16 * in->n, "output", what);
@@ -698,7 +696,6 @@ static int do_execute(uint32_t model_id, const aclmdlDataset *in, aclmdlDataset 
         if (!rc)
             rc = rpc_receive(rid, NULL, 0, async ? session.call_timeout_ms : WAIT_FOREVER, what, NULL);
     }
-    free(tail);
     return rc;
 }
 
