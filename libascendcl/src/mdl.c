@@ -7,7 +7,7 @@
  * description once (MODEL_GET_DESC: the header layout of docs/model-format.md) and every query
  * of an aclmdlDesc is answered here from that copy. aclmdlExecute/ExecuteAsync send the device
  * pointers and sizes of the datasets' buffers (MODEL_EXECUTE); the aclserver runs the execution
- * on the stream under the share's compute policy. The config handle for aclmdlLoadWithConfig
+ * on the stream under the share's compute policy (the V2 calls and their config: mdl_exec.c). The config handle for aclmdlLoadWithConfig
  * lives here too. Wire contract: client/flexnpu_wire/ops.py; format: client/flexnpu_wire/modelfile.py.
  */
 #include "client.h"
@@ -668,8 +668,8 @@ static int pack(const aclmdlDataset *ds, unsigned char *tail, const char *name, 
     return 0;
 }
 
-static int do_execute(uint32_t model_id, const aclmdlDataset *in, aclmdlDataset *out, aclrtStream stream, int async,
-                      const char *what)
+int mdl_execute(uint32_t model_id, const aclmdlDataset *in, aclmdlDataset *out, aclrtStream stream, int async,
+                const char *what)
 {
     if (!in || in->magic != DATASET_MAGIC || !out || out->magic != DATASET_MAGIC)
         return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: %s is not a live aclmdlDataset", what,
@@ -701,13 +701,13 @@ static int do_execute(uint32_t model_id, const aclmdlDataset *in, aclmdlDataset 
 
 API aclError aclmdlExecute(uint32_t modelId, const aclmdlDataset *input, aclmdlDataset *output)
 {
-    LOCKED(do_execute(modelId, input, output, NULL, 0, "aclmdlExecute"));
+    LOCKED(mdl_execute(modelId, input, output, NULL, 0, "aclmdlExecute"));
 }
 
 API aclError aclmdlExecuteAsync(uint32_t modelId, const aclmdlDataset *input, aclmdlDataset *output,
                                 aclrtStream stream)
 {
-    LOCKED(do_execute(modelId, input, output, stream, 1, "aclmdlExecuteAsync"));
+    LOCKED(mdl_execute(modelId, input, output, stream, 1, "aclmdlExecuteAsync"));
 }
 
 /* Check that index is the dynamic-shape input of a model with that kind of gears and value one of
