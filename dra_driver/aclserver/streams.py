@@ -3,12 +3,13 @@
 Owns stream handles, one worker thread per device that runs the session's queued tasks in launch
 order, a task run at once on the caller's thread when its device has nothing queued (``run_now``:
 a synchronous model execution, with no hand-off to the worker), the bound on queued tasks,
-synchronization, and cancellation. A task holds its die for
-``duration_us`` — each slice granted by the quota book from the die ledger, so compute quotas
-(fixed, elastic, best-effort) hold across aclservers and for every kind of task alike — then
-runs its ``complete`` step (the kernel's result, a model's outputs). What a task reads or writes
-is pinned in the book while it is queued: a FREE meanwhile returns at once, but the bytes stay
-charged until the task ends (``quota.py``).
+synchronization, and cancellation. A task holds its die for ``duration_us`` — each slice granted
+by the quota book from the die ledger, so compute quotas (fixed, elastic, best-effort) hold across
+aclservers and for every kind of task alike — then runs its ``complete`` step (the kernel's
+result, a model's outputs). A thread that holds the die asks for 1 ns of timer slack, so its timed
+waits end when the slice does. What a task reads or writes is pinned in the book while it is
+queued: a FREE meanwhile returns at once, but the bytes stay charged until the task ends
+(``quota.py``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from dra_driver.aclserver import scheduling
+from dra_driver.aclserver import proctitle, scheduling
 from dra_driver.aclserver.backend import KERNEL_RESULT_BYTES, AclFailure, Backend
 from dra_driver.aclserver.ledger import Pause
 from dra_driver.aclserver.quota import Allocation
@@ -38,6 +39,8 @@ WAITING_OPS = frozenset(
      int(Op.MODEL_EXECUTE)}
 )  # fmt: skip
 _STREAM_BASE = 0x5_0000_0000
+_PR_SET_TIMERSLACK = 29
+_precise = threading.local()
 Handler = Callable[[tuple[int, ...]], tuple[int, ...]]
 
 
@@ -329,6 +332,9 @@ class Streams:
         before the die frees, so a busy device loses no die time between slices. The thread
         sleeps (``pause``) while the die is held."""
         book = self.backend.book
+        if not getattr(_precise, "timers", False):  # once per thread: 1 ns of timer slack, not
+            proctitle.prctl(_PR_SET_TIMERSLACK, 1)  # Linux's 50 us, so a slice's wait ends on time
+            _precise.timers = True
         remaining, used = task.duration_us, 0
         while remaining > 0:
             grant, worker.booked = worker.booked, None

@@ -1,7 +1,7 @@
 """``Streams.run_now``: a task run on the caller's thread when its device has nothing queued.
 
 Against the emulated backend in this process (a real die ledger file, real threads): the task
-holds the die on the calling thread and is charged like a queued one, the call refuses (and
+holds the die on the calling thread (with 1 ns of timer slack) and is charged like a queued one, the call refuses (and
 keeps nothing) while the device has queued work, and a cancel mid-task ends it with an error
 and releases what it pinned.
 """
@@ -59,6 +59,8 @@ def test_it_runs_on_the_calling_thread_and_is_charged_its_die_time(
     assert (streams.kernels_done, streams.kernel_us_done) == (1, 2_000)
     assert backend.book.compute_usage(0)[0] == 2_000, "the die ledger granted it 2 ms"
     assert buf.pins == 0 and stream.pending == 0
+    slack = Path(f"/proc/{threading.get_native_id()}/timerslack_ns").read_text()
+    assert slack.strip() == "1", "the thread that held the die waits with 1 ns of timer slack"
 
 
 def test_it_refuses_while_the_device_has_queued_work_and_keeps_nothing(
