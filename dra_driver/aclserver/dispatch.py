@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 from dra_driver.aclserver.backend import AclFailure, Backend
+from dra_driver.aclserver.ledger import Pause
 from dra_driver.aclserver.memory import Memory
 from dra_driver.aclserver.models import Models
 from dra_driver.aclserver.streams import WAITING_OPS, Streams
@@ -117,6 +118,16 @@ class Session:
     @reply_later.setter
     def reply_later(self, send: Callable[[bytes], None] | None) -> None:
         self.models.reply_later = send
+
+    @property
+    def pause(self) -> Pause | None:
+        """How the session thread waits while it runs a synchronous execution itself (set by the
+        server; None: synchronous executions are queued for the device's worker)."""
+        return self.models.pause
+
+    @pause.setter
+    def pause(self, pause: Pause | None) -> None:
+        self.models.pause = pause
 
     def handle(self, msg: protocol.Message) -> bytes | FdReply | None:
         """Execute one request and return the encoded reply (never raises AclFailure); a reply

@@ -32,8 +32,9 @@ import struct
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Protocol
 
 from dra_driver.aclserver import scheduling
 from dra_driver.errors import ErrorCode, StateError, Unavailable
@@ -46,6 +47,7 @@ __all__ = [
     "MAX_VNPUS_PER_ACLSERVER",
     "DieLedger",
     "LedgerEntry",
+    "Pause",
     "ledger_path",
     "read_entries",
 ]
@@ -62,6 +64,12 @@ _COUNT = struct.Struct("<I")
 _SLOTS_OFFSET = 28
 _CAPACITY_OFFSET = 32
 _ENTRY = struct.Struct("<BBBBiiiQ48sqqqdQQQd")
+_WAITING_AT = 3
+_PERIOD = struct.Struct("<qqq")
+"""period_idx, period_used_us, consumed_us: what a grant writes, with kernels and last_grant."""
+_PERIOD_AT = struct.calcsize("<BBBBiiiQ48s")
+_COUNTS = struct.Struct("<Qd")
+_COUNTS_AT = struct.calcsize("<BBBBiiiQ48sqqqdQQ")
 _HEADER_SIZE = 64
 
 
@@ -70,6 +78,15 @@ def _file_size(slots: int) -> int:
 
 
 _LIVENESS_EVERY_S = 0.2
+
+
+class Pause(Protocol):
+    """How a thread waiting for the die waits: ``wait(timeout)`` returns True once cancelled.
+    A ``threading.Event``; the aclserver's session thread also serves its connection meanwhile."""
+
+    def is_set(self) -> bool: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,7 +295,7 @@ class DieLedger:
 
     # -- compute --------------------------------------------------------------------------------
 
-    def acquire(self, slot: int, want_us: int, cancel: threading.Event) -> tuple[float, float] | None:
+    def acquire(self, slot: int, want_us: int, cancel: Pause) -> tuple[float, float] | None:
         """Block until the die grants ``slot`` a slice of at most ``want_us``; return (start, end).
 
         Returns None (and clears the waiting flag) when ``cancel`` is set first.
@@ -292,26 +309,28 @@ class DieLedger:
                 mine = next((e for e in entries if e.slot == slot), None)
                 if mine is None:
                     raise StateError(f"ledger entry {slot} of die {self.die} vanished")
-                if not mine.waiting:
-                    self._write_fields(slot, waiting=True, waiting_since=time.monotonic())
-                    entries = self._live_entries(force=False)
-                _m, _v, _d, busy_until, _bs = _HEADER.unpack_from(self._mm, 0)
                 now = time.monotonic()
-                decision = scheduling.decide([e.row() for e in entries], slot, now=now, busy_until=busy_until)
+                rows = [e.row() for e in entries]
+                if not mine.waiting:  # decided as waiting from now; written only if not granted at once
+                    rows = [
+                        replace(r, waiting=True, waiting_since=now) if r.slot == slot else r for r in rows
+                    ]
+                _m, _v, _d, busy_until, _bs = _HEADER.unpack_from(self._mm, 0)
+                decision = scheduling.decide(rows, slot, now=now, busy_until=busy_until)
                 if decision.granted:
                     slice_us = scheduling.slice_for(mine.row(), want_us)
                     end = decision.start + slice_us / 1e6
-                    self._write_fields(
-                        slot,
-                        waiting=False,
-                        period_idx=decision.period_idx,
-                        period_used_us=decision.used_before_us + slice_us,
-                        consumed_us=mine.consumed_us + slice_us,
-                        kernels=mine.kernels + 1,
-                        last_grant=now,
-                    )
+                    off = self._offset(slot)  # only the fields a grant changes
+                    self._mm[off + _WAITING_AT] = 0
+                    _PERIOD.pack_into(
+                        self._mm, off + _PERIOD_AT, decision.period_idx,
+                        decision.used_before_us + slice_us, mine.consumed_us + slice_us,
+                    )  # fmt: skip
+                    _COUNTS.pack_into(self._mm, off + _COUNTS_AT, mine.kernels + 1, now)
                     _HEADER.pack_into(self._mm, 0, MAGIC, VERSION, self.die, end, slot)
                     return decision.start, end
+                if not mine.waiting:
+                    self._write_fields(slot, waiting=True, waiting_since=now)
             delay = decision.retry_at - time.monotonic()
             if delay > 0:
                 cancel.wait(min(delay, 0.05))

@@ -7,10 +7,13 @@ asks for the blob's size or description, or loads it. A load takes the model's w
 memory from the device quota (207001 and a message when it does not fit) unless the caller
 gives its own (``...WithMem``: pinned while the model is loaded). An execution is a task on a
 stream like a kernel (``streams.py``): it holds the die for the model's cost under the share's
-policy, pins every buffer it reads or writes, then computes the outputs; stream 0 means
-synchronous (``aclmdlExecute``): its reply is sent from the task's thread when it ends, so the
-session keeps serving the client's other threads and no thread waits for it. Unload waits for the model's queued executions. Every failure
-is an ``AclFailure`` and changes nothing.
+policy, pins every buffer it reads or writes, then computes the outputs. Stream 0 means
+synchronous (``aclmdlExecute``): when the session has nothing queued on the device, the session
+thread runs it itself (``Streams.run_now``, no hand-off) and keeps serving the connection while
+it waits (``pause``); otherwise it is queued and its reply is sent from the task's thread when it
+ends. Either way the client's other threads are not held up and no thread waits idle for it.
+Unload waits for the model's queued executions. Every failure is an ``AclFailure`` and changes
+nothing.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dra_driver.aclserver.backend import AclFailure, Backend, Buffer, LoadedModel
+from dra_driver.aclserver.ledger import Pause
 from dra_driver.aclserver.memory import Memory
 from dra_driver.aclserver.quota import Allocation
 from dra_driver.aclserver.streams import Streams, Task
@@ -94,6 +98,10 @@ class Models:
         self.reply_later: Callable[[bytes], None] | None = None
         """Set by the server: sends a reply frame from another thread (a synchronous execution's,
         when it ends); None: a synchronous execution waits in its handler."""
+        self.pause: Pause | None = None
+        """Set by the server: how its session thread waits while it runs a synchronous execution
+        itself (serving the connection meanwhile); None: synchronous executions are queued."""
+        self._running_now = False
 
     def handlers(self) -> dict[Op, Handler]:
         return {
@@ -303,6 +311,22 @@ class Models:
                 codes.ACL_ERROR_INVALID_PARAM,
                 f"model {model_id} is on device {model.loaded.device}, stream {stream_id:#x} on {stream.device}",
             )
+        uses = [*model.loaded.own, *model.loaded.lent, *(b.alloc for b in buffers)]
+        pause = self.pause if sync and not self._running_now else None
+        if pause is not None:  # on this thread, if the device has nothing queued
+            task = Task(stream, cost_us, run)
+            with model.idle:
+                model.queued += 1
+            self._running_now = True
+            try:
+                ran = self.streams.run_now(task, uses, pause)
+            finally:
+                self._running_now = False
+                self._executed(model)
+            if ran:
+                if task.error is not None:
+                    raise task.error
+                return (), b""
         reply_later = self.reply_later if sync else None
 
         def ended() -> None:
@@ -321,7 +345,6 @@ class Models:
         task = Task(stream, cost_us, run, then=ended)
         with model.idle:
             model.queued += 1
-        uses = [*model.loaded.own, *model.loaded.lent, *(b.alloc for b in buffers)]
         try:
             self.streams.submit(task, uses)
         except BaseException:

@@ -6,6 +6,9 @@ the process overwrites its own argv area (``/proc/self/stat`` fields ``arg_start
 through ``/proc/self/mem``, which Linux allows for one's own memory, and sets its ``comm``
 (15 bytes, what ``pgrep`` matches by default) with ``prctl(PR_SET_NAME)``. The zygote is started
 with spare room in its argv (``dra_driver/daemon/zygote_marker.py``) so the title fits.
+
+``prctl`` is the aclserver's one way to call prctl(2) (also for the timer slack of the threads
+that hold the die, ``streams.py``).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import ctypes
 import ctypes.util
 from collections.abc import Sequence
 
-__all__ = ["comm_name", "set_title"]
+__all__ = ["comm_name", "prctl", "set_title"]
 
 _PR_SET_NAME = 15
 _COMM_BYTES = 15
@@ -52,7 +55,18 @@ def set_title(args: Sequence[str], *, comm: str) -> bool:
     return True
 
 
-def _set_comm(name: str) -> None:
+def prctl(option: int, arg: int | bytes) -> bool:
+    """prctl(2) with one argument (an integer or a C string); False when it failed or libc has none."""
     with contextlib.suppress(OSError, AttributeError, TypeError):
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_NAME, ctypes.c_char_p(name.encode()[:_COMM_BYTES]), 0, 0, 0)
+        if not _LIBC:
+            _LIBC.append(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True))
+        value = ctypes.c_char_p(arg) if isinstance(arg, bytes) else ctypes.c_ulong(arg)
+        return int(_LIBC[0].prctl(option, value, 0, 0, 0)) == 0
+    return False
+
+
+_LIBC: list[ctypes.CDLL] = []
+
+
+def _set_comm(name: str) -> None:
+    prctl(_PR_SET_NAME, name.encode()[:_COMM_BYTES])

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dra_driver.aclserver.backend import AclFailure
-from dra_driver.aclserver.ledger import DieLedger
+from dra_driver.aclserver.ledger import DieLedger, Pause
 from flexnpu_wire import codes
 from flexnpu_wire.codes import Policy
 from flexnpu_wire.launch import AclServerSpec, ShareSpec
@@ -276,9 +276,10 @@ class QuotaBook:
 
     # -- compute ---------------------------------------------------------------------------------
 
-    def acquire_slice(self, device: int, want_us: int, cancel: threading.Event) -> tuple[float, float] | None:
+    def acquire_slice(self, device: int, want_us: int, cancel: Pause) -> tuple[float, float] | None:
         """Block until the die grants a slice of at most ``want_us`` under the share's policy;
-        (start, end) in CLOCK_MONOTONIC seconds, or None if ``cancel`` was set first."""
+        (start, end) in CLOCK_MONOTONIC seconds, or None if ``cancel`` was set first (it is
+        also how the thread waits meanwhile)."""
         share = self.share(device)
         grant = share.ledger.acquire(share.slot, want_us, cancel)
         if grant is not None:

@@ -15,11 +15,13 @@ SIGKILL'd client closes its socket).
 from __future__ import annotations
 
 import array
+import collections
 import contextlib
 import errno
 import hmac
 import os
 import queue
+import select
 import selectors
 import socket
 import threading
@@ -50,6 +52,10 @@ _WARN_EVERY_S = 5.0
 _PING, _HELLO = int(Op.PING), int(Op.HELLO)
 _MAX_WAITERS = 64
 """Blocking synchronize calls of one session served off its thread at once (more run inline)."""
+_PRECISE_S = 0.001
+_KEEP_WHILE_RUNNING = (WAITING_OPS - {int(Op.MODEL_EXECUTE)}) | {int(Op.FINALIZE)}
+"""Ops a session thread running an execution itself does not serve meanwhile: they may wait for
+the session's work (an execution's handler never does while the session thread runs one)."""
 
 
 @dataclass(slots=True)
@@ -287,49 +293,57 @@ class Server:
         waiters = _Waiters(answer_later)
         session.reply_later = lambda frame: _send_quietly(sendall, frame)
 
+        def dispatch(msg: protocol.Message) -> None:
+            op = msg.op
+            if op > _HELLO:  # every ACL op: the hot path first
+                if op in WAITING_OPS and session.would_block(msg) and waiters.submit(msg):
+                    return  # replies may go out of order: clients match them by request id
+                reply = handle(msg)
+                if reply is None:
+                    return  # answered later by the work it queued
+                with send_lock:
+                    if reply.__class__ is bytes:
+                        raw_sendall(reply)
+                    else:
+                        assert isinstance(reply, FdReply)
+                        _send_with_fd(sock, reply)
+            elif op == _PING:
+                sendall(
+                    protocol.encode_reply(op, msg.request_id, codes.ACL_SUCCESS, os.getpid(), tail=b"PONG")
+                )
+            elif op == _HELLO:
+                sendall(
+                    _error(msg, codes.ACL_ERROR_INVALID_PARAM, "this connection is already authenticated")
+                )
+            else:
+                reply = handle(msg)
+                assert reply.__class__ is bytes  # the pre-ACL ops pass no descriptor
+                sendall(reply)
+
+        pause = _ServingPause(session, sock, reader, dispatch)
+        session.pause = pause
+        kept = pause.kept
         try:
             sendall(hello_reply)
             while True:
-                try:
-                    msg = reader.read()
-                except protocol.ProtocolError as exc:
-                    self.log.warning("closing session %d: %s", session.session_id, exc)
-                    sendall(
-                        protocol.encode_reply(
-                            Op.NONE, 0, codes.ACL_ERROR_INVALID_PARAM, tail=str(exc).encode()
-                        )
-                    )
-                    return
-                if msg is None:
-                    return
-                op = msg.op
-                if op > _HELLO:  # every ACL op: the hot path first
-                    if op in WAITING_OPS and session.would_block(msg) and waiters.submit(msg):
-                        pass  # replies may go out of order: clients match them by request id
-                    else:
-                        reply = handle(msg)
-                        if reply is None:
-                            continue  # answered later by the work it queued
-                        with send_lock:
-                            if reply.__class__ is bytes:
-                                raw_sendall(reply)
-                            else:
-                                assert isinstance(reply, FdReply)
-                                _send_with_fd(sock, reply)
-                elif op == _PING:
-                    sendall(
-                        protocol.encode_reply(
-                            op, msg.request_id, codes.ACL_SUCCESS, os.getpid(), tail=b"PONG"
-                        )
-                    )
-                elif op == _HELLO:
-                    sendall(
-                        _error(msg, codes.ACL_ERROR_INVALID_PARAM, "this connection is already authenticated")
-                    )
+                if kept:
+                    msg = kept.popleft()
                 else:
-                    reply = handle(msg)
-                    assert reply.__class__ is bytes  # the pre-ACL ops pass no descriptor
-                    sendall(reply)
+                    try:
+                        read = reader.read()
+                    except protocol.ProtocolError as exc:
+                        self.log.warning("closing session %d: %s", session.session_id, exc)
+                        sendall(
+                            protocol.encode_reply(
+                                Op.NONE, 0, codes.ACL_ERROR_INVALID_PARAM, tail=str(exc).encode()
+                            )
+                        )
+                        return
+                    if read is None:
+                        return
+                    msg = read
+                pause.serving = not kept  # frames kept for later go first, in order
+                dispatch(msg)
         except OSError:
             return
         finally:
@@ -475,6 +489,59 @@ class _Waiters:
             for _ in range(self._threads):
                 self._queue.put(None)
             self._threads = self._idle = 0
+
+
+class _ServingPause:
+    """How a session thread waits while it holds the die for a synchronous execution it runs
+    itself (``Streams.run_now``): it keeps serving its connection, so the client's other threads
+    are not held up. Frames are served in order until one that may wait for the session's work
+    (it would wait for this very execution): that one and all after it are kept for the session
+    loop (``kept``). The end of the stream or a broken read ends the session's work at once
+    (``end``), as the session loop does; it meets the same end on its next read. The last
+    ``_PRECISE_S`` or so of each wait is a plain timed wait on the cancel event, as in a worker
+    thread: poll's millisecond timeout would overshoot the die time."""
+
+    def __init__(
+        self,
+        session: Session,
+        sock: socket.socket,
+        reader: protocol.FrameReader,
+        dispatch: Callable[[protocol.Message], None],
+    ) -> None:
+        self._cancel = session.streams.cancelled
+        self._end = session.cancel
+        self._reader = reader
+        self._dispatch = dispatch
+        self._poll = select.poll()
+        self._poll.register(sock, select.POLLIN)
+        self.kept: collections.deque[protocol.Message] = collections.deque()
+        self.serving = True
+
+    def is_set(self) -> bool:
+        return self._cancel.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        deadline = time.monotonic() + (timeout if timeout is not None else 3600.0)
+        while self.serving and not self._cancel.is_set():
+            poll_ms = int((deadline - time.monotonic() - _PRECISE_S) * 1000)
+            if poll_ms <= 0:
+                break
+            try:
+                msg = self._reader.next_buffered()
+                if msg is None:
+                    if self._poll.poll(poll_ms) and not self._reader.fill():
+                        self.serving = False  # the client is gone: so is its work
+                        self._end()
+                    continue
+                if msg.op in _KEEP_WHILE_RUNNING:
+                    self.kept.append(msg)
+                    self.serving = False
+                    continue
+                self._dispatch(msg)
+            except (OSError, protocol.ProtocolError):
+                self.serving = False
+                self._end()
+        return self._cancel.wait(max(0.0, deadline - time.monotonic()))
 
 
 def _send_with_fd(sock: socket.socket, reply: FdReply) -> None:

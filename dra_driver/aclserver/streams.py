@@ -1,12 +1,15 @@
 """One session's streams and the work queued on them: kernels (and model executions) on the die.
 
 Owns stream handles, one worker thread per device that runs the session's queued tasks in launch
-order, the bound on queued tasks, synchronization, and cancellation. A task holds its die for
-``duration_us`` — each slice granted by the quota book from the die ledger, so compute quotas
-(fixed, elastic, best-effort) hold across aclservers and for every kind of task alike — then
-runs its ``complete`` step (the kernel's result, a model's outputs). What a task reads or writes
-is pinned in the book while it is queued: a FREE meanwhile returns at once, but the bytes stay
-charged until the task ends (``quota.py``).
+order, a task run at once on the caller's thread when its device has nothing queued (``run_now``:
+a synchronous model execution, with no hand-off to the worker), the bound on queued tasks,
+synchronization, and cancellation. A task holds its die for ``duration_us`` — each slice granted
+by the quota book from the die ledger, so compute quotas (fixed, elastic, best-effort) hold across
+aclservers and for every kind of task alike — then runs its ``complete`` step (the kernel's
+result, a model's outputs). A thread that holds the die asks for 1 ns of timer slack, so its timed
+waits end when the slice does. What a task reads or writes is pinned in the book while it is
+queued: a FREE meanwhile returns at once, but the bytes stay charged until the task ends
+(``quota.py``).
 """
 
 from __future__ import annotations
@@ -17,13 +20,14 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from dra_driver.aclserver import scheduling
+from dra_driver.aclserver import proctitle, scheduling
 from dra_driver.aclserver.backend import KERNEL_RESULT_BYTES, AclFailure, Backend
+from dra_driver.aclserver.ledger import Pause
 from dra_driver.aclserver.quota import Allocation
 from flexnpu_wire import codes
 from flexnpu_wire.framing import Op
 
-__all__ = ["MAX_KERNEL_US", "MAX_QUEUED_TASKS", "MAX_STREAMS", "WAITING_OPS", "Streams"]
+__all__ = ["MAX_KERNEL_US", "MAX_QUEUED_TASKS", "MAX_STREAMS", "WAITING_OPS", "Pause", "Streams", "Task"]
 
 MAX_KERNEL_US = 10_000_000
 MAX_STREAMS = 1024
@@ -35,6 +39,8 @@ WAITING_OPS = frozenset(
      int(Op.MODEL_EXECUTE)}
 )  # fmt: skip
 _STREAM_BASE = 0x5_0000_0000
+_PR_SET_TIMERSLACK = 29
+_precise = threading.local()
 Handler = Callable[[tuple[int, ...]], tuple[int, ...]]
 
 
@@ -71,6 +77,10 @@ class _Worker:
     device: int
     queue: deque[Task] = field(default_factory=deque)
     thread: threading.Thread | None = None
+    caller_runs: Task | None = None
+    """The head of ``queue`` while ``run_now`` runs it on the caller's thread (the worker waits)."""
+    booked: tuple[float, float] | None = None
+    """A slice booked ahead for the head of ``queue`` (by whoever ran the task before it)."""
 
 
 class Streams:
@@ -175,6 +185,58 @@ class Streams:
 
     def submit(self, task: Task, uses: list[Allocation]) -> None:
         """Queue ``task`` behind its stream's earlier work, pinning what it uses."""
+        self._admit(task, uses)
+        device = task.stream.device
+        with self._cond:
+            worker = self._worker(device)
+            if worker.thread is None:
+                worker.thread = threading.Thread(
+                    target=self._run_worker, args=(worker,), daemon=True, name=f"kernels-dev{device}"
+                )
+                worker.thread.start()
+            task.stream.pending += 1
+            worker.queue.append(task)
+            self._cond.notify_all()
+
+    def run_now(self, task: Task, uses: list[Allocation], pause: Pause) -> bool:
+        """Run ``task`` on this thread if its device has nothing queued or running (False: the
+        caller queues it instead); it holds the die exactly as a queued task does, waiting with
+        ``pause``. True once it ended (``task.error`` tells how)."""
+        device = task.stream.device
+        with self._cond:
+            worker = self._worker(device)
+            if worker.queue or self.cancelled.is_set():
+                return False
+        self._admit(task, uses)
+        with self._cond:
+            if worker.queue:  # another thread queued work meanwhile: keep launch order
+                self._unadmit(task)
+                return False
+            task.stream.pending += 1
+            worker.queue.append(task)
+            worker.caller_runs = task
+        used: int | None = None
+        try:
+            used = self._run_task(worker, task, pause)
+        finally:
+            if used is None and task.error is None:
+                task.error = AclFailure(codes.ACL_ERROR_INTERNAL_ERROR, "cancelled: the session ended")
+            with self._cond:
+                worker.queue.popleft()
+                worker.caller_runs = None
+                self._cond.notify_all()  # the worker may start what was queued meanwhile
+            self._finish(task, ran=used is not None, used_us=used or 0)
+        return True
+
+    def _worker(self, device: int) -> _Worker:
+        """The device's worker record (under ``_cond``); its thread starts with the first queued task."""
+        worker = self._workers.get(device)
+        if worker is None:
+            worker = self._workers[device] = _Worker(device)
+        return worker
+
+    def _admit(self, task: Task, uses: list[Allocation]) -> None:
+        """Count ``task`` against the queue bound and pin what it uses (AclFailure: neither)."""
         with self._cond:
             if self._queued >= MAX_QUEUED_TASKS:
                 raise AclFailure(
@@ -188,18 +250,12 @@ class Streams:
             with self._cond:
                 self._queued -= 1
             raise
-        device = task.stream.device
-        with self._cond:
-            worker = self._workers.get(device)
-            if worker is None:
-                worker = self._workers[device] = _Worker(device)
-                worker.thread = threading.Thread(
-                    target=self._run_worker, args=(worker,), daemon=True, name=f"kernels-dev{device}"
-                )
-                worker.thread.start()
-            task.stream.pending += 1
-            worker.queue.append(task)
-            self._cond.notify_all()
+
+    def _unadmit(self, task: Task) -> None:
+        """Undo ``_admit`` of a task that was never queued (under ``_cond``)."""
+        self._queued -= 1
+        self.backend.book.unpin(task.pins)
+        task.pins = ()
 
     def drain(self) -> None:
         """Wait for every queued task of this session."""
@@ -252,18 +308,15 @@ class Streams:
             then()
 
     def _run_worker(self, worker: _Worker) -> None:
-        """Run the device's tasks slice by slice. While a slice runs, the next one (of this task
-        or the next queued one) is booked just before the die frees, so a busy device loses no
-        die time between slices. The host thread sleeps while the die is held."""
-        book, cancel = self.backend.book, self.cancelled
-        booked: tuple[float, float] | None = None
+        """Run the device's queued tasks in launch order (not one ``run_now`` runs)."""
+        cancel = self.cancelled
         while True:
             with self._cond:
-                while not worker.queue and not cancel.is_set():
+                while (not worker.queue or worker.caller_runs is not None) and not cancel.is_set():
                     self._cond.wait()
                 if cancel.is_set():
-                    doomed = list(worker.queue)
-                    worker.queue.clear()
+                    doomed = [t for t in worker.queue if t is not worker.caller_runs]
+                    worker.queue = deque(t for t in worker.queue if t is worker.caller_runs)
                 else:
                     doomed = []
                     task = worker.queue[0]
@@ -272,33 +325,46 @@ class Streams:
                     t.error = AclFailure(codes.ACL_ERROR_INTERNAL_ERROR, "cancelled: the session ended")
                     self._finish(t, ran=False)
                 return
-            remaining, used = task.duration_us, 0
-            while remaining > 0:
-                grant = booked or book.acquire_slice(
-                    worker.device, min(remaining, scheduling.SLICE_US), cancel
-                )
-                booked = None
-                if grant is None:
-                    break
-                start, end = grant
-                got = round((end - start) * 1e6)
-                remaining -= got
-                used += got
-                nxt = self._next_want(worker, remaining)
-                lookahead_at = end - scheduling.LOOKAHEAD_US / 1e6
-                if nxt and not cancel.wait(max(0.0, lookahead_at - time.monotonic())):
-                    booked = book.acquire_slice(worker.device, nxt, cancel)
-                if cancel.wait(max(0.0, end - time.monotonic())):
-                    break
-            if remaining > 0:
+            used = self._run_task(worker, task, cancel)
+            if used is None:
                 continue  # cancelled: the top of the loop drains the queue
-            try:
-                task.complete()
-            except AclFailure as exc:
-                task.error = exc
             with self._cond:
                 worker.queue.popleft()
             self._finish(task, ran=True, used_us=used)
+
+    def _run_task(self, worker: _Worker, task: Task, pause: Pause) -> int | None:
+        """Hold the die for ``task`` slice by slice, then complete it; the die microseconds it
+        used, or None if cancelled first.
+
+        While a slice runs, the next one (of this task or the next queued one) is booked just
+        before the die frees, so a busy device loses no die time between slices. The thread
+        sleeps (``pause``) while the die is held."""
+        book = self.backend.book
+        if not getattr(_precise, "timers", False):  # once per thread: 1 ns of timer slack, not
+            proctitle.prctl(_PR_SET_TIMERSLACK, 1)  # Linux's 50 us, so a slice's wait ends on time
+            _precise.timers = True
+        remaining, used = task.duration_us, 0
+        while remaining > 0:
+            grant, worker.booked = worker.booked, None
+            if grant is None:
+                grant = book.acquire_slice(worker.device, min(remaining, scheduling.SLICE_US), pause)
+            if grant is None:
+                return None
+            start, end = grant
+            got = round((end - start) * 1e6)
+            remaining -= got
+            used += got
+            nxt = self._next_want(worker, remaining)
+            lookahead_at = end - scheduling.LOOKAHEAD_US / 1e6
+            if nxt and not pause.wait(max(0.0, lookahead_at - time.monotonic())):
+                worker.booked = book.acquire_slice(worker.device, nxt, pause)
+            if pause.wait(max(0.0, end - time.monotonic())):
+                return None
+        try:
+            task.complete()
+        except AclFailure as exc:
+            task.error = exc
+        return used
 
     def _next_want(self, worker: _Worker, remaining: int) -> int:
         """Length of the slice to book next: the rest of this task, else the next queued task."""

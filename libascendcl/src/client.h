@@ -193,11 +193,19 @@ uint32_t mem_policy_page_size(int policy);
 /* The attribute (0..5) the aclserver is asked for an aclrtMemAttr 0..17; -1 for another value. */
 int mem_attr_for_server(int attr);
 
+/* -- models (mdl.c) ------------------------------------------------------------------------------ */
+
+/* Execute model_id on in/out: synchronously (async 0, stream unused) or queued on stream. */
+int mdl_execute(uint32_t model_id, const aclmdlDataset *in, aclmdlDataset *out, aclrtStream stream, int async,
+                const char *what);
+
 /* -- streams (stream.c) -------------------------------------------------------------------------- */
 
 /* The server's id of stream; NULL is the thread's device's default stream (created lazily). */
 int stream_resolve(aclrtStream stream, int64_t *id, const char *what);
 /* Wait until stream's queued work is done. */
 int stream_sync(aclrtStream stream, const char *what);
+/* Wait at most timeout ms (-1: without limit) for stream's work; *finished says whether it ended. */
+int stream_sync_within(aclrtStream stream, int32_t timeout, int *finished, const char *what);
 
 #endif /* FLEXNPU_CLIENT_H_ */

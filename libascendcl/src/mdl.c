@@ -7,7 +7,7 @@
  * description once (MODEL_GET_DESC: the header layout of docs/model-format.md) and every query
  * of an aclmdlDesc is answered here from that copy. aclmdlExecute/ExecuteAsync send the device
  * pointers and sizes of the datasets' buffers (MODEL_EXECUTE); the aclserver runs the execution
- * on the stream under the share's compute policy. The config handle for aclmdlLoadWithConfig
+ * on the stream under the share's compute policy (the V2 calls and their config: mdl_exec.c). The config handle for aclmdlLoadWithConfig
  * lives here too. Wire contract: client/flexnpu_wire/ops.py; format: client/flexnpu_wire/modelfile.py.
  */
 #include "client.h"
@@ -668,8 +668,8 @@ static int pack(const aclmdlDataset *ds, unsigned char *tail, const char *name, 
     return 0;
 }
 
-static int do_execute(uint32_t model_id, const aclmdlDataset *in, aclmdlDataset *out, aclrtStream stream, int async,
-                      const char *what)
+int mdl_execute(uint32_t model_id, const aclmdlDataset *in, aclmdlDataset *out, aclrtStream stream, int async,
+                const char *what)
 {
     if (!in || in->magic != DATASET_MAGIC || !out || out->magic != DATASET_MAGIC)
         return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: %s is not a live aclmdlDataset", what,
@@ -685,9 +685,7 @@ static int do_execute(uint32_t model_id, const aclmdlDataset *in, aclmdlDataset 
     if (rc)
         return rc;
     size_t len = 16 * (in->n + out->n);
-    unsigned char *tail = malloc(len ? len : 1);
-    if (!tail)
-        return flexnpu_fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", what);
+    unsigned char tail[16 * MODEL_MAX_TENSORS]; /* no allocation per execution */
     rc = pack(in, tail, "input", what);
     if (!rc)
         rc = pack(out, tail + 16 * in->n, "output", what);
@@ -698,19 +696,18 @@ static int do_execute(uint32_t model_id, const aclmdlDataset *in, aclmdlDataset 
         if (!rc)
             rc = rpc_receive(rid, NULL, 0, async ? session.call_timeout_ms : WAIT_FOREVER, what, NULL);
     }
-    free(tail);
     return rc;
 }
 
 API aclError aclmdlExecute(uint32_t modelId, const aclmdlDataset *input, aclmdlDataset *output)
 {
-    LOCKED(do_execute(modelId, input, output, NULL, 0, "aclmdlExecute"));
+    LOCKED(mdl_execute(modelId, input, output, NULL, 0, "aclmdlExecute"));
 }
 
 API aclError aclmdlExecuteAsync(uint32_t modelId, const aclmdlDataset *input, aclmdlDataset *output,
                                 aclrtStream stream)
 {
-    LOCKED(do_execute(modelId, input, output, stream, 1, "aclmdlExecuteAsync"));
+    LOCKED(mdl_execute(modelId, input, output, stream, 1, "aclmdlExecuteAsync"));
 }
 
 /* Check that index is the dynamic-shape input of a model with that kind of gears and value one of

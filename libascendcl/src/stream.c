@@ -104,8 +104,7 @@ API aclError aclrtSynchronizeStream(aclrtStream stream)
     LOCKED(do_synchronize_stream(stream));
 }
 
-/* Wait at most timeout ms (-1: without limit) for stream's work; *finished says whether it ended. */
-static int sync_stream_within(aclrtStream stream, int32_t timeout, int *finished, const char *what)
+int stream_sync_within(aclrtStream stream, int32_t timeout, int *finished, const char *what)
 {
     if (timeout < -1)
         return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: timeout %d is neither -1 nor a number of ms", what,
@@ -123,7 +122,7 @@ static int sync_stream_within(aclrtStream stream, int32_t timeout, int *finished
 static int do_synchronize_stream_with_timeout(aclrtStream stream, int32_t timeout)
 {
     int finished;
-    int rc = sync_stream_within(stream, timeout, &finished, "aclrtSynchronizeStreamWithTimeout");
+    int rc = stream_sync_within(stream, timeout, &finished, "aclrtSynchronizeStreamWithTimeout");
     if (!rc && !finished)
         rc = flexnpu_fail(ACL_ERROR_RT_STREAM_SYNC_TIMEOUT,
                           "aclrtSynchronizeStreamWithTimeout: the stream's work did not finish within %d ms",
@@ -141,7 +140,7 @@ static int do_stream_query(aclrtStream stream, aclrtStreamStatus *status)
     if (!status)
         return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclrtStreamQuery: status is NULL");
     int finished;
-    int rc = sync_stream_within(stream, 0, &finished, "aclrtStreamQuery");
+    int rc = stream_sync_within(stream, 0, &finished, "aclrtStreamQuery");
     if (!rc)
         *status = finished ? ACL_STREAM_STATUS_COMPLETE : ACL_STREAM_STATUS_NOT_READY;
     return rc;

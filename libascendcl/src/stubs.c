@@ -2947,19 +2947,6 @@ API aclError aclTransTensorDescFormat(const aclTensorDesc *srcDesc, aclFormat ds
     return ACL_ERROR_API_NOT_SUPPORT;
 }
 
-API aclmdlExecConfigHandle * aclmdlCreateExecConfigHandle(void)
-{
-    (void)flexnpu_unsupported("aclmdlCreateExecConfigHandle");
-    return NULL;
-}
-
-API aclError aclmdlDestroyExecConfigHandle(const aclmdlExecConfigHandle *handle)
-{
-    (void)handle;
-    (void)flexnpu_unsupported("aclmdlDestroyExecConfigHandle");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
 API aclError aclmdlBundleLoadFromFile(const char *modelPath, uint32_t *bundleId)
 {
     (void)modelPath;
@@ -3148,30 +3135,6 @@ API aclError aclmdlLoadFromMemWithQ(const void *model, size_t modelSize, uint32_
     (void)outputQ;
     (void)outputQNum;
     (void)flexnpu_unsupported("aclmdlLoadFromMemWithQ");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclmdlExecuteV2(uint32_t modelId, const aclmdlDataset *input, aclmdlDataset *output,
-    aclrtStream stream, const aclmdlExecConfigHandle *handle)
-{
-    (void)modelId;
-    (void)input;
-    (void)output;
-    (void)stream;
-    (void)handle;
-    (void)flexnpu_unsupported("aclmdlExecuteV2");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclmdlExecuteAsyncV2(uint32_t modelId, const aclmdlDataset *input, aclmdlDataset *output,
-    aclrtStream stream, const aclmdlExecConfigHandle *handle)
-{
-    (void)modelId;
-    (void)input;
-    (void)output;
-    (void)stream;
-    (void)handle;
-    (void)flexnpu_unsupported("aclmdlExecuteAsyncV2");
     return ACL_ERROR_API_NOT_SUPPORT;
 }
 
@@ -3451,17 +3414,6 @@ API aclError aclmdlCreateAndGetOpDesc(uint32_t deviceId, uint32_t streamId, uint
     (void)outputDesc;
     (void)numOutputs;
     (void)flexnpu_unsupported("aclmdlCreateAndGetOpDesc");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclmdlSetExecConfigOpt(aclmdlExecConfigHandle *handle, aclmdlExecConfigAttr attr,
-    const void *attrValue, size_t valueSize)
-{
-    (void)handle;
-    (void)attr;
-    (void)attrValue;
-    (void)valueSize;
-    (void)flexnpu_unsupported("aclmdlSetExecConfigOpt");
     return ACL_ERROR_API_NOT_SUPPORT;
 }
 

@@ -33,7 +33,7 @@ def infer(library: Path) -> Path:
 
 
 @pytest.mark.parametrize("how", ["file", "mem", "withmem", "config"])
-@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("mode", ["sync", "async", "v2", "v2-no-stream", "async-v2"])
 def test_the_inference_sample(infer: Path, claim: Claim, tmp_path: Path, how: str, mode: str) -> None:
     path = sample_models.write(tmp_path / "classifier.fnm", MODEL)
     res = run(infer, "infer", str(path), "5", how, mode, conf=claim.conf).ok()
@@ -116,3 +116,19 @@ def test_two_fixed_tenants_executing_models_get_30_and_70_percent(infer: Path, t
             for t in tenants:
                 t.proc.kill()
                 t.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def exec_config(library: Path) -> Path:
+    return clibrary.compile_program(HERE / "exec_config.c", link_library=library)
+
+
+def test_the_execution_config_handle_and_its_refusals(exec_config: Path) -> None:
+    run(exec_config, "config", conf=None).ok()
+
+
+def test_execute_v2_on_a_stream_honours_the_stream_timeout(
+    exec_config: Path, claim: Claim, tmp_path: Path
+) -> None:
+    slow = sample_models.write(tmp_path / "slow.fnm", sample_models.classifier(cost_us=1_000_000))
+    run(exec_config, "timeout", str(slow), conf=claim.conf).ok()

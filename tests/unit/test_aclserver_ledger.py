@@ -85,11 +85,29 @@ def test_dead_and_zombie_pids_are_dropped(die: ledger.DieLedger) -> None:
 
 
 def test_acquire_grants_and_accounts(die: ledger.DieLedger) -> None:
+    import dataclasses
+    import time
+
+    from dra_driver.aclserver import scheduling
+
     slot = reg(die, Policy.BEST_EFFORT)
+    (before,) = die.entries()
+    asked = time.monotonic()
     start, end = die.acquire(slot, 2_000, threading.Event())  # type: ignore[misc]
     assert round((end - start) * 1e6) == 2_000
     (entry,) = die.entries()
     assert (entry.consumed_us, entry.kernels, entry.waiting) == (2_000, 1, False)
+    assert (entry.period_idx, entry.period_used_us) == (scheduling.period_of(start), 2_000)
+    assert asked <= entry.last_grant <= time.monotonic()
+    die.acquire(slot, 1_000, threading.Event())
+    (entry,) = die.entries()
+    assert (entry.consumed_us, entry.kernels) == (3_000, 2)
+    # the second waited for the first slice's end: it was flagged waiting (since then) meanwhile
+    changed = {"consumed_us", "kernels", "period_idx", "period_used_us", "last_grant", "waiting_since"}
+    same = [f.name for f in dataclasses.fields(entry) if f.name not in changed]
+    assert [getattr(entry, n) for n in same] == [getattr(before, n) for n in same], (
+        "a grant writes only its fields"
+    )
 
 
 def test_acquire_waits_over_budget_and_cancel_clears_waiting(die: ledger.DieLedger) -> None:

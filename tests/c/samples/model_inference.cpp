@@ -6,7 +6,10 @@
 // The model is any model of FlexNPU's emulated format whose input 0 is float32 and whose output 0
 // is input 0 * 2 + 1 (float32); output 1, if any, is summed and printed ("val out1_sum"), for the
 // test to compare. Usage:
-//   model_inference infer <model> <n> [file|mem|withmem|config] [sync|async]
+//   model_inference infer <model> <n> [file|mem|withmem|config] [sync|async|v2|v2-no-stream|async-v2]
+//     (v2: aclmdlExecuteV2 on the stream with an execution config handle as the vendor's samples set
+//     it up: a stream timeout and the work memory; v2-no-stream: the same without a stream;
+//     async-v2: aclmdlExecuteAsyncV2 and a synchronize)
 //   model_inference load <model>                 (load only: "val load_code")
 //   model_inference tenant <model> <seconds>     (execute in a loop: "val executions")
 #include "acl/acl.h"
@@ -36,7 +39,7 @@ static bool Ok(aclError ret, const char *what)
 struct Model {
     uint32_t id = 0;
     aclmdlDesc *desc = nullptr;
-    void *work = nullptr, *weight = nullptr;
+    void *work = nullptr, *weight = nullptr, *execWork = nullptr;
     size_t workSize = 0, weightSize = 0;
     std::vector<char> bytes; // the model in memory (mem, withmem from memory)
 };
@@ -102,7 +105,7 @@ static void DestroyDataset(aclmdlDataset *dataset, std::vector<void *> &buffers)
         Ok(aclrtFree(dev), "aclrtFree of a dataset buffer");
 }
 
-static int Infer(const char *path, int n, const std::string &how, bool async, double seconds)
+static int Infer(const char *path, int n, const std::string &how, const std::string &exec, double seconds)
 {
     if (!Ok(aclInit(nullptr), "aclInit") || !Ok(aclrtSetDevice(0), "aclrtSetDevice"))
         return 1;
@@ -142,6 +145,19 @@ static int Infer(const char *path, int n, const std::string &how, bool async, do
     void *hostIn = nullptr, *hostOut = nullptr;
     Ok(aclrtMallocHost(&hostIn, inputSize), "aclrtMallocHost input");
     Ok(aclrtMallocHost(&hostOut, aclmdlGetOutputSizeByIndex(model.desc, 0)), "aclrtMallocHost output");
+    aclmdlExecConfigHandle *config = nullptr;
+    if (exec == "v2" || exec == "v2-no-stream" || exec == "async-v2") {
+        config = aclmdlCreateExecConfigHandle();
+        int32_t timeout = 60000;
+        size_t workSize = 0, weightSize = 0;
+        void *work = nullptr;
+        Ok(aclmdlQuerySize(path, &workSize, &weightSize), "aclmdlQuerySize");
+        Ok(aclrtMalloc(&work, workSize, ACL_MEM_MALLOC_HUGE_FIRST), "aclrtMalloc exec work");
+        Ok(aclmdlSetExecConfigOpt(config, ACL_MDL_STREAM_SYNC_TIMEOUT, &timeout, sizeof(timeout)), "timeout opt");
+        Ok(aclmdlSetExecConfigOpt(config, ACL_MDL_WORK_ADDR_PTR, &work, sizeof(work)), "work opt");
+        Ok(aclmdlSetExecConfigOpt(config, ACL_MDL_WORK_SIZET, &workSize, sizeof(workSize)), "work size opt");
+        model.execWork = work;
+    }
     auto start = std::chrono::steady_clock::now();
     long executions = 0, checked = 0;
     if (seconds > 0) { // a tenant: two streams, one batch always queued while the other is waited for
@@ -167,8 +183,13 @@ static int Infer(const char *path, int n, const std::string &how, bool async, do
         for (size_t i = 0; i < count; i++)
             in[i] = static_cast<float>(i % 97) * 0.25f + static_cast<float>(iter);
         Ok(aclrtMemcpy(inBufs[0], inputSize, hostIn, inputSize, ACL_MEMCPY_HOST_TO_DEVICE), "aclrtMemcpy input");
-        if (async) {
+        if (exec == "async") {
             Ok(aclmdlExecuteAsync(model.id, input, output, stream), "aclmdlExecuteAsync");
+            Ok(aclrtSynchronizeStream(stream), "aclrtSynchronizeStream");
+        } else if (exec == "v2" || exec == "v2-no-stream") {
+            Ok(aclmdlExecuteV2(model.id, input, output, exec == "v2" ? stream : nullptr, config), "aclmdlExecuteV2");
+        } else if (exec == "async-v2") {
+            Ok(aclmdlExecuteAsyncV2(model.id, input, output, stream, config), "aclmdlExecuteAsyncV2");
             Ok(aclrtSynchronizeStream(stream), "aclrtSynchronizeStream");
         } else {
             Ok(aclmdlExecute(model.id, input, output), "aclmdlExecute");
@@ -195,6 +216,10 @@ static int Infer(const char *path, int n, const std::string &how, bool async, do
         std::printf("val out1_sum %.6f\n", sum);
     }
 
+    if (config) {
+        Ok(aclmdlDestroyExecConfigHandle(config), "aclmdlDestroyExecConfigHandle");
+        Ok(aclrtFree(model.execWork), "aclrtFree exec work");
+    }
     aclrtFreeHost(hostIn);
     aclrtFreeHost(hostOut);
     DestroyDataset(input, inBufs);
@@ -217,13 +242,13 @@ int main(int argc, char **argv)
 {
     std::string mode = argc > 1 ? argv[1] : "";
     if (mode == "infer" && argc >= 4)
-        return Infer(argv[2], std::atoi(argv[3]), argc > 4 ? argv[4] : "file",
-                     argc > 5 && std::strcmp(argv[5], "async") == 0, 0);
+        return Infer(argv[2], std::atoi(argv[3]), argc > 4 ? argv[4] : "file", argc > 5 ? argv[5] : "sync", 0);
     if (mode == "load" && argc == 3)
-        return Infer(argv[2], -1, "file", false, 0);
+        return Infer(argv[2], -1, "file", "sync", 0);
     if (mode == "tenant" && argc == 4)
-        return Infer(argv[2], 0, "file", false, std::atof(argv[3]));
-    std::fprintf(stderr, "usage: %s infer <model> <n> [file|mem|withmem|config] [sync|async] | load <model> | "
+        return Infer(argv[2], 0, "file", "sync", std::atof(argv[3]));
+    std::fprintf(stderr, "usage: %s infer <model> <n> [file|mem|withmem|config] [sync|async|v2|v2-no-stream|async-v2]"
+                         " | load <model> | "
                          "tenant <model> <seconds>\n", argv[0]);
     return 2;
 }

@@ -1,0 +1,95 @@
+"""``Streams.run_now``: a task run on the caller's thread when its device has nothing queued.
+
+Against the emulated backend in this process (a real die ledger file, real threads): the task
+holds the die on the calling thread (with 1 ns of timer slack) and is charged like a queued one, the call refuses (and
+keeps nothing) while the device has queued work, and a cancel mid-task ends it with an error
+and releases what it pinned.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dra_driver.aclserver.backend_emulated import EmulatedBackend
+from dra_driver.aclserver.quota import Allocation
+from dra_driver.aclserver.streams import Streams, Task
+from flexnpu_testing import aclservers
+from flexnpu_testing.waiting import wait_for
+
+OWNER = 1
+
+
+@pytest.fixture
+def backend(tmp_path: Path) -> Iterator[EmulatedBackend]:
+    spec = aclservers.make_spec(
+        tmp_path, shares=[aclservers.share(0, memory=1 << 20)], ledger_dir=str(tmp_path)
+    )
+    be = EmulatedBackend(spec)
+    try:
+        yield be
+    finally:
+        be.close()
+
+
+@pytest.fixture
+def streams(backend: EmulatedBackend) -> Iterator[Streams]:
+    s = Streams(backend, session_id=OWNER, current=lambda: 0)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def buffer(backend: EmulatedBackend) -> Allocation:
+    return backend.book.find(backend.malloc(0, 4096, 0, owner=OWNER), owner=OWNER)
+
+
+def test_it_runs_on_the_calling_thread_and_is_charged_its_die_time(
+    backend: EmulatedBackend, streams: Streams
+) -> None:
+    stream, buf = streams.create(0), buffer(backend)
+    ran_on: list[int] = []
+    task = Task(stream, 2_000, lambda: ran_on.append(threading.get_ident()))
+    assert streams.run_now(task, [buf], threading.Event())
+    assert ran_on == [threading.get_ident()] and task.error is None and task.done.is_set()
+    assert (streams.kernels_done, streams.kernel_us_done) == (1, 2_000)
+    assert backend.book.compute_usage(0)[0] == 2_000, "the die ledger granted it 2 ms"
+    assert buf.pins == 0 and stream.pending == 0
+    slack = Path(f"/proc/{threading.get_native_id()}/timerslack_ns").read_text()
+    assert slack.strip() == "1", "the thread that held the die waits with 1 ns of timer slack"
+
+
+def test_it_refuses_while_the_device_has_queued_work_and_keeps_nothing(
+    backend: EmulatedBackend, streams: Streams
+) -> None:
+    stream, buf = streams.create(0), buffer(backend)
+    release = threading.Event()
+    queued = Task(streams.create(0), 1, release.wait)
+    streams.submit(queued, [buf])
+    ran: list[bool] = []
+    assert not streams.run_now(Task(stream, 1_000, lambda: ran.append(True)), [buf], threading.Event())
+    assert not ran and buf.pins == 1 and stream.pending == 0, "only the queued task holds the buffer"
+    release.set()
+    queued.done.wait(10)
+    wait_for(lambda: buf.pins == 0, timeout=10, what="the queued task's pin released")
+    assert streams.run_now(Task(stream, 1_000, lambda: ran.append(True)), [buf], threading.Event())
+    assert ran == [True]
+
+
+def test_a_cancel_mid_task_ends_it_with_an_error_and_releases_its_pins(
+    backend: EmulatedBackend, streams: Streams
+) -> None:
+    stream, buf = streams.create(0), buffer(backend)
+    task = Task(stream, 5_000_000, lambda: pytest.fail("a cancelled task does not complete"))
+    canceller = threading.Thread(
+        target=lambda: (wait_for(lambda: backend.book.compute_usage(0)[0] > 0, timeout=10), streams.cancel())
+    )
+    canceller.start()
+    assert streams.run_now(task, [buf], streams.cancelled)
+    canceller.join(10)
+    assert task.error is not None and "cancelled" in task.error.message
+    assert buf.pins == 0 and stream.pending == 0 and streams.kernels_done == 0
