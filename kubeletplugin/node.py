@@ -129,7 +129,7 @@ class NodeCore:
                 cdi_dir=cfg.paths.cdi_dir,
                 cdi_kind=cdi.Kind.parse(cfg.cdi_kind),
                 run_dir=cfg.paths.run_dir,
-                shm_dir=cfg.paths.shm_dir,
+                shm_dir=cfg.paths.shm_root,
                 hard=sweeping.HardSweep(self.vnpus, lambda: self.inventory, cfg.paths.state_dir)
                 if self.hard_split
                 else None,
@@ -190,7 +190,7 @@ class NodeProcess(NodeCore):
                     node_name=cfg.node_name,
                     driver_name=cfg.driver_name,
                     max_shares_per_die=cfg.max_shares_per_die,
-                    ledger=functools.partial(ledger.read_entries, str(cfg.paths.shm_dir / LEDGER_DIR_NAME)),
+                    ledger=functools.partial(ledger.read_entries, str(cfg.paths.shm_root / LEDGER_DIR_NAME)),
                 )
             )
         self._threads: list[threading.Thread] = []
