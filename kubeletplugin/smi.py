@@ -46,7 +46,7 @@ from dra_driver.config import Config
 from dra_driver.daemon_api.client import DaemonClient
 from dra_driver.daemon_api.values import EntityInfo, ShareUsage
 from dra_driver.errors import FlexNPUError, Unavailable
-from dra_driver.vnpu import ledger as vnpu_ledger
+from dra_driver.vnpu import ownership as vnpu_ledger
 from dra_driver.vnpu import report as vnpu_report
 from kubeletplugin import adopt
 
