@@ -52,7 +52,7 @@ from dra_kubeletplugin import Helper
 from dra_kubeletplugin.errors import DroppedFieldsError, PluginError
 from dra_kubeletplugin.helper import PublishOptions
 from dra_kubeletplugin.resourceslice.pools import DriverResources
-from kubeletplugin import hardsplit, healing, statuses
+from kubeletplugin import error_status, hardsplit, healing
 from kubeletplugin.driver import NpuDriver
 from kubeletplugin.health import InventoryHealth
 from kubeletplugin.prepare import Preparer, PrepareSettings
@@ -284,7 +284,7 @@ class NodeProcess(NodeCore):
             registry_dir=cfg.paths.kubelet_registry_dir,
             plugins_dir=cfg.paths.kubelet_plugins_dir,
             health_source=self.health,
-            error_status=statuses.status_for,
+            error_status=error_status.status_for,
             publish=PublishOptions(resync_seconds=cfg.slice_resync_seconds),
             on_dropped_fields=self._counters_dropped,
             live=self.live,

@@ -2,7 +2,7 @@
 
 This package owns the metric names, their labels and buckets, the span names and attributes, and
 the optional Prometheus HTTP endpoint: :class:`Telemetry` (here) puts together the instruments
-(``metrics.py``), the tracer (``tracing.py``) and the endpoint (``http.py``). It does not decide what a claim gets, does not log, and
+(``metrics.py``), the tracer (``tracing.py``) and the endpoint (``endpoint.py``). It does not decide what a claim gets, does not log, and
 never sets the global OpenTelemetry providers: each :class:`Telemetry` has its own
 ``MeterProvider``, ``TracerProvider`` and Prometheus ``CollectorRegistry``, so tests (and a
 process embedding several drivers) can keep many apart.
@@ -83,7 +83,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from prometheus_client.registry import Collector
 
 from dra_driver.errors import InvalidInput
-from dra_driver.telemetry.http import PORT_RETRY_SECONDS, MetricsEndpoint, Verdict, wsgi_app
+from dra_driver.telemetry.endpoint import PORT_RETRY_SECONDS, MetricsEndpoint, Verdict, wsgi_app
 from dra_driver.telemetry.metrics import (
     DURATION_BUCKETS,
     MAX_EXTRA_ERROR_TYPES,

@@ -49,9 +49,9 @@ The package, one module per concern (each imports only the ones above it):
 from __future__ import annotations
 
 from flexnpu_testing.fake_apiserver.faults import Ambiguity
+from flexnpu_testing.fake_apiserver.harness import FakeAPIServer, main
 from flexnpu_testing.fake_apiserver.quantities import canonical_quantity, format_quantity, parse_quantity
 from flexnpu_testing.fake_apiserver.resources import RESOURCES, APIError, Resource
-from flexnpu_testing.fake_apiserver.server import FakeAPIServer, main
 
 __all__ = [
     "RESOURCES",
