@@ -78,19 +78,11 @@ def encode(cp: Checkpoint) -> bytes:
 
 def decode(raw: bytes, *, source: str = "checkpoint") -> Checkpoint:
     """Parse and verify a version-1 checkpoint; raise :class:`StateError` (CHECKPOINT_CORRUPT) if bad."""
-    doc = envelope(raw, source, want=V1)
-    data = doc.get("data")
-    if not isinstance(data, dict):
-        raise corrupt(source, "missing data object", "data")
-    if doc.get("checksum") != checksum(data):
-        raise corrupt(source, "checksum mismatch (file truncated or edited)", "checksum")
+    data = _checked_body(envelope(raw, source, want=V1), "data", source)
     raw_claims = data.get("claims") or {}
     if not isinstance(raw_claims, dict):
         raise corrupt(source, "claims is not an object", "data.claims")
-    try:
-        claims = {str(uid): ClaimEntry.from_json(e) for uid, e in raw_claims.items()}
-    except (KeyError, ValueError, TypeError, AttributeError) as exc:
-        raise corrupt(source, f"malformed claim entry ({exc!r})", "data.claims") from exc
+    claims = {str(uid): _claim_entry(e, source, "data.claims") for uid, e in raw_claims.items()}
     return Checkpoint(boot_id=str(data.get("bootID") or ""), claims=claims)
 
 
@@ -103,16 +95,25 @@ def encode_record(entry: ClaimEntry) -> bytes:
 
 def decode_record(raw: bytes, *, source: str) -> ClaimEntry:
     """One version-2 claim record; raise :class:`StateError` (CHECKPOINT_CORRUPT) if bad."""
-    doc = envelope(raw, source, want=VERSION)
-    body = doc.get("entry")
+    body = _checked_body(envelope(raw, source, want=VERSION), "entry", source)
+    return _claim_entry(body, source, "entry")
+
+
+def _checked_body(doc: dict[str, Any], key: str, source: str) -> dict[str, Any]:
+    """The object under ``key`` of an envelope, its checksum verified."""
+    body = doc.get(key)
     if not isinstance(body, dict):
-        raise corrupt(source, "missing entry object", "entry")
+        raise corrupt(source, f"missing {key} object", key)
     if doc.get("checksum") != checksum(body):
         raise corrupt(source, "checksum mismatch (file truncated or edited)", "checksum")
+    return body
+
+
+def _claim_entry(body: Any, source: str, fld: str) -> ClaimEntry:
     try:
         return ClaimEntry.from_json(body)
     except (KeyError, ValueError, TypeError, AttributeError) as exc:
-        raise corrupt(source, f"malformed claim entry ({exc!r})", "entry") from exc
+        raise corrupt(source, f"malformed claim entry ({exc!r})", fld) from exc
 
 
 def encode_small(key: str, value: Any) -> bytes:
