@@ -1,6 +1,6 @@
 """Rebuild ownership from evidence when the checkpoint cannot be trusted (``flexnpu-smi adopt``).
 
-A checkpoint record that cannot be read leaves the store *untrusted* (``dra_driver/checkpoint.py``)
+A checkpoint record that cannot be read leaves the store *untrusted* (``dra_driver/checkpoint/store.py``)
 and every destructive path stops. This module ends the doubt one of two ways, each an explicit,
 logged operator decision:
 
