@@ -363,9 +363,10 @@ def test_daemon_container_restarts_leave_the_share_serving(cluster: Cluster) -> 
         daemon = start(cluster, "flexnpu-daemon", pods)
         assert "cgroups: cgroup" in wait_ready(daemon, "daemon")
         plugin = start(cluster, "flexnpu-dra-plugin", pods)
+        # the plugin is ready once the kubelet registered it (dra_driver/readiness.py): register first
+        kubelet = KubeletSimulator(root / "kubelet" / "plugins_registry").wait_for_plugin(DRIVER, timeout=30)
         wait_ready(plugin, "plugin")
         wait_for(lambda: len(published(cluster.api)) >= 2, what="published devices", timeout=60)
-        kubelet = KubeletSimulator(root / "kubelet" / "plugins_registry").wait_for_plugin(DRIVER, timeout=30)
         consumer = {"resource": "pods", "name": "p", "uid": str(uuid.uuid4())}
         share_uid = create_claim(cluster.api, "share", SHARE_REQUEST)
         SchedulerSim(cluster.api.api_client(), DRIVER).allocate(
