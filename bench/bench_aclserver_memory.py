@@ -14,7 +14,7 @@ import time
 from _aclbench import med, p99, workdir
 
 from flexnpu_client import Session
-from flexnpu_testing import aclservers
+from flexnpu_testing import aclserver_harness
 
 
 def pss_kib(pid: int) -> dict[str, int]:
@@ -35,9 +35,11 @@ def main() -> None:
     with workdir() as work:
         ledger_dir = str(work / "ledger")
         for _ in range(args.starts):
-            spec = aclservers.make_spec(work, shares=[aclservers.share(0)], ledger_dir=ledger_dir)
+            spec = aclserver_harness.make_spec(
+                work, shares=[aclserver_harness.share(0)], ledger_dir=ledger_dir
+            )
             t = time.perf_counter()
-            srv = aclservers.start_aclserver(spec, work)
+            srv = aclserver_harness.start_aclserver(spec, work)
             ready.append(time.perf_counter() - t)
             try:
                 with Session.open(srv.conf()) as s:
@@ -47,8 +49,8 @@ def main() -> None:
             finally:
                 srv.stop()
                 shutil.rmtree(spec.shm_dir, ignore_errors=True)
-        with aclservers.running_aclserver(
-            work, shares=[aclservers.share(0, memory=1 << 30)], ledger_dir=ledger_dir
+        with aclserver_harness.running_aclserver(
+            work, shares=[aclserver_harness.share(0, memory=1 << 30)], ledger_dir=ledger_dir
         ) as srv:
             idle = pss_kib(srv.proc.pid)
             with Session.open(srv.conf()) as s:
@@ -57,7 +59,7 @@ def main() -> None:
                 ptr = s.malloc(64 << 20)
                 s.copy_to_device(ptr, b"x" * (8 << 20))
                 busy = pss_kib(srv.proc.pid)
-            after = aclservers.wait_for(lambda: pss_kib(srv.proc.pid) if srv.proc.pid else None)
+            after = aclserver_harness.wait_for(lambda: pss_kib(srv.proc.pid) if srv.proc.pid else None)
     print(f"start-up over {args.starts} spawns (python -m dra_driver.aclserver, no zygote):")
     print(f"  spawn -> ready file      median {med(ready) * 1e3:6.1f} ms  p99 {p99(ready) * 1e3:6.1f} ms")
     print(

@@ -34,7 +34,7 @@ from _aclbench import med, p99, workdir
 from bench_roundtrip import ECHO
 
 from dra_driver import clientconf
-from flexnpu_testing import aclservers, clibrary
+from flexnpu_testing import aclserver_harness, clibrary
 
 HERE = Path(__file__).parent
 MIB = 1 << 20
@@ -114,9 +114,9 @@ def huge_page_server(work: Path) -> Iterator[Path | None]:
     if os.geteuid() != 0:
         yield None
         return
-    spec = aclservers.make_spec(
+    spec = aclserver_harness.make_spec(
         work,
-        shares=[aclservers.share(0, memory=1024 * MIB)],
+        shares=[aclserver_harness.share(0, memory=1024 * MIB)],
         ledger_dir=str(work / "ledger-hp"),
         staging_bytes=16 * MIB,
     )
@@ -126,7 +126,7 @@ def huge_page_server(work: Path) -> Iterator[Path | None]:
         ["mount", "-t", "tmpfs", "-o", "size=1g,huge=within_size", "fnpu-bench-hp", str(mnt)], check=True
     )
     try:
-        srv = aclservers.start_aclserver(spec, work)
+        srv = aclserver_harness.start_aclserver(spec, work)
         try:
             conf = work / "client-hp.conf"
             conf.write_text(clientconf.render(srv.conf(unix=False)))
@@ -204,9 +204,9 @@ def main() -> None:
     baseline = clibrary.compile_program(HERE / "c" / "baseline_rss.c", include_acl_headers=False)
     with (
         workdir() as work,
-        aclservers.running_aclserver(
+        aclserver_harness.running_aclserver(
             work,
-            shares=[aclservers.share(0, memory=1024 * MIB)],
+            shares=[aclserver_harness.share(0, memory=1024 * MIB)],
             ledger_dir=str(work / "ledger"),
             staging_bytes=16 * MIB,  # the production default (spec.DEFAULT_STAGING_BYTES)
         ) as srv,

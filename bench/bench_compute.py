@@ -16,8 +16,8 @@ import time
 from _aclbench import workdir
 
 from dra_driver.aclserver import ledger
-from flexnpu_testing import aclservers
-from flexnpu_testing.aclservers import Tenant
+from flexnpu_testing import aclserver_harness
+from flexnpu_testing.aclserver_harness import Tenant
 from flexnpu_wire.codes import Policy
 
 SCENARIOS = [
@@ -36,8 +36,10 @@ def run(
         ledger_dir = str(work / "ledger")
         servers = [
             stack.enter_context(
-                aclservers.running_aclserver(
-                    work, ledger_dir=ledger_dir, shares=[aclservers.share(0, die=0, compute=pct, policy=pol)]
+                aclserver_harness.running_aclserver(
+                    work,
+                    ledger_dir=ledger_dir,
+                    shares=[aclserver_harness.share(0, die=0, compute=pct, policy=pol)],
                 )
             )
             for pct, pol in specs

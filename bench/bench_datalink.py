@@ -17,7 +17,7 @@ import numpy as np
 from _aclbench import med, p99, workdir
 
 from flexnpu_client import Session
-from flexnpu_testing import aclservers
+from flexnpu_testing import aclserver_harness
 from flexnpu_wire import launch
 from flexnpu_wire.codes import MemcpyKind
 
@@ -51,9 +51,9 @@ def main() -> None:
     dst = np.empty_like(src)
     with (
         workdir() as work,
-        aclservers.running_aclserver(
+        aclserver_harness.running_aclserver(
             work,
-            shares=[aclservers.share(0, memory=2 * SIZE + (1 << 20))],
+            shares=[aclserver_harness.share(0, memory=2 * SIZE + (1 << 20))],
             ledger_dir=str(work / "ledger"),
             staging_bytes=launch.DEFAULT_STAGING_BYTES,
             # the claim's own tmpfs, as flexnpu-daemon makes it (huge pages; needs root)

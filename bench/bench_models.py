@@ -33,7 +33,7 @@ from dra_driver.aclserver.backend import Buffer
 from dra_driver.aclserver.backend_emulated import EmulatedBackend
 from dra_driver.aclserver.streams import Streams, Task
 from dra_driver.client import Session
-from flexnpu_testing import aclservers, clibrary
+from flexnpu_testing import aclserver_harness, clibrary
 from flexnpu_wire import modelfile as mf
 
 HERE = Path(__file__).parent
@@ -128,13 +128,13 @@ def main() -> None:
     parser.add_argument("--per", type=int, default=50)
     args = parser.parse_args()
     data = mf.render(model(args.cost_us))
-    with workdir() as work, aclservers.running_aclserver(
-        work, shares=[aclservers.share(0, die=0, memory=64 * MIB, compute=100)], ledger_dir=str(work / "ledger")
+    with workdir() as work, aclserver_harness.running_aclserver(
+        work, shares=[aclserver_harness.share(0, die=0, memory=64 * MIB, compute=100)], ledger_dir=str(work / "ledger")
     ) as server, Session.open(server.conf()) as session:  # fmt: skip
         session.init()
         session.set_device(0)
-        spec = aclservers.make_spec(
-            work, shares=[aclservers.share(0, die=1, memory=64 * MIB, compute=100)], ledger_dir=str(work / "ledger")
+        spec = aclserver_harness.make_spec(
+            work, shares=[aclserver_harness.share(0, die=1, memory=64 * MIB, compute=100)], ledger_dir=str(work / "ledger")
         )  # fmt: skip
         backend = EmulatedBackend(spec)
         direct, queued, streams = direct_runners(backend, data)

@@ -30,8 +30,8 @@ from _aclbench import med, p99, workdir
 
 from dra_driver import clientconf
 from flexnpu_client import Session
-from flexnpu_testing import aclservers
-from flexnpu_testing.aclservers import RunningAclServer
+from flexnpu_testing import aclserver_harness
+from flexnpu_testing.aclserver_harness import RunningAclServer
 from flexnpu_wire import framing as protocol
 from flexnpu_wire.codes import MemAttr
 from flexnpu_wire.framing import Op
@@ -124,8 +124,8 @@ def latency(args: argparse.Namespace, work: Path) -> None:
     with (
         raw_link("unix", str(work / "echo.sock")) as raw_unix,
         raw_link("tcp", "") as raw_tcp,
-        aclservers.running_aclserver(
-            work, shares=[aclservers.share(0)], ledger_dir=str(work / "ledger")
+        aclserver_harness.running_aclserver(
+            work, shares=[aclserver_harness.share(0)], ledger_dir=str(work / "ledger")
         ) as srv,
         Session.open(srv.conf(), prefer="unix") as su,
         Session.open(srv.conf(), prefer="tcp") as st,
@@ -191,9 +191,9 @@ def throughput(args: argparse.Namespace, work: Path) -> None:
             d.mkdir()
             servers.append(
                 stack.enter_context(
-                    aclservers.running_aclserver(
+                    aclserver_harness.running_aclserver(
                         d,
-                        shares=[aclservers.share(0, die=0, compute=1)],
+                        shares=[aclserver_harness.share(0, die=0, compute=1)],
                         ledger_dir=str(work / "ledger"),
                         staging_bytes=1 << 20,
                     )

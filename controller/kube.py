@@ -3,7 +3,7 @@
 :class:`Kube` is :class:`dra_kubeletplugin.kubeapi.KubeClient` (nodes, ResourceSlices, claim GETs,
 the REST plumbing and the one translation of client exceptions) with the driver's own calls added:
 listing and watching every ResourceClaim (the residual reconciler), patching claim status, and
-Events. Nothing else in the driver imports ``kubernetes``.
+Events. It imports no ``kubernetes`` module itself: ``dra_kubeletplugin/kubeapi.py`` is the only one that does.
 
 The errors it raises are the driver's (:mod:`dra_driver.errors`, with stable codes) and, at the
 same time, the helper's (:mod:`dra_kubeletplugin.errors`), so both sides catch them by their own

@@ -187,32 +187,15 @@ def _check_devices(
 
 
 def _own_configs(raw: Any, *, prefix: str, driver_name: str, names: set[str]) -> Iterable[_Config]:
-    for i, entry in enumerate(_list(raw)):
-        opaque = entry.get("opaque") if isinstance(entry, Mapping) else None
-        if not isinstance(opaque, Mapping) or opaque.get("driver") != driver_name:
-            continue
-        params = opaque.get("parameters")
-        if not isinstance(params, Mapping):
-            raise InvalidInput(
-                f"parameters must be a VnpuConfig object, got {quote(params)}",
-                code=ErrorCode.INVALID_OPAQUE_CONFIG,
-                field=f"{prefix}.config[{i}].opaque.parameters",
-            )
-        requests = entry.get("requests") or []
-        if not isinstance(requests, list) or not all(isinstance(r, str) for r in requests):
-            raise InvalidInput(
-                f"requests must be a list of request names, got {quote(requests)}",
-                code=ErrorCode.INVALID_OPAQUE_CONFIG,
-                field=f"{prefix}.config[{i}].requests",
-            )
-        unknown = [r for r in requests if r.split("/", 1)[0] not in names]
+    for entry in sharing.driver_configs(raw, driver_name=driver_name, field=f"{prefix}.config"):
+        unknown = [r for r in entry.requests if r.split("/", 1)[0] not in names]
         if unknown:
             raise InvalidInput(
                 f"names no request of this claim: {quote(unknown)} (requests: {', '.join(sorted(names))})",
                 code=ErrorCode.INVALID_OPAQUE_CONFIG,
-                field=f"{prefix}.config[{i}].requests",
+                field=f"{prefix}.config[{entry.index}].requests",
             )
-        yield _Config(index=i, requests=tuple(requests), parameters=params)
+        yield _Config(index=entry.index, requests=entry.requests, parameters=entry.parameters)
 
 
 def _share_requests(

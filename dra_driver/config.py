@@ -2,6 +2,12 @@
 
 Precedence: command-line flag > environment variable > default. After :func:`from_args`
 returns, nothing in the driver reads ``os.environ`` for configuration.
+
+This module owns the flag machinery (:class:`Flag`, :func:`add_flags`, :func:`resolve`), the node
+process's flags (``PLUGIN_FLAGS``), the webhook's, and the flags node and daemon share
+(``SHARED_FLAGS``: run dir, shm root, share limit), declared once with their default, help and
+validation (:class:`SharedSettings`), so the two processes cannot disagree on them. The daemon's
+own flags are in ``dra_driver/daemon/main.py``; they take the shared ones from here.
 """
 
 from __future__ import annotations
@@ -9,7 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from dra_driver import DEFAULT_DRIVER_NAME
@@ -23,18 +29,102 @@ DEFAULT_CLIENT_LIBRARY = "/usr/lib/flexnpu/libascendcl.so"
 
 @dataclass(frozen=True, slots=True)
 class Flag:
+    """One flag: ``--<name>`` and its environment twin ``<env_prefix><NAME>``.
+
+    ``aliases`` are old spellings kept working: each is a flag (``--<alias>``) and has an
+    environment twin of its own, read after the canonical one.
+    """
+
     name: str  # without leading dashes
     default: str | None
     help: str
     kind: type = str
+    aliases: tuple[str, ...] = ()
+    env_prefix: str = "FLEXNPU_"
 
     @property
     def env(self) -> str:
-        return "FLEXNPU_" + self.name.upper().replace("-", "_")
+        return self.env_prefix + self.name.upper().replace("-", "_")
+
+    @property
+    def envs(self) -> tuple[str, ...]:
+        """Every environment twin, the canonical one first."""
+        return (self.env, *(self.env_prefix + a.upper().replace("-", "_") for a in self.aliases))
 
     @property
     def dest(self) -> str:
         return self.name.replace("-", "_")
+
+    def with_env_prefix(self, prefix: str) -> Flag:
+        """The same flag with its environment twins under ``prefix`` (the daemon's ``FLEXNPU_DAEMON_``)."""
+        return replace(self, env_prefix=prefix)
+
+
+MAX_SHARES_LIMIT = 1024
+"""The most aclservers one die's ledger has slots for (``dra_driver/aclserver/ledger.py``)."""
+
+RUN_DIR = Flag(
+    "run-dir",
+    "/var/run/flexnpu",
+    "runtime directory on tmpfs, the same for node and daemon: per-claim client.conf, the daemon socket,"
+    " aclserver specs, ready files and stderr logs (under aclservers/)",
+)
+SHM_ROOT = Flag(
+    "shm-root",
+    "/dev/shm/flexnpu",
+    "parent of per-claim shared-memory directories, the same for node and daemon",
+    aliases=("shm-dir",),
+)
+MAX_SHARES_PER_DIE = Flag(
+    "max-shares-per-die",
+    str(DEFAULT_MAX_SHARES_PER_DIE),
+    f"most soft shares (aclservers, however many vNPUs each) one die serves, the same for node and daemon:"
+    f" the node publishes it as each share device's `shares` capacity, the daemon's ledger admits as many"
+    f" (1..{MAX_SHARES_LIMIT})",
+)
+SHARED_FLAGS: tuple[Flag, ...] = (RUN_DIR, SHM_ROOT, MAX_SHARES_PER_DIE)
+"""The flags node and daemon share, declared once; each parser adds them (the daemon under its prefix)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SharedSettings:
+    """The values of ``SHARED_FLAGS``, validated the one way both processes use."""
+
+    run_dir: Path
+    shm_root: Path
+    max_shares_per_die: int
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, str | None]) -> SharedSettings:
+        """From :func:`resolve`'s output; raises InvalidInput (InvalidConfig) naming the flag."""
+        return cls(
+            run_dir=_dir(RUN_DIR, values.get(RUN_DIR.dest)),
+            shm_root=_dir(SHM_ROOT, values.get(SHM_ROOT.dest)),
+            max_shares_per_die=_max_shares(values.get(MAX_SHARES_PER_DIE.dest)),
+        )
+
+
+def _dir(flag: Flag, value: str | None) -> Path:
+    """A directory flag's value, made absolute against the working directory."""
+    if not value or "\0" in value:
+        raise InvalidInput(
+            f"expected a directory path, got {value!r}", code=ErrorCode.INVALID_CONFIG, field=flag.name
+        )
+    return Path(value).absolute()
+
+
+def _max_shares(value: str | None) -> int:
+    try:
+        number = float(value or "")
+    except ValueError:
+        number = 0.0
+    if number != int(number) or not 1 <= number <= MAX_SHARES_LIMIT:
+        raise InvalidInput(
+            f"expected a whole number of shares 1..{MAX_SHARES_LIMIT}, got {value!r}",
+            code=ErrorCode.INVALID_CONFIG,
+            field=MAX_SHARES_PER_DIE.name,
+        )
+    return int(number)
 
 
 PLUGIN_FLAGS: tuple[Flag, ...] = (
@@ -46,8 +136,8 @@ PLUGIN_FLAGS: tuple[Flag, ...] = (
     Flag("kubelet-registry-dir", "/var/lib/kubelet/plugins_registry", "kubelet plugin watcher dir"),
     Flag("kubelet-plugins-dir", "/var/lib/kubelet/plugins", "parent of the per-driver DRA socket dir"),
     Flag("state-dir", "/var/lib/flexnpu", "checkpoint directory (persistent)"),
-    Flag("run-dir", "/var/run/flexnpu", "per-claim config and daemon socket directory (tmpfs)"),
-    Flag("shm-dir", "/dev/shm/flexnpu", "parent of per-claim shared-memory directories"),
+    RUN_DIR,
+    SHM_ROOT,
     Flag("cdi-dir", "/var/run/cdi", "directory for transient CDI specs"),
     Flag(
         "device-root", "/", "prefix for device nodes and driver paths (an emulated node points at a temp dir)"
@@ -84,11 +174,7 @@ PLUGIN_FLAGS: tuple[Flag, ...] = (
         "a prepared claim with no consumer in reservedFor this long is residual",
     ),
     Flag("reconcile-period-seconds", "60", "period of the residual reconciler's full pass (jittered ±20 %)"),
-    Flag(
-        "max-shares-per-die",
-        str(DEFAULT_MAX_SHARES_PER_DIE),
-        "most soft shares (aclservers) one die serves; published as each share device's `shares` capacity",
-    ),
+    MAX_SHARES_PER_DIE,
     Flag(
         "rediscover-seconds",
         "30",
@@ -108,7 +194,7 @@ class Paths:
     kubelet_plugins_dir: Path
     state_dir: Path
     run_dir: Path
-    shm_dir: Path
+    shm_root: Path
     cdi_dir: Path
     device_root: Path
 
@@ -179,8 +265,12 @@ def add_flags(parser: argparse.ArgumentParser, flags: Sequence[Flag] = PLUGIN_FL
     """
     for f in flags:
         text = f"{f.help} (env {f.env}; default {f.default!r})"
+        if f.aliases:
+            old = ", ".join(f"--{a} / {e}" for a, e in zip(f.aliases, f.envs[1:], strict=True))
+            text += f"; old spellings {old} still work"
         parser.add_argument(
             f"--{f.name}",
+            *(f"--{a}" for a in f.aliases),
             dest=f.dest,
             default=None,
             help=text.replace("%", "%%"),
@@ -199,8 +289,9 @@ def resolve(
     out: dict[str, str | None] = {}
     for f in flags:
         value = getattr(ns, f.dest, None)
-        if value is None:
-            value = env.get(f.env)
+        for name in f.envs:
+            if value is None:
+                value = env.get(name)
         if value is None:
             value = f.default
         out[f.dest] = value
@@ -259,6 +350,7 @@ def build(values: Mapping[str, str | None]) -> Config:
 
     inventory = values.get("inventory")
     build_root = _bool("build-device-root", values.get("build_device_root"))
+    shared = SharedSettings.from_values(values)
     return Config(
         node_name=node,
         driver_name=values.get("driver_name") or DEFAULT_DRIVER_NAME,
@@ -269,8 +361,8 @@ def build(values: Mapping[str, str | None]) -> Config:
             kubelet_registry_dir=path("kubelet_registry_dir"),
             kubelet_plugins_dir=path("kubelet_plugins_dir"),
             state_dir=path("state_dir"),
-            run_dir=path("run_dir"),
-            shm_dir=path("shm_dir"),
+            run_dir=shared.run_dir,
+            shm_root=shared.shm_root,
             cdi_dir=path("cdi_dir"),
             device_root=path("device_root"),
         ),
@@ -283,7 +375,7 @@ def build(values: Mapping[str, str | None]) -> Config:
         metrics_port=int(_number("metrics-port", values.get("metrics_port"))),
         daemon_socket=path("daemon_socket")
         if values.get("daemon_socket")
-        else path("run_dir") / "daemon.sock",
+        else shared.run_dir / "daemon.sock",
         daemon_retry_seconds=_number("daemon-retry-seconds", values.get("daemon_retry_seconds") or "30"),
         control_link=values.get("control_link") or "",
         control_link_cidr=values.get("control_link_cidr") or "169.254.213.1/24",
@@ -299,19 +391,8 @@ def build(values: Mapping[str, str | None]) -> Config:
         client_library=path("client_library")
         if values.get("client_library")
         else Path(DEFAULT_CLIENT_LIBRARY),
-        max_shares_per_die=_max_shares(values.get("max_shares_per_die")),
+        max_shares_per_die=shared.max_shares_per_die,
     )
-
-
-def _max_shares(value: str | None) -> int:
-    number = _number("max-shares-per-die", value or str(DEFAULT_MAX_SHARES_PER_DIE))
-    if number != int(number) or not 1 <= number <= 1_000_000:
-        raise InvalidInput(
-            f"expected a whole number of shares >= 1, got {value!r}",
-            code=ErrorCode.INVALID_CONFIG,
-            field="max-shares-per-die",
-        )
-    return int(number)
 
 
 WEBHOOK_FLAGS: tuple[Flag, ...] = (

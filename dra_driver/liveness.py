@@ -10,7 +10,7 @@ are counted, the loop keeps passing).
 
 :meth:`Liveness.verdict` is the probe: healthy while every registered loop passed within its
 ``deadline`` seconds. The node serves it as ``GET /healthz`` on the metrics port
-(``dra_driver/telemetry.py``) and ``flexnpu-dra probe`` asks it (``kubeletplugin/cli.py``).
+(``dra_driver/telemetry/endpoint.py``) and ``flexnpu-dra probe`` asks it (``kubeletplugin/cli.py``).
 This module does no I/O of its own.
 """
 

@@ -216,50 +216,15 @@ def plan_claim(
             )
         )
 
-    configs: list[OpaqueConfig] = []
-    raw_configs = _get(allocation, "devices", "config") or []
-    if not isinstance(raw_configs, list):
-        raise InvalidInput(
-            f"config must be a list, got {type(raw_configs).__name__}",
-            code=ErrorCode.INVALID_OPAQUE_CONFIG,
-            claim_uid=uid,
+    configs = [
+        OpaqueConfig(source=c.source, requests=c.requests, parameters=c.parameters, index=c.index)
+        for c in sharing.driver_configs(
+            _get(allocation, "devices", "config"),
+            driver_name=driver_name,
             field="status.allocation.devices.config",
+            claim_uid=uid,
         )
-    for i, cfg in enumerate(raw_configs):
-        if not isinstance(cfg, Mapping):
-            raise InvalidInput(
-                "config entry is not an object",
-                code=ErrorCode.INVALID_OPAQUE_CONFIG,
-                claim_uid=uid,
-                field=f"status.allocation.devices.config[{i}]",
-            )
-        opaque = _get(cfg, "opaque")
-        if not isinstance(opaque, Mapping) or opaque.get("driver") != driver_name:
-            continue  # other drivers' configs are not ours to judge
-        params = opaque.get("parameters")
-        if not isinstance(params, Mapping):
-            raise InvalidInput(
-                "opaque parameters must be an object",
-                code=ErrorCode.INVALID_OPAQUE_CONFIG,
-                claim_uid=uid,
-                field=f"status.allocation.devices.config[{i}].opaque.parameters",
-            )
-        requests = cfg.get("requests") or []
-        if not isinstance(requests, list) or not all(isinstance(r, str) for r in requests):
-            raise InvalidInput(
-                f"requests must be a list of request names, got {quote(requests)}",
-                code=ErrorCode.INVALID_OPAQUE_CONFIG,
-                claim_uid=uid,
-                field=f"status.allocation.devices.config[{i}].requests",
-            )
-        configs.append(
-            OpaqueConfig(
-                source=str(cfg.get("source") or "FromClaim"),
-                requests=tuple(requests),
-                parameters=params,
-                index=i,
-            )
-        )
+    ]
     devices.sort(key=lambda d: (d.request, d.device, d.share_id or ""))
     return ClaimPlan(ref=ref, devices=tuple(devices), configs=tuple(configs))
 

@@ -2,7 +2,7 @@
 
 Frozen dataclasses with their JSON codecs; a change is a new record (``dataclasses.replace``),
 written by :meth:`dra_driver.checkpoint.CheckpointStore.update` as one :data:`Mutation`. Pure:
-no I/O. The on-disk formats and the store are in ``dra_driver/checkpoint.py``.
+no I/O. The on-disk formats and the store are in ``dra_driver/checkpoint/``.
 
 A new effect kind (for example a hard-split vNPU) is one :class:`EffectKind` member, an
 optional details type registered in ``_DETAILS`` below, and its do/undo in

@@ -251,3 +251,58 @@ def split_host_memory(host_memory: int | None, vnpus: int) -> tuple[int, ...]:
         return (0,) * vnpus
     part = host_memory // vnpus
     return (host_memory - part * (vnpus - 1), *([part] * (vnpus - 1)))
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    """One of this driver's opaque config entries of a claim (``config[index]``), its shape checked."""
+
+    index: int
+    source: str
+    requests: tuple[str, ...]
+    parameters: Mapping[str, Any]
+
+
+def driver_configs(raw: Any, *, driver_name: str, field: str, claim_uid: str = "") -> list[ConfigEntry]:
+    """This driver's entries of the claim's ``config`` list at ``field`` (other drivers' entries are
+    not ours to judge). Pure; raises InvalidInput (InvalidOpaqueConfig) naming the entry's field."""
+    uid = claim_uid or None
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise InvalidInput(
+            f"config must be a list, got {type(raw).__name__}",
+            code=ErrorCode.INVALID_OPAQUE_CONFIG,
+            claim_uid=uid,
+            field=field,
+        )
+    out: list[ConfigEntry] = []
+    for i, entry in enumerate(raw):
+        if not isinstance(entry, Mapping):
+            raise InvalidInput(
+                "config entry is not an object",
+                code=ErrorCode.INVALID_OPAQUE_CONFIG,
+                claim_uid=uid,
+                field=f"{field}[{i}]",
+            )
+        opaque = entry.get("opaque")
+        if not isinstance(opaque, Mapping) or opaque.get("driver") != driver_name:
+            continue
+        params = opaque.get("parameters")
+        if not isinstance(params, Mapping):
+            raise InvalidInput(
+                f"parameters must be a VnpuConfig object, got {quote(params)}",
+                code=ErrorCode.INVALID_OPAQUE_CONFIG,
+                claim_uid=uid,
+                field=f"{field}[{i}].opaque.parameters",
+            )
+        requests = entry.get("requests") or []
+        if not isinstance(requests, list) or not all(isinstance(r, str) for r in requests):
+            raise InvalidInput(
+                f"requests must be a list of request names, got {quote(requests)}",
+                code=ErrorCode.INVALID_OPAQUE_CONFIG,
+                claim_uid=uid,
+                field=f"{field}[{i}].requests",
+            )
+        out.append(ConfigEntry(i, str(entry.get("source") or "FromClaim"), tuple(requests), params))
+    return out

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from dra_kubeletplugin import health, server, sockets, statuses
+from dra_kubeletplugin import grpc_servers, health_stream, sockets, statuses
 from dra_kubeletplugin.claimbatch import BatchRunner
 from dra_kubeletplugin.claims import DRAPlugin, HealthSource
 from dra_kubeletplugin.errors import DroppedFieldsError, InvalidArgument
@@ -54,8 +54,8 @@ def start(
     health_source: HealthSource | None = None,
     error_status: statuses.ErrorStatus | None = None,
     fetch_workers: int = DEFAULT_WORKERS,
-    max_workers: int = server.DEFAULT_WORKERS,
-    health_resend_seconds: float = health.DEFAULT_RESEND_SECONDS,
+    max_workers: int = grpc_servers.DEFAULT_WORKERS,
+    health_resend_seconds: float = health_stream.DEFAULT_RESEND_SECONDS,
     publish: PublishOptions | None = None,
     on_dropped_fields: Callable[[DroppedFieldsError], None] | None = None,
     live: LoopObserver | None = None,
@@ -148,7 +148,7 @@ class Helper:
             else None
         )
         self.runner = BatchRunner(plugin, fetcher=self.fetcher, serializer=serializer)
-        self.server = server.PluginServer(
+        self.server = grpc_servers.PluginServer(
             driver_name=driver_name,
             dra_socket=paths.dra,
             registration_socket=paths.registration,

@@ -15,7 +15,7 @@ never imports it (``tests/unit/test_import_graph.py``).
 
 Modules: ``fake_apiserver/`` (a package: store, patch, selectors, validation, HTTP, faults),
 ``kubelet.py``, ``scheduler.py``, ``extended_resources.py``, ``daemon.py`` (flexnpu-daemon
-harness), ``fake_aclserver.py``, ``aclservers.py`` (aclserver harness), ``fakes.py`` (in-memory
+harness), ``fake_aclserver.py``, ``aclserver_harness.py`` (aclserver harness), ``fakes.py`` (in-memory
 checkpoint store, daemon and status writer), ``clibrary.py`` (builds the C client and C test
 programs), ``podman.py``, ``devroot.py`` (re-exports the production ``dra_driver/devroot.py``),
 ``fake_npu_smi.py``, ``toy_driver.py`` (a minimal DRA driver on the kubelet-plugin helper, as a

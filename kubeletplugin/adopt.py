@@ -1,6 +1,6 @@
 """Rebuild ownership from evidence when the checkpoint cannot be trusted (``flexnpu-smi adopt``).
 
-A checkpoint record that cannot be read leaves the store *untrusted* (``dra_driver/checkpoint.py``)
+A checkpoint record that cannot be read leaves the store *untrusted* (``dra_driver/checkpoint/store.py``)
 and every destructive path stops. This module ends the doubt one of two ways, each an explicit,
 logged operator decision:
 
@@ -33,7 +33,7 @@ from dra_driver.checkpoint import ClaimEntry, ClaimState, Effect, EffectKind, Re
 from dra_driver.daemon_api.values import EntityInfo, RegisterResult
 from dra_driver.errors import FlexNPUError
 from dra_driver.plan import plan_claim, resolve_shares
-from dra_driver.vnpu import ledger
+from dra_driver.vnpu import ownership
 from dra_kubeletplugin.claims import ClaimRef
 from kubeletplugin import hardsplit
 from kubeletplugin.prepare import Preparer
@@ -64,7 +64,7 @@ def evidence(preparer: Preparer) -> dict[str, set[str]]:
     for ent in _entities(preparer).values():
         found.setdefault(ent.entity_id, set()).add("aclserver")
     if preparer.hard is not None:
-        for uid in (ledger.load(preparer.hard.state_dir) or {}).values():
+        for uid in (ownership.load(preparer.hard.state_dir) or {}).values():
             found.setdefault(uid, set()).add("vnpu")
     for name in preparer.store.damaged():
         found.setdefault(name.removesuffix(".json"), set()).add("record")

@@ -2,10 +2,11 @@
 
 ``kubeletplugin/prepare.py`` decides *when* (it records each effect in the checkpoint before
 making it and sequences them); this module knows *how*. Each
-:class:`~dra_driver.checkpoint.EffectKind` has a row in :data:`PREPARE_ORDER` and a branch in
-:meth:`Effects.do`, :meth:`Effects.ensure` and :meth:`Effects.undo`; a new kind (a hard-split
-vNPU, say) is one enum member, its details type in ``dra_driver/checkpoint.py``, its place in
-:meth:`Effects.planned` and those three branches. Every do and undo is idempotent, so a crash
+:class:`~dra_driver.checkpoint.EffectKind` has its place in :meth:`Effects.planned` (which also fixes
+the order effects are made in; undo runs it backwards), a failpoint in :data:`PREPARE_POINT` and a
+branch in :meth:`Effects.do`, :meth:`Effects.ensure` and :meth:`Effects.undo`; a new kind (a
+hard-split vNPU, say) is one enum member, its details type in ``dra_driver/records.py``, its place
+in :meth:`Effects.planned`, its failpoint and those three branches. Every do and undo is idempotent, so a crash
 anywhere converges by doing again or undoing again.
 
 What is written comes from :func:`dra_driver.render.render`; nothing here builds a document.

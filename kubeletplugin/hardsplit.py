@@ -4,7 +4,7 @@
 ``kubeletplugin/prepare.py`` recorded the effect (the :class:`~dra_driver.vnpu.planning.HardVnpu`
 as a dict) in the checkpoint; every recorded vNPU is read back by
 :func:`dra_driver.vnpu.planning.parse_record`. Order inside :meth:`HardVnpus.do`: the driver's ledger
-(``dra_driver/vnpu/ledger.py``) first, then the prerequisite check, then the create; so every
+(``dra_driver/vnpu/ownership.py``) first, then the prerequisite check, then the create; so every
 vNPU that may exist is owned on disk before it can exist. :meth:`HardVnpus.undo` destroys it
 (absent is fine; in use by a container is an error that keeps the entry) and then forgets it in
 the ledger. :meth:`HardVnpus.ensure` makes it again after a reboot that dropped it.
@@ -31,7 +31,7 @@ from dra_driver.devices import Die, Inventory
 from dra_driver.errors import ErrorCode, FlexNPUError, StateError
 from dra_driver.plan import ClaimPlan
 from dra_driver.records import ClaimEntry, HardVnpuRecord
-from dra_driver.vnpu import Vnpu, VnpuManager, check_template, ledger, planning
+from dra_driver.vnpu import Vnpu, VnpuManager, check_template, ownership, planning
 
 __all__ = ["HardVnpus", "adopted_vnpus", "assign_vnpus", "missing_vnpus", "recorded_vnpus", "taken_ids"]
 
@@ -87,7 +87,7 @@ def adopted_vnpus(
         return plan
     vnpus = planning.from_evidence(
         plan.hard_results(),
-        ledger=ledger.load(state_dir),
+        ledger=ownership.load(state_dir),
         live=manager.list(),
         inventory=inventory,
         claim_uid=plan.ref.uid,
@@ -112,14 +112,14 @@ class HardVnpus:
         die, template_name, vnpu_id = self._target(rec, claim_uid)
         template = check_template(die, template_name, self.inventory())
         self.manager.check_prerequisites(die)
-        if ledger.load(self.state_dir) is None:
-            raise ledger.unreadable(claim_uid, "no vNPU is made until it can")
-        ledger.add(self.state_dir, vnpu_id, claim_uid)
+        if ownership.load(self.state_dir) is None:
+            raise ownership.unreadable(claim_uid, "no vNPU is made until it can")
+        ownership.add(self.state_dir, vnpu_id, claim_uid)
         try:
             made = self.manager.create(die, template, vnpu_id)
         except FlexNPUError as err:
             if err.code == ErrorCode.VNPU_ID_IN_USE:
-                ledger.remove(self.state_dir, vnpu_id)  # someone else's vNPU: not ours to destroy
+                ownership.remove(self.state_dir, vnpu_id)  # someone else's vNPU: not ours to destroy
             err.for_claim(claim_uid)
             raise
         clog.info("made vNPU %d (%s) on die %d", vnpu_id, template.name, die.phy_id)
@@ -142,9 +142,9 @@ class HardVnpus:
 
     def undo(self, rec: Mapping[str, Any], claim_uid: str, clog: logs.ClaimLogger) -> None:
         die, template_name, vnpu_id = self._target(rec, claim_uid)
-        book = ledger.load(self.state_dir)
+        book = ownership.load(self.state_dir)
         if book is None:
-            raise ledger.unreadable(claim_uid, "the vNPU is kept until it can")
+            raise ownership.unreadable(claim_uid, "the vNPU is kept until it can")
         present = next((v for v in self.manager.list() if v.vnpu_id == vnpu_id), None)
         ours = book.get(vnpu_id) == claim_uid
         if present is not None and ours and present.template == template_name:
@@ -160,7 +160,7 @@ class HardVnpus:
         elif present is not None:
             clog.warning("vNPU %d is not the one this claim made; left alone", vnpu_id)
         if ours:
-            ledger.remove(self.state_dir, vnpu_id)
+            ownership.remove(self.state_dir, vnpu_id)
 
     def _target(self, rec: Mapping[str, Any], claim_uid: str) -> tuple[Die, str, int]:
         r = planning.parse_record(rec, inventory=self.inventory(), claim_uid=claim_uid)

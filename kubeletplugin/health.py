@@ -1,6 +1,6 @@
 """Device health for the kubelet's health stream (dra-example-driver's ``health.go``): from the discovered inventory.
 
-The helper (``dra_kubeletplugin/health.py``) streams it; this module only says, per published
+The helper (``dra_kubeletplugin/health_stream.py``) streams it; this module only says, per published
 device, whether its die is healthy. The node calls ``notify_health_changed`` on the helper when a
 rediscovery changes the inventory.
 """

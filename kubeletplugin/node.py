@@ -52,7 +52,7 @@ from dra_kubeletplugin import Helper
 from dra_kubeletplugin.errors import DroppedFieldsError, PluginError
 from dra_kubeletplugin.helper import PublishOptions
 from dra_kubeletplugin.resourceslice.pools import DriverResources
-from kubeletplugin import hardsplit, healing, statuses
+from kubeletplugin import error_status, hardsplit, healing
 from kubeletplugin.driver import NpuDriver
 from kubeletplugin.health import InventoryHealth
 from kubeletplugin.prepare import Preparer, PrepareSettings
@@ -129,7 +129,7 @@ class NodeCore:
                 cdi_dir=cfg.paths.cdi_dir,
                 cdi_kind=cdi.Kind.parse(cfg.cdi_kind),
                 run_dir=cfg.paths.run_dir,
-                shm_dir=cfg.paths.shm_dir,
+                shm_dir=cfg.paths.shm_root,
                 hard=sweeping.HardSweep(self.vnpus, lambda: self.inventory, cfg.paths.state_dir)
                 if self.hard_split
                 else None,
@@ -190,7 +190,7 @@ class NodeProcess(NodeCore):
                     node_name=cfg.node_name,
                     driver_name=cfg.driver_name,
                     max_shares_per_die=cfg.max_shares_per_die,
-                    ledger=functools.partial(ledger.read_entries, str(cfg.paths.shm_dir / LEDGER_DIR_NAME)),
+                    ledger=functools.partial(ledger.read_entries, str(cfg.paths.shm_root / LEDGER_DIR_NAME)),
                 )
             )
         self._threads: list[threading.Thread] = []
@@ -284,7 +284,7 @@ class NodeProcess(NodeCore):
             registry_dir=cfg.paths.kubelet_registry_dir,
             plugins_dir=cfg.paths.kubelet_plugins_dir,
             health_source=self.health,
-            error_status=statuses.status_for,
+            error_status=error_status.status_for,
             publish=PublishOptions(resync_seconds=cfg.slice_resync_seconds),
             on_dropped_fields=self._counters_dropped,
             live=self.live,

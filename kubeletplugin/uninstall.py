@@ -46,7 +46,7 @@ def plan(cfg: Config) -> list[Item]:
     """What would be removed, in order (pure: paths from the configuration only)."""
     p = cfg.paths
     items = [
-        Item("per-die compute ledgers", p.shm_dir / ".ledger"),
+        Item("per-die compute ledgers", p.shm_root / ".ledger"),
         Item("client library copy", p.state_dir / "client"),
         Item("daemon registry", p.state_dir / "daemon"),
         Item("checkpoint (no claims)", p.checkpoint_file),
@@ -106,7 +106,7 @@ def run(cfg: Config, kube: Kube, daemon: DaemonClient | None, *, yes: bool, forc
             f"{'removed' if done else 'already absent'}: {item.what}{f' ({item.path})' if item.path else ''}\n"
         )
     if yes:
-        for parent in (cfg.paths.shm_dir, cfg.plugin_dir, cfg.paths.run_dir, cfg.paths.state_dir):
+        for parent in (cfg.paths.shm_root, cfg.plugin_dir, cfg.paths.run_dir, cfg.paths.state_dir):
             _remove_if_empty(parent, out)
     else:
         out.write("dry run: nothing removed (add --yes)\n")

@@ -15,13 +15,15 @@ Layers, top down (each module's docstring says what it owns):
 - ``registry``       the on-disk registry (versioned, checksummed, atomic).
 - ``launcher``       starting aclservers into their cgroup: forked from the ``zygote``, or spawned.
 - ``processes``      /proc identity, readiness, stopping process groups, finding orphans.
-- ``liveness``       PING an aclserver; ``usage``: memory in use from the die ledgers.
-- ``files``          a claim's shm dir, spec, ready and stderr files (stderr is retired, not deleted).
-- ``validation``     pure rules a registration must satisfy.
-- ``spec``           pure: per-claim paths and the aclserver launch spec.
+- ``aclserver_ping`` PING an aclserver; ``usage``: memory in use from the die ledgers.
+- ``claim_files``    a claim's shm dir, spec, ready and stderr files (stderr is retired, not deleted);
+                     ``shmfs``: its size-limited tmpfs; ``shmroot``: whether the shm root reaches the
+                     containers.
+- ``registration_rules`` pure rules a registration must satisfy.
+- ``launch_spec``    pure: per-claim paths and the aclserver launch spec.
 - ``settings``       the one settings value every part reads.
-- ``model``          pure data types shared by all of the above, the client and ``flexnpu-smi``.
-- ``wire``           protobuf ↔ model conversion.
-- ``client``         :class:`DaemonClient`, used by the kubelet plugin and ``flexnpu-smi``.
-- ``zygote``         the pre-imported fork server (a separate process; never imports grpc).
+- ``model``          the daemon's own registry record (the values node and daemon share, their proto
+                     conversions and :class:`DaemonClient` are in ``dra_driver/daemon_api/``).
+- ``zygote``         the pre-imported fork server (a separate process; never imports grpc);
+                     ``zygote_marker``: how its children are recognised.
 """

@@ -5,7 +5,7 @@ lock. Each start prepares the claim's shm dir and launch spec, makes its cgroup 
 (``cgroups``; none when the node gives none), launches the process into that cgroup, waits for
 its ready file and records it as Running. Stopping signals the process group, then empties the
 cgroup (a process that left the group is still in it). Its captured stderr is retired, never
-deleted, when the claim's files go (``files.retire_stderr``).
+deleted, when the claim's files go (``claim_files.retire_stderr``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from dra_driver import files as dra_files
 from dra_driver import wirefiles
-from dra_driver.daemon import bounds, files, processes, shmfs, spec
+from dra_driver.daemon import bounds, claim_files, launch_spec, processes, shmfs
 from dra_driver.daemon.cgroups import Cgroups
 from dra_driver.daemon.entities import Claim, Entities
 from dra_driver.daemon.launcher import Launcher
@@ -92,7 +92,7 @@ class Aclservers:
                 field="shm-mount",
             )
         try:
-            files.prepare_shm_dir(paths, ledger_dir=s.ledger_dir, tmpfs_bytes=tmpfs)
+            claim_files.prepare_shm_dir(paths, ledger_dir=s.ledger_dir, tmpfs_bytes=tmpfs)
         except OSError as exc:
             raise StateError(
                 f"cannot prepare the shm dir {paths.shm_dir}: {exc.strerror or exc}",
@@ -100,7 +100,7 @@ class Aclservers:
                 claim_uid=uid,
                 field="shm_dir",
             ) from exc
-        doc = spec.build_spec(
+        doc = launch_spec.build_spec(
             entity.request,
             paths=paths,
             shm_root=s.shm_root,
@@ -184,6 +184,6 @@ class Aclservers:
 
     def remove_files(self, claim_uid: str) -> None:
         """The claim's shm dir, spec, ready and sessions files and cgroup; its stderr is retired."""
-        files.remove_claim_files(self.settings.paths(claim_uid))
+        claim_files.remove_claim_files(self.settings.paths(claim_uid))
         if self.cgroups is not None:
             self.cgroups.remove(claim_uid)

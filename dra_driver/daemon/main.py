@@ -30,7 +30,7 @@ from dra_driver.daemon.model import DieCapacity
 from dra_driver.daemon_api.client import DEFAULT_SOCKET
 from dra_driver.devices import Health
 from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput
-from flexnpu_wire.launch import DEFAULT_MAX_SESSIONS, DEFAULT_MAX_SHARES_PER_DIE
+from flexnpu_wire.launch import DEFAULT_MAX_SESSIONS
 
 log = logging.getLogger("flexnpu.daemon")
 
@@ -43,22 +43,20 @@ DEFAULT_ACLSERVER_COMMAND = f"{shlex.quote(sys.executable)} -m dra_driver.aclser
 """The spare ``--title-room`` argument leaves the aclserver room to show its claim UID in ``ps``."""
 
 
+ENV_PREFIX = "FLEXNPU_DAEMON_"
+
+
 @dataclass(frozen=True, slots=True)
 class DaemonFlag(config.Flag):
     """A flag whose environment twin is ``FLEXNPU_DAEMON_<NAME>``."""
 
-    @property
-    def env(self) -> str:
-        return "FLEXNPU_DAEMON_" + self.name.upper().replace("-", "_")
+    env_prefix: str = ENV_PREFIX
 
 
 FLAGS: tuple[config.Flag, ...] = (
     DaemonFlag("socket", DEFAULT_SOCKET, "unix socket of the daemon API (created mode 0600)"),
     DaemonFlag("state-dir", "/var/lib/flexnpu/daemon", "persistent directory of registry.json"),
-    DaemonFlag(
-        "run-dir", "/var/run/flexnpu", "aclserver specs, ready files and stderr logs (under aclservers/)"
-    ),
-    DaemonFlag("shm-root", "/dev/shm/flexnpu", "parent of per-claim shared-memory directories"),
+    *(f.with_env_prefix(ENV_PREFIX) for f in config.SHARED_FLAGS),  # run-dir, shm-root, max-shares-per-die
     DaemonFlag("inventory", None, "emulated inventory file (YAML/JSON); when absent, discover with npu-smi"),
     DaemonFlag("npu-smi", "npu-smi", "npu-smi executable used when no --inventory is given"),
     DaemonFlag(
@@ -88,12 +86,6 @@ FLAGS: tuple[config.Flag, ...] = (
         "max-sessions",
         str(DEFAULT_MAX_SESSIONS),
         "concurrent client sessions one claim's aclserver serves (any processes of the pod; 1..1024)",
-    ),
-    DaemonFlag(
-        "max-shares-per-die",
-        str(DEFAULT_MAX_SHARES_PER_DIE),
-        "aclservers (share claims, however many vNPUs each) a die's ledger admits; must match the"
-        " plugin's --max-shares-per-die (1..1024)",
     ),
     DaemonFlag(
         "shm-mount",
@@ -184,10 +176,11 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> DaemonCo
         )
     inventory = values["inventory"]
     max_sessions = int(number("max_sessions", low=1))
-    max_shares = int(number("max_shares_per_die", low=1))
-    for key, value in (("max-sessions", max_sessions), ("max-shares-per-die", max_shares)):
-        if value > 1024:
-            raise InvalidInput(f"must be at most 1024, got {value}", code=ErrorCode.INVALID_CONFIG, field=key)
+    if max_sessions > 1024:
+        raise InvalidInput(
+            f"must be at most 1024, got {max_sessions}", code=ErrorCode.INVALID_CONFIG, field="max-sessions"
+        )
+    shared = config.SharedSettings.from_values(values)
 
     def mode(key: str) -> str:
         """An auto|always|never flag's value (default auto)."""
@@ -204,10 +197,10 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> DaemonCo
     log_json = (values["log_json"] or "").strip().lower() in ("1", "true", "yes", "on")
     bound = shmroot.decide(
         shm_mount,
-        root=path("shm_root"),
+        root=shared.shm_root,
         may_mount=shm_mount == "auto" and shmroot.may_mount(),
         runtime_namespace=shm_mount == "auto" and shmroot.in_runtime_namespace(),
-        shared=shm_mount == "auto" and shmroot.propagates(path("shm_root")),
+        shared=shm_mount == "auto" and shmroot.propagates(shared.shm_root),
     )
     cgroup_mode = mode("cgroups")
     parent = values["cgroup_parent"] or cgroup_layout.DEFAULT_PARENT
@@ -219,15 +212,15 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> DaemonCo
         socket=path("socket"),
         settings=Settings(
             state_dir=path("state_dir"),
-            run_dir=path("run_dir"),
-            shm_root=path("shm_root"),
+            run_dir=shared.run_dir,
+            shm_root=shared.shm_root,
             tcp_host=values["tcp_host"] or "127.0.0.1",
             ready_timeout=number("ready_timeout", low=0.1),
             stop_timeout=number("stop_timeout"),
             monitor_interval=number("monitor_interval", low=0.01),
             max_restarts=int(number("max_restarts")),
             max_sessions=max_sessions,
-            max_shares_per_die=max_shares,
+            max_shares_per_die=shared.max_shares_per_die,
             shm_mount=bound.mount,
             shm_problem=bound.problem,
             memory_overhead_bytes=overhead,

@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Mapping
 
-from dra_driver.daemon import liveness, processes, usage, validation
+from dra_driver.daemon import aclserver_ping, processes, registration_rules, usage
 from dra_driver.daemon.aclservers import Aclservers
 from dra_driver.daemon.cgroup_layout import Figures
 from dra_driver.daemon.cgroups import Cgroups
@@ -94,7 +94,7 @@ class Manager:
         clog = claim_logger(uid, request.namespace, request.name, base=log)
         with self.entities.claim(uid) as claim:
             with self.entities.locked() as table:
-                decision = validation.check_register(request, dies=self.dies, entities=table.values())
+                decision = registration_rules.check_register(request, dies=self.dies, entities=table.values())
                 entity = decision.existing
                 if (
                     entity is not None
@@ -131,7 +131,7 @@ class Manager:
 
     def unregister(self, claim_uid: str) -> bool:
         """Stop the claim's aclserver group and remove its files. False if it was not registered."""
-        if not validation.CLAIM_UID_RE.match(claim_uid):
+        if not registration_rules.CLAIM_UID_RE.match(claim_uid):
             return False
         with self.entities.claim(claim_uid) as claim:
             entity = self.entities.get(claim_uid)
@@ -162,7 +162,11 @@ class Manager:
             alive = processes.is_alive(e.pid, e.pid_start_time)
             if state is EntityState.RUNNING and not alive:
                 state = EntityState.EXITED
-            elif probe and state is EntityState.RUNNING and liveness.ping(e.endpoints.unix_socket) != e.pid:
+            elif (
+                probe
+                and state is EntityState.RUNNING
+                and aclserver_ping.ping(e.endpoints.unix_socket) != e.pid
+            ):
                 state, message = EntityState.UNKNOWN, f"aclserver pid {e.pid} runs but does not answer PING"
             sessions = usage.sessions(self.settings.paths(e.claim_uid).sessions) if alive and probe else -1
             shares = []

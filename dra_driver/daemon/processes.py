@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dra_driver import wirefiles
-from dra_driver.daemon import files, zygote_marker
+from dra_driver.daemon import claim_files, zygote_marker
 from dra_driver.daemon.zygote_marker import JOIN_CGROUP_STATUS
 from dra_driver.errors import ErrorCode, FlexNPUError, StateError
 from flexnpu_wire.launch import ReadyInfo
@@ -155,7 +155,7 @@ def wait_ready(
             raise (FlexNPUError if joined else StateError)(
                 f"aclserver exited with status {status} before it was ready"
                 f"{'' if joined else ' (it could not join its cgroup)'};"
-                f" stderr: {files.stderr_tail(stderr_path) or '(empty)'}",
+                f" stderr: {claim_files.stderr_tail(stderr_path) or '(empty)'}",
                 code=ErrorCode.INTERNAL if joined else ErrorCode.CGROUP_FAILED,
                 claim_uid=claim_uid,
                 field=None if joined else "cgroup",
@@ -163,7 +163,7 @@ def wait_ready(
         if time.monotonic() >= deadline:
             raise FlexNPUError(
                 f"aclserver (pid {launched.pid}) was not ready within {timeout:.1f}s;"
-                f" stderr: {files.stderr_tail(stderr_path) or '(empty)'}",
+                f" stderr: {claim_files.stderr_tail(stderr_path) or '(empty)'}",
                 code=ErrorCode.INTERNAL,
                 claim_uid=claim_uid,
             )

@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from dra_driver.daemon import files, processes, registry, spec, validation
+from dra_driver.daemon import claim_files, launch_spec, processes, registration_rules, registry
 from dra_driver.daemon.aclservers import Aclservers
 from dra_driver.daemon.model import Entity
 from dra_driver.daemon.settings import Settings
@@ -90,7 +90,7 @@ def recover(settings: Settings, aclservers: Aclservers) -> RecoveryReport:
 def _kill_orphans(s: Settings, aclservers: Aclservers, *, owned: dict[str, Entity]) -> list[int]:
     owned_pids = {e.pid for e in owned.values()}
     killed: list[int] = []
-    for pid, why in processes.find_aclservers(spec.specs_dir(s.run_dir), run_dir=s.run_dir):
+    for pid, why in processes.find_aclservers(launch_spec.specs_dir(s.run_dir), run_dir=s.run_dir):
         if pid in owned_pids:
             continue
         st = processes.stat(pid)
@@ -109,19 +109,19 @@ def _remove_unowned_files(s: Settings, owned: set[str]) -> list[str]:
     removed: list[str] = []
     if s.shm_root.is_dir():
         for d in sorted(s.shm_root.iterdir()):
-            if d.name != spec.LEDGER_DIR_NAME and d.name not in owned and d.is_dir():
-                files.remove_claim_files(s.paths(d.name))
+            if d.name != launch_spec.LEDGER_DIR_NAME and d.name not in owned and d.is_dir():
+                claim_files.remove_claim_files(s.paths(d.name))
                 removed.append(str(d))
-    spec_dir = spec.specs_dir(s.run_dir)
+    spec_dir = launch_spec.specs_dir(s.run_dir)
     if spec_dir.is_dir():
         for f in sorted(spec_dir.iterdir()):
             if f.is_dir() and not f.is_symlink():
                 continue  # retired stderr files
-            uid = spec.claim_uid_of_file(f.name)
+            uid = launch_spec.claim_uid_of_file(f.name)
             if uid in owned:
                 continue
             if f.name.endswith(".stderr.log"):
-                files.retire_stderr(f)
+                claim_files.retire_stderr(f)
             else:
                 f.unlink(missing_ok=True)
     for name in removed:
@@ -136,7 +136,7 @@ def _remove_unowned_cgroups(aclservers: Aclservers, owned: set[str]) -> list[str
         return []
     removed: list[str] = []
     for uid in sorted(cgroups.claims() - owned):
-        if not validation.CLAIM_UID_RE.match(uid):
+        if not registration_rules.CLAIM_UID_RE.match(uid):
             log.warning("left cgroup %s alone: not a claim UID this daemon makes", uid[:80])
             continue
         left = cgroups.members(uid)

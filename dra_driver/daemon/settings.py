@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from dra_driver.daemon import bounds, registry, spec
+from dra_driver.daemon import bounds, launch_spec, registry
 from flexnpu_wire.launch import DEFAULT_MAX_SESSIONS, DEFAULT_MAX_SHARES_PER_DIE, DEFAULT_STAGING_BYTES
 
 __all__ = ["Settings"]
@@ -48,7 +48,7 @@ class Settings:
 
     @property
     def ledger_dir(self) -> Path:
-        return self.shm_root / spec.LEDGER_DIR_NAME
+        return self.shm_root / launch_spec.LEDGER_DIR_NAME
 
-    def paths(self, claim_uid: str) -> spec.ClaimPaths:
-        return spec.claim_paths(claim_uid, run_dir=self.run_dir, shm_root=self.shm_root)
+    def paths(self, claim_uid: str) -> launch_spec.ClaimPaths:
+        return launch_spec.claim_paths(claim_uid, run_dir=self.run_dir, shm_root=self.shm_root)

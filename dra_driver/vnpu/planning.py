@@ -32,7 +32,7 @@ from dra_driver.devices import Die, Health, Inventory, parse_template_device_nam
 from dra_driver.errors import ErrorCode, InvalidInput, StateError
 from dra_driver.templates import Template
 from dra_driver.vnpu import Vnpu, check_template, free_vnpu_id
-from dra_driver.vnpu import ledger as vnpu_ledger
+from dra_driver.vnpu import ownership as vnpu_ledger
 
 __all__ = [
     "HardVnpu",

@@ -1,7 +1,7 @@
 """``flexnpu-smi info`` rows for hard vNPUs (pure): template, die, ID, owner, residual state.
 
 One row per vNPU that exists on the node (from the :class:`~dra_driver.vnpu.VnpuManager`), with
-its owner from the driver's ledger (``dra_driver/vnpu/ledger.py``) and the checkpoint: a claim
+its owner from the driver's ledger (``dra_driver/vnpu/ownership.py``) and the checkpoint: a claim
 that owns it, a claim that is gone (the sweep destroys it), or "made outside the driver" (kept,
 and its capacity is not offered). Columns are those of ``kubeletplugin/smi.py``.
 """

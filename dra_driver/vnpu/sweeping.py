@@ -1,6 +1,6 @@
 """The hard-vNPU part of the orphan sweep (``dra_driver/sweep.py``): find and remove with proof.
 
-A vNPU is an orphan only when the driver's ledger (``dra_driver/vnpu/ledger.py``) says the
+A vNPU is an orphan only when the driver's ledger (``dra_driver/vnpu/ownership.py``) says the
 driver made it, no checkpoint entry owns its claim, and no container uses it
 (:func:`dra_driver.vnpu.planning.orphans`). A vNPU made outside the driver is never touched. When
 the vNPUs cannot be listed or the ledger cannot be read, nothing is found this pass. A ledger
@@ -16,7 +16,7 @@ from pathlib import Path
 from dra_driver import slices
 from dra_driver.devices import Inventory
 from dra_driver.errors import FlexNPUError, StateError
-from dra_driver.vnpu import Vnpu, VnpuManager, held_by, ledger
+from dra_driver.vnpu import Vnpu, VnpuManager, held_by, ownership
 from dra_driver.vnpu.planning import orphans
 
 __all__ = ["HardSweep", "foreign_vnpus", "held_capacity"]
@@ -36,7 +36,7 @@ class HardSweep:
             existing = self.manager.list()
         except FlexNPUError:
             return []  # cannot list: doubt keeps things, next pass
-        book = ledger.load(self.state_dir)
+        book = ownership.load(self.state_dir)
         if book is None:
             return []
         out = [
@@ -62,7 +62,7 @@ class HardSweep:
                     f"vNPU {vnpu_id} is on die {v.phy_id}, which this node no longer has", field="vnpuID"
                 )
             self.manager.destroy(die, vnpu_id)
-        ledger.remove(self.state_dir, vnpu_id)
+        ownership.remove(self.state_dir, vnpu_id)
 
 
 def foreign_vnpus(manager: VnpuManager, state_dir: Path) -> tuple[Vnpu, ...] | None:
@@ -75,7 +75,7 @@ def foreign_vnpus(manager: VnpuManager, state_dir: Path) -> tuple[Vnpu, ...] | N
         existing = manager.list()
     except FlexNPUError:
         return None
-    book = ledger.load(state_dir)
+    book = ownership.load(state_dir)
     return tuple(v for v in existing if book is None or v.vnpu_id not in book)
 
 

@@ -39,19 +39,19 @@ The package, one module per concern (each imports only the ones above it):
 * ``selectors.py`` — label and field selectors;
 * ``patch.py`` — merge, strategic-merge, JSON and server-side-apply patches;
 * ``validation.py`` — validation and normalisation rules of the served types;
-* ``store.py`` — objects, resourceVersions, watch history, watchers;
+* ``object_store.py`` — objects, resourceVersions, watch history, watchers;
 * ``webhooks.py`` — validating admission webhooks (HTTPS, caBundle, matchConditions in CEL);
 * ``faults.py`` — ambiguous answers on demand (test hook);
 * ``http.py`` — routing, discovery, watch streams;
-* ``server.py`` — :class:`FakeAPIServer` and ``main``.
+* ``harness.py`` — :class:`FakeAPIServer` and ``main``.
 """
 
 from __future__ import annotations
 
 from flexnpu_testing.fake_apiserver.faults import Ambiguity
+from flexnpu_testing.fake_apiserver.harness import FakeAPIServer, main
 from flexnpu_testing.fake_apiserver.quantities import canonical_quantity, format_quantity, parse_quantity
 from flexnpu_testing.fake_apiserver.resources import RESOURCES, APIError, Resource
-from flexnpu_testing.fake_apiserver.server import FakeAPIServer, main
 
 __all__ = [
     "RESOURCES",

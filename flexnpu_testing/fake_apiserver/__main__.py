@@ -2,6 +2,6 @@
 
 import sys
 
-from flexnpu_testing.fake_apiserver.server import main
+from flexnpu_testing.fake_apiserver.harness import main
 
 sys.exit(main())

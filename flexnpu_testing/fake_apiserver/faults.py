@@ -1,8 +1,8 @@
 """Answers that prove nothing, on demand: the ambiguous replies real apiservers and proxies give.
 
 A test arms a :class:`AmbiguityRule` with :meth:`FakeAPIServer.answer_ambiguously
-<flexnpu_testing.fake_apiserver.server.FakeAPIServer.answer_ambiguously>`; while it holds
-(for a number of seconds, or until :meth:`~flexnpu_testing.fake_apiserver.server.FakeAPIServer.answer_normally`),
+<flexnpu_testing.fake_apiserver.harness.FakeAPIServer.answer_ambiguously>`; while it holds
+(for a number of seconds, or until :meth:`~flexnpu_testing.fake_apiserver.harness.FakeAPIServer.answer_normally`),
 matching item requests get the rule's answer instead of the stored object. Each answer is one a
 real deployment produces: ``404 page not found`` in plain text when ``resource.k8s.io/v1`` is
 not served, a Status 404 about another object, empty or truncated bodies from a proxy, a 200

@@ -1,6 +1,6 @@
 """The HTTP face: routing, discovery documents, JSON bodies, chunked watch streams.
 
-Maps REST paths and verbs onto :class:`~flexnpu_testing.fake_apiserver.store.Store` and
+Maps REST paths and verbs onto :class:`~flexnpu_testing.fake_apiserver.object_store.Store` and
 answers every failure with a ``Status`` body, as a real apiserver does.
 """
 
@@ -34,7 +34,7 @@ from flexnpu_testing.fake_apiserver.resources import (
 from flexnpu_testing.fake_apiserver.selectors import Selector, parse_field_selector, parse_label_selector
 
 if TYPE_CHECKING:
-    from flexnpu_testing.fake_apiserver.server import FakeAPIServer
+    from flexnpu_testing.fake_apiserver.harness import FakeAPIServer
 
 BOOKMARK_INTERVAL_S = 1.0
 DEFAULT_WATCH_TIMEOUT_S = 1800.0

@@ -1,5 +1,5 @@
 """Fixtures of the C client tests: the built libascendcl.so, C programs linked against it, and
-real aclservers (``flexnpu_testing.aclservers``) with a host-side client.conf for FLEXNPU_CONF."""
+real aclservers (``flexnpu_testing.aclserver_harness``) with a host-side client.conf for FLEXNPU_CONF."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from types import ModuleType
 import pytest
 
 from dra_driver import clientconf
-from flexnpu_testing import aclservers, clibrary
-from flexnpu_testing.aclservers import RunningAclServer, ShareSpec
+from flexnpu_testing import aclserver_harness, clibrary
+from flexnpu_testing.aclserver_harness import RunningAclServer, ShareSpec
 
 HERE = Path(__file__).parent
 MIB = 1 << 20
@@ -115,7 +115,7 @@ def claim_factory() -> Iterator[Callable[..., Claim]]:
     work = Path(tempfile.mkdtemp(prefix="fc", dir="/tmp"))
 
     def factory(shares: Sequence[ShareSpec], *, unix: bool = True, tcp: bool = True, **spec: object) -> Claim:
-        cm = aclservers.running_aclserver(work, shares=shares, ledger_dir=str(work / "ledger"), **spec)
+        cm = aclserver_harness.running_aclserver(work, shares=shares, ledger_dir=str(work / "ledger"), **spec)
         server = cm.__enter__()
         stack.append(cm)
         conf = work / f"{server.spec.claim_uid}.conf"
@@ -131,7 +131,7 @@ def claim_factory() -> Iterator[Callable[..., Claim]]:
 @pytest.fixture
 def claim(claim_factory: Callable[..., Claim]) -> Claim:
     """One vNPU of 64 MiB, 4 MiB staging."""
-    return claim_factory([aclservers.share(0, memory=64 * MIB)], staging_bytes=4 * MIB)
+    return claim_factory([aclserver_harness.share(0, memory=64 * MIB)], staging_bytes=4 * MIB)
 
 
 class Interactive:

@@ -20,7 +20,7 @@ from dra_driver import clientconf
 from dra_driver.aclserver import datalink
 from dra_driver.aclserver.backend import AclFailure
 from dra_driver.aclserver.backend_ascend import AscendBackend
-from flexnpu_testing import aclservers, clibrary
+from flexnpu_testing import aclserver_harness, clibrary
 from flexnpu_wire import codes
 from tests.c.conftest import HERE, MIB, run
 from tests.integration import daemon_harness
@@ -69,9 +69,12 @@ class Emu:
 
 @pytest.fixture
 def backend(emulator: Path, tmp_path: Path) -> Iterator[tuple[AscendBackend, Emu]]:
-    spec = aclservers.make_spec(
+    spec = aclserver_harness.make_spec(
         tmp_path,
-        shares=[aclservers.share(0, die=1, memory=QUOTA), aclservers.share(1, die=0, memory=2 * QUOTA)],
+        shares=[
+            aclserver_harness.share(0, die=1, memory=QUOTA),
+            aclserver_harness.share(1, die=0, memory=2 * QUOTA),
+        ],
         ledger_dir=str(tmp_path / "ledger"),
     )
     b = AscendBackend(spec, library=str(emulator))
@@ -112,8 +115,8 @@ def test_the_die_really_having_less_free_memory_than_the_quota(
     emulator: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("FLEXNPU_EMU_MEMORY", str(8 * MIB))
-    spec = aclservers.make_spec(
-        tmp_path, shares=[aclservers.share(0, memory=QUOTA)], ledger_dir=str(tmp_path / "l")
+    spec = aclserver_harness.make_spec(
+        tmp_path, shares=[aclserver_harness.share(0, memory=QUOTA)], ledger_dir=str(tmp_path / "l")
     )
     b = AscendBackend(spec, library=str(emulator))
     try:
@@ -178,8 +181,8 @@ def test_each_thread_selects_its_device(backend: tuple[AscendBackend, Emu]) -> N
 
 
 def test_close_frees_resets_and_finalizes(emulator: Path, tmp_path: Path) -> None:
-    spec = aclservers.make_spec(
-        tmp_path, shares=[aclservers.share(0, memory=QUOTA)], ledger_dir=str(tmp_path / "l")
+    spec = aclserver_harness.make_spec(
+        tmp_path, shares=[aclserver_harness.share(0, memory=QUOTA)], ledger_dir=str(tmp_path / "l")
     )
     b = AscendBackend(spec, library=str(emulator))
     emu = Emu(emulator)
@@ -190,7 +193,9 @@ def test_close_frees_resets_and_finalizes(emulator: Path, tmp_path: Path) -> Non
 
 
 def test_a_share_on_a_die_the_runtime_does_not_see(emulator: Path, tmp_path: Path) -> None:
-    spec = aclservers.make_spec(tmp_path, shares=[aclservers.share(0, die=5)], ledger_dir=str(tmp_path / "l"))
+    spec = aclserver_harness.make_spec(
+        tmp_path, shares=[aclserver_harness.share(0, die=5)], ledger_dir=str(tmp_path / "l")
+    )
     with pytest.raises(AclFailure) as err:
         AscendBackend(spec, library=str(emulator))
     assert err.value.code == codes.ACL_ERROR_INVALID_DEVICE and "die 5" in err.value.message
@@ -198,7 +203,9 @@ def test_a_share_on_a_die_the_runtime_does_not_see(emulator: Path, tmp_path: Pat
 
 
 def test_missing_library(tmp_path: Path) -> None:
-    spec = aclservers.make_spec(tmp_path, shares=[aclservers.share(0)], ledger_dir=str(tmp_path / "l"))
+    spec = aclserver_harness.make_spec(
+        tmp_path, shares=[aclserver_harness.share(0)], ledger_dir=str(tmp_path / "l")
+    )
     with pytest.raises(AclFailure) as err:
         AscendBackend(spec, library=str(tmp_path / "nope.so"))
     assert err.value.code == codes.ACL_ERROR_INTERNAL_ERROR and "nope.so" in err.value.message
@@ -214,8 +221,8 @@ def test_aclserver_process_with_the_ascend_backend(
     monkeypatch.setenv("FLEXNPU_ACLSERVER_BACKEND", "ascend")
     monkeypatch.setenv("FLEXNPU_ASCEND_LIBRARY", str(emulator))
     monkeypatch.setenv("FLEXNPU_EMU_MEMORY", str(48 * MIB))
-    with aclservers.running_aclserver(
-        tmp_path, shares=[aclservers.share(0, memory=QUOTA)], ledger_dir=str(tmp_path / "l")
+    with aclserver_harness.running_aclserver(
+        tmp_path, shares=[aclserver_harness.share(0, memory=QUOTA)], ledger_dir=str(tmp_path / "l")
     ) as server:
         conf = tmp_path / "client.conf"
         conf.write_text(clientconf.render(server.conf()))
@@ -377,8 +384,8 @@ def test_models_through_the_aclserver_with_the_ascend_backend(
 
     monkeypatch.setenv("FLEXNPU_ACLSERVER_BACKEND", "ascend")
     monkeypatch.setenv("FLEXNPU_ASCEND_LIBRARY", str(emulator))
-    with aclservers.running_aclserver(
-        tmp_path, shares=[aclservers.share(0, memory=QUOTA)], ledger_dir=str(tmp_path / "l")
+    with aclserver_harness.running_aclserver(
+        tmp_path, shares=[aclserver_harness.share(0, memory=QUOTA)], ledger_dir=str(tmp_path / "l")
     ) as server, Session.open(server.conf()) as s:  # fmt: skip
         s.init()
         s.set_device(0)

@@ -19,7 +19,7 @@ import pytest
 
 from dra_driver import clientconf
 from dra_driver.client import Session
-from flexnpu_testing import aclservers, clibrary
+from flexnpu_testing import aclserver_harness, clibrary
 from flexnpu_wire.ops import Op
 from tests.c import sample_models
 from tests.c.conftest import HERE, MIB, Claim, Interactive, run
@@ -83,10 +83,10 @@ def test_two_fixed_tenants_executing_models_get_30_and_70_percent(infer: Path, t
     them (their own accounting, not the clock) splits 30/70 within 3 points."""
     model = sample_models.write(tmp_path / "tenant.fnm", sample_models.classifier(cost_us=20_000))
     ledger = str(tmp_path / "ledger")
-    with aclservers.running_aclserver(
-        tmp_path, shares=[aclservers.share(0, memory=64 * MIB, compute=30)], ledger_dir=ledger
-    ) as low, aclservers.running_aclserver(
-        tmp_path, shares=[aclservers.share(0, memory=64 * MIB, compute=70)], ledger_dir=ledger
+    with aclserver_harness.running_aclserver(
+        tmp_path, shares=[aclserver_harness.share(0, memory=64 * MIB, compute=30)], ledger_dir=ledger
+    ) as low, aclserver_harness.running_aclserver(
+        tmp_path, shares=[aclserver_harness.share(0, memory=64 * MIB, compute=70)], ledger_dir=ledger
     ) as high:  # fmt: skip
         confs = []
         for server in (low, high):
@@ -99,7 +99,7 @@ def test_two_fixed_tenants_executing_models_get_30_and_70_percent(infer: Path, t
                 a.init()
                 b.init()
                 used: Callable[[Session], int] = lambda s: s.call(Op.GET_USAGE, 0)[2]  # noqa: E731
-                aclservers.wait_for(lambda: used(a) > 0 and used(b) > 0, what="both tenants running")
+                aclserver_harness.wait_for(lambda: used(a) > 0 and used(b) > 0, what="both tenants running")
                 window = threading.Event()
                 window.wait(1.0)  # warm-up, then a measurement window: neither is a synchronisation
                 start, t0 = (used(a), used(b)), time.monotonic()

@@ -9,7 +9,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from flexnpu_testing import aclservers
+from flexnpu_testing import aclserver_harness
 from tests.c.conftest import MIB, Claim, run
 
 
@@ -17,7 +17,10 @@ def test_before_acl_init_the_claims_devices_and_soc_are_known(
     acl_semantics: Path, claim_factory: Callable[..., Claim]
 ) -> None:
     claim = claim_factory(
-        [aclservers.share(0, die=0, memory=64 * MIB), aclservers.share(1, die=1, memory=64 * MIB)],
+        [
+            aclserver_harness.share(0, die=0, memory=64 * MIB),
+            aclserver_harness.share(1, die=1, memory=64 * MIB),
+        ],
         staging_bytes=1 * MIB,
     )
     res = run(acl_semantics, "preinit", "2", conf=claim.conf).ok()
@@ -37,7 +40,7 @@ def test_every_policy_flag_and_memory_attribute_is_accepted(
 ) -> None:
     quota = 64 * MIB
     claim = claim_factory(
-        [aclservers.share(0, die=0, memory=quota), aclservers.share(1, die=1, memory=quota)],
+        [aclserver_harness.share(0, die=0, memory=quota), aclserver_harness.share(1, die=1, memory=quota)],
         staging_bytes=1 * MIB,
     )
     run(acl_semantics, "memory", str(quota), "2", conf=claim.conf).ok()
@@ -53,7 +56,10 @@ def test_the_claims_devices_reach_each_other(
     acl_semantics: Path, claim_factory: Callable[..., Claim]
 ) -> None:
     claim = claim_factory(
-        [aclservers.share(0, die=0, memory=64 * MIB), aclservers.share(1, die=1, memory=64 * MIB)],
+        [
+            aclserver_harness.share(0, die=0, memory=64 * MIB),
+            aclserver_harness.share(1, die=1, memory=64 * MIB),
+        ],
         staging_bytes=1 * MIB,
     )
     run(acl_semantics, "peer", conf=claim.conf).ok()

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from dra_driver import clientconf
-from flexnpu_testing import aclservers
+from flexnpu_testing import aclserver_harness
 from flexnpu_testing.waiting import wait_for
 from tests.c.conftest import Claim, Interactive, run
 
@@ -238,7 +238,7 @@ def test_fork_does_not_wait_for_another_threads_call(acl_check: Path, claim: Cla
 def test_a_full_aclserver_says_so(acl_check: Path, claim_factory: Callable[..., Claim]) -> None:
     """Past max_connections the aclserver answers with an Op.NONE refusal and closes: aclInit
     reports its reason (207005, "too many connections"), however the race with HELLO goes."""
-    claim = claim_factory([aclservers.share(0, memory=64 << 20)], max_sessions=1, max_connections=2)
+    claim = claim_factory([aclserver_harness.share(0, memory=64 << 20)], max_sessions=1, max_connections=2)
     holders = []
     try:
         for _ in range(2):

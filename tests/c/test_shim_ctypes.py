@@ -8,13 +8,13 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from flexnpu_testing import aclservers
+from flexnpu_testing import aclserver_harness
 from tests.c.conftest import HERE, MIB, Claim, run
 
 
 def test_ctypes_cdll_gets_the_shim(library: Path, claim_factory: Callable[..., Claim]) -> None:
     quota = 128 * MIB
-    claim = claim_factory([aclservers.share(0, memory=quota)], staging_bytes=1 * MIB)
+    claim = claim_factory([aclserver_harness.share(0, memory=quota)], staging_bytes=1 * MIB)
     res = run(
         Path(sys.executable), str(HERE / "acl_ctypes.py"), str(quota), "1",
         conf=claim.conf, LD_LIBRARY_PATH=str(library.parent),

@@ -9,14 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from flexnpu_testing import aclservers
+from flexnpu_testing import aclserver_harness
 from tests.c.conftest import MIB, Claim, run
 
 
 def test_quota_device_count_and_refusal_message(acl_check: Path, claim_factory: Callable[..., Claim]) -> None:
     quota = 256 * MIB
     claim = claim_factory(
-        [aclservers.share(0, die=0, memory=quota), aclservers.share(1, die=1, memory=quota)],
+        [aclserver_harness.share(0, die=0, memory=quota), aclserver_harness.share(1, die=1, memory=quota)],
         staging_bytes=4 * MIB,
     )
     res = run(acl_check, "quota", str(quota), "2", conf=claim.conf).ok()
@@ -47,5 +47,5 @@ def test_threads_share_the_one_connection(acl_check: Path, claim: Claim) -> None
 def test_tcp_endpoint_when_there_is_no_unix_socket(
     acl_check: Path, claim_factory: Callable[..., Claim]
 ) -> None:
-    claim = claim_factory([aclservers.share(0, memory=64 * MIB)], unix=False, staging_bytes=4 * MIB)
+    claim = claim_factory([aclserver_harness.share(0, memory=64 * MIB)], unix=False, staging_bytes=4 * MIB)
     run(acl_check, "memcpy", str(claim.staging), conf=claim.conf).ok()

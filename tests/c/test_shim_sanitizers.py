@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from flexnpu_testing import aclservers, clibrary
+from flexnpu_testing import aclserver_harness, clibrary
 from tests.c.conftest import HERE, MIB, Claim, run
 
 SCENARIOS = [
@@ -50,7 +50,10 @@ def test_scenario_is_sanitizer_clean(claim_factory: Callable[..., Claim], args: 
     """Each scenario of acl_check.c (the first argument names another program when it ends in .c)."""
     source, args = (args[0], args[1:]) if args[0].endswith(".c") else ("acl_check.c", args)
     claim = claim_factory(
-        [aclservers.share(0, die=0, memory=256 * MIB), aclservers.share(1, die=1, memory=256 * MIB)],
+        [
+            aclserver_harness.share(0, die=0, memory=256 * MIB),
+            aclserver_harness.share(1, die=1, memory=256 * MIB),
+        ],
         staging_bytes=4 * MIB,
     )
     env = {"ASAN_OPTIONS": "detect_leaks=1:halt_on_error=1", "UBSAN_OPTIONS": "print_stacktrace=1"}
@@ -64,7 +67,7 @@ def test_scenario_is_sanitizer_clean(claim_factory: Callable[..., Claim], args: 
 
 def test_refusals_are_sanitizer_clean(sanitized_check: Path, claim_factory: Callable[..., Claim]) -> None:
     """A full aclserver's Op.NONE refusal and a server killed mid-session, under the sanitizers."""
-    claim = claim_factory([aclservers.share(0, memory=64 * MIB)], max_sessions=1, max_connections=2)
+    claim = claim_factory([aclserver_harness.share(0, memory=64 * MIB)], max_sessions=1, max_connections=2)
     env = {"ASAN_OPTIONS": "detect_leaks=1:halt_on_error=1", "UBSAN_OPTIONS": "print_stacktrace=1"}
     holders = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(2)]
     try:
@@ -77,7 +80,7 @@ def test_refusals_are_sanitizer_clean(sanitized_check: Path, claim_factory: Call
     finally:
         for s in holders:
             s.close()
-    other = claim_factory([aclservers.share(0, memory=64 * MIB)])
+    other = claim_factory([aclserver_harness.share(0, memory=64 * MIB)])
     other.server.stop(signal.SIGKILL)
     res = run(sanitized_check, "init", conf=other.conf, **env)
     assert res.values["init_code"] == "500000" and "Sanitizer" not in res.stderr, res.stderr[-4000:]
@@ -103,7 +106,7 @@ def test_threads_are_thread_sanitizer_clean(
 ) -> None:
     """Eight threads copying through the one connection, and a fork while a thread is in a call,
     under ThreadSanitizer: no data race is reported."""
-    claim = claim_factory([aclservers.share(0, memory=256 * MIB)], staging_bytes=4 * MIB)
+    claim = claim_factory([aclserver_harness.share(0, memory=256 * MIB)], staging_bytes=4 * MIB)
     res = run(tsan_check, *args, conf=claim.conf, TSAN_OPTIONS="halt_on_error=1")
     assert "ThreadSanitizer" not in res.stderr, res.stderr[-4000:]
     res.ok()

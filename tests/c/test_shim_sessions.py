@@ -12,7 +12,7 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
-from flexnpu_testing import aclservers
+from flexnpu_testing import aclserver_harness
 from flexnpu_testing.waiting import wait_for
 from tests.c.conftest import MIB, Claim, Interactive
 
@@ -23,7 +23,7 @@ HOLD = 240 * MIB
 def test_four_processes_share_one_gib(
     acl_check: Path, claim_factory: Callable[..., Claim], interactive: Callable[..., Interactive]
 ) -> None:
-    claim = claim_factory([aclservers.share(0, memory=GIB)], staging_bytes=1 * MIB)
+    claim = claim_factory([aclserver_harness.share(0, memory=GIB)], staging_bytes=1 * MIB)
     holders = [interactive(acl_check, "hold", str(HOLD), conf=claim.conf) for _ in range(4)]
     for h in holders:
         h.read_until("held")

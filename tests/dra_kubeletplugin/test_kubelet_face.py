@@ -11,7 +11,16 @@ from pathlib import Path
 import grpc
 import pytest
 
-from dra_kubeletplugin import claimbatch, dra_v1, dra_v1beta1, errors, health, registration, sockets, statuses
+from dra_kubeletplugin import (
+    claimbatch,
+    dra_v1,
+    dra_v1beta1,
+    errors,
+    health_stream,
+    registration,
+    sockets,
+    statuses,
+)
 from dra_kubeletplugin.claims import ClaimRef, DeviceHealthReport, PreparedDevice, ResourceClaim
 from dra_kubeletplugin.claims import PrepareResult as ClaimResult
 from dra_kubeletplugin.errors import ClaimReason, ClaimRejected, InvalidArgument
@@ -266,7 +275,7 @@ def test_claims_from_proto() -> None:
     ],
 )
 def test_truncate_message(message: str, expected_len: int, cut: bool) -> None:
-    out = health.truncate_message(message)
+    out = health_stream.truncate_message(message)
     assert len(out) == expected_len
     assert out.endswith("...") is cut
 
@@ -280,7 +289,7 @@ def test_health_response(pb: object) -> None:
         DeviceHealthReport(pool="p", device="d1", healthy=False, message="x" * 2000),
         DeviceHealthReport(pool="p", device="d2", healthy=None),
     ]
-    response = health.health_response(pb, reports, now=1234)
+    response = health_stream.health_response(pb, reports, now=1234)
     got = [(d.device.pool_name, d.device.device_name, d.health) for d in response.devices]
     assert got == [("p", "d0", 1), ("p", "d1", 2), ("p", "d2", 0)]
     assert {d.health_check_timeout_seconds for d in response.devices} == {30}
@@ -298,7 +307,7 @@ def test_health_resend_must_be_below_timeout(resend: float) -> None:
             return []
 
     with pytest.raises(InvalidArgument, match="resend interval"):
-        health.HealthBroadcaster(_Source(), resend_seconds=resend)
+        health_stream.HealthBroadcaster(_Source(), resend_seconds=resend)
 
 
 @pytest.mark.parametrize(

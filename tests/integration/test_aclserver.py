@@ -21,8 +21,8 @@ import pytest
 from dra_driver import clientconf
 from dra_driver.aclserver import datalink
 from flexnpu_client import AclError, ConnectError, Session
-from flexnpu_testing import aclservers
-from flexnpu_testing.aclservers import RunningAclServer
+from flexnpu_testing import aclserver_harness
+from flexnpu_testing.aclserver_harness import RunningAclServer
 from flexnpu_wire import codes
 from flexnpu_wire import framing as protocol
 from flexnpu_wire.clientconf import Endpoints
@@ -38,8 +38,11 @@ H2D, D2H, D2D = MemcpyKind.HOST_TO_DEVICE, MemcpyKind.DEVICE_TO_HOST, MemcpyKind
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningAclServer]:
     work = tmp_path_factory.mktemp("aclserver")
-    shares = [aclservers.share(0, die=0, memory=MEM0, compute=50), aclservers.share(1, die=1, memory=MEM1)]
-    with aclservers.running_aclserver(
+    shares = [
+        aclserver_harness.share(0, die=0, memory=MEM0, compute=50),
+        aclserver_harness.share(1, die=1, memory=MEM1),
+    ]
+    with aclserver_harness.running_aclserver(
         work, shares=shares, ledger_dir=str(work / "ledger"), max_frame_bytes=8192, staging_bytes=STAGING
     ) as srv:
         yield srv
@@ -379,7 +382,7 @@ def test_disconnect_mid_copy_releases_memory_and_buffers(server: RunningAclServe
         ptr = exchange(sock, Op.MALLOC, (MEM1, 0)).ints[1]
         # a copy request the client never waits for
         sock.sendall(protocol.encode(Op.MEMCPY, 9, (ptr, MEM1, datalink.host_ptr(0), STAGING, H2D)))
-    aclservers.wait_for(lambda: not staging.exists(), what="staging region removed")
+    aclserver_harness.wait_for(lambda: not staging.exists(), what="staging region removed")
     new_session_sees_everything_released(server)
     assert sorted(os.listdir(server.spec.shm_dir)) == ["aclserver.sock"]
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from flexnpu_client.session import Session
-from flexnpu_testing import aclservers
-from flexnpu_testing.aclservers import RunningAclServer
+from flexnpu_testing import aclserver_harness
+from flexnpu_testing.aclserver_harness import RunningAclServer
 from flexnpu_wire import framing as protocol
 
 AUTH_TIMEOUT_MS = 300
@@ -19,9 +19,9 @@ AUTH_TIMEOUT_MS = 300
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[RunningAclServer]:
-    with aclservers.running_aclserver(
+    with aclserver_harness.running_aclserver(
         tmp_path,
-        shares=[aclservers.share(0, die=5)],
+        shares=[aclserver_harness.share(0, die=5)],
         ledger_dir=str(tmp_path / "ledger"),
         auth_timeout_ms=AUTH_TIMEOUT_MS,
     ) as srv:

@@ -21,8 +21,8 @@ import pytest
 from dra_driver import clientconf
 from dra_driver.aclserver import codes, streams
 from dra_driver.client import AclError, Session
-from flexnpu_testing import aclservers
-from flexnpu_testing.aclservers import RunningAclServer, wait_for
+from flexnpu_testing import aclserver_harness
+from flexnpu_testing.aclserver_harness import RunningAclServer, wait_for
 
 QUOTA = 128 << 20
 KERNEL_US = 3_000_000
@@ -41,8 +41,10 @@ def rss(pid: int) -> int:
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[RunningAclServer]:
-    with aclservers.running_aclserver(
-        tmp_path, shares=[aclservers.share(0, memory=QUOTA, compute=100)], ledger_dir=str(tmp_path / "ledger")
+    with aclserver_harness.running_aclserver(
+        tmp_path,
+        shares=[aclserver_harness.share(0, memory=QUOTA, compute=100)],
+        ledger_dir=str(tmp_path / "ledger"),
     ) as srv:
         yield srv
 

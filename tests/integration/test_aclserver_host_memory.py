@@ -14,7 +14,7 @@ from dra_driver.aclserver import codes
 from dra_driver.aclserver.codes import MemcpyKind
 from dra_driver.client import AclError, Session
 from dra_driver.daemon import shmfs
-from flexnpu_testing import aclservers
+from flexnpu_testing import aclserver_harness
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -26,8 +26,8 @@ def _tmpfs(host: int) -> int:
 
 def test_a_program_taking_1gib_host_and_1gib_device_memory_runs_on_a_1_5gib_share(tmp_path: Path) -> None:
     quota = GIB + GIB // 2
-    with aclservers.running_aclserver(
-        tmp_path, shares=[aclservers.share(0, memory=quota)], ledger_dir=str(tmp_path / "l"),
+    with aclserver_harness.running_aclserver(
+        tmp_path, shares=[aclserver_harness.share(0, memory=quota)], ledger_dir=str(tmp_path / "l"),
         shm_mount_bytes=_tmpfs(quota),
     ) as server, Session.open(server.conf()) as s:  # fmt: skip
         s.init()
@@ -57,8 +57,8 @@ def test_host_buffers_are_bounded_by_the_host_limit(
     tmp_path: Path, host_limit: int, first: int, second: int, refused: bool
 ) -> None:
     quota = 256 * MIB
-    with aclservers.running_aclserver(
-        tmp_path, shares=[aclservers.share(0, memory=quota, host_memory=host_limit)],
+    with aclserver_harness.running_aclserver(
+        tmp_path, shares=[aclserver_harness.share(0, memory=quota, host_memory=host_limit)],
         ledger_dir=str(tmp_path / "l"), shm_mount_bytes=_tmpfs(host_limit or quota),
     ) as server, Session.open(server.conf()) as s, Session.open(server.conf()) as other:  # fmt: skip
         for session in (s, other):

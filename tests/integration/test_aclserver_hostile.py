@@ -19,8 +19,8 @@ import pytest
 
 from dra_driver.aclserver import datalink
 from flexnpu_client import AclError, Session
-from flexnpu_testing import aclservers
-from flexnpu_testing.aclservers import RunningAclServer
+from flexnpu_testing import aclserver_harness
+from flexnpu_testing.aclserver_harness import RunningAclServer
 from flexnpu_testing.waiting import wait_for
 from flexnpu_wire import codes
 from flexnpu_wire import framing as protocol
@@ -35,8 +35,8 @@ def bystander(tmp_path: Path) -> Iterator[Session]:
     """Another claim's aclserver and an authenticated client of it: it must never notice."""
     work = tmp_path / "bystander"
     work.mkdir()
-    with aclservers.running_aclserver(
-        work, shares=[aclservers.share(0, die=3, memory=MEM)], ledger_dir=str(tmp_path / "ledger")
+    with aclserver_harness.running_aclserver(
+        work, shares=[aclserver_harness.share(0, die=3, memory=MEM)], ledger_dir=str(tmp_path / "ledger")
     ) as srv:
         with Session.open(srv.conf()) as s:
             s.init()
@@ -47,9 +47,9 @@ def bystander(tmp_path: Path) -> Iterator[Session]:
 def _victim(tmp_path: Path, **spec_args: object) -> AbstractContextManager[RunningAclServer]:
     work = tmp_path / "victim"
     work.mkdir(exist_ok=True)
-    return aclservers.running_aclserver(
+    return aclserver_harness.running_aclserver(
         work,
-        shares=[aclservers.share(0, die=4, memory=MEM)],
+        shares=[aclserver_harness.share(0, die=4, memory=MEM)],
         ledger_dir=str(tmp_path / "ledger"),
         **spec_args,  # type: ignore[arg-type]
     )

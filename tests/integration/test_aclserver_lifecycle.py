@@ -13,16 +13,16 @@ import pytest
 
 from dra_driver.aclserver import ledger
 from flexnpu_client import AclError, ConnectError, Session
-from flexnpu_testing import aclservers
+from flexnpu_testing import aclserver_harness
 from flexnpu_wire.codes import Policy
 
 
 def test_ready_file_and_sigterm_cleanup(tmp_path: Path) -> None:
     ledger_dir = str(tmp_path / "ledger")
-    spec = aclservers.make_spec(
-        tmp_path, shares=[aclservers.share(0, die=2, compute=40)], ledger_dir=ledger_dir
+    spec = aclserver_harness.make_spec(
+        tmp_path, shares=[aclserver_harness.share(0, die=2, compute=40)], ledger_dir=ledger_dir
     )
-    srv = aclservers.start_aclserver(spec, tmp_path)
+    srv = aclserver_harness.start_aclserver(spec, tmp_path)
     try:
         assert srv.ready.pid == srv.proc.pid and srv.ready.tcp_port > 0
         assert srv.ready.unix_socket == spec.unix_socket
@@ -56,17 +56,19 @@ def test_ready_file_and_sigterm_cleanup(tmp_path: Path) -> None:
 
 def test_sigkilled_server_releases_its_reservation(tmp_path: Path) -> None:
     ledger_dir = str(tmp_path / "ledger")
-    with aclservers.running_aclserver(
-        tmp_path, shares=[aclservers.share(0, die=3, compute=70)], ledger_dir=ledger_dir
+    with aclserver_harness.running_aclserver(
+        tmp_path, shares=[aclserver_harness.share(0, die=3, compute=70)], ledger_dir=ledger_dir
     ) as first:
         assert [e.quota for e in ledger.read_entries(ledger_dir, 3)] == [70]
         first.proc.send_signal(signal.SIGKILL)
         # not reaped yet: a zombie must already count as gone
-        aclservers.wait_for(lambda: ledger.read_entries(ledger_dir, 3) == [], what="reservation released")
+        aclserver_harness.wait_for(
+            lambda: ledger.read_entries(ledger_dir, 3) == [], what="reservation released"
+        )
         first.proc.wait()
         # the die is free for another policy now
-        with aclservers.running_aclserver(
-            tmp_path, shares=[aclservers.share(0, die=3, policy=Policy.ELASTIC)], ledger_dir=ledger_dir
+        with aclserver_harness.running_aclserver(
+            tmp_path, shares=[aclserver_harness.share(0, die=3, policy=Policy.ELASTIC)], ledger_dir=ledger_dir
         ) as second:
             assert [e.pid for e in ledger.read_entries(ledger_dir, 3)] == [second.proc.pid]
 
@@ -75,36 +77,42 @@ def test_sigkilled_server_releases_its_reservation(tmp_path: Path) -> None:
     ("second", "ok"),
     [
         pytest.param(
-            aclservers.share(0, die=4, compute=20, policy=Policy.ELASTIC), False, id="elastic-after-fixed"
+            aclserver_harness.share(0, die=4, compute=20, policy=Policy.ELASTIC),
+            False,
+            id="elastic-after-fixed",
         ),
         pytest.param(
-            aclservers.share(0, die=4, compute=20, policy=Policy.BEST_EFFORT),
+            aclserver_harness.share(0, die=4, compute=20, policy=Policy.BEST_EFFORT),
             False,
             id="best-effort-after-fixed",
         ),
-        pytest.param(aclservers.share(0, die=4, compute=20, policy=Policy.FIXED), True, id="same-policy"),
         pytest.param(
-            aclservers.share(0, die=4, compute=0, policy=Policy.ELASTIC, memory_only=True),
+            aclserver_harness.share(0, die=4, compute=20, policy=Policy.FIXED), True, id="same-policy"
+        ),
+        pytest.param(
+            aclserver_harness.share(0, die=4, compute=0, policy=Policy.ELASTIC, memory_only=True),
             True,
             id="memory-only-any-policy",
         ),
-        pytest.param(aclservers.share(0, die=5, compute=20, policy=Policy.ELASTIC), True, id="other-die"),
+        pytest.param(
+            aclserver_harness.share(0, die=5, compute=20, policy=Policy.ELASTIC), True, id="other-die"
+        ),
     ],
 )
-def test_one_policy_per_die(tmp_path: Path, second: aclservers.ShareSpec, ok: bool) -> None:
+def test_one_policy_per_die(tmp_path: Path, second: aclserver_harness.ShareSpec, ok: bool) -> None:
     ledger_dir = str(tmp_path / "ledger")
-    with aclservers.running_aclserver(
-        tmp_path, shares=[aclservers.share(0, die=4, compute=30)], ledger_dir=ledger_dir
+    with aclserver_harness.running_aclserver(
+        tmp_path, shares=[aclserver_harness.share(0, die=4, compute=30)], ledger_dir=ledger_dir
     ):
-        spec = aclservers.make_spec(tmp_path, shares=[second], ledger_dir=ledger_dir)
+        spec = aclserver_harness.make_spec(tmp_path, shares=[second], ledger_dir=ledger_dir)
         try:
             if ok:
-                aclservers.start_aclserver(spec, tmp_path).stop()
+                aclserver_harness.start_aclserver(spec, tmp_path).stop()
             else:
                 with pytest.raises(
                     RuntimeError, match=r"exited with 3: .*all shares of a die must use one policy"
                 ):
-                    aclservers.start_aclserver(spec, tmp_path)
+                    aclserver_harness.start_aclserver(spec, tmp_path)
                 assert [e.quota for e in ledger.read_entries(ledger_dir, 4)] == [30]
                 assert not os.path.exists(spec.ready_file)
         finally:
@@ -147,8 +155,8 @@ def test_run_and_load_spec_are_importable_for_a_zygote() -> None:
 
 def test_sigterm_while_a_client_waits_on_long_kernels(tmp_path: Path) -> None:
     ledger_dir = str(tmp_path / "ledger")
-    with aclservers.running_aclserver(
-        tmp_path, shares=[aclservers.share(0, die=6, compute=1)], ledger_dir=ledger_dir
+    with aclserver_harness.running_aclserver(
+        tmp_path, shares=[aclserver_harness.share(0, die=6, compute=1)], ledger_dir=ledger_dir
     ) as srv:
         session = Session.open(srv.conf())
         session.init()
@@ -169,7 +177,7 @@ def test_sigterm_while_a_client_waits_on_long_kernels(tmp_path: Path) -> None:
 
         waiter = threading.Thread(target=sync)
         waiter.start()
-        aclservers.wait_for(
+        aclserver_harness.wait_for(
             lambda: any(e.waiting or e.kernels for e in ledger.read_entries(ledger_dir, 6)),
             what="kernels running",
         )

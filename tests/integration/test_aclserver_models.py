@@ -16,8 +16,8 @@ import pytest
 
 from dra_driver.aclserver import codes
 from dra_driver.client import AclError, Session
-from flexnpu_testing import aclservers
-from flexnpu_testing.aclservers import RunningAclServer
+from flexnpu_testing import aclserver_harness
+from flexnpu_testing.aclserver_harness import RunningAclServer
 from flexnpu_wire import modelfile as mf
 from flexnpu_wire.ops import Op
 
@@ -50,8 +50,8 @@ def vector_model(
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningAclServer]:
     work = tmp_path_factory.mktemp("models")
-    with aclservers.running_aclserver(
-        work, shares=[aclservers.share(0, memory=QUOTA), aclservers.share(1, die=1, memory=QUOTA)],
+    with aclserver_harness.running_aclserver(
+        work, shares=[aclserver_harness.share(0, memory=QUOTA), aclserver_harness.share(1, die=1, memory=QUOTA)],
         ledger_dir=str(work / "ledger"), staging_bytes=64 << 10,
     ) as srv:  # fmt: skip
         yield srv

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from dra_driver.aclserver import ledger
-from flexnpu_testing import aclservers
-from flexnpu_testing.aclservers import RunningAclServer, Tenant
+from flexnpu_testing import aclserver_harness
+from flexnpu_testing.aclserver_harness import RunningAclServer, Tenant
 from flexnpu_wire.codes import Policy
 
 WINDOW_S = 2.0
@@ -30,10 +30,12 @@ def servers(tmp_path: Path, specs: list[tuple[int, Policy, bool]]) -> Iterator[l
         ledger_dir = str(tmp_path / "ledger")
         yield [
             stack.enter_context(
-                aclservers.running_aclserver(
+                aclserver_harness.running_aclserver(
                     tmp_path,
                     ledger_dir=ledger_dir,
-                    shares=[aclservers.share(0, die=0, compute=pct, policy=policy, memory_only=mem_only)],
+                    shares=[
+                        aclserver_harness.share(0, die=0, compute=pct, policy=policy, memory_only=mem_only)
+                    ],
                 )
             )
             for pct, policy, mem_only in specs
@@ -108,8 +110,8 @@ def test_die_time_follows_policy(
 
 def test_shares_of_one_claim_on_two_dies_follow_their_own_quota(tmp_path: Path) -> None:
     ledger_dir = str(tmp_path / "ledger")
-    shares = [aclservers.share(0, die=10, compute=30), aclservers.share(1, die=11, compute=60)]
-    with aclservers.running_aclserver(tmp_path, shares=shares, ledger_dir=ledger_dir) as srv:
+    shares = [aclserver_harness.share(0, die=10, compute=30), aclserver_harness.share(1, die=11, compute=60)]
+    with aclserver_harness.running_aclserver(tmp_path, shares=shares, ledger_dir=ledger_dir) as srv:
         (got,) = measure([Tenant(srv.conf(), device=1)])
         assert 0.50 <= got <= 0.70
         assert [e.quota for e in ledger.read_entries(ledger_dir, 10)] == [30]

@@ -19,8 +19,8 @@ import pytest
 
 from dra_driver import clientconf
 from flexnpu_client import AclError, ConnectError, Session
-from flexnpu_testing import aclservers
-from flexnpu_testing.aclservers import RunningAclServer
+from flexnpu_testing import aclserver_harness
+from flexnpu_testing.aclserver_harness import RunningAclServer
 from flexnpu_testing.waiting import wait_for
 from flexnpu_wire import codes
 from flexnpu_wire.framing import Op
@@ -31,9 +31,9 @@ MAX_SESSIONS = 4
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[RunningAclServer]:
-    with aclservers.running_aclserver(
+    with aclserver_harness.running_aclserver(
         tmp_path,
-        shares=[aclservers.share(0, die=7, memory=MEM, compute=40)],
+        shares=[aclserver_harness.share(0, die=7, memory=MEM, compute=40)],
         ledger_dir=str(tmp_path / "ledger"),
         max_sessions=MAX_SESSIONS,
         staging_bytes=1 << 20,

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from dra_driver import clientconf
-from flexnpu_testing import aclservers
-from flexnpu_testing.aclservers import RunningAclServer
+from flexnpu_testing import aclserver_harness
+from flexnpu_testing.aclserver_harness import RunningAclServer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,8 +58,10 @@ def client_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[RunningAclServer]:
-    with aclservers.running_aclserver(
-        tmp_path, shares=[aclservers.share(0, die=9, memory=256 << 20)], ledger_dir=str(tmp_path / "ledger")
+    with aclserver_harness.running_aclserver(
+        tmp_path,
+        shares=[aclserver_harness.share(0, die=9, memory=256 << 20)],
+        ledger_dir=str(tmp_path / "ledger"),
     ) as srv:
         yield srv
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dra_driver import wirefiles
-from dra_driver.daemon import files, processes, spec
+from dra_driver.daemon import claim_files, launch_spec, processes
 from dra_driver.daemon.launcher import SpawnLauncher, ZygoteLauncher
 from tests.integration.daemon_harness import gone, ping_unix, request, wait_for
 
@@ -28,10 +28,10 @@ def dirs() -> Iterator[tuple[Path, Path]]:
 
 
 def _start(launcher: ZygoteLauncher, run: Path, shm: Path, uid: str) -> processes.Launched:
-    paths = spec.claim_paths(uid, run_dir=run, shm_root=shm)
-    files.prepare_shm_dir(paths, ledger_dir=shm / spec.LEDGER_DIR_NAME)
+    paths = launch_spec.claim_paths(uid, run_dir=run, shm_root=shm)
+    claim_files.prepare_shm_dir(paths, ledger_dir=shm / launch_spec.LEDGER_DIR_NAME)
     wirefiles.write_spec(
-        paths.spec, spec.build_spec(request(uid), paths=paths, shm_root=shm, tcp_host="127.0.0.1")
+        paths.spec, launch_spec.build_spec(request(uid), paths=paths, shm_root=shm, tcp_host="127.0.0.1")
     )
     launched = launcher.launch(spec_path=paths.spec, stderr_path=paths.stderr)
     processes.wait_ready(

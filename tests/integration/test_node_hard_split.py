@@ -21,7 +21,7 @@ import pytest
 
 from dra_driver.checkpoint import CheckpointStore, EffectKind
 from dra_driver.discovery import emulated
-from dra_driver.vnpu import check_template, ledger
+from dra_driver.vnpu import check_template, ownership
 from dra_driver.vnpu.emulated import EmulatedVnpus
 from dra_kubeletplugin.claims import ClaimRef
 from flexnpu_testing.kubelet import KubeletError
@@ -203,7 +203,7 @@ def test_flexnpu_smi_lists_the_hard_vnpu_with_its_owner(serving: Node) -> None:
 
 
 def _ledger(node: Node) -> dict[int, str] | None:
-    return ledger.load(node.dirs["state"])
+    return ownership.load(node.dirs["state"])
 
 
 def _restart(node: Node, failpoint: str | None = None) -> None:
@@ -371,7 +371,7 @@ def test_adopt_without_evidence_of_the_vnpu_leaves_the_claim_to_the_sweep(operat
     n.stop()
     record = n.dirs["state"] / "checkpoint.json" / f"{ref.uid}.json"
     record.write_bytes(b"{ not json")
-    (n.dirs["state"] / ledger.FILE_NAME).write_text("{}")  # the proof of ownership is gone too
+    (n.dirs["state"] / ownership.FILE_NAME).write_text("{}")  # the proof of ownership is gone too
     n.start()
     wait_for(lambda: "store is not trusted" in n.log(), timeout=30, what="a refused pass")
     res = smi(n, "adopt")

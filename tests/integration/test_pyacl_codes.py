@@ -9,14 +9,16 @@ import pytest
 
 from dra_driver import clientconf
 from flexnpu_client import acl
-from flexnpu_testing import aclservers
+from flexnpu_testing import aclserver_harness
 from flexnpu_wire import codes
 
 
 @pytest.fixture
 def conf_path(tmp_path: Path) -> Iterator[Path]:
-    with aclservers.running_aclserver(
-        tmp_path, shares=[aclservers.share(0, die=11, memory=32 << 20)], ledger_dir=str(tmp_path / "ledger")
+    with aclserver_harness.running_aclserver(
+        tmp_path,
+        shares=[aclserver_harness.share(0, die=11, memory=32 << 20)],
+        ledger_dir=str(tmp_path / "ledger"),
     ) as srv:
         path = tmp_path / "client.conf"
         path.write_text(clientconf.render(srv.conf()))

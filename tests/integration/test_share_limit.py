@@ -17,7 +17,7 @@ import pytest
 
 from dra_driver.aclserver import ledger
 from dra_driver.claims import ClaimRef
-from dra_driver.daemon.spec import LEDGER_DIR_NAME
+from dra_driver.daemon.launch_spec import LEDGER_DIR_NAME
 from dra_driver.sharing import API_VERSION
 from flexnpu_testing.fake_apiserver import FakeAPIServer
 from flexnpu_testing.scheduler import Unschedulable

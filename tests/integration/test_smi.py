@@ -22,7 +22,7 @@ from dra_driver.daemon_api.values import Endpoints, EntityInfo, EntityState, Sha
 from dra_driver.devices import DieMode
 from dra_driver.records import DieRecord
 from flexnpu_wire.shares import Share
-from kubeletplugin import smi
+from kubeletplugin import smi, smi_tables
 from tests.integration.daemon_harness import DaemonProc, gone, request, share
 
 MIB = 1024 * 1024
@@ -122,7 +122,7 @@ def test_rows_show_unknown_usage_and_restarts() -> None:
         restarts=1,
         state=EntityState.EXITED,
     )
-    [row] = smi.info_rows({}, {"u1": info}, lambda e: ("-", "-"))
+    [row] = smi_tables.info_rows({}, {"u1": info}, lambda e: ("-", "-"))
     assert row["MEM(MiB) USED/QUOTA"] == "256/512"
     assert row["COMPUTE(%) USED/QUOTA"] == "-/-"
     assert (row["ACLSERVER"], row["ENDPOINT"]) == ("- Exited (restarts 1)", "-")
@@ -145,7 +145,7 @@ def test_two_vnpus_of_one_claim_on_one_die_show_their_own_usage() -> None:
         ShareUsage(Share(1, 3, 256 * MIB, 20, "fixed"), 100 * MIB, 7),
         ShareUsage(Share(0, 3, 128 * MIB, 10, "fixed"), 5 * MIB, 3),
     )
-    rows = smi.info_rows({"u1": entry}, {"u1": info}, lambda e: ("pods/p", "no"))  # type: ignore[dict-item]
+    rows = smi_tables.info_rows({"u1": entry}, {"u1": info}, lambda e: ("pods/p", "no"))  # type: ignore[dict-item]
     assert [(r["VNPU"], r["MEM(MiB) USED/QUOTA"], r["COMPUTE(%) USED/QUOTA"]) for r in rows] == [
         ("0", "5/128", "3/10"),
         ("1", "100/256", "7/20"),
@@ -178,7 +178,7 @@ def _bounded(state: EntityState, **figures: int) -> EntityInfo:
     ],
 )
 def test_bounds_cells(ent: EntityInfo | None, cells: tuple[str, str, str]) -> None:
-    got = smi.bounds_cells(ent)
+    got = smi_tables.bounds_cells(ent)
     assert (got["HOST MEM(MiB) USED/MAX"], got["TASKS USED/MAX"], got["CPU WEIGHT"]) == cells
 
 
@@ -195,9 +195,9 @@ def test_state_cell_says_when_the_aclserver_is_not_serving(
     ent: EntityInfo | None, daemon_known: bool, state: str
 ) -> None:
     entry = SimpleNamespace(state=ClaimState.PREPARE_COMPLETED)
-    assert smi.state_cell(entry, ent, shares=True, daemon_known=daemon_known) == state  # type: ignore[arg-type]
+    assert smi_tables.state_cell(entry, ent, shares=True, daemon_known=daemon_known) == state  # type: ignore[arg-type]
 
 
 def test_oom_kills_are_shown_with_the_aclserver() -> None:
     ent = dataclasses.replace(_entity("u1", restarts=1, state=EntityState.EXITED), oom_kills=2)
-    assert smi.aclserver_cell(ent) == "- Exited (restarts 1, OOM kills 2)"
+    assert smi_tables.aclserver_cell(ent) == "- Exited (restarts 1, OOM kills 2)"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from dra_driver import cdi, slices, sweep
 from dra_driver.devices import Die, DieMode, Inventory
-from dra_driver.vnpu import check_template, ledger
+from dra_driver.vnpu import check_template, ownership
 from dra_driver.vnpu.emulated import EmulatedVnpus
 from dra_driver.vnpu.sweeping import HardSweep, foreign_vnpus, held_capacity
 
@@ -32,10 +32,10 @@ def test_sweep_destroys_only_what_the_driver_made_for_a_gone_claim(tmp_path: Pat
     small = check_template(DIE, "vir05_1c_16g", INV)
     for vid in (116, 117, 118, 119):
         mgr.create(DIE, small, vid)
-    ledger.add(state, 116, "gone-claim")
-    ledger.add(state, 117, "live-claim")
-    ledger.add(state, 119, "gone-claim-2")
-    ledger.add(state, 120, "gone-claim-3")  # recorded, never made
+    ownership.add(state, 116, "gone-claim")
+    ownership.add(state, 117, "live-claim")
+    ownership.add(state, 119, "gone-claim-2")
+    ownership.add(state, 120, "gone-claim-3")  # recorded, never made
     # the emulated driver marks 119 as used by a container
     with mgr.hdk.transaction() as st:
         next(v for v in st["vnpus"] if v["id"] == 119)["inUse"] = True
@@ -55,7 +55,7 @@ def test_sweep_destroys_only_what_the_driver_made_for_a_gone_claim(tmp_path: Pat
         sweep.remove(orphan, None, places)
     assert [v.vnpu_id for v in mgr.list()] == [117, 118, 119]  # live, foreign, in use
     assert not (root / "dev" / "vdavinci116").exists()
-    assert ledger.load(state) == {117: "live-claim", 119: "gone-claim-2"}
+    assert ownership.load(state) == {117: "live-claim", 119: "gone-claim-2"}
     assert sweep.find({"live-claim"}, places, None) == []
 
 
@@ -64,7 +64,7 @@ def test_nothing_is_destroyed_when_the_ledger_cannot_be_read(tmp_path: Path) -> 
     mgr = EmulatedVnpus(root, INV)
     mgr.create(DIE, check_template(DIE, "vir05_1c_16g", INV), 116)
     state.mkdir()
-    (state / ledger.FILE_NAME).write_text("{torn")
+    (state / ownership.FILE_NAME).write_text("{torn")
     assert HardSweep(mgr, lambda: INV, state).find(set()) == []
     # and every vNPU then counts as made outside the driver: its capacity is held back
     assert [v.vnpu_id for v in foreign_vnpus(mgr, state) or ()] == [116]
@@ -75,7 +75,7 @@ def test_foreign_vnpus_are_published_without_their_capacity(tmp_path: Path) -> N
     mgr = EmulatedVnpus(root, INV)
     mgr.create(DIE, check_template(DIE, "vir10_3c_32g", INV), 116)  # made by hand
     mgr.create(DIE, check_template(DIE, "vir05_1c_16g", INV), 117)
-    ledger.add(state, 117, "claim")  # made by the driver: already counted by the scheduler
+    ownership.add(state, 117, "claim")  # made by the driver: already counted by the scheduler
     foreign = foreign_vnpus(mgr, state)
     assert foreign is not None and [v.vnpu_id for v in foreign] == [116]
     held = held_capacity(foreign, INV)

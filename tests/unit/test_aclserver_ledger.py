@@ -12,7 +12,7 @@ import pytest
 
 from dra_driver.aclserver import ledger
 from dra_driver.errors import ErrorCode, StateError, Unavailable
-from flexnpu_testing.aclservers import wait_for
+from flexnpu_testing.aclserver_harness import wait_for
 from flexnpu_wire.codes import Policy
 
 

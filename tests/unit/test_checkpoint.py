@@ -20,6 +20,7 @@ from dra_driver.checkpoint import (
     Effect,
     EffectKind,
 )
+from dra_driver.checkpoint import format as checkpoint_format
 from dra_driver.devices import DieMode
 from dra_driver.errors import ErrorCode, StateError, Unavailable
 from dra_kubeletplugin.claims import PreparedDevice
@@ -254,7 +255,7 @@ def test_another_store_sees_each_write_and_an_own_write_decodes_nothing(
         decoded.append(source)
         return real(raw, source=source)
 
-    monkeypatch.setattr(checkpoint, "decode_record", counting)
+    monkeypatch.setattr(checkpoint_format, "decode_record", counting)
     for i in range(10):
         _put(a, _entry(f"x{i}"))
         a.entries()

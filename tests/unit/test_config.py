@@ -23,7 +23,7 @@ READ: dict[str, tuple[str, Callable[[Config], Any], Any]] = {
     "kubelet-plugins-dir": ("/p", lambda c: c.paths.kubelet_plugins_dir, Path("/p")),
     "state-dir": ("/s", lambda c: c.paths.state_dir, Path("/s")),
     "run-dir": ("/run/x", lambda c: c.paths.run_dir, Path("/run/x")),
-    "shm-dir": ("/dev/shm/x", lambda c: c.paths.shm_dir, Path("/dev/shm/x")),
+    "shm-root": ("/dev/shm/x", lambda c: c.paths.shm_root, Path("/dev/shm/x")),
     "cdi-dir": ("/etc/cdi", lambda c: c.paths.cdi_dir, Path("/etc/cdi")),
     "device-root": ("/emu", lambda c: c.paths.device_root, Path("/emu")),
     "cdi-kind": ("example.com/npu", lambda c: c.cdi_kind, "example.com/npu"),

@@ -6,17 +6,17 @@ import os
 import threading
 from pathlib import Path
 
-from dra_driver.daemon import files, spec
+from dra_driver.daemon import claim_files, launch_spec
 
 
 def test_remove_claim_files_retires_the_stderr(tmp_path: Path) -> None:
-    paths = spec.claim_paths("u1", run_dir=tmp_path / "run", shm_root=tmp_path / "shm")
+    paths = launch_spec.claim_paths("u1", run_dir=tmp_path / "run", shm_root=tmp_path / "shm")
     paths.stderr.parent.mkdir(parents=True)
     paths.stderr.write_text("Traceback: the reason it died\n")
     paths.spec.write_text("{}")
-    files.remove_claim_files(paths)
+    claim_files.remove_claim_files(paths)
     assert not paths.stderr.exists() and not paths.spec.exists()
-    [kept] = (paths.stderr.parent / files.RETIRED_DIR).iterdir()
+    [kept] = (paths.stderr.parent / claim_files.RETIRED_DIR).iterdir()
     assert kept.name.startswith("u1.") and kept.name.endswith(".stderr.log")
     assert kept.read_text() == "Traceback: the reason it died\n"
 
@@ -26,7 +26,7 @@ def test_a_symlink_in_place_of_the_stderr_is_removed_not_followed(tmp_path: Path
     target.write_text("not ours")
     link = tmp_path / "u2.stderr.log"
     link.symlink_to(target)
-    assert files.retire_stderr(link) is None
+    assert claim_files.retire_stderr(link) is None
     assert not link.is_symlink() and target.read_text() == "not ours"
 
 
@@ -42,7 +42,7 @@ def test_concurrent_retires_keep_the_newest_and_never_fail(tmp_path: Path) -> No
     def retire(name: str) -> None:
         start.wait()
         try:
-            files.retire_stderr(tmp_path / name, keep=5)
+            claim_files.retire_stderr(tmp_path / name, keep=5)
         except BaseException as exc:  # recorded for the assertion below
             errors.append(exc)
 
@@ -52,5 +52,5 @@ def test_concurrent_retires_keep_the_newest_and_never_fail(tmp_path: Path) -> No
     for t in threads:
         t.join()
     assert errors == []
-    kept = sorted(p.read_text() for p in (tmp_path / files.RETIRED_DIR).iterdir())
+    kept = sorted(p.read_text() for p in (tmp_path / claim_files.RETIRED_DIR).iterdir())
     assert len(kept) == 5 and kept == names[-5:]

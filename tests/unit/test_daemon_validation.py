@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from dra_driver.daemon import validation
+from dra_driver.daemon import registration_rules
 from dra_driver.daemon.model import DieCapacity, Entity
 from dra_driver.daemon_api.values import Endpoints, EntityState, RegisterRequest
 from dra_driver.errors import ErrorCode, InvalidInput, StateError
@@ -177,7 +177,7 @@ def test_refused(
     request_: RegisterRequest, others: list[Entity], error: type[Exception], code: ErrorCode, field: str
 ) -> None:
     with pytest.raises(error) as info:
-        validation.check_register(request_, dies=DIES, entities=others)
+        registration_rules.check_register(request_, dies=DIES, entities=others)
     err = info.value
     assert isinstance(err, InvalidInput | StateError)
     assert (err.code, err.field) == (code, field)
@@ -200,18 +200,20 @@ def test_refused(
     ],
 )
 def test_accepted_as_new(request_: RegisterRequest, others: list[Entity]) -> None:
-    assert validation.check_register(request_, dies=DIES, entities=others).existing is None
+    assert registration_rules.check_register(request_, dies=DIES, entities=others).existing is None
 
 
 def test_identical_request_returns_existing_entity() -> None:
     entity = registered(req("claim-a"))
-    decision = validation.check_register(dataclasses.replace(entity.request), dies=DIES, entities=[entity])
+    decision = registration_rules.check_register(
+        dataclasses.replace(entity.request), dies=DIES, entities=[entity]
+    )
     assert decision.existing is entity
 
 
 def test_policy_conflict_names_die_and_both_policies() -> None:
     with pytest.raises(StateError) as info:
-        validation.check_register(
+        registration_rules.check_register(
             req("claim-a", share(policy="best-effort")), dies=DIES, entities=[OTHER_FIXED_60]
         )
     text = str(info.value)

@@ -10,7 +10,7 @@ import pytest
 from dra_driver import logs
 from dra_driver.devices import Die, Inventory
 from dra_driver.errors import ErrorCode, FlexNPUError, StateError
-from dra_driver.vnpu import Vnpu, check_template, ledger
+from dra_driver.vnpu import Vnpu, check_template, ownership
 from dra_driver.vnpu.emulated import EmulatedVnpus
 from dra_driver.vnpu.planning import plan_vnpus
 from kubeletplugin.hardsplit import HardVnpus, taken_ids
@@ -46,9 +46,9 @@ def hard(tmp_path: Path) -> HardVnpus:
 
 def test_do_records_then_makes_and_undo_destroys_then_forgets(hard: HardVnpus) -> None:
     made = hard.do(rec(), "uid-a", CLOG)
-    assert made.vnpu_id == 100 and ledger.load(hard.state_dir) == {100: "uid-a"}
+    assert made.vnpu_id == 100 and ownership.load(hard.state_dir) == {100: "uid-a"}
     hard.undo(rec(), "uid-a", CLOG)
-    assert hard.manager.list() == () and ledger.load(hard.state_dir) == {}
+    assert hard.manager.list() == () and ownership.load(hard.state_dir) == {}
     hard.undo(rec(), "uid-a", CLOG)  # idempotent
 
 
@@ -58,7 +58,7 @@ def test_an_id_taken_outside_the_driver_is_never_destroyed(hard: HardVnpus) -> N
         hard.do(rec(), "uid-a", CLOG)
     assert info.value.code == ErrorCode.VNPU_ID_IN_USE and info.value.claim_uid == "uid-a"
     hard.undo(rec(), "uid-a", CLOG)  # the rollback of that prepare
-    assert hard.manager.list() == (foreign,) and ledger.load(hard.state_dir) == {}
+    assert hard.manager.list() == (foreign,) and ownership.load(hard.state_dir) == {}
 
 
 def test_undo_keeps_a_vnpu_in_use(hard: HardVnpus) -> None:
@@ -68,7 +68,9 @@ def test_undo_keeps_a_vnpu_in_use(hard: HardVnpus) -> None:
         st["vnpus"][0]["inUse"] = True
     with pytest.raises(StateError, match="still used"):
         hard.undo(rec(), "uid-a", CLOG)
-    assert [v.vnpu_id for v in hard.manager.list()] == [100] and ledger.load(hard.state_dir) == {100: "uid-a"}
+    assert [v.vnpu_id for v in hard.manager.list()] == [100] and ownership.load(hard.state_dir) == {
+        100: "uid-a"
+    }
 
 
 def test_ensure_makes_it_again_after_a_reboot(hard: HardVnpus) -> None:
@@ -81,7 +83,7 @@ def test_ensure_makes_it_again_after_a_reboot(hard: HardVnpus) -> None:
 
 def test_unreadable_ledger_blocks_make_and_destroy(hard: HardVnpus) -> None:
     hard.do(rec(), "uid-a", CLOG)
-    (hard.state_dir / ledger.FILE_NAME).write_text("{torn")
+    (hard.state_dir / ownership.FILE_NAME).write_text("{torn")
     with pytest.raises(FlexNPUError):
         hard.undo(rec(), "uid-a", CLOG)
     with pytest.raises(FlexNPUError):

@@ -10,14 +10,14 @@ from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput, StateError,
 from dra_kubeletplugin import errors
 from dra_kubeletplugin.claims import ClaimRef
 from dra_kubeletplugin.errors import ClaimReason, ClaimRejected
-from kubeletplugin import statuses
+from kubeletplugin import error_status
 from kubeletplugin.driver import driver_error
 
 REF = ClaimRef(namespace="ns", uid="0b7d7a5c-1111-2222-3333-000000000001", name="a")
 
 
 def test_status_table_covers_every_error_code() -> None:
-    assert set(statuses.STATUS_BY_CODE) == set(ErrorCode)
+    assert set(error_status.STATUS_BY_CODE) == set(ErrorCode)
 
 
 @pytest.mark.parametrize(
@@ -42,7 +42,7 @@ def test_status_table_covers_every_error_code() -> None:
     ],
 )
 def test_status_for(exc: BaseException, code: grpc.StatusCode) -> None:
-    got_code, detail = statuses.status_for(exc)
+    got_code, detail = error_status.status_for(exc)
     assert got_code == code
     assert str(exc) in detail or type(exc).__name__ in detail
 

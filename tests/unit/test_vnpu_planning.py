@@ -11,7 +11,7 @@ from dra_driver import cdi, render
 from dra_driver.devices import Die, DieMode, Health, Inventory
 from dra_driver.errors import ErrorCode, InvalidInput, StateError
 from dra_driver.plan import PlannedDevice
-from dra_driver.vnpu import Vnpu, ledger
+from dra_driver.vnpu import Vnpu, ownership
 from dra_driver.vnpu.planning import from_evidence, from_records, orphans, plan_vnpus
 
 DIE = Die(
@@ -123,15 +123,15 @@ def test_orphans_need_proof_of_ownership() -> None:
 
 
 def test_ledger_round_trip_and_doubt(tmp_path: Path) -> None:
-    assert ledger.load(tmp_path) == {}
-    ledger.add(tmp_path, 116, "uid-a")
-    ledger.add(tmp_path, 117, "uid-b")
-    ledger.remove(tmp_path, 116)
-    assert ledger.load(tmp_path) == {117: "uid-b"}
-    (tmp_path / ledger.FILE_NAME).write_text("{not json")
-    assert ledger.load(tmp_path) is None
+    assert ownership.load(tmp_path) == {}
+    ownership.add(tmp_path, 116, "uid-a")
+    ownership.add(tmp_path, 117, "uid-b")
+    ownership.remove(tmp_path, 116)
+    assert ownership.load(tmp_path) == {117: "uid-b"}
+    (tmp_path / ownership.FILE_NAME).write_text("{not json")
+    assert ownership.load(tmp_path) is None
     with pytest.raises(OSError):
-        ledger.add(tmp_path, 118, "uid-c")
+        ownership.add(tmp_path, 118, "uid-c")
 
 
 def test_smi_rows_name_template_die_owner_and_residual_state() -> None:

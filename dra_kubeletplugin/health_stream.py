@@ -31,7 +31,7 @@ DEFAULT_RESEND_SECONDS = 10.0
 MAX_MESSAGE_CHARS = 1024
 _ELLIPSIS = "..."
 
-_log = logging.getLogger("dra_kubeletplugin.health")
+_log = logging.getLogger("dra_kubeletplugin.health_stream")
 
 
 def truncate_message(message: str) -> str:

@@ -20,7 +20,7 @@ from types import TracebackType
 
 import grpc
 
-from dra_kubeletplugin import health, registration, statuses
+from dra_kubeletplugin import health_stream, registration, statuses
 from dra_kubeletplugin.claimbatch import BatchRunner
 from dra_kubeletplugin.claims import HealthSource
 from dra_kubeletplugin.dra_v1 import DRAPluginV1Servicer
@@ -40,7 +40,7 @@ DIR_MODE = 0o750
 DEFAULT_WORKERS = 32
 """DRA server threads (an open health stream holds one; so does a call waiting for its claims)."""
 
-_log = logging.getLogger("dra_kubeletplugin.server")
+_log = logging.getLogger("dra_kubeletplugin.grpc_servers")
 
 
 class PluginServer:
@@ -75,7 +75,7 @@ class PluginServer:
         registration_socket: Path,
         runner: BatchRunner,
         health_source: HealthSource | None,
-        resend_seconds: float = health.DEFAULT_RESEND_SECONDS,
+        resend_seconds: float = health_stream.DEFAULT_RESEND_SECONDS,
         max_workers: int = DEFAULT_WORKERS,
         table: statuses.ErrorStatus = statuses.status_for,
     ) -> None:
@@ -87,7 +87,9 @@ class PluginServer:
         self.runner = runner
         self.table = table
         self.health = (
-            health.HealthBroadcaster(health_source, resend_seconds=resend_seconds) if health_source else None
+            health_stream.HealthBroadcaster(health_source, resend_seconds=resend_seconds)
+            if health_source
+            else None
         )
         if self.health:
             self.health.table = table
@@ -158,10 +160,10 @@ class PluginServer:
         )
         if self.health:
             dra_health_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(  # type: ignore[no-untyped-call]
-                health.HealthV1Alpha1Servicer(self.health), server
+                health_stream.HealthV1Alpha1Servicer(self.health), server
             )
             dra_health_v1_pb2_grpc.add_DRAResourceHealthServicer_to_server(  # type: ignore[no-untyped-call]
-                health.HealthV1Servicer(self.health), server
+                health_stream.HealthV1Servicer(self.health), server
             )
         _bind(server, "dra_socket", self.dra_socket)
         return server

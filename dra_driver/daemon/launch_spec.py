@@ -2,7 +2,7 @@
 
 The spec is the typed launch contract of ``client/flexnpu_wire/launch.py`` (version 1): JSON,
 mode 0600, one aclserver per claim serving all of its shares. This module only builds the
-value; ``files`` writes it.
+value; ``aclservers.py`` writes it in one call (``dra_driver/wirefiles.py`` ``write_spec``).
 """
 
 from __future__ import annotations

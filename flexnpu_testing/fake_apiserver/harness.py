@@ -19,8 +19,8 @@ import yaml
 
 from flexnpu_testing.fake_apiserver import faults
 from flexnpu_testing.fake_apiserver.http import HTTPServer
+from flexnpu_testing.fake_apiserver.object_store import Store
 from flexnpu_testing.fake_apiserver.resources import BY_KEY, RESOURCES, APIError, Resource
-from flexnpu_testing.fake_apiserver.store import Store
 
 
 class FakeAPIServer:

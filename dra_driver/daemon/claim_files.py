@@ -16,7 +16,7 @@ from pathlib import Path
 
 from dra_driver import files
 from dra_driver.daemon import shmfs
-from dra_driver.daemon.spec import ClaimPaths
+from dra_driver.daemon.launch_spec import ClaimPaths
 
 
 def prepare_shm_dir(paths: ClaimPaths, *, ledger_dir: Path, tmpfs_bytes: int | None = None) -> None:
