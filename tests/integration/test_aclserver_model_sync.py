@@ -21,8 +21,8 @@ import pytest
 
 from dra_driver import clientconf
 from dra_driver.client import Session
-from flexnpu_testing import aclservers
-from flexnpu_testing.aclservers import RunningAclServer
+from flexnpu_testing import aclserver_harness
+from flexnpu_testing.aclserver_harness import RunningAclServer
 from flexnpu_testing.waiting import wait_for
 from flexnpu_wire import modelfile as mf
 from flexnpu_wire.ops import Op
@@ -45,8 +45,8 @@ def affine_model(cost_us: int) -> mf.ModelFile:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningAclServer]:
     work = tmp_path_factory.mktemp("model-sync")
-    with aclservers.running_aclserver(
-        work, shares=[aclservers.share(0, memory=QUOTA)], ledger_dir=str(work / "ledger")
+    with aclserver_harness.running_aclserver(
+        work, shares=[aclserver_harness.share(0, memory=QUOTA)], ledger_dir=str(work / "ledger")
     ) as srv:
         yield srv
 

@@ -17,7 +17,7 @@ import pytest
 from dra_driver.aclserver.backend_emulated import EmulatedBackend
 from dra_driver.aclserver.quota import Allocation
 from dra_driver.aclserver.streams import Streams, Task
-from flexnpu_testing import aclservers
+from flexnpu_testing import aclserver_harness
 from flexnpu_testing.waiting import wait_for
 
 OWNER = 1
@@ -25,8 +25,8 @@ OWNER = 1
 
 @pytest.fixture
 def backend(tmp_path: Path) -> Iterator[EmulatedBackend]:
-    spec = aclservers.make_spec(
-        tmp_path, shares=[aclservers.share(0, memory=1 << 20)], ledger_dir=str(tmp_path)
+    spec = aclserver_harness.make_spec(
+        tmp_path, shares=[aclserver_harness.share(0, memory=1 << 20)], ledger_dir=str(tmp_path)
     )
     be = EmulatedBackend(spec)
     try:
