@@ -9,7 +9,7 @@ than a warm copy) and removes it when the session ends. The client maps the file
 The server never maps a region *file*: it copies with ``preadv``/``pwritev`` on its own fd. A
 client that truncates or resizes its region file therefore gets an ACL error for the copy (a
 short read), never a SIGBUS in the aclserver; growing the file only spends the claim's own shm
-space, which the daemon bounds with a per-claim tmpfs (``dra_driver/daemon/files.py``).
+space, which the daemon bounds with a per-claim tmpfs (``dra_driver/daemon/shmfs.py``).
 
 A client on the unix socket gets its staging region and host buffers as **sealed memfds**
 instead (``create_sealed_region``; ops STAGING_FD, MALLOC_HOST_FD, the fd passed with
