@@ -73,7 +73,7 @@ def changing(node_factory: Callable[..., Node], short_tmp: Path) -> Iterator[tup
         yield node.start(), daemon, inventory
     finally:
         node.stop()
-        daemon.stop()
+        daemon.cleanup()  # its aclservers outlive a stopped daemon by design: end them and their cgroups
 
 
 def device_names(node: Node) -> set[str]:
@@ -182,4 +182,4 @@ def test_a_real_nodes_npu_smi_change_follows_the_same_path(
         prepare(node, "share-new", on_die(new, "vnpu.flexnpu.io", capacity={"requests": {"memory": "256Mi"}}))
     finally:
         node.stop()
-        daemon.stop()
+        daemon.cleanup()  # its aclservers outlive a stopped daemon by design: end them and their cgroups
