@@ -64,10 +64,7 @@ class Cgroups:
         for h in self.layout.hierarchies:
             d = self._dir(h, claim_uid)
             try:
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(d, 0o755)
-                if "cpuset" in h.controllers:
-                    _inherit_cpuset(d)
+                _make_child(h, d)
             except OSError as exc:
                 raise _failed(claim_uid, d, exc) from exc
             procs.append(d / "cgroup.procs")
@@ -226,10 +223,7 @@ def check_join(cg: Cgroups) -> str:
     try:
         for h, d in zip(cg.layout.hierarchies, dirs, strict=True):
             try:
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(d, 0o755)
-                if "cpuset" in h.controllers:
-                    _inherit_cpuset(d)
+                _make_child(h, d)
                 _write(d / "cgroup.procs", str(child.pid))
             except OSError as exc:
                 return f"cannot move a process into the cgroup {d}: {exc.strerror or exc}"
@@ -335,6 +329,14 @@ def _enable_controllers(cgroup: Path) -> None:
     want = [c for c in _V2_CONTROLLERS if c in offered and c not in enabled]
     if want:
         _write(cgroup / "cgroup.subtree_control", " ".join(f"+{c}" for c in want))
+
+
+def _make_child(h: Hierarchy, d: Path) -> None:
+    """Make (or find) the cgroup ``d`` below the parent in ``h``, ready for a task to join."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(d, 0o755)
+    if "cpuset" in h.controllers:
+        _inherit_cpuset(d)
 
 
 def _inherit_cpuset(cgroup: Path) -> None:
