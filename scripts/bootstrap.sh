@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Sourced by scripts/demo.sh and scripts/test.sh: makes .venv with the project installed.
-# Idempotent: reinstalls only when pyproject.toml changed. Needs Python >= 3.11.
+# Idempotent: reinstalls only when the packaging or the locked toolchain (constraints.txt) changed.
+# Every version pip installs is held by constraints.txt (PIP_CONSTRAINT also reaches pip's isolated build
+# environments), so a fresh clone installs what main was tested with, whatever upstream released since.
+# Needs Python >= 3.11.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${FLEXNPU_VENV:-$ROOT/.venv}"
@@ -31,13 +34,15 @@ if [ ! -x "$VENV/bin/python" ]; then
   fi
 fi
 STAMP="$VENV/.flexnpu-installed"
-WANT="$(cat "$ROOT/pyproject.toml" "$ROOT/setup.py" "$ROOT/client/pyproject.toml" | sha256sum | cut -d' ' -f1)"
+export PIP_CONSTRAINT="$ROOT/constraints.txt"
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+WANT="$(cat "$ROOT/pyproject.toml" "$ROOT/setup.py" "$ROOT/client/pyproject.toml" "$ROOT/constraints.txt" | sha256sum | cut -d' ' -f1)"
 # Reinstall when the packaging changed, or when the install no longer imports this tree's top-level
 # packages (a venv made by an older checkout: its editable install does not know a package added since).
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ] \
   || ! "$VENV/bin/python" -I -c 'import dra_driver, dra_kubeletplugin, kubeletplugin, controller, api_protos' 2>/dev/null; then
   echo "bootstrap: installing the project and its dependencies into $VENV" >&2
-  "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+  "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true  # to the locked pip
   # The driver brings the container client from ./client (setup.py); then the client is made
   # editable too, so a change under client/ needs no reinstall.
   "$VENV/bin/python" -m pip install -q -e "$ROOT[dev]" 2>&1 | grep -v -e '^WARNING: Location' >&2 || true

@@ -59,6 +59,8 @@ if [ -z "$BASE" ]; then
 fi
 
 echo "build-image: wheels" >&2
+# The locked toolchain (constraints.txt) holds every version the image gets, as it does for the tests.
+export PIP_CONSTRAINT="$ROOT/constraints.txt"
 rm -rf build/dist
 mkdir -p build/wheels build/dist
 # This project's two distributions (the driver, and the container client in client/ when the tree has it),

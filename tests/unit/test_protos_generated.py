@@ -17,6 +17,26 @@ from dra_kubeletplugin.protos.gen import (
     pluginregistration_v1_pb2,
 )
 
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _locked(package: str) -> str:
+    """The version ``constraints.txt`` (the locked toolchain) holds ``package`` at."""
+    for line in (REPO / "constraints.txt").read_text().splitlines():
+        name, sep, version = line.partition("==")
+        if sep and name.strip().lower() == package:
+            return version.strip()
+    raise AssertionError(f"constraints.txt does not lock {package}")
+
+
+def _generated_version(directory: Path) -> set[str]:
+    return {
+        line.split("=", 1)[1].strip().strip("'\"")
+        for p in directory.glob("*_pb2_grpc.py")
+        for line in p.read_text().splitlines()
+        if line.startswith("GRPC_GENERATED_VERSION")
+    }
+
 
 def _generated_files(directory: Path) -> dict[str, str]:
     return {p.name: p.read_text() for p in directory.iterdir() if p.is_file()}
@@ -26,7 +46,18 @@ SETS = [pytest.param(s, id=name) for name, s in generate.SETS.items()]
 
 
 @pytest.mark.parametrize("proto_set", SETS)
+def test_the_locked_generator_made_the_checked_in_code(proto_set: generate.ProtoSet) -> None:
+    """Upgrading grpcio-tools in constraints.txt without regenerating fails here, and only then."""
+    assert _generated_version(proto_set.gen_dir) == {_locked("grpcio-tools")}
+
+
+@pytest.mark.parametrize("proto_set", SETS)
 def test_checked_in_code_matches_fresh_generation(tmp_path: Path, proto_set: generate.ProtoSet) -> None:
+    from importlib.metadata import version
+
+    assert version("grpcio-tools") == _locked("grpcio-tools"), (
+        "the installed generator is not the locked one: install with scripts/bootstrap.sh (constraints.txt)"
+    )
     out = tmp_path / "gen"
     generate.generate(out, proto_set=proto_set)
     fresh = _generated_files(out)
