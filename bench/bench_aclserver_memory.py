@@ -60,7 +60,7 @@ def main() -> None:
                 s.copy_to_device(ptr, b"x" * (8 << 20))
                 busy = pss_kib(srv.proc.pid)
             after = aclserver_harness.wait_for(lambda: pss_kib(srv.proc.pid) if srv.proc.pid else None)
-    print(f"start-up over {args.starts} spawns (python -m dra_driver.aclserver, no zygote):")
+    print(f"start-up over {args.starts} spawns (python -m flexnpu_runtime.aclserver, no zygote):")
     print(f"  spawn -> ready file      median {med(ready) * 1e3:6.1f} ms  p99 {p99(ready) * 1e3:6.1f} ms")
     print(
         f"  spawn -> first call done median {med(first) * 1e3:6.1f} ms  p99 {p99(first) * 1e3:6.1f} ms  (target <= 150 ms p50)"

@@ -33,8 +33,8 @@ from pathlib import Path
 from _aclbench import med, p99, workdir
 from bench_roundtrip import ECHO
 
-from dra_driver import clientconf
 from flexnpu_testing import aclserver_harness, clibrary
+from flexnpu_wire import clientconf
 
 HERE = Path(__file__).parent
 MIB = 1 << 20

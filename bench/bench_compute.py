@@ -15,7 +15,7 @@ import time
 
 from _aclbench import workdir
 
-from dra_driver.aclserver import ledger
+from flexnpu_runtime.aclserver import ledger
 from flexnpu_testing import aclserver_harness
 from flexnpu_testing.aclserver_harness import Tenant
 from flexnpu_wire.codes import Policy

@@ -20,9 +20,9 @@ import time
 import uuid
 from pathlib import Path
 
-from dra_driver.daemon import processes, shmfs
 from dra_driver.daemon_api.client import DaemonClient
 from dra_driver.daemon_api.values import RegisterRequest
+from flexnpu_runtime.daemon import processes, shmfs
 from flexnpu_testing import inventories
 from flexnpu_testing.daemon import remove_cgroups
 from flexnpu_wire.shares import Share
@@ -62,7 +62,7 @@ def main() -> None:
     shm = Path(tempfile.mkdtemp(prefix="fni-", dir="/dev/shm"))
     sock = root / "d.sock"
     argv = [
-        sys.executable, "-m", "dra_driver.daemon.main", "--socket", str(sock), "--state-dir", str(root / "state"),
+        sys.executable, "-m", "flexnpu_runtime.daemon.main", "--socket", str(sock), "--state-dir", str(root / "state"),
         "--run-dir", str(root / "run"), "--shm-root", str(shm), "--log-level", "WARNING",
         "--inventory", str(inventories.path("eight-910b4.yaml")), "--cgroup-parent", f"flexnpu-bench-{root.name}",
     ]  # fmt: skip

@@ -44,11 +44,11 @@ if str(REPO) not in sys.path:
 
 from _node import ms, pct  # noqa: E402
 
-from dra_driver import clientconf  # noqa: E402
-from dra_driver.client.session import Session  # noqa: E402
 from dra_driver.daemon_api.client import DaemonClient  # noqa: E402
 from dra_driver.daemon_api.values import RegisterRequest  # noqa: E402
+from flexnpu_client.session import Session  # noqa: E402
 from flexnpu_testing.daemon import remove_cgroups  # noqa: E402
+from flexnpu_wire import clientconf  # noqa: E402
 from flexnpu_wire.codes import Policy  # noqa: E402
 from flexnpu_wire.shares import Share  # noqa: E402
 from tests.e2e import image as img  # noqa: E402

@@ -22,9 +22,9 @@ import time
 import uuid
 from pathlib import Path
 
-from dra_driver.daemon import processes
 from dra_driver.daemon_api.client import DaemonClient
 from dra_driver.daemon_api.values import RegisterRequest
+from flexnpu_runtime.daemon import processes
 from flexnpu_testing import inventories
 from flexnpu_testing.daemon import remove_cgroups
 from flexnpu_wire import framing as protocol
@@ -60,7 +60,7 @@ def run(launcher: str, n: int) -> None:
     argv = [
         sys.executable,
         "-m",
-        "dra_driver.daemon.main",
+        "flexnpu_runtime.daemon.main",
         "--socket",
         str(sock),
         "--state-dir",
@@ -110,7 +110,7 @@ def run(launcher: str, n: int) -> None:
         zygote_rss = [
             rss_kib(pid)
             for pid in _children(daemon.pid)
-            if "dra_driver.daemon.zygote" in (processes.cmdline(pid) or ())
+            if "flexnpu_runtime.daemon.zygote" in (processes.cmdline(pid) or ())
         ]
         acl_rss = [
             rss_kib(pid)

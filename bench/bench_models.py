@@ -28,12 +28,12 @@ from pathlib import Path
 
 from _aclbench import med, p99, workdir
 
-from dra_driver import clientconf
-from dra_driver.aclserver.backend import Buffer
-from dra_driver.aclserver.backend_emulated import EmulatedBackend
-from dra_driver.aclserver.streams import Streams, Task
-from dra_driver.client import Session
+from flexnpu_client import Session
+from flexnpu_runtime.aclserver.backend import Buffer
+from flexnpu_runtime.aclserver.backend_emulated import EmulatedBackend
+from flexnpu_runtime.aclserver.streams import Streams, Task
 from flexnpu_testing import aclserver_harness, clibrary
+from flexnpu_wire import clientconf
 from flexnpu_wire import modelfile as mf
 
 HERE = Path(__file__).parent

@@ -28,10 +28,10 @@ from pathlib import Path
 
 from _aclbench import med, p99, workdir
 
-from dra_driver import clientconf
 from flexnpu_client import Session
 from flexnpu_testing import aclserver_harness
 from flexnpu_testing.aclserver_harness import RunningAclServer
+from flexnpu_wire import clientconf
 from flexnpu_wire import framing as protocol
 from flexnpu_wire.codes import MemAttr
 from flexnpu_wire.framing import Op

@@ -2,8 +2,7 @@
 
 :func:`claim_error` turns whatever a claim's prepare or unprepare raised into the driver error the
 kubelet sees for that claim. The types that cross the boundary (claim references, fetched claims,
-results, health reports, the call deadline) are ``dra_kubeletplugin.claims``; the names below are
-documented aliases for their old import path (``dra_driver.claims.<name>``).
+results, health reports, the call deadline) are ``dra_kubeletplugin.claims``.
 """
 
 from __future__ import annotations
@@ -11,18 +10,8 @@ from __future__ import annotations
 import logging
 
 from dra_driver.errors import QUOTE_MAX, ErrorCode, FlexNPUError, StateError
-from dra_kubeletplugin.claims import CALL_DEADLINE, ClaimRef, DeviceHealthReport, HealthSource, PreparedDevice
-from dra_kubeletplugin.claims import PrepareResult as ClaimResult
 
-__all__ = [
-    "CALL_DEADLINE",
-    "ClaimRef",
-    "ClaimResult",
-    "DeviceHealthReport",
-    "HealthSource",
-    "PreparedDevice",
-    "claim_error",
-]
+__all__ = ["claim_error"]
 
 
 def claim_error(

@@ -7,7 +7,7 @@ This module owns the flag machinery (:class:`Flag`, :func:`add_flags`, :func:`re
 process's flags (``PLUGIN_FLAGS``), the webhook's, and the flags node and daemon share
 (``SHARED_FLAGS``: run dir, shm root, share limit), declared once with their default, help and
 validation (:class:`SharedSettings`), so the two processes cannot disagree on them. The daemon's
-own flags are in ``dra_driver/daemon/main.py``; they take the shared ones from here.
+own flags are in ``flexnpu_runtime/daemon/main.py``; they take the shared ones from here.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class Flag:
 
 
 MAX_SHARES_LIMIT = 1024
-"""The most aclservers one die's ledger has slots for (``dra_driver/aclserver/ledger.py``)."""
+"""The most aclservers one die's ledger has slots for (``flexnpu_runtime/aclserver/ledger.py``)."""
 
 RUN_DIR = Flag(
     "run-dir",

@@ -25,7 +25,7 @@ statically linked and musl programs ignore ``/etc/ld.so.preload``; an image's ow
 Modes: ``preload`` injects the shim and fails the prepare (naming the field) if the node has no
 client library; ``auto`` (the default) injects it when the library is installed and otherwise
 leaves the container as it is; ``none`` never injects (the application brings its own client,
-e.g. the Python ``dra_driver.client``). All shares of one claim must agree.
+e.g. the Python ``flexnpu_client``). All shares of one claim must agree.
 """
 
 from __future__ import annotations

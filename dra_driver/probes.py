@@ -13,7 +13,7 @@
   shm dir cannot be bounded on this node (an unreachable daemon does not fail the plugin's probe).
 
 ``python3 -m dra_driver.probes daemon`` (the daemon's liveness): ``flexnpu-daemon``'s API socket answers
-``Health`` with ``ok`` and no shm problem (``dra_driver/daemon/shmroot.py``).
+``Health`` with ``ok`` and no shm problem (``flexnpu_runtime/daemon/shmroot.py``).
 
 ``python3 -m dra_driver.probes daemon-ready`` (its readiness): the same, and the answer also says the registry was
 recovered (every live aclserver re-adopted) and, when ``FLEXNPU_DAEMON_INSTANCE`` is set (the chart passes the pod
@@ -21,7 +21,7 @@ UID), that it comes from this instance — not from another one that still holds
 rolling update.
 
 Both read the same flags' environment twins as the process they probe (``dra_driver/config.py``,
-``dra_driver/daemon/main.py``), so the socket paths cannot drift from the container's environment. Exit status 0
+``flexnpu_runtime/daemon/main.py``), so the socket paths cannot drift from the container's environment. Exit status 0
 when healthy, 1 with one line on stderr saying what did not answer, 2 for a usage error.
 """
 
@@ -103,8 +103,8 @@ def _daemon_health(socket_path: str, timeout: float) -> str:
 
 def check_daemon(env: Mapping[str, str], timeout: float = DEFAULT_TIMEOUT, *, ready: bool = False) -> str:
     """The daemon's Health call (``ready``: adopted, by this instance); returns a summary."""
-    from dra_driver.daemon import main as daemon_main
     from dra_driver.daemon_api.client import DaemonClient
+    from flexnpu_runtime.daemon import main as daemon_main
 
     values = config.resolve(config.from_args_namespace(daemon_main.FLAGS), env, daemon_main.FLAGS)
     socket_path = values.get("socket") or ""

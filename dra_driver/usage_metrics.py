@@ -5,7 +5,7 @@ sessions, process state, restarts) when Prometheus scrapes the node's metrics en
 ``100 * rate(flexnpu_vnpu_pod_compute_seconds_total[1m])`` is the percent of its die a vNPU uses. Kernel counts
 (and die time, from a daemon that does not report it) come from the same place the daemon reads its figures:
 the per-die ledgers the aclservers write under ``<shm dir>/.ledger``, read through the ``ledger`` reader the node
-process passes in (``dra_driver/aclserver/ledger.py`` ``read_entries``; this module imports no runtime module; a
+process passes in (``flexnpu_runtime/aclserver/ledger.py`` ``read_entries``; this module imports no runtime module; a
 missing ledger reports nothing). The pods come from each claim's
 ``status.reservedFor`` (cached per claim, re-read after ``POD_CACHE_SECONDS``). The node process installs this
 collector into its :class:`~dra_driver.telemetry.Telemetry` (one hook line in ``kubeletplugin/node.py``), so
@@ -71,7 +71,7 @@ class ClaimReader(Protocol):
 
 
 class LedgerUse(Protocol):
-    """What the collector reads of one ledger entry (``dra_driver.aclserver.ledger.LedgerEntry``)."""
+    """What the collector reads of one ledger entry (``flexnpu_runtime.aclserver.ledger.LedgerEntry``)."""
 
     @property
     def claim_uid(self) -> str: ...

@@ -1,7 +1,7 @@
 """Test harness: start a real aclserver process from a spec in a temporary directory.
 
 ``running_aclserver(...)`` writes a spec (unique short paths: shm dir under /dev/shm, so the unix
-socket path stays short), starts ``python -m dra_driver.aclserver``, waits for the ready file
+socket path stays short), starts ``python -m flexnpu_runtime.aclserver``, waits for the ready file
 with a deadline, yields, then stops it with SIGTERM (SIGKILL after a grace period) and removes
 everything it created. ``client_conf`` builds the matching ClientConf (host paths).
 """
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dra_driver import wirefiles
-from dra_driver.daemon import shmfs
 from flexnpu_client.session import Session
+from flexnpu_runtime.daemon import shmfs
 from flexnpu_testing.waiting import wait_for
 from flexnpu_wire import launch
 from flexnpu_wire.clientconf import ClientConf, Endpoints, ShareInfo
@@ -152,7 +152,7 @@ def start_aclserver(
     stderr_path = work_dir / f"{spec.claim_uid}.stderr"
     with stderr_path.open("wb") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "dra_driver.aclserver", "--spec", str(spec_path)],
+            [sys.executable, "-m", "flexnpu_runtime.aclserver", "--spec", str(spec_path)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=err,

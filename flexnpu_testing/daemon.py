@@ -1,6 +1,6 @@
 """Harness for flexnpu-daemon: a real daemon process on short unix socket paths (tests and benches).
 
-Uses the real aclserver (``python -m dra_driver.aclserver``) once ``dra_driver/aclserver/main.py``
+Uses the real aclserver (``python -m flexnpu_runtime.aclserver``) once ``flexnpu_runtime/aclserver/main.py``
 exists, else the contract double ``fake_aclserver.py``. Every process and path it creates is
 removed by :meth:`DaemonProc.cleanup`.
 """
@@ -19,9 +19,9 @@ import uuid
 from pathlib import Path
 from typing import TypeVar
 
-from dra_driver.daemon import cgroups, processes, shmfs
 from dra_driver.daemon_api.client import DaemonClient
 from dra_driver.daemon_api.values import RegisterRequest
+from flexnpu_runtime.daemon import cgroups, processes, shmfs
 from flexnpu_testing import inventories
 from flexnpu_testing.waiting import wait_for
 from flexnpu_wire import framing as protocol
@@ -152,7 +152,7 @@ class DaemonProc:
             *self.wrapper,
             sys.executable,
             "-m",
-            "dra_driver.daemon.main",
+            "flexnpu_runtime.daemon.main",
             "--socket",
             str(self.socket),
             "--state-dir",

@@ -316,9 +316,10 @@ def _soft_walk(
 ) -> None:
     import dataclasses
 
-    from dra_driver import clientconf
+    from dra_driver import wirefiles
     from flexnpu_client.errors import AclError
     from flexnpu_client.session import Session
+    from flexnpu_wire import clientconf
     from flexnpu_wire.codes import ACL_ERROR_RT_MEMORY_ALLOCATION
 
     _step(
@@ -375,7 +376,7 @@ def _soft_walk(
     spec = json.loads(spec_file.read_text())
     _say(json.dumps(spec["containerEdits"], indent=2))
     conf_file = dirs["run"] / "claims" / uid / "client.conf"
-    conf = clientconf.load(conf_file)
+    conf = wirefiles.load_client_conf(conf_file)
     _say(
         f"  client.conf (mounted read-only at /etc/flexnpu/client.conf): endpoints {conf.endpoints}, shares {conf.shares}"
     )
@@ -463,8 +464,9 @@ def _c_client_walk(spec: dict[str, Any], host_conf: Any, work: Path) -> None:
     ``/etc/ld.so.preload`` mount loads FlexNPU's ``libascendcl.so`` first; here on the host
     ``LD_PRELOAD`` of the same mounted file does what that mount does.
     """
-    from dra_driver import clientconf, interposition
+    from dra_driver import interposition
     from flexnpu_testing import clibrary
+    from flexnpu_wire import clientconf
 
     _step(
         "an unmodified C ACL program (built against a stub libascendcl) uses the vNPU through the injected shim"

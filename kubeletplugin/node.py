@@ -38,7 +38,6 @@ from dra_driver import (
     usage_metrics,
     vnpu,
 )
-from dra_driver.aclserver import ledger
 from dra_driver.checkpoint import CheckpointStore
 from dra_driver.config import Config
 from dra_driver.daemon_api.client import DaemonClient
@@ -52,6 +51,7 @@ from dra_kubeletplugin import Helper
 from dra_kubeletplugin.errors import DroppedFieldsError, PluginError
 from dra_kubeletplugin.helper import PublishOptions
 from dra_kubeletplugin.resourceslice.pools import DriverResources
+from flexnpu_runtime.aclserver import ledger
 from kubeletplugin import error_status, hardsplit, healing
 from kubeletplugin.driver import NpuDriver
 from kubeletplugin.health import InventoryHealth

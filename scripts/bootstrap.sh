@@ -40,14 +40,14 @@ WANT="$(cat "$ROOT/pyproject.toml" "$ROOT/setup.py" "$ROOT/client/pyproject.toml
 # Reinstall when the packaging changed, or when the install no longer imports this tree's top-level
 # packages (a venv made by an older checkout: its editable install does not know a package added since).
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ] \
-  || ! "$VENV/bin/python" -I -c 'import dra_driver, dra_kubeletplugin, kubeletplugin, controller, api_protos' 2>/dev/null; then
+  || ! "$VENV/bin/python" -I -c 'import dra_driver, flexnpu_runtime, dra_kubeletplugin, kubeletplugin, controller, api_protos' 2>/dev/null; then
   echo "bootstrap: installing the project and its dependencies into $VENV" >&2
   "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true  # to the locked pip
   # The driver brings the container client from ./client (setup.py); then the client is made
   # editable too, so a change under client/ needs no reinstall.
   "$VENV/bin/python" -m pip install -q -e "$ROOT[dev]" 2>&1 | grep -v -e '^WARNING: Location' >&2 || true
   "$VENV/bin/python" -m pip install -q --no-deps -e "$ROOT/client" 2>&1 | grep -v -e '^WARNING: Location' >&2 || true
-  "$VENV/bin/python" -c 'import dra_driver, dra_kubeletplugin, kubeletplugin, controller, flexnpu_client, flexnpu_wire, grpc, kubernetes, pyroute2' || { echo "bootstrap: install failed" >&2; exit 1; }
+  "$VENV/bin/python" -c 'import dra_driver, flexnpu_runtime, dra_kubeletplugin, kubeletplugin, controller, flexnpu_client, flexnpu_wire, grpc, kubernetes, pyroute2' || { echo "bootstrap: install failed" >&2; exit 1; }
   echo "$WANT" >"$STAMP"
 fi
 export PATH="$VENV/bin:$PATH"

@@ -22,6 +22,6 @@ if ! command -v promtool >/dev/null 2>&1; then
 fi
 cd "$ROOT"
 echo "== ruff" && ruff check . && ruff format --check .
-echo "== mypy" && mypy dra_driver dra_kubeletplugin kubeletplugin controller flexnpu_testing
+echo "== mypy" && mypy dra_driver flexnpu_runtime dra_kubeletplugin kubeletplugin controller flexnpu_testing
 echo "== pytest"
 exec python -m pytest -p no:cacheprovider "$@"

@@ -4,7 +4,7 @@ Its own distribution (``flexnpu-client``, folder ``client/``) with no dependency
 standard library and the wire contracts (``flexnpu_wire``), so application images install it
 alone. Two faces over one ``Session``: the object API (``Session.open()``) and the pyACL-shaped
 module ``flexnpu_client.acl`` (``acl.init()``, ``acl.rt.malloc(...)`` returning
-``(value, ret)``; also importable as ``dra_driver.client.acl`` where the driver is installed).
+``(value, ret)``).
 Modules: ``transport`` (sockets), ``session`` (calls and the data link), ``acl``/``rt``
 (pyACL shape), ``errors``, ``probe`` (CLI). numpy is accepted for host buffers but not imported.
 

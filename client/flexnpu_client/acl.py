@@ -2,7 +2,7 @@
 
 Usage::
 
-    from flexnpu_client import acl         # or: from dra_driver.client import acl
+    from flexnpu_client import acl
     ret = acl.init()                       # reads $FLEXNPU_CONF (or /etc/flexnpu/client.conf)
     ret = acl.rt.set_device(0)
     ptr, ret = acl.rt.malloc(1 << 20, acl.MEM_MALLOC_HUGE_FIRST)

@@ -1,7 +1,7 @@
 """The one error the wire contracts raise: a document or frame that breaks its contract.
 
 The contracts are shared by the driver (which translates ``ContractError`` into its own
-``InvalidInput`` at one boundary each: ``dra_driver/clientconf.py``, ``dra_driver/aclserver/spec.py``)
+``InvalidInput`` at one boundary: ``dra_driver/wirefiles.py``)
 and the container client (which turns it into an ACL return code). Nothing here imports the
 driver, so the client distribution stays free of its dependencies.
 """

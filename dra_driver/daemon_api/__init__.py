@@ -6,6 +6,6 @@
 * ``client.py`` — :class:`~dra_driver.daemon_api.client.DaemonClient`, the node's (and
   ``flexnpu-smi``'s) end of the API.
 
-The daemon itself (``dra_driver/daemon/``, the runtime) serves the API in ``service.py``; nothing
+The daemon itself (``flexnpu_runtime/daemon/``, the runtime) serves the API in ``service.py``; nothing
 here imports it.
 """

@@ -4,7 +4,7 @@ Registration requests and results, the endpoints of a claim's aclserver, the ent
 reports with their usage, the daemon's health, and the shm root's layout both rely on. Pure data
 with JSON round-trips (the daemon's registry stores requests and endpoints). The domain core
 (``records``, ``render``, ``sweep``, ``usage_metrics``) and the kubelet plugin import these from
-here, never from the runtime in ``dra_driver/daemon/``; the protobuf conversions are
+here, never from the runtime in ``flexnpu_runtime/daemon/``; the protobuf conversions are
 ``dra_driver/daemon_api/wire.py``. A share is the wire package's ``flexnpu_wire.shares.Share``.
 """
 

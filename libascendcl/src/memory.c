@@ -3,7 +3,7 @@
  * invalidate) lives on the aclserver, charged to the share's quota; the client keeps a sorted
  * table of its own allocations to tell device pointers from host ones. aclrtMallocHost returns
  * the address of a shared-memory region the aclserver created (the data link,
- * dra_driver/aclserver/datalink.py), so aclrtMemcpy from or to it sends only offsets (zero
+ * flexnpu_runtime/aclserver/datalink.py), so aclrtMemcpy from or to it sends only offsets (zero
  * copy); any other host memory is copied through the connection's staging region in two
  * pipelined halves, exactly as the Python client does.
  */

@@ -1,6 +1,6 @@
 /*
  * cann_emulator.c: an ABI-compatible stand-in for CANN's libascendcl.so on a machine without an
- * NPU, for the aclserver's ascend backend (dra_driver/aclserver/backend_ascend.py). Device memory
+ * NPU, for the aclserver's ascend backend (flexnpu_runtime/aclserver/backend_ascend.py). Device memory
  * is host RAM; every call is counted; a call can be made to fail with a given code.
  *
  * Environment: FLEXNPU_EMU_DEVICES (default 2), FLEXNPU_EMU_MEMORY (bytes per device, default

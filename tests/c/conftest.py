@@ -18,9 +18,9 @@ from types import ModuleType
 
 import pytest
 
-from dra_driver import clientconf
 from flexnpu_testing import aclserver_harness, clibrary
 from flexnpu_testing.aclserver_harness import RunningAclServer, ShareSpec
+from flexnpu_wire import clientconf
 
 HERE = Path(__file__).parent
 MIB = 1 << 20

@@ -1,4 +1,4 @@
-"""The aclserver's ascend backend (dra_driver/aclserver/backend_ascend.py) against an ABI-compatible
+"""The aclserver's ascend backend (flexnpu_runtime/aclserver/backend_ascend.py) against an ABI-compatible
 CANN emulator (tests/c/cann_emulator.c: device memory in host RAM, call counters, injected
 failures). Real C calls exercise the ctypes binding, the error pass-through and the accounting;
 no NPU is involved, and the backend is not verified on hardware.
@@ -16,12 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver import clientconf
-from dra_driver.aclserver import datalink
-from dra_driver.aclserver.backend import AclFailure
-from dra_driver.aclserver.backend_ascend import AscendBackend
+from flexnpu_runtime.aclserver import datalink
+from flexnpu_runtime.aclserver.backend import AclFailure
+from flexnpu_runtime.aclserver.backend_ascend import AscendBackend
 from flexnpu_testing import aclserver_harness, clibrary
-from flexnpu_wire import codes
+from flexnpu_wire import clientconf, codes
 from tests.c.conftest import HERE, MIB, run
 from tests.integration import daemon_harness
 from tests.integration.daemon_harness import DaemonProc
@@ -328,7 +327,7 @@ def _copy_model(*, batch: bool = False) -> bytes:
 def test_models_are_forwarded_to_cann_with_the_memory_the_book_charged(
     backend: tuple[AscendBackend, Emu],
 ) -> None:
-    from dra_driver.aclserver.backend import Buffer
+    from flexnpu_runtime.aclserver.backend import Buffer
 
     b, emu = backend
     data = memoryview(bytearray(_copy_model()))
@@ -378,7 +377,7 @@ def test_models_through_the_aclserver_with_the_ascend_backend(
 ) -> None:
     """A client -> aclserver (--backend ascend) -> CANN's aclmdl* in the emulator, which copies
     the set batch's part of the input: the batch reached CANN's aclmdlSetDynamicBatchSize."""
-    from dra_driver.client import AclError, Session
+    from flexnpu_client import AclError, Session
     from flexnpu_wire.codes import MemcpyKind
     from flexnpu_wire.ops import Op
 

@@ -1,5 +1,5 @@
 """Every number the C client shares with the Python side is the same: ACL codes and enums
-(dra_driver/aclserver/codes.py), the frame layout and op numbers (protocol.py), host pointers
+(flexnpu_runtime/aclserver/codes.py), the frame layout and op numbers (protocol.py), host pointers
 (datalink.py), and the reply size the Python client accepts (client/transport.py)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.aclserver import datalink
 from flexnpu_client import transport
+from flexnpu_runtime.aclserver import datalink
 from flexnpu_testing import clibrary
 from flexnpu_wire import codes
 from flexnpu_wire import framing as protocol

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver import clientconf
-from dra_driver.client import Session
+from flexnpu_client import Session
 from flexnpu_testing import aclserver_harness, clibrary
+from flexnpu_wire import clientconf
 from flexnpu_wire.ops import Op
 from tests.c import sample_models
 from tests.c.conftest import HERE, MIB, Claim, Interactive, run

@@ -30,15 +30,16 @@ from urllib.parse import urlsplit
 import pytest
 from kubernetes import client
 
-from dra_driver import clientconf, netlink
-from dra_driver.daemon import cgroups, processes
+from dra_driver import netlink, wirefiles
 from dra_driver.daemon_api.values import EntityState
 from flexnpu_client.session import Session
+from flexnpu_runtime.daemon import cgroups, processes
 from flexnpu_testing.daemon import remove_cgroups
 from flexnpu_testing.fake_apiserver import FakeAPIServer
 from flexnpu_testing.kubelet import KubeletSimulator
 from flexnpu_testing.scheduler import SchedulerSim
 from flexnpu_testing.waiting import wait_for
+from flexnpu_wire import clientconf
 from tests.e2e import image as img
 from tests.e2e import podspec
 from tests.e2e.tlsproxy import TLSProxy, make_certificate
@@ -186,7 +187,7 @@ SHARE_REQUEST = {
 def host_conf(cluster: Cluster, share_uid: str) -> Path:
     """The share's client.conf as the host sees it (the claim's shm dir under the node root, unix socket only)."""
     root = cluster.node.root
-    conf = clientconf.load(root / "var/run/flexnpu/claims" / share_uid / "client.conf")
+    conf = wirefiles.load_client_conf(root / "var/run/flexnpu/claims" / share_uid / "client.conf")
     host_shm = cluster.node.host(f"/dev/shm/flexnpu/{share_uid}")
     assert conf.endpoints.unix is not None
     mapped = dataclasses.replace(
@@ -268,7 +269,7 @@ def test_daemonsets_run_as_rendered_and_serve_prepares(cluster: Cluster) -> None
         assert podspec.is_mount(cluster.node.host("/dev/shm/flexnpu"))
         assert podspec.is_mount(cluster.node.host(f"/dev/shm/flexnpu/{share_uid}"))
         conf_path = root / "var/run/flexnpu/claims" / share_uid / "client.conf"
-        conf = clientconf.load(conf_path)
+        conf = wirefiles.load_client_conf(conf_path)
         assert [(s.memory_bytes, s.compute_percent) for s in conf.shares] == [(256 * MI, 20)]
         with Session.open(host_conf(cluster, share_uid)) as session:
             session.init()

@@ -55,7 +55,7 @@ def test_client_libraries_load(built: img.Built) -> None:
     # The Python client (what a container's program imports), and the C library when the tree has it.
     script = (
         "import ctypes, os\n"
-        "from dra_driver.client import acl\n"
+        "from flexnpu_client import acl\n"
         "print('python-client', callable(acl.init))\n"
         "import importlib.util\n"
         "print('flexnpu_client', importlib.util.find_spec('flexnpu_client.acl') is not None)\n"

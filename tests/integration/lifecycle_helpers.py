@@ -16,7 +16,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from dra_driver import clientconf
+from dra_driver import wirefiles
 from dra_driver.checkpoint import CheckpointStore
 from tests.integration.conftest import NAMESPACE, Node
 from tests.integration.daemon_harness import ping_tcp
@@ -71,7 +71,7 @@ def assert_clean(node: Node, surviving_uids: Collection[str], timeout: float = 1
 def assert_share_works(node: Node, uid: str) -> int:
     """A prepared share's CDI spec exists and its aclserver answers PING on its TCP endpoint; the pid."""
     assert any(uid in p.name for p in node.cdi_specs()), f"no CDI spec for claim {uid}"
-    conf = clientconf.load(node.dirs["run"] / "claims" / uid / "client.conf")
+    conf = wirefiles.load_client_conf(node.dirs["run"] / "claims" / uid / "client.conf")
     host, port = conf.endpoints.tcp_address or ("", 0)
     assert port, f"claim {uid}: client.conf has no TCP endpoint"
     return ping_tcp(host, port)

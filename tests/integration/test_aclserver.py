@@ -18,12 +18,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dra_driver import clientconf
-from dra_driver.aclserver import datalink
 from flexnpu_client import AclError, ConnectError, Session
+from flexnpu_runtime.aclserver import datalink
 from flexnpu_testing import aclserver_harness
 from flexnpu_testing.aclserver_harness import RunningAclServer
-from flexnpu_wire import codes
+from flexnpu_wire import clientconf, codes
 from flexnpu_wire import framing as protocol
 from flexnpu_wire.clientconf import Endpoints
 from flexnpu_wire.codes import MemcpyKind
@@ -486,7 +485,7 @@ def test_probe_cli(server: RunningAclServer, tmp_path: Path) -> None:
     conf_path.write_text(clientconf.render(server.conf()))
     env = {**os.environ, "FLEXNPU_CONF": str(conf_path)}
     out = subprocess.run(
-        [sys.executable, "-m", "dra_driver.client.probe"],
+        [sys.executable, "-m", "flexnpu_client.probe"],
         env=env,
         capture_output=True,
         text=True,
@@ -498,7 +497,7 @@ def test_probe_cli(server: RunningAclServer, tmp_path: Path) -> None:
     assert f"device 0: memory free={MEM0} total={MEM0}" in out.stdout
     assert "round trip ok" in out.stdout
     bad = subprocess.run(
-        [sys.executable, "-m", "dra_driver.client.probe", "--conf", str(tmp_path / "none")],
+        [sys.executable, "-m", "flexnpu_client.probe", "--conf", str(tmp_path / "none")],
         capture_output=True,
         text=True,
         timeout=60,

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver import clientconf
-from dra_driver.aclserver import codes, streams
-from dra_driver.client import AclError, Session
+from flexnpu_client import AclError, Session
+from flexnpu_runtime.aclserver import streams
 from flexnpu_testing import aclserver_harness
 from flexnpu_testing.aclserver_harness import RunningAclServer, wait_for
+from flexnpu_wire import clientconf, codes
 
 QUOTA = 128 << 20
 KERNEL_US = 3_000_000
@@ -86,7 +86,7 @@ def test_a_session_killed_with_a_deferred_free_returns_its_memory(
     conf.write_text(clientconf.render(server.conf()))
     child = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(f"""
-            from dra_driver.client import Session
+            from flexnpu_client import Session
             s = Session.open({str(conf)!r}); s.init(); s.set_device(0)
             p = s.malloc({QUOTA}); st = s.create_stream()
             s.launch_kernel(st, {streams.MAX_KERNEL_US}, in_ptr=p, in_len={QUOTA}); s.free(p)

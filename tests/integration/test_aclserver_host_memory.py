@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dra_driver.aclserver import codes
-from dra_driver.aclserver.codes import MemcpyKind
-from dra_driver.client import AclError, Session
-from dra_driver.daemon import shmfs
+from flexnpu_client import AclError, Session
+from flexnpu_runtime.daemon import shmfs
 from flexnpu_testing import aclserver_harness
+from flexnpu_wire import codes
+from flexnpu_wire.codes import MemcpyKind
 
 GIB = 1 << 30
 MIB = 1 << 20

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.aclserver import datalink
 from flexnpu_client import AclError, Session
+from flexnpu_runtime.aclserver import datalink
 from flexnpu_testing import aclserver_harness
 from flexnpu_testing.aclserver_harness import RunningAclServer
 from flexnpu_testing.waiting import wait_for

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.aclserver import ledger
 from flexnpu_client import AclError, ConnectError, Session
+from flexnpu_runtime.aclserver import ledger
 from flexnpu_testing import aclserver_harness
 from flexnpu_wire.codes import Policy
 
@@ -133,7 +133,7 @@ def test_bad_spec_exits_2_naming_the_file(tmp_path: Path, text: str, needle: str
     path = tmp_path / "bad.spec.json"
     path.write_text(text)
     out = subprocess.run(
-        [sys.executable, "-m", "dra_driver.aclserver", "--spec", str(path)],
+        [sys.executable, "-m", "flexnpu_runtime.aclserver", "--spec", str(path)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -145,7 +145,7 @@ def test_bad_spec_exits_2_naming_the_file(tmp_path: Path, text: str, needle: str
 
 def test_run_and_load_spec_are_importable_for_a_zygote() -> None:
     code = (
-        "import sys, dra_driver.aclserver.main as m; "
+        "import sys, flexnpu_runtime.aclserver.main as m; "
         "assert callable(m.run) and callable(m.load_spec); "
         "bad = [n for n in ('grpc', 'kubernetes', 'numpy') if n in sys.modules]; "
         "assert not bad, bad"

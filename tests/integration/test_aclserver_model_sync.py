@@ -19,11 +19,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dra_driver import clientconf
-from dra_driver.client import Session
+from flexnpu_client import Session
 from flexnpu_testing import aclserver_harness
 from flexnpu_testing.aclserver_harness import RunningAclServer
 from flexnpu_testing.waiting import wait_for
+from flexnpu_wire import clientconf
 from flexnpu_wire import modelfile as mf
 from flexnpu_wire.ops import Op
 
@@ -156,7 +156,7 @@ def test_work_queued_before_runs_first_and_work_queued_during_runs_after(session
 
 CLIENT = """
 import sys
-from dra_driver.client import Session
+from flexnpu_client import Session
 from flexnpu_wire import modelfile as mf
 from flexnpu_wire.clientconf import load
 sys.path.insert(0, sys.argv[2])

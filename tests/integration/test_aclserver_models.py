@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dra_driver.aclserver import codes
-from dra_driver.client import AclError, Session
+from flexnpu_client import AclError, Session
 from flexnpu_testing import aclserver_harness
 from flexnpu_testing.aclserver_harness import RunningAclServer
+from flexnpu_wire import codes
 from flexnpu_wire import modelfile as mf
 from flexnpu_wire.ops import Op
 
@@ -258,8 +258,8 @@ def test_model_file_from_a_path(session: Session, tmp_path: Path) -> None:
 
 def test_the_pyacl_shaped_calls(server: RunningAclServer, tmp_path: Path) -> None:
     """acl.mdl.* as a pyACL program uses them: outputs first, ret last, handles are opaque."""
-    from dra_driver import clientconf
     from flexnpu_client import acl
+    from flexnpu_wire import clientconf
 
     conf = tmp_path / "client.conf"
     conf.write_text(clientconf.render(server.conf()))

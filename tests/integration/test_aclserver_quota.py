@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.aclserver import ledger
+from flexnpu_runtime.aclserver import ledger
 from flexnpu_testing import aclserver_harness
 from flexnpu_testing.aclserver_harness import RunningAclServer, Tenant
 from flexnpu_wire.codes import Policy

@@ -17,12 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver import clientconf
 from flexnpu_client import AclError, ConnectError, Session
 from flexnpu_testing import aclserver_harness
 from flexnpu_testing.aclserver_harness import RunningAclServer
 from flexnpu_testing.waiting import wait_for
-from flexnpu_wire import codes
+from flexnpu_wire import clientconf, codes
 from flexnpu_wire.framing import Op
 
 MEM = 64 << 20

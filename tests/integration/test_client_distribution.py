@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver import clientconf
 from flexnpu_testing import aclserver_harness
 from flexnpu_testing.aclserver_harness import RunningAclServer
+from flexnpu_wire import clientconf
 
 ROOT = Path(__file__).resolve().parents[2]
 

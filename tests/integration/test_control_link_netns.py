@@ -34,10 +34,11 @@ import pytest
 from pyroute2 import IPRoute, NetNS, netns
 from pyroute2.netlink.exceptions import NetlinkError
 
-from dra_driver import clientconf, netlink
+from dra_driver import netlink, wirefiles
 from dra_kubeletplugin.claims import ClaimRef
 from flexnpu_client.session import Session
 from flexnpu_testing.waiting import wait_for
+from flexnpu_wire import clientconf
 from flexnpu_wire.clientconf import ClientConf, Endpoints
 from flexnpu_wire.codes import ACL_ERROR_RT_MEMORY_ALLOCATION
 from tests.integration.conftest import NAMESPACE, NODE, REPO, Node
@@ -52,13 +53,14 @@ EEXIST = 17
 # too_much}; output: one JSON object {name: result} on stdout, plus the child's netns identity.
 CHILD = r"""
 import json, os, sys
-from dra_driver import clientconf, netlink
-from dra_driver.client.errors import AclError, ConnectError
-from dra_driver.client.session import Session
+from flexnpu_wire import clientconf
+from dra_driver import wirefiles, netlink
+from flexnpu_client.errors import AclError, ConnectError
+from flexnpu_client.session import Session
 
 out = {"netns": os.readlink("/proc/self/ns/net"), "cases": {}}
 for case in json.loads(open(sys.argv[1]).read()):
-    conf = clientconf.load(case["conf"])
+    conf = wirefiles.load_client_conf(case["conf"])
     try:
         with Session.open(conf, prefer=case["prefer"], timeout=10.0) as s:
             sock = s.link.sock.getsockname()
@@ -203,7 +205,7 @@ def _prepare(node: Node, name: str, memory: str, compute: str) -> Prepared:
     assert node.kubelet is not None
     res = node.kubelet.prepare([ClaimRef(NAMESPACE, uid, name)])[uid]
     assert res.error == "", res.error
-    conf = clientconf.load(node.dirs["run"] / "claims" / uid / "client.conf")
+    conf = wirefiles.load_client_conf(node.dirs["run"] / "claims" / uid / "client.conf")
     spec = json.loads(next(p for p in node.cdi_specs() if uid in p.name).read_text())
     shm_host = next(
         m["hostPath"] for m in spec["containerEdits"]["mounts"] if m["containerPath"] == "/dev/shm/flexnpu"

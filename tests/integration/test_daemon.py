@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.daemon import processes
 from dra_driver.daemon_api.values import EntityState, RegisterRequest
 from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput, StateError, Unavailable
+from flexnpu_runtime.daemon import processes
 from tests.integration import daemon_harness as h
 from tests.integration.conftest import MakeDaemon
 from tests.integration.daemon_harness import DaemonProc, gone, ping_tcp, ping_unix, request, share, wait_for
@@ -298,8 +298,8 @@ def test_client_reports_unreachable_daemon(tmp_path: Path) -> None:
 
 
 def test_list_reports_memory_used_by_a_client(daemon: DaemonProc) -> None:
-    from dra_driver import clientconf
     from flexnpu_client import Session
+    from flexnpu_wire import clientconf
     from flexnpu_wire.codes import Policy
 
     claim = uid()

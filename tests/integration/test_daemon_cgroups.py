@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.daemon import bounds, cgroups
 from dra_driver.daemon_api.values import EntityInfo, EntityState
 from dra_driver.errors import ErrorCode, StateError
+from flexnpu_runtime.daemon import bounds, cgroups
 from flexnpu_testing.daemon import FAKE, DaemonProc, gone, ping_unix, request, share
 from flexnpu_testing.waiting import wait_for
 from flexnpu_wire.launch import DEFAULT_STAGING_BYTES

@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from dra_driver.daemon import instance
+from flexnpu_runtime.daemon import instance
 from flexnpu_testing.daemon import DaemonProc, ping_unix, request, share
 from flexnpu_testing.waiting import wait_for
 from tests.integration.conftest import MakeDaemon
@@ -101,6 +101,6 @@ def test_another_namespaces_aclservers_are_never_taken_for_orphans(make_daemon: 
 
 
 def processes_cmdline(pid: int) -> tuple[str, ...]:
-    from dra_driver.daemon import processes
+    from flexnpu_runtime.daemon import processes
 
     return processes.cmdline(pid) or ()

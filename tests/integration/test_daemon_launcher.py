@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from dra_driver import wirefiles
-from dra_driver.daemon import claim_files, launch_spec, processes
-from dra_driver.daemon.launcher import SpawnLauncher, ZygoteLauncher
+from flexnpu_runtime.daemon import claim_files, launch_spec, processes
+from flexnpu_runtime.daemon.launcher import SpawnLauncher, ZygoteLauncher
 from tests.integration.daemon_harness import gone, ping_unix, request, wait_for
 
 
@@ -44,7 +44,7 @@ def _start(launcher: ZygoteLauncher, run: Path, shm: Path, uid: str) -> processe
 def test_zygote_forks_session_leaders_and_survives_its_own_death(dirs: tuple[Path, Path]) -> None:
     run, shm = dirs
     launcher = ZygoteLauncher(
-        run_dir=run, fallback=SpawnLauncher([sys.executable, "-m", "dra_driver.aclserver"])
+        run_dir=run, fallback=SpawnLauncher([sys.executable, "-m", "flexnpu_runtime.aclserver"])
     )
     try:
         launcher.start()
@@ -79,7 +79,7 @@ def test_zygote_forks_session_leaders_and_survives_its_own_death(dirs: tuple[Pat
 def test_unusable_zygote_falls_back_to_spawn(dirs: tuple[Path, Path]) -> None:
     run, shm = dirs
     launcher = ZygoteLauncher(
-        run_dir=run, fallback=SpawnLauncher([sys.executable, "-m", "dra_driver.aclserver"])
+        run_dir=run, fallback=SpawnLauncher([sys.executable, "-m", "flexnpu_runtime.aclserver"])
     )
     launcher.argv = (sys.executable, "-c", "import sys; sys.exit(5)")
     try:

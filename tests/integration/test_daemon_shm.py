@@ -5,7 +5,7 @@ A real daemon (root: it mounts), real aclservers, a hostile container simulated 
 shm dir until the filesystem is full, while another claim keeps working. ``--shm-mount auto`` is decided
 by mount namespace: a daemon in the host's namespace bounds the claims of a *private* shm root (the case
 that used to fall back to plain directories); a daemon in a namespace of its own (``unshare``, as in a
-pod) bounds them only on a shared root - which ``python3 -m dra_driver.daemon.shmroot`` makes from the
+pod) bounds them only on a shared root - which ``python3 -m flexnpu_runtime.daemon.shmroot`` makes from the
 host's namespace - and otherwise refuses every share, saying why, unless the operator chose ``never``.
 """
 
@@ -23,13 +23,13 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver import clientconf
-from dra_driver.daemon import shmfs, shmroot
 from dra_driver.daemon_api.values import EntityInfo
 from dra_driver.errors import ErrorCode, StateError
 from dra_kubeletplugin.claims import ClaimRef
 from flexnpu_client import AclError, Session
+from flexnpu_runtime.daemon import shmfs, shmroot
 from flexnpu_testing.fake_apiserver import FakeAPIServer
+from flexnpu_wire import clientconf
 from flexnpu_wire.codes import Policy
 from flexnpu_wire.launch import DEFAULT_STAGING_BYTES
 from tests.integration.conftest import NAMESPACE, NODE, make_node
@@ -267,7 +267,7 @@ def test_a_root_made_shared_from_the_host_namespace_bounds_a_pod_like_daemons_cl
         # what the chart's init container does: from a namespace of its own, enter the host's one
         # (through the host's /proc) and make the root a shared mount point there
         made = subprocess.run(
-            ["unshare", "--mount", "--propagation=private", sys.executable, "-m", "dra_driver.daemon.shmroot",
+            ["unshare", "--mount", "--propagation=private", sys.executable, "-m", "flexnpu_runtime.daemon.shmroot",
              "--host-proc", "/proc", str(d.shm_root)],
             capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
@@ -293,7 +293,7 @@ def test_a_root_made_shared_from_the_host_namespace_bounds_a_pod_like_daemons_cl
             s.copy_to_device(ptr, b"q" * (4 << 20))
             assert s.copy_from_device(ptr, 4 << 20) == b"q" * (4 << 20)
         again = subprocess.run(
-            [sys.executable, "-m", "dra_driver.daemon.shmroot", str(d.shm_root)],
+            [sys.executable, "-m", "flexnpu_runtime.daemon.shmroot", str(d.shm_root)],
             capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
         assert again.returncode == 0 and "nothing to do" in again.stdout  # idempotent

@@ -5,7 +5,7 @@ the template's ``spec.spec``, as the resourceclaim controller makes them) are cr
 fake API server, allocated by the scheduler simulator against the slices the real node process
 publishes (daemon, ``both`` mode), and prepared through the kubelet simulator. The example's own
 Namespace and DeviceClasses are created first. Where a README shows the probe's output, the
-test runs the same probe (``dra_driver.client.probe``) against the prepared claim.
+test runs the same probe (``flexnpu_client.probe``) against the prepared claim.
 """
 
 from __future__ import annotations
@@ -21,14 +21,15 @@ import pytest
 import yaml
 from kubernetes import client
 
-from dra_driver import clientconf
-from dra_driver.claims import ClaimResult
+from dra_driver import wirefiles
 from dra_kubeletplugin.claims import ClaimRef
+from dra_kubeletplugin.claims import PrepareResult as ClaimResult
 from flexnpu_client import probe
 from flexnpu_client.session import Session
 from flexnpu_testing.fake_apiserver import parse_quantity
 from flexnpu_testing.scheduler import Unschedulable
 from flexnpu_testing.waiting import wait_for
+from flexnpu_wire import clientconf
 from tests.integration.conftest import DRIVER, NODE, REPO, Node
 
 EXAMPLES = REPO / "manifests" / "examples"
@@ -114,7 +115,7 @@ class Example:
         self.node.scheduler.deallocate(self.namespace, name)
 
     def conf(self, name: str) -> clientconf.ClientConf:
-        return clientconf.load(self.node.dirs["run"] / "claims" / self.uids[name] / "client.conf")
+        return wirefiles.load_client_conf(self.node.dirs["run"] / "claims" / self.uids[name] / "client.conf")
 
     def cdi_env(self, name: str) -> list[str]:
         spec = json.loads(next(p for p in self.node.cdi_specs() if self.uids[name] in p.name).read_text())

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from dra_driver import checkpoint, clientconf, failpoints
+from dra_driver import checkpoint, failpoints, wirefiles
 from dra_driver.checkpoint import (
     Checkpoint,
     CheckpointStore,
@@ -35,12 +35,12 @@ from dra_driver.checkpoint import (
     Registration,
     StatusRecord,
 )
-from dra_driver.claims import ClaimResult
-from dra_driver.daemon import shmfs
 from dra_driver.daemon_api.values import Endpoints
 from dra_driver.devices import DieMode
 from dra_kubeletplugin.claims import ClaimRef, PreparedDevice
+from dra_kubeletplugin.claims import PrepareResult as ClaimResult
 from flexnpu_client.session import Session
+from flexnpu_runtime.daemon import shmfs
 from flexnpu_testing.kubelet import KubeletError, PluginHandle
 from flexnpu_testing.waiting import wait_for
 from flexnpu_wire.shares import Share
@@ -113,7 +113,7 @@ def _expect_killed(node: Node, call: Callable[[], object]) -> None:
 
 def _endpoint_of(node: Node, ref: ClaimRef) -> tuple[str, str]:
     """What claim ``ref``'s status should say: Ready, at client.conf's TCP endpoint."""
-    conf = clientconf.load(node.dirs["run"] / "claims" / ref.uid / "client.conf")
+    conf = wirefiles.load_client_conf(node.dirs["run"] / "claims" / ref.uid / "client.conf")
     return ("True", str(conf.endpoints.tcp))
 
 
@@ -127,7 +127,7 @@ def _status_of(node: Node, ref: ClaimRef) -> tuple[str, str] | None:
 def _client_sees_its_quota(node: Node, ref: ClaimRef) -> None:
     """The client library, with the claim's client.conf and the shm dir its CDI spec mounts,
     talks to its aclserver over TCP."""
-    conf = clientconf.load(node.dirs["run"] / "claims" / ref.uid / "client.conf")
+    conf = wirefiles.load_client_conf(node.dirs["run"] / "claims" / ref.uid / "client.conf")
     (spec,) = [json.loads(p.read_text()) for p in node.cdi_specs() if ref.uid in p.name]
     (shm,) = [m["hostPath"] for m in spec["containerEdits"]["mounts"] if m["containerPath"] == conf.shm_dir]
     with Session.open(dataclasses.replace(conf, shm_dir=shm), prefer="tcp") as s:

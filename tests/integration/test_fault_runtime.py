@@ -22,13 +22,14 @@ from typing import Any
 
 import pytest
 
-from dra_driver import clientconf
-from dra_driver.claims import ClaimResult
+from dra_driver import wirefiles
 from dra_driver.daemon_api.values import EntityInfo
 from dra_kubeletplugin.claims import ClaimRef
+from dra_kubeletplugin.claims import PrepareResult as ClaimResult
 from flexnpu_client.session import Session
 from flexnpu_testing.kubelet import KubeletSimulator, PluginHandle
 from flexnpu_testing.waiting import wait_for
+from flexnpu_wire import clientconf
 from tests.integration.conftest import DRIVER, NAMESPACE, NODE, Node
 from tests.integration.lifecycle_helpers import (
     assert_clean,
@@ -94,7 +95,7 @@ def _ready(node: Node, name: str) -> tuple[str, str] | None:
 
 def _host_conf(node: Node, uid: str) -> clientconf.ClientConf:
     """The claim's client.conf with container paths mapped to the host (as test_node_soft_split)."""
-    conf = clientconf.load(node.dirs["run"] / "claims" / uid / "client.conf")
+    conf = wirefiles.load_client_conf(node.dirs["run"] / "claims" / uid / "client.conf")
     spec = json.loads(next(p for p in node.cdi_specs() if uid in p.name).read_text())
     shm_host = next(
         m["hostPath"] for m in spec["containerEdits"]["mounts"] if m["containerPath"] == "/dev/shm/flexnpu"

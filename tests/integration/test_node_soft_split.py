@@ -10,13 +10,14 @@ from typing import Any
 
 import pytest
 
-from dra_driver import clientconf
+from dra_driver import wirefiles
 from dra_driver.checkpoint import CheckpointStore
 from dra_driver.sharing import API_VERSION
 from dra_kubeletplugin.claims import ClaimRef
 from flexnpu_client.errors import AclError
 from flexnpu_client.session import Session
 from flexnpu_testing.waiting import wait_for
+from flexnpu_wire import clientconf
 from flexnpu_wire.codes import ACL_ERROR_RT_MEMORY_ALLOCATION
 from tests.integration.conftest import DRIVER, NAMESPACE, NODE, Node
 from tests.integration.daemon_harness import ping_tcp
@@ -69,7 +70,7 @@ def _prepare(
 def _host_session(node: Node, uid: str, *, prefer: str = "unix") -> Session:
     """Connect like the container would, with container paths mapped to their host paths."""
     conf_file = node.dirs["run"] / "claims" / uid / "client.conf"
-    conf = clientconf.load(conf_file)
+    conf = wirefiles.load_client_conf(conf_file)
     spec = json.loads(next(p for p in node.cdi_specs() if uid in p.name).read_text())
     shm_host = next(
         m["hostPath"] for m in spec["containerEdits"]["mounts"] if m["containerPath"] == "/dev/shm/flexnpu"
@@ -106,7 +107,7 @@ def test_share_prepared_served_and_released(soft_node: Node) -> None:
     )
     conf_path = Path(mounts["/etc/flexnpu/client.conf"]["hostPath"])
     assert conf_path.stat().st_mode & 0o777 == 0o644
-    conf = clientconf.load(conf_path)
+    conf = wirefiles.load_client_conf(conf_path)
     assert [(s.virtual_id, s.memory_bytes, s.compute_percent, str(s.policy)) for s in conf.shares] == [
         (0, 256 * MI, 30, "fixed")
     ]
@@ -152,7 +153,7 @@ def test_two_vnpus_equal_distribution(soft_node: Node) -> None:
     """2 vNPUs from 256 MiB and 20 % → 128 MiB and 10 % each, numbered 0 and 1 in the container."""
     uid, res = _prepare(soft_node, "eq", [_share_request(memory="128Mi", compute="10", count=2)])
     assert res.error == "" and len(res.devices) == 2
-    conf = clientconf.load(soft_node.dirs["run"] / "claims" / uid / "client.conf")
+    conf = wirefiles.load_client_conf(soft_node.dirs["run"] / "claims" / uid / "client.conf")
     assert [(s.virtual_id, s.memory_bytes, s.compute_percent) for s in conf.shares] == [
         (0, 128 * MI, 10),
         (1, 128 * MI, 10),

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver import clientconf
 from flexnpu_client import acl
 from flexnpu_testing import aclserver_harness
-from flexnpu_wire import codes
+from flexnpu_wire import clientconf, codes
 
 
 @pytest.fixture

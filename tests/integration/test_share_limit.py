@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.aclserver import ledger
 from dra_driver.claims import ClaimRef
-from dra_driver.daemon.launch_spec import LEDGER_DIR_NAME
 from dra_driver.sharing import API_VERSION
+from flexnpu_runtime.aclserver import ledger
+from flexnpu_runtime.daemon.launch_spec import LEDGER_DIR_NAME
 from flexnpu_testing.fake_apiserver import FakeAPIServer
 from flexnpu_testing.scheduler import Unschedulable
 from flexnpu_testing.waiting import wait_for

@@ -18,7 +18,7 @@ from typing import Any
 import kubernetes
 import pytest
 
-from dra_driver import clientconf
+from dra_driver import wirefiles
 from dra_driver.claims import ClaimRef
 from dra_driver.sharing import API_VERSION
 from flexnpu_testing.scheduler import Unschedulable
@@ -93,7 +93,7 @@ def _prepared_policy(n: Node, ref: ClaimRef) -> str:
     assert n.kubelet is not None
     res = n.kubelet.prepare([ref])[ref.uid]
     assert res.error == "", res.error
-    (share,) = clientconf.load(conf_path(n, ref.uid)).shares
+    (share,) = wirefiles.load_client_conf(conf_path(n, ref.uid)).shares
     return str(share.policy)
 
 

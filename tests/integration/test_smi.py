@@ -17,10 +17,10 @@ from types import SimpleNamespace
 import pytest
 
 from dra_driver.checkpoint import ClaimState
-from dra_driver.daemon import bounds
 from dra_driver.daemon_api.values import Endpoints, EntityInfo, EntityState, ShareUsage
 from dra_driver.devices import DieMode
 from dra_driver.records import DieRecord
+from flexnpu_runtime.daemon import bounds
 from flexnpu_wire.shares import Share
 from kubeletplugin import smi, smi_tables
 from tests.integration.daemon_harness import DaemonProc, gone, request, share

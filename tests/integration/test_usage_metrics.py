@@ -23,11 +23,12 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from dra_driver import clientconf
+from dra_driver import wirefiles
 from dra_driver.errors import ErrorCode
 from dra_kubeletplugin.claims import ClaimRef
 from flexnpu_client.session import Session
 from flexnpu_testing.waiting import wait_for
+from flexnpu_wire import clientconf
 from tests.integration.conftest import NAMESPACE, NODE, Node
 from tests.integration.lifecycle_helpers import pod_ref, share_request
 
@@ -141,7 +142,7 @@ def scrape(port: int) -> Scrape:
 
 def host_conf(node: Node, uid: str, tmp: Path) -> Path:
     """The claim's client.conf with the container paths mapped to host paths, as its CDI mounts map them."""
-    conf = clientconf.load(node.dirs["run"] / "claims" / uid / "client.conf")
+    conf = wirefiles.load_client_conf(node.dirs["run"] / "claims" / uid / "client.conf")
     spec = json.loads(next(p for p in node.cdi_specs() if uid in p.name).read_text())
     shm = next(m["hostPath"] for m in spec["containerEdits"]["mounts"] if m["containerPath"] == conf.shm_dir)
     unix = str(Path(shm) / Path(conf.endpoints.unix).name) if conf.endpoints.unix else None

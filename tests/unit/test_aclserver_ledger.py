@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.aclserver import ledger
 from dra_driver.errors import ErrorCode, StateError, Unavailable
+from flexnpu_runtime.aclserver import ledger
 from flexnpu_testing.aclserver_harness import wait_for
 from flexnpu_wire.codes import Policy
 
@@ -88,7 +88,7 @@ def test_acquire_grants_and_accounts(die: ledger.DieLedger) -> None:
     import dataclasses
     import time
 
-    from dra_driver.aclserver import scheduling
+    from flexnpu_runtime.aclserver import scheduling
 
     slot = reg(die, Policy.BEST_EFFORT)
     (before,) = die.entries()
@@ -113,7 +113,7 @@ def test_acquire_grants_and_accounts(die: ledger.DieLedger) -> None:
 def test_acquire_waits_over_budget_and_cancel_clears_waiting(die: ledger.DieLedger) -> None:
     import time
 
-    from dra_driver.aclserver import scheduling
+    from flexnpu_runtime.aclserver import scheduling
 
     slot = reg(die, Policy.FIXED, quota=1)
     # a debt of 10 s of die time: at 1 % this share may not run for a long while

@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from dra_driver.aclserver import scheduling
-from dra_driver.aclserver.scheduling import Row
+from flexnpu_runtime.aclserver import scheduling
+from flexnpu_runtime.aclserver.scheduling import Row
 from flexnpu_wire.codes import Policy
 
 P = scheduling.PERIOD_US

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.aclserver import spec as spec_mod
-from dra_driver.aclserver.codes import Policy
+from dra_driver import wirefiles
 from dra_driver.errors import InvalidInput
+from flexnpu_wire import launch
+from flexnpu_wire.codes import Policy
 
 DOC: dict[str, object] = {
     "version": 1,
@@ -59,10 +60,10 @@ def _with(**changes: object) -> str:
 
 
 def test_parse_and_round_trip() -> None:
-    spec = spec_mod.parse_spec(json.dumps(DOC), source="f")
+    spec = wirefiles.parse_spec(json.dumps(DOC), source="f")
     assert spec.shares[0].policy is Policy.FIXED and spec.shares[1].memory_only is False
-    assert spec.staging_bytes == spec_mod.DEFAULT_STAGING_BYTES
-    assert spec_mod.parse_spec(spec_mod.render_spec(spec), source="f") == spec
+    assert spec.staging_bytes == launch.DEFAULT_STAGING_BYTES
+    assert wirefiles.parse_spec(launch.render_spec(spec), source="f") == spec
 
 
 @pytest.mark.parametrize(
@@ -89,19 +90,19 @@ def test_parse_and_round_trip() -> None:
 )
 def test_bad_fields(text: str, field: str) -> None:
     with pytest.raises(InvalidInput) as err:
-        spec_mod.parse_spec(text, source="/run/x.spec.json")
+        wirefiles.parse_spec(text, source="/run/x.spec.json")
     assert err.value.field == field
     assert "/run/x.spec.json" in str(err.value)
 
 
 def test_load_missing_file(tmp_path: Path) -> None:
     with pytest.raises(InvalidInput, match="cannot read aclserver spec"):
-        spec_mod.load_spec(tmp_path / "absent.json")
+        wirefiles.load_spec(tmp_path / "absent.json")
 
 
 def test_ready_file_written_atomically(tmp_path: Path) -> None:
     path = str(tmp_path / "r.ready")
-    info = spec_mod.ReadyInfo(pid=1, tcp_host="127.0.0.1", tcp_port=5, unix_socket="/s", started_at=1.5)
-    spec_mod.write_ready(path, info)
-    assert spec_mod.load_ready(path) == info
+    info = launch.ReadyInfo(pid=1, tcp_host="127.0.0.1", tcp_port=5, unix_socket="/s", started_at=1.5)
+    wirefiles.write_ready(path, info)
+    assert wirefiles.load_ready(path) == info
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.ready"]

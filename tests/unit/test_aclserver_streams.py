@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.aclserver.backend_emulated import EmulatedBackend
-from dra_driver.aclserver.quota import Allocation
-from dra_driver.aclserver.streams import Streams, Task
+from flexnpu_runtime.aclserver.backend_emulated import EmulatedBackend
+from flexnpu_runtime.aclserver.quota import Allocation
+from flexnpu_runtime.aclserver.streams import Streams, Task
 from flexnpu_testing import aclserver_harness
 from flexnpu_testing.waiting import wait_for
 

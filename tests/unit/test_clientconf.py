@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver import clientconf
+from dra_driver import wirefiles
 from dra_driver.errors import InvalidInput
+from flexnpu_wire import clientconf
 from flexnpu_wire.clientconf import ClientConf, Endpoints, ShareInfo
 from flexnpu_wire.codes import Policy
 
@@ -29,14 +30,14 @@ def _doc() -> dict[str, object]:
 
 
 def test_round_trip() -> None:
-    assert clientconf.parse(clientconf.render(CONF), source="x") == CONF
+    assert wirefiles.parse_client_conf(clientconf.render(CONF), source="x") == CONF
     assert CONF.endpoints.tcp_address == ("10.231.0.1", 45678)
 
 
 def test_unix_only_and_tcp_only() -> None:
     for ep in (Endpoints(unix="/a.sock"), Endpoints(tcp="[::1]:5")):
         conf = ClientConf("c", "ab" * 8, ep, "/dev/shm/x", CONF.shares[:1])
-        assert clientconf.parse(clientconf.render(conf), source="x") == conf
+        assert wirefiles.parse_client_conf(clientconf.render(conf), source="x") == conf
     assert Endpoints(tcp="[::1]:5").tcp_address == ("::1", 5)
 
 
@@ -80,7 +81,7 @@ def _set(path: str, value: object) -> dict[str, object]:
 )
 def test_malformed_fields_are_named(doc: dict[str, object], field: str) -> None:
     with pytest.raises(InvalidInput) as err:
-        clientconf.parse(json.dumps(doc), source="/etc/flexnpu/client.conf")
+        wirefiles.parse_client_conf(json.dumps(doc), source="/etc/flexnpu/client.conf")
     assert err.value.field == field
     assert "/etc/flexnpu/client.conf" in str(err.value)
 
@@ -88,14 +89,14 @@ def test_malformed_fields_are_named(doc: dict[str, object], field: str) -> None:
 @pytest.mark.parametrize("text", [pytest.param("{", id="not-json"), pytest.param("[]", id="not-object")])
 def test_not_a_document(text: str) -> None:
     with pytest.raises(InvalidInput, match=r"client\.conf src"):
-        clientconf.parse(text, source="src")
+        wirefiles.parse_client_conf(text, source="src")
 
 
 def test_load_explicit_env_and_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "client.conf"
     path.write_text(clientconf.render(CONF))
-    assert clientconf.load(path) == CONF
+    assert wirefiles.load_client_conf(path) == CONF
     monkeypatch.setenv("FLEXNPU_CONF", str(path))
-    assert clientconf.load() == CONF
+    assert wirefiles.load_client_conf() == CONF
     with pytest.raises(InvalidInput, match=r"cannot read client\.conf .*nope"):
-        clientconf.load(tmp_path / "nope")
+        wirefiles.load_client_conf(tmp_path / "nope")

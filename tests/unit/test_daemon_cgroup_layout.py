@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.daemon import bounds, cgroup_layout, cgroups
-from dra_driver.daemon.cgroup_layout import Figures, Version
+from flexnpu_runtime.daemon import bounds, cgroup_layout, cgroups
+from flexnpu_runtime.daemon.cgroup_layout import Figures, Version
 from flexnpu_wire.shares import Share
 
 MIB = 1024 * 1024

@@ -7,9 +7,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from dra_driver.daemon import main, service
 from dra_driver.daemon_api import client
 from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput, StateError, Unavailable
+from flexnpu_runtime.daemon import main, service
 
 
 @pytest.mark.parametrize(

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.daemon import registry
-from dra_driver.daemon.model import Entity
 from dra_driver.daemon_api.values import Endpoints, EntityState, RegisterRequest
 from dra_driver.errors import ErrorCode, StateError
+from flexnpu_runtime.daemon import registry
+from flexnpu_runtime.daemon.model import Entity
 from flexnpu_wire.shares import Share
 
 ENTITY = Entity(
@@ -20,7 +20,7 @@ ENTITY = Entity(
     endpoints=Endpoints("127.0.0.1", 4242, "/dev/shm/flexnpu/uid-1/aclserver.sock", "/dev/shm/flexnpu/uid-1"),
     pid=1234,
     pid_start_time=99,
-    cmdline=("python", "-m", "dra_driver.aclserver", "--spec", "/x"),
+    cmdline=("python", "-m", "flexnpu_runtime.aclserver", "--spec", "/x"),
     restarts=1,
     started_at=1.5,
     message="restarted",

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.daemon import main as daemon_main
-from dra_driver.daemon import shmroot
+from flexnpu_runtime.daemon import main as daemon_main
+from flexnpu_runtime.daemon import shmroot
 
 ROOT = Path("/dev/shm/flexnpu")
 

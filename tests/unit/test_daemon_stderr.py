@@ -6,7 +6,7 @@ import os
 import threading
 from pathlib import Path
 
-from dra_driver.daemon import claim_files, launch_spec
+from flexnpu_runtime.daemon import claim_files, launch_spec
 
 
 def test_remove_claim_files_retires_the_stderr(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.daemon import shmfs, usage
+from flexnpu_runtime.daemon import shmfs, usage
 
 
 @pytest.mark.parametrize(

@@ -6,10 +6,10 @@ import dataclasses
 
 import pytest
 
-from dra_driver.daemon import registration_rules
-from dra_driver.daemon.model import DieCapacity, Entity
 from dra_driver.daemon_api.values import Endpoints, EntityState, RegisterRequest
 from dra_driver.errors import ErrorCode, InvalidInput, StateError
+from flexnpu_runtime.daemon import registration_rules
+from flexnpu_runtime.daemon.model import DieCapacity, Entity
 from flexnpu_wire.shares import Share
 
 GIB = 1024**3

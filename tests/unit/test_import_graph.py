@@ -7,13 +7,11 @@
   helpers, which imported the fake API server).
 * ``flexnpu-dra demo`` only says how to run the demo from a clone.
 * The type graph is straight: the domain core, the kubelet plugin and the controllers import no
-  module of the runtime (``dra_driver/daemon/``, ``dra_driver/aclserver/``); the values both sides
-  need live in ``flexnpu_wire`` and ``dra_driver/daemon_api/``. Two modules are the documented
-  exceptions: ``dra_driver/probes.py`` (the daemon's own readiness probe reads the daemon's flag
-  table) and ``kubeletplugin/node.py`` (wires the aclservers' ledger reader into the usage metrics).
-* Production imports ``flexnpu_wire``/``flexnpu_client`` directly: the old import paths
-  (``ALIASES``) are documented aliases that no production module uses, and each still gives the
-  very same objects.
+  module of the host runtime (``flexnpu_runtime/``); the values both sides need live in
+  ``flexnpu_wire`` and ``dra_driver/daemon_api/``. Two modules are the documented exceptions:
+  ``dra_driver/probes.py`` (the daemon's own readiness probe reads the daemon's flag table) and
+  ``kubeletplugin/node.py`` (wires the aclservers' ledger reader into the usage metrics).
+* There are no alias modules: every module is imported by its one path.
 """
 
 from __future__ import annotations
@@ -30,6 +28,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 PRODUCT = (
     "dra_driver",
+    "flexnpu_runtime",
     "kubeletplugin",
     "controller",
     "api_protos",
@@ -41,9 +40,9 @@ ENTRY_POINTS = [
     pytest.param("kubeletplugin.cli", id="flexnpu-dra"),
     pytest.param("kubeletplugin.node", id="node-process"),
     pytest.param("kubeletplugin.smi", id="flexnpu-smi"),
-    pytest.param("dra_driver.daemon.main", id="flexnpu-daemon"),
-    pytest.param("dra_driver.aclserver.main", id="flexnpu-aclserver"),
-    pytest.param("dra_driver.client.acl", id="client-library"),
+    pytest.param("flexnpu_runtime.daemon.main", id="flexnpu-daemon"),
+    pytest.param("flexnpu_runtime.aclserver.main", id="flexnpu-aclserver"),
+    pytest.param("flexnpu_client.acl", id="client-library"),
 ]
 
 PROBE = """
@@ -211,33 +210,8 @@ def test_no_wheel_ships_the_doubles() -> None:
     assert not {p for p in shipped if p.split(".")[0] in ("flexnpu_testing", "tests", "bench")}
 
 
-RUNTIME = ("dra_driver.daemon", "dra_driver.aclserver")
+RUNTIME = ("flexnpu_runtime",)
 RUNTIME_EXCEPTIONS = ("dra_driver/probes.py", "kubeletplugin/node.py")
-ALIAS_FILES = ("dra_driver/clientconf.py", "dra_driver/client", "dra_driver/aclserver/codes.py",
-               "dra_driver/aclserver/protocol.py", "dra_driver/aclserver/spec.py")  # fmt: skip
-ALIASES = {
-    "dra_driver.aclserver.codes": ("flexnpu_wire.codes",),
-    "dra_driver.aclserver.protocol": ("flexnpu_wire.framing",),
-    "dra_driver.aclserver.spec": ("flexnpu_wire.launch", "dra_driver.wirefiles"),
-    "dra_driver.aclserver.datalink": ("flexnpu_wire.datalink",),
-    "dra_driver.clientconf": ("flexnpu_wire.clientconf", "dra_driver.wirefiles"),
-    "dra_driver.client": ("flexnpu_client",),
-    "dra_driver.client.session": ("flexnpu_client.session",),
-    "dra_driver.daemon.model": ("dra_driver.daemon_api.values", "flexnpu_wire.shares"),
-    "dra_driver.claims": ("dra_kubeletplugin.claims",),
-}
-"""Old path -> its new homes: each name the old path only re-exports is the very object of a home."""
-
-
-def _reexports(old: str) -> dict[str, object]:
-    """The public names of ``old`` that are objects of one of its homes (name -> object)."""
-    import importlib
-
-    old_mod = importlib.import_module(old)
-    homes = [importlib.import_module(h) for h in ALIASES[old]]
-    known = {id(v) for home in homes for v in vars(home).values()}
-    public = getattr(old_mod, "__all__", None) or [n for n in vars(old_mod) if not n.startswith("_")]
-    return {n: getattr(old_mod, n) for n in public if id(getattr(old_mod, n)) in known}
 
 
 def _within_files(path: Path, prefixes: tuple[str, ...]) -> bool:
@@ -249,9 +223,7 @@ def test_the_core_imports_no_runtime_module() -> None:
     roots = ("dra_driver", "kubeletplugin", "controller")
     bad = []
     for path in sources(*roots):
-        if _within_files(
-            path, ("dra_driver/daemon", "dra_driver/aclserver", *RUNTIME_EXCEPTIONS, *ALIAS_FILES)
-        ):
+        if _within_files(path, RUNTIME_EXCEPTIONS):
             continue
         bad += [
             f"{path.relative_to(REPO)} imports {n}"
@@ -261,56 +233,32 @@ def test_the_core_imports_no_runtime_module() -> None:
     assert sorted(set(bad)) == []
 
 
-def test_no_production_module_imports_an_old_path() -> None:
-    partial = (
-        "dra_driver.aclserver.datalink",
-        "dra_driver.daemon.model",
-        "dra_driver.claims",
-    )  # own code too
-    whole = tuple(m for m in ALIASES if m not in partial)
-    moved = {m: set(_reexports(m)) for m in partial}
-    bad = []
+def test_no_module_is_only_an_alias_of_another() -> None:
+    """A module whose every statement is an import (a re-export under an old path) is gone, not kept."""
+    aliases = []
     for path in sources(*PRODUCT):
-        if _within_files(path, ALIAS_FILES):
-            continue
-        for name in imports_of(path):
-            module, _, attr = name.rpartition(".")
-            if any(name == w or name.startswith(w + ".") for w in whole) or attr in moved.get(module, ()):
-                bad.append(f"{path.relative_to(REPO)} imports {name}")
-    assert sorted(set(bad)) == []
-
-
-@pytest.mark.parametrize("old", list(ALIASES))
-def test_old_import_paths_give_the_same_objects(old: str) -> None:
-    import importlib
-
-    old_mod = importlib.import_module(old)
-    public = getattr(old_mod, "__all__", None) or [
-        n for n, v in vars(old_mod).items() if not n.startswith("_") and not isinstance(v, type(sys))
-    ]
-    kept = set(_reexports(old))
-    own = {
-        "dra_driver.aclserver.datalink": {
-            "REGION_MODE",
-            "AnyRegion",
-            "Region",
-            "RegionTruncated",
-            "SealedRegion",
-            "create_region",
-            "create_sealed_region",
-        },
-           "dra_driver.daemon.model": {"DieCapacity", "Entity", "parse_policy"},
-           "dra_driver.claims": {"claim_error"}}.get(old, set())  # fmt: skip
-    assert kept, f"{old} re-exports nothing of {ALIASES[old]}"
-    assert set(public) - kept - own == set()
-
-
-@pytest.mark.parametrize("path", [pytest.param(p, id=p) for p in ALIAS_FILES])
-def test_each_alias_says_so_in_its_first_docstring_line(path: str) -> None:
-    files = [REPO / path] if path.endswith(".py") else sorted((REPO / path).glob("*.py"))
-    for file in files:
-        doc = ast.get_docstring(ast.parse(file.read_text())) or ""
-        assert doc.startswith("Old import path (documented alias)"), file
+        body = ast.parse(path.read_text()).body
+        if (
+            body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(getattr(body[0], "value", None), ast.Constant)
+        ):
+            body = body[1:]
+        rest = [
+            n
+            for n in body
+            if not (
+                isinstance(n, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets)
+            )
+        ]
+        if (
+            path.name != "__init__.py"
+            and rest
+            and all(isinstance(n, (ast.Import, ast.ImportFrom)) for n in rest)
+        ):
+            aliases.append(str(path.relative_to(REPO)))
+    assert aliases == []
 
 
 HELPER_FORBIDDEN = ("dra_driver", "kubeletplugin", "controller", "api_protos", "flexnpu_wire", "flexnpu_client",

@@ -443,7 +443,7 @@ def test_daemon_daemonset_rolls_with_aclservers_outside_its_pod(emulated_node: b
     (init,) = pod["initContainers"]
     assert init["image"] == ctr["image"] and init["securityContext"]["privileged"] is True
     assert init["command"] == [
-        "python3", "-m", "dra_driver.daemon.shmroot", "--host-proc", "/host/proc", "/dev/shm/flexnpu",
+        "python3", "-m", "flexnpu_runtime.daemon.shmroot", "--host-proc", "/host/proc", "/dev/shm/flexnpu",
     ]  # fmt: skip
     init_mounts = {m["mountPath"]: m for m in init["volumeMounts"]}
     assert set(init_mounts) == {"/dev/shm/flexnpu", "/host/proc"} and init_mounts["/host/proc"]["readOnly"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dra_driver.aclserver import model_exec
+from flexnpu_runtime.aclserver import model_exec
 from flexnpu_wire import modelfile as mf
 from flexnpu_wire import modeltool
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from dra_driver import cdi, clientconf, files
+from dra_driver import cdi, files, wirefiles
 from dra_driver.checkpoint import ClaimState, EffectKind
 from dra_driver.daemon_api.values import RegisterRequest, RegisterResult
 from dra_driver.devices import Die, Inventory
@@ -176,7 +176,7 @@ def test_share_prepare_makes_every_effect_and_renders_them_once(world: World) ->
     assert dev.cdi_device_ids == (f"flexnpu.io/vnpu={ref.uid}-vnpu-0-{_share()['shareID']}",)
     spec = json.loads(world.spec(ref.uid).read_text())
     assert [d["name"] for d in spec["devices"]] == [dev.cdi_device_ids[0].split("=", 1)[1]]
-    conf = clientconf.load(world.conf(ref.uid))
+    conf = wirefiles.load_client_conf(world.conf(ref.uid))
     assert (conf.claim_uid, conf.endpoints.tcp) == (ref.uid, "127.0.0.1:40000")
     assert [(s.virtual_id, s.memory_bytes, s.compute_percent) for s in conf.shares] == [(0, 256 * MIB, 10)]
     (doc,) = world.status.written[ref.uid]
@@ -497,7 +497,7 @@ def test_equal_distribution_splits_one_share_into_n_vnpus_of_one_aclserver(world
     ref = _claim(world, "a", [_share(memory="512Mi", compute="20")], _vnpus(4))
     res = world.prepare([ref])[ref.uid]
     assert res.error == "" and len(res.devices) == 1  # one allocated device, one CDI device
-    conf = clientconf.load(world.conf(ref.uid))
+    conf = wirefiles.load_client_conf(world.conf(ref.uid))
     assert [(s.virtual_id, s.memory_bytes, s.compute_percent) for s in conf.shares] == [
         (i, 128 * MIB, 5) for i in range(4)
     ]

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from dra_driver import config
-from dra_driver.daemon import main as daemon_main
 from dra_driver.errors import ErrorCode, InvalidInput
+from flexnpu_runtime.daemon import main as daemon_main
 
 Build = Callable[[Sequence[str], Mapping[str, str]], config.SharedSettings]
 

@@ -33,7 +33,7 @@ def test_every_op_has_exactly_one_row() -> None:
 
 
 def test_server_serves_every_op_of_the_table_with_its_arities(tmp_path: Path) -> None:
-    from dra_driver.aclserver.dispatch import Session
+    from flexnpu_runtime.aclserver.dispatch import Session
 
     class _NoBook:
         def device_count(self) -> int:
@@ -72,18 +72,3 @@ def test_json_table_round_trips_the_header_layout() -> None:
     frame = framing.encode(ops.Op.MALLOC, 7, (4096, 0))
     assert frame[:4] == (len(frame) - 4).to_bytes(4, "big")
     assert frame[4:6] == (10).to_bytes(2, "big")
-
-
-def test_old_import_paths_are_the_new_objects() -> None:
-    import flexnpu_client.acl
-    import flexnpu_client.session
-    from dra_driver.aclserver import codes, protocol
-    from dra_driver.client import acl, session
-    from dra_driver.daemon.model import Share as DaemonShare
-    from flexnpu_wire import codes as wire_codes
-    from flexnpu_wire.launch import ShareSpec
-    from flexnpu_wire.shares import Share
-
-    assert acl is flexnpu_client.acl and session is flexnpu_client.session
-    assert codes.Policy is wire_codes.Policy and protocol.Op is ops.Op
-    assert DaemonShare is Share is ShareSpec

@@ -1,5 +1,0 @@
-"""Old import path (documented alias): this module is ``flexnpu_client.rt`` (see ``dra_driver/client/__init__.py``)."""
-
-from __future__ import annotations
-
-from flexnpu_client.rt import *  # noqa: F403

@@ -1,0 +1,555 @@
+"""Sockets of the aclserver: listeners, authentication, and up to ``max_sessions`` sessions per claim.
+
+Owns the connection lifecycle. One selector loop (the main thread) accepts connections and
+serves every connection that has not authenticated yet: it answers PING, reads frames of at most
+``MAX_PRE_AUTH_FRAME_BYTES`` (a 13-byte header announcing a large frame allocates nothing),
+closes a connection whose HELLO has not succeeded ``auth_timeout_ms`` after connect (an absolute
+deadline: PINGs do not extend it), refuses connections past ``max_connections``, and backs off
+when ``accept`` fails with EMFILE/ENFILE instead of dying. Only an authenticated session gets a
+thread (at most ``max_sessions`` of them); its calls run there with a blocking socket, the
+lowest-latency path for a small call. Sessions share the claim's quota (``Claim``); each one's
+memory, streams and host buffers are released when its connection ends for any reason (a
+SIGKILL'd client closes its socket).
+"""
+
+from __future__ import annotations
+
+import array
+import collections
+import contextlib
+import errno
+import hmac
+import os
+import queue
+import select
+import selectors
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dra_driver import files
+from dra_driver.logs import ClaimLogger
+from flexnpu_runtime.aclserver.backend import Backend
+from flexnpu_runtime.aclserver.claim import Claim, SessionRefused
+from flexnpu_runtime.aclserver.dispatch import WAITING_OPS, FdReply, Session
+from flexnpu_wire import codes
+from flexnpu_wire import framing as protocol
+from flexnpu_wire.framing import Op
+from flexnpu_wire.launch import AclServerSpec
+
+__all__ = ["SOCKET_MODE", "Server"]
+
+SOCKET_MODE = 0o666
+"""The unix socket is connectable by any uid: the container's processes may run as any user and
+the file is reachable only through the claim's own shm dir; HELLO needs the claim token."""
+_BACKOFF_MIN_S = 0.05
+_BACKOFF_MAX_S = 1.0
+_PRE_AUTH_BUFFER = 1024
+_WARN_EVERY_S = 5.0
+_PING, _HELLO = int(Op.PING), int(Op.HELLO)
+_MAX_WAITERS = 64
+"""Blocking synchronize calls of one session served off its thread at once (more run inline)."""
+_PRECISE_S = 0.001
+_KEEP_WHILE_RUNNING = (WAITING_OPS - {int(Op.MODEL_EXECUTE)}) | {int(Op.FINALIZE)}
+"""Ops a session thread running an execution itself does not serve meanwhile: they may wait for
+the session's work (an execution's handler never does while the session thread runs one)."""
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A connection that has not authenticated yet (served by the selector loop)."""
+
+    sock: socket.socket
+    reader: protocol.FrameReader
+    deadline: float
+
+
+@dataclass(slots=True)
+class _Live:
+    sock: socket.socket
+    session: Session
+    thread: threading.Thread | None = None
+
+
+@dataclass(slots=True)
+class _Counters:
+    refused_full: int = 0
+    accept_errors: int = 0
+    timed_out: int = 0
+    last_warning: dict[str, float] = field(default_factory=dict)
+
+
+class Server:
+    """Listens on both endpoints and serves connections until ``serve`` sees its stop socket."""
+
+    def __init__(self, spec: AclServerSpec, backend: Backend, *, log: ClaimLogger) -> None:
+        self.spec = spec
+        self.backend = backend
+        self.log = log
+        self.tcp_port = 0
+        self.claim = Claim(backend, spec, on_sessions_changed=self._sessions_changed)
+        self._token = spec.token.encode()
+        self._listeners: list[socket.socket] = []
+        self._pending: dict[int, _Pending] = {}
+        self._live: dict[int, _Live] = {}
+        self._lock = threading.Lock()
+        self._counters = _Counters()
+        self._stopping = False
+
+    def start(self) -> None:
+        """Create the shm dir and bind both listeners (OSError if either endpoint fails)."""
+        shm = Path(self.spec.shm_dir)
+        if shm.is_symlink():
+            raise OSError(errno.ELOOP, f"shm dir {shm} is a symlink; refusing to use it")
+        shm.mkdir(parents=True, exist_ok=True)
+        backlog = min(128, self.spec.max_connections)
+        tcp = socket.create_server((self.spec.tcp_host, self.spec.tcp_port), backlog=backlog)
+        self._listeners.append(tcp)
+        self.tcp_port = tcp.getsockname()[1]
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.spec.unix_socket)
+        unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listeners.append(unix)
+        unix.bind(self.spec.unix_socket)
+        os.chmod(self.spec.unix_socket, SOCKET_MODE)
+        unix.listen(backlog)
+
+    # -- the selector loop -------------------------------------------------------------------------
+
+    def serve(self, stop: socket.socket) -> None:
+        """Accept and authenticate connections until ``stop`` becomes readable."""
+        auth_s = self.spec.auth_timeout_ms / 1000
+        backoff = 0.0
+        paused_until = 0.0
+        listening = True
+        with selectors.DefaultSelector() as sel:
+            for listener in self._listeners:
+                listener.setblocking(False)
+                sel.register(listener, selectors.EVENT_READ, "listen")
+            sel.register(stop, selectors.EVENT_READ, "stop")
+            while True:
+                now = time.monotonic()
+                if not listening and now >= paused_until:
+                    for listener in self._listeners:
+                        sel.register(listener, selectors.EVENT_READ, "listen")
+                    listening = True
+                timeout = min((p.deadline for p in self._pending.values()), default=now + 3600) - now
+                if not listening:
+                    timeout = min(timeout, paused_until - now)
+                for key, _ in sel.select(max(0.0, timeout)):
+                    if key.data == "stop":
+                        self._close_pending(sel)
+                        return
+                    if key.data == "listen":
+                        assert isinstance(key.fileobj, socket.socket)
+                        try:
+                            self._accept(key.fileobj, sel, deadline=time.monotonic() + auth_s)
+                            backoff = 0.0
+                        except OSError as exc:
+                            if exc.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                                raise
+                            # Out of descriptors: stop accepting for a while, keep serving sessions.
+                            self._counters.accept_errors += 1
+                            backoff = min(_BACKOFF_MAX_S, max(_BACKOFF_MIN_S, backoff * 2))
+                            self._warn("accept", f"accept failed ({exc.strerror}); pausing {backoff:.2f}s")
+                            if listening:
+                                for listener in self._listeners:
+                                    sel.unregister(listener)
+                                listening = False
+                            paused_until = time.monotonic() + backoff
+                            break
+                    else:
+                        self._on_pending(key.data, sel)
+                now = time.monotonic()
+                for fd in [fd for fd, p in self._pending.items() if p.deadline <= now]:
+                    self._counters.timed_out += 1
+                    self._drop(fd, sel, f"no HELLO within {self.spec.auth_timeout_ms} ms of connect")
+
+    def _accept(self, listener: socket.socket, sel: selectors.BaseSelector, *, deadline: float) -> None:
+        while True:
+            try:
+                conn, _addr = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            with self._lock:
+                count = len(self._pending) + len(self._live)
+            if count >= self.spec.max_connections:
+                self._counters.refused_full += 1
+                self._warn(
+                    "full", f"refused a connection: {count} open, the limit is {self.spec.max_connections}"
+                )
+                with contextlib.suppress(OSError):
+                    conn.setblocking(False)
+                    conn.send(
+                        protocol.encode_reply(
+                            Op.NONE,
+                            0,
+                            codes.ACL_ERROR_RT_RESOURCE_ALLOC_FAIL,
+                            tail=f"too many connections (limit {self.spec.max_connections})".encode(),
+                        )
+                    )
+                conn.close()
+                continue
+            conn.setblocking(False)
+            if conn.family != socket.AF_UNIX:
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            reader = protocol.FrameReader(
+                conn, protocol.MAX_PRE_AUTH_FRAME_BYTES, initial_buffer=_PRE_AUTH_BUFFER
+            )
+            self._pending[conn.fileno()] = _Pending(conn, reader, deadline)
+            sel.register(conn, selectors.EVENT_READ, conn.fileno())
+
+    def _on_pending(self, fd: int, sel: selectors.BaseSelector) -> None:
+        pending = self._pending.get(fd)
+        if pending is None:
+            return
+        try:
+            if not pending.reader.fill():
+                self._drop(fd, sel, "")
+                return
+            while True:
+                msg = pending.reader.next_buffered()
+                if msg is None:
+                    return
+                if msg.op == Op.PING:
+                    pending.sock.send(
+                        protocol.encode_reply(
+                            msg.op, msg.request_id, codes.ACL_SUCCESS, os.getpid(), tail=b"PONG"
+                        )
+                    )
+                    continue
+                session, reply = self._hello(msg, unix=pending.sock.family == socket.AF_UNIX)
+                if session is None:
+                    with contextlib.suppress(OSError):
+                        pending.sock.send(reply)
+                    self._drop(fd, sel, "")
+                    return
+                self._promote(fd, sel, pending, session, reply)
+                return
+        except (BlockingIOError, InterruptedError):
+            return
+        except protocol.ProtocolError as exc:
+            with contextlib.suppress(OSError):
+                pending.sock.send(
+                    protocol.encode_reply(Op.NONE, 0, codes.ACL_ERROR_INVALID_PARAM, tail=str(exc).encode())
+                )
+            self._drop(fd, sel, f"before authentication: {exc}")
+        except OSError:
+            self._drop(fd, sel, "")
+
+    def _drop(self, fd: int, sel: selectors.BaseSelector, why: str) -> None:
+        pending = self._pending.pop(fd, None)
+        if pending is None:
+            return
+        with contextlib.suppress(KeyError, ValueError):
+            sel.unregister(pending.sock)
+        pending.sock.close()
+        if why:
+            self._warn("drop", f"closed an unauthenticated connection: {why}")
+
+    def _close_pending(self, sel: selectors.BaseSelector) -> None:
+        for fd in list(self._pending):
+            self._drop(fd, sel, "")
+
+    def _promote(
+        self, fd: int, sel: selectors.BaseSelector, pending: _Pending, session: Session, reply: bytes
+    ) -> None:
+        """Hand an authenticated connection to its own thread."""
+        del self._pending[fd]
+        sel.unregister(pending.sock)
+        sock = pending.sock
+        sock.setblocking(True)
+        pending.reader.max_frame_bytes = self.spec.max_frame_bytes
+        live = _Live(sock, session)
+        thread = threading.Thread(
+            target=self._serve_session, args=(live, pending.reader, reply), daemon=True, name="session"
+        )
+        live.thread = thread
+        with self._lock:
+            self._live[fd] = live
+        thread.start()
+
+    # -- sessions ------------------------------------------------------------------------------------
+
+    def _serve_session(self, live: _Live, reader: protocol.FrameReader, hello_reply: bytes) -> None:
+        sock, session = live.sock, live.session
+        handle = session.handle
+        send_lock = threading.Lock()
+        raw_sendall = sock.sendall
+
+        def sendall(data: bytes) -> None:
+            with send_lock:
+                raw_sendall(data)
+
+        def answer_later(msg: protocol.Message) -> None:
+            reply = handle(msg)
+            assert reply.__class__ is bytes  # waiting ops pass no descriptor
+            with contextlib.suppress(OSError):
+                sendall(reply)
+
+        waiters = _Waiters(answer_later)
+        session.reply_later = lambda frame: _send_quietly(sendall, frame)
+
+        def dispatch(msg: protocol.Message) -> None:
+            op = msg.op
+            if op > _HELLO:  # every ACL op: the hot path first
+                if op in WAITING_OPS and session.would_block(msg) and waiters.submit(msg):
+                    return  # replies may go out of order: clients match them by request id
+                reply = handle(msg)
+                if reply is None:
+                    return  # answered later by the work it queued
+                with send_lock:
+                    if reply.__class__ is bytes:
+                        raw_sendall(reply)
+                    else:
+                        assert isinstance(reply, FdReply)
+                        _send_with_fd(sock, reply)
+            elif op == _PING:
+                sendall(
+                    protocol.encode_reply(op, msg.request_id, codes.ACL_SUCCESS, os.getpid(), tail=b"PONG")
+                )
+            elif op == _HELLO:
+                sendall(
+                    _error(msg, codes.ACL_ERROR_INVALID_PARAM, "this connection is already authenticated")
+                )
+            else:
+                reply = handle(msg)
+                assert reply.__class__ is bytes  # the pre-ACL ops pass no descriptor
+                sendall(reply)
+
+        pause = _ServingPause(session, sock, reader, dispatch)
+        session.pause = pause
+        kept = pause.kept
+        try:
+            sendall(hello_reply)
+            while True:
+                if kept:
+                    msg = kept.popleft()
+                else:
+                    try:
+                        read = reader.read()
+                    except protocol.ProtocolError as exc:
+                        self.log.warning("closing session %d: %s", session.session_id, exc)
+                        sendall(
+                            protocol.encode_reply(
+                                Op.NONE, 0, codes.ACL_ERROR_INVALID_PARAM, tail=str(exc).encode()
+                            )
+                        )
+                        return
+                    if read is None:
+                        return
+                    msg = read
+                pause.serving = not kept  # frames kept for later go first, in order
+                dispatch(msg)
+        except OSError:
+            return
+        finally:
+            waiters.stop()
+            self.claim.close_session(session)
+            with contextlib.suppress(OSError):
+                sock.close()
+            with self._lock:
+                self._live = {k: v for k, v in self._live.items() if v is not live}
+
+    def _hello(self, msg: protocol.Message, *, unix: bool) -> tuple[Session | None, bytes]:
+        if msg.op != Op.HELLO:
+            return None, _error(
+                msg, codes.ACL_ERROR_RT_NO_PERMISSION, "authenticate with HELLO and the claim token first"
+            )
+        if not hmac.compare_digest(msg.tail, self._token):
+            self.log.warning("refused a client: invalid token")
+            return None, _error(msg, codes.ACL_ERROR_RT_NO_PERMISSION, "invalid token")
+        if len(msg.ints) != 2 or msg.ints[0] != protocol.PROTOCOL_VERSION:
+            return None, _error(
+                msg,
+                codes.ACL_ERROR_INVALID_PARAM,
+                f"HELLO must carry (protocol version {protocol.PROTOCOL_VERSION}, client pid)",
+            )
+        client_pid = msg.ints[1]
+        try:
+            session = self.claim.open_session(client_pid, unix=unix)
+        except SessionRefused as exc:
+            return None, _error(msg, exc.code, exc.message)
+        except OSError as exc:
+            return None, _error(
+                msg, codes.ACL_ERROR_INTERNAL_ERROR, f"cannot create the staging region: {exc}"
+            )
+        self.log.info(
+            "session %d opened for client pid %d (%d of %d)",
+            session.session_id,
+            client_pid,
+            self.claim.session_count(),
+            self.spec.max_sessions,
+        )
+        staging = session.staging
+        reply = protocol.encode_reply(
+            msg.op,
+            msg.request_id,
+            codes.ACL_SUCCESS,
+            os.getpid(),
+            self.backend.book.device_count(),
+            staging.size,
+            tail=staging.name.encode(),
+        )
+        return session, reply
+
+    def shutdown(self) -> None:
+        """Stop accepting, end every session (releasing its resources) and remove the socket file."""
+        self._stopping = True
+        c = self._counters
+        if c.refused_full or c.accept_errors or c.timed_out:
+            self.log.info(
+                "connections refused at the cap: %d, accept errors: %d, closed without HELLO in time: %d",
+                c.refused_full,
+                c.accept_errors,
+                c.timed_out,
+            )
+        for listener in self._listeners:
+            listener.close()
+        self._listeners.clear()
+        for pending in list(self._pending.values()):
+            pending.sock.close()
+        self._pending.clear()
+        with self._lock:
+            live = list(self._live.values())
+        for item in live:
+            item.session.cancel()
+            with contextlib.suppress(OSError):
+                item.sock.shutdown(socket.SHUT_RDWR)
+        for item in live:
+            if item.thread is not None:
+                item.thread.join(timeout=10)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.spec.unix_socket)
+
+    def _sessions_changed(self, count: int) -> None:
+        """Record the session count next to the ready file (``flexnpu-smi`` and metrics read it)."""
+        if self._stopping:
+            return
+        with contextlib.suppress(OSError):
+            files.write_atomic(
+                Path(self.spec.ready_file).with_suffix(".sessions"),
+                f"{count}\n".encode(),
+                mode=0o644,
+                sync=False,
+            )
+
+    def _warn(self, kind: str, message: str) -> None:
+        """Log at most one line per kind every few seconds (a flood must not flood the log)."""
+        now = time.monotonic()
+        if now - self._counters.last_warning.get(kind, 0.0) >= _WARN_EVERY_S:
+            self._counters.last_warning[kind] = now
+            self.log.warning("%s", message)
+
+
+def _send_quietly(sendall: Callable[[bytes], None], frame: bytes) -> None:
+    """A late reply: the client may have gone meanwhile (its session is then being closed)."""
+    with contextlib.suppress(OSError):
+        sendall(frame)
+
+
+class _Waiters:
+    """Threads that answer one session's blocking calls (a synchronize, a synchronous model
+    execution) off its thread, at most ``_MAX_WAITERS`` at once; kept for the next call, since
+    starting a thread costs about a tenth of a 1 ms model execution."""
+
+    def __init__(self, answer: Callable[[protocol.Message], None]) -> None:
+        self._answer = answer
+        self._queue: queue.SimpleQueue[protocol.Message | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads = 0
+        self._idle = 0
+
+    def submit(self, msg: protocol.Message) -> bool:
+        """Hand ``msg`` to an idle waiter (or a new one); False when all are busy (run it inline)."""
+        with self._lock:
+            if self._idle:
+                self._idle -= 1
+            elif self._threads < _MAX_WAITERS:
+                self._threads += 1
+                threading.Thread(target=self._run, daemon=True, name="wait").start()
+            else:
+                return False
+        self._queue.put(msg)
+        return True
+
+    def _run(self) -> None:
+        while (msg := self._queue.get()) is not None:
+            try:
+                self._answer(msg)
+            finally:
+                with self._lock:
+                    self._idle += 1
+
+    def stop(self) -> None:
+        with self._lock:
+            for _ in range(self._threads):
+                self._queue.put(None)
+            self._threads = self._idle = 0
+
+
+class _ServingPause:
+    """How a session thread waits while it holds the die for a synchronous execution it runs
+    itself (``Streams.run_now``): it keeps serving its connection, so the client's other threads
+    are not held up. Frames are served in order until one that may wait for the session's work
+    (it would wait for this very execution): that one and all after it are kept for the session
+    loop (``kept``). The end of the stream or a broken read ends the session's work at once
+    (``end``), as the session loop does; it meets the same end on its next read. The last
+    ``_PRECISE_S`` or so of each wait is a plain timed wait on the cancel event, as in a worker
+    thread: poll's millisecond timeout would overshoot the die time."""
+
+    def __init__(
+        self,
+        session: Session,
+        sock: socket.socket,
+        reader: protocol.FrameReader,
+        dispatch: Callable[[protocol.Message], None],
+    ) -> None:
+        self._cancel = session.streams.cancelled
+        self._end = session.cancel
+        self._reader = reader
+        self._dispatch = dispatch
+        self._poll = select.poll()
+        self._poll.register(sock, select.POLLIN)
+        self.kept: collections.deque[protocol.Message] = collections.deque()
+        self.serving = True
+
+    def is_set(self) -> bool:
+        return self._cancel.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        deadline = time.monotonic() + (timeout if timeout is not None else 3600.0)
+        while self.serving and not self._cancel.is_set():
+            poll_ms = int((deadline - time.monotonic() - _PRECISE_S) * 1000)
+            if poll_ms <= 0:
+                break
+            try:
+                msg = self._reader.next_buffered()
+                if msg is None:
+                    if self._poll.poll(poll_ms) and not self._reader.fill():
+                        self.serving = False  # the client is gone: so is its work
+                        self._end()
+                    continue
+                if msg.op in _KEEP_WHILE_RUNNING:
+                    self.kept.append(msg)
+                    self.serving = False
+                    continue
+                self._dispatch(msg)
+            except (OSError, protocol.ProtocolError):
+                self.serving = False
+                self._end()
+        return self._cancel.wait(max(0.0, deadline - time.monotonic()))
+
+
+def _send_with_fd(sock: socket.socket, reply: FdReply) -> None:
+    """Send a reply frame with its descriptor attached to the frame's first byte (SCM_RIGHTS)."""
+    sent = sock.sendmsg([reply.frame], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [reply.fd]))])
+    if sent < len(reply.frame):
+        sock.sendall(reply.frame[sent:])
+
+
+def _error(msg: protocol.Message, code: int, text: str) -> bytes:
+    return protocol.encode_reply(msg.op, msg.request_id, code, tail=text.encode())

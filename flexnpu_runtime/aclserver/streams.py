@@ -1,0 +1,374 @@
+"""One session's streams and the work queued on them: kernels (and model executions) on the die.
+
+Owns stream handles, one worker thread per device that runs the session's queued tasks in launch
+order, a task run at once on the caller's thread when its device has nothing queued (``run_now``:
+a synchronous model execution, with no hand-off to the worker), the bound on queued tasks,
+synchronization, and cancellation. A task holds its die for ``duration_us`` — each slice granted
+by the quota book from the die ledger, so compute quotas (fixed, elastic, best-effort) hold across
+aclservers and for every kind of task alike — then runs its ``complete`` step (the kernel's
+result, a model's outputs). A thread that holds the die asks for 1 ns of timer slack, so its timed
+waits end when the slice does. What a task reads or writes is pinned in the book while it is
+queued: a FREE meanwhile returns at once, but the bytes stay charged until the task ends
+(``quota.py``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from flexnpu_runtime.aclserver import proctitle, scheduling
+from flexnpu_runtime.aclserver.backend import KERNEL_RESULT_BYTES, AclFailure, Backend
+from flexnpu_runtime.aclserver.ledger import Pause
+from flexnpu_runtime.aclserver.quota import Allocation
+from flexnpu_wire import codes
+from flexnpu_wire.framing import Op
+
+__all__ = ["MAX_KERNEL_US", "MAX_QUEUED_TASKS", "MAX_STREAMS", "WAITING_OPS", "Pause", "Streams", "Task"]
+
+MAX_KERNEL_US = 10_000_000
+MAX_STREAMS = 1024
+MAX_QUEUED_TASKS = 1024
+"""Tasks one session may have queued at once (over all its streams); one more gets 207005. Each
+holds a few hundred bytes of the aclserver's own memory; what it uses is charged to the quota."""
+WAITING_OPS = frozenset(
+    {int(Op.SYNCHRONIZE_STREAM), int(Op.SYNCHRONIZE_DEVICE), int(Op.DESTROY_STREAM), int(Op.MODEL_UNLOAD),
+     int(Op.MODEL_EXECUTE)}
+)  # fmt: skip
+_STREAM_BASE = 0x5_0000_0000
+_PR_SET_TIMERSLACK = 29
+_precise = threading.local()
+Handler = Callable[[tuple[int, ...]], tuple[int, ...]]
+
+
+@dataclass(slots=True)
+class _Stream:
+    stream_id: int
+    device: int
+    pending: int = 0
+
+
+def _ended() -> None:
+    """What a task's ``complete`` is once it ended: nothing."""
+
+
+@dataclass(slots=True)
+class Task:
+    """Queued work: hold the die for ``duration_us``, then ``complete()``; ``pins`` are released
+    when it ends either way."""
+
+    stream: _Stream
+    duration_us: int
+    complete: Callable[[], None]
+    pins: tuple[Allocation, ...] = ()
+    error: AclFailure | None = None
+    then: Callable[[], None] | None = None
+    """Called once the task ended (ran, failed or was cancelled), after ``done`` is set."""
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(slots=True)
+class _Worker:
+    """Runs one device's tasks in launch order."""
+
+    device: int
+    queue: deque[Task] = field(default_factory=deque)
+    thread: threading.Thread | None = None
+    caller_runs: Task | None = None
+    """The head of ``queue`` while ``run_now`` runs it on the caller's thread (the worker waits)."""
+    booked: tuple[float, float] | None = None
+    """A slice booked ahead for the head of ``queue`` (by whoever ran the task before it)."""
+
+
+class Streams:
+    """Streams and queued work of one session (``handlers`` for the dispatcher); thread-safe."""
+
+    def __init__(self, backend: Backend, *, session_id: int, current: Callable[[], int]) -> None:
+        self.backend = backend
+        self.session_id = session_id
+        self._current = current
+        self.streams: dict[int, _Stream] = {}
+        self.kernels_done = 0
+        self.kernel_us_done = 0
+        self._queued = 0
+        self._next_stream = _STREAM_BASE
+        self._workers: dict[int, _Worker] = {}
+        self._cond = threading.Condition()
+        self.cancelled = threading.Event()
+
+    def handlers(self) -> dict[Op, Handler]:
+        return {
+            Op.CREATE_STREAM: self._create_stream,
+            Op.DESTROY_STREAM: self._destroy_stream,
+            Op.SYNCHRONIZE_STREAM: self._synchronize_stream,
+            Op.SYNCHRONIZE_DEVICE: self._synchronize_device,
+            Op.LAUNCH_KERNEL: self._launch_kernel,
+            Op.GET_STATS: self._get_stats,
+        }
+
+    def busy(self) -> bool:
+        with self._cond:
+            return any(s.pending for s in self.streams.values())
+
+    # -- streams ---------------------------------------------------------------------------------
+
+    def _create_stream(self, _ints: tuple[int, ...]) -> tuple[int, ...]:
+        return (self.create(self._current()).stream_id,)
+
+    def create(self, device: int) -> _Stream:
+        with self._cond:
+            if len(self.streams) >= MAX_STREAMS:
+                raise AclFailure(
+                    codes.ACL_ERROR_RT_NO_STREAM_RESOURCE, f"at most {MAX_STREAMS} streams per client"
+                )
+            self._next_stream += 1
+            stream = self.streams[self._next_stream] = _Stream(self._next_stream, device)
+        return stream
+
+    def _destroy_stream(self, ints: tuple[int, ...]) -> tuple[int, ...]:
+        stream = self.stream(ints[0])
+        self.wait(lambda: stream.pending == 0)
+        with self._cond:
+            self.streams.pop(stream.stream_id, None)
+        return ()
+
+    def _synchronize_stream(self, ints: tuple[int, ...]) -> tuple[int, ...]:
+        stream = self.stream(ints[0])
+        self.wait(lambda: stream.pending == 0)
+        return ()
+
+    def _synchronize_device(self, _ints: tuple[int, ...]) -> tuple[int, ...]:
+        device = self._current()
+        self.wait(lambda: all(s.pending == 0 for s in self.streams.values() if s.device == device))
+        return ()
+
+    def stream(self, stream_id: int) -> _Stream:
+        stream = self.streams.get(stream_id)
+        if stream is None:
+            raise AclFailure(codes.ACL_ERROR_INVALID_RESOURCE_HANDLE, f"stream {stream_id:#x} does not exist")
+        return stream
+
+    # -- kernels ---------------------------------------------------------------------------------
+
+    def _launch_kernel(self, ints: tuple[int, ...]) -> tuple[int, ...]:
+        stream_id, duration_us, tag, out_ptr, in_ptr, in_len = ints
+        stream = self.stream(stream_id)
+        if not 0 < duration_us <= MAX_KERNEL_US:
+            raise AclFailure(
+                codes.ACL_ERROR_INVALID_PARAM,
+                f"kernel duration_us must be in 1..{MAX_KERNEL_US}, got {duration_us}",
+            )
+        backend, owner, book = self.backend, self.session_id, self.backend.book
+        used: list[Allocation] = []
+        if out_ptr:
+            backend.device_view(out_ptr, KERNEL_RESULT_BYTES, owner=owner)
+            used.append(book.find(out_ptr, KERNEL_RESULT_BYTES, owner=owner))
+        input_view = backend.device_view(in_ptr, in_len, owner=owner) if in_ptr else None
+        if in_ptr:
+            used.append(book.find(in_ptr, in_len, owner=owner))
+
+        def complete() -> None:
+            backend.complete_kernel(out_ptr=out_ptr, tag=tag, input_view=input_view, owner=owner)
+
+        self.submit(Task(stream, duration_us, complete), used)
+        with self._cond:
+            return (self.kernels_done + self._queued,)
+
+    def _get_stats(self, _ints: tuple[int, ...]) -> tuple[int, ...]:
+        with self._cond:
+            return self.kernels_done, self.kernel_us_done
+
+    # -- the queue -------------------------------------------------------------------------------
+
+    def submit(self, task: Task, uses: list[Allocation]) -> None:
+        """Queue ``task`` behind its stream's earlier work, pinning what it uses."""
+        self._admit(task, uses)
+        device = task.stream.device
+        with self._cond:
+            worker = self._worker(device)
+            if worker.thread is None:
+                worker.thread = threading.Thread(
+                    target=self._run_worker, args=(worker,), daemon=True, name=f"kernels-dev{device}"
+                )
+                worker.thread.start()
+            task.stream.pending += 1
+            worker.queue.append(task)
+            self._cond.notify_all()
+
+    def run_now(self, task: Task, uses: list[Allocation], pause: Pause) -> bool:
+        """Run ``task`` on this thread if its device has nothing queued or running (False: the
+        caller queues it instead); it holds the die exactly as a queued task does, waiting with
+        ``pause``. True once it ended (``task.error`` tells how)."""
+        device = task.stream.device
+        with self._cond:
+            worker = self._worker(device)
+            if worker.queue or self.cancelled.is_set():
+                return False
+        self._admit(task, uses)
+        with self._cond:
+            if worker.queue:  # another thread queued work meanwhile: keep launch order
+                self._unadmit(task)
+                return False
+            task.stream.pending += 1
+            worker.queue.append(task)
+            worker.caller_runs = task
+        used: int | None = None
+        try:
+            used = self._run_task(worker, task, pause)
+        finally:
+            if used is None and task.error is None:
+                task.error = AclFailure(codes.ACL_ERROR_INTERNAL_ERROR, "cancelled: the session ended")
+            with self._cond:
+                worker.queue.popleft()
+                worker.caller_runs = None
+                self._cond.notify_all()  # the worker may start what was queued meanwhile
+            self._finish(task, ran=used is not None, used_us=used or 0)
+        return True
+
+    def _worker(self, device: int) -> _Worker:
+        """The device's worker record (under ``_cond``); its thread starts with the first queued task."""
+        worker = self._workers.get(device)
+        if worker is None:
+            worker = self._workers[device] = _Worker(device)
+        return worker
+
+    def _admit(self, task: Task, uses: list[Allocation]) -> None:
+        """Count ``task`` against the queue bound and pin what it uses (AclFailure: neither)."""
+        with self._cond:
+            if self._queued >= MAX_QUEUED_TASKS:
+                raise AclFailure(
+                    codes.ACL_ERROR_RT_RESOURCE_ALLOC_FAIL,
+                    f"at most {MAX_QUEUED_TASKS} kernels and model executions may be queued per client",
+                )
+            self._queued += 1
+        try:
+            task.pins = self.backend.book.pin(uses)
+        except BaseException:
+            with self._cond:
+                self._queued -= 1
+            raise
+
+    def _unadmit(self, task: Task) -> None:
+        """Undo ``_admit`` of a task that was never queued (under ``_cond``)."""
+        self._queued -= 1
+        self.backend.book.unpin(task.pins)
+        task.pins = ()
+
+    def drain(self) -> None:
+        """Wait for every queued task of this session."""
+        self.wait(lambda: self._queued == 0)
+
+    def wait(self, done: Callable[[], bool]) -> None:
+        with self._cond:
+            while not done() and not self.cancelled.is_set():
+                self._cond.wait(0.5)
+        if self.cancelled.is_set():
+            raise AclFailure(
+                codes.ACL_ERROR_INTERNAL_ERROR, "the aclserver is stopping; queued kernels were cancelled"
+            )
+
+    def cancel(self) -> None:
+        """Stop running and queued tasks and wake any call waiting on them (thread-safe)."""
+        self.cancelled.set()
+        with self._cond:
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """Cancel, join the workers (every pin is released), forget the streams."""
+        self.cancel()
+        for worker in list(self._workers.values()):
+            if worker.thread is not None:
+                worker.thread.join()
+        self._workers.clear()
+        self.streams.clear()
+
+    def forget_streams(self) -> None:
+        with self._cond:
+            self.streams.clear()
+
+    def _finish(self, task: Task, *, ran: bool, used_us: int = 0) -> None:
+        # The work's closure holds views of the buffers it used: drop it before their memory may
+        # go, so a freed buffer's bytes leave with its quota (not when this worker takes its next task).
+        task.complete = _ended
+        self.backend.book.unpin(task.pins)
+        task.pins = ()
+        with self._cond:
+            task.stream.pending -= 1
+            self._queued -= 1
+            if ran:
+                self.kernels_done += 1
+                self.kernel_us_done += used_us
+            self._cond.notify_all()
+        task.done.set()
+        then, task.then = task.then, None  # ``then`` may refer to the task: no cycle outlives it
+        if then is not None:
+            then()
+
+    def _run_worker(self, worker: _Worker) -> None:
+        """Run the device's queued tasks in launch order (not one ``run_now`` runs)."""
+        cancel = self.cancelled
+        while True:
+            with self._cond:
+                while (not worker.queue or worker.caller_runs is not None) and not cancel.is_set():
+                    self._cond.wait()
+                if cancel.is_set():
+                    doomed = [t for t in worker.queue if t is not worker.caller_runs]
+                    worker.queue = deque(t for t in worker.queue if t is worker.caller_runs)
+                else:
+                    doomed = []
+                    task = worker.queue[0]
+            if doomed or cancel.is_set():
+                for t in doomed:
+                    t.error = AclFailure(codes.ACL_ERROR_INTERNAL_ERROR, "cancelled: the session ended")
+                    self._finish(t, ran=False)
+                return
+            used = self._run_task(worker, task, cancel)
+            if used is None:
+                continue  # cancelled: the top of the loop drains the queue
+            with self._cond:
+                worker.queue.popleft()
+            self._finish(task, ran=True, used_us=used)
+
+    def _run_task(self, worker: _Worker, task: Task, pause: Pause) -> int | None:
+        """Hold the die for ``task`` slice by slice, then complete it; the die microseconds it
+        used, or None if cancelled first.
+
+        While a slice runs, the next one (of this task or the next queued one) is booked just
+        before the die frees, so a busy device loses no die time between slices. The thread
+        sleeps (``pause``) while the die is held."""
+        book = self.backend.book
+        if not getattr(_precise, "timers", False):  # once per thread: 1 ns of timer slack, not
+            proctitle.prctl(_PR_SET_TIMERSLACK, 1)  # Linux's 50 us, so a slice's wait ends on time
+            _precise.timers = True
+        remaining, used = task.duration_us, 0
+        while remaining > 0:
+            grant, worker.booked = worker.booked, None
+            if grant is None:
+                grant = book.acquire_slice(worker.device, min(remaining, scheduling.SLICE_US), pause)
+            if grant is None:
+                return None
+            start, end = grant
+            got = round((end - start) * 1e6)
+            remaining -= got
+            used += got
+            nxt = self._next_want(worker, remaining)
+            lookahead_at = end - scheduling.LOOKAHEAD_US / 1e6
+            if nxt and not pause.wait(max(0.0, lookahead_at - time.monotonic())):
+                worker.booked = book.acquire_slice(worker.device, nxt, pause)
+            if pause.wait(max(0.0, end - time.monotonic())):
+                return None
+        try:
+            task.complete()
+        except AclFailure as exc:
+            task.error = exc
+        return used
+
+    def _next_want(self, worker: _Worker, remaining: int) -> int:
+        """Length of the slice to book next: the rest of this task, else the next queued task."""
+        if remaining > 0:
+            return min(remaining, scheduling.SLICE_US)
+        with self._cond:
+            return min(worker.queue[1].duration_us, scheduling.SLICE_US) if len(worker.queue) > 1 else 0
