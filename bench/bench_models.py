@@ -95,7 +95,7 @@ def direct_runners(
         0, memoryview(bytearray(data)), desc, weight=None,
         work=Buffer(work, desc.work_bytes, backend.book.find(work, owner=1)),
     )  # fmt: skip
-    streams = Streams(backend, session_id=1, current=lambda: 0)
+    streams = Streams(backend, backend.book, session_id=1, current=lambda: 0)
     stream = streams.create(0)
     own = [loaded.work.alloc] if loaded.work else []
     bufs = []

@@ -23,22 +23,20 @@ import struct
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from flexnpu_runtime.aclserver.backend import AclFailure, Backend, Buffer, LoadedModel
+from flexnpu_runtime.aclserver.backend import AclFailure, Allocation, Backend, Buffer, LoadedModel
+from flexnpu_runtime.aclserver.hostmem import HostBudget
 from flexnpu_runtime.aclserver.ledger import Pause
 from flexnpu_runtime.aclserver.memory import Memory
-from flexnpu_runtime.aclserver.quota import Allocation
+from flexnpu_runtime.aclserver.quota import QuotaBook
 from flexnpu_runtime.aclserver.streams import Streams, Task
 from flexnpu_wire import codes, modelfile
 from flexnpu_wire import datalink as wire_datalink
 from flexnpu_wire import framing as protocol
 from flexnpu_wire.framing import Op
 
-if TYPE_CHECKING:
-    from flexnpu_runtime.aclserver.claim import Claim
-
-__all__ = ["MAX_BLOBS", "MAX_MODELS", "Models"]
+__all__ = ["MAX_BLOBS", "MAX_MODELS", "Link", "Models"]
 
 MAX_BLOBS = 4
 """Model byte blobs one session may have open at once."""
@@ -66,6 +64,20 @@ class _Model:
     idle: threading.Condition = field(default_factory=threading.Condition)
 
 
+class Link(Protocol):
+    """The connection a session answers on (the server's), as a synchronous execution needs it."""
+
+    @property
+    def pause(self) -> Pause:
+        """How the session thread waits while it runs a synchronous execution itself (it keeps
+        serving the connection meanwhile)."""
+        ...
+
+    def send_later(self, frame: bytes) -> None:
+        """Send a reply frame from another thread (a synchronous execution's, when it ends)."""
+        ...
+
+
 def _needs(desc: modelfile.ModelFile, batch: int, hw: tuple[int, int]) -> tuple[int, ...]:
     return tuple(desc.need(i, batch, hw) for i in range(len(desc.inputs) + len(desc.outputs)))
 
@@ -76,18 +88,21 @@ class Models:
     def __init__(
         self,
         backend: Backend,
+        book: QuotaBook,
         *,
         session_id: int,
         memory: Memory,
         streams: Streams,
-        claim: Claim | None,
+        host: HostBudget | None,
         current: Callable[[], int],
+        link: Link | None,
     ) -> None:
         self.backend = backend
+        self.book = book
         self.session_id = session_id
         self.memory = memory
         self.streams = streams
-        self.claim = claim
+        self.host = host
         self._current = current
         self._lock = threading.Lock()
         self._blobs: dict[int, _Blob] = {}
@@ -95,12 +110,8 @@ class Models:
         self._next_blob = 1
         self._next_model = 1
         self._sync_streams: dict[int, int] = {}
-        self.reply_later: Callable[[bytes], None] | None = None
-        """Set by the server: sends a reply frame from another thread (a synchronous execution's,
-        when it ends); None: a synchronous execution waits in its handler."""
-        self.pause: Pause | None = None
-        """Set by the server: how its session thread waits while it runs a synchronous execution
-        itself (serving the connection meanwhile); None: synchronous executions are queued."""
+        self._link = link
+        """None (no server): a synchronous execution is queued and waits in its handler."""
         self._running_now = False
 
     def handlers(self) -> dict[Op, Handler]:
@@ -132,8 +143,8 @@ class Models:
                     codes.ACL_ERROR_RT_RESOURCE_ALLOC_FAIL,
                     f"at most {MAX_BLOBS} models may be in flight at once",
                 )
-        if self.claim is not None:
-            self.claim.reserve_host(size, buffer=False)
+        if self.host is not None:
+            self.host.reserve(size, buffer=False)
         try:
             data = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         except (OSError, OverflowError) as exc:
@@ -190,7 +201,7 @@ class Models:
                 )
         blob = self._blob(blob_id)
         desc = self.backend.describe_model(blob.view)
-        pinned = self.backend.book.pin([b.alloc for b in (weight, work) if b is not None])
+        pinned = self.book.pin([b.alloc for b in (weight, work) if b is not None])
         own: list[Allocation] = []
         try:
             weight = self._model_memory(device, weight, desc.weight_bytes, "weight", own)
@@ -198,8 +209,8 @@ class Models:
             loaded = self.backend.load_model(device, blob.view, desc, weight=weight, work=work)
         except BaseException:
             for alloc in own:
-                self.backend.book.free(alloc.base)
-            self.backend.book.unpin(pinned)
+                self.book.free(alloc.base)
+            self.book.unpin(pinned)
             raise
         loaded.own, loaded.lent = own, list(pinned)
         self._drop_blob(self._take_blob(blob_id))
@@ -216,7 +227,7 @@ class Models:
             return None
         if size <= 0:
             raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, f"{what} memory of {size} bytes at {ptr:#x}")
-        return Buffer(ptr, size, self.backend.book.find(ptr, size, owner=self.session_id))
+        return Buffer(ptr, size, self.book.find(ptr, size, owner=self.session_id))
 
     def _model_memory(
         self, device: int, given: Buffer | None, need: int, what: str, own: list[Allocation]
@@ -238,7 +249,7 @@ class Models:
             raise AclFailure(
                 exc.code, f"loading the model: its {what} memory does not fit: {exc.message}"
             ) from None
-        own.append(self.backend.book.find(ptr, owner=self.session_id, exact=True))
+        own.append(self.book.find(ptr, owner=self.session_id, exact=True))
         return Buffer(ptr, need, own[-1])
 
     def _get_desc(self, msg: protocol.Message) -> tuple[tuple[int, ...], bytes]:
@@ -258,7 +269,7 @@ class Models:
 
     def _release(self, model: _Model) -> None:
         loaded = model.loaded
-        book = self.backend.book
+        book = self.book
         try:
             self.backend.unload_model(loaded)
         finally:
@@ -312,7 +323,8 @@ class Models:
                 f"model {model_id} is on device {model.loaded.device}, stream {stream_id:#x} on {stream.device}",
             )
         uses = [*model.loaded.own, *model.loaded.lent, *(b.alloc for b in buffers)]
-        pause = self.pause if sync and not self._running_now else None
+        link = self._link if sync else None
+        pause = link.pause if link is not None and not self._running_now else None
         if pause is not None:  # on this thread, if the device has nothing queued
             task = Task(stream, cost_us, run)
             with model.idle:
@@ -327,7 +339,7 @@ class Models:
                 if task.error is not None:
                     raise task.error
                 return (), b""
-        reply_later = self.reply_later if sync else None
+        reply_later = link.send_later if link is not None else None
 
         def ended() -> None:
             self._executed(model)
@@ -366,7 +378,7 @@ class Models:
     def _buffer(self, ptr: int, size: int) -> Buffer:
         if size < 0:
             raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, f"a dataset buffer of {size} bytes at {ptr:#x}")
-        return Buffer(ptr, size, self.backend.book.find(ptr, size, owner=self.session_id))
+        return Buffer(ptr, size, self.book.find(ptr, size, owner=self.session_id))
 
     def _dynamic_shape(self, desc: modelfile.ModelFile, inputs: list[Buffer]) -> tuple[int, tuple[int, int]]:
         """The batch or (h, w) of this execution, from the dynamic-shape input (0 / (0, 0): none)."""
@@ -443,5 +455,5 @@ class Models:
         self._unreserve(blob.size)
 
     def _unreserve(self, size: int) -> None:
-        if self.claim is not None:
-            self.claim.release_host(size, buffer=False)
+        if self.host is not None:
+            self.host.release(size, buffer=False)

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from flexnpu_runtime.aclserver.backend import AclFailure
+from flexnpu_runtime.aclserver.backend import AclFailure, Allocation
 from flexnpu_runtime.aclserver.ledger import DieLedger, Pause
 from flexnpu_wire import codes
 from flexnpu_wire.codes import Policy
@@ -38,7 +38,6 @@ from flexnpu_wire.launch import AclServerSpec, ShareSpec
 __all__ = [
     "ALLOC_ALIGN",
     "MAX_ALLOCATIONS",
-    "Allocation",
     "BookShare",
     "QuotaBook",
     "check_policy",
@@ -83,20 +82,6 @@ def register_shares(
             mem_quota=share.memory_bytes,
         )
         yield share, ledger, slot
-
-
-@dataclass(slots=True, eq=False)
-class Allocation:
-    """One device allocation; ``payload`` is the backend's handle of its memory."""
-
-    base: int
-    size: int
-    accounted: int
-    device: int
-    owner: int
-    payload: Any = None
-    pins: int = 0
-    freed: bool = False
 
 
 @dataclass(slots=True, eq=False)

@@ -35,6 +35,7 @@ from dra_driver.logs import ClaimLogger
 from flexnpu_runtime.aclserver.backend import Backend
 from flexnpu_runtime.aclserver.claim import Claim, SessionRefused
 from flexnpu_runtime.aclserver.dispatch import WAITING_OPS, FdReply, Session
+from flexnpu_runtime.aclserver.quota import QuotaBook
 from flexnpu_wire import codes
 from flexnpu_wire import framing as protocol
 from flexnpu_wire.framing import Op
@@ -68,13 +69,6 @@ class _Pending:
 
 
 @dataclass(slots=True)
-class _Live:
-    sock: socket.socket
-    session: Session
-    thread: threading.Thread | None = None
-
-
-@dataclass(slots=True)
 class _Counters:
     refused_full: int = 0
     accept_errors: int = 0
@@ -85,16 +79,16 @@ class _Counters:
 class Server:
     """Listens on both endpoints and serves connections until ``serve`` sees its stop socket."""
 
-    def __init__(self, spec: AclServerSpec, backend: Backend, *, log: ClaimLogger) -> None:
+    def __init__(self, spec: AclServerSpec, backend: Backend, book: QuotaBook, *, log: ClaimLogger) -> None:
         self.spec = spec
-        self.backend = backend
+        self.book = book
         self.log = log
         self.tcp_port = 0
-        self.claim = Claim(backend, spec, on_sessions_changed=self._sessions_changed)
+        self.claim = Claim(backend, book, spec, on_sessions_changed=self._sessions_changed)
         self._token = spec.token.encode()
         self._listeners: list[socket.socket] = []
         self._pending: dict[int, _Pending] = {}
-        self._live: dict[int, _Live] = {}
+        self._live: dict[int, _Connection] = {}
         self._lock = threading.Lock()
         self._counters = _Counters()
         self._stopping = False
@@ -221,13 +215,13 @@ class Server:
                         )
                     )
                     continue
-                session, reply = self._hello(msg, unix=pending.sock.family == socket.AF_UNIX)
-                if session is None:
+                conn, reply = self._hello(msg, pending)
+                if conn is None:
                     with contextlib.suppress(OSError):
                         pending.sock.send(reply)
                     self._drop(fd, sel, "")
                     return
-                self._promote(fd, sel, pending, session, reply)
+                self._promote(fd, sel, pending, conn, reply)
                 return
         except (BlockingIOError, InterruptedError):
             return
@@ -255,106 +249,42 @@ class Server:
             self._drop(fd, sel, "")
 
     def _promote(
-        self, fd: int, sel: selectors.BaseSelector, pending: _Pending, session: Session, reply: bytes
+        self, fd: int, sel: selectors.BaseSelector, pending: _Pending, conn: _Connection, reply: bytes
     ) -> None:
         """Hand an authenticated connection to its own thread."""
         del self._pending[fd]
         sel.unregister(pending.sock)
-        sock = pending.sock
-        sock.setblocking(True)
+        pending.sock.setblocking(True)
         pending.reader.max_frame_bytes = self.spec.max_frame_bytes
-        live = _Live(sock, session)
-        thread = threading.Thread(
-            target=self._serve_session, args=(live, pending.reader, reply), daemon=True, name="session"
-        )
-        live.thread = thread
+        thread = threading.Thread(target=self._serve_session, args=(conn, reply), daemon=True, name="session")
+        conn.thread = thread
         with self._lock:
-            self._live[fd] = live
+            self._live[fd] = conn
         thread.start()
 
     # -- sessions ------------------------------------------------------------------------------------
 
-    def _serve_session(self, live: _Live, reader: protocol.FrameReader, hello_reply: bytes) -> None:
-        sock, session = live.sock, live.session
-        handle = session.handle
-        send_lock = threading.Lock()
-        raw_sendall = sock.sendall
-
-        def sendall(data: bytes) -> None:
-            with send_lock:
-                raw_sendall(data)
-
-        def answer_later(msg: protocol.Message) -> None:
-            reply = handle(msg)
-            assert reply.__class__ is bytes  # waiting ops pass no descriptor
-            with contextlib.suppress(OSError):
-                sendall(reply)
-
-        waiters = _Waiters(answer_later)
-        session.reply_later = lambda frame: _send_quietly(sendall, frame)
-
-        def dispatch(msg: protocol.Message) -> None:
-            op = msg.op
-            if op > _HELLO:  # every ACL op: the hot path first
-                if op in WAITING_OPS and session.would_block(msg) and waiters.submit(msg):
-                    return  # replies may go out of order: clients match them by request id
-                reply = handle(msg)
-                if reply is None:
-                    return  # answered later by the work it queued
-                with send_lock:
-                    if reply.__class__ is bytes:
-                        raw_sendall(reply)
-                    else:
-                        assert isinstance(reply, FdReply)
-                        _send_with_fd(sock, reply)
-            elif op == _PING:
-                sendall(
-                    protocol.encode_reply(op, msg.request_id, codes.ACL_SUCCESS, os.getpid(), tail=b"PONG")
-                )
-            elif op == _HELLO:
-                sendall(
-                    _error(msg, codes.ACL_ERROR_INVALID_PARAM, "this connection is already authenticated")
-                )
-            else:
-                reply = handle(msg)
-                assert reply.__class__ is bytes  # the pre-ACL ops pass no descriptor
-                sendall(reply)
-
-        pause = _ServingPause(session, sock, reader, dispatch)
-        session.pause = pause
-        kept = pause.kept
+    def _serve_session(self, conn: _Connection, hello_reply: bytes) -> None:
+        session = conn.session
         try:
-            sendall(hello_reply)
-            while True:
-                if kept:
-                    msg = kept.popleft()
-                else:
-                    try:
-                        read = reader.read()
-                    except protocol.ProtocolError as exc:
-                        self.log.warning("closing session %d: %s", session.session_id, exc)
-                        sendall(
-                            protocol.encode_reply(
-                                Op.NONE, 0, codes.ACL_ERROR_INVALID_PARAM, tail=str(exc).encode()
-                            )
-                        )
-                        return
-                    if read is None:
-                        return
-                    msg = read
-                pause.serving = not kept  # frames kept for later go first, in order
-                dispatch(msg)
+            conn.serve(hello_reply)
+        except protocol.ProtocolError as exc:
+            self.log.warning("closing session %d: %s", session.session_id, exc)
+            with contextlib.suppress(OSError):
+                conn.sendall(
+                    protocol.encode_reply(Op.NONE, 0, codes.ACL_ERROR_INVALID_PARAM, tail=str(exc).encode())
+                )
         except OSError:
             return
         finally:
-            waiters.stop()
+            conn.stop()
             self.claim.close_session(session)
             with contextlib.suppress(OSError):
-                sock.close()
+                conn.sock.close()
             with self._lock:
-                self._live = {k: v for k, v in self._live.items() if v is not live}
+                self._live = {k: v for k, v in self._live.items() if v is not conn}
 
-    def _hello(self, msg: protocol.Message, *, unix: bool) -> tuple[Session | None, bytes]:
+    def _hello(self, msg: protocol.Message, pending: _Pending) -> tuple[_Connection | None, bytes]:
         if msg.op != Op.HELLO:
             return None, _error(
                 msg, codes.ACL_ERROR_RT_NO_PERMISSION, "authenticate with HELLO and the claim token first"
@@ -370,13 +300,14 @@ class Server:
             )
         client_pid = msg.ints[1]
         try:
-            session = self.claim.open_session(client_pid, unix=unix)
+            conn = _Connection(self.claim, pending.sock, pending.reader, client_pid=client_pid)
         except SessionRefused as exc:
             return None, _error(msg, exc.code, exc.message)
         except OSError as exc:
             return None, _error(
                 msg, codes.ACL_ERROR_INTERNAL_ERROR, f"cannot create the staging region: {exc}"
             )
+        session = conn.session
         self.log.info(
             "session %d opened for client pid %d (%d of %d)",
             session.session_id,
@@ -390,11 +321,11 @@ class Server:
             msg.request_id,
             codes.ACL_SUCCESS,
             os.getpid(),
-            self.backend.book.device_count(),
+            self.book.device_count(),
             staging.size,
             tail=staging.name.encode(),
         )
-        return session, reply
+        return conn, reply
 
     def shutdown(self) -> None:
         """Stop accepting, end every session (releasing its resources) and remove the socket file."""
@@ -445,10 +376,83 @@ class Server:
             self.log.warning("%s", message)
 
 
-def _send_quietly(sendall: Callable[[bytes], None], frame: bytes) -> None:
-    """A late reply: the client may have gone meanwhile (its session is then being closed)."""
-    with contextlib.suppress(OSError):
-        sendall(frame)
+class _Connection:
+    """An authenticated connection and its session, which answers on it (it is the session's
+    ``models.Link``): its calls run on the connection's thread (``serve``), a blocking call off it
+    (``_Waiters``), and a synchronous execution's reply may come from the thread that ends it."""
+
+    def __init__(
+        self, claim: Claim, sock: socket.socket, reader: protocol.FrameReader, *, client_pid: int
+    ) -> None:
+        self.sock = sock
+        self.thread: threading.Thread | None = None
+        self._reader = reader
+        self._send_lock = threading.Lock()
+        self._waiters = _Waiters(self._answer_later)
+        self.session = claim.open_session(client_pid, unix=sock.family == socket.AF_UNIX, link=self)
+        self._handle = self.session.handle
+        self.pause = _ServingPause(self.session, sock, reader, self.dispatch)
+
+    def sendall(self, data: bytes) -> None:
+        with self._send_lock:
+            self.sock.sendall(data)
+
+    def send_later(self, frame: bytes) -> None:
+        """A late reply: the client may have gone meanwhile (its session is then being closed)."""
+        with contextlib.suppress(OSError):
+            self.sendall(frame)
+
+    def _answer_later(self, msg: protocol.Message) -> None:
+        reply = self._handle(msg)
+        assert reply.__class__ is bytes  # waiting ops pass no descriptor
+        with contextlib.suppress(OSError):
+            self.sendall(reply)
+
+    def dispatch(self, msg: protocol.Message) -> None:
+        op = msg.op
+        if op > _HELLO:  # every ACL op: the hot path first
+            if op in WAITING_OPS and self.session.would_block(msg) and self._waiters.submit(msg):
+                return  # replies may go out of order: clients match them by request id
+            reply = self._handle(msg)
+            if reply is None:
+                return  # answered later by the work it queued
+            with self._send_lock:
+                if reply.__class__ is bytes:
+                    self.sock.sendall(reply)
+                else:
+                    assert isinstance(reply, FdReply)
+                    _send_with_fd(self.sock, reply)
+        elif op == _PING:
+            self.sendall(
+                protocol.encode_reply(op, msg.request_id, codes.ACL_SUCCESS, os.getpid(), tail=b"PONG")
+            )
+        elif op == _HELLO:
+            self.sendall(
+                _error(msg, codes.ACL_ERROR_INVALID_PARAM, "this connection is already authenticated")
+            )
+        else:
+            reply = self._handle(msg)
+            assert reply.__class__ is bytes  # the pre-ACL ops pass no descriptor
+            self.sendall(reply)
+
+    def serve(self, hello_reply: bytes) -> None:
+        """Answer calls until the client closes (ProtocolError: it broke the framing)."""
+        pause, reader = self.pause, self._reader
+        kept = pause.kept
+        self.sendall(hello_reply)
+        while True:
+            if kept:
+                msg = kept.popleft()
+            else:
+                read = reader.read()
+                if read is None:
+                    return
+                msg = read
+            pause.serving = not kept  # frames kept for later go first, in order
+            self.dispatch(msg)
+
+    def stop(self) -> None:
+        self._waiters.stop()
 
 
 class _Waiters:

@@ -21,9 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from flexnpu_runtime.aclserver import proctitle, scheduling
-from flexnpu_runtime.aclserver.backend import KERNEL_RESULT_BYTES, AclFailure, Backend
+from flexnpu_runtime.aclserver.backend import KERNEL_RESULT_BYTES, AclFailure, Allocation, Backend
 from flexnpu_runtime.aclserver.ledger import Pause
-from flexnpu_runtime.aclserver.quota import Allocation
+from flexnpu_runtime.aclserver.quota import QuotaBook
 from flexnpu_wire import codes
 from flexnpu_wire.framing import Op
 
@@ -86,8 +86,11 @@ class _Worker:
 class Streams:
     """Streams and queued work of one session (``handlers`` for the dispatcher); thread-safe."""
 
-    def __init__(self, backend: Backend, *, session_id: int, current: Callable[[], int]) -> None:
+    def __init__(
+        self, backend: Backend, book: QuotaBook, *, session_id: int, current: Callable[[], int]
+    ) -> None:
         self.backend = backend
+        self.book = book
         self.session_id = session_id
         self._current = current
         self.streams: dict[int, _Stream] = {}
@@ -161,7 +164,7 @@ class Streams:
                 codes.ACL_ERROR_INVALID_PARAM,
                 f"kernel duration_us must be in 1..{MAX_KERNEL_US}, got {duration_us}",
             )
-        backend, owner, book = self.backend, self.session_id, self.backend.book
+        backend, owner, book = self.backend, self.session_id, self.book
         used: list[Allocation] = []
         if out_ptr:
             backend.device_view(out_ptr, KERNEL_RESULT_BYTES, owner=owner)
@@ -245,7 +248,7 @@ class Streams:
                 )
             self._queued += 1
         try:
-            task.pins = self.backend.book.pin(uses)
+            task.pins = self.book.pin(uses)
         except BaseException:
             with self._cond:
                 self._queued -= 1
@@ -254,7 +257,7 @@ class Streams:
     def _unadmit(self, task: Task) -> None:
         """Undo ``_admit`` of a task that was never queued (under ``_cond``)."""
         self._queued -= 1
-        self.backend.book.unpin(task.pins)
+        self.book.unpin(task.pins)
         task.pins = ()
 
     def drain(self) -> None:
@@ -293,7 +296,7 @@ class Streams:
         # The work's closure holds views of the buffers it used: drop it before their memory may
         # go, so a freed buffer's bytes leave with its quota (not when this worker takes its next task).
         task.complete = _ended
-        self.backend.book.unpin(task.pins)
+        self.book.unpin(task.pins)
         task.pins = ()
         with self._cond:
             task.stream.pending -= 1
@@ -339,7 +342,7 @@ class Streams:
         While a slice runs, the next one (of this task or the next queued one) is booked just
         before the die frees, so a busy device loses no die time between slices. The thread
         sleeps (``pause``) while the die is held."""
-        book = self.backend.book
+        book = self.book
         if not getattr(_precise, "timers", False):  # once per thread: 1 ns of timer slack, not
             proctitle.prctl(_PR_SET_TIMERSLACK, 1)  # Linux's 50 us, so a slice's wait ends on time
             _precise.timers = True

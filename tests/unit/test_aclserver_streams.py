@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from flexnpu_runtime.aclserver.backend import Allocation
 from flexnpu_runtime.aclserver.backend_emulated import EmulatedBackend
-from flexnpu_runtime.aclserver.quota import Allocation
 from flexnpu_runtime.aclserver.streams import Streams, Task
 from flexnpu_testing import aclserver_harness
 from flexnpu_testing.waiting import wait_for
@@ -37,7 +37,7 @@ def backend(tmp_path: Path) -> Iterator[EmulatedBackend]:
 
 @pytest.fixture
 def streams(backend: EmulatedBackend) -> Iterator[Streams]:
-    s = Streams(backend, session_id=OWNER, current=lambda: 0)
+    s = Streams(backend, backend.book, session_id=OWNER, current=lambda: 0)
     try:
         yield s
     finally:
