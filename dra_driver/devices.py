@@ -32,7 +32,7 @@ class Health(StrEnum):
 
 
 class DieMode(StrEnum):
-    """How a die is handed out (see README.md, "Device model and what is published")."""
+    """How a die is handed out (see docs/device-model.md)."""
 
     WHOLE = "whole"
     SOFT = "soft"

@@ -67,9 +67,7 @@ def slug(heading: str) -> str:
     text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # links and images: their text
     text = re.sub(r"<[^>]+>", "", text)  # inline HTML
     text = text.replace("`", "").replace("*", "")
-    kept = "".join(
-        c for c in text.lower() if c in " -_" or unicodedata.category(c)[0] in "LNM"
-    )
+    kept = "".join(c for c in text.lower() if c in " -_" or unicodedata.category(c)[0] in "LNM")
     return kept.replace(" ", "-")
 
 
@@ -139,7 +137,9 @@ def test_every_relative_link_and_anchor_resolves(path: Path) -> None:
 
 def test_the_readme_stays_short() -> None:
     size = (ROOT / "README.md").stat().st_size
-    assert size <= README_MAX_BYTES, f"README.md is {size} bytes; move detail into docs/ (at most {README_MAX_BYTES})"
+    assert size <= README_MAX_BYTES, (
+        f"README.md is {size} bytes; move detail into docs/ (at most {README_MAX_BYTES})"
+    )
 
 
 def test_every_docs_page_is_in_the_index() -> None:
@@ -155,10 +155,14 @@ def test_every_docs_page_is_in_the_index() -> None:
         pytest.param("Updating `flexnpu-daemon`", "updating-flexnpu-daemon", id="code-span"),
         pytest.param("Aclservers' bounds", "aclservers-bounds", id="apostrophe"),
         pytest.param("1. Get the image to every node", "1-get-the-image-to-every-node", id="numbered"),
-        pytest.param("The webhook: refused at `kubectl apply`", "the-webhook-refused-at-kubectl-apply", id="colon"),
+        pytest.param(
+            "The webhook: refused at `kubectl apply`", "the-webhook-refused-at-kubectl-apply", id="colon"
+        ),
         pytest.param("Extended resources (no claim)", "extended-resources-no-claim", id="parentheses"),
         pytest.param("Fact → file", "fact--file", id="symbol-between-spaces"),
-        pytest.param("`flexnpu_wire` and [the C client](x.md)", "flexnpu_wire-and-the-c-client", id="link-text"),
+        pytest.param(
+            "`flexnpu_wire` and [the C client](x.md)", "flexnpu_wire-and-the-c-client", id="link-text"
+        ),
         pytest.param("Round trip, C client", "round-trip-c-client", id="comma"),
     ],
 )
