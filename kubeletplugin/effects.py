@@ -26,9 +26,9 @@ from typing import Any, Protocol
 
 import tenacity
 
-from dra_driver import cdi, files, interposition, logs, paths, render, retrying
+from dra_driver import cdi, files, interposition, logs, netlink, paths, render, retrying
 from dra_driver.checkpoint import ClaimEntry, Effect, EffectKind, Registration, StatusRecord
-from dra_driver.config import DEFAULT_CLIENT_LIBRARY
+from dra_driver.config import DEFAULT_CLIENT_LIBRARY, Config
 from dra_driver.daemon_api.values import Endpoints, EntityInfo, RegisterRequest, RegisterResult
 from dra_driver.discovery import node_files
 from dra_driver.errors import ErrorCode, StateError, Unavailable, quote
@@ -75,6 +75,23 @@ class PrepareSettings:
     control_cidr: str = ""
     daemon_retry_seconds: float = 30.0
     client_library: Path = Path(DEFAULT_CLIENT_LIBRARY)
+
+    @classmethod
+    def from_config(cls, cfg: Config, link: netlink.LinkSpec) -> PrepareSettings:
+        """The node's settings: its flags, and the control link's address (``link``) when it has one."""
+        return cls(
+            driver_name=cfg.driver_name,
+            pool_name=cfg.pool_name,
+            cdi_dir=cfg.paths.cdi_dir,
+            cdi_kind=cdi.Kind.parse(cfg.cdi_kind),
+            device_root=cfg.paths.device_root,
+            run_dir=cfg.paths.run_dir,
+            control_link=cfg.control_link,
+            control_address=link.address if cfg.control_link else "127.0.0.1",
+            control_cidr=cfg.control_link_cidr if cfg.control_link else "",
+            daemon_retry_seconds=cfg.daemon_retry_seconds,
+            client_library=cfg.client_library,
+        )
 
     @property
     def layout(self) -> render.NodeLayout:

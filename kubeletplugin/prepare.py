@@ -33,6 +33,7 @@ from dra_driver.telemetry import Telemetry
 from dra_kubeletplugin.claims import CALL_DEADLINE, ClaimRef, PreparedDevice, PrepareResult, ResourceClaim
 from kubeletplugin import effects, hardsplit
 from kubeletplugin.effects import Daemon, PrepareSettings, StatusWriter
+from kubeletplugin.events import NodeEvents
 from kubeletplugin.hardsplit import HardVnpus
 
 __all__ = ["CONTAINER_CONF", "CONTAINER_SHM", "Daemon", "PrepareSettings", "Preparer", "StatusWriter"]
@@ -57,6 +58,7 @@ class Preparer:
         status: StatusWriter | None = None,
         telemetry: Telemetry | None = None,
         hard: HardVnpus | None = None,
+        events: NodeEvents | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -68,13 +70,8 @@ class Preparer:
         self.telemetry = telemetry or Telemetry(
             node_name=settings.pool_name, driver_name=settings.driver_name, enabled=False
         )
-        self.after_batch: Callable[[], None] = lambda: None
-        """Called after each kubelet call (the node republishes when a die's share policy changed)."""
-
-    def set_hard(self, hard: HardVnpus) -> None:
-        """Serve hard-split vNPUs with ``hard`` from now on (an inventory change added template dies)."""
-        self.hard = hard
-        self.effects.hard = hard
+        self.events = events or NodeEvents()
+        """``claims_changed`` is emitted after each kubelet call (the publisher subscribes)."""
 
     # -- kubelet calls ---------------------------------------------------------------------
 
@@ -133,7 +130,7 @@ class Preparer:
         else:
             out = {ref.uid: run(ref) for ref in claims}
         self._report_prepared()
-        self.after_batch()
+        self.events.claims_changed.emit()
         return out
 
     def _report_prepared(self) -> None:
