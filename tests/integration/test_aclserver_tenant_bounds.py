@@ -1,0 +1,74 @@
+"""What a hostile tenant can make its own aclserver hold (issue 25 classes 3, 6, 8, 9).
+
+Real aclserver processes and real clients on the unix socket. Each test runs the attack as the
+adversarial round described it and checks the tenant stays held to its share:
+
+* 3/9: a client that keeps the sealed memfds it was passed after freeing its host buffers (and
+  asks for the staging memfd again and again) holds no pages once the server let them go: the
+  memfds are punched when freed, so the 640 MiB on a 128 MiB bound — and the OOM kills of the
+  aclserver that followed — cannot happen.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from flexnpu_client import Session
+from flexnpu_runtime.daemon import shmfs
+from flexnpu_testing import aclserver_harness
+from flexnpu_wire.framing import Op
+
+MIB = 1 << 20
+
+
+def _tmpfs(host: int) -> int:
+    return shmfs.size_for(host_memory_bytes=host, max_sessions=16, staging_bytes=4 * MIB)
+
+
+def _held_bytes(fds: list[int]) -> int:
+    """Bytes of memory the memfds behind ``fds`` hold (each distinct memfd counted once)."""
+    seen: dict[tuple[int, int], int] = {}
+    for fd in fds:
+        st = os.fstat(fd)
+        seen[(st.st_dev, st.st_ino)] = st.st_blocks * 512
+    return sum(seen.values())
+
+
+def test_memfds_kept_after_free_hold_nothing_beyond_the_host_bound(tmp_path: Path) -> None:
+    bound = 128 * MIB
+    kept: list[int] = []
+    with aclserver_harness.running_aclserver(
+        tmp_path, shares=[aclserver_harness.share(0, memory=bound, host_memory=bound)],
+        ledger_dir=str(tmp_path / "l"), shm_mount_bytes=_tmpfs(bound),
+    ) as server, Session.open(server.conf()) as s:  # fmt: skip
+        assert s.transport_kind == "unix"
+        s.init()
+        s.set_device(0)
+        try:
+            for _ in range(10):  # 10 x 64 MiB = 640 MiB passed over a 128 MiB bound
+                rid, reply = s.link.request_id(Op.MALLOC_HOST_FD, (64 * MIB,))
+                assert reply.ints[0] == 0, reply.tail
+                fd = s.link.take_fd(rid)
+                kept.append(fd)
+                assert _held_bytes([fd]) == 64 * MIB, "the server allocates a host buffer up front"
+                s.call(Op.FREE_HOST, reply.ints[1])
+                assert _held_bytes([fd]) == 0, "a freed host buffer's memfd holds no page any more"
+            assert _held_bytes(kept) <= bound
+            # the staging region: asked for again and again, it is one memfd, never a new one
+            for _ in range(8):
+                rid, reply = s.link.request_id(Op.STAGING_FD)
+                assert reply.ints[0] == 0, reply.tail
+                kept.append(s.link.take_fd(rid))
+            staging = kept[10:]
+            assert len({os.fstat(fd).st_ino for fd in staging}) == 1
+            assert _held_bytes(staging) <= server.spec.staging_bytes
+            assert server.proc.poll() is None
+        finally:
+            held_while_open = _held_bytes(kept)
+    try:
+        assert held_while_open <= bound + server.spec.staging_bytes
+        assert _held_bytes(kept) == 0, "the session's end reclaims its staging memfd too"
+    finally:
+        for fd in kept:
+            os.close(fd)
