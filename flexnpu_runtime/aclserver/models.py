@@ -314,7 +314,14 @@ class Models:
                     else codes.ACL_ERROR_MODEL_OUTPUT_NOT_MATCH
                 )
                 raise AclFailure(code, f"{tensor.name} needs {need} bytes, its buffer has {buf.size}")
-        cost_us, run = self.backend.execution(model.loaded, inputs, outputs, batch=batch, hw=hw)
+        try:
+            cost_us, run = self.backend.execution(model.loaded, inputs, outputs, batch=batch, hw=hw)
+        except AclFailure:
+            raise
+        except Exception as exc:  # the executor's error is the call's, never the session's end
+            raise AclFailure(
+                codes.ACL_ERROR_INTERNAL_ERROR, f"model {model_id} cannot be executed: {exc!r}"
+            ) from exc
         sync = stream_id == 0
         stream = self.streams.stream(self._sync_stream(model.loaded.device) if sync else stream_id)
         if stream.device != model.loaded.device:

@@ -7,6 +7,10 @@ adversarial round described it and checks the tenant stays held to its share:
   asks for the staging memfd again and again) holds no pages once the server let them go: the
   memfds are punched when freed, so the 640 MiB on a 128 MiB bound — and the OOM kills of the
   aclserver that followed — cannot happen.
+* 6: a model whose input and output sizes differ per batch (``[-1,1024]`` -> ``[-1,4]``) is
+  refused at load with an ACL error naming the field; the session, its neighbour and the quota
+  are as before (``tests/unit/test_aclserver_streams.py`` shows an executor error ending its
+  task with an ACL error, the worker thread alive).
 """
 
 from __future__ import annotations
@@ -14,9 +18,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from flexnpu_client import Session
+import pytest
+
+from flexnpu_client import AclError, Session
 from flexnpu_runtime.daemon import shmfs
 from flexnpu_testing import aclserver_harness
+from flexnpu_wire import codes
+from flexnpu_wire import modelfile as mf
 from flexnpu_wire.framing import Op
 
 MIB = 1 << 20
@@ -72,3 +80,37 @@ def test_memfds_kept_after_free_hold_nothing_beyond_the_host_bound(tmp_path: Pat
     finally:
         for fd in kept:
             os.close(fd)
+
+
+def _per_batch_model() -> mf.ModelFile:
+    """``[-1,1024]`` -> ``[-1,4]``: as many elements at no gear (0), not at any real one."""
+    return mf.ModelFile(
+        inputs=(
+            mf.Tensor("x", 0, mf.FORMAT_ND, (-1, 1024)),
+            mf.Tensor(mf.DYNAMIC_TENSOR_NAME, 9, mf.FORMAT_ND, (1,)),
+        ),
+        outputs=(mf.Output(mf.Tensor("y", 0, mf.FORMAT_ND, (-1, 4)), mf.Op.COPY, 0),),
+        batch_gears=(1, 8),
+    )
+
+
+def test_a_model_the_executor_cannot_compute_is_refused_at_load(tmp_path: Path) -> None:
+    quota = 64 * MIB
+    with aclserver_harness.running_aclserver(
+        tmp_path, shares=[aclserver_harness.share(0, memory=quota)], ledger_dir=str(tmp_path / "l"),
+    ) as server, Session.open(server.conf()) as s, Session.open(server.conf()) as other:  # fmt: skip
+        for session in (s, other):
+            session.init()
+            session.set_device(0)
+        for _ in range(4):
+            with pytest.raises(AclError) as err:
+                s.load_model(mf.render_header(_per_batch_model()))  # the tenant writes the bytes itself
+            assert err.value.ret == codes.ACL_ERROR_PARSE_MODEL
+            assert "outputs[0].dims" in err.value.message and "every gear" in err.value.message
+        assert s.get_mem_info() == (quota, quota), "a refused load keeps nothing"
+        ptr = other.malloc(1 << 20)  # the session and its neighbour are served as before
+        other.copy_to_device(ptr, b"ok" * 512)
+        assert other.copy_from_device(ptr, 1024) == b"ok" * 512
+        other.free(ptr)
+        s.synchronize_device()
+        assert server.proc.poll() is None
