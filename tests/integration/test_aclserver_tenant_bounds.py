@@ -11,6 +11,9 @@ adversarial round described it and checks the tenant stays held to its share:
   refused at load with an ACL error naming the field; the session, its neighbour and the quota
   are as before (``tests/unit/test_aclserver_streams.py`` shows an executor error ending its
   task with an ACL error, the worker thread alive).
+* 8: the descriptions of loaded models (~150 KiB of the aclserver's memory for a 54 KiB header)
+  are charged to the claim's host-memory bound: loads that take no device memory stop at the
+  bound with 207001 instead of growing the aclserver until its cgroup OOM-kills it.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from flexnpu_client import AclError, Session
+from flexnpu_runtime.aclserver import models
 from flexnpu_runtime.daemon import shmfs
 from flexnpu_testing import aclserver_harness
 from flexnpu_wire import codes
@@ -113,4 +117,39 @@ def test_a_model_the_executor_cannot_compute_is_refused_at_load(tmp_path: Path) 
         assert other.copy_from_device(ptr, 1024) == b"ok" * 512
         other.free(ptr)
         s.synchronize_device()
+        assert server.proc.poll() is None
+
+
+def _wide_model() -> bytes:
+    """A model that takes no device memory but has a 54 KiB description (255 inputs, long names)."""
+    dims = (1, 1, 1, 1, 1, 1, 1, 4)
+    return mf.render(
+        mf.ModelFile(
+            inputs=tuple(mf.Tensor(f"i{i:05d}".ljust(127, "x"), 0, mf.FORMAT_ND, dims) for i in range(255)),
+            outputs=(mf.Output(mf.Tensor("o".ljust(127, "y"), 0, mf.FORMAT_ND, dims), mf.Op.COPY, 0),),
+        )
+    )
+
+
+def test_model_descriptions_are_charged_to_the_host_bound(tmp_path: Path) -> None:
+    bound = 32 * MIB
+    data = _wide_model()
+    header = mf.header_bytes(data)
+    with aclserver_harness.running_aclserver(
+        tmp_path, shares=[aclserver_harness.share(0, memory=64 * MIB, host_memory=bound)],
+        ledger_dir=str(tmp_path / "l"), shm_mount_bytes=_tmpfs(bound),
+    ) as server, Session.open(server.conf()) as s:  # fmt: skip
+        s.init()
+        s.set_device(0)
+        loaded: list[int] = []
+        with pytest.raises(AclError) as err:
+            for _ in range(256):  # the per-session cap would end it here without the charge
+                loaded.append(s.load_model(data))
+        assert err.value.ret == codes.ACL_ERROR_RT_MEMORY_ALLOCATION and "hostMemory" in err.value.message
+        each = models.DESC_COST_FIXED + models.DESC_COST_PER_HEADER_BYTE * header
+        assert len(loaded) == bound // each - 1 or len(loaded) == bound // each, (len(loaded), each)
+        assert s.get_mem_info() == (64 * MIB, 64 * MIB), "the models took no device memory"
+        for mid in loaded[:10]:
+            s.unload_model(mid)
+        s.load_model(data)  # an unload gives its description's charge back
         assert server.proc.poll() is None
