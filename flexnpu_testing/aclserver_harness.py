@@ -70,6 +70,7 @@ def make_spec(
     max_sessions: int = launch.DEFAULT_MAX_SESSIONS,
     max_connections: int = launch.DEFAULT_MAX_CONNECTIONS,
     max_shares_per_die: int = launch.DEFAULT_MAX_SHARES_PER_DIE,
+    tcp_listen: bool = True,
 ) -> AclServerSpec:
     """A spec with fresh paths: shm dir /dev/shm/fnpu-t-<hex>, files in ``work_dir``."""
     uid = claim_uid or str(uuid.uuid4())
@@ -90,6 +91,7 @@ def make_spec(
         max_sessions=max_sessions,
         max_connections=max(max_connections, max_sessions + 1),
         max_shares_per_die=max_shares_per_die,
+        tcp_listen=tcp_listen,
     )
 
 
@@ -98,7 +100,8 @@ def client_conf(spec: AclServerSpec, ready: ReadyInfo, *, unix: bool = True, tcp
         claim_uid=spec.claim_uid,
         token=spec.token,
         endpoints=Endpoints(
-            unix=spec.unix_socket if unix else None, tcp=f"{ready.tcp_host}:{ready.tcp_port}" if tcp else None
+            unix=spec.unix_socket if unix else None,
+            tcp=f"{ready.tcp_host}:{ready.tcp_port}" if tcp and ready.tcp_port else None,
         ),
         shm_dir=spec.shm_dir,
         shares=tuple(
