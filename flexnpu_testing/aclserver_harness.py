@@ -267,3 +267,18 @@ class Tenant:
         except BaseException as exc:  # reported to the test thread
             self.error = exc
             self._started.set()
+
+
+def tcp_listeners(pid: int) -> list[int]:
+    """The TCP ports process ``pid`` listens on (its sockets in LISTEN state, IPv4 and IPv6)."""
+    owned = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            owned.add(os.readlink(fd))
+    ports = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and f"socket:[{fields[9]}]" in owned:  # 0A: LISTEN
+                ports.append(int(fields[1].rsplit(":", 1)[1], 16))
+    return sorted(ports)

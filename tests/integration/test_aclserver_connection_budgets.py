@@ -117,14 +117,7 @@ def test_a_unix_only_claim_has_no_tcp_listener(tmp_path: Path) -> None:
         tcp_listen=False,
     ) as server:  # fmt: skip
         assert server.ready.tcp_port == 0
-        listening = (
-            Path("/proc/net/tcp").read_text().splitlines()[1:]
-            + Path("/proc/net/tcp6").read_text().splitlines()[1:]
-        )
-        inodes = {line.split()[9] for line in listening if line.split()[3] == "0A"}  # LISTEN
-        fds = Path(f"/proc/{server.proc.pid}/fd")
-        owned = {fd.resolve().name for fd in fds.iterdir() if fd.resolve().name.startswith("socket:")}
-        assert not {f"socket:[{i}]" for i in inodes} & owned, "the aclserver holds no TCP listener"
+        assert aclserver_harness.tcp_listeners(server.proc.pid) == [], "the aclserver holds no TCP listener"
         with Session.open(server.conf()) as s:
             assert s.transport_kind == "unix"
             s.init()
