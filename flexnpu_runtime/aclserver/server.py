@@ -303,11 +303,9 @@ class Server:
         sel.unregister(pending.sock)
         pending.sock.setblocking(True)
         pending.reader.max_frame_bytes = self.spec.max_frame_bytes
-        thread = threading.Thread(target=self._serve_session, args=(conn, reply), daemon=True, name="session")
-        conn.thread = thread
         with self._lock:
             self._live[fd] = conn
-        thread.start()
+        conn.start(lambda: self._serve_session(conn, reply))
 
     # -- sessions ------------------------------------------------------------------------------------
 
@@ -439,6 +437,11 @@ class _Connection:
         self.session = claim.open_session(client_pid, unix=sock.family == socket.AF_UNIX, link=self)
         self._handle = self.session.handle
         self.pause = _ServingPause(self.session, sock, reader, self.dispatch)
+
+    def start(self, run: Callable[[], None]) -> None:
+        """Serve the connection on a thread of its own (``run``: the server's session loop)."""
+        self.thread = threading.Thread(target=run, daemon=True, name="session")
+        self.thread.start()
 
     def sendall(self, data: bytes) -> None:
         with self._send_lock:
