@@ -34,6 +34,7 @@ from dra_driver.discovery import node_files
 from dra_driver.errors import ErrorCode, StateError, Unavailable, quote
 from dra_driver.plan import ClaimPlan
 from dra_driver.records import HardVnpuRecord
+from dra_driver.sharing import Transport
 from dra_kubeletplugin.claims import ClaimRef
 from flexnpu_wire import clientconf
 from flexnpu_wire.shares import Share
@@ -256,7 +257,11 @@ class Effects:
     def register(self, job: Job, clog: logs.ClaimLogger, *, tcp_port: int = 0) -> RegisterResult:
         """Register the job's shares (``tcp_port``: the port to keep, when it is still free)."""
         ref = job.plan.ref
-        return self._register(ref, job.token, job.plan.shares, clog, tcp_port=tcp_port)
+        # transport: unix: the aclserver listens on no TCP port (render.py leaves TCP out of client.conf)
+        unix_only = any(
+            d.config is not None and d.config.transport == Transport.UNIX for d in job.plan.devices
+        )
+        return self._register(ref, job.token, job.plan.shares, clog, tcp_port=tcp_port, unix_only=unix_only)
 
     def register_recorded(self, entry: ClaimEntry, clog: logs.ClaimLogger) -> RegisterResult:
         """Register a prepared claim again exactly as recorded: its token, its shares, its TCP port
@@ -268,10 +273,19 @@ class Effects:
             )
         ref = ClaimRef(entry.namespace, entry.uid, entry.name)
         port = rec.endpoints.tcp_port if rec.endpoints else 0
-        return self._register(ref, rec.token, rec.shares, clog, tcp_port=port)
+        # an aclserver that listened on TCP always had a port: none recorded means unix only
+        unix_only = rec.endpoints is not None and not rec.endpoints.tcp_port
+        return self._register(ref, rec.token, rec.shares, clog, tcp_port=port, unix_only=unix_only)
 
     def _register(
-        self, ref: ClaimRef, token: str, shares: tuple[Share, ...], clog: logs.ClaimLogger, *, tcp_port: int
+        self,
+        ref: ClaimRef,
+        token: str,
+        shares: tuple[Share, ...],
+        clog: logs.ClaimLogger,
+        *,
+        tcp_port: int,
+        unix_only: bool,
     ) -> RegisterResult:
         if self.daemon is None:
             raise StateError(
@@ -288,6 +302,7 @@ class Effects:
             shares=shares,
             tcp_host=self.settings.control_address,
             tcp_port=tcp_port,
+            unix_only=unix_only,
         )
         result: RegisterResult = self._retrying(clog)(self.daemon.register, request)
         return result

@@ -25,12 +25,14 @@ class Share(_message.Message):
     def __init__(self, virtual_id: _Optional[int] = ..., die_phy_id: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., compute_percent: _Optional[int] = ..., policy: _Optional[str] = ..., memory_only: _Optional[bool] = ..., host_memory_bytes: _Optional[int] = ...) -> None: ...
 
 class Transport(_message.Message):
-    __slots__ = ("tcp_host", "tcp_port")
+    __slots__ = ("tcp_host", "tcp_port", "unix_only")
     TCP_HOST_FIELD_NUMBER: _ClassVar[int]
     TCP_PORT_FIELD_NUMBER: _ClassVar[int]
+    UNIX_ONLY_FIELD_NUMBER: _ClassVar[int]
     tcp_host: str
     tcp_port: int
-    def __init__(self, tcp_host: _Optional[str] = ..., tcp_port: _Optional[int] = ...) -> None: ...
+    unix_only: bool
+    def __init__(self, tcp_host: _Optional[str] = ..., tcp_port: _Optional[int] = ..., unix_only: _Optional[bool] = ...) -> None: ...
 
 class Endpoints(_message.Message):
     __slots__ = ("tcp_host", "tcp_port", "unix_socket", "shm_dir")

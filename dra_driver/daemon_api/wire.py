@@ -56,7 +56,7 @@ def register_request_to_pb(req: RegisterRequest) -> pb.RegisterRequest:
         name=req.name,
         token=req.token,
         shares=[share_to_pb(s) for s in req.shares],
-        transport=pb.Transport(tcp_host=req.tcp_host, tcp_port=req.tcp_port),
+        transport=pb.Transport(tcp_host=req.tcp_host, tcp_port=req.tcp_port, unix_only=req.unix_only),
     )
 
 
@@ -69,6 +69,7 @@ def register_request_from_pb(msg: pb.RegisterRequest) -> RegisterRequest:
         shares=tuple(share_from_pb(s) for s in msg.shares),
         tcp_host=str(msg.transport.tcp_host),
         tcp_port=int(msg.transport.tcp_port),
+        unix_only=bool(msg.transport.unix_only),
     )
 
 

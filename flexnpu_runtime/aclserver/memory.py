@@ -149,9 +149,12 @@ class Memory:
         return (wire_datalink.host_ptr(region.region_id), region.size), region.fd
 
     def staging_fd(self, _msg: protocol.Message) -> tuple[tuple[int, ...], int]:
-        """Replace the staging region with a sealed memfd of the same size; its fd to pass."""
+        """Replace the staging region with a sealed memfd of the same size; its fd to pass. Asked
+        again, it passes the same memfd: a session holds one staging region, never more."""
         self._need_unix()
         old = self.regions[wire_datalink.STAGING_REGION]
+        if isinstance(old, datalink.SealedRegion):
+            return (old.size,), old.fd
         name = wire_datalink.region_name("staging", os.getpid(), next(_region_names))
         try:
             region = datalink.create_sealed_region(name, old.size, wire_datalink.STAGING_REGION)

@@ -5,7 +5,8 @@ blob of the model's size (charged to the claim's host-memory limit while it exis
 in chunks from data-link host pointers (its staging region or a ``malloc_host`` buffer), then
 asks for the blob's size or description, or loads it. A load takes the model's weight and work
 memory from the device quota (207001 and a message when it does not fit) unless the caller
-gives its own (``...WithMem``: pinned while the model is loaded). An execution is a task on a
+gives its own (``...WithMem``: pinned while the model is loaded); its description, which the
+aclserver keeps while it is loaded, is charged to the claim's host-memory budget. An execution is a task on a
 stream like a kernel (``streams.py``): it holds the die for the model's cost under the share's
 policy, pins every buffer it reads or writes, then computes the outputs. Stream 0 means
 synchronous (``aclmdlExecute``): when the session has nothing queued on the device, the session
@@ -42,6 +43,11 @@ MAX_BLOBS = 4
 """Model byte blobs one session may have open at once."""
 MAX_MODELS = 256
 """Models one session may have loaded at once."""
+DESC_COST_PER_HEADER_BYTE = 3
+DESC_COST_FIXED = 4096
+"""What a loaded model's description costs the aclserver, charged to the claim's host-memory
+budget while it is loaded: the parsed description and its rendered header take about 2.7 bytes
+per header byte (a 54 KiB header: 147 KiB), plus the records around them."""
 _PAIR = struct.Struct(">qq")
 Handler = Callable[[tuple[int, ...]], tuple[int, ...]]
 TailHandler = Callable[[protocol.Message], tuple[tuple[int, ...], bytes] | None]
@@ -60,6 +66,8 @@ class _Model:
     header: bytes
     static_needs: tuple[int, ...]
     """Bytes each buffer needs when no gear is set (computed once)."""
+    charged: int = 0
+    """Host-memory budget bytes its description holds (``DESC_COST_*``)."""
     queued: int = 0
     idle: threading.Condition = field(default_factory=threading.Condition)
 
@@ -143,8 +151,7 @@ class Models:
                     codes.ACL_ERROR_RT_RESOURCE_ALLOC_FAIL,
                     f"at most {MAX_BLOBS} models may be in flight at once",
                 )
-        if self.host is not None:
-            self.host.reserve(size, buffer=False)
+        self._reserve(size)
         try:
             data = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         except (OSError, OverflowError) as exc:
@@ -201,9 +208,13 @@ class Models:
                 )
         blob = self._blob(blob_id)
         desc = self.backend.describe_model(blob.view)
-        pinned = self.book.pin([b.alloc for b in (weight, work) if b is not None])
+        header = modelfile.render_header(desc)
+        charged = DESC_COST_FIXED + DESC_COST_PER_HEADER_BYTE * len(header)
+        self._reserve(charged)
+        pinned: tuple[Allocation, ...] = ()
         own: list[Allocation] = []
         try:
+            pinned = self.book.pin([b.alloc for b in (weight, work) if b is not None])
             weight = self._model_memory(device, weight, desc.weight_bytes, "weight", own)
             work = self._model_memory(device, work, desc.work_bytes, "work", own)
             loaded = self.backend.load_model(device, blob.view, desc, weight=weight, work=work)
@@ -211,15 +222,14 @@ class Models:
             for alloc in own:
                 self.book.free(alloc.base)
             self.book.unpin(pinned)
+            self._unreserve(charged)
             raise
         loaded.own, loaded.lent = own, list(pinned)
         self._drop_blob(self._take_blob(blob_id))
         with self._lock:
             model_id = self._next_model
             self._next_model += 1
-            self._models[model_id] = _Model(
-                loaded, modelfile.render_header(loaded.desc), _needs(loaded.desc, 0, (0, 0))
-            )
+            self._models[model_id] = _Model(loaded, header, _needs(loaded.desc, 0, (0, 0)), charged)
         return (model_id,)
 
     def _caller_memory(self, ptr: int, size: int, what: str) -> Buffer | None:
@@ -278,6 +288,8 @@ class Models:
                     book.free(alloc.base, owner=alloc.owner)
             book.unpin(loaded.lent)
             loaded.own, loaded.lent = [], []
+            self._unreserve(model.charged)
+            model.charged = 0
 
     # -- execution -------------------------------------------------------------------------------
 
@@ -314,7 +326,14 @@ class Models:
                     else codes.ACL_ERROR_MODEL_OUTPUT_NOT_MATCH
                 )
                 raise AclFailure(code, f"{tensor.name} needs {need} bytes, its buffer has {buf.size}")
-        cost_us, run = self.backend.execution(model.loaded, inputs, outputs, batch=batch, hw=hw)
+        try:
+            cost_us, run = self.backend.execution(model.loaded, inputs, outputs, batch=batch, hw=hw)
+        except AclFailure:
+            raise
+        except Exception as exc:  # the executor's error is the call's, never the session's end
+            raise AclFailure(
+                codes.ACL_ERROR_INTERNAL_ERROR, f"model {model_id} cannot be executed: {exc!r}"
+            ) from exc
         sync = stream_id == 0
         stream = self.streams.stream(self._sync_stream(model.loaded.device) if sync else stream_id)
         if stream.device != model.loaded.device:
@@ -453,6 +472,10 @@ class Models:
         blob.view.release()
         blob.data.close()
         self._unreserve(blob.size)
+
+    def _reserve(self, size: int) -> None:
+        if self.host is not None:
+            self.host.reserve(size, buffer=False)
 
     def _unreserve(self, size: int) -> None:
         if self.host is not None:

@@ -4,8 +4,18 @@ Owns the connection lifecycle. One selector loop (the main thread) accepts conne
 serves every connection that has not authenticated yet: it answers PING, reads frames of at most
 ``MAX_PRE_AUTH_FRAME_BYTES`` (a 13-byte header announcing a large frame allocates nothing),
 closes a connection whose HELLO has not succeeded ``auth_timeout_ms`` after connect (an absolute
-deadline: PINGs do not extend it), refuses connections past ``max_connections``, and backs off
-when ``accept`` fails with EMFILE/ENFILE instead of dying. Only an authenticated session gets a
+deadline: PINGs do not extend it), and backs off when ``accept`` fails with EMFILE/ENFILE
+instead of dying.
+
+**Budgets** (issue 25 class 1: one pod's tokenless connections must not keep another claim's
+tenant out). Authenticated sessions are bounded by ``max_sessions`` alone; no unauthenticated
+connection counts against them. Unauthenticated connections have a budget of their own,
+``max_connections - max_sessions``, once per listener: the unix socket (reachable only from the
+claim's own pods) never competes with TCP. On TCP one peer (a remote address) holds at most
+``per_peer_pending`` of them; when the TCP budget is full, a new peer's connection takes the place
+of the oldest one of the peer holding the most, so a flood from a few addresses cannot keep a
+new address out. The TCP listener exists only if the claim asked for TCP (``tcp_listen``). Before
+HELLO a PING on TCP answers nothing about the process (its pid is 0). Only an authenticated session gets a
 thread (at most ``max_sessions`` of them); its calls run there with a blocking socket, the
 lowest-latency path for a small call. Sessions share the claim's quota (``Claim``); each one's
 memory, streams and host buffers are released when its connection ends for any reason (a
@@ -51,6 +61,8 @@ _BACKOFF_MAX_S = 1.0
 _PRE_AUTH_BUFFER = 1024
 _WARN_EVERY_S = 5.0
 _PING, _HELLO = int(Op.PING), int(Op.HELLO)
+_PER_PEER_PENDING = 8
+"""Unauthenticated TCP connections one remote address holds at most (fewer if the budget is small)."""
 _MAX_WAITERS = 64
 """Blocking synchronize calls of one session served off its thread at once (more run inline)."""
 _PRECISE_S = 0.001
@@ -66,6 +78,8 @@ class _Pending:
     sock: socket.socket
     reader: protocol.FrameReader
     deadline: float
+    peer: str
+    """``unix``, or ``tcp:`` and the remote address."""
 
 
 @dataclass(slots=True)
@@ -88,6 +102,11 @@ class Server:
         self._token = spec.token.encode()
         self._listeners: list[socket.socket] = []
         self._pending: dict[int, _Pending] = {}
+        self._peers: collections.Counter[str] = collections.Counter()
+        """Unauthenticated connections per peer (``_Pending.peer``)."""
+        self.pending_cap = max(1, spec.max_connections - spec.max_sessions)
+        """Unauthenticated connections at once, per listener."""
+        self.per_peer_pending = max(1, min(_PER_PEER_PENDING, self.pending_cap // 2))
         self._live: dict[int, _Connection] = {}
         self._lock = threading.Lock()
         self._counters = _Counters()
@@ -100,9 +119,10 @@ class Server:
             raise OSError(errno.ELOOP, f"shm dir {shm} is a symlink; refusing to use it")
         shm.mkdir(parents=True, exist_ok=True)
         backlog = min(128, self.spec.max_connections)
-        tcp = socket.create_server((self.spec.tcp_host, self.spec.tcp_port), backlog=backlog)
-        self._listeners.append(tcp)
-        self.tcp_port = tcp.getsockname()[1]
+        if self.spec.tcp_listen:
+            tcp = socket.create_server((self.spec.tcp_host, self.spec.tcp_port), backlog=backlog)
+            self._listeners.append(tcp)
+            self.tcp_port = tcp.getsockname()[1]
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.spec.unix_socket)
         unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -168,21 +188,17 @@ class Server:
                 conn, _addr = listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            with self._lock:
-                count = len(self._pending) + len(self._live)
-            if count >= self.spec.max_connections:
+            unix = conn.family == socket.AF_UNIX
+            peer = "unix" if unix else f"tcp:{_addr[0]}"
+            refusal = self._admit(peer, sel)
+            if refusal:
                 self._counters.refused_full += 1
-                self._warn(
-                    "full", f"refused a connection: {count} open, the limit is {self.spec.max_connections}"
-                )
+                self._warn("full", f"refused a connection: {refusal}")
                 with contextlib.suppress(OSError):
                     conn.setblocking(False)
                     conn.send(
                         protocol.encode_reply(
-                            Op.NONE,
-                            0,
-                            codes.ACL_ERROR_RT_RESOURCE_ALLOC_FAIL,
-                            tail=f"too many connections (limit {self.spec.max_connections})".encode(),
+                            Op.NONE, 0, codes.ACL_ERROR_RT_RESOURCE_ALLOC_FAIL, tail=refusal.encode()
                         )
                     )
                 conn.close()
@@ -193,8 +209,31 @@ class Server:
             reader = protocol.FrameReader(
                 conn, protocol.MAX_PRE_AUTH_FRAME_BYTES, initial_buffer=_PRE_AUTH_BUFFER
             )
-            self._pending[conn.fileno()] = _Pending(conn, reader, deadline)
+            self._pending[conn.fileno()] = _Pending(conn, reader, deadline, peer)
+            self._peers[peer] += 1
             sel.register(conn, selectors.EVENT_READ, conn.fileno())
+
+    def _admit(self, peer: str, sel: selectors.BaseSelector) -> str:
+        """Why a new unauthenticated connection from ``peer`` is refused ("": it is admitted,
+        possibly in the place of another TCP peer's oldest; see the module docstring)."""
+        tcp = peer != "unix"
+        if tcp and self._peers[peer] >= self.per_peer_pending:
+            return (
+                f"too many connections from {peer[4:]} before authentication"
+                f" (limit {self.per_peer_pending} per peer)"
+            )
+        pool = [p for p in self._peers if (p != "unix") == tcp]
+        if sum(self._peers[p] for p in pool) < self.pending_cap:
+            return ""
+        heaviest = max(pool, key=lambda p: self._peers[p])
+        if not tcp or self._peers[heaviest] <= self._peers[peer] + 1:
+            return f"too many connections (limit {self.pending_cap} unauthenticated on the {peer[:4].rstrip(':')} socket)"
+        oldest = min(
+            (fd for fd, p in self._pending.items() if p.peer == heaviest),
+            key=lambda fd: self._pending[fd].deadline,
+        )
+        self._drop(oldest, sel, f"made room for a connection from {peer[4:]} ({heaviest[4:]} held the most)")
+        return ""
 
     def _on_pending(self, fd: int, sel: selectors.BaseSelector) -> None:
         pending = self._pending.get(fd)
@@ -208,11 +247,10 @@ class Server:
                 msg = pending.reader.next_buffered()
                 if msg is None:
                     return
-                if msg.op == Op.PING:
+                if msg.op == Op.PING:  # the pid only to the claim's own pods (and the daemon)
+                    pid = os.getpid() if pending.peer == "unix" else 0
                     pending.sock.send(
-                        protocol.encode_reply(
-                            msg.op, msg.request_id, codes.ACL_SUCCESS, os.getpid(), tail=b"PONG"
-                        )
+                        protocol.encode_reply(msg.op, msg.request_id, codes.ACL_SUCCESS, pid, tail=b"PONG")
                     )
                     continue
                 conn, reply = self._hello(msg, pending)
@@ -234,8 +272,17 @@ class Server:
         except OSError:
             self._drop(fd, sel, "")
 
-    def _drop(self, fd: int, sel: selectors.BaseSelector, why: str) -> None:
+    def _take(self, fd: int) -> _Pending | None:
+        """Take a connection out of the unauthenticated ones (None: it is not one)."""
         pending = self._pending.pop(fd, None)
+        if pending is not None:
+            self._peers[pending.peer] -= 1
+            if not self._peers[pending.peer]:
+                del self._peers[pending.peer]
+        return pending
+
+    def _drop(self, fd: int, sel: selectors.BaseSelector, why: str) -> None:
+        pending = self._take(fd)
         if pending is None:
             return
         with contextlib.suppress(KeyError, ValueError):
@@ -252,15 +299,13 @@ class Server:
         self, fd: int, sel: selectors.BaseSelector, pending: _Pending, conn: _Connection, reply: bytes
     ) -> None:
         """Hand an authenticated connection to its own thread."""
-        del self._pending[fd]
+        self._take(fd)
         sel.unregister(pending.sock)
         pending.sock.setblocking(True)
         pending.reader.max_frame_bytes = self.spec.max_frame_bytes
-        thread = threading.Thread(target=self._serve_session, args=(conn, reply), daemon=True, name="session")
-        conn.thread = thread
         with self._lock:
             self._live[fd] = conn
-        thread.start()
+        conn.start(lambda: self._serve_session(conn, reply))
 
     # -- sessions ------------------------------------------------------------------------------------
 
@@ -392,6 +437,11 @@ class _Connection:
         self.session = claim.open_session(client_pid, unix=sock.family == socket.AF_UNIX, link=self)
         self._handle = self.session.handle
         self.pause = _ServingPause(self.session, sock, reader, self.dispatch)
+
+    def start(self, run: Callable[[], None]) -> None:
+        """Serve the connection on a thread of its own (``run``: the server's session loop)."""
+        self.thread = threading.Thread(target=run, daemon=True, name="session")
+        self.thread.start()
 
     def sendall(self, data: bytes) -> None:
         with self._send_lock:

@@ -367,6 +367,8 @@ class Streams:
             task.complete()
         except AclFailure as exc:
             task.error = exc
+        except Exception as exc:  # an executor's bug is the call's ACL error, never a dead worker
+            task.error = AclFailure(codes.ACL_ERROR_INTERNAL_ERROR, f"the work failed: {exc!r}")
         return used
 
     def _next_want(self, worker: _Worker, remaining: int) -> int:
