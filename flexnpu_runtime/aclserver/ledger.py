@@ -7,9 +7,19 @@ dropped, so a SIGKILL'd server's reservation disappears) and the blocking ``acqu
 measured themselves.
 
 File ``<ledger_dir>/die-<phy>.ledger``: a header (magic, version, die, busy_until, busy_slot,
-slots, capacity) then ``capacity`` fixed-size entries, one per vNPU an aclserver serves on the die
-(pid, process start time, claim, share, quota, policy, memory_only, waiting flag, period use,
-consumed time, memory use, kernel count).
+slots, capacity, last_start: the die's last grant) then ``capacity`` fixed-size entries, one per
+vNPU an aclserver serves on the die (pid, process start time, claim, share, quota, policy,
+memory_only, waiting flag, period use, consumed time, memory use, kernel count; since version 2
+also priority, slices preempted, the queueing-delay histogram and where a preempted booking moved).
+
+**Version 2** (priorities) has larger entries. A version-1 file is rewritten as version 2 when none
+of its aclservers lives any more; while one does, a new aclserver on that die is refused with a
+StateError naming the file (restart the old claim's aclserver, or wait for it to go).
+
+**Priority** (``scheduling.py``): a latency-critical share may take the die ahead of a booking that
+waits to start; the booking moves behind it, recorded in its entry (``moved_from`` -> ``moved_to``),
+and its holder asks ``confirm`` at the booking's start where it went. Priorities may mix on a die
+(they change when, not how much); policies may not (the one-policy rule below).
 
 **One aclserver = one slot.** ``slots`` is the die's limit of aclservers (the configured
 ``max_shares_per_die``, 63 by default, of the aclserver that created the file): the per-die
@@ -38,11 +48,12 @@ from typing import Protocol
 
 from dra_driver.errors import ErrorCode, StateError, Unavailable
 from flexnpu_runtime.aclserver import scheduling
-from flexnpu_wire.codes import Policy
+from flexnpu_wire.codes import Policy, Priority
 from flexnpu_wire.launch import DEFAULT_MAX_SHARES_PER_DIE
 
 __all__ = [
     "DEFAULT_MAX_SHARES",
+    "DELAY_BUCKETS_S",
     "MAX_ENTRIES",
     "MAX_VNPUS_PER_ACLSERVER",
     "DieLedger",
@@ -53,7 +64,7 @@ __all__ = [
 ]
 
 MAGIC = b"FNPULDG1"
-VERSION = 1
+VERSION = 2
 DEFAULT_MAX_SHARES = DEFAULT_MAX_SHARES_PER_DIE
 MAX_ENTRIES = 64
 """Slots of a ledger file written before the header recorded its slot count."""
@@ -63,13 +74,24 @@ _HEADER = struct.Struct("<8sIIdi")
 _COUNT = struct.Struct("<I")
 _SLOTS_OFFSET = 28
 _CAPACITY_OFFSET = 32
-_ENTRY = struct.Struct("<BBBBiiiQ48sqqqdQQQd")
+DELAY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
+"""Upper bounds of the queueing-delay histogram's buckets (seconds); one more counts the rest."""
+_V1_ENTRY = struct.Struct("<BBBBiiiQ48sqqqdQQQd")
+_ENTRY = struct.Struct(f"<BBBBiiiQ48sqqqdQQQdB7xQQdd{len(DELAY_BUCKETS_S) + 1}Q")
 _WAITING_AT = 3
 _PERIOD = struct.Struct("<qqq")
 """period_idx, period_used_us, consumed_us: what a grant writes, with kernels and last_grant."""
 _PERIOD_AT = struct.calcsize("<BBBBiiiQ48s")
 _COUNTS = struct.Struct("<Qd")
 _COUNTS_AT = struct.calcsize("<BBBBiiiQ48sqqqdQQ")
+_PREEMPTED_AT = _V1_ENTRY.size + 8
+_DELAY_SUM_AT = _PREEMPTED_AT + 8
+_MOVED = struct.Struct("<dd")
+_MOVED_AT = _DELAY_SUM_AT + 8
+_BUCKETS_AT = _MOVED_AT + _MOVED.size
+_Q = struct.Struct("<Q")
+_LAST_START = struct.Struct("<d")
+_LAST_START_AT = 40
 _HEADER_SIZE = 64
 
 
@@ -110,6 +132,15 @@ class LedgerEntry:
     mem_quota: int
     kernels: int
     last_grant: float
+    priority: Priority = Priority.NORMAL
+    preempted: int = 0
+    """Slices this share had booked that a latency-critical share took the die ahead of."""
+    delay_sum_us: int = 0
+    """Queueing delay of its tasks so far (their first slice's wait for the die), summed."""
+    delay_buckets: tuple[int, ...] = ()
+    """Tasks per queueing-delay bucket (``DELAY_BUCKETS_S``, then the rest): not cumulative."""
+    moved_from: float = 0.0
+    moved_to: float = 0.0
 
     def row(self) -> scheduling.Row:
         return scheduling.Row(
@@ -122,6 +153,7 @@ class LedgerEntry:
             period_idx=self.period_idx,
             period_used_us=self.period_used_us,
             last_grant=self.last_grant,
+            priority=self.priority,
         )
 
 
@@ -167,29 +199,45 @@ class DieLedger:
             with self._tlock:
                 fcntl.flock(self._fd, fcntl.LOCK_EX)
                 try:
-                    self._open_mapping(max_shares)
+                    self._open_mapping(max_shares, create=create)
                 finally:
                     fcntl.flock(self._fd, fcntl.LOCK_UN)
         except BaseException:
             os.close(self._fd)
             raise
 
-    def _open_mapping(self, max_shares: int) -> None:
+    def _open_mapping(self, max_shares: int, *, create: bool) -> None:
         size = os.fstat(self._fd).st_size
         head = os.pread(self._fd, _HEADER_SIZE, 0) if size >= _HEADER_SIZE else b""
         if len(head) == _HEADER_SIZE and head[:8] == MAGIC:
             (_magic, version, _die, _busy, _slot) = _HEADER.unpack_from(head, 0)
-            if version != VERSION:
-                raise StateError(f"ledger {self.path} has version {version}, expected {VERSION}")
-            (slots,) = _COUNT.unpack_from(head, _SLOTS_OFFSET)
-            (capacity,) = _COUNT.unpack_from(head, _CAPACITY_OFFSET)
-            self.slots = slots or MAX_ENTRIES
-            self.capacity = max(capacity, self.slots)
-            if size < _file_size(self.capacity):
-                os.ftruncate(self._fd, _file_size(self.capacity))
-            self._mm = mmap.mmap(self._fd, _file_size(self.capacity))
-            return
+            if version == VERSION:
+                self._map_existing(head, size)
+                return
+            # a file of the release before priorities may start afresh once none of its aclservers lives
+            if version != 1 or not create or _v1_has_live_entries(self._fd, head, size):
+                raise StateError(
+                    f"ledger {self.path} has version {version}, expected {VERSION}"
+                    + (
+                        ": an aclserver of the previous release still runs on this die"
+                        if version == 1
+                        else ""
+                    )
+                )
+        self._create_mapping(max_shares)
+
+    def _map_existing(self, head: bytes, size: int) -> None:
+        (slots,) = _COUNT.unpack_from(head, _SLOTS_OFFSET)
+        (capacity,) = _COUNT.unpack_from(head, _CAPACITY_OFFSET)
+        self.slots = slots or MAX_ENTRIES
+        self.capacity = max(capacity, self.slots)
+        if size < _file_size(self.capacity):
+            os.ftruncate(self._fd, _file_size(self.capacity))
+        self._mm = mmap.mmap(self._fd, _file_size(self.capacity))
+
+    def _create_mapping(self, max_shares: int) -> None:
         self.slots = self.capacity = max_shares
+        os.ftruncate(self._fd, 0)
         os.ftruncate(self._fd, _file_size(self.capacity))
         self._mm = mmap.mmap(self._fd, _file_size(self.capacity))
         self._mm[: _file_size(self.capacity)] = bytes(_file_size(self.capacity))
@@ -235,6 +283,7 @@ class DieLedger:
         memory_only: bool,
         mem_quota: int,
         pid: int | None = None,
+        priority: Priority = Priority.NORMAL,
     ) -> int:
         """Add an entry for one vNPU of aclserver ``pid`` and return it; refuse a policy other shares
         don't use, and a new aclserver on a die that serves ``slots`` already."""
@@ -282,6 +331,12 @@ class DieLedger:
                 mem_quota,
                 0,
                 0.0,
+                priority.number,
+                0,
+                0,
+                0.0,
+                0.0,
+                *([0] * (len(DELAY_BUCKETS_S) + 1)),
             )
             self._mm[self._offset(slot) : self._offset(slot) + _ENTRY.size] = raw
             return slot
@@ -295,10 +350,15 @@ class DieLedger:
 
     # -- compute --------------------------------------------------------------------------------
 
-    def acquire(self, slot: int, want_us: int, cancel: Pause) -> tuple[float, float] | None:
+    def acquire(
+        self, slot: int, want_us: int, cancel: Pause, *, ready_at: float | None = None
+    ) -> tuple[float, float] | None:
         """Block until the die grants ``slot`` a slice of at most ``want_us``; return (start, end).
 
-        Returns None (and clears the waiting flag) when ``cancel`` is set first.
+        Returns None (and clears the waiting flag) when ``cancel`` is set first. ``ready_at``: the
+        first slice of a task, ready to run since then; its wait for the die (start - ready_at) is
+        counted in the queueing-delay histogram. A grant whose start is still ahead may be moved
+        later by a latency-critical share: its holder asks ``confirm`` at its start.
         """
         while True:
             if cancel.is_set():
@@ -315,25 +375,71 @@ class DieLedger:
                     rows = [
                         replace(r, waiting=True, waiting_since=now) if r.slot == slot else r for r in rows
                     ]
-                _m, _v, _d, busy_until, _bs = _HEADER.unpack_from(self._mm, 0)
-                decision = scheduling.decide(rows, slot, now=now, busy_until=busy_until)
+                _m, _v, _d, busy_until, busy_slot = _HEADER.unpack_from(self._mm, 0)
+                (last_start,) = _LAST_START.unpack_from(self._mm, _LAST_START_AT)
+                decision = scheduling.decide(
+                    rows, slot, now=now, busy_until=busy_until, last_start=last_start, last_slot=busy_slot,
+                    want_us=want_us,
+                )  # fmt: skip
                 if decision.granted:
-                    slice_us = scheduling.slice_for(mine.row(), want_us)
-                    end = decision.start + slice_us / 1e6
-                    off = self._offset(slot)  # only the fields a grant changes
-                    self._mm[off + _WAITING_AT] = 0
-                    _PERIOD.pack_into(
-                        self._mm, off + _PERIOD_AT, decision.period_idx,
-                        decision.used_before_us + slice_us, mine.consumed_us + slice_us,
-                    )  # fmt: skip
-                    _COUNTS.pack_into(self._mm, off + _COUNTS_AT, mine.kernels + 1, now)
-                    _HEADER.pack_into(self._mm, 0, MAGIC, VERSION, self.die, end, slot)
-                    return decision.start, end
+                    return self._grant(mine, decision, now=now, ready_at=ready_at, victim=busy_slot)
                 if not mine.waiting:
                     self._write_fields(slot, waiting=True, waiting_since=now)
             delay = decision.retry_at - time.monotonic()
             if delay > 0:
                 cancel.wait(min(delay, 0.05))
+
+    def _grant(
+        self,
+        mine: LedgerEntry,
+        decision: scheduling.Decision,
+        *,
+        now: float,
+        ready_at: float | None,
+        victim: int,
+    ) -> tuple[float, float]:
+        """Write a grant (file locked): the share's period use, counts and delay, and the die's header."""
+        slot, slice_us, start = mine.slot, decision.slice_us, decision.start
+        end = start + slice_us / 1e6
+        off = self._offset(slot)  # only the fields a grant changes
+        self._mm[off + _WAITING_AT] = 0
+        _PERIOD.pack_into(
+            self._mm, off + _PERIOD_AT, decision.period_idx,
+            decision.used_before_us + slice_us, mine.consumed_us + slice_us,
+        )  # fmt: skip
+        _COUNTS.pack_into(self._mm, off + _COUNTS_AT, mine.kernels + 1, now)
+        if ready_at is not None:
+            waited = max(0.0, start - ready_at)
+            bucket = next((i for i, b in enumerate(DELAY_BUCKETS_S) if waited <= b), len(DELAY_BUCKETS_S))
+            at = off + _BUCKETS_AT + bucket * _Q.size
+            _Q.pack_into(self._mm, at, _Q.unpack_from(self._mm, at)[0] + 1)
+            _Q.pack_into(self._mm, off + _DELAY_SUM_AT, mine.delay_sum_us + round(waited * 1e6))
+        if not decision.steal:
+            _HEADER.pack_into(self._mm, 0, MAGIC, VERSION, self.die, end, slot)
+            _LAST_START.pack_into(self._mm, _LAST_START_AT, start)
+            return start, end
+        # the booking that waited to start (victim's) moves behind this slice
+        _m, _v, _d, busy_until, _bs = _HEADER.unpack_from(self._mm, 0)
+        shift = slice_us / 1e6
+        voff = self._offset(victim)
+        moved_from, moved_to = _MOVED.unpack_from(self._mm, voff + _MOVED_AT)
+        origin = moved_from if moved_to == start else start  # moved before: keep where it began
+        _MOVED.pack_into(self._mm, voff + _MOVED_AT, origin, start + shift)
+        _Q.pack_into(self._mm, voff + _PREEMPTED_AT, _Q.unpack_from(self._mm, voff + _PREEMPTED_AT)[0] + 1)
+        _HEADER.pack_into(self._mm, 0, MAGIC, VERSION, self.die, busy_until + shift, victim)
+        _LAST_START.pack_into(self._mm, _LAST_START_AT, start + shift)
+        return start, end
+
+    def confirm(self, slot: int, grant: tuple[float, float]) -> tuple[float, float] | None:
+        """Where the booking granted to ``slot`` as ``grant`` is now, if a latency-critical share moved
+        it (None: not moved since). Ask at its start, with the grant as ``acquire`` returned it."""
+        with self._locked():
+            if not self._mm[self._offset(slot)]:
+                return None
+            moved_from, moved_to = _MOVED.unpack_from(self._mm, self._offset(slot) + _MOVED_AT)
+        if moved_from != grant[0] or moved_to == moved_from:
+            return None
+        return moved_to, moved_to + (grant[1] - grant[0])
 
     def set_mem_used(self, slot: int, used: int) -> None:
         with self._locked():
@@ -395,6 +501,12 @@ class DieLedger:
             mem_quota=f[14],
             kernels=f[15],
             last_grant=f[16],
+            priority=Priority.from_number(f[17]),
+            preempted=f[18],
+            delay_sum_us=f[19],
+            moved_from=f[20],
+            moved_to=f[21],
+            delay_buckets=tuple(f[22:]),
         )
 
     def _write_fields(self, slot: int, **changes: object) -> None:
@@ -421,6 +533,12 @@ class DieLedger:
             values["mem_quota"],
             values["kernels"],
             values["last_grant"],
+            Priority(values["priority"]).number,
+            values["preempted"],
+            values["delay_sum_us"],
+            values["moved_from"],
+            values["moved_to"],
+            *values["delay_buckets"],
         )
         off = self._offset(slot)
         self._mm[off : off + _ENTRY.size] = raw
@@ -466,6 +584,19 @@ class _Lock:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
         finally:
             self._tlock.release()
+
+
+def _v1_has_live_entries(fd: int, head: bytes, size: int) -> bool:
+    """Whether a version-1 ledger file still has an entry of a live aclserver."""
+    (slots,) = _COUNT.unpack_from(head, _SLOTS_OFFSET)
+    (capacity,) = _COUNT.unpack_from(head, _CAPACITY_OFFSET)
+    count = min(max(capacity, slots or MAX_ENTRIES), max(0, size - _HEADER_SIZE) // _V1_ENTRY.size)
+    raw = os.pread(fd, count * _V1_ENTRY.size, _HEADER_SIZE)
+    for i in range(len(raw) // _V1_ENTRY.size):
+        f = _V1_ENTRY.unpack_from(raw, i * _V1_ENTRY.size)
+        if f[0] and _alive(f[4], f[7]):
+            return True
+    return False
 
 
 def _proc_stat(pid: int) -> tuple[str, int] | None:

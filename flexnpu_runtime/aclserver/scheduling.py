@@ -1,18 +1,30 @@
-"""Pure compute-quota decisions for one die: may this share start a kernel slice now?
+"""Pure compute-quota decisions for one die: may this share start a kernel slice now, and how long?
 
 The die runs one kernel slice at a time. Time is cut into periods of ``PERIOD_US``; a capped
 share (policy fixed or elastic) may use ``compute_percent`` of each period. Overruns are
-carried as debt that decays by one budget per period. Among the shares waiting for the die,
-the one that used the smallest fraction of its budget in this period goes first, so shares
-that all saturate the die split it in proportion to their quotas.
+carried as debt that decays by one budget per period. The **policy** says how much of the die a
+share gets; its **priority** only says when (``docs/latency.md``):
 
 - ``fixed``: a share that used its budget waits for the next period even if the die idles.
-- ``elastic``: a share that used its budget may borrow the die while no in-budget share is busy
-  (waiting, or granted a slice in the last ``ACTIVE_S``): idle shares' time is lent out.
+- ``elastic``: a share that used its budget may borrow the die whenever no in-budget share is
+  waiting for it (work-conserving: the die never idles while work waits). A borrowed slice is at
+  most ``BORROW_SLICE_US`` while an in-budget share is active, so that share soon has the die back.
 - ``best-effort`` and ``memory_only`` shares are not capped (free contention, weighted).
 
-A grant may be booked up to ``LOOKAHEAD_US`` before the die frees, so hand-offs waste no time.
-No I/O, no clock: the caller passes ``now`` (seconds, CLOCK_MONOTONIC) and the ledger rows.
+Among the shares waiting for the die, a **prioritized** share goes first (``latency-critical``,
+not memory-only, and still within its quota's part of this period — on every policy, so priority
+never buys more than the quota), then ``normal``, then ``batch``; within a rank, the share that
+used the smallest fraction of its budget, so shares that all saturate the die split it in
+proportion to their quotas. While a prioritized share is active (waiting, or granted a slice in
+the last ``PRIORITY_ACTIVE_S``), every other share's slices shrink to ``SHRUNK_SLICE_US``.
+
+A grant may be booked up to ``LOOKAHEAD_US`` before the die frees (a prioritized share: however
+far), so hand-offs waste no time. At most one booking waits to start (``last_start`` after
+``now``): nobody else books until it started, except a prioritized share, which takes the die at
+that boundary ahead of a lower-ranked booking (``Decision.steal``): the booking moves behind the
+prioritized slice, and its holder learns so when it confirms the booking at its start
+(``ledger.DieLedger.confirm``). So a latency-critical call waits at most for the slice running now.
+No I/O, no clock: the caller passes ``now`` (seconds, CLOCK_MONOTONIC), the die's state and the rows.
 """
 
 from __future__ import annotations
@@ -20,11 +32,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from flexnpu_wire.codes import Policy
+from flexnpu_wire.codes import Policy, Priority
 
 __all__ = [
+    "ACTIVE_S",
+    "BORROW_SLICE_US",
     "LOOKAHEAD_US",
     "PERIOD_US",
+    "PRIORITY_ACTIVE_S",
+    "SHRUNK_SLICE_US",
     "SLICE_US",
     "Decision",
     "Row",
@@ -33,16 +49,23 @@ __all__ = [
     "effective_used",
     "is_capped",
     "period_of",
+    "prioritized",
     "slice_for",
 ]
 
 PERIOD_US = 100_000
 SLICE_US = 5_000
 LOOKAHEAD_US = 1_000
+SHRUNK_SLICE_US = 200
+"""A lower-ranked share's slice while a prioritized share is active: what a latency-critical call may wait."""
+BORROW_SLICE_US = 1_000
+"""An over-budget (borrowing) share's slice while an in-budget share is active."""
 _RETRY_US = 300
 _EPSILON_S = 1e-6
 ACTIVE_S = 2 * SLICE_US / 1e6
-"""A share granted a slice this recently still counts as busy (it is running, not idle)."""
+"""An in-budget share granted a slice this recently still counts as active (it is running, not idle)."""
+PRIORITY_ACTIVE_S = PERIOD_US / 1e6
+"""A latency-critical share granted a slice this recently still shrinks the others' slices."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,17 +81,21 @@ class Row:
     period_idx: int
     period_used_us: int
     last_grant: float = -1.0
+    priority: Priority = Priority.NORMAL
 
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """Either a grant (``granted``, slice starts at ``start``) or a time to ask again."""
+    """Either a grant (``granted``: a slice of ``slice_us`` starts at ``start``; ``steal``: it takes
+    the place of the booking that waits to start, which moves behind it) or a time to ask again."""
 
     granted: bool
     start: float = 0.0
     period_idx: int = 0
     used_before_us: int = 0
     retry_at: float = 0.0
+    slice_us: int = 0
+    steal: bool = False
 
 
 def period_of(t: float) -> int:
@@ -91,38 +118,102 @@ def effective_used(row: Row, period_idx: int) -> int:
     return max(0, row.period_used_us - gap * budget_us(row.quota))
 
 
+def prioritized(row: Row, period_idx: int) -> bool:
+    """A latency-critical share within its quota's part of the period (any policy): it goes first."""
+    return (
+        row.priority is Priority.LATENCY_CRITICAL
+        and not row.memory_only
+        and effective_used(row, period_idx) < budget_us(row.quota)
+    )
+
+
 def slice_for(row: Row, remaining_us: int) -> int:
-    """The longest slice a share may ask for (a capped share never more than its budget)."""
+    """The longest slice a share may ask for with nobody else in the way (a capped share never
+    more than its budget); ``decide`` shortens it while others are active."""
     limit = SLICE_US
     if is_capped(row):
         limit = min(limit, max(budget_us(row.quota), 100))
     return max(1, min(remaining_us, limit))
 
 
-def decide(rows: Sequence[Row], me: int, *, now: float, busy_until: float) -> Decision:
-    """Whether the share in slot ``me`` may start its next slice, and when to ask again if not."""
+def decide(
+    rows: Sequence[Row],
+    me: int,
+    *,
+    now: float,
+    busy_until: float,
+    last_start: float = 0.0,
+    last_slot: int = -1,
+    want_us: int = SLICE_US,
+) -> Decision:
+    """Whether the share in slot ``me`` may start its next slice (of at most ``want_us``), and when
+    to ask again if not. ``busy_until`` is the end of the die's last grant, ``last_start`` and
+    ``last_slot`` its start and holder (a start after ``now``: booked, not started yet)."""
     by_slot = {r.slot: r for r in rows}
     mine = by_slot[me]
-    if busy_until - now > LOOKAHEAD_US / 1e6 + _EPSILON_S:
-        return Decision(False, retry_at=busy_until - LOOKAHEAD_US / 1e6)
+    if last_start > now + _EPSILON_S and last_slot in by_slot:  # a booking waits to start
+        pidx = period_of(last_start)
+        if last_slot != me and prioritized(mine, pidx) and not prioritized(by_slot[last_slot], pidx):
+            rivals = [r for r in rows if (r.waiting or r.slot == me) and prioritized(r, pidx)]
+            if _first(rivals, pidx).slot == me:
+                return _grant(rows, mine, last_start, pidx, want_us, now=now, steal=True)
+            return Decision(False, retry_at=now + _RETRY_US / 1e6)
+        return Decision(False, retry_at=last_start + _EPSILON_S)
     start = max(now, busy_until)
     pidx = period_of(start)
+    if busy_until - now > LOOKAHEAD_US / 1e6 + _EPSILON_S and not prioritized(mine, pidx):
+        return Decision(False, retry_at=busy_until - LOOKAHEAD_US / 1e6)
     waiting = [r for r in rows if r.waiting or r.slot == me]
 
     def in_budget(r: Row) -> bool:
         return not is_capped(r) or effective_used(r, pidx) < budget_us(r.quota)
 
+    retry = Decision(False, retry_at=max(now + _RETRY_US / 1e6, busy_until - LOOKAHEAD_US / 1e6))
     if in_budget(mine):
         candidates = [r for r in waiting if in_budget(r)]
     elif mine.policy is Policy.FIXED:
         return Decision(False, retry_at=((pidx + 1) * PERIOD_US + 1) / 1e6)
-    elif any(in_budget(r) and (r.waiting or now - r.last_grant < ACTIVE_S) for r in rows if r.slot != me):
-        return Decision(False, retry_at=max(now + _RETRY_US / 1e6, busy_until - LOOKAHEAD_US / 1e6))
+    elif any(in_budget(r) and r.waiting for r in rows if r.slot != me):
+        return retry  # borrow only what nobody in budget waits for
     else:
         candidates = waiting
-    chosen = min(
-        candidates, key=lambda r: (effective_used(r, pidx) / max(r.quota, 1), r.waiting_since, r.slot)
+    if _first(candidates, pidx).slot != me:
+        return retry
+    return _grant(rows, mine, start, pidx, want_us, now=now)
+
+
+def _first(candidates: Sequence[Row], pidx: int) -> Row:
+    """Who goes first: prioritized, then normal, then batch; then the least-used fraction of budget."""
+    return min(
+        candidates,
+        key=lambda r: (
+            0 if prioritized(r, pidx) else max(r.priority.rank, 1),
+            effective_used(r, pidx) / max(r.quota, 1),
+            r.waiting_since,
+            r.slot,
+        ),
     )
-    if chosen.slot != me:
-        return Decision(False, retry_at=max(now + _RETRY_US / 1e6, busy_until - LOOKAHEAD_US / 1e6))
-    return Decision(True, start=start, period_idx=pidx, used_before_us=effective_used(mine, pidx))
+
+
+def _grant(
+    rows: Sequence[Row], mine: Row, start: float, pidx: int, want_us: int, *, now: float, steal: bool = False
+) -> Decision:
+    used = effective_used(mine, pidx)
+    length = slice_for(mine, want_us)
+    others = [r for r in rows if r.slot != mine.slot]
+    if not prioritized(mine, pidx) and any(
+        prioritized(r, pidx) and (r.waiting or now - r.last_grant < PRIORITY_ACTIVE_S) for r in others
+    ):
+        length = min(length, SHRUNK_SLICE_US)
+    elif (
+        is_capped(mine)
+        and used >= budget_us(mine.quota)
+        and any(
+            is_capped(r)
+            and effective_used(r, pidx) < budget_us(r.quota)
+            and (r.waiting or now - r.last_grant < ACTIVE_S)
+            for r in others
+        )
+    ):
+        length = min(length, BORROW_SLICE_US)
+    return Decision(True, start=start, period_idx=pidx, used_before_us=used, slice_us=length, steal=steal)

@@ -51,6 +51,20 @@ class _Stream:
     pending: int = 0
 
 
+_SPIN_S = 80e-6
+"""The last part of a slice is waited out by yielding, not by a timed wait (which overshoots by tens of us)."""
+
+
+def _hold_until(end: float, pause: Pause) -> bool:
+    """Hold the die until ``end``; True if cancelled first."""
+    rest = end - time.monotonic()
+    if rest > _SPIN_S and pause.wait(rest - _SPIN_S):
+        return True
+    while time.monotonic() < end:
+        time.sleep(0)
+    return pause.is_set()
+
+
 def _ended() -> None:
     """What a task's ``complete`` is once it ended: nothing."""
 
@@ -350,24 +364,48 @@ class Streams:
         while remaining > 0:
             grant, worker.booked = worker.booked, None
             if grant is None:
-                grant = book.acquire_slice(worker.device, min(remaining, scheduling.SLICE_US), pause)
+                asked = time.monotonic()
+                want = min(remaining, scheduling.SLICE_US)
+                grant = book.acquire_slice(worker.device, want, pause, ready_at=None if used else asked)
+                if grant is not None and grant[0] > time.monotonic():
+                    grant = self._follow(worker, grant, pause)  # booked ahead: it may move
+            else:
+                grant = self._follow(worker, grant, pause)
             if grant is None:
                 return None
             start, end = grant
             got = round((end - start) * 1e6)
             remaining -= got
             used += got
+            if remaining <= 0:  # the die computes during its last slice: the result is ready at its end
+                try:
+                    task.complete()
+                except AclFailure as exc:
+                    task.error = exc
             nxt = self._next_want(worker, remaining)
             lookahead_at = end - scheduling.LOOKAHEAD_US / 1e6
             if nxt and not pause.wait(max(0.0, lookahead_at - time.monotonic())):
-                worker.booked = book.acquire_slice(worker.device, nxt, pause)
-            if pause.wait(max(0.0, end - time.monotonic())):
+                worker.booked = book.acquire_slice(
+                    worker.device, nxt, pause, ready_at=end if remaining <= 0 else None
+                )
+            if _hold_until(end, pause):
                 return None
-        try:
-            task.complete()
-        except AclFailure as exc:
-            task.error = exc
         return used
+
+    def _follow(
+        self, worker: _Worker, grant: tuple[float, float], pause: Pause
+    ) -> tuple[float, float] | None:
+        """A grant booked ahead, once it started: a latency-critical share may have moved it later
+        (``ledger.DieLedger.confirm``), maybe more than once; None if cancelled meanwhile."""
+        book, origin = self.backend.book, grant
+        while True:
+            ahead = grant[0] - time.monotonic()
+            if ahead > 0 and pause.wait(ahead):
+                return None
+            moved = book.confirm_slice(worker.device, origin)
+            if moved is None or moved == grant:
+                return grant
+            grant = moved
 
     def _next_want(self, worker: _Worker, remaining: int) -> int:
         """Length of the slice to book next: the rest of this task, else the next queued task."""
