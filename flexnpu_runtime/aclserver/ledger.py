@@ -7,18 +7,20 @@ dropped, so a SIGKILL'd server's reservation disappears) and the blocking ``acqu
 measured themselves.
 
 File ``<ledger_dir>/die-<phy>.ledger``: a header (magic, version, die, busy_until, busy_slot,
-slots, capacity, last_start: the die's last grant) then ``capacity`` fixed-size entries, one per
-vNPU an aclserver serves on the die (pid, process start time, claim, share, quota, policy,
-memory_only, waiting flag, period use, consumed time, memory use, kernel count; since version 2
-also priority, slices preempted, the queueing-delay histogram and where a preempted booking moved).
+slots, capacity; since version 2 last_start, lc_until and the two open grants) then ``capacity``
+fixed-size entries, one per vNPU an aclserver serves on the die (pid, process start time, claim,
+share, quota, policy, memory_only, waiting flag, period use, consumed time, memory use, kernel
+count; since version 2 also priority, slices preempted, the queueing-delay histogram and how far
+its last two grants moved).
 
 **Version 2** (priorities) has larger entries. A version-1 file is rewritten as version 2 when none
 of its aclservers lives any more; while one does, a new aclserver on that die is refused with a
 StateError naming the file (restart the old claim's aclserver, or wait for it to go).
 
-**Priority** (``scheduling.py``): a latency-critical share may take the die ahead of a booking that
-waits to start; the booking moves behind it, recorded in its entry (``moved_from`` -> ``moved_to``),
-and its holder asks ``confirm`` at the booking's start where it went. Priorities may mix on a die
+**Priority** (``scheduling.py``): a latency-critical share may take the die at the next
+``YIELD_US`` boundary of a splittable grant; every splittable grant reaching past that point ends
+later by the inserted slice, recorded in its entry (``shifts``: original start, delay; the last
+two grants), and its holder asks ``confirm`` at the end it knows where the end went. Priorities may mix on a die
 (they change when, not how much); policies may not (the one-policy rule below).
 
 **One aclserver = one slot.** ``slots`` is the die's limit of aclservers (the configured
@@ -77,7 +79,7 @@ _CAPACITY_OFFSET = 32
 DELAY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
 """Upper bounds of the queueing-delay histogram's buckets (seconds); one more counts the rest."""
 _V1_ENTRY = struct.Struct("<BBBBiiiQ48sqqqdQQQd")
-_ENTRY = struct.Struct(f"<BBBBiiiQ48sqqqdQQQdB7xQQdd{len(DELAY_BUCKETS_S) + 1}Q")
+_ENTRY = struct.Struct(f"<BBBBiiiQ48sqqqdQQQdB7xQQdddd{len(DELAY_BUCKETS_S) + 1}Q")
 _WAITING_AT = 3
 _PERIOD = struct.Struct("<qqq")
 """period_idx, period_used_us, consumed_us: what a grant writes, with kernels and last_grant."""
@@ -86,13 +88,18 @@ _COUNTS = struct.Struct("<Qd")
 _COUNTS_AT = struct.calcsize("<BBBBiiiQ48sqqqdQQ")
 _PREEMPTED_AT = _V1_ENTRY.size + 8
 _DELAY_SUM_AT = _PREEMPTED_AT + 8
-_MOVED = struct.Struct("<dd")
-_MOVED_AT = _DELAY_SUM_AT + 8
-_BUCKETS_AT = _MOVED_AT + _MOVED.size
+_SHIFTS = struct.Struct("<dddd")
+_SHIFTS_AT = _DELAY_SUM_AT + 8
+_BUCKETS_AT = _SHIFTS_AT + _SHIFTS.size
 _Q = struct.Struct("<Q")
-_LAST_START = struct.Struct("<d")
+_D = struct.Struct("<d")
 _LAST_START_AT = 40
-_HEADER_SIZE = 64
+_LC_UNTIL_AT = 48
+_OPEN = struct.Struct("<iB3xddd")
+"""An open grant: slot (-1: none), splittable, original start, start, end."""
+_OPENS_AT = 56
+_HEADER_SIZE = 128
+_V1_HEADER_SIZE = 64
 
 
 def _file_size(slots: int) -> int:
@@ -139,8 +146,8 @@ class LedgerEntry:
     """Queueing delay of its tasks so far (their first slice's wait for the die), summed."""
     delay_buckets: tuple[int, ...] = ()
     """Tasks per queueing-delay bucket (``DELAY_BUCKETS_S``, then the rest): not cumulative."""
-    moved_from: float = 0.0
-    moved_to: float = 0.0
+    shifts: tuple[float, ...] = (0.0, 0.0, 0.0, 0.0)
+    """Its last two grants: (original start, how much later it ends) each."""
 
     def row(self) -> scheduling.Row:
         return scheduling.Row(
@@ -195,6 +202,8 @@ class DieLedger:
         self._fd = os.open(self.path, flags, 0o600)
         self._tlock = threading.Lock()
         self._last_liveness = 0.0
+        self._shiftable: set[tuple[int, float]] = set()
+        """Grants this process holds that may still end later (splittable): (slot, start)."""
         try:
             with self._tlock:
                 fcntl.flock(self._fd, fcntl.LOCK_EX)
@@ -242,6 +251,8 @@ class DieLedger:
         self._mm = mmap.mmap(self._fd, _file_size(self.capacity))
         self._mm[: _file_size(self.capacity)] = bytes(_file_size(self.capacity))
         _HEADER.pack_into(self._mm, 0, MAGIC, VERSION, self.die, 0.0, -1)
+        for i in range(2):
+            _OPEN.pack_into(self._mm, _OPENS_AT + i * _OPEN.size, -1, 0, 0.0, 0.0, 0.0)
         _COUNT.pack_into(self._mm, _SLOTS_OFFSET, self.slots)
         _COUNT.pack_into(self._mm, _CAPACITY_OFFSET, self.capacity)
 
@@ -336,6 +347,8 @@ class DieLedger:
                 0,
                 0.0,
                 0.0,
+                0.0,
+                0.0,
                 *([0] * (len(DELAY_BUCKETS_S) + 1)),
             )
             self._mm[self._offset(slot) : self._offset(slot) + _ENTRY.size] = raw
@@ -357,8 +370,8 @@ class DieLedger:
 
         Returns None (and clears the waiting flag) when ``cancel`` is set first. ``ready_at``: the
         first slice of a task, ready to run since then; its wait for the die (start - ready_at) is
-        counted in the queueing-delay histogram. A grant whose start is still ahead may be moved
-        later by a latency-critical share: its holder asks ``confirm`` at its start.
+        counted in the queueing-delay histogram. A splittable grant may end later (a latency-critical
+        slice went in): its holder asks ``confirm`` at the end it knows.
         """
         while True:
             if cancel.is_set():
@@ -375,19 +388,30 @@ class DieLedger:
                     rows = [
                         replace(r, waiting=True, waiting_since=now) if r.slot == slot else r for r in rows
                     ]
-                _m, _v, _d, busy_until, busy_slot = _HEADER.unpack_from(self._mm, 0)
-                (last_start,) = _LAST_START.unpack_from(self._mm, _LAST_START_AT)
+                _m, _v, _d, busy_until, _bs = _HEADER.unpack_from(self._mm, 0)
+                (last_start,) = _D.unpack_from(self._mm, _LAST_START_AT)
+                (lc_until,) = _D.unpack_from(self._mm, _LC_UNTIL_AT)
+                opens = self._opens()
                 decision = scheduling.decide(
-                    rows, slot, now=now, busy_until=busy_until, last_start=last_start, last_slot=busy_slot,
-                    want_us=want_us,
+                    rows, slot, now=now, busy_until=busy_until, last_start=last_start, want_us=want_us,
+                    opens=[g for _orig, g in opens], lc_until=lc_until,
                 )  # fmt: skip
                 if decision.granted:
-                    return self._grant(mine, decision, now=now, ready_at=ready_at, victim=busy_slot)
+                    return self._grant(mine, decision, now=now, ready_at=ready_at, opens=opens)
                 if not mine.waiting:
                     self._write_fields(slot, waiting=True, waiting_since=now)
             delay = decision.retry_at - time.monotonic()
             if delay > 0:
                 cancel.wait(min(delay, 0.05))
+
+    def _opens(self) -> list[tuple[float, scheduling.Open]]:
+        """The die's open grants (file locked), each with its original start."""
+        out = []
+        for i in range(2):
+            slot, split, orig, start, end = _OPEN.unpack_from(self._mm, _OPENS_AT + i * _OPEN.size)
+            if slot >= 0:
+                out.append((orig, scheduling.Open(slot, start, end, bool(split))))
+        return out
 
     def _grant(
         self,
@@ -396,7 +420,7 @@ class DieLedger:
         *,
         now: float,
         ready_at: float | None,
-        victim: int,
+        opens: list[tuple[float, scheduling.Open]],
     ) -> tuple[float, float]:
         """Write a grant (file locked): the share's period use, counts and delay, and the die's header."""
         slot, slice_us, start = mine.slot, decision.slice_us, decision.start
@@ -414,32 +438,65 @@ class DieLedger:
             at = off + _BUCKETS_AT + bucket * _Q.size
             _Q.pack_into(self._mm, at, _Q.unpack_from(self._mm, at)[0] + 1)
             _Q.pack_into(self._mm, off + _DELAY_SUM_AT, mine.delay_sum_us + round(waited * 1e6))
-        if not decision.steal:
-            _HEADER.pack_into(self._mm, 0, MAGIC, VERSION, self.die, end, slot)
-            _LAST_START.pack_into(self._mm, _LAST_START_AT, start)
+        if decision.insert:
+            self._insert(start, slice_us / 1e6, opens)
             return start, end
-        # the booking that waited to start (victim's) moves behind this slice
-        _m, _v, _d, busy_until, _bs = _HEADER.unpack_from(self._mm, 0)
-        shift = slice_us / 1e6
-        voff = self._offset(victim)
-        moved_from, moved_to = _MOVED.unpack_from(self._mm, voff + _MOVED_AT)
-        origin = moved_from if moved_to == start else start  # moved before: keep where it began
-        _MOVED.pack_into(self._mm, voff + _MOVED_AT, origin, start + shift)
-        _Q.pack_into(self._mm, voff + _PREEMPTED_AT, _Q.unpack_from(self._mm, voff + _PREEMPTED_AT)[0] + 1)
-        _HEADER.pack_into(self._mm, 0, MAGIC, VERSION, self.die, busy_until + shift, victim)
-        _LAST_START.pack_into(self._mm, _LAST_START_AT, start + shift)
+        if decision.splittable:
+            self._shiftable.add((slot, start))
+            a_orig, _a, b_orig, _b = _SHIFTS.unpack_from(self._mm, off + _SHIFTS_AT)
+            ring = off + _SHIFTS_AT + (0 if a_orig <= b_orig else 16)  # replace the older of the two
+            _D.pack_into(self._mm, ring, start)
+            _D.pack_into(self._mm, ring + 8, 0.0)
+        last = opens[-1] if opens else None
+        kept = [last] if last is not None else []
+        for i, (orig, g) in enumerate(
+            [*kept, (start, scheduling.Open(slot, start, end, decision.splittable))]
+        ):
+            _OPEN.pack_into(
+                self._mm, _OPENS_AT + i * _OPEN.size, g.slot, int(g.splittable), orig, g.start, g.end
+            )
+        _HEADER.pack_into(self._mm, 0, MAGIC, VERSION, self.die, end, slot)
+        _D.pack_into(self._mm, _LAST_START_AT, start)
         return start, end
 
+    def _insert(self, at: float, length: float, opens: list[tuple[float, scheduling.Open]]) -> None:
+        """A prioritized slice goes in at ``at``: every splittable open grant reaching past it ends
+        ``length`` later (and starts later, if it had not started by ``at``); file locked."""
+        _m, _v, _d, busy_until, busy_slot = _HEADER.unpack_from(self._mm, 0)
+        for i, (orig, g) in enumerate(opens):
+            if not g.splittable or g.end <= at:
+                continue
+            start = g.start + length if g.start >= at else g.start
+            _OPEN.pack_into(self._mm, _OPENS_AT + i * _OPEN.size, g.slot, 1, orig, start, g.end + length)
+            off = self._offset(g.slot)
+            if not self._mm[off]:
+                continue
+            shifts = list(_SHIFTS.unpack_from(self._mm, off + _SHIFTS_AT))
+            for j in (0, 2):
+                if shifts[j] == orig:
+                    shifts[j + 1] += length
+            _SHIFTS.pack_into(self._mm, off + _SHIFTS_AT, *shifts)
+            _Q.pack_into(self._mm, off + _PREEMPTED_AT, _Q.unpack_from(self._mm, off + _PREEMPTED_AT)[0] + 1)
+        _HEADER.pack_into(self._mm, 0, MAGIC, VERSION, self.die, max(busy_until, at) + length, busy_slot)
+        (last_start,) = _D.unpack_from(self._mm, _LAST_START_AT)
+        if last_start >= at:
+            _D.pack_into(self._mm, _LAST_START_AT, last_start + length)
+        _D.pack_into(self._mm, _LC_UNTIL_AT, at + length)
+
     def confirm(self, slot: int, grant: tuple[float, float]) -> tuple[float, float] | None:
-        """Where the booking granted to ``slot`` as ``grant`` is now, if a latency-critical share moved
-        it (None: not moved since). Ask at its start, with the grant as ``acquire`` returned it."""
+        """Where a grant of ``slot`` is now, if a latency-critical slice went in before its end (None:
+        it ends as granted, or as last confirmed). Ask at the end it knows, with the grant as
+        ``acquire`` returned it; once it has ended, it is forgotten."""
+        if (slot, grant[0]) not in self._shiftable:
+            return None  # not splittable: nothing goes in before its end
+        off = self._offset(slot)
         with self._locked():
-            if not self._mm[self._offset(slot)]:
-                return None
-            moved_from, moved_to = _MOVED.unpack_from(self._mm, self._offset(slot) + _MOVED_AT)
-        if moved_from != grant[0] or moved_to == moved_from:
-            return None
-        return moved_to, moved_to + (grant[1] - grant[0])
+            shifts = _SHIFTS.unpack_from(self._mm, off + _SHIFTS_AT) if self._mm[off] else ()
+            now = time.monotonic()  # nothing goes in before this any more
+        delay = next((shifts[j + 1] for j in (0, 2) if shifts and shifts[j] == grant[0]), 0.0)
+        if grant[1] + delay <= now:
+            self._shiftable.discard((slot, grant[0]))
+        return (grant[0], grant[1] + delay) if delay else None
 
     def set_mem_used(self, slot: int, used: int) -> None:
         with self._locked():
@@ -504,9 +561,8 @@ class DieLedger:
             priority=Priority.from_number(f[17]),
             preempted=f[18],
             delay_sum_us=f[19],
-            moved_from=f[20],
-            moved_to=f[21],
-            delay_buckets=tuple(f[22:]),
+            shifts=tuple(f[20:24]),
+            delay_buckets=tuple(f[24:]),
         )
 
     def _write_fields(self, slot: int, **changes: object) -> None:
@@ -536,8 +592,7 @@ class DieLedger:
             Priority(values["priority"]).number,
             values["preempted"],
             values["delay_sum_us"],
-            values["moved_from"],
-            values["moved_to"],
+            *values["shifts"],
             *values["delay_buckets"],
         )
         off = self._offset(slot)
@@ -590,8 +645,8 @@ def _v1_has_live_entries(fd: int, head: bytes, size: int) -> bool:
     """Whether a version-1 ledger file still has an entry of a live aclserver."""
     (slots,) = _COUNT.unpack_from(head, _SLOTS_OFFSET)
     (capacity,) = _COUNT.unpack_from(head, _CAPACITY_OFFSET)
-    count = min(max(capacity, slots or MAX_ENTRIES), max(0, size - _HEADER_SIZE) // _V1_ENTRY.size)
-    raw = os.pread(fd, count * _V1_ENTRY.size, _HEADER_SIZE)
+    count = min(max(capacity, slots or MAX_ENTRIES), max(0, size - _V1_HEADER_SIZE) // _V1_ENTRY.size)
+    raw = os.pread(fd, count * _V1_ENTRY.size, _V1_HEADER_SIZE)
     for i in range(len(raw) // _V1_ENTRY.size):
         f = _V1_ENTRY.unpack_from(raw, i * _V1_ENTRY.size)
         if f[0] and _alive(f[4], f[7]):

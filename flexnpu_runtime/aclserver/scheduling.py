@@ -8,22 +8,27 @@ share gets; its **priority** only says when (``docs/latency.md``):
 - ``fixed``: a share that used its budget waits for the next period even if the die idles.
 - ``elastic``: a share that used its budget may borrow the die whenever no in-budget share is
   waiting for it (work-conserving: the die never idles while work waits). A borrowed slice is at
-  most ``BORROW_SLICE_US`` while an in-budget share is active, so that share soon has the die back.
+  most ``BORROW_SLICE_US`` while an in-budget share that is not prioritized is active, so that
+  share soon has the die back (a prioritized one goes in at the next boundary anyway).
 - ``best-effort`` and ``memory_only`` shares are not capped (free contention, weighted).
 
 Among the shares waiting for the die, a **prioritized** share goes first (``latency-critical``,
 not memory-only, and still within its quota's part of this period — on every policy, so priority
 never buys more than the quota), then ``normal``, then ``batch``; within a rank, the share that
 used the smallest fraction of its budget, so shares that all saturate the die split it in
-proportion to their quotas. While a prioritized share is active (waiting, or granted a slice in
-the last ``PRIORITY_ACTIVE_S``), every other share's slices shrink to ``SHRUNK_SLICE_US``.
+proportion to their quotas.
 
-A grant may be booked up to ``LOOKAHEAD_US`` before the die frees (a prioritized share: however
-far), so hand-offs waste no time. At most one booking waits to start (``last_start`` after
-``now``): nobody else books until it started, except a prioritized share, which takes the die at
-that boundary ahead of a lower-ranked booking (``Decision.steal``): the booking moves behind the
-prioritized slice, and its holder learns so when it confirms the booking at its start
-(``ledger.DieLedger.confirm``). So a latency-critical call waits at most for the slice running now.
+A grant may be booked up to ``LOOKAHEAD_US`` before the die frees, so hand-offs waste no time; at
+most one booking waits to start (``last_start`` after ``now``): nobody else books until it
+started. The grants that reach past now (at most two: ``Open``) are **splittable** when a
+latency-critical share is registered on the die (``Decision.splittable``, decided at the grant):
+a prioritized share takes the die at the next ``YIELD_US`` boundary of such a grant (counted from
+its start; before it, for one that has not started) — the slice is inserted there
+(``Decision.insert``) and every splittable grant reaching past it ends that much later (its holder
+asks ``ledger.DieLedger.confirm`` at its end). So a latency-critical call waits at most
+``YIELD_US`` for a lower-ranked slice, which is what a die running that slice as ``YIELD_US``
+pieces would do, and the lower-ranked share still gets its whole slice (no hand-off of its own
+between the pieces). A prioritized share books however far ahead; its own slices are not split.
 No I/O, no clock: the caller passes ``now`` (seconds, CLOCK_MONOTONIC), the die's state and the rows.
 """
 
@@ -39,10 +44,10 @@ __all__ = [
     "BORROW_SLICE_US",
     "LOOKAHEAD_US",
     "PERIOD_US",
-    "PRIORITY_ACTIVE_S",
-    "SHRUNK_SLICE_US",
     "SLICE_US",
+    "YIELD_US",
     "Decision",
+    "Open",
     "Row",
     "budget_us",
     "decide",
@@ -55,17 +60,17 @@ __all__ = [
 
 PERIOD_US = 100_000
 SLICE_US = 5_000
-LOOKAHEAD_US = 1_000
-SHRUNK_SLICE_US = 200
-"""A lower-ranked share's slice while a prioritized share is active: what a latency-critical call may wait."""
+LOOKAHEAD_US = SLICE_US
+"""A grant may be booked this far ahead: one slice, so its holder books the next one as this starts
+(one wake-up per slice, with a whole slice of slack on a loaded machine)."""
+YIELD_US = 100
+"""A splittable slice yields to a prioritized one at every this many microseconds from its start."""
 BORROW_SLICE_US = 1_000
 """An over-budget (borrowing) share's slice while an in-budget share is active."""
 _RETRY_US = 300
 _EPSILON_S = 1e-6
 ACTIVE_S = 2 * SLICE_US / 1e6
 """An in-budget share granted a slice this recently still counts as active (it is running, not idle)."""
-PRIORITY_ACTIVE_S = PERIOD_US / 1e6
-"""A latency-critical share granted a slice this recently still shrinks the others' slices."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +90,20 @@ class Row:
 
 
 @dataclass(frozen=True, slots=True)
+class Open:
+    """A grant that may reach past now (one of the die's last two): where it is now."""
+
+    slot: int
+    start: float
+    end: float
+    splittable: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Decision:
-    """Either a grant (``granted``: a slice of ``slice_us`` starts at ``start``; ``steal``: it takes
-    the place of the booking that waits to start, which moves behind it) or a time to ask again."""
+    """Either a grant (``granted``: a slice of ``slice_us`` starts at ``start``) or a time to ask
+    again. ``insert``: the slice goes in at ``start`` and every open grant reaching past it moves
+    (ends) that much later; otherwise it is the die's new last grant, ``splittable`` or not."""
 
     granted: bool
     start: float = 0.0
@@ -95,7 +111,8 @@ class Decision:
     used_before_us: int = 0
     retry_at: float = 0.0
     slice_us: int = 0
-    steal: bool = False
+    insert: bool = False
+    splittable: bool = False
 
 
 def period_of(t: float) -> int:
@@ -143,25 +160,26 @@ def decide(
     now: float,
     busy_until: float,
     last_start: float = 0.0,
-    last_slot: int = -1,
     want_us: int = SLICE_US,
+    opens: Sequence[Open] = (),
+    lc_until: float = 0.0,
 ) -> Decision:
     """Whether the share in slot ``me`` may start its next slice (of at most ``want_us``), and when
-    to ask again if not. ``busy_until`` is the end of the die's last grant, ``last_start`` and
-    ``last_slot`` its start and holder (a start after ``now``: booked, not started yet)."""
+    to ask again if not. ``busy_until`` is the end of the die's last grant, ``last_start`` its start
+    (after ``now``: booked, not started yet); ``opens`` the grants that may reach past now and
+    ``lc_until`` the end of the last prioritized slice inserted among them."""
     by_slot = {r.slot: r for r in rows}
     mine = by_slot[me]
-    if last_start > now + _EPSILON_S and last_slot in by_slot:  # a booking waits to start
-        pidx = period_of(last_start)
-        if last_slot != me and prioritized(mine, pidx) and not prioritized(by_slot[last_slot], pidx):
-            rivals = [r for r in rows if (r.waiting or r.slot == me) and prioritized(r, pidx)]
-            if _first(rivals, pidx).slot == me:
-                return _grant(rows, mine, last_start, pidx, want_us, now=now, steal=True)
-            return Decision(False, retry_at=now + _RETRY_US / 1e6)
+    if prioritized(mine, period_of(now)):
+        floor = max(now, lc_until)
+        return _prioritized(
+            rows, mine, now=now, floor=floor, busy_until=busy_until, want_us=want_us, opens=opens
+        )
+    if last_start > now + _EPSILON_S:  # a booking waits to start
         return Decision(False, retry_at=last_start + _EPSILON_S)
     start = max(now, busy_until)
     pidx = period_of(start)
-    if busy_until - now > LOOKAHEAD_US / 1e6 + _EPSILON_S and not prioritized(mine, pidx):
+    if busy_until - now > LOOKAHEAD_US / 1e6 + _EPSILON_S:
         return Decision(False, retry_at=busy_until - LOOKAHEAD_US / 1e6)
     waiting = [r for r in rows if r.waiting or r.slot == me]
 
@@ -179,7 +197,67 @@ def decide(
         candidates = waiting
     if _first(candidates, pidx).slot != me:
         return retry
-    return _grant(rows, mine, start, pidx, want_us, now=now)
+    used = effective_used(mine, pidx)
+    length = slice_for(mine, want_us)
+    if (
+        is_capped(mine)
+        and used >= budget_us(mine.quota)
+        and any(
+            is_capped(r)
+            and effective_used(r, pidx) < budget_us(r.quota)
+            and (r.waiting or now - r.last_grant < ACTIVE_S)
+            and not prioritized(r, pidx)  # that one goes in at the next boundary anyway
+            for r in rows
+            if r.slot != me
+        )
+    ):
+        length = min(length, BORROW_SLICE_US)  # borrowed while an in-budget share is active: soon back
+    splittable = any(
+        r.priority is Priority.LATENCY_CRITICAL and not r.memory_only for r in rows if r.slot != me
+    )
+    return Decision(
+        True, start=start, period_idx=pidx, used_before_us=used, slice_us=length, splittable=splittable
+    )
+
+
+def _prioritized(
+    rows: Sequence[Row],
+    mine: Row,
+    *,
+    now: float,
+    floor: float,
+    busy_until: float,
+    want_us: int,
+    opens: Sequence[Open],
+) -> Decision:
+    """A prioritized share's slice: at the first ``YIELD_US`` boundary of a splittable open grant
+    (inserted), else after everything booked; another prioritized share that waits longer goes first."""
+    pidx = period_of(now)
+    rivals = [r for r in rows if (r.waiting or r.slot == mine.slot) and prioritized(r, pidx)]
+    if _first(rivals, pidx).slot != mine.slot:
+        return Decision(False, retry_at=now + _RETRY_US / 1e6)
+    for g in opens:  # what is not splittable (a prioritized slice) keeps its place: go after it
+        if not g.splittable and g.end > floor:
+            floor = g.end
+    start, insert = max(floor, busy_until), False
+    for g in sorted(opens, key=lambda g: g.start):
+        if not g.splittable or g.end <= floor:
+            continue
+        k = max(0, -int(-(floor - g.start) * 1e6 // YIELD_US))  # ceil: the next boundary at or after floor
+        at = g.start + k * YIELD_US / 1e6
+        if at < g.end - _EPSILON_S:
+            start, insert = at, True
+            break
+    pidx = period_of(start)
+    length = slice_for(mine, want_us)
+    return Decision(
+        True,
+        start=start,
+        period_idx=pidx,
+        used_before_us=effective_used(mine, pidx),
+        slice_us=length,
+        insert=insert,
+    )
 
 
 def _first(candidates: Sequence[Row], pidx: int) -> Row:
@@ -193,27 +271,3 @@ def _first(candidates: Sequence[Row], pidx: int) -> Row:
             r.slot,
         ),
     )
-
-
-def _grant(
-    rows: Sequence[Row], mine: Row, start: float, pidx: int, want_us: int, *, now: float, steal: bool = False
-) -> Decision:
-    used = effective_used(mine, pidx)
-    length = slice_for(mine, want_us)
-    others = [r for r in rows if r.slot != mine.slot]
-    if not prioritized(mine, pidx) and any(
-        prioritized(r, pidx) and (r.waiting or now - r.last_grant < PRIORITY_ACTIVE_S) for r in others
-    ):
-        length = min(length, SHRUNK_SLICE_US)
-    elif (
-        is_capped(mine)
-        and used >= budget_us(mine.quota)
-        and any(
-            is_capped(r)
-            and effective_used(r, pidx) < budget_us(r.quota)
-            and (r.waiting or now - r.last_grant < ACTIVE_S)
-            for r in others
-        )
-    ):
-        length = min(length, BORROW_SLICE_US)
-    return Decision(True, start=start, period_idx=pidx, used_before_us=used, slice_us=length, steal=steal)

@@ -367,10 +367,6 @@ class Streams:
                 asked = time.monotonic()
                 want = min(remaining, scheduling.SLICE_US)
                 grant = book.acquire_slice(worker.device, want, pause, ready_at=None if used else asked)
-                if grant is not None and grant[0] > time.monotonic():
-                    grant = self._follow(worker, grant, pause)  # booked ahead: it may move
-            else:
-                grant = self._follow(worker, grant, pause)
             if grant is None:
                 return None
             start, end = grant
@@ -388,24 +384,14 @@ class Streams:
                 worker.booked = book.acquire_slice(
                     worker.device, nxt, pause, ready_at=end if remaining <= 0 else None
                 )
-            if _hold_until(end, pause):
-                return None
+            while True:  # a latency-critical slice may go in before the end: it ends later then
+                if _hold_until(end, pause):
+                    return None
+                moved = book.confirm_slice(worker.device, grant)
+                if moved is None or moved[1] <= end:
+                    break
+                end = moved[1]
         return used
-
-    def _follow(
-        self, worker: _Worker, grant: tuple[float, float], pause: Pause
-    ) -> tuple[float, float] | None:
-        """A grant booked ahead, once it started: a latency-critical share may have moved it later
-        (``ledger.DieLedger.confirm``), maybe more than once; None if cancelled meanwhile."""
-        book, origin = self.backend.book, grant
-        while True:
-            ahead = grant[0] - time.monotonic()
-            if ahead > 0 and pause.wait(ahead):
-                return None
-            moved = book.confirm_slice(worker.device, origin)
-            if moved is None or moved == grant:
-                return grant
-            grant = moved
 
     def _next_want(self, worker: _Worker, remaining: int) -> int:
         """Length of the slice to book next: the rest of this task, else the next queued task."""
