@@ -12,11 +12,12 @@ share gets; its **priority** only says when (``docs/latency.md``):
   share soon has the die back (a prioritized one goes in at the next boundary anyway).
 - ``best-effort`` and ``memory_only`` shares are not capped (free contention, weighted).
 
-Among the shares waiting for the die, a **prioritized** share goes first (``latency-critical``,
-not memory-only, and still within its quota's part of this period — on every policy, so priority
-never buys more than the quota), then ``normal``, then ``batch``; within a rank, the share that
-used the smallest fraction of its budget, so shares that all saturate the die split it in
-proportion to their quotas.
+Among the shares waiting for the die and within their quota's part of this period, a
+**prioritized** share goes first (``latency-critical``, not memory-only), then ``normal``, then
+``batch``; shares beyond their part (best-effort, borrowing) come last, all alike — on every
+policy, so priority never buys more than the quota. Within a rank, the share that used the
+smallest fraction of its budget, so shares that all saturate the die split it in proportion to
+their quotas.
 
 A grant may be booked up to ``LOOKAHEAD_US`` before the die frees, so hand-offs waste no time; at
 most one booking waits to start (``last_start`` after ``now``): nobody else books until it
@@ -261,13 +262,16 @@ def _prioritized(
 
 
 def _first(candidates: Sequence[Row], pidx: int) -> Row:
-    """Who goes first: prioritized, then normal, then batch; then the least-used fraction of budget."""
+    """Who goes first: within their quota's part of the period, prioritized, then normal, then batch;
+    then whoever is beyond it (best-effort, borrowing), all alike; within a rank, the least-used
+    fraction of budget. So priority orders the time a quota gives, never more of it."""
+
+    def rank(r: Row) -> int:
+        if effective_used(r, pidx) >= budget_us(r.quota):
+            return 3
+        return 0 if prioritized(r, pidx) else max(r.priority.rank, 1)
+
     return min(
         candidates,
-        key=lambda r: (
-            0 if prioritized(r, pidx) else max(r.priority.rank, 1),
-            effective_used(r, pidx) / max(r.quota, 1),
-            r.waiting_since,
-            r.slot,
-        ),
+        key=lambda r: (rank(r), effective_used(r, pidx) / max(r.quota, 1), r.waiting_since, r.slot),
     )
