@@ -10,6 +10,9 @@ share gets; its **priority** only says when (``docs/latency.md``):
   waiting for it (work-conserving: the die never idles while work waits). A borrowed slice is at
   most ``BORROW_SLICE_US`` while an in-budget share that is not prioritized is active, so that
   share soon has the die back (a prioritized one goes in at the next boundary anyway).
+- A capped share ahead of another active share (a larger fraction of its budget used) that is between two
+  synchronous calls (neither waiting nor holding a grant) gets ``GAP_SLICE_US`` slices: it fills the
+  gap, and the other has the die back soon.
 - ``best-effort`` and ``memory_only`` shares are not capped (free contention, weighted).
 
 Among the shares waiting for the die and within their quota's part of this period, a
@@ -43,6 +46,7 @@ from flexnpu_wire.codes import Policy, Priority
 __all__ = [
     "ACTIVE_S",
     "BORROW_SLICE_US",
+    "GAP_SLICE_US",
     "LOOKAHEAD_US",
     "PERIOD_US",
     "SLICE_US",
@@ -68,6 +72,10 @@ YIELD_US = 100
 """A splittable slice yields to a prioritized one at every this many microseconds from its start."""
 BORROW_SLICE_US = 1_000
 """An over-budget (borrowing) share's slice while an in-budget share is active."""
+GAP_SLICE_US = 250
+"""A capped share's slice while a share that used less of its budget is active but not waiting (between
+two synchronous calls): the die is not left idle, and the other has it back soon, so shares that call
+synchronously split the die by quota (not by call rate) and both stay busy to the period's end."""
 _RETRY_US = 300
 _EPSILON_S = 1e-6
 ACTIVE_S = 2 * SLICE_US / 1e6
@@ -200,6 +208,7 @@ def decide(
         return retry
     used = effective_used(mine, pidx)
     length = slice_for(mine, want_us)
+    holding = {g.slot for g in opens if g.end > now}  # running or booked: not between two calls
     if (
         is_capped(mine)
         and used >= budget_us(mine.quota)
@@ -213,6 +222,17 @@ def decide(
         )
     ):
         length = min(length, BORROW_SLICE_US)  # borrowed while an in-budget share is active: soon back
+    elif is_capped(mine) and any(
+        is_capped(r)
+        and not r.waiting
+        and r.slot not in holding
+        and now - r.last_grant < ACTIVE_S
+        and not prioritized(r, pidx)
+        and effective_used(r, pidx) / max(r.quota, 1) < used / max(mine.quota, 1)
+        for r in rows
+        if r.slot != me
+    ):
+        length = min(length, GAP_SLICE_US)  # filling a gap of a share behind it: it is soon back
     splittable = any(
         r.priority is Priority.LATENCY_CRITICAL and not r.memory_only for r in rows if r.slot != me
     )

@@ -240,3 +240,54 @@ def test_priority_never_buys_more_than_the_quota(
     shares: list[tuple[int, Policy, bool]], priorities: tuple[Priority, ...], expected: list[float]
 ) -> None:
     assert simulate(shares, priorities=priorities) == pytest.approx(expected, abs=0.01)
+
+
+def simulate_sync(
+    quotas: list[int], policy: Policy, *, task_us: int = 1_000, gap_us: int = 150
+) -> list[float]:
+    """Tenants that call synchronously: a ``task_us`` task, then ``gap_us`` before the next one (the
+    client's round trip). Event by event, as the ledger would ask; returns each one's fraction of 2 s
+    and, last, the die's idle fraction."""
+    seconds = 2.0
+    rows = [row(i, q, policy, waiting=True) for i, q in enumerate(quotas)]
+    left = [task_us] * len(rows)  # of the current task
+    ready = [0.0] * len(rows)  # when the current task was asked for
+    total = [0] * len(rows)
+    now, busy_until, busy, opens = 0.0, 0.0, 0, [Open(-1, 0.0, 0.0, False)]
+    while now < seconds:
+        order = sorted(range(len(rows)), key=lambda i: ready[i])
+        asked = [i for i in order if ready[i] <= now + 1e-9]
+        got = None
+        for i in asked:
+            d = scheduling.decide(rows, i, now=now, busy_until=busy_until, want_us=left[i], opens=opens)
+            if d.granted:
+                got = (i, d)
+                break
+        if got is None:
+            waits = [ready[i] for i in range(len(rows)) if ready[i] > now + 1e-9]
+            now = min([now + 50e-6, *waits])
+            continue
+        i, d = got
+        end = d.start + d.slice_us / 1e6
+        busy += d.slice_us if d.start < seconds else 0
+        rows = [
+            dataclasses.replace(r, period_idx=d.period_idx, period_used_us=d.used_before_us + d.slice_us, last_grant=now,
+                                waiting=False)
+            if r.slot == i else dataclasses.replace(r, waiting=ready[r.slot] <= now + 1e-9)
+            for r in rows
+        ]  # fmt: skip
+        total[i] += d.slice_us
+        left[i] -= d.slice_us
+        if left[i] <= 0:
+            left[i], ready[i] = task_us, end + gap_us / 1e6
+        else:
+            ready[i] = end  # the rest of its task, asked for as the slice ends
+        busy_until, now, opens = end, max(now, end), [Open(i, d.start, end, False)]
+    return [t / 1e6 / seconds for t in total] + [1 - busy / 1e6 / seconds]
+
+
+@pytest.mark.parametrize("policy", [Policy.FIXED, Policy.ELASTIC])
+def test_synchronous_callers_split_by_quota_and_keep_the_die_busy(policy: Policy) -> None:
+    a, b, idle = simulate_sync([30, 70], policy)
+    assert a == pytest.approx(0.30, abs=0.03) and b == pytest.approx(0.70, abs=0.03)
+    assert idle < 0.03
