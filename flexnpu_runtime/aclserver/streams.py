@@ -65,6 +65,13 @@ def _hold_until(end: float, pause: Pause) -> bool:
     return pause.is_set()
 
 
+def _complete(task: Task) -> None:
+    try:
+        task.complete()
+    except AclFailure as exc:
+        task.error = exc
+
+
 def _ended() -> None:
     """What a task's ``complete`` is once it ended: nothing."""
 
@@ -374,10 +381,7 @@ class Streams:
             remaining -= got
             used += got
             if remaining <= 0:  # the die computes during its last slice: the result is ready at its end
-                try:
-                    task.complete()
-                except AclFailure as exc:
-                    task.error = exc
+                _complete(task)
             nxt = self._next_want(worker, remaining)
             lookahead_at = end - scheduling.LOOKAHEAD_US / 1e6
             if nxt and not pause.wait(max(0.0, lookahead_at - time.monotonic())):
@@ -391,6 +395,8 @@ class Streams:
                 if moved is None or moved[1] <= end:
                     break
                 end = moved[1]
+        if not used:  # no die time at all (a model that declares none): only its result
+            _complete(task)
         return used
 
     def _next_want(self, worker: _Worker, remaining: int) -> int:
