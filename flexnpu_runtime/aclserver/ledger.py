@@ -107,6 +107,8 @@ def _file_size(slots: int) -> int:
 
 
 _LIVENESS_EVERY_S = 0.2
+_MAX_SHIFTABLE = 1024
+"""Splittable grants remembered for ``confirm`` before the long-ended ones are forgotten."""
 
 
 class Pause(Protocol):
@@ -442,6 +444,8 @@ class DieLedger:
             self._insert(start, slice_us / 1e6, opens)
             return start, end
         if decision.splittable:
+            if len(self._shiftable) >= _MAX_SHIFTABLE:  # holders that never confirmed: long ended
+                self._shiftable = {k for k in self._shiftable if k[1] > now - 1.0}
             self._shiftable.add((slot, start))
             a_orig, _a, b_orig, _b = _SHIFTS.unpack_from(self._mm, off + _SHIFTS_AT)
             ring = off + _SHIFTS_AT + (0 if a_orig <= b_orig else 16)  # replace the older of the two
