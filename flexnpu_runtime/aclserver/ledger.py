@@ -37,6 +37,7 @@ the first format); a process of that release sees only the first ``slots`` entri
 
 from __future__ import annotations
 
+import bisect
 import fcntl
 import mmap
 import os
@@ -44,7 +45,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -151,19 +152,14 @@ class LedgerEntry:
     shifts: tuple[float, ...] = (0.0, 0.0, 0.0, 0.0)
     """Its last two grants: (original start, how much later it ends) each."""
 
-    def row(self) -> scheduling.Row:
+    def row(self, *, waiting_since: float | None = None) -> scheduling.Row:
+        """As the scheduler sees it; ``waiting_since``: as waiting since then (one that asks now)."""
+        waiting = self.waiting or waiting_since is not None
+        since = self.waiting_since if self.waiting or waiting_since is None else waiting_since
         return scheduling.Row(
-            slot=self.slot,
-            quota=self.quota,
-            policy=self.policy,
-            memory_only=self.memory_only,
-            waiting=self.waiting,
-            waiting_since=self.waiting_since,
-            period_idx=self.period_idx,
-            period_used_us=self.period_used_us,
-            last_grant=self.last_grant,
-            priority=self.priority,
-        )
+            self.slot, self.quota, self.policy, self.memory_only, waiting, since, self.period_idx,
+            self.period_used_us, self.last_grant, self.priority,
+        )  # fmt: skip
 
 
 def ledger_path(ledger_dir: str, die_phy_id: int) -> str:
@@ -385,11 +381,8 @@ class DieLedger:
                 if mine is None:
                     raise StateError(f"ledger entry {slot} of die {self.die} vanished")
                 now = time.monotonic()
-                rows = [e.row() for e in entries]
-                if not mine.waiting:  # decided as waiting from now; written only if not granted at once
-                    rows = [
-                        replace(r, waiting=True, waiting_since=now) if r.slot == slot else r for r in rows
-                    ]
+                # decided as waiting from now if not yet; written only if not granted at once
+                rows = [e.row(waiting_since=now) if e.slot == slot else e.row() for e in entries]
                 _m, _v, _d, busy_until, _bs = _HEADER.unpack_from(self._mm, 0)
                 (last_start,) = _D.unpack_from(self._mm, _LAST_START_AT)
                 (lc_until,) = _D.unpack_from(self._mm, _LC_UNTIL_AT)
@@ -436,7 +429,7 @@ class DieLedger:
         _COUNTS.pack_into(self._mm, off + _COUNTS_AT, mine.kernels + 1, now)
         if ready_at is not None:
             waited = max(0.0, start - ready_at)
-            bucket = next((i for i, b in enumerate(DELAY_BUCKETS_S) if waited <= b), len(DELAY_BUCKETS_S))
+            bucket = bisect.bisect_left(DELAY_BUCKETS_S, waited)  # the first bound at or above it
             at = off + _BUCKETS_AT + bucket * _Q.size
             _Q.pack_into(self._mm, at, _Q.unpack_from(self._mm, at)[0] + 1)
             _Q.pack_into(self._mm, off + _DELAY_SUM_AT, mine.delay_sum_us + round(waited * 1e6))
