@@ -72,12 +72,18 @@ class CRunner:
         assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "ready"
 
     def block(self, n: int) -> list[float]:
+        return [int(line.split()[1]) / 1e9 for line in self.command(str(n))]
+
+    def command(self, line: str) -> list[str]:
+        """Send one block's line (see model_bench.c); the lines it printed before ``done``."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(f"{n}\n")
+        self.proc.stdin.write(f"{line}\n")
         self.proc.stdin.flush()
         out = []
-        while (line := self.proc.stdout.readline().strip()) != "done":
-            out.append(int(line.split()[1]) / 1e9)
+        while (got := self.proc.stdout.readline().strip()) != "done":
+            if not got:
+                raise RuntimeError(f"model_bench ended during {line!r} (exit {self.proc.poll()})")
+            out.append(got)
         return out
 
     def close(self) -> None:

@@ -264,6 +264,7 @@ def resolve_shares(plan: ClaimPlan) -> ClaimPlan:
                 policy=str(cfg.policy),
                 memory_only=cfg.memory_only,
                 host_memory_bytes=host[i],
+                priority=str(cfg.priority),
             )
             for i in range(cfg.vnpus)
         )

@@ -29,7 +29,7 @@ from flexnpu_runtime.daemon import shmfs
 from flexnpu_testing.waiting import wait_for
 from flexnpu_wire import launch
 from flexnpu_wire.clientconf import ClientConf, Endpoints, ShareInfo
-from flexnpu_wire.codes import Policy
+from flexnpu_wire.codes import Policy, Priority
 from flexnpu_wire.launch import AclServerSpec, ReadyInfo, ShareSpec
 
 __all__ = [
@@ -54,8 +54,11 @@ def share(
     policy: Policy | str = Policy.FIXED,
     memory_only: bool = False,
     host_memory: int = 0,
+    priority: Priority | str = Priority.NORMAL,
 ) -> ShareSpec:
-    return ShareSpec(virtual_id, die, memory, compute, Policy(policy), memory_only, host_memory)
+    return ShareSpec(
+        virtual_id, die, memory, compute, Policy(policy), memory_only, host_memory, str(Priority(priority))
+    )
 
 
 def make_spec(

@@ -79,6 +79,7 @@ class NodeProcess(NodeCore):
                     driver_name=cfg.driver_name,
                     max_shares_per_die=cfg.max_shares_per_die,
                     ledger=functools.partial(ledger.read_entries, str(cfg.paths.shm_root / LEDGER_DIR_NAME)),
+                    delay_bound_seconds=cfg.latency_delay_bound_seconds,
                 )
             )
 

@@ -11,7 +11,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from flexnpu_wire.codes import Policy
+from flexnpu_wire.codes import Policy, Priority
 from flexnpu_wire.errors import ContractError
 from flexnpu_wire.shares import Share
 
@@ -127,7 +127,7 @@ _OPTIONAL = (
     "tcp_listen",
 )
 _SHARE_FIELDS = ("virtual_id", "die_phy_id", "memory_bytes", "compute_percent", "policy")
-_SHARE_OPTIONAL = ("memory_only", "host_memory_bytes")
+_SHARE_OPTIONAL = ("memory_only", "host_memory_bytes", "priority")
 
 
 def parse_spec(text: str, *, source: str) -> AclServerSpec:
@@ -251,6 +251,10 @@ def _parse_share(p: _Fields, raw: object, index: int) -> ShareSpec:
     except ValueError:
         allowed = ", ".join(str(x) for x in Policy)
         raise p.bad(prefix + "policy", f"unknown policy {policy_text!r} (one of {allowed})") from None
+    priority = p.string(raw, "priority", prefix=prefix) if "priority" in raw else str(Priority.NORMAL)
+    if priority not in set(Priority):
+        allowed = ", ".join(str(x) for x in Priority)
+        raise p.bad(prefix + "priority", f"unknown priority {priority!r} (one of {allowed})")
     memory_only = raw.get("memory_only", False)
     if not isinstance(memory_only, bool):
         raise p.bad(prefix + "memory_only", "must be true or false")
@@ -264,6 +268,7 @@ def _parse_share(p: _Fields, raw: object, index: int) -> ShareSpec:
         host_memory_bytes=p.integer(raw, "host_memory_bytes", lo=0, prefix=prefix)
         if "host_memory_bytes" in raw
         else 0,
+        priority=priority,
     )
 
 

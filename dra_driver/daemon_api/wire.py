@@ -34,6 +34,7 @@ def share_to_pb(share: Share) -> pb.Share:
         policy=share.policy,
         memory_only=share.memory_only,
         host_memory_bytes=share.host_memory_bytes,
+        priority=share.priority,
     )
 
 
@@ -46,6 +47,7 @@ def share_from_pb(msg: pb.Share) -> Share:
         policy=str(msg.policy),
         memory_only=bool(msg.memory_only),
         host_memory_bytes=int(msg.host_memory_bytes),
+        priority=str(msg.priority) or "normal",
     )
 
 
