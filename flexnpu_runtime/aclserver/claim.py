@@ -116,7 +116,3 @@ class Claim:
         with self._lock:
             self._host_bytes -= size
             self._host_buffers -= buffer
-
-    def host_used(self) -> int:
-        with self._lock:
-            return self._host_bytes
