@@ -20,6 +20,7 @@ from pathlib import Path
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.errors import ErrorCode, InvalidInput
+from dra_driver.placement import Placement
 from dra_kubeletplugin import sockets
 from flexnpu_wire.launch import DEFAULT_MAX_SHARES_PER_DIE
 
@@ -181,6 +182,17 @@ PLUGIN_FLAGS: tuple[Flag, ...] = (
         "how often dies are discovered again for health and inventory changes (0 = never)",
     ),
     Flag(
+        "placement",
+        "binpack",
+        "die-level placement policy: the order this node lists its devices in, from the capacity allocated"
+        " on each die (binpack = most-used die first, keeps whole dies free; spread = least-used first)",
+    ),
+    Flag(
+        "placement-writes-per-second",
+        "4",
+        "most slice rewrites per second for a changed device order (coalesced; 0 = never reorder)",
+    ),
+    Flag(
         "client-library",
         DEFAULT_CLIENT_LIBRARY,
         "host path of FlexNPU's libascendcl.so client that share CDI specs inject (its ld.so.preload beside it)",
@@ -229,6 +241,8 @@ class Config:
     build_device_root: bool = False
     client_library: Path = Path(DEFAULT_CLIENT_LIBRARY)
     max_shares_per_die: int = DEFAULT_MAX_SHARES_PER_DIE
+    placement: Placement = Placement.BINPACK
+    placement_writes_per_second: float = 4.0
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -392,7 +406,20 @@ def build(values: Mapping[str, str | None]) -> Config:
         if values.get("client_library")
         else Path(DEFAULT_CLIENT_LIBRARY),
         max_shares_per_die=shared.max_shares_per_die,
+        placement=Placement.parse(values.get("placement") or "binpack"),
+        placement_writes_per_second=_rate(
+            "placement-writes-per-second", values.get("placement_writes_per_second") or "4"
+        ),
     )
+
+
+def _rate(name: str, value: str | None) -> float:
+    rate = _number(name, value)
+    if not 0 <= rate <= 100:
+        raise InvalidInput(
+            f"expected 0..100 writes per second, got {value!r}", code=ErrorCode.INVALID_CONFIG, field=name
+        )
+    return rate
 
 
 WEBHOOK_FLAGS: tuple[Flag, ...] = (
@@ -452,6 +479,69 @@ def build_webhook(values: Mapping[str, str | None]) -> WebhookConfig:
         driver_name=values.get("driver_name") or DEFAULT_DRIVER_NAME,
         share_classes=classes,
         host=values.get("webhook_host") or "0.0.0.0",
+        port=int(port),
+        tls_cert=Path(cert).absolute() if cert else None,
+        tls_key=Path(key).absolute() if key else None,
+        log_level=values.get("log_level") or "INFO",
+        log_json=_bool("log-json", values.get("log_json")),
+    )
+
+
+EXTENDER_FLAGS: tuple[Flag, ...] = (
+    Flag("driver-name", DEFAULT_DRIVER_NAME, "DRA driver whose allocated devices the extender counts"),
+    Flag("kubeconfig", None, "path to a kubeconfig; in-cluster config when absent"),
+    Flag(
+        "placement",
+        "binpack",
+        "node-level policy of pods without the npu.flexnpu.io/placement annotation: binpack (fullest"
+        " node first) or spread (emptiest first)",
+    ),
+    Flag("extender-host", "0.0.0.0", "address the scheduler extender listens on"),
+    Flag("extender-port", "8444", "HTTPS port of the scheduler extender"),
+    Flag(
+        "tls-cert-file",
+        None,
+        "serving certificate (PEM); kube-scheduler's enableHTTPS needs TLS ('' = plain HTTP)",
+    ),
+    Flag("tls-key-file", None, "private key of the serving certificate (PEM)"),
+    Flag("log-level", "INFO", "log level"),
+    Flag("log-json", "false", "log JSON lines instead of text (true|false)"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderConfig:
+    """``flexnpu-dra extender``: the kube-scheduler extender that ranks nodes by NPU fill."""
+
+    driver_name: str
+    kubeconfig: str | None
+    placement: Placement
+    host: str
+    port: int
+    tls_cert: Path | None
+    tls_key: Path | None
+    log_level: str = "INFO"
+    log_json: bool = False
+
+
+def build_extender(values: Mapping[str, str | None]) -> ExtenderConfig:
+    cert, key = values.get("tls_cert_file") or None, values.get("tls_key_file") or None
+    if bool(cert) != bool(key):
+        raise InvalidInput(
+            "give both --tls-cert-file and --tls-key-file, or neither",
+            code=ErrorCode.INVALID_CONFIG,
+            field="tls-key-file" if cert else "tls-cert-file",
+        )
+    port = _number("extender-port", values.get("extender_port") or "8444")
+    if port != int(port) or not 0 <= port <= 65535:
+        raise InvalidInput(
+            f"expected a port 0..65535, got {port!r}", code=ErrorCode.INVALID_CONFIG, field="extender-port"
+        )
+    return ExtenderConfig(
+        driver_name=values.get("driver_name") or DEFAULT_DRIVER_NAME,
+        kubeconfig=values.get("kubeconfig") or None,
+        placement=Placement.parse(values.get("placement") or "binpack"),
+        host=values.get("extender_host") or "0.0.0.0",
         port=int(port),
         tls_cert=Path(cert).absolute() if cert else None,
         tls_key=Path(key).absolute() if key else None,

@@ -268,9 +268,7 @@ def build_pool(
 
     hard_devices = [d for per_die in reversed(hard) for d in per_die]
     devices = whole + hard_devices + [d for per_die in reversed(soft) for d in per_die]
-    return DesiredPool(
-        name=node_name, slices=placement.layout(devices, counter_sets), generation=generation
-    )
+    return DesiredPool(name=node_name, slices=placement.layout(devices, counter_sets), generation=generation)
 
 
 def share_mode(policy: Policy) -> str:
