@@ -402,7 +402,10 @@ class ClusterScheduler:
         cycle = _Cycle(self)
         plans: dict[str, list[Obj]] = {}
         reasons: list[str] = []
+        pinned = ((pod.get("spec") or {}).get("nodeSelector") or {}).get("kubernetes.io/hostname")
         for node in self.nodes:
+            if pinned and node != pinned:
+                continue  # NodeAffinity's filter (the hostname label equals the node name here)
             planned = self._filter(cycle, node, claims, reasons)
             if planned is not None:
                 plans[node] = planned
