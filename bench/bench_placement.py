@@ -114,10 +114,44 @@ def spread(tmp: Path) -> Result:
         out["all24_nodes"], out["all24_dies"] = _spread_of(c, [f"s{i}" for i in range(24)])
         out["picture"] = c.picture()
     with _cluster(tmp, policy=Placement.SPREAD) as c:
-        c.scheduler.run([(i * 0.5, c.share_pod(f"p{i}", node="node-00")) for i in range(8)])
+        pods = [c.share_pod(f"p{i}", node="node-00") for i in range(8)]
+        out["republish_visible_ms"], out["republish_missed_next_arrival"] = _pinned(c, pods, 0.5)
         out["pinned_nodes"], out["pinned_dies"] = _spread_of(c, [f"p{i}" for i in range(8)])
         out["pinned_picture"] = c.picture().splitlines()[0]
     return out
+
+
+def _first_share(c: PlacementCluster, node: str) -> str:
+    """The node's first share device as the scheduler's informer sees it."""
+    for s in sorted(c.scheduler.slices.items(), key=lambda s: s["metadata"]["name"]):
+        if s["spec"].get("nodeName") == node:
+            for d in s["spec"].get("devices") or []:
+                if d.get("allowMultipleAllocations"):
+                    return str(d["name"])
+    return ""
+
+
+def _pinned(c: PlacementCluster, pods: list[Any], every: float) -> tuple[list[float], int]:
+    """Schedule ``pods`` one per ``every`` seconds; between arrivals, time until the scheduler sees
+    the node's new order (the republish latency end to end). Returns the latencies and how many
+    republishes were not visible by the next arrival."""
+    latencies: list[float] = []
+    missed = 0
+    start = time.monotonic()
+    for i, pod in enumerate(pods):
+        while time.monotonic() < start + i * every:
+            time.sleep(0.002)  # the arrival clock
+        before = _first_share(c, "node-00")
+        c.scheduler.schedule(pod)
+        allocated = time.monotonic()
+        next_arrival = start + (i + 1) * every
+        while _first_share(c, "node-00") == before and time.monotonic() < next_arrival + 2:
+            time.sleep(0.002)
+        seen = time.monotonic()
+        if i < len(pods) - 1:
+            latencies.append(round((seen - allocated) * 1000, 1))
+            missed += seen > next_arrival
+    return latencies, missed
 
 
 def burst(tmp: Path) -> Result:

@@ -39,6 +39,7 @@ from dra_kubeletplugin.resourceslice.pools import DriverResources
 from flexnpu_testing.cluster import ClusterScheduler, ExtenderSpec
 from flexnpu_testing.fake_apiserver import FakeAPIServer
 from flexnpu_testing.waiting import wait_for
+from kubeletplugin import node as node_process
 from kubeletplugin.ordering import DeviceOrdering
 
 DRIVER = "npu.flexnpu.io"
@@ -49,8 +50,8 @@ CLASSES = {
     "npu.flexnpu.io": 'device.attributes["npu.flexnpu.io"].mode == "whole"',
     "vnpu-template.flexnpu.io": 'device.attributes["npu.flexnpu.io"].mode == "hard"',
 }
-PUBLISH_DEBOUNCE = 0.1
-"""The node's slice controller debounce with placement on (kubeletplugin/node.py)."""
+PUBLISH_DEBOUNCE = node_process.PUBLISH_DEBOUNCE
+"""The node's slice controller debounce (kubeletplugin/node.py)."""
 
 Obj = dict[str, Any]
 
