@@ -195,7 +195,7 @@ class DriverSlices:
         self.driver = driver
         self.on_change = on_change
         self._lock = threading.Lock()
-        self._slices: dict[str, JSON] = {}  # slice name -> slice
+        self._by_pool: dict[str, dict[str, JSON]] = {}  # pool -> slice name -> slice
         self._loop = _ListWatch(
             name=LOOP_SLICES,
             list_fn=lambda: kube.list_driver_slices(driver),
@@ -216,46 +216,55 @@ class DriverSlices:
 
     def reset(self, items: Iterable[JSON]) -> None:
         with self._lock:
-            self._slices = {str(s["metadata"]["name"]): s for s in items}
+            before = set(self._by_pool)
+            self._by_pool = {}
+            for s in items:
+                self._by_pool.setdefault(_pool_of(s), {})[_name(s)] = s
+            changed = frozenset(before | set(self._by_pool))
         if self.on_change is not None:
-            self.on_change(frozenset(self.pool_nodes().values()))
+            self.on_change(changed)
 
     def apply(self, kind: str, obj: JSON) -> None:
-        name = str((obj.get("metadata") or {}).get("name", ""))
+        pool = _pool_of(obj)
         with self._lock:
+            slices = self._by_pool.setdefault(pool, {})
             if kind == "DELETED":
-                self._slices.pop(name, None)
+                slices.pop(_name(obj), None)
+                if not slices:
+                    del self._by_pool[pool]
             else:
-                self._slices[name] = obj
+                slices[_name(obj)] = obj
         if self.on_change is not None:
-            self.on_change(frozenset({str(((obj.get("spec") or {}).get("pool") or {}).get("name", ""))}))
+            self.on_change(frozenset({pool}))
 
-    def pool_nodes(self) -> dict[str, str]:
-        """Pool name -> the node its slices name (node-local pools only)."""
+    def pool_names(self) -> list[str]:
         with self._lock:
-            return {
-                str(s["spec"]["pool"]["name"]): str(s["spec"]["nodeName"])
-                for s in self._slices.values()
-                if (s.get("spec") or {}).get("nodeName")
-            }
+            return sorted(self._by_pool)
 
-    def pools(self) -> dict[str, pools.Pool]:
-        """Pool name -> its slices of the newest generation, as a ``Pool`` of spec fragments."""
+    def pool(self, name: str) -> tuple[str, pools.Pool] | None:
+        """(the node its slices name, the pool's newest-generation slices as a ``Pool``), or None
+        when the pool has no node-local slice."""
         with self._lock:
-            items = list(self._slices.values())
-        newest: dict[str, int] = {}
-        for s in items:
-            pool = s["spec"]["pool"]
-            newest[pool["name"]] = max(newest.get(pool["name"], 0), int(pool.get("generation") or 0))
-        out: dict[str, list[JSON]] = {}
-        for s in sorted(items, key=lambda s: str(s["metadata"]["name"])):
-            pool = s["spec"]["pool"]
-            if int(pool.get("generation") or 0) == newest[pool["name"]]:
-                spec = s["spec"]
-                out.setdefault(pool["name"], []).append(
-                    {k: spec[k] for k in ("devices", "sharedCounters") if k in spec}
-                )
-        return {name: pools.Pool(name=name, slices=specs) for name, specs in out.items()}
+            items = list(self._by_pool.get(name, {}).values())
+        if not items:
+            return None
+        newest = max(int(s["spec"]["pool"].get("generation") or 0) for s in items)
+        current = sorted(
+            (s for s in items if int(s["spec"]["pool"].get("generation") or 0) == newest), key=_name
+        )
+        node = next((str(s["spec"]["nodeName"]) for s in current if s["spec"].get("nodeName")), "")
+        if not node:
+            return None
+        specs = [{k: s["spec"][k] for k in ("devices", "sharedCounters") if k in s["spec"]} for s in current]
+        return node, pools.Pool(name=name, slices=specs)
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name", ""))
+
+
+def _pool_of(obj: Mapping[str, Any]) -> str:
+    return str(((obj.get("spec") or {}).get("pool") or {}).get("name", ""))
 
 
 def _uid(claim: Mapping[str, Any]) -> str:

@@ -66,8 +66,12 @@ class NodeScores:
     def __init__(self, claims: ClaimAllocations, slices: DriverSlices, *, default: Placement) -> None:
         self.claims, self.slices, self.default = claims, slices, default
         self._lock = threading.Lock()
-        self._dirty = True
-        self._fill: dict[str, placement.NodeFill] = {}  # node name -> fill
+        self._first = True
+        self._dirty: set[str] = set()
+        self._fill: dict[str, tuple[str, placement.NodeFill]] = {}  # pool -> (node, fill)
+        self._shape: dict[
+            str, tuple[list[Any], dict[str, placement.DeviceInfo], dict[int, placement.DieTotals]]
+        ] = {}
         self.registry = CollectorRegistry()
         self.decisions = Counter(
             "flexnpu_extender_decisions",
@@ -84,29 +88,38 @@ class NodeScores:
         )
         self.tracing = Tracing(Resource({"service.name": "flexnpu-extender"}))
 
-    def changed(self, _pools: frozenset[str]) -> None:
-        """A cache saw a change: recompute before the next answer (cheap: a flag)."""
-        self._dirty = True
+    def changed(self, pools_: frozenset[str]) -> None:
+        """A cache saw these pools change: recompute them before the next answer (cheap: a set)."""
+        with self._lock:
+            self._dirty |= pools_
 
     @property
     def synced(self) -> bool:
         return self.claims.synced.is_set() and self.slices.synced.is_set()
 
     def fills(self) -> dict[str, placement.NodeFill]:
+        """Node name -> fill; only pools that changed since the last call are computed again."""
         with self._lock:
-            if self._dirty:
-                self._dirty = False
-                fills: dict[str, placement.NodeFill] = {}
-                nodes = self.slices.pool_nodes()
-                for name, pool in self.slices.pools().items():
-                    node = nodes.get(name)
-                    if node is None:
-                        continue
-                    infos = placement.device_infos(pool)
-                    usage = placement.die_usage(self.claims.results(name), infos)
-                    fills[node] = placement.node_fill(placement.die_totals(pool), usage)
-                self._fill = fills
-            return self._fill
+            dirty, self._dirty = self._dirty, set()
+            if self._first:
+                dirty, self._first = set(self.slices.pool_names()), False
+            for name in dirty:
+                self._fill_pool(name)
+            return {node: fill for node, fill in self._fill.values()}
+
+    def _fill_pool(self, name: str) -> None:
+        found = self.slices.pool(name)
+        if found is None:
+            self._fill.pop(name, None)
+            self._shape.pop(name, None)
+            return
+        node, pool = found
+        shape = self._shape.get(name)
+        if shape is None or shape[0] != pool.slices:  # the slices changed: read devices and totals again
+            shape = (pool.slices, placement.device_infos(pool), placement.die_totals(pool))
+            self._shape[name] = shape
+        usage = placement.die_usage(self.claims.results(name), shape[1])
+        self._fill[name] = (node, placement.node_fill(shape[2], usage))
 
     def prioritize(self, args: Any) -> list[dict[str, Any]]:
         """``ExtenderArgs`` -> ``HostPriorityList``; BadRequest when the body is not ExtenderArgs."""
