@@ -113,7 +113,7 @@ class ClaimAllocations:
         self.events = 0
         self._loop = _ListWatch(
             name=LOOP_ALLOCATIONS,
-            list_fn=kube.list_claims,
+            list_fn=lambda: kube.list_claims(),
             watch_fn=lambda rv, stop: kube.watch_claims(
                 resource_version=rv, timeout_seconds=WATCH_TIMEOUT_SECONDS, stop=stop
             ),

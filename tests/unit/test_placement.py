@@ -192,3 +192,40 @@ def test_policy_parse_names_the_field() -> None:
     with pytest.raises(InvalidInput) as err:
         Placement.parse("pack", field="placement")
     assert err.value.field == "placement" and "'pack'" in str(err.value)
+
+
+def _claim(uid: str, *results: tuple[str, str, str]) -> dict[str, object]:
+    return {
+        "metadata": {"uid": uid, "namespace": "ns", "name": uid},
+        "status": {"allocation": {"devices": {"results": [
+            {"driver": drv, "pool": pool, "device": dev, "request": "r"} for drv, pool, dev in results
+        ]}}} if results else {},
+    }  # fmt: skip
+
+
+def test_claim_cache_tracks_allocations_and_names_the_changed_pools() -> None:
+    from controller.allocations import ClaimAllocations
+
+    seen: list[frozenset[str]] = []
+    cache = ClaimAllocations(None, driver="d", on_change=seen.append)  # type: ignore[arg-type]  # no API: events by hand
+    cache.reset([_claim("a", ("d", "n1", "vnpu-1")), _claim("b")])
+    assert seen == [frozenset({"n1"})] and [r.device for r in cache.results("n1")] == ["vnpu-1"]
+    cache.apply("MODIFIED", _claim("b", ("d", "n2", "npu-0"), ("other", "n2", "gpu-0")))
+    assert seen[-1] == frozenset({"n2"}) and [r.device for r in cache.results("n2")] == ["npu-0"]
+    cache.apply("MODIFIED", _claim("b", ("d", "n2", "npu-0")))  # a status write that changes nothing here
+    assert len(seen) == 2
+    cache.apply(
+        "MODIFIED", _claim("a", ("d", "n2", "vnpu-3"))
+    )  # moved pools (deallocated and allocated again)
+    assert seen[-1] == frozenset({"n1", "n2"}) and cache.results("n1") == []
+    cache.apply("DELETED", _claim("b", ("d", "n2", "npu-0")))
+    assert [r.device for r in cache.results("n2")] == ["vnpu-3"] and cache.pools() == ["n2"]
+
+
+def test_claim_cache_of_one_pool_ignores_the_others() -> None:
+    from controller.allocations import ClaimAllocations
+
+    seen: list[frozenset[str]] = []
+    cache = ClaimAllocations(None, driver="d", pool="n1", on_change=seen.append)  # type: ignore[arg-type]
+    cache.apply("ADDED", _claim("x", ("d", "n2", "vnpu-1")))
+    assert seen == [] and cache.results("n2") == []
