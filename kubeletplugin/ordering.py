@@ -45,8 +45,8 @@ class DeviceOrdering:
     * driver_name, pool_name - whose allocations count.
     * policy - binpack or spread.
     * writes_per_second - most republishes a second (0: the order is never changed by usage).
-    * republish - the publisher's "publish what is desired now, if it differs" (returns whether
-      it wrote).
+    * republish - the publisher's "publish what is desired now, if it differs" (it calls
+      :meth:`order`, which counts the changes of order).
     """
 
     def __init__(
@@ -57,7 +57,7 @@ class DeviceOrdering:
         pool_name: str,
         policy: Placement,
         writes_per_second: float,
-        republish: Callable[[], bool],
+        republish: Callable[[], object],
         live: liveness.Liveness | None = None,
     ) -> None:
         self.policy = policy
@@ -71,8 +71,11 @@ class DeviceOrdering:
         )
         self._wake = threading.Event()
         self.republishes = 0
+        """How often the order changed (each change is published once)."""
         self.unchanged = 0
+        """Changes of the allocations that left the order as it was (nothing written)."""
         self._last_pool: pools.Pool | None = None
+        self._last_order: list[str] | None = None
         self._threads: list[threading.Thread] = []
 
     def order(self, pool: pools.Pool) -> pools.Pool:
@@ -82,7 +85,12 @@ class DeviceOrdering:
             return pool
         results = self.allocations.results(pool.name)
         usage = placement.die_usage(results, placement.device_infos(pool))
-        return placement.order_pool(pool, usage, self.policy)
+        ordered = placement.order_pool(pool, usage, self.policy)
+        names = ordered.device_names
+        if self._last_order is not None and names != self._last_order:
+            self.republishes += 1
+        self._last_order = names
+        return ordered
 
     def trigger(self) -> None:
         self._wake.set()
@@ -121,9 +129,9 @@ class DeviceOrdering:
             return None
         self._wake.clear()
         started = time.monotonic()
-        if self.republish():
-            self.republishes += 1
-        else:
+        before = self.republishes
+        self.republish()
+        if self.republishes == before:
             self.unchanged += 1
         rest = self.min_interval - (time.monotonic() - started)
         return rest if rest > 0 else None
