@@ -86,7 +86,38 @@ class _ListWatch:
             return delay
 
 
-class ClaimAllocations:
+class _Cache:
+    """A cache fed by one list-then-watch loop: ``reset`` takes a list, ``apply`` one event."""
+
+    _loop: _ListWatch
+
+    def _watching(
+        self,
+        name: str,
+        list_fn: Callable[[], tuple[list[JSON], str]],
+        watch_fn: Callable[[str, threading.Event], Iterator[tuple[str, JSON]]],
+        live: liveness.Liveness | None,
+    ) -> None:
+        self._loop = _ListWatch(
+            name=name, list_fn=list_fn, watch_fn=watch_fn, reset=self.reset, apply=self.apply, live=live
+        )
+
+    @property
+    def synced(self) -> threading.Event:
+        """Set once the first list is in (until then the cache reads as empty)."""
+        return self._loop.synced
+
+    def run(self, stop: threading.Event) -> None:
+        self._loop.run(stop)
+
+    def reset(self, items: Iterable[JSON]) -> None:
+        raise NotImplementedError
+
+    def apply(self, kind: str, obj: JSON) -> None:
+        raise NotImplementedError
+
+
+class ClaimAllocations(_Cache):
     """Allocation results of ``driver`` per pool, from a watch of every ResourceClaim.
 
     Usage::
@@ -111,24 +142,14 @@ class ClaimAllocations:
         self._by_claim: dict[str, tuple[Allocated, ...]] = {}
         self._by_pool: dict[str, dict[str, tuple[Allocated, ...]]] = {}
         self.events = 0
-        self._loop = _ListWatch(
-            name=LOOP_ALLOCATIONS,
-            list_fn=lambda: kube.list_claims(),
-            watch_fn=lambda rv, stop: kube.watch_claims(
+        self._watching(
+            LOOP_ALLOCATIONS,
+            lambda: kube.list_claims(),  # noqa: PLW0108 - bound at call time (unit tests pass no API)
+            lambda rv, stop: kube.watch_claims(
                 resource_version=rv, timeout_seconds=WATCH_TIMEOUT_SECONDS, stop=stop
             ),
-            reset=self.reset,
-            apply=self.apply,
-            live=live,
+            live,
         )
-
-    @property
-    def synced(self) -> threading.Event:
-        """Set once the first list is in (until then every pool reads as empty)."""
-        return self._loop.synced
-
-    def run(self, stop: threading.Event) -> None:
-        self._loop.run(stop)
 
     def results(self, pool: str) -> list[Allocated]:
         with self._lock:
@@ -181,7 +202,7 @@ class ClaimAllocations:
             self.on_change(pools_)
 
 
-class DriverSlices:
+class DriverSlices(_Cache):
     """Every pool's published ResourceSlices of ``driver`` (newest generation), from a watch."""
 
     def __init__(
@@ -196,23 +217,14 @@ class DriverSlices:
         self.on_change = on_change
         self._lock = threading.Lock()
         self._by_pool: dict[str, dict[str, JSON]] = {}  # pool -> slice name -> slice
-        self._loop = _ListWatch(
-            name=LOOP_SLICES,
-            list_fn=lambda: kube.list_driver_slices(driver),
-            watch_fn=lambda rv, stop: kube.watch_driver_slices(
+        self._watching(
+            LOOP_SLICES,
+            lambda: kube.list_driver_slices(driver),
+            lambda rv, stop: kube.watch_driver_slices(
                 driver, resource_version=rv, timeout_seconds=WATCH_TIMEOUT_SECONDS, stop=stop
             ),
-            reset=self.reset,
-            apply=self.apply,
-            live=live,
+            live,
         )
-
-    @property
-    def synced(self) -> threading.Event:
-        return self._loop.synced
-
-    def run(self, stop: threading.Event) -> None:
-        self._loop.run(stop)
 
     def reset(self, items: Iterable[JSON]) -> None:
         with self._lock:

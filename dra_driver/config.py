@@ -422,6 +422,35 @@ def _rate(name: str, value: str | None) -> float:
     return rate
 
 
+def _server_flags(why_tls: str) -> tuple[Flag, ...]:
+    """The TLS and logging flags of an HTTPS server subcommand (webhook, extender)."""
+    return (
+        Flag("tls-cert-file", None, f"serving certificate (PEM); {why_tls} ('' = plain HTTP, for tests)"),
+        Flag("tls-key-file", None, "private key of the serving certificate (PEM)"),
+        Flag("log-level", "INFO", "log level"),
+        Flag("log-json", "false", "log JSON lines instead of text (true|false)"),
+    )
+
+
+def _tls_and_port(
+    values: Mapping[str, str | None], port_flag: str, default_port: str
+) -> tuple[Path | None, Path | None, int]:
+    """(certificate, key, port) of an HTTPS server subcommand; InvalidInput naming the flag."""
+    cert, key = values.get("tls_cert_file") or None, values.get("tls_key_file") or None
+    if bool(cert) != bool(key):
+        raise InvalidInput(
+            "give both --tls-cert-file and --tls-key-file, or neither",
+            code=ErrorCode.INVALID_CONFIG,
+            field="tls-key-file" if cert else "tls-cert-file",
+        )
+    port = _number(port_flag, values.get(port_flag.replace("-", "_")) or default_port)
+    if port != int(port) or not 0 <= port <= 65535:
+        raise InvalidInput(
+            f"expected a port 0..65535, got {port!r}", code=ErrorCode.INVALID_CONFIG, field=port_flag
+        )
+    return (Path(cert).absolute() if cert else None, Path(key).absolute() if key else None, int(port))
+
+
 WEBHOOK_FLAGS: tuple[Flag, ...] = (
     Flag("driver-name", DEFAULT_DRIVER_NAME, "DRA driver name whose opaque configs are checked"),
     Flag(
@@ -432,14 +461,7 @@ WEBHOOK_FLAGS: tuple[Flag, ...] = (
     ),
     Flag("webhook-host", "0.0.0.0", "address the admission webhook listens on"),
     Flag("webhook-port", "8443", "HTTPS port of the admission webhook"),
-    Flag(
-        "tls-cert-file",
-        None,
-        "serving certificate (PEM); the API server needs TLS ('' = plain HTTP, for tests)",
-    ),
-    Flag("tls-key-file", None, "private key of the serving certificate (PEM)"),
-    Flag("log-level", "INFO", "log level"),
-    Flag("log-json", "false", "log JSON lines instead of text (true|false)"),
+    *_server_flags("the API server needs TLS"),
 )
 
 
@@ -458,18 +480,7 @@ class WebhookConfig:
 
 
 def build_webhook(values: Mapping[str, str | None]) -> WebhookConfig:
-    cert, key = values.get("tls_cert_file") or None, values.get("tls_key_file") or None
-    if bool(cert) != bool(key):
-        raise InvalidInput(
-            "give both --tls-cert-file and --tls-key-file, or neither",
-            code=ErrorCode.INVALID_CONFIG,
-            field="tls-key-file" if cert else "tls-cert-file",
-        )
-    port = _number("webhook-port", values.get("webhook_port") or "8443")
-    if port != int(port) or not 0 <= port <= 65535:
-        raise InvalidInput(
-            f"expected a port 0..65535, got {port!r}", code=ErrorCode.INVALID_CONFIG, field="webhook-port"
-        )
+    cert, key, port = _tls_and_port(values, "webhook-port", "8443")
     classes = tuple(c.strip() for c in (values.get("share_classes") or "").split(",") if c.strip())
     if not classes:
         raise InvalidInput(
@@ -479,9 +490,9 @@ def build_webhook(values: Mapping[str, str | None]) -> WebhookConfig:
         driver_name=values.get("driver_name") or DEFAULT_DRIVER_NAME,
         share_classes=classes,
         host=values.get("webhook_host") or "0.0.0.0",
-        port=int(port),
-        tls_cert=Path(cert).absolute() if cert else None,
-        tls_key=Path(key).absolute() if key else None,
+        port=port,
+        tls_cert=cert,
+        tls_key=key,
         log_level=values.get("log_level") or "INFO",
         log_json=_bool("log-json", values.get("log_json")),
     )
@@ -498,14 +509,7 @@ EXTENDER_FLAGS: tuple[Flag, ...] = (
     ),
     Flag("extender-host", "0.0.0.0", "address the scheduler extender listens on"),
     Flag("extender-port", "8444", "HTTPS port of the scheduler extender"),
-    Flag(
-        "tls-cert-file",
-        None,
-        "serving certificate (PEM); kube-scheduler's enableHTTPS needs TLS ('' = plain HTTP)",
-    ),
-    Flag("tls-key-file", None, "private key of the serving certificate (PEM)"),
-    Flag("log-level", "INFO", "log level"),
-    Flag("log-json", "false", "log JSON lines instead of text (true|false)"),
+    *_server_flags("kube-scheduler's enableHTTPS needs TLS"),
 )
 
 
@@ -525,26 +529,15 @@ class ExtenderConfig:
 
 
 def build_extender(values: Mapping[str, str | None]) -> ExtenderConfig:
-    cert, key = values.get("tls_cert_file") or None, values.get("tls_key_file") or None
-    if bool(cert) != bool(key):
-        raise InvalidInput(
-            "give both --tls-cert-file and --tls-key-file, or neither",
-            code=ErrorCode.INVALID_CONFIG,
-            field="tls-key-file" if cert else "tls-cert-file",
-        )
-    port = _number("extender-port", values.get("extender_port") or "8444")
-    if port != int(port) or not 0 <= port <= 65535:
-        raise InvalidInput(
-            f"expected a port 0..65535, got {port!r}", code=ErrorCode.INVALID_CONFIG, field="extender-port"
-        )
+    cert, key, port = _tls_and_port(values, "extender-port", "8444")
     return ExtenderConfig(
         driver_name=values.get("driver_name") or DEFAULT_DRIVER_NAME,
         kubeconfig=values.get("kubeconfig") or None,
         placement=Placement.parse(values.get("placement") or "binpack"),
         host=values.get("extender_host") or "0.0.0.0",
-        port=int(port),
-        tls_cert=Path(cert).absolute() if cert else None,
-        tls_key=Path(key).absolute() if key else None,
+        port=port,
+        tls_cert=cert,
+        tls_key=key,
         log_level=values.get("log_level") or "INFO",
         log_json=_bool("log-json", values.get("log_json")),
     )
