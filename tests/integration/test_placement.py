@@ -32,6 +32,17 @@ def published_shares(c: PlacementCluster, node: str) -> list[str]:
     return [n for n in names if n.startswith("vnpu-") and n.count("-") == 1]
 
 
+def seen_by_scheduler(c: PlacementCluster, node: str) -> list[str]:
+    """The node's elastic share devices in order, as the fake scheduler's informer holds them."""
+    items = [s for s in c.scheduler.slices.items() if s["spec"].get("nodeName") == node]
+    names = [
+        d["name"]
+        for s in sorted(items, key=lambda s: s["metadata"]["name"])
+        for d in s["spec"].get("devices") or []
+    ]
+    return [n for n in names if n.startswith("vnpu-") and n.count("-") == 1]
+
+
 def allocate_on(c: PlacementCluster, claim: str, node: str, device: str, compute: str = "50") -> None:
     """Write an allocation as a scheduler would (the node must see it through its watch, nothing else)."""
     resource = kubernetes.client.ResourceV1Api(c.server.api_client())
