@@ -45,6 +45,7 @@ Usage::
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import uuid
@@ -56,9 +57,17 @@ from typing import Any, Protocol
 import kubernetes.client
 from kubernetes.client.exceptions import ApiException
 
-from flexnpu_testing.fake_apiserver.quantities import format_quantity, parse_quantity
+from flexnpu_testing.fake_apiserver import quantities
+from flexnpu_testing.fake_apiserver.quantities import format_quantity
 
 __all__ = ["SchedulerSim", "Unschedulable"]
+
+
+@functools.lru_cache(maxsize=8192)
+def _quantity(text: str) -> tuple[Fraction, str]:
+    """A quantity string parsed once (the real allocator works on parsed quantities in its cache)."""
+    return quantities.parse_quantity(text)
+
 
 Obj = dict[str, Any]
 DevKey = tuple[str, str, str]  # driver, pool, device
@@ -101,9 +110,32 @@ class _Node:
 
     candidates: list[_Candidate]
     counter_sets: dict[tuple[str, str, str], dict[str, Fraction]]  # (driver, pool, set) -> totals
+    _uses: dict[DevKey, dict[CounterKey, Fraction] | None] = field(default_factory=dict)
+    _totals: dict[CounterKey, Fraction] | None = None
+    _by_key: dict[DevKey, _Candidate] | None = None
 
     def index(self) -> dict[DevKey, int]:
         return {c.key: i for i, c in enumerate(self.candidates)}
+
+    def counter_use(self, cand: _Candidate) -> dict[CounterKey, Fraction] | None:
+        """What ``cand`` consumes of its counter sets, worked out once per node view."""
+        if cand.key not in self._uses:
+            self._uses[cand.key] = _counter_use(cand, self.counter_sets)
+        return self._uses[cand.key]
+
+    def totals(self) -> dict[CounterKey, Fraction]:
+        if self._totals is None:
+            self._totals = {
+                (driver, pool, cset, name): value
+                for (driver, pool, cset), totals in self.counter_sets.items()
+                for name, value in totals.items()
+            }
+        return self._totals
+
+    def by_key(self) -> dict[DevKey, _Candidate]:
+        if self._by_key is None:
+            self._by_key = {c.key: c for c in self.candidates}
+        return self._by_key
 
 
 @dataclass
@@ -267,10 +299,10 @@ class _Search:
         if cand.multi:
             caps = cand.device.get("capacity") or {}
             for name, amount in consumed.items():
-                total = parse_quantity(caps[name]["value"])[0]
+                total = _quantity(caps[name]["value"])[0]
                 if st.consumed.get((key, name), Fraction(0)) + amount > total:
                     return None
-        use = _counter_use(cand, self.node.counter_sets)
+        use = self.node.counter_use(cand)
         if use is None:
             return None
         if use:
@@ -546,7 +578,7 @@ def node_from_slices(all_slices: Iterable[Obj], node_name: str) -> _Node:
         driver, pool = spec["driver"], spec["pool"]["name"]
         for cset in spec.get("sharedCounters") or []:
             counters[(driver, pool, cset["name"])] = {
-                n: parse_quantity(c["value"])[0] for n, c in (cset.get("counters") or {}).items()
+                n: _quantity(c["value"])[0] for n, c in (cset.get("counters") or {}).items()
             }
         candidates += [
             _Candidate(driver, pool, dev, (driver, pool) in unusable) for dev in spec.get("devices") or []
@@ -556,7 +588,7 @@ def node_from_slices(all_slices: Iterable[Obj], node_name: str) -> _Node:
 
 def _usage_of(claim: Obj, node: _Node, claims: Iterable[Obj]) -> _State:
     """What every other allocated claim of ``claims`` holds on the node's devices (see ``_usage``)."""
-    by_key = {c.key: c for c in node.candidates}
+    by_key = node.by_key()
     state = _State()
     allocated: set[DevKey] = set()
     for other in claims:
@@ -571,21 +603,15 @@ def _usage_of(claim: Obj, node: _Node, claims: Iterable[Obj]) -> _State:
             if res.get("shareID") is None:
                 state.exclusive.add(key)
             for cap, value in (res.get("consumedCapacity") or {}).items():
-                state.consumed[(key, cap)] = (
-                    state.consumed.get((key, cap), Fraction(0)) + parse_quantity(value)[0]
-                )
-    for (driver, pool, cset), totals in node.counter_sets.items():
-        for name, value in totals.items():
-            state.available[(driver, pool, cset, name)] = value
+                state.consumed[(key, cap)] = state.consumed.get((key, cap), Fraction(0)) + _quantity(value)[0]
+    state.available = dict(node.totals())
     for key in allocated:
         cand = by_key.get(key)
         if cand is None:
             continue
-        for cons in cand.device.get("consumesCounters") or []:
-            for name, ctr in (cons.get("counters") or {}).items():
-                ckey = (key[0], key[1], cons["counterSet"], name)
-                if ckey in state.available:
-                    state.available[ckey] -= parse_quantity(ctr["value"])[0]
+        for ckey, amount in (node.counter_use(cand) or {}).items():
+            if ckey in state.available:
+                state.available[ckey] -= amount
     state.overdrawn_pools = {(k[0], k[1]) for k, v in state.available.items() if v < 0}
     return state
 
@@ -677,25 +703,25 @@ def _consumed_capacity(dev: Obj, wanted: dict[str, str]) -> dict[str, Fraction] 
         return None
     out: dict[str, Fraction] = {}
     for name, cap in caps.items():
-        total = parse_quantity(cap["value"])[0]
+        total = _quantity(cap["value"])[0]
         policy = cap.get("requestPolicy") or {}
         if name not in wanted:
-            out[name] = parse_quantity(policy["default"])[0] if policy.get("default") else total
+            out[name] = _quantity(policy["default"])[0] if policy.get("default") else total
             continue
-        amount = parse_quantity(wanted[name])[0]
+        amount = _quantity(wanted[name])[0]
         if policy.get("validValues"):
-            fitting = sorted(v for v in (parse_quantity(x)[0] for x in policy["validValues"]) if v >= amount)
+            fitting = sorted(v for v in (_quantity(x)[0] for x in policy["validValues"]) if v >= amount)
             if not fitting:
                 return None
             amount = fitting[0]
         elif policy.get("validRange"):
             rng = policy["validRange"]
-            low = parse_quantity(rng["min"])[0]
+            low = _quantity(rng["min"])[0]
             amount = max(amount, low)
             if rng.get("step"):
-                step = parse_quantity(rng["step"])[0]
+                step = _quantity(rng["step"])[0]
                 amount = low + math.ceil((amount - low) / step) * step
-            if rng.get("max") and amount > parse_quantity(rng["max"])[0]:
+            if rng.get("max") and amount > _quantity(rng["max"])[0]:
                 return None
         out[name] = amount
     return out
@@ -705,7 +731,7 @@ def _exclusive_capacity_fits(dev: Obj, wanted: dict[str, str]) -> bool:
     """On an exclusive device, each requested capacity is a minimum the device must have."""
     caps = dev.get("capacity") or {}
     for name, amount in wanted.items():
-        if name not in caps or parse_quantity(caps[name]["value"])[0] < parse_quantity(amount)[0]:
+        if name not in caps or _quantity(caps[name]["value"])[0] < _quantity(amount)[0]:
             return False
     return True
 
@@ -739,9 +765,9 @@ def _counter_use(
             if name not in cset:
                 return None
             key = (cand.driver, cand.pool, cons["counterSet"], name)
-            out[key] = out.get(key, Fraction(0)) + parse_quantity(ctr["value"])[0]
+            out[key] = out.get(key, Fraction(0)) + _quantity(ctr["value"])[0]
     return out
 
 
 def _fmt(dev: Obj, cap: str) -> str:
-    return parse_quantity((dev.get("capacity") or {})[cap]["value"])[1]
+    return _quantity((dev.get("capacity") or {})[cap]["value"])[1]
