@@ -202,3 +202,32 @@ def test_extender_metrics_endpoint(cluster: PlacementCluster) -> None:
     ctx = ssl.create_default_context(cafile=str(spec.ca_file))
     text = urllib.request.urlopen(spec.url_prefix + "/metrics", context=ctx, timeout=10).read().decode()
     assert 'flexnpu_extender_decisions_total{outcome="scored",policy="binpack",verb="prioritize"} 1.0' in text
+
+
+def test_the_node_process_reorders_its_slices_from_the_claim_watch(node_factory: Any) -> None:
+    """The real node process (``flexnpu-dra plugin --placement spread``): an allocation on its first die,
+    written as a scheduler writes it, moves that die's share devices to the end of the published order."""
+    from tests.integration.conftest import NAMESPACE as NODE_NS
+    from tests.integration.conftest import NODE
+
+    n = node_factory("eight-910b4.yaml", FLEXNPU_DEFAULT_MODE="both", FLEXNPU_PLACEMENT="spread").start()
+
+    def shares() -> list[str]:
+        names = [d["name"] for d in n.devices()]
+        return [x for x in names if x.startswith("vnpu-") and x.count("-") == 1]
+
+    wait_for(lambda: shares()[:1] == ["vnpu-7"], what="the empty node's order")
+    n.create_claim("c1", [{"name": "npu", "exactly": {"deviceClassName": "vnpu.flexnpu.io"}}])
+    resource = n.resource
+    body = n.api.api_client().sanitize_for_serialization(
+        resource.read_namespaced_resource_claim("c1", NODE_NS)
+    )
+    body["status"] = {"allocation": {
+        "devices": {"results": [{"request": "npu", "driver": DRIVER, "pool": NODE, "device": "vnpu-7",
+                                  "shareID": str(uuid.uuid4()), "consumedCapacity": {"compute": "10", "memory": "128Mi", "shares": "1"}}]},
+        "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}]},
+    }}  # fmt: skip
+    resource.replace_namespaced_resource_claim_status("c1", NODE_NS, body)
+    wait_for(
+        lambda: shares()[-1:] == ["vnpu-7"] and shares()[:1] == ["vnpu-6"], what="die 7 listed last (spread)"
+    )
