@@ -231,3 +231,21 @@ def test_the_node_process_reorders_its_slices_from_the_claim_watch(node_factory:
     wait_for(
         lambda: shares()[-1:] == ["vnpu-7"] and shares()[:1] == ["vnpu-6"], what="die 7 listed last (spread)"
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        pytest.param(["--placement", "pack"], "placement", id="bad-policy"),
+        pytest.param(["--tls-cert-file", "/nonexistent.pem"], "tls-key-file", id="cert-without-key"),
+    ],
+)
+def test_the_extender_command_refuses_bad_flags_naming_them(args: list[str], field: str) -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "kubeletplugin.cli", "extender", *args],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert out.returncode == 2 and "flexnpu-dra extender:" in out.stderr and field in out.stderr
