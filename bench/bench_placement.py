@@ -5,7 +5,7 @@ No real kube-scheduler binary is available here: the scheduler is the fake one
 over ``flexnpu_testing/scheduler.py``'s allocator that charges as v1.36 does). Each node runs the
 node process's real publishing parts (``flexnpu_testing/placement_cluster.py``: the pool, the
 helper's ResourceSlice controller, the die-level ordering and its claim watch) against the fake
-API server; the extender (``controller/extender.py``) is served in-process over HTTPS. Arrivals
+API server; the extender (``flexnpu-dra extender``, ``controller/extender.py``) runs as its own process, over HTTPS. Arrivals
 are in real time (200 ms and 500 ms, not scaled down).
 
 Scenarios (``--only`` picks some):
@@ -58,7 +58,7 @@ Result = dict[str, Any]
 
 def _cluster(tmp: Path, **kw: Any) -> PlacementCluster:
     d = Path(tempfile.mkdtemp(dir=tmp))
-    return PlacementCluster(d, **kw)
+    return PlacementCluster(d, **{"extender_process": True, **kw})
 
 
 def _spread_of(c: PlacementCluster, pods: list[str]) -> tuple[int, int]:

@@ -19,8 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import socket
+import ssl
 import subprocess
+import sys
 import threading
+import urllib.request
 import uuid
 from pathlib import Path
 from types import TracebackType
@@ -134,6 +139,8 @@ class PlacementCluster:
     * extender - serve the extender and configure the scheduler with it (weight ``weight``).
     * mode - every die's mode (``both``: whole and shares; ``all``: templates too; ``whole``).
     * publishing - run the nodes' publishers with ordering (False: publish the empty-node order once).
+    * extender_process - run ``flexnpu-dra extender`` as its own process (the bench) instead of in
+      this process (tests that read its counters and spans).
     """
 
     def __init__(
@@ -148,12 +155,15 @@ class PlacementCluster:
         writes_per_second: float = 4.0,
         publishing: bool = True,
         seed: int = 1,
+        extender_process: bool = False,
     ) -> None:
         self.workdir = workdir
         self.node_names = [f"node-{i:02d}" for i in range(nodes)]
         self.policy, self.mode, self.weight = policy, mode, weight
         self.use_extender, self.writes_per_second, self.publishing = extender, writes_per_second, publishing
         self.seed = seed
+        self.extender_process = extender_process
+        self.extender_proc: subprocess.Popen[bytes] | None = None
         self.server = FakeAPIServer(watch_history=100_000)
         self.stop_event = threading.Event()
         self.extender_stop = threading.Event()
@@ -219,7 +229,16 @@ class PlacementCluster:
             timeout=60,
         )
         specs = []
-        if self.use_extender:
+        if self.use_extender and self.extender_process:
+            cert, _key = make_cert(self.workdir)
+            port = self._start_extender_process(cert, _key)
+            specs.append(
+                ExtenderSpec(
+                    url_prefix=f"https://127.0.0.1:{port}", weight=self.weight,
+                    node_cache_capable=True, ignorable=True, ca_file=cert,
+                )
+            )  # fmt: skip
+        elif self.use_extender:
             cert, key = make_cert(self.workdir)
             settings = ExtenderConfig(
                 driver_name=DRIVER, kubeconfig=str(self.kubeconfig), placement=self.policy,
@@ -243,12 +262,46 @@ class PlacementCluster:
         self.scheduler = ClusterScheduler(api, DRIVER, nodes=self.node_names, extenders=specs, seed=self.seed)
         self.scheduler.start()
 
+    def _start_extender_process(self, cert: Path, key: Path) -> int:
+        """``flexnpu-dra extender`` as its own process (as in a cluster: no GIL shared with the scheduler)."""
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FLEXNPU_")}
+        log = (self.workdir / "extender.log").open("ab")
+        self._exit.callback(log.close)
+        self.extender_proc = subprocess.Popen(
+            [sys.executable, "-m", "kubeletplugin.cli", "extender", "--kubeconfig", str(self.kubeconfig),
+             "--driver-name", DRIVER, "--placement", str(self.policy), "--extender-host", "127.0.0.1",
+             "--extender-port", str(port), "--tls-cert-file", str(cert), "--tls-key-file", str(key)],
+            env=env, stdout=log, stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[1],
+        )  # fmt: skip
+        ctx = ssl.create_default_context(cafile=str(cert))
+
+        def synced() -> bool:
+            try:
+                with urllib.request.urlopen(f"https://127.0.0.1:{port}/readyz", context=ctx, timeout=2) as r:
+                    return bool(r.read() == b"ok\n")
+            except OSError:
+                return False
+
+        wait_for(synced, what="the extender process serving and synced", timeout=60)
+        return port
+
     def stop_extender(self) -> None:
         self.extender_stop.set()
+        if self.extender_proc is not None and self.extender_proc.poll() is None:
+            self.extender_proc.terminate()
+            self.extender_proc.wait(timeout=20)
 
     def close(self) -> None:
         self.stop_event.set()
-        self.extender_stop.set()
+        with contextlib.suppress(Exception):
+            self.stop_extender()
+        if self.extender_proc is not None and self.extender_proc.poll() is None:
+            self.extender_proc.kill()
+            self.extender_proc.wait()
+        self._exit.close()
         for node in self.nodes.values():
             node.ordering.trigger()
         with contextlib.suppress(Exception):
