@@ -203,6 +203,26 @@ class Kube(KubeClient):
             content_type=content_type,
         )
 
+    # --- ResourceSlices of every node (the scheduler extender) -------------------------------
+
+    def list_driver_slices(self, driver: str) -> tuple[list[JSON], str]:
+        """Every ResourceSlice of ``driver``, on any node (paged), and the list's resourceVersion."""
+        return self._list_all(
+            "list resourceslices", f"{RESOURCE}/resourceslices", {"fieldSelector": f"spec.driver={driver}"}
+        )
+
+    def watch_driver_slices(
+        self, driver: str, *, resource_version: str, timeout_seconds: int, stop: threading.Event
+    ) -> Iterator[tuple[str, JSON]]:
+        """Watch events of every ResourceSlice of ``driver`` (same contract as :meth:`watch_slices`)."""
+        return self._watch(
+            "watch resourceslices",
+            f"{RESOURCE}/resourceslices",
+            stop=stop,
+            timeout_seconds=timeout_seconds,
+            query={"fieldSelector": f"spec.driver={driver}", "resourceVersion": resource_version},
+        )
+
     # --- Events --------------------------------------------------------------------------
 
     def create_event(

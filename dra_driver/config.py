@@ -20,6 +20,7 @@ from pathlib import Path
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.errors import ErrorCode, InvalidInput
+from dra_driver.placement import Placement
 from dra_kubeletplugin import sockets
 from flexnpu_wire.launch import DEFAULT_MAX_SHARES_PER_DIE
 
@@ -187,6 +188,17 @@ PLUGIN_FLAGS: tuple[Flag, ...] = (
         "how often dies are discovered again for health and inventory changes (0 = never)",
     ),
     Flag(
+        "placement",
+        "binpack",
+        "die-level placement policy: the order this node lists its devices in, from the capacity allocated"
+        " on each die (binpack = most-used die first, keeps whole dies free; spread = least-used first)",
+    ),
+    Flag(
+        "placement-writes-per-second",
+        "4",
+        "most slice rewrites per second for a changed device order (coalesced; 0 = never reorder)",
+    ),
+    Flag(
         "client-library",
         DEFAULT_CLIENT_LIBRARY,
         "host path of FlexNPU's libascendcl.so client that share CDI specs inject (its ld.so.preload beside it)",
@@ -236,6 +248,8 @@ class Config:
     build_device_root: bool = False
     client_library: Path = Path(DEFAULT_CLIENT_LIBRARY)
     max_shares_per_die: int = DEFAULT_MAX_SHARES_PER_DIE
+    placement: Placement = Placement.BINPACK
+    placement_writes_per_second: float = 4.0
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -407,7 +421,49 @@ def build(values: Mapping[str, str | None]) -> Config:
         if values.get("client_library")
         else Path(DEFAULT_CLIENT_LIBRARY),
         max_shares_per_die=shared.max_shares_per_die,
+        placement=Placement.parse(values.get("placement") or "binpack"),
+        placement_writes_per_second=_rate(
+            "placement-writes-per-second", values.get("placement_writes_per_second") or "4"
+        ),
     )
+
+
+def _rate(name: str, value: str | None) -> float:
+    rate = _number(name, value)
+    if not 0 <= rate <= 100:
+        raise InvalidInput(
+            f"expected 0..100 writes per second, got {value!r}", code=ErrorCode.INVALID_CONFIG, field=name
+        )
+    return rate
+
+
+def _server_flags(why_tls: str) -> tuple[Flag, ...]:
+    """The TLS and logging flags of an HTTPS server subcommand (webhook, extender)."""
+    return (
+        Flag("tls-cert-file", None, f"serving certificate (PEM); {why_tls} ('' = plain HTTP, for tests)"),
+        Flag("tls-key-file", None, "private key of the serving certificate (PEM)"),
+        Flag("log-level", "INFO", "log level"),
+        Flag("log-json", "false", "log JSON lines instead of text (true|false)"),
+    )
+
+
+def _tls_and_port(
+    values: Mapping[str, str | None], port_flag: str, default_port: str
+) -> tuple[Path | None, Path | None, int]:
+    """(certificate, key, port) of an HTTPS server subcommand; InvalidInput naming the flag."""
+    cert, key = values.get("tls_cert_file") or None, values.get("tls_key_file") or None
+    if bool(cert) != bool(key):
+        raise InvalidInput(
+            "give both --tls-cert-file and --tls-key-file, or neither",
+            code=ErrorCode.INVALID_CONFIG,
+            field="tls-key-file" if cert else "tls-cert-file",
+        )
+    port = _number(port_flag, values.get(port_flag.replace("-", "_")) or default_port)
+    if port != int(port) or not 0 <= port <= 65535:
+        raise InvalidInput(
+            f"expected a port 0..65535, got {port!r}", code=ErrorCode.INVALID_CONFIG, field=port_flag
+        )
+    return (Path(cert).absolute() if cert else None, Path(key).absolute() if key else None, int(port))
 
 
 WEBHOOK_FLAGS: tuple[Flag, ...] = (
@@ -420,14 +476,7 @@ WEBHOOK_FLAGS: tuple[Flag, ...] = (
     ),
     Flag("webhook-host", "0.0.0.0", "address the admission webhook listens on"),
     Flag("webhook-port", "8443", "HTTPS port of the admission webhook"),
-    Flag(
-        "tls-cert-file",
-        None,
-        "serving certificate (PEM); the API server needs TLS ('' = plain HTTP, for tests)",
-    ),
-    Flag("tls-key-file", None, "private key of the serving certificate (PEM)"),
-    Flag("log-level", "INFO", "log level"),
-    Flag("log-json", "false", "log JSON lines instead of text (true|false)"),
+    *_server_flags("the API server needs TLS"),
 )
 
 
@@ -446,18 +495,7 @@ class WebhookConfig:
 
 
 def build_webhook(values: Mapping[str, str | None]) -> WebhookConfig:
-    cert, key = values.get("tls_cert_file") or None, values.get("tls_key_file") or None
-    if bool(cert) != bool(key):
-        raise InvalidInput(
-            "give both --tls-cert-file and --tls-key-file, or neither",
-            code=ErrorCode.INVALID_CONFIG,
-            field="tls-key-file" if cert else "tls-cert-file",
-        )
-    port = _number("webhook-port", values.get("webhook_port") or "8443")
-    if port != int(port) or not 0 <= port <= 65535:
-        raise InvalidInput(
-            f"expected a port 0..65535, got {port!r}", code=ErrorCode.INVALID_CONFIG, field="webhook-port"
-        )
+    cert, key, port = _tls_and_port(values, "webhook-port", "8443")
     classes = tuple(c.strip() for c in (values.get("share_classes") or "").split(",") if c.strip())
     if not classes:
         raise InvalidInput(
@@ -467,9 +505,54 @@ def build_webhook(values: Mapping[str, str | None]) -> WebhookConfig:
         driver_name=values.get("driver_name") or DEFAULT_DRIVER_NAME,
         share_classes=classes,
         host=values.get("webhook_host") or "0.0.0.0",
-        port=int(port),
-        tls_cert=Path(cert).absolute() if cert else None,
-        tls_key=Path(key).absolute() if key else None,
+        port=port,
+        tls_cert=cert,
+        tls_key=key,
+        log_level=values.get("log_level") or "INFO",
+        log_json=_bool("log-json", values.get("log_json")),
+    )
+
+
+EXTENDER_FLAGS: tuple[Flag, ...] = (
+    Flag("driver-name", DEFAULT_DRIVER_NAME, "DRA driver whose allocated devices the extender counts"),
+    Flag("kubeconfig", None, "path to a kubeconfig; in-cluster config when absent"),
+    Flag(
+        "placement",
+        "binpack",
+        "node-level policy of pods without the npu.flexnpu.io/placement annotation: binpack (fullest"
+        " node first) or spread (emptiest first)",
+    ),
+    Flag("extender-host", "0.0.0.0", "address the scheduler extender listens on"),
+    Flag("extender-port", "8444", "HTTPS port of the scheduler extender"),
+    *_server_flags("kube-scheduler's enableHTTPS needs TLS"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderConfig:
+    """``flexnpu-dra extender``: the kube-scheduler extender that ranks nodes by NPU fill."""
+
+    driver_name: str
+    kubeconfig: str | None
+    placement: Placement
+    host: str
+    port: int
+    tls_cert: Path | None
+    tls_key: Path | None
+    log_level: str = "INFO"
+    log_json: bool = False
+
+
+def build_extender(values: Mapping[str, str | None]) -> ExtenderConfig:
+    cert, key, port = _tls_and_port(values, "extender-port", "8444")
+    return ExtenderConfig(
+        driver_name=values.get("driver_name") or DEFAULT_DRIVER_NAME,
+        kubeconfig=values.get("kubeconfig") or None,
+        placement=Placement.parse(values.get("placement") or "binpack"),
+        host=values.get("extender_host") or "0.0.0.0",
+        port=port,
+        tls_cert=cert,
+        tls_key=key,
         log_level=values.get("log_level") or "INFO",
         log_json=_bool("log-json", values.get("log_json")),
     )

@@ -88,7 +88,10 @@ can never meet on one die.
 Device order (the allocator is first-fit in slice-name, then device, order): whole devices
 ascending by physical ID, then share devices by die descending (elastic, fixed, best-effort
 within a die), so exclusive claims fill dies from one end and shares from the other, and they
-collide on a die only when the node is nearly full.
+collide on a die only when the node is nearly full. That is the order of an empty node; the node
+reorders each slice's devices by what is allocated on each die (``dra_driver/placement.py``:
+binpack or spread). The split into slices (:func:`dra_driver.placement.layout`) does not depend on
+usage: whole and share devices first, then template instances grouped by template across dies.
 """
 
 from __future__ import annotations
@@ -97,7 +100,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dra_driver import templates
+from dra_driver import placement, templates
 from dra_driver.devices import MIB, SHARE_POLICIES, Die, DieMode, Health, Inventory, template_device_name
 from dra_driver.errors import ErrorCode, InvalidInput
 from dra_driver.templates import Template
@@ -265,7 +268,7 @@ def build_pool(
 
     hard_devices = [d for per_die in reversed(hard) for d in per_die]
     devices = whole + hard_devices + [d for per_die in reversed(soft) for d in per_die]
-    return DesiredPool(name=node_name, slices=pools.split(devices, counter_sets), generation=generation)
+    return DesiredPool(name=node_name, slices=placement.layout(devices, counter_sets), generation=generation)
 
 
 def share_mode(policy: Policy) -> str:

@@ -45,20 +45,29 @@ Usage::
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import Any, Protocol
 
 import kubernetes.client
 from kubernetes.client.exceptions import ApiException
 
-from flexnpu_testing.fake_apiserver.quantities import format_quantity, parse_quantity
+from flexnpu_testing.fake_apiserver import quantities
+from flexnpu_testing.fake_apiserver.quantities import format_quantity
 
 __all__ = ["SchedulerSim", "Unschedulable"]
+
+
+@functools.lru_cache(maxsize=8192)
+def _quantity(text: str) -> tuple[Fraction, str]:
+    """A quantity string parsed once (the real allocator works on parsed quantities in its cache)."""
+    return quantities.parse_quantity(text)
+
 
 Obj = dict[str, Any]
 DevKey = tuple[str, str, str]  # driver, pool, device
@@ -101,9 +110,32 @@ class _Node:
 
     candidates: list[_Candidate]
     counter_sets: dict[tuple[str, str, str], dict[str, Fraction]]  # (driver, pool, set) -> totals
+    _uses: dict[DevKey, dict[CounterKey, Fraction] | None] = field(default_factory=dict)
+    _totals: dict[CounterKey, Fraction] | None = None
+    _by_key: dict[DevKey, _Candidate] | None = None
 
     def index(self) -> dict[DevKey, int]:
         return {c.key: i for i, c in enumerate(self.candidates)}
+
+    def counter_use(self, cand: _Candidate) -> dict[CounterKey, Fraction] | None:
+        """What ``cand`` consumes of its counter sets, worked out once per node view."""
+        if cand.key not in self._uses:
+            self._uses[cand.key] = _counter_use(cand, self.counter_sets)
+        return self._uses[cand.key]
+
+    def totals(self) -> dict[CounterKey, Fraction]:
+        if self._totals is None:
+            self._totals = {
+                (driver, pool, cset, name): value
+                for (driver, pool, cset), totals in self.counter_sets.items()
+                for name, value in totals.items()
+            }
+        return self._totals
+
+    def by_key(self) -> dict[DevKey, _Candidate]:
+        if self._by_key is None:
+            self._by_key = {c.key: c for c in self.candidates}
+        return self._by_key
 
 
 @dataclass
@@ -117,6 +149,30 @@ class _State:
     overdrawn_pools: set[tuple[str, str]] = field(default_factory=set)
 
 
+class _Matches:
+    """The devices that match a request, found lazily in allocator order: like the real allocator,
+    a device is looked at (selectors, taints, capacity) only when the search reaches it."""
+
+    def __init__(self, node: _Node, test: Callable[[_Candidate], dict[str, Fraction] | None]) -> None:
+        self._node, self._test = node, test
+        self._items: list[tuple[int, dict[str, Fraction]]] = []
+        self._next = 0  # next candidate index to look at
+
+    def at(self, pos: int) -> tuple[int, dict[str, Fraction]] | None:
+        """The ``pos``-th matching device (candidate index, what one share consumes), or None."""
+        candidates = self._node.candidates
+        while len(self._items) <= pos and self._next < len(candidates):
+            consumed = self._test(candidates[self._next])
+            if consumed is not None:
+                self._items.append((self._next, consumed))
+            self._next += 1
+        return self._items[pos] if pos < len(self._items) else None
+
+    def all(self) -> list[tuple[int, dict[str, Fraction]]]:
+        self.at(len(self._node.candidates))
+        return list(self._items)
+
+
 @dataclass(frozen=True)
 class _Option:
     """One way to satisfy a request: an ``exactly`` request or one ``firstAvailable`` subrequest."""
@@ -125,7 +181,7 @@ class _Option:
     class_name: str
     count: int
     tolerations: list[Obj]
-    matching: list[tuple[int, dict[str, Fraction]]]  # candidate index, capacity one share consumes
+    matching: _Matches
     class_config: list[Obj]
 
 
@@ -212,11 +268,12 @@ class _Search:
             return False
         # Distinct devices per request: each next pick comes after the previous one in order
         # (a set of devices, not each permutation of it).
-        for pos in range(start, len(option.matching)):
+        pos = start - 1
+        while (item := option.matching.at(pos := pos + 1)) is not None:
             if self.steps >= MAX_SEARCH_STEPS:
                 return False
             self.steps += 1
-            index, consumed = option.matching[pos]
+            index, consumed = item
             cand = self.node.candidates[index]
             request = option.result_name.split("/", 1)[0]
             if not all(c.allows(request, cand, self.placed) for c in self.constraints):
@@ -242,10 +299,10 @@ class _Search:
         if cand.multi:
             caps = cand.device.get("capacity") or {}
             for name, amount in consumed.items():
-                total = parse_quantity(caps[name]["value"])[0]
+                total = _quantity(caps[name]["value"])[0]
                 if st.consumed.get((key, name), Fraction(0)) + amount > total:
                     return None
-        use = _counter_use(cand, self.node.counter_sets)
+        use = self.node.counter_use(cand)
         if use is None:
             return None
         if use:
@@ -342,13 +399,31 @@ class SchedulerSim:
 
     # ---- planning
 
-    def _plan(self, claim: Obj, node_name: str) -> Obj:
+    def plan_on(self, claim: Obj, node_name: str, *, snapshot: Snapshot) -> Obj:
+        """The allocation ``claim`` would get on ``node_name`` given ``snapshot`` (no API call, nothing
+        written); raises Unschedulable. For a scheduler that chooses among nodes (``flexnpu_testing/cluster.py``)."""
+        return self._plan(claim, node_name, snapshot)
+
+    def commit(self, claim: Obj, allocation: Obj, *, reserved_for: list[dict[str, Any]] | None = None) -> Obj:
+        """Write a planned allocation (and reservations) to the claim's status; returns the stored claim.
+        A conflict (the claim changed since it was read) raises the ApiException: plan again."""
+        status = dict(claim.get("status") or {})
+        status["allocation"] = allocation
+        if reserved_for:
+            status["reservedFor"] = [*(status.get("reservedFor") or []), *reserved_for]
+        return self._write_status(claim, status)
+
+    def _plan(self, claim: Obj, node_name: str, snapshot: Snapshot | None = None) -> Obj:
         meta = claim["metadata"]
         ns, name = meta["namespace"], meta["name"]
         devices = (claim.get("spec") or {}).get("devices") or {}
         constraints = [_constraint(c, f"claim {ns}/{name}") for c in devices.get("constraints") or []]
-        node = self._node_devices(node_name)
-        state = self._usage(claim, node)
+        if snapshot is None:
+            node = self._node_devices(node_name)
+            state = self._usage(claim, node)
+        else:
+            node = snapshot.node(node_name)
+            state = self._usage(claim, node, snapshot.claims_on(node_name))
         requests: list[list[_Option]] = []
         for request in devices.get("requests") or []:
             subs = (
@@ -358,7 +433,7 @@ class SchedulerSim:
                     (f"{request['name']}/{sub['name']}", sub) for sub in request.get("firstAvailable") or []
                 ]
             )
-            requests.append([self._option(result_name, sub, node) for result_name, sub in subs])
+            requests.append([self._option(result_name, sub, node, snapshot) for result_name, sub in subs])
         search = _Search(node, state, constraints)
         chosen = search.run(requests)
         if chosen is None:
@@ -388,7 +463,9 @@ class SchedulerSim:
             alloc["devices"]["config"] = config
         return alloc
 
-    def _option(self, result_name: str, request: Obj, node: _Node) -> _Option:
+    def _option(
+        self, result_name: str, request: Obj, node: _Node, snapshot: Snapshot | None = None
+    ) -> _Option:
         """One (sub)request: the devices that match its selectors and tolerate their taints, in order."""
         mode = request.get("allocationMode", "ExactCount")
         if mode not in ("ExactCount", "All"):
@@ -399,34 +476,34 @@ class SchedulerSim:
             raise NotImplementedError(
                 f"request {result_name!r}: adminAccess is not supported by SchedulerSim"
             )
-        cls = self._device_class(request["deviceClassName"])
+        cls = (
+            snapshot.device_class(request["deviceClassName"])
+            if snapshot is not None
+            else self._device_class(request["deviceClassName"])
+        )
         selectors = [
             _compile_cel(s["cel"]["expression"]) for s in (cls.get("spec") or {}).get("selectors") or []
         ]
         selectors += [_compile_cel(s["cel"]["expression"]) for s in request.get("selectors") or []]
         wanted = (request.get("capacity") or {}).get("requests") or {}
-        matching: list[tuple[int, dict[str, Fraction]]] = []
-        for i, cand in enumerate(node.candidates):
+
+        def test(cand: _Candidate) -> dict[str, Fraction] | None:
             if (
                 cand.pool_unusable
                 or not all(sel(cand) for sel in selectors)
                 or not _tolerated(cand.device, request)
             ):
-                continue
+                return None
             if cand.multi:
-                consumed = _consumed_capacity(cand.device, wanted)
-                if consumed is None:
-                    continue
-            elif not _exclusive_capacity_fits(cand.device, wanted):
-                continue
-            else:
-                consumed = {}
-            matching.append((i, consumed))
+                return _consumed_capacity(cand.device, wanted)
+            return {} if _exclusive_capacity_fits(cand.device, wanted) else None
+
+        matching = _Matches(node, test)
         return _Option(
             result_name=result_name,
             class_name=request["deviceClassName"],
             # All: every matching device, and at least one (none matching cannot be satisfied)
-            count=(len(matching) or 1) if mode == "All" else int(request.get("count", 1)),
+            count=(len(matching.all()) or 1) if mode == "All" else int(request.get("count", 1)),
             tolerations=list(request.get("tolerations") or []),
             matching=matching,
             class_config=list((cls.get("spec") or {}).get("config") or []),
@@ -436,80 +513,17 @@ class SchedulerSim:
 
     def _node_devices(self, node_name: str) -> _Node:
         """Devices and counter sets of the node's pools, newest pool generation only, in slice order."""
-        slices = [
-            s
-            for s in map(self._to_dict, self._api.list_resource_slice().items)
-            if s["spec"].get("nodeName") == node_name or s["spec"].get("allNodes")
-        ]
-        newest: dict[tuple[str, str], int] = {}
-        for s in slices:
-            key = (s["spec"]["driver"], s["spec"]["pool"]["name"])
-            newest[key] = max(newest.get(key, 0), int(s["spec"]["pool"]["generation"]))
-        current = [
-            s
-            for s in sorted(slices, key=lambda s: s["metadata"]["name"])
-            if int(s["spec"]["pool"]["generation"])
-            == newest[(s["spec"]["driver"], s["spec"]["pool"]["name"])]
-        ]
-        unusable: set[tuple[str, str]] = set()
-        for key in newest:
-            pool_slices = [s for s in current if (s["spec"]["driver"], s["spec"]["pool"]["name"]) == key]
-            expected = max(int(s["spec"]["pool"].get("resourceSliceCount") or 1) for s in pool_slices)
-            names = [d["name"] for s in pool_slices for d in s["spec"].get("devices") or []]
-            if len(pool_slices) < expected or len(names) != len(set(names)):
-                unusable.add(key)  # incomplete or invalid: the allocator does not use the pool
-        candidates: list[_Candidate] = []
-        counters: dict[tuple[str, str, str], dict[str, Fraction]] = {}
-        for s in current:
-            spec = s["spec"]
-            driver, pool = spec["driver"], spec["pool"]["name"]
-            for cset in spec.get("sharedCounters") or []:
-                counters[(driver, pool, cset["name"])] = {
-                    n: parse_quantity(c["value"])[0] for n, c in (cset.get("counters") or {}).items()
-                }
-            candidates += [
-                _Candidate(driver, pool, dev, (driver, pool) in unusable) for dev in spec.get("devices") or []
-            ]
-        return _Node(candidates, counters)
+        return node_from_slices(list(map(self._to_dict, self._api.list_resource_slice().items)), node_name)
 
-    def _usage(self, claim: Obj, node: _Node) -> _State:
+    def _usage(self, claim: Obj, node: _Node, claims: Iterable[Obj] | None = None) -> _State:
         """What every other allocated claim holds on these devices.
 
         Counters: each device allocated at all (exclusively or by any number of shares) uses its
         ``consumesCounters`` once, as the v1.36 allocator rebuilds them from allocated devices.
         """
-        by_key = {c.key: c for c in node.candidates}
-        state = _State()
-        allocated: set[DevKey] = set()
-        for other in map(self._to_dict, self._api.list_resource_claim_for_all_namespaces().items):
-            allocation = (other.get("status") or {}).get("allocation")
-            if other["metadata"]["uid"] == claim["metadata"]["uid"] or not allocation:
-                continue
-            for res in (allocation.get("devices") or {}).get("results") or []:
-                if res.get("adminAccess"):
-                    continue
-                key = (res["driver"], res["pool"], res["device"])
-                allocated.add(key)
-                if res.get("shareID") is None:
-                    state.exclusive.add(key)
-                for cap, value in (res.get("consumedCapacity") or {}).items():
-                    state.consumed[(key, cap)] = (
-                        state.consumed.get((key, cap), Fraction(0)) + parse_quantity(value)[0]
-                    )
-        for (driver, pool, cset), totals in node.counter_sets.items():
-            for name, value in totals.items():
-                state.available[(driver, pool, cset, name)] = value
-        for key in allocated:
-            cand = by_key.get(key)
-            if cand is None:
-                continue
-            for cons in cand.device.get("consumesCounters") or []:
-                for name, ctr in (cons.get("counters") or {}).items():
-                    ckey = (key[0], key[1], cons["counterSet"], name)
-                    if ckey in state.available:
-                        state.available[ckey] -= parse_quantity(ctr["value"])[0]
-        state.overdrawn_pools = {(k[0], k[1]) for k, v in state.available.items() if v < 0}
-        return state
+        if claims is None:
+            claims = map(self._to_dict, self._api.list_resource_claim_for_all_namespaces().items)
+        return _usage_of(claim, node, claims)
 
     def _device_class(self, name: str) -> Obj:
         return self._to_dict(self._api.read_device_class(name))
@@ -528,6 +542,78 @@ class SchedulerSim:
     def _to_dict(self, model: Any) -> Obj:
         out: Obj = self._client.sanitize_for_serialization(model)  # type: ignore[no-untyped-call]
         return out
+
+
+class Snapshot(Protocol):
+    """What a scheduling cycle reads instead of the API (a scheduler's informer caches)."""
+
+    def node(self, node_name: str) -> _Node: ...
+    def claims_on(self, node_name: str) -> Iterable[Obj]: ...
+    def device_class(self, name: str) -> Obj: ...
+
+
+def node_from_slices(all_slices: Iterable[Obj], node_name: str) -> _Node:
+    """The node's devices and counter sets from ResourceSlices (newest pool generation, slice order)."""
+    slices = [s for s in all_slices if s["spec"].get("nodeName") == node_name or s["spec"].get("allNodes")]
+    newest: dict[tuple[str, str], int] = {}
+    for s in slices:
+        key = (s["spec"]["driver"], s["spec"]["pool"]["name"])
+        newest[key] = max(newest.get(key, 0), int(s["spec"]["pool"]["generation"]))
+    current = [
+        s
+        for s in sorted(slices, key=lambda s: s["metadata"]["name"])
+        if int(s["spec"]["pool"]["generation"]) == newest[(s["spec"]["driver"], s["spec"]["pool"]["name"])]
+    ]
+    unusable: set[tuple[str, str]] = set()
+    for key in newest:
+        pool_slices = [s for s in current if (s["spec"]["driver"], s["spec"]["pool"]["name"]) == key]
+        expected = max(int(s["spec"]["pool"].get("resourceSliceCount") or 1) for s in pool_slices)
+        names = [d["name"] for s in pool_slices for d in s["spec"].get("devices") or []]
+        if len(pool_slices) < expected or len(names) != len(set(names)):
+            unusable.add(key)  # incomplete or invalid: the allocator does not use the pool
+    candidates: list[_Candidate] = []
+    counters: dict[tuple[str, str, str], dict[str, Fraction]] = {}
+    for s in current:
+        spec = s["spec"]
+        driver, pool = spec["driver"], spec["pool"]["name"]
+        for cset in spec.get("sharedCounters") or []:
+            counters[(driver, pool, cset["name"])] = {
+                n: _quantity(c["value"])[0] for n, c in (cset.get("counters") or {}).items()
+            }
+        candidates += [
+            _Candidate(driver, pool, dev, (driver, pool) in unusable) for dev in spec.get("devices") or []
+        ]
+    return _Node(candidates, counters)
+
+
+def _usage_of(claim: Obj, node: _Node, claims: Iterable[Obj]) -> _State:
+    """What every other allocated claim of ``claims`` holds on the node's devices (see ``_usage``)."""
+    by_key = node.by_key()
+    state = _State()
+    allocated: set[DevKey] = set()
+    for other in claims:
+        allocation = (other.get("status") or {}).get("allocation")
+        if other["metadata"]["uid"] == claim["metadata"]["uid"] or not allocation:
+            continue
+        for res in (allocation.get("devices") or {}).get("results") or []:
+            if res.get("adminAccess"):
+                continue
+            key = (res["driver"], res["pool"], res["device"])
+            allocated.add(key)
+            if res.get("shareID") is None:
+                state.exclusive.add(key)
+            for cap, value in (res.get("consumedCapacity") or {}).items():
+                state.consumed[(key, cap)] = state.consumed.get((key, cap), Fraction(0)) + _quantity(value)[0]
+    state.available = dict(node.totals())
+    for key in allocated:
+        cand = by_key.get(key)
+        if cand is None:
+            continue
+        for ckey, amount in (node.counter_use(cand) or {}).items():
+            if ckey in state.available:
+                state.available[ckey] -= amount
+    state.overdrawn_pools = {(k[0], k[1]) for k, v in state.available.items() if v < 0}
+    return state
 
 
 # ---- pure helpers
@@ -617,25 +703,25 @@ def _consumed_capacity(dev: Obj, wanted: dict[str, str]) -> dict[str, Fraction] 
         return None
     out: dict[str, Fraction] = {}
     for name, cap in caps.items():
-        total = parse_quantity(cap["value"])[0]
+        total = _quantity(cap["value"])[0]
         policy = cap.get("requestPolicy") or {}
         if name not in wanted:
-            out[name] = parse_quantity(policy["default"])[0] if policy.get("default") else total
+            out[name] = _quantity(policy["default"])[0] if policy.get("default") else total
             continue
-        amount = parse_quantity(wanted[name])[0]
+        amount = _quantity(wanted[name])[0]
         if policy.get("validValues"):
-            fitting = sorted(v for v in (parse_quantity(x)[0] for x in policy["validValues"]) if v >= amount)
+            fitting = sorted(v for v in (_quantity(x)[0] for x in policy["validValues"]) if v >= amount)
             if not fitting:
                 return None
             amount = fitting[0]
         elif policy.get("validRange"):
             rng = policy["validRange"]
-            low = parse_quantity(rng["min"])[0]
+            low = _quantity(rng["min"])[0]
             amount = max(amount, low)
             if rng.get("step"):
-                step = parse_quantity(rng["step"])[0]
+                step = _quantity(rng["step"])[0]
                 amount = low + math.ceil((amount - low) / step) * step
-            if rng.get("max") and amount > parse_quantity(rng["max"])[0]:
+            if rng.get("max") and amount > _quantity(rng["max"])[0]:
                 return None
         out[name] = amount
     return out
@@ -645,7 +731,7 @@ def _exclusive_capacity_fits(dev: Obj, wanted: dict[str, str]) -> bool:
     """On an exclusive device, each requested capacity is a minimum the device must have."""
     caps = dev.get("capacity") or {}
     for name, amount in wanted.items():
-        if name not in caps or parse_quantity(caps[name]["value"])[0] < parse_quantity(amount)[0]:
+        if name not in caps or _quantity(caps[name]["value"])[0] < _quantity(amount)[0]:
             return False
     return True
 
@@ -679,9 +765,9 @@ def _counter_use(
             if name not in cset:
                 return None
             key = (cand.driver, cand.pool, cons["counterSet"], name)
-            out[key] = out.get(key, Fraction(0)) + parse_quantity(ctr["value"])[0]
+            out[key] = out.get(key, Fraction(0)) + _quantity(ctr["value"])[0]
     return out
 
 
 def _fmt(dev: Obj, cap: str) -> str:
-    return parse_quantity((dev.get("capacity") or {})[cap]["value"])[1]
+    return _quantity((dev.get("capacity") or {})[cap]["value"])[1]

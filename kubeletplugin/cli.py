@@ -1,5 +1,6 @@
 """``flexnpu-dra``: ``plugin`` runs the node process; ``probe`` asks it whether its loops are alive;
-``webhook`` serves the admission webhook that checks VnpuConfig at ``kubectl apply``; ``demo`` says how
+``webhook`` serves the admission webhook that checks VnpuConfig at ``kubectl apply``; ``extender`` serves
+the kube-scheduler extender that ranks nodes by NPU fill (docs/placement.md); ``demo`` says how
 to run the demo from a clone (the demo drives test doubles, which no wheel or image ships)."""
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "webhook", help="serve the validating admission webhook for VnpuConfig in claims and claim templates"
     )
     config.add_flags(webhook, config.WEBHOOK_FLAGS)
+    extender = sub.add_parser(
+        "extender", help="serve the kube-scheduler extender that ranks nodes by NPU fill (binpack or spread)"
+    )
+    config.add_flags(extender, config.EXTENDER_FLAGS)
     demo = sub.add_parser(
         "demo", help="print how to run the demo (a local node with emulated NPUs) from a clone"
     )
@@ -61,6 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return node.run(cfg)
     if args.command == "webhook":
         return _webhook(args)
+    if args.command == "extender":
+        return _extender(args)
     if args.command == "probe":
         return _probe(args.host, args.port, args.timeout)
     print(DEMO_HINT, file=sys.stderr)
@@ -79,6 +86,19 @@ def _webhook(args: argparse.Namespace) -> int:
         return 2
     logs.setup(cfg.log_level, json_format=cfg.log_json)
     return webhook.run(cfg)
+
+
+def _extender(args: argparse.Namespace) -> int:
+    from controller import extender
+    from dra_driver import logs
+
+    try:
+        cfg = config.build_extender(config.resolve(args, os.environ, config.EXTENDER_FLAGS))
+    except FlexNPUError as err:
+        print(f"flexnpu-dra extender: {err}", file=sys.stderr)
+        return 2
+    logs.setup(cfg.log_level, json_format=cfg.log_json)
+    return extender.run(cfg)
 
 
 def _probe(host: str, port: int, timeout: float) -> int:

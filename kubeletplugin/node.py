@@ -3,7 +3,7 @@
 Start order: discover dies → open the checkpoint (a corrupt one is kept aside, never fatal)
 → serve DRA on the plugin socket, then registration → load the Kubernetes client (the costliest
 import, so it comes after the kubelet can register us; bench/bench_startup.py) → publish
-ResourceSlices (``publisher.py``) and run the loops in threads: the reconciler, the aclserver
+ResourceSlices (``publisher.py``, its devices in placement order: ``ordering.py``) and run the loops in threads: the reconciler, the aclserver
 watch (``healing.py``), readiness (``readiness.py``), rediscovery (``rediscovery.py``).
 SIGTERM/SIGINT: stop publishing, stop serving, remove both sockets, leave the node if this was
 the last instance (``leaving.py``). Running aclservers and prepared claims are not touched, so a
@@ -29,7 +29,7 @@ from dra_driver.errors import FlexNPUError
 from dra_driver.telemetry import Telemetry
 from dra_kubeletplugin.helper import PublishOptions
 from flexnpu_runtime.aclserver import ledger
-from kubeletplugin import error_status, healing
+from kubeletplugin import error_status, healing, ordering
 from kubeletplugin.core import NodeCore
 from kubeletplugin.driver import NpuDriver
 from kubeletplugin.health import InventoryHealth
@@ -41,6 +41,10 @@ from kubeletplugin.rediscovery import Rediscovery
 log = logging.getLogger("flexnpu.node")
 
 LOOP_ACLSERVERS, LOOP_REDISCOVER, LOOP_READINESS = "aclserver-monitor", "rediscover", "readiness"
+PUBLISH_DEBOUNCE = 0.1
+"""Seconds from a publish (or a watch event of the node's slices) to the helper's sync: a placement
+reorder reaches the scheduler before the next pod (the helper's default 0.5 s would let it land on the
+old order)."""
 
 
 class NodeProcess(NodeCore):
@@ -57,6 +61,20 @@ class NodeProcess(NodeCore):
         super().__init__(cfg, kube=kube, telemetry=telemetry)
         self.stop_event = threading.Event()
         self.threads: list[threading.Thread] = []
+        # Die-level placement (docs/placement.md): the devices in policy order from the allocations
+        # the claim watch sees, a coalesced republish when the order changes.
+        self.ordering = ordering.DeviceOrdering(
+            self.kube,
+            driver_name=cfg.driver_name,
+            pool_name=cfg.pool_name,
+            policy=cfg.placement,
+            writes_per_second=cfg.placement_writes_per_second,
+            republish=lambda: self.publisher.request_republish(),  # noqa: PLW0108 - the publisher is built next, with this ordering
+            live=self.live,
+        )
+        self.telemetry.add_collector(
+            ordering.PlacementCollector(self.ordering, node_name=cfg.node_name, driver_name=cfg.driver_name)
+        )
         self.publisher = Publisher(
             served=self.served,
             store=self.store,
@@ -65,6 +83,7 @@ class NodeProcess(NodeCore):
             node_name=cfg.node_name,
             max_shares_per_die=cfg.max_shares_per_die,
             events=self.events,
+            ordering=self.ordering,
         )
         self.health = InventoryHealth(self.served.inventory, cfg.pool_name, self.publisher.pool.device_names)
         self.driver = NpuDriver(self.preparer, telemetry=self.telemetry)
@@ -100,7 +119,9 @@ class NodeProcess(NodeCore):
             plugins_dir=cfg.paths.kubelet_plugins_dir,
             health_source=self.health,
             error_status=error_status.status_for,
-            publish=PublishOptions(resync_seconds=cfg.slice_resync_seconds),
+            publish=PublishOptions(
+                resync_seconds=cfg.slice_resync_seconds, debounce_seconds=PUBLISH_DEBOUNCE
+            ),
             on_dropped_fields=self.publisher.counters_dropped,
             live=self.live,
             log=logs.claim_logger("-", base=logging.getLogger("flexnpu.publisher")),
@@ -111,6 +132,7 @@ class NodeProcess(NodeCore):
             self.helper.stop(grace=0)
             raise
         self.publisher.start(self.helper)
+        self.ordering.start(self.stop_event)
         self._thread("reconciler", self.reconciler.run, self.stop_event)
         if self.daemon is not None:
             watch = healing.AclserverWatch(
@@ -158,6 +180,7 @@ class NodeProcess(NodeCore):
     def stop(self) -> None:
         self.stop_event.set()
         self.reconciler.trigger()
+        self.ordering.trigger()  # its loop waits for a change: wake it to see the stop
 
     def wait(self) -> None:
         while not self.stop_event.wait(0.2):
@@ -166,6 +189,7 @@ class NodeProcess(NodeCore):
         self.helper.stop(grace=5.0)
         for t in self.threads:
             t.join(timeout=10)
+        self.ordering.join()
         self.leaving.leave()
         self.close()
         self.telemetry.shutdown()

@@ -47,6 +47,7 @@ from dra_driver.config import Config
 from dra_driver.daemon_api.client import DaemonClient
 from dra_driver.daemon_api.values import EntityInfo
 from dra_driver.errors import FlexNPUError, Unavailable
+from dra_driver.placement import Placement
 from dra_driver.vnpu import ownership as vnpu_ledger
 from dra_driver.vnpu import report as vnpu_report
 from kubeletplugin import adopt
@@ -145,6 +146,12 @@ class Command:
     run: Callable[[argparse.Namespace, Tool, TextIO], int]
 
 
+PLACEMENT_TEXT = {
+    Placement.BINPACK: "devices listed most-used die first: shares fill a die before the next",
+    Placement.SPREAD: "devices listed least-used die first: shares go to the emptiest die",
+}
+
+
 def _info_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="rows and the daemon's raw answer as JSON")
 
@@ -173,6 +180,7 @@ def _info(args: argparse.Namespace, tool: Tool, out: TextIO) -> int:
             "checkpointTrusted": not doubts,
             "checkpointDoubts": doubts,
             "aclserversUnbounded": unbounded,
+            "placement": str(tool.cfg.placement),
         }
         json.dump(doc, out, indent=2)
         out.write("\n")
@@ -184,6 +192,7 @@ def _info(args: argparse.Namespace, tool: Tool, out: TextIO) -> int:
                 f"ACLSERVERS UNBOUNDED (no cgroups of their own; they die with the daemon's pod): {unbounded}\n"
             )
         out.write((render_table(rows, COLUMNS) if rows else "nothing prepared on this node") + "\n")
+        out.write(f"placement policy: {tool.cfg.placement} ({PLACEMENT_TEXT[tool.cfg.placement]})\n")
     if daemon_error is not None:
         print(f"flexnpu-smi: aclserver columns unknown: {daemon_error}", file=sys.stderr)
         return EXIT_UNAVAILABLE

@@ -107,3 +107,4 @@ def test_info_without_api_marks_api_columns_unknown(node_factory: Callable[..., 
     no_daemon = smi(n, "info")
     assert no_daemon.returncode == 3 and "aclserver columns unknown" in no_daemon.stderr
     assert uid in no_daemon.stdout  # what the node itself knows is still shown
+    assert "placement policy: binpack" in no_daemon.stdout

@@ -19,7 +19,7 @@ import pytest
 DIST = "flexnpu-dra-driver"
 EXPECTED_SCRIPTS = {"flexnpu-dra", "flexnpu-daemon", "flexnpu-smi", "flexnpu-aclserver"}
 EXPECTED_SUBCOMMANDS = {
-    "flexnpu-dra": {"plugin", "probe", "webhook", "demo"},
+    "flexnpu-dra": {"plugin", "probe", "webhook", "extender", "demo"},
     "flexnpu-smi": {"info", "cleanup", "unregister", "adopt", "discard", "uninstall"},
 }
 

@@ -11,6 +11,7 @@ import pytest
 from dra_driver import config
 from dra_driver.config import Config
 from dra_driver.errors import ErrorCode, InvalidInput
+from dra_driver.placement import Placement
 
 # flag name -> (a non-default value, how to read it back from Config)
 READ: dict[str, tuple[str, Callable[[Config], Any], Any]] = {
@@ -45,6 +46,8 @@ READ: dict[str, tuple[str, Callable[[Config], Any], Any]] = {
     "build-device-root": ("true", lambda c: c.build_device_root, True),
     "client-library": ("/opt/l/libascendcl.so", lambda c: c.client_library, Path("/opt/l/libascendcl.so")),
     "max-shares-per-die": ("7", lambda c: c.max_shares_per_die, 7),
+    "placement": ("spread", lambda c: c.placement, Placement.SPREAD),
+    "placement-writes-per-second": ("2", lambda c: c.placement_writes_per_second, 2.0),
 }
 
 
@@ -108,6 +111,14 @@ def test_pod_uid_gives_unique_sockets_for_rolling_updates() -> None:
         ),
         pytest.param({"FLEXNPU_NODE_NAME": "n", "FLEXNPU_LOG_JSON": "maybe"}, "log-json", id="bad-bool"),
         pytest.param(
+            {"FLEXNPU_NODE_NAME": "n", "FLEXNPU_PLACEMENT": "pack"}, "placement", id="bad-placement"
+        ),
+        pytest.param(
+            {"FLEXNPU_NODE_NAME": "n", "FLEXNPU_PLACEMENT_WRITES_PER_SECOND": "-1"},
+            "placement-writes-per-second",
+            id="bad-write-rate",
+        ),
+        pytest.param(
             {"FLEXNPU_NODE_NAME": "n", "FLEXNPU_METRICS_PORT": "x"}, "metrics-port", id="bad-number"
         ),
     ],
@@ -116,3 +127,29 @@ def test_bad_values_name_the_flag(env: dict[str, str], field: str) -> None:
     with pytest.raises(InvalidInput) as info:
         config.from_args([], env)
     assert (info.value.code, info.value.field) == (ErrorCode.INVALID_CONFIG, field)
+
+
+def test_placement_defaults_to_binpack() -> None:
+    cfg = config.from_args(["--node-name", "n"], {})
+    assert (cfg.placement, cfg.placement_writes_per_second) == (Placement.BINPACK, 4.0)
+
+
+@pytest.mark.parametrize(
+    ("values", "field"),
+    [
+        pytest.param({"placement": "fill"}, "placement", id="bad-placement"),
+        pytest.param({"extender_port": "70000"}, "extender-port", id="bad-port"),
+        pytest.param({"tls_cert_file": "/c.pem"}, "tls-key-file", id="cert-without-key"),
+    ],
+)
+def test_extender_bad_values_name_the_flag(values: dict[str, str], field: str) -> None:
+    with pytest.raises(InvalidInput) as info:
+        config.build_extender(values)
+    assert info.value.field == field
+
+
+def test_extender_defaults() -> None:
+    cfg = config.build_extender(
+        config.resolve(config.from_args_namespace(config.EXTENDER_FLAGS), {}, config.EXTENDER_FLAGS)
+    )
+    assert (cfg.placement, cfg.port, cfg.tls_cert) == (Placement.BINPACK, 8444, None)

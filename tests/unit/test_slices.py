@@ -595,7 +595,8 @@ def test_hard_mode_publishes_one_device_per_template_instance() -> None:
 def test_all_mode_whole_soft_and_templates_with_slot_counters() -> None:
     pool = _pool(B3, mode_of=_mode(DieMode.ALL), max_shares_per_die=63)
     devs = _devices(pool)
-    assert pool.device_names[0] == "npu-0" and pool.device_names[-3:] == _shares(0)
+    # whole and share devices first, then the template instances (dra_driver/placement.py layout)
+    assert pool.device_names[0] == "npu-0" and pool.device_names[1:4] == _shares(0)
     assert devs["npu-0"]["consumesCounters"][0]["counters"] == {
         "aicore": {"value": "20"},
         "aicpu": {"value": "7"},
@@ -604,7 +605,7 @@ def test_all_mode_whole_soft_and_templates_with_slot_counters() -> None:
     for name in _shares(0):
         soft_counters = devs[name]["consumesCounters"][0]["counters"]
         assert soft_counters == {"memory": {"value": "1"}, **{f"t{k}": {"value": "1"} for k in range(6)}}
-    slots = [devs[n]["consumesCounters"][0]["counters"] for n in pool.device_names[1:-3]]
+    slots = [devs[n]["consumesCounters"][0]["counters"] for n in pool.device_names[4:]]
     assert [{k: v for k, v in c.items() if k.startswith("t")} for c in slots] == [
         {f"t{k}": {"value": "63"}} for k in range(6)
     ]

@@ -1,0 +1,244 @@
+"""The kube-scheduler extender (``flexnpu-dra extender``): ranks nodes by how full their NPUs are.
+
+kube-scheduler has no scoring of DRA devices (the DynamicResources plugin scores only which
+``firstAvailable`` subrequest was met), so pods that ask for NPUs spread by pod count. This
+extender answers the ``prioritize`` verb of ``k8s.io/kube-scheduler/extender/v1``: an
+``ExtenderArgs`` JSON (``pod``, and ``nodes`` or — with ``nodeCacheCapable`` — ``nodenames``) in,
+a ``HostPriorityList`` (``[{"host", "score"}]``, scores 0..``MaxExtenderPriority`` = 10) out.
+kube-scheduler multiplies a score by the extender's ``weight`` and by 10 and adds it to its
+plugins' scores. The nodes it sends have passed every filter, so each fits the pod: **binpack**
+scores the fullest highest, **spread** the emptiest (``dra_driver/placement.py`` ``node_score``).
+The policy is ``--placement`` unless the pod's annotation ``npu.flexnpu.io/placement`` says
+``binpack`` or ``spread``. A pod that asks for no claim and no extended resource gets 0
+everywhere (no preference). No ``filter`` verb: the DynamicResources plugin already filters on
+the devices themselves, and a second filter would only add a way to refuse pods.
+
+Fill comes from watch-fed caches (``controller/allocations.py``): the allocated claims of this
+driver and every node's ResourceSlices; a call makes no API request. Before the caches have
+listed once, every node scores 0 (no preference) rather than guess. kube-scheduler ignores a
+prioritize error or timeout (the pod is placed by its own scores), so a down extender never
+keeps a pod pending; ``ignorable: true`` in the scheduler configuration says the same for the
+extender as a whole.
+
+Routes: ``POST /prioritize``; ``GET /readyz`` (200 once the caches listed); ``GET /metrics``
+(decisions by verb, policy and outcome; call latency). Each call is a trace span
+(``flexnpu.extender.prioritize``) with the pod, the policy and the best node.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from opentelemetry.sdk.resources import Resource
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+from controller import https
+from controller.allocations import ClaimAllocations, DriverSlices
+from controller.https import BadRequest, JsonHandler
+from controller.kube import Kube
+from dra_driver import liveness, placement
+from dra_driver.config import ExtenderConfig
+from dra_driver.errors import InvalidInput
+from dra_driver.placement import Placement
+from dra_driver.telemetry.tracing import Tracing
+
+log = logging.getLogger("flexnpu.extender")
+
+PRIORITIZE_PATH = "/prioritize"
+READY_PATH = "/readyz"
+METRICS_PATH = "/metrics"
+_NOT_DEVICES = ("cpu", "memory", "ephemeral-storage", "pods")
+
+
+class NodeScores:
+    """Node fill per node from the caches, recomputed only for pools that changed.
+
+    **Parameters:**
+    * claims - allocation results of the driver in every pool (``pool=None``).
+    * slices - every node's slices of the driver.
+    * default - the policy of pods without the annotation.
+    """
+
+    def __init__(self, claims: ClaimAllocations, slices: DriverSlices, *, default: Placement) -> None:
+        self.claims, self.slices, self.default = claims, slices, default
+        self._lock = threading.Lock()
+        self._first = True
+        self._dirty: set[str] = set()
+        self._fill: dict[str, tuple[str, placement.NodeFill]] = {}  # pool -> (node, fill)
+        self._shape: dict[
+            str, tuple[list[Any], dict[str, placement.DeviceInfo], dict[int, placement.DieTotals]]
+        ] = {}
+        self.registry = CollectorRegistry()
+        self.decisions = Counter(
+            "flexnpu_extender_decisions",
+            "extender calls by verb, policy and outcome (scored, no-npu, not-synced, bad-annotation)",
+            ["verb", "policy", "outcome"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "flexnpu_extender_call_seconds",
+            "time to answer one extender call",
+            ["verb"],
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5),
+            registry=self.registry,
+        )
+        self.tracing = Tracing(Resource({"service.name": "flexnpu-extender"}))
+
+    def changed(self, pools_: frozenset[str]) -> None:
+        """A cache saw these pools change: recompute them before the next answer (cheap: a set)."""
+        with self._lock:
+            self._dirty |= pools_
+
+    @property
+    def synced(self) -> bool:
+        return self.claims.synced.is_set() and self.slices.synced.is_set()
+
+    def fills(self) -> dict[str, placement.NodeFill]:
+        """Node name -> fill; only pools that changed since the last call are computed again."""
+        with self._lock:
+            dirty, self._dirty = self._dirty, set()
+            if self._first:
+                dirty, self._first = set(self.slices.pool_names()), False
+            for name in dirty:
+                self._fill_pool(name)
+            return {node: fill for node, fill in self._fill.values()}
+
+    def _fill_pool(self, name: str) -> None:
+        found = self.slices.pool(name)
+        if found is None:
+            self._fill.pop(name, None)
+            self._shape.pop(name, None)
+            return
+        node, pool = found
+        shape = self._shape.get(name)
+        if shape is None or shape[0] != pool.slices:  # the slices changed: read devices and totals again
+            shape = (pool.slices, placement.device_infos(pool), placement.die_totals(pool))
+            self._shape[name] = shape
+        usage = placement.die_usage(self.claims.results(name), shape[1])
+        self._fill[name] = (node, placement.node_fill(shape[2], usage))
+
+    def prioritize(self, args: Any) -> list[dict[str, Any]]:
+        """``ExtenderArgs`` -> ``HostPriorityList``; BadRequest when the body is not ExtenderArgs."""
+        started = time.perf_counter()
+        pod, names = _args(args)
+        policy, outcome = self._policy(pod)
+        with self.tracing.tracer.start_as_current_span("flexnpu.extender.prioritize") as span:
+            meta = pod.get("metadata") or {}
+            span.set_attribute("k8s.pod.name", str(meta.get("name", "")))
+            span.set_attribute("k8s.namespace.name", str(meta.get("namespace", "")))
+            span.set_attribute("flexnpu.placement", str(policy))
+            if not _asks_for_devices(pod):
+                outcome, scores = "no-npu", dict.fromkeys(names, 0)
+            elif not self.synced:
+                outcome, scores = "not-synced", dict.fromkeys(names, 0)
+            else:
+                fills = self.fills()
+                scores = {n: placement.node_score(fills.get(n, placement.NodeFill()), policy) for n in names}
+            best = max(names, key=lambda n: scores[n], default="")
+            span.set_attribute("flexnpu.extender.outcome", outcome)
+            span.set_attribute("flexnpu.extender.best_node", best)
+            span.set_attribute("flexnpu.extender.nodes", len(names))
+        self.decisions.labels("prioritize", str(policy), outcome).inc()
+        self.latency.labels("prioritize").observe(time.perf_counter() - started)
+        log.debug("prioritize %s/%s (%s, %s): best %s of %d", meta.get("namespace"), meta.get("name"),
+                  policy, outcome, best, len(names))  # fmt: skip
+        return [{"host": n, "score": scores[n]} for n in names]
+
+    def _policy(self, pod: Mapping[str, Any]) -> tuple[Placement, str]:
+        raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(placement.ANNOTATION)
+        if raw is None:
+            return self.default, "scored"
+        try:
+            return Placement.parse(raw, field=f"metadata.annotations[{placement.ANNOTATION}]"), "scored"
+        except InvalidInput as err:
+            meta = pod.get("metadata") or {}
+            log.warning("pod %s/%s: %s; using %s", meta.get("namespace"), meta.get("name"), err, self.default)
+            return self.default, "bad-annotation"
+
+
+def _args(args: Any) -> tuple[Mapping[str, Any], list[str]]:
+    if not isinstance(args, dict) or not isinstance(args.get("pod"), dict):
+        raise BadRequest("malformed ExtenderArgs: field pod: expected an object")
+    names = args.get("nodenames")
+    if names is None:
+        items = (args.get("nodes") or {}).get("items")
+        if not isinstance(items, list):
+            raise BadRequest("malformed ExtenderArgs: one of nodenames, nodes.items is required")
+        names = [((n or {}).get("metadata") or {}).get("name") for n in items]
+    if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+        raise BadRequest("malformed ExtenderArgs: field nodenames: expected a list of node names")
+    return args["pod"], names
+
+
+def _asks_for_devices(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod asks for a ResourceClaim or an extended resource (the whole-die class's name)."""
+    spec = pod.get("spec") or {}
+    if spec.get("resourceClaims"):
+        return True
+    for ctr in _containers(spec):
+        res = ctr.get("resources") or {}
+        for name in (*(res.get("limits") or {}), *(res.get("requests") or {})):
+            if name not in _NOT_DEVICES and not str(name).startswith("hugepages-"):
+                return True
+    return False
+
+
+def _containers(spec: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
+    return [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
+
+
+class Extender:
+    """The extender process: the caches' watches and the HTTPS server."""
+
+    def __init__(self, settings: ExtenderConfig, *, kube: Kube | None = None) -> None:
+        self.settings = settings
+        self.kube = kube or Kube.from_config(settings.kubeconfig)
+        self.live = liveness.Liveness()
+        self.claims = ClaimAllocations(self.kube, driver=settings.driver_name, live=self.live)
+        self.slices = DriverSlices(self.kube, driver=settings.driver_name, live=self.live)
+        self.scores = NodeScores(self.claims, self.slices, default=settings.placement)
+        self.claims.on_change = self.slices.on_change = self.scores.changed
+        self.port: int | None = None
+
+    def serve(self, stop: threading.Event, ready: threading.Event | None = None) -> None:
+        for name, cache in (("extender-claims", self.claims), ("extender-slices", self.slices)):
+            threading.Thread(target=cache.run, args=(stop,), name=name, daemon=True).start()
+
+        def prioritize(doc: Any, _handler: JsonHandler) -> Any:
+            return self.scores.prioritize(doc)
+
+        def readyz() -> tuple[str, str]:
+            return "text/plain", "ok\n" if self.scores.synced else "listing\n"
+
+        def bound(port: int) -> None:
+            self.port = port
+
+        https.serve(
+            name="extender",
+            what="ExtenderArgs",
+            host=self.settings.host,
+            port=self.settings.port,
+            tls_cert=self.settings.tls_cert,
+            tls_key=self.settings.tls_key,
+            post_routes={PRIORITIZE_PATH: prioritize},
+            get_routes={
+                READY_PATH: readyz,
+                METRICS_PATH: lambda: (
+                    "text/plain; version=0.0.4",
+                    generate_latest(self.scores.registry).decode(),
+                ),
+            },
+            stop=stop,
+            ready=ready,
+            bound=bound,
+        )
+        self.kube.close()
+
+
+def run(settings: ExtenderConfig, stop: threading.Event | None = None) -> int:
+    """The process body of ``flexnpu-dra extender``: serve until SIGTERM/SIGINT."""
+    return https.run_until_signal(lambda stop_: Extender(settings).serve(stop_), stop)

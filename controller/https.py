@@ -1,0 +1,148 @@
+"""The small HTTPS JSON server the webhook and the scheduler extender are served by.
+
+A :class:`JsonHandler` subclass maps ``POST`` paths to functions of the decoded JSON body (their
+answer is sent as JSON; a ``BadRequest`` they raise is a 400 with its reason) and ``GET`` paths to
+text; :func:`serve` runs it (TLS 1.2+ when a certificate is given, which the API server and
+kube-scheduler's ``enableHTTPS`` need) until ``stop`` is set. A body over ``MAX_BODY`` gets 413.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import ssl
+import threading
+from collections.abc import Callable, Mapping
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+MAX_BODY = 3 * 1024 * 1024
+"""The API server's own request limit is 3 MiB; a review or an extender call is never larger."""
+
+PostRoute = Callable[[Any, "JsonHandler"], Any]
+GetRoute = Callable[[], tuple[str, str]]  # -> (content type, body)
+
+
+class BadRequest(ValueError):
+    """The body is not what the route expects: a 400 with this message."""
+
+
+class JsonHandler(BaseHTTPRequestHandler):
+    """Routes set by :func:`serve` on the server: ``post_routes`` and ``get_routes``."""
+
+    server: JsonServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s %s " + format, self.server.name, self.address_string(), *args)
+
+    def answer(self, status: HTTPStatus, body: Any, content_type: str = "application/json") -> None:
+        data = (body if isinstance(body, str) else json.dumps(body)).encode()
+        if isinstance(body, str) and content_type == "application/json":
+            content_type = "text/plain"
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        route = self.server.get_routes.get(self.path.split("?", 1)[0])
+        if route is None:
+            self.answer(HTTPStatus.NOT_FOUND, f"no route {self.path}\n")
+            return
+        content_type, body = route()
+        self.answer(HTTPStatus.OK, body, content_type)
+
+    def do_POST(self) -> None:
+        route = self.server.post_routes.get(self.path.split("?", 1)[0])
+        if route is None:
+            self.answer(HTTPStatus.NOT_FOUND, f"no route {self.path}\n")
+            return
+        try:
+            length = int(self.headers.get("Content-Length") or "0")
+        except ValueError:
+            length = -1
+        if length < 0 or length > MAX_BODY:
+            self.close_connection = True
+            self.answer(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"a request body is at most {MAX_BODY} bytes\n")
+            return
+        try:
+            doc = json.loads(self.rfile.read(length) or b"null")
+        except ValueError as err:
+            self.answer(HTTPStatus.BAD_REQUEST, f"malformed {self.server.what}: not JSON: {err}\n")
+            return
+        try:
+            result = route(doc, self)
+        except BadRequest as err:
+            log.warning(
+                "%s: refused a malformed request from %s: %s", self.server.name, self.address_string(), err
+            )
+            self.answer(HTTPStatus.BAD_REQUEST, f"{err}\n")
+            return
+        self.answer(HTTPStatus.OK, result)
+
+
+class JsonServer(ThreadingHTTPServer):
+    daemon_threads = True
+    name = "https"
+    what = "request"  # in the 400 of a body that is not JSON: "malformed <what>: ..."
+    post_routes: Mapping[str, PostRoute] = {}
+    get_routes: Mapping[str, GetRoute] = {}
+
+
+def serve(
+    *,
+    name: str,
+    what: str = "request",
+    host: str,
+    port: int,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    post_routes: Mapping[str, PostRoute],
+    get_routes: Mapping[str, GetRoute],
+    stop: threading.Event,
+    ready: threading.Event | None = None,
+    bound: Callable[[int], None] | None = None,
+) -> None:
+    """Serve until ``stop`` is set; ``bound`` gets the port (0 binds a free one), ``ready`` is set then."""
+    server = JsonServer((host, port), JsonHandler)
+    server.name, server.what = name, what
+    server.post_routes, server.get_routes = post_routes, get_routes
+    if tls_cert is not None:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(tls_cert, tls_key)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, name=name, daemon=True)
+    thread.start()
+    log.info(
+        "%s: serving %s on %s:%d (%s)",
+        name,
+        ", ".join(sorted(post_routes)),
+        host,
+        server.server_address[1],
+        "TLS" if tls_cert else "plain HTTP",
+    )
+    if bound is not None:
+        bound(int(server.server_address[1]))
+    if ready is not None:
+        ready.set()
+    stop.wait()
+    server.shutdown()
+    server.server_close()
+
+
+def run_until_signal(body: Callable[[threading.Event], None], stop: threading.Event | None = None) -> int:
+    """The process body of a server subcommand: ``body(stop)`` until SIGTERM/SIGINT."""
+    import signal
+
+    stop = stop or threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    body(stop)
+    return 0

@@ -1,0 +1,386 @@
+"""A cluster of publishing nodes, the scheduler extender and the fake kube-scheduler, for placement.
+
+Each :class:`PublishingNode` runs the node process's real publishing parts for one node — the
+pool of ``dra_driver/slices.py``, the helper's ResourceSlice controller and the die-level
+ordering of ``kubeletplugin/ordering.py`` with its claim watch — against the fake API server;
+no kubelet side (nothing is prepared: the order comes from allocations, not preparations).
+:class:`PlacementCluster` adds the DeviceClasses, the Node objects, optionally the extender
+(``controller/extender.py``, HTTPS with a self-signed certificate made by ``openssl``) and a
+:class:`~flexnpu_testing.cluster.ClusterScheduler` that calls it.
+
+Usage::
+
+    with PlacementCluster(tmp_path, nodes=8, policy=Placement.BINPACK, extender=True) as c:
+        c.share_pod("p0", compute=25)
+        c.scheduler.schedule(c.pods["p0"])
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import urllib.request
+import uuid
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import kubernetes.client
+
+from controller.extender import Extender
+from controller.kube import Kube
+from dra_driver import discovery, placement, slices
+from dra_driver.config import ExtenderConfig
+from dra_driver.devices import DieMode, Inventory
+from dra_driver.placement import Placement
+from dra_kubeletplugin.resourceslice.controller import SliceController
+from dra_kubeletplugin.resourceslice.pools import DriverResources
+from flexnpu_testing.cluster import ClusterScheduler, ExtenderSpec
+from flexnpu_testing.fake_apiserver import FakeAPIServer
+from flexnpu_testing.waiting import wait_for
+from kubeletplugin import node as node_process
+from kubeletplugin.ordering import DeviceOrdering
+
+DRIVER = "npu.flexnpu.io"
+NAMESPACE = "placement"
+INVENTORY = Path(__file__).resolve().parent / "inventories" / "eight-910b4.yaml"
+CLASSES = {
+    "vnpu.flexnpu.io": 'device.attributes["npu.flexnpu.io"].mode == "soft"',
+    "npu.flexnpu.io": 'device.attributes["npu.flexnpu.io"].mode == "whole"',
+    "vnpu-template.flexnpu.io": 'device.attributes["npu.flexnpu.io"].mode == "hard"',
+}
+PUBLISH_DEBOUNCE = node_process.PUBLISH_DEBOUNCE
+"""The node's slice controller debounce (kubeletplugin/node.py)."""
+
+Obj = dict[str, Any]
+
+
+def _body(doc: Obj) -> Any:
+    """A wire-JSON body for the official client's typed create calls (it sends dicts as they are)."""
+    return doc
+
+
+class PublishingNode:
+    """One node's publisher with the die-level ordering, as the node process wires them."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        name: str,
+        inventory: Inventory,
+        *,
+        mode: DieMode,
+        policy: Placement,
+        writes_per_second: float,
+    ) -> None:
+        self.name = name
+        self.base = slices.build_pool(inventory, driver_name=DRIVER, node_name=name, mode_of=lambda _d: mode)
+        self.controller = SliceController(
+            kube,
+            driver_name=DRIVER,
+            node_name=name,
+            log=logging.getLogger(f"placement.{name}"),
+            resync_seconds=0,
+            debounce_seconds=PUBLISH_DEBOUNCE,
+        )
+        self.ordering = DeviceOrdering(
+            kube,
+            driver_name=DRIVER,
+            pool_name=name,
+            policy=policy,
+            writes_per_second=writes_per_second,
+            republish=self.republish,
+        )
+        self._lock = threading.Lock()
+        self.current = self.ordering.order(self.base)
+        self.controller.update(DriverResources.single(self.current))
+
+    def republish(self) -> bool:
+        with self._lock:
+            desired = self.ordering.order(self.base)
+            if desired == self.current:
+                return False
+            self.current = desired
+            self.controller.update(DriverResources.single(desired))
+            return True
+
+    def start(self, stop: threading.Event) -> None:
+        threading.Thread(
+            target=self.controller.run, args=(stop,), name=f"slices-{self.name}", daemon=True
+        ).start()
+        self.ordering.start(stop)
+
+
+def make_cert(directory: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 (its own CA), made with the openssl CLI."""
+    cert, key = directory / "extender.crt", directory / "extender.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+         "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=flexnpu-extender",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    return cert, key
+
+
+class PlacementCluster:
+    """Nodes publishing in policy order, an optional extender, and the fake kube-scheduler.
+
+    **Parameters:**
+    * workdir - for the kubeconfig and the certificate.
+    * nodes - how many nodes (``node-00``...), each with the eight-910B4 inventory.
+    * policy - the nodes' ``--placement`` and the extender's default.
+    * extender - serve the extender and configure the scheduler with it (weight ``weight``).
+    * mode - every die's mode (``both``: whole and shares; ``all``: templates too; ``whole``).
+    * publishing - run the nodes' publishers with ordering (False: publish the empty-node order once).
+    * extender_process - run ``flexnpu-dra extender`` as its own process (the bench) instead of in
+      this process (tests that read its counters and spans).
+    """
+
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        nodes: int = 8,
+        policy: Placement = Placement.BINPACK,
+        extender: bool = True,
+        weight: int = 5,
+        mode: DieMode = DieMode.BOTH,
+        writes_per_second: float = 4.0,
+        publishing: bool = True,
+        seed: int = 1,
+        extender_process: bool = False,
+    ) -> None:
+        self.workdir = workdir
+        self.node_names = [f"node-{i:02d}" for i in range(nodes)]
+        self.policy, self.mode, self.weight = policy, mode, weight
+        self.use_extender, self.writes_per_second, self.publishing = extender, writes_per_second, publishing
+        self.seed = seed
+        self.extender_process = extender_process
+        self.extender_proc: subprocess.Popen[bytes] | None = None
+        self.server = FakeAPIServer(watch_history=100_000)
+        self.stop_event = threading.Event()
+        self.extender_stop = threading.Event()
+        self.nodes: dict[str, PublishingNode] = {}
+        self.pods: dict[str, Obj] = {}
+        self.extender: Extender | None = None
+        self._kubes: list[Kube] = []
+        self._exit = contextlib.ExitStack()
+
+    # ---- lifecycle
+
+    def __enter__(self) -> PlacementCluster:
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object | TracebackType | None) -> None:
+        self.close()
+
+    def _kube(self) -> Kube:
+        kube = Kube.from_config(str(self.kubeconfig))
+        self._kubes.append(kube)
+        return kube
+
+    def _start(self) -> None:
+        self.server.start()
+        self.kubeconfig = self.server.write_kubeconfig(self.workdir / "kubeconfig")
+        api = self.server.api_client()
+        core = kubernetes.client.CoreV1Api(api)
+        resource = kubernetes.client.ResourceV1Api(api)
+        core.create_namespace(
+            _body({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        )
+        for name, cel in CLASSES.items():
+            resource.create_device_class(
+                _body({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name},
+                 "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}" && {cel}'}}]}})
+            )  # fmt: skip
+        inventory = discovery.from_config(inventory=INVENTORY, npu_smi="npu-smi").discover()
+        for name in self.node_names:
+            core.create_node(
+                _body({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+                 "status": {"allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"}}})
+            )  # fmt: skip
+        kube = self._kube()
+        for name in self.node_names:
+            node = PublishingNode(
+                kube if not self.publishing else self._kube(),
+                name,
+                inventory,
+                mode=self.mode,
+                policy=self.policy,
+                writes_per_second=self.writes_per_second if self.publishing else 0,
+            )
+            self.nodes[name] = node
+            node.start(self.stop_event)
+        wait_for(
+            lambda: all(n.controller.published.is_set() for n in self.nodes.values()),
+            what="every node published",
+            timeout=60,
+        )
+        specs = []
+        if self.use_extender and self.extender_process:
+            cert, _key = make_cert(self.workdir)
+            port = self._start_extender_process(cert, _key)
+            specs.append(
+                ExtenderSpec(
+                    url_prefix=f"https://127.0.0.1:{port}", weight=self.weight,
+                    node_cache_capable=True, ignorable=True, ca_file=cert,
+                )
+            )  # fmt: skip
+        elif self.use_extender:
+            cert, key = make_cert(self.workdir)
+            settings = ExtenderConfig(
+                driver_name=DRIVER, kubeconfig=str(self.kubeconfig), placement=self.policy,
+                host="127.0.0.1", port=0, tls_cert=cert, tls_key=key,
+            )  # fmt: skip
+            self.extender = Extender(settings, kube=self._kube())
+            ready = threading.Event()
+            threading.Thread(
+                target=self.extender.serve, args=(self.extender_stop, ready), name="extender", daemon=True
+            ).start()
+            wait_for(ready.is_set, what="the extender serving", timeout=30)
+            wait_for(
+                lambda: self.extender is not None and self.extender.scores.synced, what="extender synced"
+            )
+            specs.append(
+                ExtenderSpec(
+                    url_prefix=f"https://127.0.0.1:{self.extender.port}", weight=self.weight,
+                    node_cache_capable=True, ignorable=True, ca_file=cert,
+                )
+            )  # fmt: skip
+        self.scheduler = ClusterScheduler(api, DRIVER, nodes=self.node_names, extenders=specs, seed=self.seed)
+        self.scheduler.start()
+
+    def _start_extender_process(self, cert: Path, key: Path) -> int:
+        """``flexnpu-dra extender`` as its own process (as in a cluster: no GIL shared with the scheduler)."""
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FLEXNPU_")}
+        log = (self.workdir / "extender.log").open("ab")
+        self._exit.callback(log.close)
+        self.extender_proc = subprocess.Popen(
+            [sys.executable, "-m", "kubeletplugin.cli", "extender", "--kubeconfig", str(self.kubeconfig),
+             "--driver-name", DRIVER, "--placement", str(self.policy), "--extender-host", "127.0.0.1",
+             "--extender-port", str(port), "--tls-cert-file", str(cert), "--tls-key-file", str(key)],
+            env=env, stdout=log, stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[1],
+        )  # fmt: skip
+        ctx = ssl.create_default_context(cafile=str(cert))
+
+        def synced() -> bool:
+            try:
+                with urllib.request.urlopen(f"https://127.0.0.1:{port}/readyz", context=ctx, timeout=2) as r:
+                    return bool(r.read() == b"ok\n")
+            except OSError:
+                return False
+
+        wait_for(synced, what="the extender process serving and synced", timeout=60)
+        return port
+
+    def stop_extender(self) -> None:
+        self.extender_stop.set()
+        if self.extender_proc is not None and self.extender_proc.poll() is None:
+            self.extender_proc.terminate()
+            self.extender_proc.wait(timeout=20)
+
+    def close(self) -> None:
+        self.stop_event.set()
+        with contextlib.suppress(Exception):
+            self.stop_extender()
+        if self.extender_proc is not None and self.extender_proc.poll() is None:
+            self.extender_proc.kill()
+            self.extender_proc.wait()
+        self._exit.close()
+        for node in self.nodes.values():
+            node.ordering.trigger()
+        with contextlib.suppress(Exception):
+            self.scheduler.stop()
+        for node in self.nodes.values():
+            node.ordering.join(timeout=5)
+        for kube in self._kubes:
+            kube.close()
+        self.server.stop()
+
+    # ---- workload
+
+    def pod(self, name: str, request: Obj, *, node: str | None = None, annotations: Obj | None = None) -> Obj:
+        """A pod with one claim of ``request`` (created in the API); ``node`` pins it (nodeSelector)."""
+        resource = kubernetes.client.ResourceV1Api(self.server.api_client())
+        claim_name = f"{name}-claim"
+        resource.create_namespaced_resource_claim(
+            NAMESPACE,
+            _body({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+             "metadata": {"name": claim_name, "namespace": NAMESPACE},
+             "spec": {"devices": {"requests": [{"name": "npu", "exactly": request}]}}}),
+        )  # fmt: skip
+        pod: Obj = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": NAMESPACE,
+                "uid": str(uuid.uuid4()),
+                "annotations": annotations or {},
+            },
+            "spec": {
+                "containers": [{"name": "app", "image": "busybox"}],
+                "resourceClaims": [{"name": "npu", "resourceClaimName": claim_name}],
+                **({"nodeSelector": {"kubernetes.io/hostname": node}} if node else {}),
+            },
+        }
+        self.pods[name] = pod
+        return pod
+
+    def share_pod(self, name: str, *, compute: int = 25, **kw: Any) -> Obj:
+        return self.pod(
+            name,
+            {"deviceClassName": "vnpu.flexnpu.io", "capacity": {"requests": {"compute": str(compute)}}},
+            **kw,
+        )
+
+    def whole_pod(self, name: str, **kw: Any) -> Obj:
+        return self.pod(name, {"deviceClassName": "npu.flexnpu.io"}, **kw)
+
+    def template_pod(self, name: str, template: str = "vir05_1c_8g", **kw: Any) -> Obj:
+        return self.pod(
+            name,
+            {"deviceClassName": "vnpu-template.flexnpu.io",
+             "selectors": [{"cel": {"expression": f'device.attributes["{DRIVER}"].template == "{template}"'}}]},
+            **kw,
+        )  # fmt: skip
+
+    # ---- what happened
+
+    def usage(self) -> dict[str, dict[int, placement.DieUse]]:
+        """Node -> die -> what is allocated there, read from the API."""
+        items, _ = self._kubes[0].list_claims()
+        out: dict[str, dict[int, placement.DieUse]] = {}
+        for name, node in self.nodes.items():
+            results = placement.allocated_results(items, driver=DRIVER, pool=name)
+            out[name] = placement.die_usage(results, placement.device_infos(node.base))
+        return out
+
+    def dies_used(self) -> set[tuple[str, int]]:
+        return {(n, d) for n, dies in self.usage().items() for d, u in dies.items() if u.used}
+
+    def picture(self) -> str:
+        """An ASCII picture: a row per node, a cell per die (``.`` free, ``W`` whole, shares 1-9)."""
+        rows = []
+        for name, dies in self.usage().items():
+            cells = []
+            for phy in range(8):
+                u = dies.get(phy, placement.DieUse())
+                cells.append("W" if u.whole else ("." if not u.used else str(min(9, u.shares + u.templates))))
+            rows.append(f"{name} [{' '.join(cells)}]")
+        return "\n".join(rows)

@@ -1,0 +1,251 @@
+"""Placement policies end to end on the fake API server: the node's watch-driven reorder of its slices,
+the scheduler extender's prioritize answers (HTTPS, k8s.io/kube-scheduler/extender/v1 JSON) and the
+fake kube-scheduler calling it, and a down extender not keeping pods pending."""
+
+from __future__ import annotations
+
+import ssl
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes.client
+import pytest
+
+from dra_driver.placement import ANNOTATION, Placement
+from flexnpu_testing.cluster import ExtenderClient, ExtenderSpec
+from flexnpu_testing.placement_cluster import DRIVER, NAMESPACE, PlacementCluster
+from flexnpu_testing.waiting import wait_for
+
+
+def published_shares(c: PlacementCluster, node: str) -> list[str]:
+    """The node's elastic share devices in the order its stored slices list them."""
+    items, _ = c._kubes[0].list_slices(driver=DRIVER, node=node)
+    names = [
+        d["name"]
+        for s in sorted(items, key=lambda s: s["metadata"]["name"])
+        for d in s["spec"].get("devices") or []
+    ]
+    return [n for n in names if n.startswith("vnpu-") and n.count("-") == 1]
+
+
+def seen_by_scheduler(c: PlacementCluster, node: str) -> list[str]:
+    """The node's elastic share devices in order, as the fake scheduler's informer holds them."""
+    items = [s for s in c.scheduler.slices.items() if s["spec"].get("nodeName") == node]
+    names = [
+        d["name"]
+        for s in sorted(items, key=lambda s: s["metadata"]["name"])
+        for d in s["spec"].get("devices") or []
+    ]
+    return [n for n in names if n.startswith("vnpu-") and n.count("-") == 1]
+
+
+def allocate_on(c: PlacementCluster, claim: str, node: str, device: str, compute: str = "50") -> None:
+    """Write an allocation as a scheduler would (the node must see it through its watch, nothing else)."""
+    resource = kubernetes.client.ResourceV1Api(c.server.api_client())
+    c.share_pod(claim.removesuffix("-claim"))
+    stored = resource.read_namespaced_resource_claim(claim, NAMESPACE)
+    body = c.server.api_client().sanitize_for_serialization(stored)
+    body["status"] = {
+        "allocation": {
+            "devices": {"results": [{"request": "npu", "driver": DRIVER, "pool": node, "device": device,
+                                      "shareID": str(uuid.uuid4()),
+                                      "consumedCapacity": {"compute": compute, "memory": "128Mi", "shares": "1"}}]},
+            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                {"key": "metadata.name", "operator": "In", "values": [node]}]}]},
+        }
+    }  # fmt: skip
+    resource.replace_namespaced_resource_claim_status(claim, NAMESPACE, body)
+
+
+@pytest.fixture
+def binpack_node(tmp_path: Path) -> Iterator[PlacementCluster]:
+    with PlacementCluster(tmp_path, nodes=1, policy=Placement.BINPACK, extender=False) as c:
+        yield c
+
+
+def test_an_allocation_seen_by_the_watch_reorders_the_slices(binpack_node: PlacementCluster) -> None:
+    c = binpack_node
+    assert published_shares(c, "node-00")[:2] == ["vnpu-7", "vnpu-6"]  # the empty node's order
+    allocate_on(c, "a-claim", "node-00", "vnpu-3")
+    wait_for(lambda: published_shares(c, "node-00")[0] == "vnpu-3", what="die 3 listed first (binpack)")
+    assert published_shares(c, "node-00")[1:3] == ["vnpu-7", "vnpu-6"]
+    kubernetes.client.ResourceV1Api(c.server.api_client()).delete_namespaced_resource_claim(
+        "a-claim", NAMESPACE
+    )
+    wait_for(lambda: published_shares(c, "node-00")[0] == "vnpu-7", what="the empty order again")
+    assert c.nodes["node-00"].ordering.republishes == 2
+
+
+def test_an_allocation_that_keeps_the_order_writes_nothing(binpack_node: PlacementCluster) -> None:
+    c = binpack_node
+    node = c.nodes["node-00"]
+    allocate_on(c, "b-claim", "node-00", "vnpu-7", compute="25")  # the first die already: same order
+    wait_for(lambda: node.ordering.unchanged >= 1, what="the change seen and found to keep the order")
+    assert node.ordering.republishes == 0 and published_shares(c, "node-00")[0] == "vnpu-7"
+
+
+def test_spread_on_one_node_takes_distinct_dies(tmp_path: Path) -> None:
+    with PlacementCluster(tmp_path, nodes=1, policy=Placement.SPREAD, extender=False) as c:
+        dies = []
+        for i in range(4):
+            c.scheduler.schedule(c.share_pod(f"s{i}"))
+            first = published_shares(c, "node-00")[0]
+            dies.append(first)
+            # the next pod is scheduled only once the node listed another die first
+            wait_for(
+                lambda f=first: published_shares(c, "node-00")[0] != f, what="a republish after the share"
+            )
+        used = {d for d, u in c.usage()["node-00"].items() if u.used}
+        assert len(used) == 4, c.picture()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[PlacementCluster]:
+    policy = getattr(request, "param", Placement.BINPACK)
+    with PlacementCluster(tmp_path, nodes=3, policy=policy, extender=True) as c:
+        yield c
+
+
+def _client(c: PlacementCluster) -> ExtenderClient:
+    assert c.extender is not None and c.extender.port
+    return ExtenderClient(c.scheduler.extenders[0].spec)
+
+
+def _nodes(c: PlacementCluster) -> list[dict[str, Any]]:
+    return [{"metadata": {"name": n}} for n in c.node_names]
+
+
+def test_prioritize_scores_the_fullest_node_for_binpack_and_the_emptiest_for_spread(
+    cluster: PlacementCluster,
+) -> None:
+    c = cluster
+    allocate_on(c, "x-claim", "node-01", "vnpu-7")
+    wait_for(lambda: c.extender is not None and c.extender.scores.fills().get("node-01", None) is not None
+             and c.extender.scores.fills()["node-01"].dies_in_use == 1, what="the extender saw the allocation")  # fmt: skip
+    client = _client(c)
+    pod = c.share_pod("next")
+    scores = client.prioritize(pod, _nodes(c))
+    assert scores["node-01"] > scores["node-00"] == scores["node-02"] == 0
+    spread = {**pod, "metadata": {**pod["metadata"], "annotations": {ANNOTATION: "spread"}}}
+    scores = client.prioritize(spread, _nodes(c))
+    assert scores["node-01"] < scores["node-00"] == scores["node-02"] == 10
+    no_npu = {**pod, "spec": {"containers": [{"name": "a", "image": "x"}]}}
+    assert set(client.prioritize(no_npu, _nodes(c)).values()) == {0}
+    # nodeCacheCapable off: a v1 NodeList in "nodes"
+    full = ExtenderClient(
+        ExtenderSpec(**{**c.scheduler.extenders[0].spec.__dict__, "node_cache_capable": False})
+    )
+    assert full.prioritize(pod, _nodes(c))["node-01"] > 0
+    assert c.extender is not None
+    metrics = c.extender.scores.decisions.labels("prioritize", "spread", "scored")._value.get()
+    assert metrics == 1
+    spans = c.extender.scores.tracing.recent.finished()
+    assert any(s.attributes and s.attributes.get("flexnpu.extender.best_node") == "node-01" for s in spans)
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        pytest.param(b"[1,", "not JSON", id="not-json"),
+        pytest.param(b'{"nodenames": ["a"]}', "field pod", id="no-pod"),
+        pytest.param(b'{"pod": {}, "nodenames": [1]}', "nodenames", id="bad-names"),
+        pytest.param(b'{"pod": {}}', "nodenames, nodes.items", id="no-nodes"),
+    ],
+)
+def test_a_malformed_call_gets_400_and_the_extender_goes_on(
+    cluster: PlacementCluster, body: bytes, reason: str
+) -> None:
+    c = cluster
+    spec = c.scheduler.extenders[0].spec
+    ctx = ssl.create_default_context(cafile=str(spec.ca_file))
+    req = urllib.request.Request(
+        spec.url_prefix + "/prioritize", data=body, headers={"Content-Type": "application/json"}
+    )
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(req, context=ctx, timeout=10)
+    assert err.value.code == 400 and reason in err.value.read().decode()
+    assert _client(c).prioritize(c.share_pod("after"), _nodes(c))  # still serving
+
+
+def test_the_fake_scheduler_packs_with_the_extender(cluster: PlacementCluster) -> None:
+    c = cluster
+    for i in range(6):
+        c.scheduler.schedule(c.share_pod(f"p{i}"))
+    assert len(set(c.scheduler.bound.values())) == 1, c.picture()
+    assert all(d.extender_errors == 0 for d in c.scheduler.decisions)
+    assert c.scheduler.extenders[0].calls >= 5  # one per pod with more than one feasible node
+
+
+def test_without_the_extender_pods_spread_by_count(tmp_path: Path) -> None:
+    with PlacementCluster(tmp_path, nodes=3, policy=Placement.BINPACK, extender=False) as c:
+        for i in range(6):
+            c.scheduler.schedule(c.share_pod(f"p{i}"))
+        assert sorted(c.scheduler.pods_on.values()) == [2, 2, 2], c.picture()
+
+
+def test_a_down_extender_never_keeps_a_pod_pending(cluster: PlacementCluster) -> None:
+    c = cluster
+    c.stop_extender()
+    bound = c.scheduler.run([(0.0, c.share_pod(f"d{i}")) for i in range(4)], deadline=60)
+    assert len(bound) == 4
+    assert sum(d.extender_errors for d in c.scheduler.decisions) >= 3
+
+
+def test_extender_metrics_endpoint(cluster: PlacementCluster) -> None:
+    c = cluster
+    _client(c).prioritize(c.share_pod("m"), _nodes(c))
+    spec = c.scheduler.extenders[0].spec
+    ctx = ssl.create_default_context(cafile=str(spec.ca_file))
+    text = urllib.request.urlopen(spec.url_prefix + "/metrics", context=ctx, timeout=10).read().decode()
+    assert 'flexnpu_extender_decisions_total{outcome="scored",policy="binpack",verb="prioritize"} 1.0' in text
+
+
+def test_the_node_process_reorders_its_slices_from_the_claim_watch(node_factory: Any) -> None:
+    """The real node process (``flexnpu-dra plugin --placement spread``): an allocation on its first die,
+    written as a scheduler writes it, moves that die's share devices to the end of the published order."""
+    from tests.integration.conftest import NAMESPACE as NODE_NS
+    from tests.integration.conftest import NODE
+
+    n = node_factory("eight-910b4.yaml", FLEXNPU_DEFAULT_MODE="both", FLEXNPU_PLACEMENT="spread").start()
+
+    def shares() -> list[str]:
+        names = [d["name"] for d in n.devices()]
+        return [x for x in names if x.startswith("vnpu-") and x.count("-") == 1]
+
+    wait_for(lambda: shares()[:1] == ["vnpu-7"], what="the empty node's order")
+    n.create_claim("c1", [{"name": "npu", "exactly": {"deviceClassName": "vnpu.flexnpu.io"}}])
+    resource = n.resource
+    body = n.api.api_client().sanitize_for_serialization(
+        resource.read_namespaced_resource_claim("c1", NODE_NS)
+    )
+    body["status"] = {"allocation": {
+        "devices": {"results": [{"request": "npu", "driver": DRIVER, "pool": NODE, "device": "vnpu-7",
+                                  "shareID": str(uuid.uuid4()), "consumedCapacity": {"compute": "10", "memory": "128Mi", "shares": "1"}}]},
+        "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}]},
+    }}  # fmt: skip
+    resource.replace_namespaced_resource_claim_status("c1", NODE_NS, body)
+    wait_for(
+        lambda: shares()[-1:] == ["vnpu-7"] and shares()[:1] == ["vnpu-6"], what="die 7 listed last (spread)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        pytest.param(["--placement", "pack"], "placement", id="bad-policy"),
+        pytest.param(["--tls-cert-file", "/nonexistent.pem"], "tls-key-file", id="cert-without-key"),
+    ],
+)
+def test_the_extender_command_refuses_bad_flags_naming_them(args: list[str], field: str) -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "kubeletplugin.cli", "extender", *args],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert out.returncode == 2 and "flexnpu-dra extender:" in out.stderr and field in out.stderr

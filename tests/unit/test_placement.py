@@ -1,0 +1,231 @@
+"""The placement order (dra_driver/placement.py): tables of usage -> device order, layout, node scores."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from dra_driver import discovery, placement, slices
+from dra_driver.devices import DieMode, Inventory
+from dra_driver.errors import InvalidInput
+from dra_driver.placement import Allocated, DieUse, Placement
+
+REPO = Path(__file__).resolve().parents[2]
+EIGHT = REPO / "flexnpu_testing" / "inventories" / "eight-910b4.yaml"
+
+
+def inventory() -> Inventory:
+    return discovery.from_config(inventory=EIGHT, npu_smi="npu-smi").discover()
+
+
+def pool(mode: DieMode = DieMode.BOTH) -> slices.DesiredPool:
+    return slices.build_pool(inventory(), driver_name="d", node_name="n", mode_of=lambda _d: mode)
+
+
+def share(die: int, compute: int = 25, memory: str = "256Mi", policy: str = "") -> Allocated:
+    name = f"vnpu-{die}" + (f"-{policy}" if policy else "")
+    return Allocated(
+        pool="n", device=name, consumed={"compute": str(compute), "memory": memory, "shares": "1"}
+    )
+
+
+def elastic_dies(p: slices.DesiredPool) -> list[int]:
+    """Dies in the order their elastic share device is listed."""
+    names = [n for n in p.device_names if n.startswith("vnpu-") and n.count("-") == 1]
+    return [int(n.split("-")[1]) for n in names]
+
+
+def whole_dies(p: slices.DesiredPool) -> list[int]:
+    return [int(n.split("-")[1]) for n in p.device_names if n.startswith("npu-") and n.count("-") == 1]
+
+
+def ordered(results: list[Allocated], policy: Placement, mode: DieMode = DieMode.BOTH) -> slices.DesiredPool:
+    p = pool(mode)
+    usage = placement.die_usage(results, placement.device_infos(p))
+    return placement.order_pool(p, usage, policy)
+
+
+@pytest.mark.parametrize(
+    ("results", "policy", "expected"),
+    [
+        pytest.param([], Placement.BINPACK, [7, 6, 5, 4, 3, 2, 1, 0], id="empty-binpack-highest-die-first"),
+        pytest.param([], Placement.SPREAD, [7, 6, 5, 4, 3, 2, 1, 0], id="empty-spread-same-tie-break"),
+        pytest.param(
+            [share(2), share(5), share(5)], Placement.BINPACK, [5, 2, 7, 6, 4, 3, 1, 0], id="binpack-most-used-first"
+        ),
+        pytest.param(
+            [share(2), share(5), share(5)], Placement.SPREAD, [7, 6, 4, 3, 1, 0, 2, 5], id="spread-least-used-first"
+        ),
+        pytest.param(
+            [share(3, 100), share(6, 50)], Placement.BINPACK, [6, 7, 5, 4, 2, 1, 0, 3], id="binpack-full-die-last"
+        ),
+        pytest.param(
+            [share(1, 10, "30Gi"), share(4, 50)], Placement.BINPACK, [1, 4, 7, 6, 5, 3, 2, 0],
+            id="memory-counts-as-much-as-compute",
+        ),
+        pytest.param(
+            [Allocated("n", "npu-6")], Placement.BINPACK, [7, 6, 5, 4, 3, 2, 1, 0],
+            id="a-whole-die-does-not-reorder-shares",
+        ),
+        pytest.param(
+            [share(0, 25, policy="fixed")], Placement.BINPACK, [0, 7, 6, 5, 4, 3, 2, 1],
+            id="any-policy-share-counts-for-its-die",
+        ),
+    ],
+)  # fmt: skip
+def test_share_order(results: list[Allocated], policy: Placement, expected: list[int]) -> None:
+    assert elastic_dies(ordered(results, policy)) == expected
+
+
+def test_a_dies_share_devices_keep_their_policy_order() -> None:
+    p = ordered([share(3)], Placement.BINPACK)
+    names = [n for n in p.device_names if n.startswith("vnpu-")]
+    assert names[:3] == ["vnpu-3", "vnpu-3-fixed", "vnpu-3-best-effort"]
+
+
+@pytest.mark.parametrize("policy", list(Placement))
+def test_whole_devices_free_dies_first_ascending(policy: Placement) -> None:
+    p = ordered([share(0), Allocated("n", "npu-2")], policy)
+    assert whole_dies(p) == [1, 3, 4, 5, 6, 7, 0, 2]
+    assert p.device_names[:8] == [f"npu-{d}" for d in whole_dies(p)]  # whole devices stay first
+
+
+def test_no_device_changes_slice() -> None:
+    p = pool(DieMode.ALL)
+    before = [{d["name"] for d in s.get("devices", [])} for s in p.slices]
+    results = [share(1), Allocated("n", "npu-3-vir05-1c-8g-0"), Allocated("n", "npu-5")]
+    for policy in Placement:
+        after = placement.order_pool(p, placement.die_usage(results, placement.device_infos(p)), policy)
+        assert [{d["name"] for d in s.get("devices", [])} for s in after.slices] == before
+        assert [s.get("sharedCounters") for s in after.slices] == [s.get("sharedCounters") for s in p.slices]
+        slices.validate_pool(after)
+
+
+def test_layout_keeps_a_template_in_one_slice() -> None:
+    p = pool(DieMode.ALL)
+    where: dict[str, set[int]] = {}
+    for i, s in enumerate(p.slices):
+        for d in s.get("devices", []):
+            t = (d["attributes"].get("template") or {}).get("string")
+            if t:
+                where.setdefault(t, set()).add(i)
+    assert where and all(len(v) == 1 for v in where.values()), where
+    assert len(p.device_names) == 128
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected_first_dies"),
+    [
+        pytest.param(Placement.BINPACK, [4, 4, 4, 4, 7, 7, 7, 7], id="binpack-fills-the-used-die"),
+        pytest.param(Placement.SPREAD, [7, 6, 5, 3, 2, 1, 0, 4], id="spread-one-per-die"),
+    ],
+)
+def test_template_order(policy: Placement, expected_first_dies: list[int]) -> None:
+    p = ordered([Allocated("n", "npu-4-vir05-1c-8g-0")], policy, DieMode.ALL)
+    names = [n for n in p.device_names if "-vir05-1c-8g-" in n]
+    assert [int(n.split("-")[1]) for n in names[:: 4 if policy is Placement.SPREAD else 1]][:8] == (
+        expected_first_dies
+    )
+
+
+def test_a_template_on_a_die_does_not_reorder_shares() -> None:
+    base = elastic_dies(ordered([], Placement.BINPACK, DieMode.ALL))
+    assert (
+        elastic_dies(ordered([Allocated("n", "npu-2-vir05-1c-8g-0")], Placement.BINPACK, DieMode.ALL)) == base
+    )
+
+
+def test_allocated_results_filter_driver_and_pool() -> None:
+    claims = [
+        {"status": {"allocation": {"devices": {"results": [
+            {"driver": "d", "pool": "n", "device": "vnpu-1", "consumedCapacity": {"compute": "25"}},
+            {"driver": "other", "pool": "n", "device": "gpu-0"},
+            {"driver": "d", "pool": "m", "device": "vnpu-2"},
+            {"driver": "d", "pool": "n", "device": "npu-3", "adminAccess": True},
+        ]}}}},
+        {"status": {}},
+        {},
+    ]  # fmt: skip
+    assert placement.allocated_results(claims, driver="d", pool="n") == [
+        Allocated("n", "vnpu-1", {"compute": "25"})
+    ]
+    assert len(placement.allocated_results(claims, driver="d")) == 2
+
+
+@pytest.mark.parametrize(
+    ("usage", "binpack", "spread"),
+    [
+        pytest.param({}, 0, 10, id="empty"),
+        pytest.param({7: DieUse(shares=1, compute=Fraction(25))}, 1, 9, id="one-share"),
+        pytest.param({d: DieUse(whole=True) for d in range(8)}, 10, 0, id="full"),
+        pytest.param({d: DieUse(whole=True) for d in range(4)}, 5, 5, id="half-whole"),
+    ],
+)
+def test_node_score(usage: Mapping[int, DieUse], binpack: int, spread: int) -> None:
+    totals = placement.die_totals(pool())
+    fill = placement.node_fill(totals, usage)
+    assert placement.node_score(fill, Placement.BINPACK) == binpack
+    assert placement.node_score(fill, Placement.SPREAD) == spread
+
+
+def test_node_fill_counts_partly_used_dies() -> None:
+    totals = placement.die_totals(pool())
+    usage = {
+        0: DieUse(whole=True),
+        1: DieUse(shares=1, compute=Fraction(25)),
+        2: DieUse(shares=4, compute=Fraction(100)),
+    }
+    fill = placement.node_fill(totals, usage)
+    assert (fill.dies, fill.dies_in_use, fill.dies_partly_used) == (8, 3, 1)
+    assert fill.compute == Fraction(9, 32)
+
+
+@pytest.mark.parametrize("value", ["Binpack", " spread "])
+def test_policy_parse(value: str) -> None:
+    assert Placement.parse(value) in Placement
+
+
+def test_policy_parse_names_the_field() -> None:
+    with pytest.raises(InvalidInput) as err:
+        Placement.parse("pack", field="placement")
+    assert err.value.field == "placement" and "'pack'" in str(err.value)
+
+
+def _claim(uid: str, *results: tuple[str, str, str]) -> dict[str, object]:
+    return {
+        "metadata": {"uid": uid, "namespace": "ns", "name": uid},
+        "status": {"allocation": {"devices": {"results": [
+            {"driver": drv, "pool": pool, "device": dev, "request": "r"} for drv, pool, dev in results
+        ]}}} if results else {},
+    }  # fmt: skip
+
+
+def test_claim_cache_tracks_allocations_and_names_the_changed_pools() -> None:
+    from controller.allocations import ClaimAllocations
+
+    seen: list[frozenset[str]] = []
+    cache = ClaimAllocations(None, driver="d", on_change=seen.append)  # type: ignore[arg-type]  # no API: events by hand
+    cache.reset([_claim("a", ("d", "n1", "vnpu-1")), _claim("b")])
+    assert seen == [frozenset({"n1"})] and [r.device for r in cache.results("n1")] == ["vnpu-1"]
+    cache.apply("MODIFIED", _claim("b", ("d", "n2", "npu-0"), ("other", "n2", "gpu-0")))
+    assert seen[-1] == frozenset({"n2"}) and [r.device for r in cache.results("n2")] == ["npu-0"]
+    cache.apply("MODIFIED", _claim("b", ("d", "n2", "npu-0")))  # a status write that changes nothing here
+    assert len(seen) == 2
+    cache.apply(
+        "MODIFIED", _claim("a", ("d", "n2", "vnpu-3"))
+    )  # moved pools (deallocated and allocated again)
+    assert seen[-1] == frozenset({"n1", "n2"}) and cache.results("n1") == []
+    cache.apply("DELETED", _claim("b", ("d", "n2", "npu-0")))
+    assert [r.device for r in cache.results("n2")] == ["vnpu-3"] and cache.pools() == ["n2"]
+
+
+def test_claim_cache_of_one_pool_ignores_the_others() -> None:
+    from controller.allocations import ClaimAllocations
+
+    seen: list[frozenset[str]] = []
+    cache = ClaimAllocations(None, driver="d", pool="n1", on_change=seen.append)  # type: ignore[arg-type]
+    cache.apply("ADDED", _claim("x", ("d", "n2", "vnpu-1")))
+    assert seen == [] and cache.results("n2") == []
