@@ -22,7 +22,10 @@ from kubeletplugin.prepare import Preparer
 __all__ = ["NpuDriver", "driver_error"]
 
 _BY_REASON: dict[ClaimReason, tuple[type[FlexNPUError], ErrorCode]] = {
-    ClaimReason.MALFORMED: (InvalidInput, ErrorCode.INVALID_PATH),  # what paths.check_ref says of them
+    ClaimReason.MALFORMED: (
+        InvalidInput,
+        ErrorCode.INVALID_PATH,
+    ),  # a UID, namespace or name no path may hold
     ClaimReason.NOT_FOUND: (InvalidInput, ErrorCode.CLAIM_NOT_FOUND),
     ClaimReason.REPLACED: (StateError, ErrorCode.CLAIM_REPLACED),
     ClaimReason.NOT_ALLOCATED: (StateError, ErrorCode.CLAIM_NOT_ALLOCATED),

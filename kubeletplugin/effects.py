@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ from dra_driver.errors import ErrorCode, StateError, Unavailable, quote
 from dra_driver.plan import ClaimPlan
 from dra_driver.records import HardVnpuRecord
 from dra_driver.sharing import Transport
-from dra_kubeletplugin.claims import ClaimRef
+from dra_kubeletplugin.claims import CALL_DEADLINE, ClaimRef
 from flexnpu_wire import clientconf
 from flexnpu_wire.shares import Share
 from kubeletplugin.hardsplit import HardVnpus
@@ -167,25 +166,15 @@ class Effects:
         self.daemon = daemon
         self.status = status
         self.hard = hard  # hard-split vNPUs (kubeletplugin/hardsplit.py), None on a node without templates
-        self._call = threading.local()  # the kubelet's deadline of the claim this thread works on
-
-    @contextlib.contextmanager
-    def bounded(self, deadline: float | None) -> Iterator[None]:
-        """Bound the daemon retries of this thread's work by ``deadline`` (``time.monotonic()``)."""
-        before = getattr(self._call, "deadline", None)
-        self._call.deadline = deadline
-        try:
-            yield
-        finally:
-            self._call.deadline = before
 
     def lock_budget(self) -> float:
         """How long to wait for a claim's lock: long enough for its other call's daemon retries."""
         return self.retry_budget() + 15.0
 
     def retry_budget(self) -> float:
-        """Seconds a daemon call may keep retrying: the configured budget, cut to the deadline."""
-        deadline: float | None = getattr(self._call, "deadline", None)
+        """Seconds a daemon call may keep retrying: the configured budget, cut to the kubelet's deadline
+        of the call this work is part of (the helper's ``CALL_DEADLINE``; none outside a kubelet call)."""
+        deadline = CALL_DEADLINE.get()
         budget = self.settings.daemon_retry_seconds
         return budget if deadline is None else max(0.0, min(budget, deadline - time.monotonic()))
 
@@ -223,7 +212,7 @@ class Effects:
             self._write_client_conf(job)
         elif eff.kind == EffectKind.CDI_SPEC:
             _check_host_paths(job.rendered.spec, job.plan.ref.uid)
-            cdi.write_spec(self.settings.cdi_dir, job.rendered.spec, job.plan.ref.uid)
+            cdi.write_spec(Path(eff.ref), job.rendered.spec, job.plan.ref.uid)
         elif eff.kind == EffectKind.CLAIM_STATUS:
             self.write_status(job.plan.ref, job.rendered.status, clog)
         else:  # pragma: no cover - the enum is closed
@@ -252,7 +241,7 @@ class Effects:
                 self._write_client_conf(job)
             elif eff.kind == EffectKind.CDI_SPEC and (moved or not Path(eff.ref).exists()):
                 clog.info("writing CDI spec %s again (reboot or restarted aclserver)", eff.ref)
-                cdi.write_spec(self.settings.cdi_dir, job.rendered.spec, job.plan.ref.uid)
+                cdi.write_spec(Path(eff.ref), job.rendered.spec, job.plan.ref.uid)
 
     def register(self, job: Job, clog: logs.ClaimLogger, *, tcp_port: int = 0) -> RegisterResult:
         """Register the job's shares (``tcp_port``: the port to keep, when it is still free)."""
