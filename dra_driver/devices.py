@@ -135,11 +135,6 @@ class Die:
         """DRA device name of the whole die (a DNS label, stable per physical ID)."""
         return f"npu-{self.phy_id}"
 
-    @property
-    def soft_device_name(self) -> str:
-        """DRA device name of the die's share device of the default policy (elastic)."""
-        return self.share_device_name(Policy.ELASTIC)
-
     def share_device_name(self, policy: Policy) -> str:
         """DRA device name of the die's share device of ``policy``: ``vnpu-<phy>`` (elastic, the name
         it always had) or ``vnpu-<phy>-<policy>``."""

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import tenacity
 
 from dra_driver import cdi, files, interposition, logs, netlink, paths, render, retrying
-from dra_driver.checkpoint import ClaimEntry, Effect, EffectKind, Registration, StatusRecord
+from dra_driver.checkpoint import ClaimEntry, Effect, EffectKind, Registration
 from dra_driver.config import DEFAULT_CLIENT_LIBRARY, Config
 from dra_driver.daemon_api.values import Endpoints, EntityInfo, RegisterRequest, RegisterResult
 from dra_driver.discovery import node_files
@@ -404,10 +404,6 @@ class Effects:
                 rs.outcome and rs.outcome.exception(),
             ),
         )
-
-
-def status_record(docs: Sequence[JSON]) -> StatusRecord:
-    return StatusRecord(devices=tuple(dict(d) for d in docs))
 
 
 def _check_host_paths(spec: cdi.Spec, uid: str) -> None:

@@ -255,11 +255,6 @@ class QuotaBook:
                     done.append(alloc)
         self._drop_quietly(done)
 
-    def deferred_bytes(self) -> int:
-        """Bytes freed by their owner but still charged because a queued task uses them."""
-        with self._lock:
-            return sum(a.accounted for a in self._deferred)
-
     # -- compute ---------------------------------------------------------------------------------
 
     def acquire_slice(
