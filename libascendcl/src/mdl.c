@@ -736,9 +736,12 @@ static int dynamic_target(uint32_t model_id, aclmdlDataset *ds, size_t index, co
     else if (index + 1 != desc.n_inputs || index >= ds->n)
         rc = flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: index %zu is not the dynamic-shape input (%s, index %zu)",
                           what, index, ACL_DYNAMIC_TENSOR_NAME, desc.n_inputs - 1);
+    else if (!found && hw)
+        rc = flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: %llux%llu is not one of the model's gears", what,
+                          (unsigned long long)value[0], (unsigned long long)value[1]);
     else if (!found)
-        rc = flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: %llu%s%llu is not one of the model's gears", what,
-                          (unsigned long long)value[0], hw ? "x" : "", hw ? (unsigned long long)value[1] : 0ULL);
+        rc = flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: %llu is not one of the model's gears", what,
+                          (unsigned long long)value[0]);
     else if (!ds->blobs[index].buffer || ds->blobs[index].buffer->magic != DATA_BUFFER_MAGIC ||
              ds->blobs[index].buffer->size < (hw ? 16u : 8u))
         rc = flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: the dynamic-shape input's buffer is missing or too small", what);
