@@ -3,7 +3,8 @@ SDK (the ``helm-python-sdk`` wheel from PyPI bundles it as a C library, so no ``
 needed), and the Helm value flags (``--set``, ``--set-string``, ``--set-json``, ``-f``) that the
 READMEs show, parsed with Helm's own parsers.
 
-Owns no assertion: the tests in ``tests/unit/test_manifests.py`` and ``test_chart_docs.py`` do.
+Owns no assertion: the tests in ``tests/unit/test_manifests.py`` and ``test_chart_docs.py`` do;
+``scripts/render_manifest.py`` renders the plain manifest with it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "manifests" / "helm" / "flexnpu-dra-driver"
 RELEASE = {"Name": "flexnpu-dra-driver", "Namespace": "flexnpu-system", "Service": "Helm"}
+PLAIN = {"webhook.enabled": False}
+"""The overrides the plain manifest is rendered with (``scripts/render_manifest.py``)."""
 
 # Helm's severities (pkg/lint/support): info 1, warning 2, error 4.
 LINT_WARNING = 2
