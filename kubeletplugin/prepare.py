@@ -8,27 +8,25 @@ spec, all rendered once by ``dra_driver/render.py``) → record ``PrepareComplet
 claim status (best effort). Unprepare records ``UnprepareStarted``, undoes the effects newest
 first and drops the entry. Each recorded step is one ``CheckpointStore.update``; daemon retries
 run under the claim lock only. Effects are idempotent, so a crash anywhere converges; a prepare
-that fails part-way, for any reason, rolls back. One bad claim never fails the batch.
+that fails part-way, for any reason, rolls back. One bad claim never fails the batch
+(``kubeletplugin/batch.py``: claim by claim, with the call's deadline).
 """
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import secrets
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from dra_driver import checkpoint, failpoints, logs, paths, render
+from dra_driver import checkpoint, failpoints, logs, render
 from dra_driver.checkpoint import CheckpointStore, ClaimEntry, ClaimLockHandle, ClaimState, Effect, EffectKind
 from dra_driver.claims import claim_error
 from dra_driver.daemon_api.values import RegisterResult
 from dra_driver.devices import Inventory
-from dra_driver.errors import FlexNPUError, Unavailable
+from dra_driver.errors import FlexNPUError
 from dra_driver.plan import (
     ClaimPlan,
     assign_vnpus,
@@ -40,8 +38,8 @@ from dra_driver.plan import (
     resolve_shares,
 )
 from dra_driver.telemetry import Telemetry
-from dra_kubeletplugin.claims import CALL_DEADLINE, ClaimRef, PreparedDevice, PrepareResult, ResourceClaim
-from kubeletplugin import effects
+from dra_kubeletplugin.claims import ClaimRef, PreparedDevice, PrepareResult, ResourceClaim
+from kubeletplugin import batch, effects
 from kubeletplugin.effects import Daemon, PrepareSettings, StatusWriter
 from kubeletplugin.events import NodeEvents
 from kubeletplugin.hardsplit import HardVnpus
@@ -52,7 +50,6 @@ CONTAINER_CONF = render.CONTAINER_CONF
 CONTAINER_SHM = render.CONTAINER_SHM
 DAEMON = EffectKind.DAEMON_REGISTRATION
 T = TypeVar("T")
-UNPREPARE_WORKERS = 8
 
 
 class Preparer:
@@ -110,38 +107,8 @@ class Preparer:
         one: Callable[[ClaimRef, logs.ClaimLogger], T],
         failed: Callable[[str], T],
     ) -> dict[str, T]:
-        """``one`` per claim, each its own result (one bad claim never fails the batch). Unprepares
-        run side by side (own claim locks); prepares in order, so conflicts resolve in the kubelet's."""
-
-        deadline = CALL_DEADLINE.get()
-
-        def run(ref: ClaimRef) -> T:
-            clog = logs.claim_logger(ref.uid, ref.namespace, ref.name)
-            with self.telemetry.operation(
-                verb, claim_uid=ref.uid or "-", namespace=ref.namespace, name=ref.name
-            ) as rec:
-                try:
-                    paths.check_ref(
-                        ref.uid, ref.namespace, ref.name
-                    ) if verb == "prepare" else paths.check_uid(ref.uid)
-                    if deadline is not None and time.monotonic() >= deadline:
-                        raise Unavailable(f"not started: the kubelet's deadline for this {verb} call passed")
-                    return one(ref, clog)
-                except Exception as exc:  # a bug must not fail the other claims of the batch
-                    err = claim_error(exc, ref.uid, log=clog)
-                    clog.warning("%s failed: %s", verb, err)
-                    rec.fail(err.code)
-                    return failed(str(err))
-
-        if verb == "unprepare" and len(claims) > 1:
-            with ThreadPoolExecutor(
-                min(UNPREPARE_WORKERS, len(claims)), thread_name_prefix="unprepare"
-            ) as pool:
-                # each worker runs in a copy of this call's context: the deadline travels with it
-                runs = [pool.submit(contextvars.copy_context().run, run, ref) for ref in claims]
-                out = {ref.uid: r.result() for ref, r in zip(claims, runs, strict=True)}
-        else:
-            out = {ref.uid: run(ref) for ref in claims}
+        """``one`` per claim (``kubeletplugin/batch.py``); then the prepared-vNPU gauge and ``claims_changed``."""
+        out = batch.each_claim(verb, claims, one, failed, telemetry=self.telemetry)
         self._report_prepared()
         self.events.claims_changed.emit()
         return out
