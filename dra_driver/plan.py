@@ -298,6 +298,26 @@ def check_device_policies(plan: ClaimPlan) -> None:
         )
 
 
+def check_host_memory(plan: ClaimPlan, bound: sharing.HostMemoryBound) -> None:
+    """Refuse a share whose ``hostMemory`` is over the node's bound or its DeviceClass's value
+    (:func:`dra_driver.sharing.check_host_memory`). Checked for a new prepare; a claim prepared
+    before the bound was lowered keeps what it was prepared with."""
+    for d in plan.devices:
+        if d.config is None or d.config.host_memory is None:
+            continue
+        memory = sum(s.memory_bytes for s in d.shares)
+        sharing.check_host_memory(
+            (
+                (c.source, f"status.allocation.devices.config[{c.index}].opaque.parameters", c.parameters)
+                for c in plan.configs_for(d.request)
+            ),
+            memory_bytes=memory,
+            bound=bound,
+            claim_uid=plan.ref.uid,
+            who=f"claim {plan.ref.namespace}/{plan.ref.name} (request {d.request}, device {d.device})",
+        )
+
+
 _CLASS_OF = {
     Policy.ELASTIC: "vnpu.flexnpu.io",
     Policy.FIXED: "vnpu-fixed.flexnpu.io",

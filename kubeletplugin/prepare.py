@@ -32,6 +32,7 @@ from dra_driver.plan import (
     assign_vnpus,
     check_conflicts,
     check_device_policies,
+    check_host_memory,
     missing_vnpus,
     plan_claim,
     recorded_vnpus,
@@ -177,6 +178,7 @@ class Preparer:
         def record_intent(entries: Mapping[str, ClaimEntry]) -> ClaimEntry:
             nonlocal intent
             check_device_policies(plan)  # a new prepare's config agrees with its share device
+            check_host_memory(plan, self.settings.host_memory)  # and no more host memory than the node allows
             check_conflicts(plan, checkpoint.held_dies(entries, but=uid))
             if plan.hard_results():  # vNPU IDs are chosen under the lock, against every recorded one
                 recorded = [r for other in entries.values() for r in other.vnpu_records]

@@ -77,6 +77,7 @@ class Manager:
         self.supervisor = Supervisor(settings, self.aclservers)
         self._sampler = usage.Sampler()
         self._ledgers = usage.LedgerReader(self.settings.ledger_dir)
+        self._pinger = aclserver_ping.Pinger()
 
     # ---- start-up ----
 
@@ -148,11 +149,22 @@ class Manager:
         """Every registered claim with its process state, usage per vNPU and cgroup figures.
 
         Liveness comes from the process table (exits are noticed by the monitor as they happen);
-        ``probe`` also PINGs each running aclserver (a live but silent one is reported Unknown)
-        and reads its RSS and session count; without it (the node's periodic watch) those are -1
+        ``probe`` also PINGs each running aclserver (a live but silent one is reported Unknown;
+        all at once, on the pinger's threads, within one deadline: ``aclserver_ping``) and reads its RSS and session count; without it (the node's periodic watch) those are -1
         and a List costs a few /proc reads and one pass over the cached die ledgers.
         """
         snapshot = self.entities.snapshot()
+        answers = (
+            self._pinger.ping_all(
+                {
+                    e.claim_uid: (e.endpoints.unix_socket, e.pid)
+                    for e in snapshot
+                    if e.state is EntityState.RUNNING and processes.is_alive(e.pid, e.pid_start_time)
+                }
+            )
+            if probe
+            else {}
+        )
         figures = self._ledgers.figures(
             self.settings.ledger_dir, (s.die_phy_id for e in snapshot for s in e.request.shares)
         )
@@ -163,11 +175,13 @@ class Manager:
             if state is EntityState.RUNNING and not alive:
                 state = EntityState.EXITED
             elif (
-                probe
-                and state is EntityState.RUNNING
-                and aclserver_ping.ping(e.endpoints.unix_socket) != e.pid
+                state is EntityState.RUNNING and e.claim_uid in answers and answers[e.claim_uid].pid != e.pid
             ):
-                state, message = EntityState.UNKNOWN, f"aclserver pid {e.pid} runs but does not answer PING"
+                answer = answers[e.claim_uid]
+                state = EntityState.UNKNOWN
+                message = f"aclserver pid {e.pid} runs but does not answer PING: " + (
+                    answer.reason or f"the answer names pid {answer.pid}"
+                )
             sessions = usage.sessions(self.settings.paths(e.claim_uid).sessions) if alive and probe else -1
             shares = []
             for s in e.request.shares:
