@@ -13,6 +13,7 @@ ready, so a crash at any point leaves something recovery can converge from.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping
@@ -63,7 +64,11 @@ class Manager:
         cgroups: Cgroups | None = None,
         cgroup_problem: str = "",
         instance: str = "",
+        install: str = "",
     ) -> None:
+        """``install``: this daemon state's identity (``ownership.install_id``), on every cgroup it makes."""
+        if install:
+            settings = dataclasses.replace(settings, owner=install)
         self.settings = settings
         self.launcher = launcher
         self.dies = dict(dies)
@@ -94,6 +99,10 @@ class Manager:
         uid = request.claim_uid
         clog = claim_logger(uid, request.namespace, request.name, base=log)
         with self.entities.claim(uid) as claim:
+            if uid in self.aclservers.doubts:  # a valid request for it is the proof (``ownership``)
+                with self.entities.locked() as table:
+                    registration_rules.check_register(request, dies=self.dies, entities=table.values())
+                self.aclservers.settle_doubt(uid, proof="the claim is registered again")
             with self.entities.locked() as table:
                 decision = registration_rules.check_register(request, dies=self.dies, entities=table.values())
                 entity = decision.existing
@@ -137,8 +146,9 @@ class Manager:
         with self.entities.claim(claim_uid) as claim:
             entity = self.entities.get(claim_uid)
             if entity is None:
+                kept = self.aclservers.settle_doubt(claim_uid, proof="the claim is unregistered")
                 self.aclservers.remove_files(claim_uid)
-                return False
+                return kept
             self.aclservers.discard(claim, entity)
             claim_logger(claim_uid, entity.request.namespace, entity.request.name, base=log).info(
                 "unregistered; aclserver pid %d stopped", entity.pid
