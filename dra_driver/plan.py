@@ -233,6 +233,21 @@ def plan_claim(
     return ClaimPlan(ref=ref, devices=tuple(devices), configs=tuple(configs))
 
 
+def plan_results(claim: Mapping[str, Any], *, driver_name: str) -> set[tuple[str, str | None]]:
+    """(device, shareID) of each of this driver's allocation results of ``claim``, as
+    :func:`plan_claim` reads them but without the node's inventory (malformed results are left out)."""
+    out: set[tuple[str, str | None]] = set()
+    for res in _get(claim, "status", "allocation", "devices", "results") or []:
+        if (
+            isinstance(res, Mapping)
+            and res.get("driver") == driver_name
+            and isinstance(res.get("device"), str)
+        ):
+            share = res.get("shareID")
+            out.add((str(res["device"]), str(share) if share else None))
+    return out
+
+
 def resolve_shares(plan: ClaimPlan) -> ClaimPlan:
     """The plan with each soft device's share (quota from the allocation, virtual IDs in device
     order) and its resolved opaque config. Raises InvalidInput naming the field."""

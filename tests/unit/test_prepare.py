@@ -496,6 +496,24 @@ def test_a_claim_prepared_under_a_larger_bound_is_prepared_again(world: World) -
     assert world.remains(ref.uid) == DONE
 
 
+def test_a_repeat_prepare_on_a_withdrawn_die_answers_from_the_checkpoint(world: World) -> None:
+    """Issue 25 ("also seen"): die 1 withdrawn from the node while a claim on it is prepared; the
+    kubelet's repeat prepare (a pod restart) returns the recorded devices and removes nothing. A claim
+    whose allocation differs from the record still gets DeviceNotFound."""
+    ref = _claim(world, "a", [_share(phy=1)])
+    first = world.prepare([ref])[ref.uid]
+    assert first.error == ""
+    world.preparer.inventory = lambda: Inventory(dies=(_die(0),))
+    assert world.prepare([ref])[ref.uid] == first
+    assert world.remains(ref.uid) == DONE and not world.daemon.unregistered
+    other = _claim(world, "b", [_share(phy=1)])
+    assert "DeviceNotFound" in world.prepare([other])[other.uid].error
+    world.claims["a"]["status"]["allocation"]["devices"]["results"][0]["shareID"] = (
+        "5a4e9999-0000-0000-0000-000000000000"
+    )
+    assert "DeviceNotFound" in world.prepare([ref])[ref.uid].error
+
+
 def test_one_bad_claim_does_not_fail_the_batch(world: World) -> None:
     good = _claim(world, "good", [_whole(phy=0)])
     bad = _claim(world, "bad", [_share(memory="100Mi")])
