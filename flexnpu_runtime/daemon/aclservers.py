@@ -63,7 +63,7 @@ class Aclservers:
             raise StateError(
                 f"a live aclserver no entry of this daemon owns serves this claim ({doubt.describe(self.settings.owner)});"
                 " it is kept and not replaced: stop it through the daemon that started it",
-                code=ErrorCode.INTERNAL,
+                code=ErrorCode.DEVICE_BUSY,
                 claim_uid=claim_uid,
                 field="claim_uid",
             )
