@@ -4,14 +4,25 @@ A :class:`JsonHandler` subclass maps ``POST`` paths to functions of the decoded 
 answer is sent as JSON; a ``BadRequest`` they raise is a 400 with its reason) and ``GET`` paths to
 text; :func:`serve` runs it (TLS 1.2+ when a certificate is given, which the API server and
 kube-scheduler's ``enableHTTPS`` need) until ``stop`` is set. A body over ``MAX_BODY`` gets 413.
+
+No client can stop it (issue 25, class 5: one idle TCP connection held the webhook's accept
+thread in its TLS handshake): the accept thread only accepts. Each connection's TLS handshake runs
+on that connection's own thread under one absolute deadline (:data:`HANDSHAKE_SECONDS`), every
+read and write after it under :data:`IDLE_SECONDS`, and one peer address holds at most
+:data:`MAX_CONNECTIONS_PER_PEER` connections (:data:`MAX_CONNECTIONS` in all); a connection over
+either bound is closed at once, the others are served.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import select
+import socket
 import ssl
 import threading
+import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,6 +33,13 @@ log = logging.getLogger(__name__)
 
 MAX_BODY = 3 * 1024 * 1024
 """The API server's own request limit is 3 MiB; a review or an extender call is never larger."""
+
+HANDSHAKE_SECONDS = 5.0
+"""The whole TLS handshake of one connection, however the peer paces it."""
+IDLE_SECONDS = 10.0
+"""The longest one read or write of a connection may wait (the API server's own call timeout is 10 s)."""
+MAX_CONNECTIONS_PER_PEER = 32
+MAX_CONNECTIONS = 256
 
 PostRoute = Callable[[Any, "JsonHandler"], Any]
 GetRoute = Callable[[], tuple[str, str]]  # -> (content type, body)
@@ -36,6 +54,7 @@ class JsonHandler(BaseHTTPRequestHandler):
 
     server: JsonServer
     protocol_version = "HTTP/1.1"
+    timeout = IDLE_SECONDS
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s %s " + format, self.server.name, self.address_string(), *args)
@@ -93,6 +112,83 @@ class JsonServer(ThreadingHTTPServer):
     what = "request"  # in the 400 of a body that is not JSON: "malformed <what>: ..."
     post_routes: Mapping[str, PostRoute] = {}
     get_routes: Mapping[str, GetRoute] = {}
+    tls: ssl.SSLContext | None = None
+
+    def __init__(self, address: tuple[str, int], handler: type[JsonHandler]) -> None:
+        super().__init__(address, handler)
+        self._peers: Counter[str] = Counter()
+        self._peers_lock = threading.Lock()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """On the accept thread: count the connection against its peer's bound, then hand it to its own thread."""
+        peer = _peer(client_address)
+        with self._peers_lock:
+            full = (
+                self._peers[peer] >= MAX_CONNECTIONS_PER_PEER or sum(self._peers.values()) >= MAX_CONNECTIONS
+            )
+            if not full:
+                self._peers[peer] += 1
+        if full:
+            log.warning("%s: refused a connection from %s: too many open connections", self.name, peer)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._release(peer)
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._release(_peer(client_address))
+
+    def _release(self, peer: str) -> None:
+        with self._peers_lock:
+            self._peers[peer] -= 1
+            if self._peers[peer] <= 0:
+                del self._peers[peer]
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        """On the connection's own thread: the TLS handshake (within its deadline), then the handler."""
+        conn = request
+        if self.tls is not None:
+            try:
+                conn = handshake(self.tls, request, deadline=time.monotonic() + HANDSHAKE_SECONDS)
+            except (OSError, ssl.SSLError) as err:
+                log.info("%s: no TLS handshake with %s: %s", self.name, client_address, err)
+                return
+        try:
+            self.RequestHandlerClass(conn, client_address, self)  # type: ignore[arg-type]
+        finally:
+            if conn is not request:
+                self.shutdown_request(conn)
+
+
+def _peer(client_address: Any) -> str:
+    return str(client_address[0]) if isinstance(client_address, tuple) else ""
+
+
+def handshake(context: ssl.SSLContext, sock: socket.socket, *, deadline: float) -> ssl.SSLSocket:
+    """``sock`` wrapped in TLS, its handshake done by ``deadline`` (``TimeoutError`` past it)."""
+    sock.setblocking(False)
+    tls = context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+    wait: tuple[list[ssl.SSLSocket], list[ssl.SSLSocket]]
+    while True:
+        try:
+            tls.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            wait = ([tls], [])
+        except ssl.SSLWantWriteError:
+            wait = ([], [tls])
+        left = deadline - time.monotonic()
+        if left <= 0 or not any(select.select(*wait, [], left)):
+            tls.close()
+            raise TimeoutError(f"the TLS handshake took longer than {HANDSHAKE_SECONDS:g} s")
+    tls.settimeout(IDLE_SECONDS)
+    return tls
 
 
 def serve(
@@ -117,7 +213,7 @@ def serve(
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         context.load_cert_chain(tls_cert, tls_key)
-        server.socket = context.wrap_socket(server.socket, server_side=True)
+        server.tls = context  # each connection's handshake runs on its own thread (finish_request)
     thread = threading.Thread(target=server.serve_forever, name=name, daemon=True)
     thread.start()
     log.info(

@@ -35,7 +35,10 @@ def _validate(settings: WebhookConfig) -> https.PostRoute:
     def route(doc: Any, handler: JsonHandler) -> Any:
         try:
             answer = admission.review(
-                doc, driver_name=settings.driver_name, share_classes=settings.share_classes
+                doc,
+                driver_name=settings.driver_name,
+                share_classes=settings.share_classes,
+                host_memory=settings.host_memory,
             )
         except (ValueError, FlexNPUError) as err:
             raise BadRequest(f"malformed AdmissionReview: {err}") from err

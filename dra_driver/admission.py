@@ -12,7 +12,9 @@ of the claim; and for each share request (its device class is a share class) the
 overlaid in order, give a ``vnpus`` that divides the request's ``memory`` and ``compute``
 (defaults and 128 MiB rounding as the published request policy has them), and names the policy
 the request's DeviceClass serves, when the webhook knows it (``class=policy`` in
-``--share-classes``). Class-level configs are
+``--share-classes``), and asks for no more ``hostMemory`` than the node's bound allows for the
+request's memory (:class:`dra_driver.sharing.HostMemoryBound`, ``--host-memory-ratio`` and
+``--max-host-memory``, the same flags prepare has). Class-level configs are
 not seen here (prepare still applies them first); a claim the webhook admits can still fail at
 prepare on what only the node knows (the die, the class config).
 
@@ -62,7 +64,13 @@ def parse_share_classes(items: Iterable[str]) -> dict[str, Policy | None]:
     return out
 
 
-def review(doc: Any, *, driver_name: str, share_classes: Iterable[str]) -> dict[str, Any]:
+def review(
+    doc: Any,
+    *,
+    driver_name: str,
+    share_classes: Iterable[str],
+    host_memory: sharing.HostMemoryBound | None = None,
+) -> dict[str, Any]:
     """The ``AdmissionReview`` answer to ``doc`` (an ``AdmissionReview`` with a ``request``).
 
     A malformed review raises :class:`InvalidInput` (the server answers 400); an object that is not
@@ -85,6 +93,7 @@ def review(doc: Any, *, driver_name: str, share_classes: Iterable[str]) -> dict[
             namespace=str(request.get("namespace") or ""),
             driver_name=driver_name,
             share_classes=parse_share_classes(share_classes),
+            host_memory=host_memory or sharing.HostMemoryBound(),
         )
     response: dict[str, Any] = {"uid": request["uid"], "allowed": verdict.allowed}
     if not verdict.allowed:
@@ -103,6 +112,7 @@ def check_object(
     namespace: str,
     driver_name: str,
     share_classes: Mapping[str, Policy | None],
+    host_memory: sharing.HostMemoryBound | None = None,
 ) -> Verdict:
     """Whether a ResourceClaim or ResourceClaimTemplate ``obj`` may be stored."""
     meta = _map(obj.get("metadata"))
@@ -110,7 +120,13 @@ def check_object(
     who = f"{kind} {meta.get('namespace') or namespace}/{name}"
     prefix = KINDS[kind]
     try:
-        _check_devices(_at(obj, prefix), prefix=prefix, driver_name=driver_name, share_classes=share_classes)
+        _check_devices(
+            _at(obj, prefix),
+            prefix=prefix,
+            driver_name=driver_name,
+            share_classes=share_classes,
+            host_memory=host_memory or sharing.HostMemoryBound(),
+        )
     except InvalidInput as err:
         return Verdict(allowed=False, message=f"{who}: {err}")
     return Verdict(allowed=True)
@@ -142,7 +158,12 @@ class _Config:
 
 
 def _check_devices(
-    devices: Mapping[str, Any], *, prefix: str, driver_name: str, share_classes: Mapping[str, Policy | None]
+    devices: Mapping[str, Any],
+    *,
+    prefix: str,
+    driver_name: str,
+    share_classes: Mapping[str, Policy | None],
+    host_memory: sharing.HostMemoryBound,
 ) -> None:
     requests = _list(devices.get("requests"))
     names = {str(r.get("name")) for r in requests if isinstance(r, Mapping)}
@@ -175,8 +196,18 @@ def _check_devices(
                     code=ErrorCode.INVALID_OPAQUE_CONFIG,
                     field=f"{prefix}.config[{at}].opaque.parameters.policy",
                 )
+            quota = _requested_quota(sub, where=f"{where}.capacity.requests")
+            sharing.check_host_memory(
+                (
+                    ("FromClaim", f"{prefix}.config[{c.index}].opaque.parameters", c.parameters)
+                    for c in applied
+                ),
+                memory_bytes=quota.memory_bytes,
+                bound=host_memory,
+                claim_uid="",
+                who=f"the request {where}",
+            )
             if resolved.vnpus > 1:
-                quota = _requested_quota(sub, where=f"{where}.capacity.requests")
                 sharing.split(
                     quota,
                     resolved.vnpus,

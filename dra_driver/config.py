@@ -18,11 +18,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver import DEFAULT_DRIVER_NAME, sharing
 from dra_driver.errors import ErrorCode, InvalidInput
 from dra_driver.placement import Placement
 from dra_kubeletplugin import sockets
 from flexnpu_wire.launch import DEFAULT_MAX_SHARES_PER_DIE
+from flexnpu_wire.shares import MAX_HOST_MEMORY_BYTES
 
 DEFAULT_CLIENT_LIBRARY = "/usr/lib/flexnpu/libascendcl.so"
 """Where ``make -C libascendcl install PREFIX=/usr/lib/flexnpu`` puts the C client on a node."""
@@ -83,6 +84,49 @@ MAX_SHARES_PER_DIE = Flag(
     f" the node publishes it as each share device's `shares` capacity, the daemon's ledger admits as many"
     f" (1..{MAX_SHARES_LIMIT})",
 )
+HOST_MEMORY_RATIO = Flag(
+    "host-memory-ratio",
+    f"{sharing.DEFAULT_HOST_MEMORY_RATIO:g}",
+    "most host memory (VnpuConfig hostMemory) a share request may ask for, as a multiple of its device memory,"
+    f" the same for node and webhook (1..{sharing.MAX_HOST_MEMORY_RATIO:g}; its device memory is always allowed)",
+)
+MAX_HOST_MEMORY = Flag(
+    "max-host-memory",
+    f"{sharing.DEFAULT_MAX_HOST_MEMORY >> 30}Gi",
+    "most host memory (VnpuConfig hostMemory) one share request may ask for beyond its device memory,"
+    " a quantity (64Gi), the same for node and webhook",
+)
+HOST_MEMORY_FLAGS: tuple[Flag, ...] = (HOST_MEMORY_RATIO, MAX_HOST_MEMORY)
+"""The bound on a claim's hostMemory (``dra_driver.sharing.HostMemoryBound``): prepare and the webhook enforce it."""
+
+
+def host_memory_bound(values: Mapping[str, str | None]) -> sharing.HostMemoryBound:
+    """:data:`HOST_MEMORY_FLAGS`' values as a bound; raises InvalidInput (InvalidConfig) naming the flag."""
+    raw = values.get(HOST_MEMORY_RATIO.dest) or HOST_MEMORY_RATIO.default
+    try:
+        ratio = float(raw or "")
+    except ValueError:
+        ratio = 0.0
+    if not 1 <= ratio <= sharing.MAX_HOST_MEMORY_RATIO:
+        raise InvalidInput(
+            f"expected a ratio 1..{sharing.MAX_HOST_MEMORY_RATIO:g}, got {raw!r}",
+            code=ErrorCode.INVALID_CONFIG,
+            field=HOST_MEMORY_RATIO.name,
+        )
+    raw = values.get(MAX_HOST_MEMORY.dest) or MAX_HOST_MEMORY.default
+    try:
+        cap = sharing.parse_quantity(str(raw), claim_uid="", field=MAX_HOST_MEMORY.name)
+    except InvalidInput:
+        cap = 0
+    if not sharing.MIN_HOST_MEMORY_BYTES <= cap <= MAX_HOST_MEMORY_BYTES:
+        raise InvalidInput(
+            f"expected a quantity 1Mi..1Ti such as 64Gi, got {raw!r}",
+            code=ErrorCode.INVALID_CONFIG,
+            field=MAX_HOST_MEMORY.name,
+        )
+    return sharing.HostMemoryBound(ratio=ratio, cap_bytes=cap)
+
+
 SHARED_FLAGS: tuple[Flag, ...] = (RUN_DIR, SHM_ROOT, MAX_SHARES_PER_DIE)
 """The flags node and daemon share, declared once; each parser adds them (the daemon under its prefix)."""
 
@@ -182,6 +226,7 @@ PLUGIN_FLAGS: tuple[Flag, ...] = (
     ),
     Flag("reconcile-period-seconds", "60", "period of the residual reconciler's full pass (jittered ±20 %)"),
     MAX_SHARES_PER_DIE,
+    *HOST_MEMORY_FLAGS,
     Flag(
         "rediscover-seconds",
         "30",
@@ -250,6 +295,7 @@ class Config:
     max_shares_per_die: int = DEFAULT_MAX_SHARES_PER_DIE
     placement: Placement = Placement.BINPACK
     placement_writes_per_second: float = 4.0
+    host_memory: sharing.HostMemoryBound = field(default_factory=sharing.HostMemoryBound)
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -425,6 +471,7 @@ def build(values: Mapping[str, str | None]) -> Config:
         placement_writes_per_second=_rate(
             "placement-writes-per-second", values.get("placement_writes_per_second") or "4"
         ),
+        host_memory=host_memory_bound(values),
     )
 
 
@@ -476,6 +523,7 @@ WEBHOOK_FLAGS: tuple[Flag, ...] = (
     ),
     Flag("webhook-host", "0.0.0.0", "address the admission webhook listens on"),
     Flag("webhook-port", "8443", "HTTPS port of the admission webhook"),
+    *HOST_MEMORY_FLAGS,
     *_server_flags("the API server needs TLS"),
 )
 
@@ -492,6 +540,7 @@ class WebhookConfig:
     tls_key: Path | None
     log_level: str = "INFO"
     log_json: bool = False
+    host_memory: sharing.HostMemoryBound = field(default_factory=sharing.HostMemoryBound)
 
 
 def build_webhook(values: Mapping[str, str | None]) -> WebhookConfig:
@@ -510,6 +559,7 @@ def build_webhook(values: Mapping[str, str | None]) -> WebhookConfig:
         tls_key=key,
         log_level=values.get("log_level") or "INFO",
         log_json=_bool("log-json", values.get("log_json")),
+        host_memory=host_memory_bound(values),
     )
 
 

@@ -233,6 +233,21 @@ def plan_claim(
     return ClaimPlan(ref=ref, devices=tuple(devices), configs=tuple(configs))
 
 
+def plan_results(claim: Mapping[str, Any], *, driver_name: str) -> set[tuple[str, str | None]]:
+    """(device, shareID) of each of this driver's allocation results of ``claim``, as
+    :func:`plan_claim` reads them but without the node's inventory (malformed results are left out)."""
+    out: set[tuple[str, str | None]] = set()
+    for res in _get(claim, "status", "allocation", "devices", "results") or []:
+        if (
+            isinstance(res, Mapping)
+            and res.get("driver") == driver_name
+            and isinstance(res.get("device"), str)
+        ):
+            share = res.get("shareID")
+            out.add((str(res["device"]), str(share) if share else None))
+    return out
+
+
 def resolve_shares(plan: ClaimPlan) -> ClaimPlan:
     """The plan with each soft device's share (quota from the allocation, virtual IDs in device
     order) and its resolved opaque config. Raises InvalidInput naming the field."""
@@ -295,6 +310,26 @@ def check_device_policies(plan: ClaimPlan) -> None:
             code=ErrorCode.INVALID_OPAQUE_CONFIG,
             claim_uid=plan.ref.uid,
             field=f"status.allocation.devices.config[{at}].opaque.parameters.policy",
+        )
+
+
+def check_host_memory(plan: ClaimPlan, bound: sharing.HostMemoryBound) -> None:
+    """Refuse a share whose ``hostMemory`` is over the node's bound or its DeviceClass's value
+    (:func:`dra_driver.sharing.check_host_memory`). Checked for a new prepare; a claim prepared
+    before the bound was lowered keeps what it was prepared with."""
+    for d in plan.devices:
+        if d.config is None or d.config.host_memory is None:
+            continue
+        memory = sum(s.memory_bytes for s in d.shares)
+        sharing.check_host_memory(
+            (
+                (c.source, f"status.allocation.devices.config[{c.index}].opaque.parameters", c.parameters)
+                for c in plan.configs_for(d.request)
+            ),
+            memory_bytes=memory,
+            bound=bound,
+            claim_uid=plan.ref.uid,
+            who=f"claim {plan.ref.namespace}/{plan.ref.name} (request {d.request}, device {d.device})",
         )
 
 

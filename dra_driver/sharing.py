@@ -27,6 +27,13 @@ share together (1Mi .. 1Ti; with ``vnpus: N`` each vNPU holds hostMemory/N of it
 claim's shm tmpfs. The default, the share's own memory quota, keeps what a claim could hold before
 the field existed, and is what a program that mirrors each device buffer in host memory needs.
 
+``hostMemory`` is bounded by the node, not by the tenant (:class:`HostMemoryBound`, the flags
+``--host-memory-ratio`` and ``--max-host-memory`` of the plugin and the webhook): a request may ask
+for at most ``ratio`` times its share's device memory, and never more than the cap; its own device
+memory (the default) is always allowed. A DeviceClass's ``hostMemory`` is a ceiling too: a claim's
+config may ask for less than its class gives, never more. The webhook and prepare both refuse a
+claim over the bound, naming the claim and the config entry's field (``docs/tenant-bounds.md``).
+
 Precedence, per request: every class config, then every claim config, in order; a later
 config overrides only the fields it sets. Decoding is strict: an unknown field, a wrong type
 or an unknown value fails the prepare of that claim with a message naming the field.
@@ -39,7 +46,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from dra_driver.devices import MIB
+from dra_driver.devices import GIB, MIB
 from dra_driver.errors import ErrorCode, InvalidInput, quote
 from flexnpu_wire.codes import Policy, Priority
 from flexnpu_wire.shares import MAX_HOST_MEMORY_BYTES
@@ -47,6 +54,7 @@ from flexnpu_wire.shares import MAX_HOST_MEMORY_BYTES
 __all__ = [
     "API_VERSION",
     "KIND",
+    "HostMemoryBound",
     "Interposition",
     "Isolation",
     "Policy",
@@ -61,6 +69,9 @@ KIND = "VnpuConfig"
 MEMORY_STEP = 128 * MIB
 MIN_HOST_MEMORY_BYTES = MIB
 MAX_VNPUS = 16
+DEFAULT_HOST_MEMORY_RATIO = 2.0
+MAX_HOST_MEMORY_RATIO = 64.0
+DEFAULT_MAX_HOST_MEMORY = 64 * GIB
 
 
 class Isolation(StrEnum):
@@ -169,6 +180,73 @@ def resolve(
     for where, params in configs:
         cfg = replace(cfg, **decode(params, claim_uid=claim_uid, where=where))  # type: ignore[arg-type]
     return cfg
+
+
+@dataclass(frozen=True, slots=True)
+class HostMemoryBound:
+    """The most host memory (``hostMemory``) a share request may ask for, set by the node's admin.
+
+    :meth:`limit`: ``ratio`` times the request's device memory, at most ``cap_bytes``, and never
+    less than the device memory itself (the default every claim gets without asking). So a node's
+    shares together hold at most ``ratio`` times the device memory it publishes in host memory.
+    """
+
+    ratio: float = DEFAULT_HOST_MEMORY_RATIO
+    cap_bytes: int = DEFAULT_MAX_HOST_MEMORY
+
+    def limit(self, memory_bytes: int) -> int:
+        return max(memory_bytes, min(int(memory_bytes * self.ratio), self.cap_bytes))
+
+    def describe(self, memory_bytes: int) -> str:
+        return (
+            f"{_mib(self.limit(memory_bytes))} for a share of {_mib(memory_bytes)}"
+            f" (the node allows {self.ratio:g}x the share's device memory, at most {_mib(self.cap_bytes)})"
+        )
+
+
+def _mib(number: int) -> str:
+    return f"{number // MIB}Mi" if number % MIB == 0 else f"{number} bytes"
+
+
+def check_host_memory(
+    configs: Iterable[tuple[str, str, Mapping[str, Any]]],
+    *,
+    memory_bytes: int,
+    bound: HostMemoryBound,
+    claim_uid: str,
+    who: str,
+) -> None:
+    """Refuse a ``hostMemory`` over the node's bound or over its DeviceClass's value.
+
+    ``configs``: ``(source, where, parameters)`` of one request in precedence order (class configs
+    first, ``source`` ``"FromClass"`` or ``"FromClaim"``), already decoded once. ``memory_bytes``:
+    the request's device memory (all its vNPUs together). Pure; raises InvalidInput naming the
+    field of the config entry that asked for too much.
+    """
+    ceiling: tuple[int, str] | None = None
+    for source, where, params in configs:
+        if "hostMemory" not in params:
+            continue
+        asked = _host_memory(params["hostMemory"], bad=InvalidInput)
+        fld = f"{where}.hostMemory"
+        if asked > bound.limit(memory_bytes):
+            raise InvalidInput(
+                f"{who} asks for {quote(params['hostMemory'])} of host memory; the most is"
+                f" {bound.describe(memory_bytes)}: ask for less, or for more device memory",
+                code=ErrorCode.INVALID_OPAQUE_CONFIG,
+                claim_uid=claim_uid or None,
+                field=fld,
+            )
+        if source == "FromClass":
+            ceiling = (asked if ceiling is None else min(ceiling[0], asked), where)
+        elif ceiling is not None and asked > ceiling[0]:
+            raise InvalidInput(
+                f"{who} asks for {quote(params['hostMemory'])} of host memory, more than its DeviceClass's"
+                f" {_mib(ceiling[0])} ({ceiling[1]}.hostMemory): a claim may ask for less than its class, never more",
+                code=ErrorCode.INVALID_OPAQUE_CONFIG,
+                claim_uid=claim_uid or None,
+                field=fld,
+            )
 
 
 def parse_quantity(value: str, *, claim_uid: str, field: str) -> int:

@@ -6,6 +6,9 @@ SIGTERM. ``--fail`` writes to stderr and exits 3 before becoming ready; ``--with
 starts a sleeping child in its process group (to prove the daemon stops the whole group);
 ``--leak-if DIR``: when ``DIR/<claim uid>`` exists, once ready it allocates and touches memory
 without end, as a leaking aclserver would (to prove its cgroup's memory bound stops it alone).
+``--threads-if DIR``: when ``DIR/<claim uid>`` exists, once ready it starts threads that wait, as
+sessions opening on every vNPU do, until one cannot start, and dies of it as a Python process does
+("can't start new thread"; to prove the daemon records its task bound as the reason).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 from flexnpu_wire import framing as protocol
@@ -29,6 +33,7 @@ def main() -> int:
     parser.add_argument("--fail", action="store_true")
     parser.add_argument("--with-child", action="store_true")
     parser.add_argument("--leak-if", default="")
+    parser.add_argument("--threads-if", default="")
     args = parser.parse_args()
     with open(args.spec) as fh:
         spec = json.load(fh)
@@ -64,6 +69,8 @@ def main() -> int:
     os.replace(tmp, spec["ready_file"])
     if args.leak_if and os.path.exists(os.path.join(args.leak_if, spec["claim_uid"])):
         _leak()
+    if args.threads_if and os.path.exists(os.path.join(args.threads_if, spec["claim_uid"])):
+        _threads()
     sel = selectors.DefaultSelector()
     sel.register(unix, selectors.EVENT_READ, None)
     sel.register(tcp, selectors.EVENT_READ, None)
@@ -95,6 +102,13 @@ def _leak() -> None:
         for i in range(0, len(chunk), 4096):
             chunk[i] = 1
         held.append(chunk)
+
+
+def _threads() -> None:
+    """Start waiting threads until the kernel refuses one (the RuntimeError ends the process)."""
+    hold = threading.Event()
+    while True:
+        threading.Thread(target=hold.wait, daemon=True).start()
 
 
 if __name__ == "__main__":

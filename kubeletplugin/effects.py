@@ -19,13 +19,13 @@ import os
 import shutil
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import tenacity
 
-from dra_driver import cdi, files, interposition, logs, netlink, paths, render, retrying
+from dra_driver import cdi, files, interposition, logs, netlink, paths, render, retrying, sharing
 from dra_driver.checkpoint import ClaimEntry, Effect, EffectKind, Registration
 from dra_driver.config import DEFAULT_CLIENT_LIBRARY, Config
 from dra_driver.daemon_api.values import Endpoints, EntityInfo, RegisterRequest, RegisterResult
@@ -75,6 +75,7 @@ class PrepareSettings:
     control_cidr: str = ""
     daemon_retry_seconds: float = 30.0
     client_library: Path = Path(DEFAULT_CLIENT_LIBRARY)
+    host_memory: sharing.HostMemoryBound = field(default_factory=sharing.HostMemoryBound)
 
     @classmethod
     def from_config(cls, cfg: Config, link: netlink.LinkSpec) -> PrepareSettings:
@@ -91,6 +92,7 @@ class PrepareSettings:
             control_cidr=cfg.control_link_cidr if cfg.control_link else "",
             daemon_retry_seconds=cfg.daemon_retry_seconds,
             client_library=cfg.client_library,
+            host_memory=cfg.host_memory,
         )
 
     @property

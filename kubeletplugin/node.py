@@ -131,8 +131,20 @@ class NodeProcess(NodeCore):
         except FlexNPUError:
             self.helper.stop(grace=0)
             raise
+        rediscovery = Rediscovery(
+            cfg,
+            served=self.served,
+            vnpus=self.vnpus,
+            publisher=self.publisher,
+            health=self.health,
+            notify_health=self.helper.notify_health_changed,
+            daemon=self.daemon,
+        )
+        held = {d.phy for e in self.store.entries().values() for d in e.dies}  # dies a claim holds stay
+        rediscovery.hold_back_unserved(held)  # the first publish too: only what every part serves
         self.publisher.start(self.helper)
         self.ordering.start(self.stop_event)
+        self.health.published = set(self.publisher.pool.device_names)
         self._thread("reconciler", self.reconciler.run, self.stop_event)
         if self.daemon is not None:
             watch = healing.AclserverWatch(
@@ -145,17 +157,8 @@ class NodeProcess(NodeCore):
             self._loop(LOOP_ACLSERVERS, aclservers.iteration, deadline=healing.ACLSERVER_PERIOD * 5 + 60)
         self.readiness = ReadinessWriter(readiness.path_for(cfg.paths.run_dir, cfg.pod_uid), self.helper)
         self._loop(LOOP_READINESS, self.readiness.iteration, deadline=READINESS_PERIOD * 10 + 60)
-        if cfg.rediscover_seconds > 0:
-            rediscovery = Rediscovery(
-                cfg,
-                served=self.served,
-                vnpus=self.vnpus,
-                publisher=self.publisher,
-                health=self.health,
-                notify_health=self.helper.notify_health_changed,
-                daemon=self.daemon,
-            )
-            self._loop(LOOP_REDISCOVER, rediscovery.iteration, deadline=cfg.rediscover_seconds * 2 + 120)
+        if rediscovery.needed:
+            self._loop(LOOP_REDISCOVER, rediscovery.iteration, deadline=rediscovery.period * 2 + 120)
         self.leaving = Leaving(
             self.helper, control_link=cfg.control_link, store=self.store, daemon=self.daemon
         )

@@ -26,14 +26,16 @@ from dra_driver.checkpoint import CheckpointStore, ClaimEntry, ClaimLockHandle, 
 from dra_driver.claims import claim_error
 from dra_driver.daemon_api.values import RegisterResult
 from dra_driver.devices import Inventory
-from dra_driver.errors import FlexNPUError
+from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput
 from dra_driver.plan import (
     ClaimPlan,
     assign_vnpus,
     check_conflicts,
     check_device_policies,
+    check_host_memory,
     missing_vnpus,
     plan_claim,
+    plan_results,
     recorded_vnpus,
     resolve_shares,
 )
@@ -122,9 +124,21 @@ class Preparer:
     def _prepare_one(self, claim: ResourceClaim, clog: logs.ClaimLogger) -> PrepareResult:
         ref = claim.ref
         s = self.settings
-        base = plan_claim(
-            claim.obj, ref=ref, driver_name=s.driver_name, pool_name=s.pool_name, inventory=self.inventory()
-        )
+        try:
+            base = plan_claim(
+                claim.obj,
+                ref=ref,
+                driver_name=s.driver_name,
+                pool_name=s.pool_name,
+                inventory=self.inventory(),
+            )
+        except InvalidInput as not_here:
+            if not_here.code != ErrorCode.DEVICE_NOT_FOUND:
+                raise
+            kept = self._repeat_on_withdrawn(claim, clog)
+            if kept is None:
+                raise
+            return PrepareResult(devices=kept)
         if not base.devices:
             return PrepareResult(devices=())  # only other drivers' results: nothing to do here
         try:
@@ -177,6 +191,7 @@ class Preparer:
         def record_intent(entries: Mapping[str, ClaimEntry]) -> ClaimEntry:
             nonlocal intent
             check_device_policies(plan)  # a new prepare's config agrees with its share device
+            check_host_memory(plan, self.settings.host_memory)  # and no more host memory than the node allows
             check_conflicts(plan, checkpoint.held_dies(entries, but=uid))
             if plan.hard_results():  # vNPU IDs are chosen under the lock, against every recorded one
                 recorded = [r for other in entries.values() for r in other.vnpu_records]
@@ -247,6 +262,35 @@ class Preparer:
             )
         self.store.update(entry.uid, lambda _: new)
         self.effects.write_status(plan.ref, docs, clog)
+        return entry.devices
+
+    def _repeat_on_withdrawn(
+        self, claim: ResourceClaim, clog: logs.ClaimLogger
+    ) -> tuple[PreparedDevice, ...] | None:
+        """The kubelet's repeat prepare of a completed claim one of whose dies this node no longer
+        publishes (a changed inventory withdrew it while the claim holds it): answered from the
+        checkpoint, nothing removed, so that its pod can restart. None (the caller's DeviceNotFound
+        stands) unless the entry is complete, records exactly the claim's allocated devices, and
+        every file it made is still there."""
+        ref = claim.ref
+        with self.store.claim_locks.hold(ref.uid, timeout=self.effects.lock_budget()):
+            entry = self.store.get(ref.uid)
+            if entry is None or entry.state != ClaimState.PREPARE_COMPLETED:
+                return None
+            allocated = plan_results(claim.obj, driver_name=self.settings.driver_name)
+            if allocated != {(d.device, d.share_id) for d in entry.dies}:
+                return None
+            made = [Path(e.ref) for e in entry.effect(EffectKind.CDI_SPEC)]
+            made += [Path(e.ref) / "client.conf" for e in entry.effect(EffectKind.CLIENT_CONF)]
+            if not all(p.is_file() for p in made):
+                return None
+        known = {d.phy_id for d in self.inventory().dies}
+        gone = sorted({d.phy for d in entry.dies} - known)
+        clog.warning(
+            "die(s) %s no longer published on this node; the claim holds them still: its repeat prepare"
+            " answers from its checkpoint (nothing removed)",
+            gone,
+        )
         return entry.devices
 
     # -- claim status ------------------------------------------------------------------------

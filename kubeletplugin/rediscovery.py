@@ -7,12 +7,18 @@ can (what that means, pure: ``dra_driver/rediscovery.py``; a die handed out as s
 ``flexnpu-daemon`` to know it), then the health stream is told. Without a change, a republish is
 requested anyway: the capacity held by vNPUs made outside the driver may have changed.
 A failed discovery keeps the last inventory.
+
+The first publication obeys the same rule (issue 25, class 12): a rolling update's new plugin pod
+may read a newer inventory than the daemon's (the kubelet updates each pod's ConfigMap volume on
+its own schedule), so :meth:`Rediscovery.hold_back_unserved` withholds, before the first publish,
+the dies handed out as shares that the daemon says it does not serve, and the loop runs (every
+:data:`WITHHELD_RETRY_SECONDS` when rediscovery is off) until they are served.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from dra_driver import discovery
 from dra_driver import rediscovery as changes
@@ -25,9 +31,12 @@ from kubeletplugin.publisher import Publisher
 from kubeletplugin.served import ServedDies
 from kubeletplugin.vnpus import NodeVnpus
 
-__all__ = ["Rediscovery"]
+__all__ = ["WITHHELD_RETRY_SECONDS", "Rediscovery"]
 
 log = logging.getLogger("flexnpu.node")
+
+WITHHELD_RETRY_SECONDS = 5.0
+"""With rediscovery off (``--rediscover-seconds 0``), how often dies withheld at start are looked at again."""
 
 
 class Rediscovery:
@@ -54,15 +63,49 @@ class Rediscovery:
         self.source = discovery.from_config(inventory=cfg.inventory, npu_smi=cfg.npu_smi)
         self._first = True
 
+    @property
+    def period(self) -> float:
+        """``--rediscover-seconds``; with it off, how often withheld dies are looked at again."""
+        return self.cfg.rediscover_seconds if self.cfg.rediscover_seconds > 0 else WITHHELD_RETRY_SECONDS
+
+    @property
+    def needed(self) -> bool:
+        """Whether the loop must run: rediscovery is on, or dies wait for the daemon."""
+        return self.cfg.rediscover_seconds > 0 or bool(self.served.withheld)
+
     def iteration(self) -> float:
         if self._first:  # the inventory was just discovered at start
             self._first = False
-            return self.cfg.rediscover_seconds
+            return self.period
+        if self.cfg.rediscover_seconds <= 0 and not self.served.withheld:
+            return self.period  # rediscovery off, and every discovered die published
         try:
             self.once()
         except FlexNPUError as err:
             log.warning("rediscovery failed, keeping the last inventory: %s", err)
-        return self.cfg.rediscover_seconds
+        return self.period
+
+    def hold_back_unserved(self, held: Collection[int]) -> frozenset[int]:
+        """Before the first publish: withhold the dies handed out as shares that flexnpu-daemon says
+        it does not serve (the withheld dies). ``held``: dies prepared claims hold, served before,
+        so they stay published (nothing alive is withdrawn on doubt). Nothing is withheld when the
+        daemon cannot be asked (none configured, or not up yet): the node publishes as it always
+        did, and prepare retries the daemon."""
+        daemon_dies = self._daemon_dies()
+        if daemon_dies is None:
+            return frozenset()
+        inventory = self.served.inventory
+        withheld = changes.withheld(
+            inventory, self.served.mode_of, daemon_dies=daemon_dies, served_shared=held
+        )
+        if withheld:
+            log.warning(
+                "die(s) %s not published yet: flexnpu-daemon does not serve them yet (asked again every %g s)",
+                sorted(withheld),
+                self.period,
+            )
+            self.served.replace(inventory, withheld)
+        return withheld
 
     def once(self) -> None:
         """Discover once; serve and publish what changed."""

@@ -8,14 +8,15 @@ Layers, top down (each module's docstring says what it owns):
 - ``manager``        the API: register, unregister, list, health, composed from:
 - ``entities``       the registered claims in memory, their locks, the one registry writer;
 - ``aclservers``     starting, restarting, stopping one claim's aclserver (files, cgroup, process);
-- ``recovery``       re-adoption and clean-up at start (orphans, files, stale cgroups);
+- ``recovery``       re-adoption and clean-up at start (files, stale cgroups; live ones kept on doubt);
+- ``ownership``      the install identity on each claim cgroup: what is provably this daemon's;
 - ``supervision``    the pidfd monitor, exit reasons (OOM kills), restarts within the budget.
 - ``cgroups``        each aclserver's own cgroup on the host; ``cgroup_layout`` (pure): the
                      hierarchies and the files; ``bounds`` (pure): memory, tasks, CPU weight.
 - ``registry``       the on-disk registry (versioned, checksummed, atomic).
 - ``launcher``       starting aclservers into their cgroup: forked from the ``zygote``, or spawned.
 - ``processes``      /proc identity, readiness, stopping process groups, finding orphans.
-- ``aclserver_ping`` PING an aclserver; ``usage``: memory in use from the die ledgers.
+- ``aclserver_ping`` PING an aclserver (peer credentials, one deadline, off the API workers); ``usage``: memory in use from the die ledgers.
 - ``claim_files``    a claim's shm dir, spec, ready and stderr files (stderr is retired, not deleted);
                      ``shmfs``: its size-limited tmpfs; ``shmroot``: whether the shm root reaches the
                      containers.

@@ -24,6 +24,7 @@ from flexnpu_runtime.daemon.cgroups import Cgroups
 from flexnpu_runtime.daemon.entities import Claim, Entities
 from flexnpu_runtime.daemon.launcher import Launcher
 from flexnpu_runtime.daemon.model import Entity
+from flexnpu_runtime.daemon.ownership import Doubt
 from flexnpu_runtime.daemon.settings import Settings
 
 __all__ = ["Aclservers"]
@@ -48,6 +49,33 @@ class Aclservers:
         self.entities = entities
         self.cgroups = cgroups
         self._started = started  # tells the supervisor a new process is there to watch
+        self.doubts: dict[str, Doubt] = {}
+        """Live aclservers recovery found without an entry, kept (``ownership``); by claim UID."""
+
+    def settle_doubt(self, claim_uid: str, *, proof: str) -> bool:
+        """The plugin's Register or Unregister of a kept claim proves whose it is: stop its kept
+        aclserver if it is this daemon's (True); refuse (StateError) if another install's; False
+        if nothing of the claim is kept. The caller holds the claim's lock."""
+        doubt = self.doubts.get(claim_uid)
+        if doubt is None:
+            return False
+        if not doubt.ours(self.settings.owner):
+            raise StateError(
+                f"a live aclserver no entry of this daemon owns serves this claim ({doubt.describe(self.settings.owner)});"
+                " it is kept and not replaced: stop it through the daemon that started it",
+                code=ErrorCode.DEVICE_BUSY,
+                claim_uid=claim_uid,
+                field="claim_uid",
+            )
+        for pid in doubt.pids:
+            st = processes.stat(pid)
+            if st is not None:
+                processes.stop_group(pid, start_time=st.start_time, timeout=self.settings.stop_timeout)
+        if self.cgroups is not None and self.cgroups.exists(claim_uid):
+            self.cgroups.remove(claim_uid, timeout=max(self.settings.stop_timeout, 1.0))
+        del self.doubts[claim_uid]
+        log.warning("stopped the kept aclserver %s: %s", doubt.describe(self.settings.owner), proof)
+        return True
 
     def bounds(self, entity: Entity) -> bounds.Bounds:
         s = self.settings
@@ -111,7 +139,7 @@ class Aclservers:
         )
         wirefiles.write_spec(paths.spec, doc)
         procs = self.cgroups.create(uid, self.bounds(entity)) if self.cgroups is not None else ()
-        oom_before = self.cgroups.figures(uid).oom_kills if self.cgroups is not None else -1
+        before = self.cgroups.figures(uid) if self.cgroups is not None else None
         try:
             launched = self.launcher.launch(spec_path=paths.spec, stderr_path=paths.stderr, cgroup=procs)
         except FlexNPUError as exc:
@@ -151,7 +179,8 @@ class Aclservers:
             started_at=ready.started_at,
             message=entity.message if entity.restarts else "",
             cgroup=self.cgroups.relative(uid) if self.cgroups is not None else "",
-            oom_kills=max(oom_before, 0),
+            oom_kills=max(before.oom_kills, 0) if before is not None else 0,
+            task_limit_hits=max(before.task_limit_hits, 0) if before is not None else 0,
         )
         self.entities.put(running)
         self._started()
@@ -186,4 +215,13 @@ class Aclservers:
         """The claim's shm dir, spec, ready and sessions files and cgroup; its stderr is retired."""
         claim_files.remove_claim_files(self.settings.paths(claim_uid))
         if self.cgroups is not None:
-            self.cgroups.remove(claim_uid)
+            others = self.cgroups.owners(claim_uid) - {"", self.settings.owner}
+            if others:  # another install's cgroup of the same name: never ours to empty
+                log.warning(
+                    "claim %s: left cgroup %s alone: another daemon's (%s)",
+                    claim_uid,
+                    self.cgroups.relative(claim_uid),
+                    ", ".join(sorted(others)),
+                )
+            else:
+                self.cgroups.remove(claim_uid)

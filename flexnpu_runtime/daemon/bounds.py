@@ -11,8 +11,10 @@ its own interpreter:
   aclserver's PSS is about 13 MiB, a busy one with 16 sessions about 40 MiB).
 
 That sum is its cgroup's ``memory.max`` (v1 ``memory.limit_in_bytes``), with no swap on top.
-Tasks (``pids.max``, threads included): a session thread, at most 64 waiter threads and one
-kernel worker per device for each session, plus a base. CPU weight (v2 ``cpu.weight``, 100 =
+Tasks (``pids.max``, threads included): for each session a session thread, at most 64 waiter
+threads and one kernel worker per device it uses — every vNPU of the claim — plus a base. So the
+bound grows with the claim's vNPU count (issue 25, class 10: a 16-vNPU claim's session needs 81
+tasks, more than a fixed 72 per session allowed). CPU weight (v2 ``cpu.weight``, 100 =
 the default of every other cgroup): the claim's compute quota in percent of a die, summed over
 its vNPUs, at least :data:`MIN_CPU_WEIGHT` so that its control path stays responsive; a claim
 of memory-only vNPUs gets the default. Nothing here touches the world.
@@ -31,15 +33,27 @@ __all__ = [
     "DEFAULT_MEMORY_OVERHEAD_BYTES",
     "MIN_CPU_WEIGHT",
     "TASKS_PER_SESSION",
+    "WAITERS_PER_SESSION",
     "Bounds",
     "bounds_for",
+    "tasks_per_session",
 ]
 
 MIB = 1024 * 1024
 DEFAULT_MEMORY_OVERHEAD_BYTES = 128 * MIB
 BASE_TASKS = 64
-TASKS_PER_SESSION = 72
-"""A session thread, up to 64 waiter threads (``flexnpu_runtime/aclserver/streams.py``), kernel workers."""
+WAITERS_PER_SESSION = 64
+"""The most waiter threads one session starts (``flexnpu_runtime/aclserver/server.py`` ``_MAX_WAITERS``)."""
+TASKS_PER_SESSION = 1 + WAITERS_PER_SESSION
+"""A session's tasks besides its kernel workers: its own thread and its waiters."""
+
+
+def tasks_per_session(devices: int) -> int:
+    """The most tasks one session of a claim with ``devices`` vNPUs runs: its thread, its waiters
+    and one kernel worker per device (``flexnpu_runtime/aclserver/streams.py``)."""
+    return TASKS_PER_SESSION + max(1, devices)
+
+
 DEFAULT_CPU_WEIGHT = 100
 MIN_CPU_WEIGHT = 10
 MAX_CPU_WEIGHT = 10000
@@ -71,4 +85,5 @@ def bounds_for(
     memory += max_sessions * staging_bytes + overhead_bytes
     compute = [s.compute_percent for s in shares if not s.memory_only]
     weight = min(MAX_CPU_WEIGHT, max(MIN_CPU_WEIGHT, sum(compute))) if compute else DEFAULT_CPU_WEIGHT
-    return Bounds(memory_bytes=memory, tasks=BASE_TASKS + max_sessions * TASKS_PER_SESSION, cpu_weight=weight)
+    tasks = BASE_TASKS + max_sessions * tasks_per_session(len(shares))
+    return Bounds(memory_bytes=memory, tasks=tasks, cpu_weight=weight)

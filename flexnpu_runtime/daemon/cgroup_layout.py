@@ -119,6 +119,8 @@ class Figures:
     tasks_max: int = _UNLIMITED
     cpu_weight: int = _UNLIMITED
     oom_kills: int = _UNLIMITED
+    task_limit_hits: int = _UNLIMITED
+    """How often a fork or thread start was refused at ``pids.max`` (``pids.events`` ``max``)."""
 
 
 def check_parent(parent: str) -> str | None:
@@ -225,6 +227,7 @@ def figure_files(layout: Layout) -> dict[str, tuple[Hierarchy, str]]:
             "tasks_max": "pids.max",
             "cpu_weight": "cpu.weight",
             "oom_kills": "memory.events",
+            "task_limit_hits": "pids.events",
         }
         return {k: (h, f) for k, f in names.items()}
     out: dict[str, tuple[Hierarchy, str]] = {}
@@ -236,7 +239,11 @@ def figure_files(layout: Layout) -> dict[str, tuple[Hierarchy, str]]:
             "oom_kills": (mem, "memory.oom_control"),
         }
     if pids is not None:
-        out |= {"tasks_current": (pids, "pids.current"), "tasks_max": (pids, "pids.max")}
+        out |= {
+            "tasks_current": (pids, "pids.current"),
+            "tasks_max": (pids, "pids.max"),
+            "task_limit_hits": (pids, "pids.events"),
+        }
     if cpu is not None:
         out["cpu_weight"] = (cpu, "cpu.shares")
     return out
@@ -248,6 +255,8 @@ def parse_figures(layout: Layout, raw: Mapping[str, str]) -> Figures:
     for key, text in raw.items():
         if key == "oom_kills":
             values[key] = _keyed(text, "oom_kill")
+        elif key == "task_limit_hits":
+            values[key] = _keyed(text, "max")
         elif key == "cpu_weight" and layout.version is Version.V1:
             shares = _number(text)
             values[key] = (shares * 100 + 512) // 1024 if shares > 0 else _UNLIMITED

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from dra_driver.errors import ErrorCode, StateError
 from flexnpu_runtime.daemon import cgroup_layout as layout_
+from flexnpu_runtime.daemon import ownership
 from flexnpu_runtime.daemon.bounds import Bounds
 from flexnpu_runtime.daemon.cgroup_layout import Figures, Hierarchy, Layout, Version
 
@@ -46,9 +47,11 @@ class Cgroups:
     """The claims' cgroups under one parent, in every hierarchy of ``layout``. Holds no state but
     paths, so any thread may use it."""
 
-    def __init__(self, layout: Layout, parent: str) -> None:
+    def __init__(self, layout: Layout, parent: str, *, owner: str = "") -> None:
         self.layout = layout
         self.parent = parent
+        self.owner = owner
+        """This daemon's install identity, recorded on each claim cgroup it makes (``ownership``)."""
 
     def describe(self) -> str:
         return f"{self.layout.describe()}, parent {self.parent}"
@@ -65,6 +68,7 @@ class Cgroups:
             d = self._dir(h, claim_uid)
             try:
                 _make_child(h, d)
+                ownership.tag(d, self.owner)
             except OSError as exc:
                 raise _failed(claim_uid, d, exc) from exc
             procs.append(d / "cgroup.procs")
@@ -141,6 +145,24 @@ class Cgroups:
                 continue
             except OSError as exc:
                 log.warning("claim %s: cannot remove cgroup %s: %s", claim_uid, d, exc.strerror or exc)
+                gone = False
+        return gone
+
+    def owners(self, claim_uid: str) -> set[str]:
+        """The install identities the claim's cgroup carries across hierarchies ("" for none)."""
+        dirs = [self._dir(h, claim_uid) for h in self.layout.hierarchies]
+        return {ownership.read_owner(d) for d in dirs if d.is_dir()}
+
+    def remove_if_empty(self, claim_uid: str) -> bool:
+        """Remove the claim's cgroup in every hierarchy where it holds no process (nothing is
+        killed: the kernel refuses to remove a cgroup with tasks); True when none is left."""
+        gone = True
+        for h in self.layout.hierarchies:
+            try:
+                os.rmdir(self._dir(h, claim_uid))
+            except FileNotFoundError:
+                continue
+            except OSError:
                 gone = False
         return gone
 

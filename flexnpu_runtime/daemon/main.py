@@ -26,7 +26,7 @@ from dra_driver import config, discovery, logs
 from dra_driver.daemon_api.client import DEFAULT_SOCKET
 from dra_driver.devices import Health
 from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput
-from flexnpu_runtime.daemon import bounds, cgroup_layout, cgroups, instance, service, shmroot
+from flexnpu_runtime.daemon import bounds, cgroup_layout, cgroups, instance, ownership, service, shmroot
 from flexnpu_runtime.daemon.launcher import Launcher, SpawnLauncher, ZygoteLauncher
 from flexnpu_runtime.daemon.manager import Manager, Settings
 from flexnpu_runtime.daemon.model import DieCapacity
@@ -309,7 +309,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _serve(cfg: DaemonConfig, stop: threading.Event) -> int:
     """Everything after the instance lock: cgroups, dies, recovery, the API, the monitor."""
     try:
+        install = ownership.install_id(cfg.settings.state_dir)
         claim_cgroups, cgroup_problem = open_cgroups(cfg)
+        if claim_cgroups is not None:
+            claim_cgroups.owner = install
         dies = load_dies(cfg)
         spawn = SpawnLauncher(cfg.aclserver_command)
         launcher: Launcher = spawn
@@ -324,6 +327,7 @@ def _serve(cfg: DaemonConfig, stop: threading.Event) -> int:
             cgroups=claim_cgroups,
             cgroup_problem=cgroup_problem,
             instance=cfg.instance,
+            install=install,
         )
         report = manager.recover()
         log.info("recovered: %s", report.describe())

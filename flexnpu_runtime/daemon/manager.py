@@ -13,6 +13,7 @@ ready, so a crash at any point leaves something recovery can converge from.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping
@@ -63,7 +64,11 @@ class Manager:
         cgroups: Cgroups | None = None,
         cgroup_problem: str = "",
         instance: str = "",
+        install: str = "",
     ) -> None:
+        """``install``: this daemon state's identity (``ownership.install_id``), on every cgroup it makes."""
+        if install:
+            settings = dataclasses.replace(settings, owner=install)
         self.settings = settings
         self.launcher = launcher
         self.dies = dict(dies)
@@ -77,6 +82,7 @@ class Manager:
         self.supervisor = Supervisor(settings, self.aclservers)
         self._sampler = usage.Sampler()
         self._ledgers = usage.LedgerReader(self.settings.ledger_dir)
+        self._pinger = aclserver_ping.Pinger()
 
     # ---- start-up ----
 
@@ -93,6 +99,10 @@ class Manager:
         uid = request.claim_uid
         clog = claim_logger(uid, request.namespace, request.name, base=log)
         with self.entities.claim(uid) as claim:
+            if uid in self.aclservers.doubts:  # a valid request for it is the proof (``ownership``)
+                with self.entities.locked() as table:
+                    registration_rules.check_register(request, dies=self.dies, entities=table.values())
+                self.aclservers.settle_doubt(uid, proof="the claim is registered again")
             with self.entities.locked() as table:
                 decision = registration_rules.check_register(request, dies=self.dies, entities=table.values())
                 entity = decision.existing
@@ -136,8 +146,9 @@ class Manager:
         with self.entities.claim(claim_uid) as claim:
             entity = self.entities.get(claim_uid)
             if entity is None:
+                kept = self.aclservers.settle_doubt(claim_uid, proof="the claim is unregistered")
                 self.aclservers.remove_files(claim_uid)
-                return False
+                return kept
             self.aclservers.discard(claim, entity)
             claim_logger(claim_uid, entity.request.namespace, entity.request.name, base=log).info(
                 "unregistered; aclserver pid %d stopped", entity.pid
@@ -148,11 +159,22 @@ class Manager:
         """Every registered claim with its process state, usage per vNPU and cgroup figures.
 
         Liveness comes from the process table (exits are noticed by the monitor as they happen);
-        ``probe`` also PINGs each running aclserver (a live but silent one is reported Unknown)
-        and reads its RSS and session count; without it (the node's periodic watch) those are -1
+        ``probe`` also PINGs each running aclserver (a live but silent one is reported Unknown;
+        all at once, on the pinger's threads, within one deadline: ``aclserver_ping``) and reads its RSS and session count; without it (the node's periodic watch) those are -1
         and a List costs a few /proc reads and one pass over the cached die ledgers.
         """
         snapshot = self.entities.snapshot()
+        answers = (
+            self._pinger.ping_all(
+                {
+                    e.claim_uid: (e.endpoints.unix_socket, e.pid)
+                    for e in snapshot
+                    if e.state is EntityState.RUNNING and processes.is_alive(e.pid, e.pid_start_time)
+                }
+            )
+            if probe
+            else {}
+        )
         figures = self._ledgers.figures(
             self.settings.ledger_dir, (s.die_phy_id for e in snapshot for s in e.request.shares)
         )
@@ -163,11 +185,13 @@ class Manager:
             if state is EntityState.RUNNING and not alive:
                 state = EntityState.EXITED
             elif (
-                probe
-                and state is EntityState.RUNNING
-                and aclserver_ping.ping(e.endpoints.unix_socket) != e.pid
+                state is EntityState.RUNNING and e.claim_uid in answers and answers[e.claim_uid].pid != e.pid
             ):
-                state, message = EntityState.UNKNOWN, f"aclserver pid {e.pid} runs but does not answer PING"
+                answer = answers[e.claim_uid]
+                state = EntityState.UNKNOWN
+                message = f"aclserver pid {e.pid} runs but does not answer PING: " + (
+                    answer.reason or f"the answer names pid {answer.pid}"
+                )
             sessions = usage.sessions(self.settings.paths(e.claim_uid).sessions) if alive and probe else -1
             shares = []
             for s in e.request.shares:

@@ -44,6 +44,8 @@ class Entity:
     """The aclserver's cgroup below each hierarchy's root ("" when it runs in the daemon's)."""
     oom_kills: int = 0
     """OOM kills its cgroup had counted when this process started (a higher count later: killed by it)."""
+    task_limit_hits: int = 0
+    """Refusals at its cgroup's ``pids.max`` counted when this process started (more later: it hit its task bound)."""
 
     @property
     def claim_uid(self) -> str:
@@ -62,6 +64,7 @@ class Entity:
             "message": self.message,
             "cgroup": self.cgroup,
             "oom_kills": self.oom_kills,
+            "task_limit_hits": self.task_limit_hits,
         }
 
     @classmethod
@@ -78,6 +81,7 @@ class Entity:
             message=str(doc.get("message", "")),
             cgroup=str(doc.get("cgroup", "")),
             oom_kills=int(doc.get("oom_kills", 0)),
+            task_limit_hits=int(doc.get("task_limit_hits", 0)),
         )
 
 

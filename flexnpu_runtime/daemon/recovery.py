@@ -2,11 +2,16 @@
 
 Run once, by the one daemon instance holding the state's lock, before the API serves. An entry
 is re-adopted when its process still runs with the recorded PID, start time and command line
-(in the host PID namespace, so this holds across restarts of the daemon's container). Anything
-else is removed: an entry whose process is gone (its files go, its stderr is retired), a live
-aclserver no entry owns (found by its command line, our zygote's marker, or in a cgroup under
-our parent that no entry owns), files no entry owns, and cgroups no entry owns once they are
-empty. A registry that cannot be read is kept aside, never deleted.
+(in the host PID namespace, so this holds across restarts of the daemon's container). An entry
+whose process is gone is removed (its files go, its stderr is retired).
+
+Nothing alive is removed on doubt (``ownership``): a live aclserver no entry owns (found by its
+command line, our zygote's marker, or in a cgroup under the parent that no entry owns) may be
+another install's, or ours with its entry lost with a damaged registry. It is kept with its
+files and cgroup, reported and counted (:attr:`RecoveryReport.kept`). What goes is what is
+provably nothing: files no entry and no live aclserver owns, and empty claim cgroups that carry
+this daemon's install identity (or none). A registry that cannot be read is kept aside, never
+deleted.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from dra_driver.logs import claim_logger
 from flexnpu_runtime.daemon import claim_files, launch_spec, processes, registration_rules, registry
 from flexnpu_runtime.daemon.aclservers import Aclservers
 from flexnpu_runtime.daemon.model import Entity
+from flexnpu_runtime.daemon.ownership import Doubt
 from flexnpu_runtime.daemon.settings import Settings
 
 __all__ = ["RecoveryReport", "recover"]
@@ -34,7 +40,8 @@ class RecoveryReport:
 
     adopted: tuple[str, ...] = ()
     removed: tuple[str, ...] = ()
-    killed_orphans: tuple[int, ...] = ()
+    kept: tuple[Doubt, ...] = ()
+    """Live aclservers no entry owns: kept, never killed on doubt (``ownership``)."""
     removed_dirs: tuple[str, ...] = ()
     removed_cgroups: tuple[str, ...] = ()
     corrupt_copy: Path | None = None
@@ -42,8 +49,8 @@ class RecoveryReport:
     def describe(self) -> str:
         corrupt = f", corrupt registry kept at {self.corrupt_copy}" if self.corrupt_copy else ""
         return (
-            f"adopted {len(self.adopted)}, removed {len(self.removed)}, killed {len(self.killed_orphans)}"
-            f" orphans, removed {len(self.removed_dirs)} shm dirs and {len(self.removed_cgroups)} cgroups"
+            f"adopted {len(self.adopted)}, removed {len(self.removed)}, kept {len(self.kept)} live aclservers"
+            f" no entry owns, removed {len(self.removed_dirs)} shm dirs and {len(self.removed_cgroups)} cgroups"
             f"{corrupt}"
         )
 
@@ -73,36 +80,63 @@ def recover(settings: Settings, aclservers: Aclservers) -> RecoveryReport:
         aclservers.remove_files(entity.claim_uid)
         removed.append(entity.claim_uid)
         clog.warning("removed %s entry (aclserver pid %d not running)", entity.state, entity.pid)
-    killed = _kill_orphans(s, aclservers, owned=adopted)
-    removed_dirs = _remove_unowned_files(s, set(adopted))
-    removed_cgroups = _remove_unowned_cgroups(aclservers, set(adopted))
+    kept = _unowned_live(s, aclservers, owned=adopted)
+    for doubt in kept:
+        log.warning(
+            "kept a live aclserver no registry entry owns (never killed on doubt): %s",
+            doubt.describe(s.owner),
+        )
+    alive = set(adopted) | {d.claim_uid for d in kept}
+    removed_dirs = _remove_unowned_files(s, alive)
+    removed_cgroups = _remove_unowned_cgroups(aclservers, alive, install=s.owner)
     aclservers.entities.reset(adopted)
+    aclservers.doubts = {d.claim_uid: d for d in kept}
     return RecoveryReport(
         adopted=tuple(sorted(adopted)),
         removed=tuple(removed),
-        killed_orphans=tuple(killed),
+        kept=kept,
         removed_dirs=tuple(removed_dirs),
         removed_cgroups=tuple(removed_cgroups),
         corrupt_copy=corrupt_copy,
     )
 
 
-def _kill_orphans(s: Settings, aclservers: Aclservers, *, owned: dict[str, Entity]) -> list[int]:
+def _unowned_live(s: Settings, aclservers: Aclservers, *, owned: dict[str, Entity]) -> tuple[Doubt, ...]:
+    """Live aclservers no entry owns: by their command line or our zygote's marker (under our run
+    dir: this daemon's install, unless its state was replaced), and processes in claim cgroups
+    under the parent no entry owns (by the identity the cgroup carries)."""
     owned_pids = {e.pid for e in owned.values()}
-    killed: list[int] = []
+    by_uid: dict[str, Doubt] = {}
     for pid, why in processes.find_aclservers(launch_spec.specs_dir(s.run_dir), run_dir=s.run_dir):
         if pid in owned_pids:
             continue
-        st = processes.stat(pid)
-        if st is None:
-            continue
-        if st.pgrp == pid:  # it leads its group, as our aclservers do: stop the whole group
-            processes.stop_group(pid, start_time=st.start_time, timeout=0.5)
-        else:
-            processes.kill(pid)
-        killed.append(pid)
-        log.warning("killed orphan aclserver pid %d (%s; not in the registry)", pid, why)
-    return killed
+        uid = _claim_of(pid)
+        by_uid[uid or f"pid-{pid}"] = Doubt(uid, (pid,), s.owner, why)
+    cgroups = aclservers.cgroups
+    if cgroups is not None:
+        for uid in sorted(cgroups.claims() - set(owned)):
+            members = tuple(cgroups.members(uid))
+            if not members:
+                continue
+            owners = cgroups.owners(uid) - {""}
+            owner = owners.pop() if len(owners) == 1 else ""
+            earlier = by_uid.pop(uid, None)
+            pids = tuple(sorted(set(members) | set(earlier.pids if earlier else ())))
+            by_uid[uid] = Doubt(
+                uid, pids, owner or (earlier.owner if earlier else ""), f"cgroup {cgroups.relative(uid)}"
+            )
+    return tuple(by_uid[k] for k in sorted(by_uid))
+
+
+def _claim_of(pid: int) -> str:
+    """The claim UID an aclserver serves, from its process title or spec path ("" if not shown)."""
+    args: tuple[str, ...] = processes.cmdline(pid) or ()
+    if "--spec" in args and args.index("--spec") + 1 < len(args):
+        return launch_spec.claim_uid_of_file(Path(args[args.index("--spec") + 1]).name)
+    for word in args:
+        if registration_rules.CLAIM_UID_RE.match(word):
+            return word
+    return ""
 
 
 def _remove_unowned_files(s: Settings, owned: set[str]) -> list[str]:
@@ -129,20 +163,26 @@ def _remove_unowned_files(s: Settings, owned: set[str]) -> list[str]:
     return removed
 
 
-def _remove_unowned_cgroups(aclservers: Aclservers, owned: set[str]) -> list[str]:
-    """Cgroups under our parent that no entry owns: whatever still runs there is killed, then they go."""
+def _remove_unowned_cgroups(aclservers: Aclservers, alive: set[str], *, install: str) -> list[str]:
+    """Empty claim cgroups under the parent that no entry owns and that carry our identity (or
+    none): they go. One with processes, or another install's, stays (``ownership``)."""
     cgroups = aclservers.cgroups
     if cgroups is None:
         return []
     removed: list[str] = []
-    for uid in sorted(cgroups.claims() - owned):
+    for uid in sorted(cgroups.claims() - alive):
         if not registration_rules.CLAIM_UID_RE.match(uid):
             log.warning("left cgroup %s alone: not a claim UID this daemon makes", uid[:80])
             continue
-        left = cgroups.members(uid)
-        if left:
-            log.warning("killing %s in cgroup %s (no registry entry owns it)", left, cgroups.relative(uid))
-        if cgroups.remove(uid):
+        others = cgroups.owners(uid) - {"", install}
+        if others:
+            log.info(
+                "left cgroup %s alone: another daemon's (%s)",
+                cgroups.relative(uid),
+                ", ".join(sorted(others)),
+            )
+            continue
+        if cgroups.remove_if_empty(uid):  # a process that arrived since keeps it: nothing is killed
             removed.append(uid)
             log.info("removed stale cgroup %s", cgroups.relative(uid))
     return removed

@@ -36,6 +36,8 @@ class Settings:
     memory_overhead_bytes: int = bounds.DEFAULT_MEMORY_OVERHEAD_BYTES
     """What an aclserver's memory bound allows beyond its claim's quotas (``flexnpu_runtime/daemon/bounds.py``)."""
     staging_bytes: int = DEFAULT_STAGING_BYTES
+    owner: str = ""
+    """This daemon state's install identity (``flexnpu_runtime/daemon/ownership.py``), on each cgroup it makes."""
 
     @property
     def registry_file(self) -> Path:

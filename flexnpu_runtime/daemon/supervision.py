@@ -169,6 +169,12 @@ class Supervisor:
             if fig.oom_kills > entity.oom_kills:
                 limit = f"{fig.memory_max // MIB} MiB" if fig.memory_max >= 0 else "its bound"
                 why += f": killed by the kernel's OOM killer at its memory bound ({limit}, cgroup {entity.cgroup})"
+            if fig.task_limit_hits > entity.task_limit_hits:
+                limit = f"pids.max {fig.tasks_max}" if fig.tasks_max >= 0 else "its bound"
+                why += (
+                    f": it hit its task bound ({limit}, cgroup {entity.cgroup}; refused"
+                    f" {fig.task_limit_hits - entity.task_limit_hits} thread or process starts)"
+                )
         return why
 
 

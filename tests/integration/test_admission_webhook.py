@@ -164,6 +164,12 @@ def refused(api: k8s.ApiClient, body: dict[str, Any], *, template: bool = False)
         ),
         pytest.param(vnpu(vnpus=3), "capacity.requests.memory", "does not divide into 3 vNPUs", id="vnpus"),
         pytest.param(vnpu(hostMemory="1Pi"), "parameters.hostMemory", "must be 1Mi..1Ti", id="host-memory"),
+        pytest.param(  # issue 25 class 2: the tenant chose its own host-memory bound
+            vnpu(hostMemory="1Ti"),
+            "parameters.hostMemory",
+            "asks for '1Ti' of host memory; the most is 512Mi for a share of 256Mi",
+            id="host-memory-over-the-nodes-bound",
+        ),
         pytest.param(
             vnpu(policy="fixed"),
             "parameters.policy",
@@ -251,3 +257,26 @@ def test_malformed_reviews_get_400_and_the_webhook_goes_on(
     code, text = hook.post(body)
     assert code == status and "malformed AdmissionReview" in text
     assert refused(api, claim("bad", vnpu(polcy="x"))).status == 422
+
+
+def test_idle_and_slow_connections_do_not_stop_the_webhook(
+    cluster: tuple[FakeAPIServer, k8s.ApiClient, Webhook],
+) -> None:
+    """Issue 25 class 5: one idle TCP connection held the accept thread in its TLS handshake, so with
+    the default Ignore bad claims were stored unchecked (with Fail, good ones were refused)."""
+    _srv, api, hook = cluster
+    idle = [socket.create_connection(("127.0.0.1", hook.port)) for _ in range(3)]
+    slow = socket.create_connection(("127.0.0.1", hook.port))
+    slow.sendall(b"\x16\x03\x01")  # the first bytes of a ClientHello, and then nothing
+    try:
+        err = refused(api, claim("bad", vnpu(polcy="x")))
+        assert err.status == 422 and "unknown field 'polcy'" in status_message(err)
+        assert hook.get("/readyz") == 200
+        # the idle connections are closed at the handshake deadline, not held for ever
+        for conn in idle:
+            conn.settimeout(30)
+            assert conn.recv(1) == b""
+    finally:
+        for conn in [*idle, slow]:
+            conn.close()
+    assert k8s.ResourceV1Api(api).list_namespaced_resource_claim(NS).items == []

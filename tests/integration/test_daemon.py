@@ -245,7 +245,9 @@ def test_sigkill_restart_readopts_live_and_removes_dead(make_daemon: MakeDaemon,
 
 
 @LAUNCHERS
-def test_corrupt_registry_is_kept_and_orphans_cleaned(make_daemon: MakeDaemon, launcher: str) -> None:
+def test_corrupt_registry_is_kept_and_its_live_aclservers_too(make_daemon: MakeDaemon, launcher: str) -> None:
+    """Issue 25 class 7: a damaged registry is no proof that its claims are gone. The live aclserver
+    is kept, serving, reported; the plugin's Register of the claim is the proof that replaces it."""
     daemon = make_daemon(extra=("--launcher", launcher))
     claim = uid()
     with daemon.client() as c:
@@ -256,12 +258,18 @@ def test_corrupt_registry_is_kept_and_orphans_cleaned(make_daemon: MakeDaemon, l
     copies = list(daemon.state_dir.glob("registry.json.corrupt-*"))
     assert len(copies) == 1 and copies[0].read_text() == '{"version": 1, "entries": ['
     assert "corrupt" in daemon.log()
-    wait_for(lambda: gone(res.pid), what="orphan aclserver killed")
-    assert not Path(res.endpoints.shm_dir).exists()
+    assert (
+        f"kept a live aclserver no registry entry owns (never killed on doubt): claim {claim}" in daemon.log()
+    )
+    assert "kept 1 live aclservers no entry owns" in daemon.log()
+    assert processes.is_alive(res.pid, processes.stat(res.pid).start_time)  # type: ignore[union-attr]
+    assert ping_unix(res.endpoints.unix_socket) == res.pid  # still serving, its files kept
     with daemon.client() as c:
         assert c.list() == []
-        again = c.register(request(claim))  # the daemon serves normally
-        assert ping_unix(again.endpoints.unix_socket) == again.pid
+        again = c.register(request(claim))  # the proof: this daemon's kept aclserver is replaced
+        assert again.pid != res.pid and ping_unix(again.endpoints.unix_socket) == again.pid
+    assert gone(res.pid)
+    assert "stopped the kept aclserver" in daemon.log()
 
 
 @LAUNCHERS

@@ -65,7 +65,7 @@ def test_aclserver_runs_in_its_own_bounded_cgroup(make_daemon: MakeDaemon, launc
     quota = (512 + 256) * MIB
     want = bounds.Bounds(
         memory_bytes=2 * quota + 4 * DEFAULT_STAGING_BYTES + bounds.DEFAULT_MEMORY_OVERHEAD_BYTES,
-        tasks=bounds.BASE_TASKS + 4 * bounds.TASKS_PER_SESSION,
+        tasks=bounds.BASE_TASKS + 4 * bounds.tasks_per_session(2),
         cpu_weight=50,
     )
     fig = cg.figures(claim)
@@ -124,6 +124,48 @@ def test_memory_bound_kills_only_that_aclserver_and_it_is_reported(
 
 
 @pytest.mark.root
+def test_a_16_vnpu_claims_task_bound_is_sized_from_it_and_hitting_it_is_the_recorded_reason(
+    make_daemon: MakeDaemon, tmp_path: Path
+) -> None:
+    """Issue 25 class 10: pids.max ignored the vNPU count (a 16-vNPU claim's session needs 81 tasks:
+    its thread, 64 waiters, a kernel worker per vNPU), and an aclserver that hit it was recorded only
+    as "exited". Here the claim's bound grows with its vNPUs, and an aclserver that starts threads
+    until the kernel refuses one is recorded with its task bound as the reason; its neighbour lives."""
+    threads_dir = tmp_path / "threads"
+    threads_dir.mkdir()
+    daemon = make_daemon(
+        command=f"{sys.executable} {FAKE} --threads-if {threads_dir}",
+        extra=("--max-sessions", "1", "--max-restarts", "0"),
+    )
+    greedy, neighbour = uid(), uid()
+    (threads_dir / greedy).touch()
+    sixteen = [share(i % 8, vid=i, mem_gib=0.125, compute=1) for i in range(16)]
+    want = bounds.BASE_TASKS + 1 * (1 + bounds.WAITERS_PER_SESSION + 16)
+    with daemon.client() as c:
+        calm = c.register(request(neighbour, share(3, mem_gib=0.125)))
+        c.register(request(greedy, *sixteen))
+        down = wait_for(
+            lambda: next(
+                (
+                    e
+                    for e in c.list()
+                    if e.entity_id == greedy and e.state is EntityState.EXITED and e.message
+                ),
+                None,
+            ),
+            timeout=60,
+            what="the aclserver that started threads without end recorded as Exited",
+        )
+        assert (
+            f"it hit its task bound (pids.max {want}, cgroup {daemon.cgroup_parent}/aclserver-{greedy}"
+            in down.message
+        ), down.message
+        assert claim_cgroups(daemon).figures(greedy).tasks_max == want == 145
+        assert ping_unix(calm.endpoints.unix_socket) == calm.pid
+        assert c.unregister(greedy) and c.unregister(neighbour)
+
+
+@pytest.mark.root
 def test_cgroups_never_leak_over_cycles_and_daemon_restarts(make_daemon: MakeDaemon) -> None:
     daemon = make_daemon()
     held: dict[str, int] = {}
@@ -154,23 +196,63 @@ def test_cgroups_never_leak_over_cycles_and_daemon_restarts(make_daemon: MakeDae
 
 
 @pytest.mark.root
-def test_recovery_removes_stale_cgroups_and_what_runs_in_them(make_daemon: MakeDaemon) -> None:
+def test_recovery_keeps_what_runs_in_unowned_cgroups_and_removes_only_its_empty_ones(
+    make_daemon: MakeDaemon,
+) -> None:
+    """Issue 25 class 7: a process in a claim cgroup no entry owns is doubt, never killed; an empty
+    cgroup goes when it is this daemon's (or carries no identity), another install's stays."""
     daemon = make_daemon()
-    claim, stale = uid(), uid()
+    claim, stale, empty_ours, empty_theirs = uid(), uid(), uid(), uid()
     with daemon.client() as c:
         res = c.register(request(claim))
     cg = claim_cgroups(daemon)
     daemon.stop(signal.SIGKILL)
-    # A cgroup no registry entry owns, with a process in it (a crash between making and recording).
     procs = cg.create(stale, bounds.Bounds(64 * MIB, 16, 100))
     stray = subprocess.Popen(
         ["/bin/sh", "-c", 'for f; do echo $$ > "$f"; done; exec sleep 600', "join", *map(str, procs)]
     )
-    wait_for(lambda: cg.members(stale) == [stray.pid], what="the stray process in the stale cgroup")
-    daemon.start()
-    assert stray.wait(timeout=10) == -signal.SIGKILL
-    assert cg.claims() == {claim} and cg.holds(claim, res.pid)
-    assert f"removed stale cgroup {daemon.cgroup_parent}/aclserver-{stale}" in daemon.log()
+    try:
+        wait_for(lambda: cg.members(stale) == [stray.pid], what="the stray process in the unowned cgroup")
+        cg.create(empty_ours, bounds.Bounds(64 * MIB, 16, 100))  # no identity: made before there was one
+        other = cgroups.Cgroups(cg.layout, cg.parent, owner="0123456789abcdef0123456789abcdef")
+        other.create(empty_theirs, bounds.Bounds(64 * MIB, 16, 100))
+        daemon.start()
+        assert stray.poll() is None  # kept
+        assert cg.claims() == {claim, stale, empty_theirs} and cg.holds(claim, res.pid)
+        assert f"removed stale cgroup {daemon.cgroup_parent}/aclserver-{empty_ours}" in daemon.log()
+        assert f"claim {stale}: pids [{stray.pid}]" in daemon.log()
+        assert cg.owners(claim) == {(daemon.state_dir / "daemon.id").read_text().strip()}
+    finally:
+        stray.kill()
+        stray.wait()
+        other.remove(empty_theirs)
+
+
+@pytest.mark.root
+def test_a_second_install_on_the_host_leaves_the_firsts_aclservers_alive(make_daemon: MakeDaemon) -> None:
+    """Issue 25 class 7 as reported: daemon B (its own state, run and shm dirs) under the same cgroup
+    parent as daemon A killed A's aclserver at its start. Now it keeps it, says whose it is, and
+    refuses to replace it; A goes on serving and unregisters it as usual."""
+    a = make_daemon()
+    claim = uid()
+    with a.client() as c:
+        res = c.register(request(claim))
+    b = make_daemon(start=False)
+    b.cgroup_parent = a.cgroup_parent
+    b.start()
+    assert ping_unix(res.endpoints.unix_socket) == res.pid
+    assert claim_cgroups(a).holds(claim, res.pid)  # its cgroup kept, with it inside
+    a_id = (a.state_dir / "daemon.id").read_text().strip()
+    assert (
+        f"claim {claim}: pids [{res.pid}] (cgroup {a.cgroup_parent}/aclserver-{claim}; another daemon's ({a_id}))"
+        in b.log()
+    )
+    with b.client() as c, pytest.raises(StateError) as err:
+        c.unregister(claim)
+    assert "not replaced" in err.value.message and ping_unix(res.endpoints.unix_socket) == res.pid
+    with a.client() as c:
+        assert c.unregister(claim)
+    assert gone(res.pid)
 
 
 UNBOUNDED = [

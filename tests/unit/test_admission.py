@@ -81,6 +81,11 @@ DENIED = [
     pytest.param(claim(vnpu_config(hostMemory="lots")), f"{FIELD}.hostMemory", "is not a whole quantity", id="bad-host-memory"),
     pytest.param(claim(vnpu_config(hostMemory="2Ti")), f"{FIELD}.hostMemory", "must be 1Mi..1Ti", id="host-memory-too-big"),
     pytest.param(claim(vnpu_config(vnpus="2")), f"{FIELD}.vnpus", "must be a whole number", id="vnpus-wrong-type"),
+    # issue 25 class 2: the tenant chose its own host-memory bound (1Ti on a 128 MiB share was stored)
+    pytest.param(claim(vnpu_config(hostMemory="1Ti"), memory="128Mi"), f"{FIELD}.hostMemory",
+                 "asks for '1Ti' of host memory; the most is 256Mi for a share of 128Mi", id="host-memory-1Ti-on-128Mi"),
+    pytest.param(claim(vnpu_config(hostMemory="257Mi"), memory="128Mi"), f"{FIELD}.hostMemory",
+                 "the node allows 2x the share's device memory, at most 65536Mi", id="host-memory-just-over-the-ratio"),
     pytest.param(claim({"kind": "VnpuConfig", "policy": "fixed"}), f"{FIELD}.apiVersion", "apiVersion must be", id="no-api-version"),
     pytest.param(claim(["policy"]), FIELD, "parameters must be a VnpuConfig object", id="parameters-not-an-object"),  # type: ignore[arg-type]
 ]  # fmt: skip
@@ -110,6 +115,8 @@ def test_the_message_is_the_one_prepare_gives() -> None:
 ALLOWED = [
     pytest.param(claim(vnpu_config(policy="elastic", isolation="memory-only")), id="valid-config"),
     pytest.param(claim(vnpu_config(vnpus=2)), id="vnpus-dividing"),
+    pytest.param(claim(vnpu_config(hostMemory="256Mi"), memory="128Mi"), id="host-memory-at-the-ratio"),
+    pytest.param(claim(vnpu_config(hostMemory="64Mi"), memory="128Mi"), id="host-memory-below-the-share"),
     pytest.param(claim(vnpu_config(vnpus=2), memory="200Mi"), id="memory-rounded-up-to-the-step"),
     pytest.param(claim(None), id="no-config"),
     pytest.param(
@@ -207,3 +214,29 @@ def test_the_policy_must_be_the_classes(cls: str, policy: str | None, allowed: b
 def test_a_bad_share_class_policy_is_refused() -> None:
     with pytest.raises(InvalidInput, match="unknown policy"):
         admission.parse_share_classes(["vnpu.flexnpu.io=greedy"])
+
+
+@pytest.mark.parametrize(
+    ("ratio", "cap", "memory", "asked", "allowed"),
+    [
+        pytest.param(1.0, 64 << 30, "512Mi", "512Mi", True, id="ratio-1-allows-the-device-memory"),
+        pytest.param(1.0, 64 << 30, "512Mi", "513Mi", False, id="ratio-1-refuses-more"),
+        pytest.param(8.0, 1 << 30, "512Mi", "1Gi", True, id="cap-reached"),
+        pytest.param(8.0, 1 << 30, "512Mi", "1025Mi", False, id="cap-over"),
+        pytest.param(8.0, 1 << 30, "4Gi", "4Gi", True, id="a-share-over-the-cap-keeps-its-own-memory"),
+    ],
+)
+def test_the_node_sets_the_host_memory_bound(
+    ratio: float, cap: int, memory: str, asked: str, allowed: bool
+) -> None:
+    from dra_driver import sharing
+
+    out = admission.review(
+        review_of(claim(vnpu_config(hostMemory=asked), memory=memory)),
+        driver_name=DRIVER,
+        share_classes=SHARES,
+        host_memory=sharing.HostMemoryBound(ratio=ratio, cap_bytes=cap),
+    )["response"]
+    assert out["allowed"] is allowed, out
+    if not allowed:
+        assert out["status"]["message"].startswith(f"ResourceClaim ml/train: field {FIELD}.hostMemory: ")

@@ -48,6 +48,8 @@ READ: dict[str, tuple[str, Callable[[Config], Any], Any]] = {
     "max-shares-per-die": ("7", lambda c: c.max_shares_per_die, 7),
     "placement": ("spread", lambda c: c.placement, Placement.SPREAD),
     "placement-writes-per-second": ("2", lambda c: c.placement_writes_per_second, 2.0),
+    "host-memory-ratio": ("1.5", lambda c: c.host_memory.ratio, 1.5),
+    "max-host-memory": ("8Gi", lambda c: c.host_memory.cap_bytes, 8 << 30),
 }
 
 
@@ -120,6 +122,24 @@ def test_pod_uid_gives_unique_sockets_for_rolling_updates() -> None:
         ),
         pytest.param(
             {"FLEXNPU_NODE_NAME": "n", "FLEXNPU_METRICS_PORT": "x"}, "metrics-port", id="bad-number"
+        ),
+        pytest.param(
+            {"FLEXNPU_NODE_NAME": "n", "FLEXNPU_HOST_MEMORY_RATIO": "0.5"},
+            "host-memory-ratio",
+            id="ratio-below-1",
+        ),
+        pytest.param(
+            {"FLEXNPU_NODE_NAME": "n", "FLEXNPU_HOST_MEMORY_RATIO": "x"},
+            "host-memory-ratio",
+            id="ratio-not-a-number",
+        ),
+        pytest.param(
+            {"FLEXNPU_NODE_NAME": "n", "FLEXNPU_MAX_HOST_MEMORY": "2Ti"}, "max-host-memory", id="cap-over-1Ti"
+        ),
+        pytest.param(
+            {"FLEXNPU_NODE_NAME": "n", "FLEXNPU_MAX_HOST_MEMORY": "lots"},
+            "max-host-memory",
+            id="cap-not-a-quantity",
         ),
     ],
 )

@@ -223,7 +223,7 @@ def test_bounds_for(shares: list[Share], memory_mib: int, weight: int) -> None:
         shares, max_sessions=16, staging_bytes=8 * MIB, overhead_bytes=bounds.DEFAULT_MEMORY_OVERHEAD_BYTES
     )
     assert b.memory_bytes == memory_mib * MIB and b.cpu_weight == weight
-    assert b.tasks == bounds.BASE_TASKS + 16 * bounds.TASKS_PER_SESSION
+    assert b.tasks == bounds.BASE_TASKS + 16 * (1 + bounds.WAITERS_PER_SESSION + len(shares))
     assert b.cpu_shares == max(2, weight * 1024 // 100)
 
 
@@ -261,3 +261,32 @@ def test_the_join_check_names_the_cgroup_it_cannot_make(tmp_path: Path) -> None:
     )
     problem = cgroups.check_join(cgroups.Cgroups(layout, "flexnpu.slice"))
     assert problem.startswith(f"cannot move a process into the cgroup {tmp_path}/gone/flexnpu.slice/probe-")
+
+
+@pytest.mark.parametrize(("vnpus", "tasks"), [(1, 64 + 16 * 66), (2, 64 + 16 * 67), (16, 64 + 16 * 81)])
+def test_the_task_bound_grows_with_the_claims_vnpus(vnpus: int, tasks: int) -> None:
+    """Issue 25 class 10: every session of a 16-vNPU claim may run 81 tasks (its thread, 64 waiters,
+    a kernel worker per vNPU); a fixed 72 per session stopped the 16th session."""
+    shares = [share(128, 1) for _ in range(vnpus)]
+    b = bounds.bounds_for(shares, max_sessions=16, staging_bytes=8 * MIB, overhead_bytes=0)
+    assert b.tasks == tasks
+
+
+def test_the_waiters_per_session_are_the_aclservers() -> None:
+    from flexnpu_runtime.aclserver import server
+
+    assert bounds.WAITERS_PER_SESSION == server._MAX_WAITERS
+
+
+@pytest.mark.parametrize(
+    ("text", "hits"),
+    [("max 3\n", 3), ("max 0\n", 0), ("", -1), ("max lots\n", -1)],
+)
+def test_task_bound_refusals_are_read_from_pids_events(text: str, hits: int) -> None:
+    for text_of_mounts in (V2, HYBRID):
+        layout = cgroup_layout.parse_mountinfo(text_of_mounts, "/sys/fs/cgroup")
+        assert layout is not None
+        assert {k: f for k, (_, f) in cgroup_layout.figure_files(layout).items()}[
+            "task_limit_hits"
+        ] == "pids.events"
+        assert cgroup_layout.parse_figures(layout, {"task_limit_hits": text}).task_limit_hits == hits

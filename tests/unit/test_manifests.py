@@ -256,6 +256,10 @@ def test_plain_manifest_matches_the_chart() -> None:
         pytest.param("image.pullPolicy", "Sometimes", id="bad-pull-policy"),
         pytest.param("emulated.inventory", {"chips": []}, id="empty-inventory"),
         pytest.param("unknownTopLevel", 1, id="unknown-field"),
+        pytest.param("hostMemory.ratio", 0.5, id="host-memory-ratio-below-1"),
+        pytest.param("hostMemory.ratio", "2", id="host-memory-ratio-as-string"),
+        pytest.param("hostMemory.max", "lots", id="host-memory-max-not-a-quantity"),
+        pytest.param("hostMemory.max", "1.5Gi", id="host-memory-max-a-fraction"),
     ],
 )
 def test_values_schema_rejects(dotted: str, value: Any) -> None:
@@ -264,6 +268,33 @@ def test_values_schema_rejects(dotted: str, value: Any) -> None:
         values[dotted] = value
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(values, json.loads((CHART / "values.schema.json").read_text()))
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        pytest.param({}, id="defaults"),
+        pytest.param({"hostMemory.ratio": 1.5, "hostMemory.max": "8Gi"}, id="set"),
+    ],
+)
+def test_plugin_and_webhook_enforce_the_same_host_memory_bound(overrides: dict[str, Any]) -> None:
+    """Issue 25 class 2: the bound on a claim's hostMemory is the admin's, the same in prepare and the webhook."""
+    from dra_driver import config as config_mod
+
+    docs = {
+        d["metadata"]["name"]: d
+        for d in render_chart(chart_values(overrides))
+        if d["kind"] in ("DaemonSet", "Deployment")
+    }
+    plugin = {k: v["value"] for k, v in _container_env(docs["flexnpu-dra-plugin"]).items() if "value" in v}
+    webhook = {k: v["value"] for k, v in _container_env(docs["flexnpu-dra-plugin-webhook"]).items()}
+    names = ("FLEXNPU_HOST_MEMORY_RATIO", "FLEXNPU_MAX_HOST_MEMORY")
+    assert [plugin[n] for n in names] == [webhook[n] for n in names]
+    bound = config_mod.host_memory_bound(
+        {"host_memory_ratio": plugin[names[0]], "max_host_memory": plugin[names[1]]}
+    )
+    want = (overrides.get("hostMemory.ratio", 2), overrides.get("hostMemory.max", "64Gi"))
+    assert (bound.ratio, bound.cap_bytes) == (want[0], int(want[1][:-2]) << 30)
 
 
 def test_default_emulated_inventory_is_valid() -> None:

@@ -448,6 +448,72 @@ def test_a_config_that_disagrees_with_the_share_device_is_refused(world: World) 
     assert not (world.root / "state" / "locks" / f"{ref.uid}.lock").exists()
 
 
+def _host(value: str, source: str = "FromClaim", index: int = 0) -> dict[str, Any]:
+    params = {"apiVersion": "npu.flexnpu.io/v1alpha1", "kind": "VnpuConfig", "hostMemory": value}
+    return {"source": source, "requests": [], "opaque": {"driver": DRIVER, "parameters": params}}
+
+
+@pytest.mark.parametrize(
+    ("config", "memory", "field", "message"),
+    [
+        # issue 25 class 2: 1Ti on a 128 MiB share became the aclserver's memory.max and tmpfs size
+        pytest.param([_host("1Ti")], "128Mi", "config[0].opaque.parameters.hostMemory",
+                     "asks for '1Ti' of host memory; the most is 256Mi for a share of 128Mi", id="1Ti-on-128Mi"),
+        pytest.param([_host("256Mi", "FromClass", 0), _host("512Mi", "FromClaim", 1)], "512Mi",
+                     "config[1].opaque.parameters.hostMemory", "more than its DeviceClass's 256Mi",
+                     id="claim-over-its-class"),
+    ],
+)  # fmt: skip
+def test_a_claim_cannot_choose_its_own_host_memory_bound(
+    world: World, config: list[dict[str, Any]], memory: str, field: str, message: str
+) -> None:
+    ref = _claim(world, "greedy", [_share(memory=memory)], config)
+    err = world.prepare([ref])[ref.uid].error
+    assert "InvalidOpaqueConfig" in err and ref.uid in err and "ns/greedy" in err, err
+    assert field in err and message in err, err
+    assert world.remains(ref.uid) == NOTHING and not world.daemon.registered
+
+
+def test_a_claim_may_ask_for_less_host_memory_than_its_class(world: World) -> None:
+    ref = _claim(
+        world, "modest", [_share(memory="512Mi")], [_host("1Gi", "FromClass"), _host("64Mi", index=1)]
+    )
+    assert world.prepare([ref])[ref.uid].error == ""
+    (request,) = world.daemon.registered.values()
+    assert [s.host_memory_bytes for s in request.shares] == [64 * MIB]
+
+
+def test_a_claim_prepared_under_a_larger_bound_is_prepared_again(world: World) -> None:
+    """Lowering the bound refuses new claims only: the kubelet's repeat prepare of a live one succeeds."""
+    from dra_driver import sharing
+
+    ref = _claim(world, "early", [_share(memory="128Mi")], [_host("1Gi")])
+    world.preparer.settings = replace(world.preparer.settings, host_memory=sharing.HostMemoryBound(ratio=8))
+    first = world.prepare([ref])[ref.uid]
+    assert first.error == ""
+    world.preparer.settings = replace(world.preparer.settings, host_memory=sharing.HostMemoryBound())
+    assert world.prepare([ref])[ref.uid] == first
+    assert world.remains(ref.uid) == DONE
+
+
+def test_a_repeat_prepare_on_a_withdrawn_die_answers_from_the_checkpoint(world: World) -> None:
+    """Issue 25 ("also seen"): die 1 withdrawn from the node while a claim on it is prepared; the
+    kubelet's repeat prepare (a pod restart) returns the recorded devices and removes nothing. A claim
+    whose allocation differs from the record still gets DeviceNotFound."""
+    ref = _claim(world, "a", [_share(phy=1)])
+    first = world.prepare([ref])[ref.uid]
+    assert first.error == ""
+    world.preparer.inventory = lambda: Inventory(dies=(_die(0),))
+    assert world.prepare([ref])[ref.uid] == first
+    assert world.remains(ref.uid) == DONE and not world.daemon.unregistered
+    other = _claim(world, "b", [_share(phy=1)])
+    assert "DeviceNotFound" in world.prepare([other])[other.uid].error
+    world.claims["a"]["status"]["allocation"]["devices"]["results"][0]["shareID"] = (
+        "5a4e9999-0000-0000-0000-000000000000"
+    )
+    assert "DeviceNotFound" in world.prepare([ref])[ref.uid].error
+
+
 def test_one_bad_claim_does_not_fail_the_batch(world: World) -> None:
     good = _claim(world, "good", [_whole(phy=0)])
     bad = _claim(world, "bad", [_share(memory="100Mi")])
