@@ -109,7 +109,9 @@ class _Reader:
 
     def word(self, what: str) -> int:
         if self.pos + 8 > len(self.buf):
-            raise ContractError(f"operator message: {what} is missing (the tail ends at {self.pos} bytes)", field=what)
+            raise ContractError(
+                f"operator message: {what} is missing (the tail ends at {self.pos} bytes)", field=what
+            )
         (v,) = _Q.unpack_from(self.buf, self.pos)
         self.pos += 8
         return int(v)
@@ -128,7 +130,10 @@ class _Reader:
         n = self.bounded(f"{what} length", 0, limit)
         end = self.pos + n
         if end > len(self.buf):
-            raise ContractError(f"operator message: {what} has {n} bytes, the tail only {len(self.buf) - self.pos}", field=what)
+            raise ContractError(
+                f"operator message: {what} has {n} bytes, the tail only {len(self.buf) - self.pos}",
+                field=what,
+            )
         data = bytes(self.buf[self.pos : end])
         self.pos += (n + 7) & ~7
         return data
@@ -186,7 +191,11 @@ def _attr_value(r: _Reader, kind: int, what: str) -> AttrValue:
 
 def decode(tail: bytes, n_inputs: int, n_outputs: int, n_attrs: int) -> OpCall:
     """The operator in ``tail`` (ContractError naming the field for a malformed one)."""
-    for what, n, hi in (("n_inputs", n_inputs, MAX_TENSORS), ("n_outputs", n_outputs, MAX_TENSORS), ("n_attrs", n_attrs, MAX_ATTRS)):
+    for what, n, hi in (
+        ("n_inputs", n_inputs, MAX_TENSORS),
+        ("n_outputs", n_outputs, MAX_TENSORS),
+        ("n_attrs", n_attrs, MAX_ATTRS),
+    ):
         if not 0 <= n <= hi:
             raise ContractError(f"operator message: {what} must be in 0..{hi}, got {n}", field=what)
     r = _Reader(tail)
@@ -201,10 +210,14 @@ def decode(tail: bytes, n_inputs: int, n_outputs: int, n_attrs: int) -> OpCall:
         kind = r.bounded(f"{name}: attrs[{i}].kind", 0, max(AttrKind))
         attrs[key] = _attr_value(r, kind, f"{name}: attr {key}")
     if r.pos != len(r.buf):
-        raise ContractError(f"operator message {name}: {len(r.buf) - r.pos} bytes after the last attribute", field="tail")
+        raise ContractError(
+            f"operator message {name}: {len(r.buf) - r.pos} bytes after the last attribute", field="tail"
+        )
     for t in (*inputs, *outputs):
         if t.placement != Placement.ABSENT and len(t.strides) != len(t.dims):
-            raise ContractError(f"operator message {name}: strides and dims differ in length", field="strides")
+            raise ContractError(
+                f"operator message {name}: strides and dims differ in length", field="strides"
+            )
     return OpCall(name, inputs, outputs, attrs)
 
 
