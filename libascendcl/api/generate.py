@@ -474,7 +474,9 @@ def _forward_definition(row: Row) -> str:
     params = row.params.strip() or "void"
     names = ", ".join(_param_names(row.params))
     head = _wrap(f"API {row.return_type} {row.name}({params})" + ";")[:-1]
-    fail = {"error": "ACL_ERROR_API_NOT_SUPPORT", "pointer": "NULL", "value": row.fail or "0"}.get(row.returns)
+    fail = {"error": "ACL_ERROR_API_NOT_SUPPORT", "pointer": "NULL", "value": row.fail or "0"}.get(
+        row.returns
+    )
     call = f"fn({names})"
     body = [
         f"    static __typeof__({row.name}) *fn;",
@@ -506,7 +508,9 @@ def closure_mk(libs: Sequence[Library]) -> str:
         "CLOSURE_LIBS := " + " ".join(lib.soname for lib in libs),
     ]
     for lib in libs:
-        srcs = [f"closure/{s}" for s in lib.sources] + ([f"closure/forward_{lib.stem}.c"] if lib.forward else [])
+        srcs = [f"closure/{s}" for s in lib.sources] + (
+            [f"closure/forward_{lib.stem}.c"] if lib.forward else []
+        )
         lines.append(f"CLOSURE_SRCS_{lib.stem} := " + " ".join(srcs))
     return "\n".join(lines) + "\n"
 
