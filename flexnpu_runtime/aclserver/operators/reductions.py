@@ -10,9 +10,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from dra_driver.aclserver.operators.calls import Array, Call, store
+from flexnpu_runtime.aclserver.operators.calls import Array, Call, store
 
-__all__ = ["ACLOP", "reduce", "store_reduced"]
+__all__ = ["ACLOP", "max_along", "reduce", "store_reduced"]
 
 REDUCERS: dict[str, Callable[..., Array]] = {
     "ReduceSum": np.sum, "ReduceMean": np.mean, "ReduceMax": np.max, "ReduceMin": np.min,
@@ -66,17 +66,23 @@ def _argmax_v2(call: Call) -> int:
     return x.size
 
 
-def _argmax_with_value(call: Call) -> int:
-    """ArgMaxWithValue(x) -> indices, values along attribute ``dimension``."""
-    x = call.input(0, "x")
-    axis = call.axis(call.attr_int("dimension"), x.ndim, "attribute 'dimension'")
+def max_along(call: Call, x: Array, dim: int, keep: bool, field: str) -> tuple[Array, Array]:
+    """(values, indices) of the first maximum along ``dim`` (checked: present and not empty)."""
+    axis = call.axis(dim, x.ndim, field)
     if x.ndim == 0 or x.shape[axis] == 0:
         raise call.bad_input("cannot take the maximum over an empty or missing dimension")
-    keep = call.attr_bool("keep_dims", False)
     index = np.argmax(x, axis=axis, keepdims=True)
     values = np.take_along_axis(x, index, axis=axis)
     if not keep:
         index, values = np.squeeze(index, axis=axis), np.squeeze(values, axis=axis)
+    return values, index
+
+
+def _argmax_with_value(call: Call) -> int:
+    """ArgMaxWithValue(x) -> indices, values along attribute ``dimension``."""
+    x = call.input(0, "x")
+    keep = call.attr_bool("keep_dims", False)
+    values, index = max_along(call, x, call.attr_int("dimension"), keep, "attribute 'dimension'")
     store_reduced(call, 0, call.output(0, "indice"), index)
     store_reduced(call, 1, call.output(1, "values"), values)
     return x.size

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from dra_driver.aclserver.operators.calls import Array, Call, compute_dtype, store
+from flexnpu_runtime.aclserver.operators.calls import Array, Call, compute_dtype, store
 
 __all__ = ["ACLOP", "matmul"]
 

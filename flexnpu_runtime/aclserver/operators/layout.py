@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from dra_driver.aclserver.operators.calls import Array, Call, flat_view, store
+from flexnpu_runtime.aclserver.operators.calls import Array, Call, flat_view, store
 
 __all__ = ["ACLOP", "concat", "gather", "strided_view"]
 
@@ -47,26 +47,18 @@ def _one(call: Call, index: int, name: str) -> int:
     return values[0]
 
 
+def _operand_view(call: Call, buffer: Array, first: int, name: str) -> Array:
+    """The view of ``buffer`` that inputs ``first`` … ``first + 2`` (size, stride, offset) describe."""
+    size, stride = call.ints(first, f"{name}_size"), call.ints(first + 1, f"{name}_stride")
+    return strided_view(
+        call, buffer, size, stride, offset=_one(call, first + 2, f"{name}_offset"), field=name
+    )
+
+
 def _view_copy(call: Call) -> int:
     """ViewCopy(dst, dst_size, dst_stride, dst_offset, src, src_size, src_stride, src_offset) -> dst."""
-    dst = call.output(0, "dst")
-    src = call.input(4, "src")
-    target = strided_view(
-        call,
-        dst,
-        call.ints(1, "dst_size"),
-        call.ints(2, "dst_stride"),
-        offset=_one(call, 3, "dst_offset"),
-        field="dst",
-    )
-    source = strided_view(
-        call,
-        src,
-        call.ints(5, "src_size"),
-        call.ints(6, "src_stride"),
-        offset=_one(call, 7, "src_offset"),
-        field="src",
-    )
+    target = _operand_view(call, call.output(0, "dst"), 1, "dst")
+    source = _operand_view(call, call.input(4, "src"), 5, "src")
     try:
         value = np.broadcast_to(source, target.shape)
     except ValueError:
@@ -80,14 +72,8 @@ def _view_copy(call: Call) -> int:
 def _as_strided(call: Call) -> int:
     """AsStrided(x, size, stride, storage_offset) -> y."""
     x = call.input(0, "x")
-    view = strided_view(
-        call,
-        x,
-        call.ints(1, "size"),
-        call.ints(2, "stride"),
-        offset=_one(call, 3, "storage_offset"),
-        field="x",
-    )
+    size, stride = call.ints(1, "size"), call.ints(2, "stride")
+    view = strided_view(call, x, size, stride, offset=_one(call, 3, "storage_offset"), field="x")
     store(call.op, 0, call.output(0, "y"), view)
     return 0
 

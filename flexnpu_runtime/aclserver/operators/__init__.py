@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from dra_driver.aclserver.operators import (
+from flexnpu_runtime.aclserver.operators import (
     aclnn,
     cost,
     creation,
@@ -33,8 +33,8 @@ from dra_driver.aclserver.operators import (
     norms,
     reductions,
 )
-from dra_driver.aclserver.operators.calls import Array, AttrValue, Call
-from dra_driver.aclserver.operators.errors import OperatorError, UnknownOperator
+from flexnpu_runtime.aclserver.operators.calls import Array, AttrValue, Call
+from flexnpu_runtime.aclserver.operators.errors import OperatorError, UnknownOperator
 
 __all__ = ["AttrValue", "OperatorError", "UnknownOperator", "known_ops", "run"]
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from dra_driver.aclserver.operators.calls import Array, Call, store
+from flexnpu_runtime.aclserver.operators.calls import Array, Call, store
 
 __all__ = ["ACLOP", "layer_norm", "log_softmax", "rms_norm", "softmax"]
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dra_driver.aclserver.operators.errors import (
+from flexnpu_runtime.aclserver.operators.errors import (
     ACL_ERROR_OP_ATTR_NOT_MATCH,
     ACL_ERROR_OP_INPUT_NOT_MATCH,
     ACL_ERROR_OP_OUTPUT_NOT_MATCH,

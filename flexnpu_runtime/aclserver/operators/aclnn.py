@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dra_driver.aclserver.operators import elementwise, linalg, norms, reductions
-from dra_driver.aclserver.operators.calls import Array, Call, compute_dtype, numpy_dtype, store
-from dra_driver.aclserver.operators.creation import arange
-from dra_driver.aclserver.operators.layout import concat, gather, strided_slice
+from flexnpu_runtime.aclserver.operators import elementwise, linalg, norms, reductions
+from flexnpu_runtime.aclserver.operators.calls import Array, Call, compute_dtype, numpy_dtype, store
+from flexnpu_runtime.aclserver.operators.creation import arange
+from flexnpu_runtime.aclserver.operators.layout import concat, gather, strided_slice
 
 __all__ = ["ACLNN", "KINDS", "SPECS", "Bound"]
 
@@ -176,19 +176,22 @@ UNARY = {"Exp": "Exp", "Neg": "Neg", "Sqrt": "Sqrt", "Rsqrt": "Rsqrt", "Tanh": "
          "Sigmoid": "Sigmoid", "Gelu": "Gelu"}  # fmt: skip
 
 
-def _unary(op: str, *, inplace: bool) -> Kernel:
+def _unary(op: str, *, inplace: str = "") -> Kernel:
+    """``op`` of ``self`` into ``out``, or (``inplace``: the written parameter's name) into that tensor."""
+
     def kernel(b: Bound) -> int:
-        x = b.t("selfRef" if inplace else "self")
-        b.store("selfRef" if inplace else "out", elementwise.unary(op, x, call=b.call))
+        x = b.t(inplace or "self")
+        b.store(inplace or "out", elementwise.unary(op, x, call=b.call))
         return 8 * x.size
 
     return kernel
 
 
 for _op, _aclop in UNARY.items():
-    _spec(f"aclnn{_op}", "self:tensor out:out", _unary(_aclop, inplace=False))
+    _spec(f"aclnn{_op}", "self:tensor out:out", _unary(_aclop))
     if _op != "Gelu":
-        _spec(f"aclnnInplace{_op}", "selfRef:inout", _unary(_aclop, inplace=True))
+        _ref = "self" if _op == "Sqrt" else "selfRef"  # CANN's aclnnInplaceSqrt names it self
+        _spec(f"aclnnInplace{_op}", f"{_ref}:inout", _unary(_aclop, inplace=_ref))
 
 
 def _silu(b: Bound) -> int:
@@ -505,13 +508,9 @@ def _max(b: Bound) -> int:
 
 def _max_dim(b: Bound) -> int:
     x = b.t("self")
-    axis = b.call.axis(b.call.attr_int("dim"), x.ndim, "dim")
-    if x.ndim and x.shape[axis] == 0:
-        raise b.call.bad_input("max over an empty dimension")
-    index = np.argmax(x, axis=axis, keepdims=True) if x.ndim else np.zeros((), np.int64)
-    values = np.take_along_axis(x, index, axis=axis) if x.ndim else x
-    if not b.call.attr_bool("keepdim") and x.ndim:
-        index, values = np.squeeze(index, axis=axis), np.squeeze(values, axis=axis)
+    values, index = reductions.max_along(
+        b.call, x, b.call.attr_int("dim"), b.call.attr_bool("keepdim"), "dim"
+    )
     for name, value in (("out", values), ("indices", index)):
         i, out = b.out(name)
         reductions.store_reduced(b.call, i, out, value)
@@ -520,12 +519,9 @@ def _max_dim(b: Bound) -> int:
 
 def _argmax(b: Bound) -> int:
     x = b.t("self")
-    axis = b.call.axis(b.call.attr_int("dim"), x.ndim, "dim")
-    if x.ndim and x.shape[axis] == 0:
-        raise b.call.bad_input("argmax over an empty dimension")
-    value = np.argmax(x, axis=axis, keepdims=b.call.attr_bool("keepdim")) if x.ndim else np.int64(0)
+    _, index = reductions.max_along(b.call, x, b.call.attr_int("dim"), b.call.attr_bool("keepdim"), "dim")
     i, out = b.out("out")
-    reductions.store_reduced(b.call, i, out, np.asarray(value))
+    reductions.store_reduced(b.call, i, out, index)
     return x.size
 
 
