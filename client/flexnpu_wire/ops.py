@@ -55,6 +55,7 @@ class Op(IntEnum):
     MODEL_UNLOAD = 48
     STAGING_FD = 50
     MALLOC_HOST_FD = 51
+    OPERATOR = 60
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +194,13 @@ OPS: tuple[OpSpec, ...] = (
         reply=("host_ptr", "mapped_bytes"),
         reply_tail="(SCM_RIGHTS) the buffer: a sealed memfd",
         summary="unix socket only: aclrtMallocHost as a sealed memfd the server maps (copies at memcpy speed)",
+    ),
+    OpSpec(
+        Op.OPERATOR,
+        request=("stream", "n_inputs", "n_outputs", "n_attrs"),
+        request_tail="the operator's name, tensors and attributes (flexnpu_wire/opcall.py layout)",
+        summary="one operator queued on the stream (aclopCompileAndExecute, aclopExecuteV2, the aclnn launches);"
+        " never answered: a failure is the stream's error, returned by its next synchronize",
     ),
 )
 

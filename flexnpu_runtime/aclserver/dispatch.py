@@ -19,6 +19,7 @@ from flexnpu_runtime.aclserver.backend import AclFailure, Backend
 from flexnpu_runtime.aclserver.ledger import Pause
 from flexnpu_runtime.aclserver.memory import Memory
 from flexnpu_runtime.aclserver.models import Models
+from flexnpu_runtime.aclserver.opexec import Operators
 from flexnpu_runtime.aclserver.streams import WAITING_OPS, Streams
 from flexnpu_wire import codes, ops
 from flexnpu_wire import framing as protocol
@@ -33,6 +34,7 @@ _session_ids = itertools.count(1 << 40)
 _encode_reply = protocol.encode_reply
 _MODEL_EXECUTE = int(Op.MODEL_EXECUTE)
 _STAGING_FD = int(Op.STAGING_FD)
+_OPERATOR = int(Op.OPERATOR)
 Handler = Callable[[tuple[int, ...]], tuple[int, ...]]
 TailHandler = Callable[[protocol.Message], tuple[tuple[int, ...], bytes] | None]
 """An op whose request or reply carries a tail: the whole message in, (values, reply tail) out;
@@ -78,6 +80,7 @@ class Session:
             backend, session_id=self.session_id, memory=self.memory, streams=self.streams, claim=claim,
             current=self._current,
         )  # fmt: skip
+        self.operators = Operators(backend, session_id=self.session_id, streams=self.streams)
         self.staging = self.memory.staging
         handlers: dict[Op, Handler] = {
             Op.INIT: self._init,
@@ -107,6 +110,9 @@ class Session:
             Op.MALLOC_HOST_FD: self.memory.malloc_host_fd,
         }
         self._fd_handlers = {int(op): (_arities(op), fn) for op, fn in fd_handlers.items()}
+        self._unanswered: dict[int, tuple[frozenset[int], Callable[[protocol.Message], None]]] = {
+            _OPERATOR: (_arities(Op.OPERATOR), self._operator),
+        }
 
     # -- dispatch ---------------------------------------------------------------------------------
 
@@ -134,6 +140,10 @@ class Session:
         that passes a file descriptor is an ``FdReply``; None: it is sent later, when its work
         ends (``reply_later``)."""
         op, ints = msg.op, msg.ints
+        unanswered = self._unanswered.get(op)
+        if unanswered is not None:  # never answered: a failure is the stream's (opexec.py)
+            unanswered[1](msg)
+            return None
         try:
             entry = self._handlers.get(op)
             if entry is None:
@@ -188,6 +198,9 @@ class Session:
         self.streams.close()
         self.models.close()
         self.memory.close()
+
+    def _operator(self, msg: protocol.Message) -> None:
+        self.operators.launch(msg, initialized=self.initialized)
 
     # -- lifecycle and devices -------------------------------------------------------------------
 

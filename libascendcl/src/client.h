@@ -81,6 +81,7 @@ struct session_state {
     struct devalloc *allocs; /* sorted by base */
     size_t nallocs, capallocs;
     uint64_t *default_streams; /* per device, 0 = none yet */
+    struct context **default_contexts; /* per device: made current by aclrtSetDevice (in objects) */
     void **objects;            /* live contexts and events (handles are checked before use) */
     size_t nobjects, capobjects;
     int connect_timeout_ms, call_timeout_ms;

@@ -3460,40 +3460,6 @@ API aclError aclopLoad(const void *model, size_t modelSize)
     return ACL_ERROR_API_NOT_SUPPORT;
 }
 
-API aclError aclopExecute(const char *opType, int numInputs, const aclTensorDesc *const inputDesc[],
-    const aclDataBuffer *const inputs[], int numOutputs, const aclTensorDesc *const outputDesc[],
-    aclDataBuffer *const outputs[], const aclopAttr *attr, aclrtStream stream)
-{
-    (void)opType;
-    (void)numInputs;
-    (void)inputDesc;
-    (void)inputs;
-    (void)numOutputs;
-    (void)outputDesc;
-    (void)outputs;
-    (void)attr;
-    (void)stream;
-    (void)flexnpu_unsupported("aclopExecute");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclopExecuteV2(const char *opType, int numInputs, aclTensorDesc *inputDesc[],
-    aclDataBuffer *inputs[], int numOutputs, aclTensorDesc *outputDesc[], aclDataBuffer *outputs[],
-    aclopAttr *attr, aclrtStream stream)
-{
-    (void)opType;
-    (void)numInputs;
-    (void)inputDesc;
-    (void)inputs;
-    (void)numOutputs;
-    (void)outputDesc;
-    (void)outputs;
-    (void)attr;
-    (void)stream;
-    (void)flexnpu_unsupported("aclopExecuteV2");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
 API aclError aclopCreateHandle(const char *opType, int numInputs, const aclTensorDesc *const inputDesc[],
     int numOutputs, const aclTensorDesc *const outputDesc[], const aclopAttr *opAttr, aclopHandle **handle)
 {
@@ -3705,56 +3671,6 @@ API aclError aclopCompile(const char *opType, int numInputs, const aclTensorDesc
     (void)compileFlag;
     (void)opPath;
     (void)flexnpu_unsupported("aclopCompile");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclopCompileAndExecute(const char *opType, int numInputs, const aclTensorDesc *const inputDesc[],
-    const aclDataBuffer *const inputs[], int numOutputs, const aclTensorDesc *const outputDesc[],
-    aclDataBuffer *const outputs[], const aclopAttr *attr, aclopEngineType engineType,
-    aclopCompileType compileFlag, const char *opPath, aclrtStream stream)
-{
-    (void)opType;
-    (void)numInputs;
-    (void)inputDesc;
-    (void)inputs;
-    (void)numOutputs;
-    (void)outputDesc;
-    (void)outputs;
-    (void)attr;
-    (void)engineType;
-    (void)compileFlag;
-    (void)opPath;
-    (void)stream;
-    (void)flexnpu_unsupported("aclopCompileAndExecute");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclopCompileAndExecuteV2(const char *opType, int numInputs, aclTensorDesc *inputDesc[],
-    aclDataBuffer *inputs[], int numOutputs, aclTensorDesc *outputDesc[], aclDataBuffer *outputs[],
-    aclopAttr *attr, aclopEngineType engineType, aclopCompileType compileFlag, const char *opPath,
-    aclrtStream stream)
-{
-    (void)opType;
-    (void)numInputs;
-    (void)inputDesc;
-    (void)inputs;
-    (void)numOutputs;
-    (void)outputDesc;
-    (void)outputs;
-    (void)attr;
-    (void)engineType;
-    (void)compileFlag;
-    (void)opPath;
-    (void)stream;
-    (void)flexnpu_unsupported("aclopCompileAndExecuteV2");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclSetCompileopt(aclCompileOpt opt, const char *value)
-{
-    (void)opt;
-    (void)value;
-    (void)flexnpu_unsupported("aclSetCompileopt");
     return ACL_ERROR_API_NOT_SUPPORT;
 }
 

@@ -1,0 +1,127 @@
+/*
+ * op_launch.c: single operators on a share (issue 24 item 3), as torch_npu sends them without
+ * libopapi.so: aclopCompileAndExecute with tensor descriptors, a 0-d host-resident scalar, op
+ * attributes, on an asynchronous stream; the results are read back after a synchronize. Then an
+ * unknown operator: its launch succeeds, the next synchronize returns the stream's error naming it,
+ * and the stream keeps working. fx_op_launch (acl/flexnpu_op.h) with a strided view of device memory.
+ */
+#include "check.h"
+
+#include <acl/acl.h>
+#include <acl/acl_op_compiler.h>
+#include <acl/flexnpu_op.h>
+
+#include <math.h>
+#include <string.h>
+
+#define N 4
+
+static void *device_copy(const float *host, size_t n)
+{
+    void *p = NULL;
+    CALL(aclrtMalloc(&p, n * sizeof(float), ACL_MEM_MALLOC_HUGE_FIRST));
+    if (host)
+        CALL(aclrtMemcpy(p, n * sizeof(float), host, n * sizeof(float), ACL_MEMCPY_HOST_TO_DEVICE));
+    return p;
+}
+
+static void read_back(float *host, const void *dev, size_t n)
+{
+    CALL(aclrtMemcpy(host, n * sizeof(float), dev, n * sizeof(float), ACL_MEMCPY_DEVICE_TO_HOST));
+}
+
+int main(void)
+{
+    CALL(aclInit(NULL));
+    CALL(aclrtSetDevice(0));
+    aclrtContext ctx = NULL;
+    CALL(aclrtGetCurrentContext(&ctx));
+    CHECK(ctx != NULL, "aclrtSetDevice made the device's default context current");
+    aclrtStream stream = NULL;
+    CALL(aclrtCreateStreamWithConfig(&stream, 0, 3));
+
+    float a[N * N], b[N * N], out[N * N];
+    for (int i = 0; i < N * N; i++) {
+        a[i] = (float)i;
+        b[i] = (float)(i % 3) - 1.0f;
+    }
+    void *da = device_copy(a, N * N), *db = device_copy(b, N * N), *dout = device_copy(NULL, N * N);
+    int64_t dims[2] = {N, N};
+    aclTensorDesc *d2 = aclCreateTensorDesc(ACL_FLOAT, 2, dims, ACL_FORMAT_ND);
+    aclTensorDesc *scalar = aclCreateTensorDesc(ACL_FLOAT, 0, NULL, ACL_FORMAT_ND);
+    CALL(aclSetTensorPlaceMent(scalar, ACL_MEMTYPE_HOST_COMPILE_INDEPENDENT));
+    float one = 1.0f;
+    aclDataBuffer *ba = aclCreateDataBuffer(da, sizeof a), *bb = aclCreateDataBuffer(db, sizeof b);
+    aclDataBuffer *bout = aclCreateDataBuffer(dout, sizeof out), *bone = aclCreateDataBuffer(&one, sizeof one);
+
+    /* Add(a, 1) */
+    const aclTensorDesc *add_in[2] = {d2, scalar};
+    const aclDataBuffer *add_buf[2] = {ba, bone};
+    const aclTensorDesc *outs[1] = {d2};
+    aclDataBuffer *out_buf[1] = {bout};
+    aclopAttr *none = aclopCreateAttr();
+    CALL(aclopCompileAndExecute("Add", 2, add_in, add_buf, 1, outs, out_buf, none, ACL_ENGINE_SYS,
+                                ACL_COMPILE_SYS, NULL, stream));
+    CALL(aclrtSynchronizeStream(stream));
+    read_back(out, dout, N * N);
+    int good = 1;
+    for (int i = 0; i < N * N; i++)
+        good &= out[i] == a[i] + 1.0f;
+    CHECK(good, "Add(a, host scalar 1) computed on the share");
+
+    /* MatMul(a, b^T) with transpose_x2 */
+    aclopAttr *mm = aclopCreateAttr();
+    CALL(aclopSetAttrBool(mm, "transpose_x1", 0));
+    CALL(aclopSetAttrBool(mm, "transpose_x2", 1));
+    const aclTensorDesc *mm_in[2] = {d2, d2};
+    const aclDataBuffer *mm_buf[2] = {ba, bb};
+    CALL(aclopCompileAndExecute("MatMul", 2, mm_in, mm_buf, 1, outs, out_buf, mm, ACL_ENGINE_SYS, ACL_COMPILE_SYS,
+                                NULL, stream));
+    CALL(aclrtSynchronizeStream(stream));
+    read_back(out, dout, N * N);
+    good = 1;
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < N; j++) {
+            float want = 0;
+            for (int k = 0; k < N; k++)
+                want += a[i * N + k] * b[j * N + k];
+            good &= fabsf(out[i * N + j] - want) < 1e-4f;
+        }
+    CHECK(good, "MatMul(a, b, transpose_x2) computed on the share");
+
+    /* an unknown operator: launched, then the stream's error at the synchronize, naming it */
+    CALL(aclopCompileAndExecute("NoSuchOp", 2, mm_in, mm_buf, 1, outs, out_buf, NULL, ACL_ENGINE_SYS,
+                                ACL_COMPILE_SYS, NULL, stream));
+    rc = aclrtSynchronizeStream(stream);
+    CHECK(rc == 100024 && strstr(msg(), "NoSuchOp"), "the unknown op's stream error: %d %s", rc, msg());
+    printf("val unknown_code %d\n", rc);
+
+    /* the stream goes on: OnesLike through fx_op_launch on a strided view (every other row) */
+    int64_t half[2] = {N / 2, N}, strides[2] = {2 * N, 1};
+    fxTensor view = {FX_TENSOR_DEVICE, ACL_FLOAT, ACL_FORMAT_ND, 2, half, strides, N, dout, sizeof out};
+    CALL(aclrtMemset(dout, sizeof out, 0, sizeof out));
+    CALL(fx_op_launch("OnesLike", 1, &view, 1, &view, NULL, stream));
+    CALL(aclrtSynchronizeStream(stream));
+    read_back(out, dout, N * N);
+    good = 1;
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < N; j++)
+            good &= out[i * N + j] == (i % 2 == 1 ? 1.0f : 0.0f);
+    CHECK(good, "OnesLike wrote exactly rows 1 and 3 (offset %d, row stride %d)", N, 2 * N);
+
+    /* a view beyond its buffer is the stream's error, naming the operand */
+    int64_t big[2] = {N, 2 * N};
+    fxTensor over = {FX_TENSOR_DEVICE, ACL_FLOAT, ACL_FORMAT_ND, 2, big, NULL, 0, dout, sizeof out};
+    CALL(fx_op_launch("OnesLike", 1, &over, 1, &over, NULL, stream));
+    rc = aclrtSynchronizeStream(stream);
+    CHECK(rc == ACL_ERROR_INVALID_PARAM && strstr(msg(), "OnesLike"), "a view past its buffer: %d %s", rc, msg());
+    CHECK(fx_op_launch(NULL, 0, NULL, 0, NULL, NULL, stream) == ACL_ERROR_INVALID_PARAM, "a NULL op name: %s",
+          msg());
+
+    aclopDestroyAttr(mm);
+    aclopDestroyAttr(none);
+    CALL(aclrtDestroyStream(stream));
+    CALL(aclrtResetDevice(0));
+    CALL(aclFinalize());
+    return finish();
+}
