@@ -130,7 +130,11 @@ def header(name: str, functions: list[Function]) -> str:
         "",
     ]
     for f in functions:
-        lines += [f"ACL_FUNC_VISIBILITY {f.workspace_proto()};", f"ACL_FUNC_VISIBILITY {f.launch_proto()};", ""]
+        lines += [
+            f"ACL_FUNC_VISIBILITY {f.workspace_proto()};",
+            f"ACL_FUNC_VISIBILITY {f.launch_proto()};",
+            "",
+        ]
     lines += ["#ifdef __cplusplus", "}", "#endif", "", f"#endif /* {guard} */", ""]
     return "\n".join(lines)
 
@@ -146,11 +150,19 @@ def functions_c(functions: list[Function]) -> str:
     headers = sorted({f.header for f in functions})
     lines += [f'#include "aclnnop/{h}"' for h in headers] + [""]
     for f in functions:
-        lines += [f"API {f.workspace_proto()}", "{", f'    aclOpExecutor *e = flexnpu_opapi_begin("{f.name}");']
+        lines += [
+            f"API {f.workspace_proto()}",
+            "{",
+            f'    aclOpExecutor *e = flexnpu_opapi_begin("{f.name}");',
+        ]
         lines += ["    " + KINDS[p.kind][1].format(p=p.name) for p in f.params]
         lines += ["    return flexnpu_opapi_finish(e, workspaceSize, executor);", "}", ""]
         lines += [f"API {f.launch_proto()}", "{"]
-        lines += [f'    return flexnpu_opapi_launch("{f.name}", workspace, workspaceSize, executor, stream);', "}", ""]
+        lines += [
+            f'    return flexnpu_opapi_launch("{f.name}", workspace, workspaceSize, executor, stream);',
+            "}",
+            "",
+        ]
     return "\n".join(lines)
 
 
