@@ -28,14 +28,6 @@ API aclError aclGetCannAttributeList(const aclCannAttr **cannAttrList, size_t *n
     return ACL_ERROR_API_NOT_SUPPORT;
 }
 
-API aclError aclGetCannAttribute(aclCannAttr cannAttr, int32_t *value)
-{
-    (void)cannAttr;
-    (void)value;
-    (void)flexnpu_unsupported("aclGetCannAttribute");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
 API aclError aclGetDeviceCapability(uint32_t deviceId, aclDeviceInfo deviceInfo, int64_t *value)
 {
     (void)deviceId;
@@ -191,46 +183,6 @@ API aclError aclrtUnSubscribeReport(uint64_t threadId, aclrtStream stream)
     (void)threadId;
     (void)stream;
     (void)flexnpu_unsupported("aclrtUnSubscribeReport");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtCtxGetSysParamOpt(aclSysParamOpt opt, int64_t *value)
-{
-    (void)opt;
-    (void)value;
-    (void)flexnpu_unsupported("aclrtCtxGetSysParamOpt");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtCtxSetSysParamOpt(aclSysParamOpt opt, int64_t value)
-{
-    (void)opt;
-    (void)value;
-    (void)flexnpu_unsupported("aclrtCtxSetSysParamOpt");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtGetSysParamOpt(aclSysParamOpt opt, int64_t *value)
-{
-    (void)opt;
-    (void)value;
-    (void)flexnpu_unsupported("aclrtGetSysParamOpt");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtSetSysParamOpt(aclSysParamOpt opt, int64_t value)
-{
-    (void)opt;
-    (void)value;
-    (void)flexnpu_unsupported("aclrtSetSysParamOpt");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtSetStreamFailureMode(aclrtStream stream, uint64_t mode)
-{
-    (void)stream;
-    (void)mode;
-    (void)flexnpu_unsupported("aclrtSetStreamFailureMode");
     return ACL_ERROR_API_NOT_SUPPORT;
 }
 
@@ -704,28 +656,6 @@ API aclError aclrtSetOpWaitTimeout(uint32_t timeout)
     return ACL_ERROR_API_NOT_SUPPORT;
 }
 
-API aclError aclrtSetOpExecuteTimeOut(uint32_t timeout)
-{
-    (void)timeout;
-    (void)flexnpu_unsupported("aclrtSetOpExecuteTimeOut");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtSetOpExecuteTimeOutWithMs(uint32_t timeout)
-{
-    (void)timeout;
-    (void)flexnpu_unsupported("aclrtSetOpExecuteTimeOutWithMs");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtSetOpExecuteTimeOutV2(uint64_t timeout, uint64_t *actualTimeout)
-{
-    (void)timeout;
-    (void)actualTimeout;
-    (void)flexnpu_unsupported("aclrtSetOpExecuteTimeOutV2");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
 API aclError aclrtGetOpTimeOutInterval(uint64_t *interval)
 {
     (void)interval;
@@ -746,20 +676,6 @@ API aclError aclrtGetStreamOverflowSwitch(aclrtStream stream, uint32_t *flag)
     (void)stream;
     (void)flag;
     (void)flexnpu_unsupported("aclrtGetStreamOverflowSwitch");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtSetDeviceSatMode(aclrtFloatOverflowMode mode)
-{
-    (void)mode;
-    (void)flexnpu_unsupported("aclrtSetDeviceSatMode");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtGetDeviceSatMode(aclrtFloatOverflowMode *mode)
-{
-    (void)mode;
-    (void)flexnpu_unsupported("aclrtGetDeviceSatMode");
     return ACL_ERROR_API_NOT_SUPPORT;
 }
 
@@ -1927,15 +1843,6 @@ API aclError aclmdlRICaptureBegin(aclrtStream stream, aclmdlRICaptureMode mode)
     (void)stream;
     (void)mode;
     (void)flexnpu_unsupported("aclmdlRICaptureBegin");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclmdlRICaptureGetInfo(aclrtStream stream, aclmdlRICaptureStatus *status, aclmdlRI *modelRI)
-{
-    (void)stream;
-    (void)status;
-    (void)modelRI;
-    (void)flexnpu_unsupported("aclmdlRICaptureGetInfo");
     return ACL_ERROR_API_NOT_SUPPORT;
 }
 

@@ -37,8 +37,31 @@ int main(void)
     aclrtContext ctx = NULL;
     CALL(aclrtGetCurrentContext(&ctx));
     CHECK(ctx != NULL, "aclrtSetDevice made the device's default context current");
+    /* torch_npu's start-up calls, each answered as CANN does on an A2 die (startup.c) */
+    int32_t attr = -1;
+    CALL(aclGetCannAttribute(ACL_CANN_ATTR_INF_NAN, &attr));
+    CHECK(attr == 1, "INF_NAN mode is supported: %d", attr);
+    CALL(aclSetCompileopt(ACL_OP_JIT_COMPILE, "disable"));
+    char opt[16] = "";
+    CALL(aclGetCompileopt(ACL_OP_JIT_COMPILE, opt, sizeof opt));
+    CHECK(strcmp(opt, "disable") == 0, "a compile option is kept: %s", opt);
+    int64_t det = -1;
+    CALL(aclrtCtxSetSysParamOpt(ACL_OPT_DETERMINISTIC, 1));
+    CALL(aclrtCtxGetSysParamOpt(ACL_OPT_DETERMINISTIC, &det));
+    CHECK(det == 1, "the context's deterministic option is kept: %lld", (long long)det);
+    CALL(aclrtGetSysParamOpt(ACL_OPT_DETERMINISTIC, &det));
+    uint64_t granted = 0;
+    CALL(aclrtSetOpExecuteTimeOutV2(1800000, &granted));
+    CHECK(granted == 1800000, "the operator timeout asked for is granted: %llu", (unsigned long long)granted);
+    aclmdlRICaptureStatus status = ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE;
+    aclmdlRI ri = (aclmdlRI)&status;
+    CALL(aclmdlRICaptureGetInfo(NULL, &status, &ri));
+    CHECK(status == ACL_MODEL_RI_CAPTURE_STATUS_NONE && ri == NULL, "no capture: status %d", (int)status);
+    CHECK(aclGetCannAttribute((aclCannAttr)99, &attr) == ACL_ERROR_INVALID_PARAM, "an unknown attribute: %s", msg());
+
     aclrtStream stream = NULL;
     CALL(aclrtCreateStreamWithConfig(&stream, 0, 3));
+    CALL(aclrtSetStreamFailureMode(stream, 1));
 
     float a[N * N], b[N * N], out[N * N];
     for (int i = 0; i < N * N; i++) {
