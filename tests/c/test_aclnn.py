@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from flexnpu_testing import clibrary
-from tests.c.conftest import HERE, run
+from tests.c.conftest import HERE, Claim, run
 
 BUILD = clibrary.LIBRARY_DIR / "build"
 
@@ -61,3 +61,18 @@ def test_host_side_objects_and_executors(aclnn_objects: Path) -> None:
     res = run(aclnn_objects, conf=None, LD_LIBRARY_PATH=str(BUILD)).ok()
     assert res.values["failures"] == "0"
     assert "aclnnAddGetWorkspaceSize: other is NULL" in res.stderr  # the refusal names the parameter
+
+
+@pytest.fixture(scope="module")
+def aclnn_launch(library: Path) -> Path:
+    return clibrary.compile_program(
+        HERE / "aclnn_launch.c",
+        link_library=library,
+        extra_flags=[f"-L{library.parent}", "-Wl,--no-as-needed", "-lopapi", "-lm"],
+    )
+
+
+def test_aclnn_functions_run_on_the_share_in_stream_order(aclnn_launch: Path, claim: Claim) -> None:
+    res = run(aclnn_launch, conf=claim.conf, LD_LIBRARY_PATH=str(BUILD)).ok()
+    assert res.values["mismatch_code"] == "100021"
+    assert res.stdout.count("\nok ") >= 20 and "FAIL" not in res.stdout, res.stdout
