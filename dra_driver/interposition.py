@@ -68,6 +68,14 @@ CLOSURE_LIBRARIES = (
     "libge_runner.so",
     "libgraph.so",
     "libacl_tdt_channel.so",
+    "libnnopbase.so",
+    "libopapi.so",
+    "libaclnn_ops_infer.so",
+    "libaclnn_ops_train.so",
+    "libaclnn_math.so",
+    "libaclnn_sparse.so",
+    "libaclnn_fft.so",
+    "libaclnn_rand.so",
 )
 """The closure's libraries (``libascendcl/api/closure.json``, in its order), installed beside the library."""
 CONTAINER_PRELOAD = "/etc/ld.so.preload"

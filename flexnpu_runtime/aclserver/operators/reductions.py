@@ -1,0 +1,96 @@
+"""Reductions: ReduceSum/ReduceMean/ReduceMax/ReduceMin (input ``axes`` on the host, attribute
+``keep_dims``; empty axes reduce nothing, as CANN's TensorFlow-compatible ops), ArgMaxV2 (input
+``dimension``) and ArgMaxWithValue (outputs indices, values; attributes ``dimension``, ``keep_dims``).
+Sums and means of floats accumulate in float64 and are written in the output's dtype.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from flexnpu_runtime.aclserver.operators.calls import Array, Call, store
+
+__all__ = ["ACLOP", "max_along", "reduce", "store_reduced"]
+
+REDUCERS: dict[str, Callable[..., Array]] = {
+    "ReduceSum": np.sum, "ReduceMean": np.mean, "ReduceMax": np.max, "ReduceMin": np.min,
+}  # fmt: skip
+
+
+def reduce(call: Call, name: str, x: Array, axes: list[int], keep: bool) -> Array:
+    """``x`` reduced by ``REDUCERS[name]`` over ``axes`` (checked against ``x``'s dims)."""
+    dims = tuple(sorted({call.axis(a, x.ndim, "axes") for a in axes})) if x.ndim else ()
+    if not dims:
+        return x
+    if name in ("ReduceMax", "ReduceMin") and any(x.shape[d] == 0 for d in dims):
+        raise call.bad_input(f"cannot take {name[6:].lower()} over an empty dimension of {list(x.shape)}")
+    value = x.astype(np.float64) if name in ("ReduceSum", "ReduceMean") and x.dtype.kind == "f" else x
+    if name == "ReduceMean" and x.dtype.kind != "f":
+        value = x.astype(np.float64)
+    result: Array = REDUCERS[name](value, axis=dims, keepdims=keep)
+    return result
+
+
+def store_reduced(call: Call, index: int, out: Array, value: Array) -> None:
+    """A reduction into its output: with or without the kept dims, as long as the elements match."""
+    if out.size != np.size(value):
+        raise call.bad_input(
+            f"output {index} has shape {list(out.shape)}, the result {list(np.shape(value))}"
+        )
+    store(call.op, index, out, np.reshape(value, out.shape))
+
+
+def _reduce_kernel(name: str) -> Callable[[Call], int]:
+    def kernel(call: Call) -> int:
+        x = call.input(0, "x")
+        value = reduce(call, name, x, call.ints(1, "axes"), call.attr_bool("keep_dims", False))
+        store_reduced(call, 0, call.output(0, "y"), value)
+        return x.size
+
+    return kernel
+
+
+def _argmax_v2(call: Call) -> int:
+    """ArgMaxV2(x, dimension): the index of the first maximum along ``dimension``."""
+    x = call.input(0, "x")
+    dims = call.ints(1, "dimension")
+    if len(dims) != 1:
+        raise call.bad_input(f"input 1 (dimension) must hold one axis, it holds {len(dims)}")
+    axis = call.axis(dims[0], x.ndim, "input 1 (dimension)")
+    if x.ndim and x.shape[axis] == 0:
+        raise call.bad_input("cannot take argmax over an empty dimension")
+    value = np.argmax(x, axis=axis, keepdims=call.attr_bool("keep_dims", False)) if x.ndim else np.int64(0)
+    store_reduced(call, 0, call.output(0, "y"), np.asarray(value))
+    return x.size
+
+
+def max_along(call: Call, x: Array, dim: int, keep: bool, field: str) -> tuple[Array, Array]:
+    """(values, indices) of the first maximum along ``dim`` (checked: present and not empty)."""
+    axis = call.axis(dim, x.ndim, field)
+    if x.ndim == 0 or x.shape[axis] == 0:
+        raise call.bad_input("cannot take the maximum over an empty or missing dimension")
+    index = np.argmax(x, axis=axis, keepdims=True)
+    values = np.take_along_axis(x, index, axis=axis)
+    if not keep:
+        index, values = np.squeeze(index, axis=axis), np.squeeze(values, axis=axis)
+    return values, index
+
+
+def _argmax_with_value(call: Call) -> int:
+    """ArgMaxWithValue(x) -> indices, values along attribute ``dimension``."""
+    x = call.input(0, "x")
+    keep = call.attr_bool("keep_dims", False)
+    values, index = max_along(call, x, call.attr_int("dimension"), keep, "attribute 'dimension'")
+    store_reduced(call, 0, call.output(0, "indice"), index)
+    store_reduced(call, 1, call.output(1, "values"), values)
+    return x.size
+
+
+ACLOP: dict[str, Callable[[Call], int]] = {
+    **{name: _reduce_kernel(name) for name in REDUCERS},
+    "ArgMaxV2": _argmax_v2,
+    "ArgMaxWithValue": _argmax_with_value,
+}
+"""aclop kernels of this module; each returns its flop count."""

@@ -1,0 +1,78 @@
+"""The share's aclnn libraries (issue 24 item 3): libopapi.so and libnnopbase.so built from
+api/aclnn_api.json, the host-side objects and executors of a real C program, and the exports."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flexnpu_testing import clibrary
+from tests.c.conftest import HERE, Claim, run
+
+BUILD = clibrary.LIBRARY_DIR / "build"
+
+
+def _generator():  # type: ignore[no-untyped-def]
+    path = clibrary.LIBRARY_DIR / "api" / "generate_aclnn.py"
+    spec = importlib.util.spec_from_file_location("aclnn_generate", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _exports(lib: Path) -> set[str]:
+    out = subprocess.run(["nm", "-D", "--defined-only", str(lib)], capture_output=True, text=True, check=True)
+    return {line.split()[-1] for line in out.stdout.splitlines() if line.split()[1:2] == ["T"]}
+
+
+@pytest.fixture(scope="module")
+def aclnn_objects(library: Path) -> Path:
+    return clibrary.compile_program(
+        HERE / "aclnn_objects.c",
+        link_library=library,
+        extra_flags=[f"-L{library.parent}", "-Wl,--no-as-needed", "-lopapi"],
+    )
+
+
+def test_the_generated_files_are_current() -> None:
+    assert _generator().main(["--check"]) == 0
+
+
+def test_libopapi_exports_the_table_and_the_objects(library: Path) -> None:
+    functions = _generator().load()
+    wanted = {n for f in functions for n in (f.name, f.name + "GetWorkspaceSize")}
+    exported = _exports(library.parent / "libopapi.so")
+    objects = _exports(library.parent / "libnnopbase.so")
+    assert wanted <= exported
+    assert exported - wanted == objects  # nothing else: the objects and the builder
+    assert {"aclCreateTensor", "aclCreateScalar", "aclCreateIntArray", "aclCreateFloatArray", "aclCreateBoolArray",
+            "aclCreateTensorList", "aclDestroyAclOpExecutor", "aclnnInit", "aclGetViewShape"} <= objects  # fmt: skip
+    for name in ("ops_infer", "ops_train", "math", "sparse", "fft", "rand"):
+        assert not any(s.startswith("aclnn") for s in _exports(library.parent / f"libaclnn_{name}.so"))
+
+
+def test_host_side_objects_and_executors(aclnn_objects: Path) -> None:
+    res = run(aclnn_objects, conf=None, LD_LIBRARY_PATH=str(BUILD)).ok()
+    assert res.values["failures"] == "0"
+    assert "aclnnAddGetWorkspaceSize: other is NULL" in res.stderr  # the refusal names the parameter
+
+
+@pytest.fixture(scope="module")
+def aclnn_launch(library: Path) -> Path:
+    return clibrary.compile_program(
+        HERE / "aclnn_launch.c",
+        link_library=library,
+        extra_flags=[f"-L{library.parent}", "-Wl,--no-as-needed", "-lopapi", "-lm"],
+    )
+
+
+def test_aclnn_functions_run_on_the_share_in_stream_order(aclnn_launch: Path, claim: Claim) -> None:
+    res = run(aclnn_launch, conf=claim.conf, LD_LIBRARY_PATH=str(BUILD)).ok()
+    assert res.values["mismatch_code"] == "100021"
+    assert res.stdout.count("\nok ") >= 20 and "FAIL" not in res.stdout, res.stdout
