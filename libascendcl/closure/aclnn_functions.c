@@ -23,12 +23,18 @@
 #include "aclnnop/aclnn_ge_scalar.h"
 #include "aclnnop/aclnn_ge_tensor.h"
 #include "aclnnop/aclnn_gelu.h"
+#include "aclnnop/aclnn_gelu_v2.h"
 #include "aclnnop/aclnn_gt_scalar.h"
 #include "aclnnop/aclnn_gt_tensor.h"
 #include "aclnnop/aclnn_index_select.h"
 #include "aclnnop/aclnn_layer_norm.h"
 #include "aclnnop/aclnn_le_scalar.h"
 #include "aclnnop/aclnn_le_tensor.h"
+#include "aclnnop/aclnn_log.h"
+#include "aclnnop/aclnn_logical_and.h"
+#include "aclnnop/aclnn_logical_not.h"
+#include "aclnnop/aclnn_logical_or.h"
+#include "aclnnop/aclnn_logsoftmax.h"
 #include "aclnnop/aclnn_lt_scalar.h"
 #include "aclnnop/aclnn_lt_tensor.h"
 #include "aclnnop/aclnn_masked_fill_scalar.h"
@@ -36,7 +42,9 @@
 #include "aclnnop/aclnn_matmul.h"
 #include "aclnnop/aclnn_max.h"
 #include "aclnnop/aclnn_max_dim.h"
+#include "aclnnop/aclnn_maximum.h"
 #include "aclnnop/aclnn_mean.h"
+#include "aclnnop/aclnn_minimum.h"
 #include "aclnnop/aclnn_mm.h"
 #include "aclnnop/aclnn_mul.h"
 #include "aclnnop/aclnn_ne_scalar.h"
@@ -45,6 +53,8 @@
 #include "aclnnop/aclnn_ones.h"
 #include "aclnnop/aclnn_permute.h"
 #include "aclnnop/aclnn_pow.h"
+#include "aclnnop/aclnn_pow_tensor_tensor.h"
+#include "aclnnop/aclnn_reciprocal.h"
 #include "aclnnop/aclnn_reduce_sum.h"
 #include "aclnnop/aclnn_relu.h"
 #include "aclnnop/aclnn_rms_norm.h"
@@ -389,6 +399,31 @@ API aclnnStatus aclnnInplaceExp(void *workspace, uint64_t workspaceSize, aclOpEx
     return flexnpu_opapi_launch("aclnnInplaceExp", workspace, workspaceSize, executor, stream);
 }
 
+API aclnnStatus aclnnLogGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    aclOpExecutor *e = flexnpu_opapi_begin("aclnnLog");
+    flexnpu_opapi_tensor(e, "self", self, 0, 0);
+    flexnpu_opapi_tensor(e, "out", out, 0, 1);
+    return flexnpu_opapi_finish(e, workspaceSize, executor);
+}
+
+API aclnnStatus aclnnLog(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
+{
+    return flexnpu_opapi_launch("aclnnLog", workspace, workspaceSize, executor, stream);
+}
+
+API aclnnStatus aclnnInplaceLogGetWorkspaceSize(aclTensor *selfRef, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    aclOpExecutor *e = flexnpu_opapi_begin("aclnnInplaceLog");
+    flexnpu_opapi_tensor(e, "selfRef", selfRef, 0, 1);
+    return flexnpu_opapi_finish(e, workspaceSize, executor);
+}
+
+API aclnnStatus aclnnInplaceLog(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
+{
+    return flexnpu_opapi_launch("aclnnInplaceLog", workspace, workspaceSize, executor, stream);
+}
+
 API aclnnStatus aclnnNegGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
 {
     aclOpExecutor *e = flexnpu_opapi_begin("aclnnNeg");
@@ -462,6 +497,31 @@ API aclnnStatus aclnnInplaceRsqrtGetWorkspaceSize(aclTensor *selfRef, uint64_t *
 API aclnnStatus aclnnInplaceRsqrt(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
 {
     return flexnpu_opapi_launch("aclnnInplaceRsqrt", workspace, workspaceSize, executor, stream);
+}
+
+API aclnnStatus aclnnReciprocalGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    aclOpExecutor *e = flexnpu_opapi_begin("aclnnReciprocal");
+    flexnpu_opapi_tensor(e, "self", self, 0, 0);
+    flexnpu_opapi_tensor(e, "out", out, 0, 1);
+    return flexnpu_opapi_finish(e, workspaceSize, executor);
+}
+
+API aclnnStatus aclnnReciprocal(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
+{
+    return flexnpu_opapi_launch("aclnnReciprocal", workspace, workspaceSize, executor, stream);
+}
+
+API aclnnStatus aclnnInplaceReciprocalGetWorkspaceSize(const aclTensor *selfRef, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    aclOpExecutor *e = flexnpu_opapi_begin("aclnnInplaceReciprocal");
+    flexnpu_opapi_tensor(e, "selfRef", selfRef, 0, 1);
+    return flexnpu_opapi_finish(e, workspaceSize, executor);
+}
+
+API aclnnStatus aclnnInplaceReciprocal(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
+{
+    return flexnpu_opapi_launch("aclnnInplaceReciprocal", workspace, workspaceSize, executor, stream);
 }
 
 API aclnnStatus aclnnTanhGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
@@ -539,6 +599,31 @@ API aclnnStatus aclnnInplaceSigmoid(void *workspace, uint64_t workspaceSize, acl
     return flexnpu_opapi_launch("aclnnInplaceSigmoid", workspace, workspaceSize, executor, stream);
 }
 
+API aclnnStatus aclnnLogicalNotGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    aclOpExecutor *e = flexnpu_opapi_begin("aclnnLogicalNot");
+    flexnpu_opapi_tensor(e, "self", self, 0, 0);
+    flexnpu_opapi_tensor(e, "out", out, 0, 1);
+    return flexnpu_opapi_finish(e, workspaceSize, executor);
+}
+
+API aclnnStatus aclnnLogicalNot(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
+{
+    return flexnpu_opapi_launch("aclnnLogicalNot", workspace, workspaceSize, executor, stream);
+}
+
+API aclnnStatus aclnnInplaceLogicalNotGetWorkspaceSize(aclTensor *selfRef, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    aclOpExecutor *e = flexnpu_opapi_begin("aclnnInplaceLogicalNot");
+    flexnpu_opapi_tensor(e, "selfRef", selfRef, 0, 1);
+    return flexnpu_opapi_finish(e, workspaceSize, executor);
+}
+
+API aclnnStatus aclnnInplaceLogicalNot(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
+{
+    return flexnpu_opapi_launch("aclnnInplaceLogicalNot", workspace, workspaceSize, executor, stream);
+}
+
 API aclnnStatus aclnnGeluGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
 {
     aclOpExecutor *e = flexnpu_opapi_begin("aclnnGelu");
@@ -563,6 +648,90 @@ API aclnnStatus aclnnSiluGetWorkspaceSize(const aclTensor *self, aclTensor *out,
 API aclnnStatus aclnnSilu(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
 {
     return flexnpu_opapi_launch("aclnnSilu", workspace, workspaceSize, executor, stream);
+}
+
+API aclnnStatus aclnnGeluV2GetWorkspaceSize(const aclTensor *x, int64_t approximate, aclTensor *y, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    aclOpExecutor *e = flexnpu_opapi_begin("aclnnGeluV2");
+    flexnpu_opapi_tensor(e, "x", x, 0, 0);
+    flexnpu_opapi_int(e, "approximate", (int64_t)approximate);
+    flexnpu_opapi_tensor(e, "y", y, 0, 1);
+    return flexnpu_opapi_finish(e, workspaceSize, executor);
+}
+
+API aclnnStatus aclnnGeluV2(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
+{
+    return flexnpu_opapi_launch("aclnnGeluV2", workspace, workspaceSize, executor, stream);
+}
+
+API aclnnStatus aclnnMaximumGetWorkspaceSize(const aclTensor *self, const aclTensor *other, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    aclOpExecutor *e = flexnpu_opapi_begin("aclnnMaximum");
+    flexnpu_opapi_tensor(e, "self", self, 0, 0);
+    flexnpu_opapi_tensor(e, "other", other, 0, 0);
+    flexnpu_opapi_tensor(e, "out", out, 0, 1);
+    return flexnpu_opapi_finish(e, workspaceSize, executor);
+}
+
+API aclnnStatus aclnnMaximum(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
+{
+    return flexnpu_opapi_launch("aclnnMaximum", workspace, workspaceSize, executor, stream);
+}
+
+API aclnnStatus aclnnMinimumGetWorkspaceSize(const aclTensor *self, const aclTensor *other, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    aclOpExecutor *e = flexnpu_opapi_begin("aclnnMinimum");
+    flexnpu_opapi_tensor(e, "self", self, 0, 0);
+    flexnpu_opapi_tensor(e, "other", other, 0, 0);
+    flexnpu_opapi_tensor(e, "out", out, 0, 1);
+    return flexnpu_opapi_finish(e, workspaceSize, executor);
+}
+
+API aclnnStatus aclnnMinimum(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
+{
+    return flexnpu_opapi_launch("aclnnMinimum", workspace, workspaceSize, executor, stream);
+}
+
+API aclnnStatus aclnnLogicalAndGetWorkspaceSize(const aclTensor *self, const aclTensor *other, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    aclOpExecutor *e = flexnpu_opapi_begin("aclnnLogicalAnd");
+    flexnpu_opapi_tensor(e, "self", self, 0, 0);
+    flexnpu_opapi_tensor(e, "other", other, 0, 0);
+    flexnpu_opapi_tensor(e, "out", out, 0, 1);
+    return flexnpu_opapi_finish(e, workspaceSize, executor);
+}
+
+API aclnnStatus aclnnLogicalAnd(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
+{
+    return flexnpu_opapi_launch("aclnnLogicalAnd", workspace, workspaceSize, executor, stream);
+}
+
+API aclnnStatus aclnnLogicalOrGetWorkspaceSize(const aclTensor *self, const aclTensor *other, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    aclOpExecutor *e = flexnpu_opapi_begin("aclnnLogicalOr");
+    flexnpu_opapi_tensor(e, "self", self, 0, 0);
+    flexnpu_opapi_tensor(e, "other", other, 0, 0);
+    flexnpu_opapi_tensor(e, "out", out, 0, 1);
+    return flexnpu_opapi_finish(e, workspaceSize, executor);
+}
+
+API aclnnStatus aclnnLogicalOr(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
+{
+    return flexnpu_opapi_launch("aclnnLogicalOr", workspace, workspaceSize, executor, stream);
+}
+
+API aclnnStatus aclnnPowTensorTensorGetWorkspaceSize(const aclTensor *self, const aclTensor *exponent, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    aclOpExecutor *e = flexnpu_opapi_begin("aclnnPowTensorTensor");
+    flexnpu_opapi_tensor(e, "self", self, 0, 0);
+    flexnpu_opapi_tensor(e, "exponent", exponent, 0, 0);
+    flexnpu_opapi_tensor(e, "out", out, 0, 1);
+    return flexnpu_opapi_finish(e, workspaceSize, executor);
+}
+
+API aclnnStatus aclnnPowTensorTensor(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
+{
+    return flexnpu_opapi_launch("aclnnPowTensorTensor", workspace, workspaceSize, executor, stream);
 }
 
 API aclnnStatus aclnnEqTensorGetWorkspaceSize(const aclTensor *self, const aclTensor *other, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
@@ -853,6 +1022,20 @@ API aclnnStatus aclnnSoftmaxGetWorkspaceSize(const aclTensor *self, int64_t dim,
 API aclnnStatus aclnnSoftmax(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
 {
     return flexnpu_opapi_launch("aclnnSoftmax", workspace, workspaceSize, executor, stream);
+}
+
+API aclnnStatus aclnnLogSoftmaxGetWorkspaceSize(const aclTensor *self, int64_t dim, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    aclOpExecutor *e = flexnpu_opapi_begin("aclnnLogSoftmax");
+    flexnpu_opapi_tensor(e, "self", self, 0, 0);
+    flexnpu_opapi_int(e, "dim", (int64_t)dim);
+    flexnpu_opapi_tensor(e, "out", out, 0, 1);
+    return flexnpu_opapi_finish(e, workspaceSize, executor);
+}
+
+API aclnnStatus aclnnLogSoftmax(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
+{
+    return flexnpu_opapi_launch("aclnnLogSoftmax", workspace, workspaceSize, executor, stream);
 }
 
 API aclnnStatus aclnnLayerNormGetWorkspaceSize(const aclTensor *input, const aclIntArray *normalizedShape, const aclTensor *weightOptional, const aclTensor *biasOptional, double eps, aclTensor *out, aclTensor *meanOutOptional, aclTensor *rstdOutOptional, uint64_t *workspaceSize, aclOpExecutor **executor)

@@ -172,8 +172,8 @@ def _pow_tensor_scalar(b: Bound) -> int:
 
 _spec("aclnnPowTensorScalar", "self:tensor exponent:scalar out:out", _pow_tensor_scalar)
 
-UNARY = {"Exp": "Exp", "Neg": "Neg", "Sqrt": "Sqrt", "Rsqrt": "Rsqrt", "Tanh": "Tanh", "Relu": "Relu",
-         "Sigmoid": "Sigmoid", "Gelu": "Gelu"}  # fmt: skip
+UNARY = {"Exp": "Exp", "Log": "Log", "Neg": "Neg", "Sqrt": "Sqrt", "Rsqrt": "Rsqrt", "Reciprocal": "Reciprocal",
+         "Tanh": "Tanh", "Relu": "Relu", "Sigmoid": "Sigmoid", "LogicalNot": "LogicalNot", "Gelu": "Gelu"}  # fmt: skip
 
 
 def _unary(op: str, *, inplace: str = "") -> Kernel:
@@ -203,6 +203,34 @@ def _silu(b: Bound) -> int:
 
 
 _spec("aclnnSilu", "self:tensor out:out", _silu)
+
+
+def _gelu_v2(b: Bound) -> int:
+    x = b.t("x")
+    b.call.float_dtype(x, "x")
+    approximate = b.call.attr_int("approximate")
+    if approximate not in (0, 1):
+        raise b.call.bad_attr(f"approximate must be 0 (none) or 1 (tanh), it is {approximate}")
+    b.store("y", elementwise.gelu(x.astype(compute_dtype(x)), tanh=approximate == 1))
+    return 8 * x.size
+
+
+_spec("aclnnGeluV2", "x:tensor approximate:int y:out", _gelu_v2)
+
+
+def _binary(op: str, second: str) -> Kernel:
+    def kernel(b: Bound) -> int:
+        a = b.t("self")
+        b.store("out", elementwise.binary(op, a, b.t(second), call=b.call))
+        return a.size
+
+    return kernel
+
+
+for _name, _op in (("Maximum", "Maximum"), ("Minimum", "Minimum"), ("LogicalAnd", "LogicalAnd"),
+                   ("LogicalOr", "LogicalOr")):  # fmt: skip
+    _spec(f"aclnn{_name}", "self:tensor other:tensor out:out", _binary(_op, "other"))
+_spec("aclnnPowTensorTensor", "self:tensor exponent:tensor out:out", _binary("Pow", "exponent"))
 
 
 def _compare(op: str, *, scalar_other: bool) -> Kernel:
@@ -309,15 +337,21 @@ _spec("aclnnBaddbmm", "self:tensor batch1:tensor batch2:tensor beta:scalar alpha
 # -- normalisations -------------------------------------------------------------------------------
 
 
-def _softmax(b: Bound) -> int:
-    x = b.t("self")
-    b.call.float_dtype(x, "self")
-    axis = b.call.axis(b.call.attr_int("dim"), x.ndim, "dim")
-    b.store("out", norms.softmax(x, (axis,)) if x.ndim else np.ones_like(x))
-    return 8 * x.size
+def _softmax(fn: Callable[[Array, tuple[int, ...]], Array], scalar: float) -> Kernel:
+    """softmax or log-softmax of ``self`` along ``dim`` (a 0-d tensor gives ``scalar``)."""
+
+    def kernel(b: Bound) -> int:
+        x = b.t("self")
+        b.call.float_dtype(x, "self")
+        axis = b.call.axis(b.call.attr_int("dim"), x.ndim, "dim")
+        b.store("out", fn(x, (axis,)) if x.ndim else np.full_like(x, scalar))
+        return 8 * x.size
+
+    return kernel
 
 
-_spec("aclnnSoftmax", "self:tensor dim:int out:out", _softmax)
+_spec("aclnnSoftmax", "self:tensor dim:int out:out", _softmax(norms.softmax, 1.0))
+_spec("aclnnLogSoftmax", "self:tensor dim:int out:out", _softmax(norms.log_softmax, 0.0))
 
 
 def _layer_norm(b: Bound) -> int:
