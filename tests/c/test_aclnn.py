@@ -76,3 +76,16 @@ def test_aclnn_functions_run_on_the_share_in_stream_order(aclnn_launch: Path, cl
     res = run(aclnn_launch, conf=claim.conf, LD_LIBRARY_PATH=str(BUILD)).ok()
     assert res.values["mismatch_code"] == "100021"
     assert res.stdout.count("\nok ") >= 20 and "FAIL" not in res.stdout, res.stdout
+
+
+def test_aclnn_objects_are_sanitizer_clean() -> None:
+    lib = clibrary.build_library(sanitized=True)
+    exe = clibrary.compile_program(
+        HERE / "aclnn_objects.c",
+        link_library=lib,
+        extra_flags=[*clibrary.SANITIZERS, "-g", f"-L{lib.parent}", "-Wl,--no-as-needed", "-lopapi"],
+        out_dir=lib.parent,
+    )
+    res = run(exe, conf=None, LD_LIBRARY_PATH=str(lib.parent), ASAN_OPTIONS="detect_leaks=1:abort_on_error=0")
+    assert res.rc == 0 and not res.failures, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "ERROR: " not in res.stderr and "runtime error" not in res.stderr, res.stderr[-3000:]
