@@ -77,9 +77,9 @@ class Operators:
         inputs = [self._array(call.name, f"inputs[{i}]", t) for i, t in enumerate(call.inputs)]
         outputs = [self._array(call.name, f"outputs[{i}]", t) for i, t in enumerate(call.outputs)]
         try:
-            die_ns = operators.run(
-                call.name, inputs, [o for o in outputs if o is not None], cast(Mapping[str, Any], call.attrs)
-            )
+            # an absent optional output stays in its place as None (aclnnLayerNorm's meanOutOptional):
+            # the operator library finds each output by its position
+            die_ns = operators.run(call.name, inputs, outputs, cast(Mapping[str, Any], call.attrs))
         except operators.OperatorError as exc:
             raise AclFailure(exc.code, exc.message) from None
         except (ValueError, TypeError, IndexError) as exc:  # a kernel's numpy refusal: the op's, not ours

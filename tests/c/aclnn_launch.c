@@ -126,6 +126,25 @@ int main(void)
     float ln[6] = {-z, 0, z, -z, 0, z};
     CHECK(close_to(got, ln, 6, 1e-5f), "aclnnLayerNorm with the optional tensors NULL");
 
+    /* weight and bias given, meanOutOptional NULL, rstdOutOptional given: the rstd lands in its own tensor */
+    float w3[3] = {2, 2, 2}, b3[3] = {1, 1, 1}, rstd[2];
+    int64_t d3[1] = {3}, d21[2] = {2, 1};
+    void *dw = device(w3, 3), *db = device(b3, 3), *drstd = device(NULL, 2);
+    aclTensor *tw = tensor(dw, 1, d3), *tb = tensor(db, 1, d3), *trstd = tensor(drstd, 2, d21);
+    LAUNCH(aclnnLayerNorm, ta, shape, tw, tb, 1e-5, tout, NULL, trstd);
+    read_back(got, dout, 6);
+    for (int i = 0; i < 6; i++)
+        want[i] = 2 * ln[i] + 1;
+    CHECK(close_to(got, want, 6, 1e-5f), "aclnnLayerNorm with weight and bias");
+    read_back(rstd, drstd, 2);
+    float rstd_want[2] = {z, z};
+    CHECK(close_to(rstd, rstd_want, 2, 1e-5f), "rstdOutOptional with meanOutOptional NULL holds the rstd (%g)",
+          (double)rstd[0]);
+    aclDestroyTensor(tw), aclDestroyTensor(tb), aclDestroyTensor(trstd);
+    CALL(aclrtFree(dw));
+    CALL(aclrtFree(db));
+    CALL(aclrtFree(drstd));
+
     /* cat of a tensor list along dim 0 into a [4, 3] tensor */
     int64_t d43[2] = {4, 3};
     aclTensor *t43 = tensor(dout, 2, d43);
