@@ -4,6 +4,7 @@ api/aclnn_api.json, the host-side objects and executors of a real C program, and
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -89,3 +90,46 @@ def test_aclnn_objects_are_sanitizer_clean() -> None:
     res = run(exe, conf=None, LD_LIBRARY_PATH=str(lib.parent), ASAN_OPTIONS="detect_leaks=1:abort_on_error=0")
     assert res.rc == 0 and not res.failures, res.stdout[-3000:] + res.stderr[-3000:]
     assert "ERROR: " not in res.stderr and "runtime error" not in res.stderr, res.stderr[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("row", "words"),
+    [
+        pytest.param(
+            {
+                "name": "aclnnFoo",
+                "header": "aclnn_foo.h",
+                "params": [{"name": "x", "kind": "blob", "ctype": "int"}],
+            },
+            "params[0].kind 'blob'",
+            id="unknown-kind",
+        ),
+        pytest.param(
+            {
+                "name": "aclnnFoo",
+                "header": "aclnn_foo.h",
+                "params": [{"name": "x", "kind": "scalar", "ctype": "double"}],
+            },
+            "params[0].ctype 'double' does not fit kind 'scalar'",
+            id="ctype",
+        ),
+        pytest.param({"name": "foo", "header": "aclnn_foo.h", "params": []}, "name must be", id="name"),
+        pytest.param(
+            {"name": "aclnnFoo", "header": "../x.h", "params": []}, "header must be", id="header-path"
+        ),
+        pytest.param(
+            {"name": "aclnnFoo", "header": "aclnn_foo.h", "params": [], "serve": 1},
+            "fields must be",
+            id="extra-field",
+        ),
+    ],
+)
+def test_a_bad_table_row_is_refused_naming_row_and_field(
+    tmp_path: Path, row: dict[str, object], words: str
+) -> None:
+    gen = _generator()
+    table = tmp_path / "aclnn_api.json"
+    table.write_text(json.dumps({"format": 1, "functions": [row]}))
+    with pytest.raises(gen.TableError) as info:
+        gen.load(table)
+    assert "row 0" in str(info.value) and words in str(info.value)
