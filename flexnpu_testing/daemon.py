@@ -28,7 +28,7 @@ from flexnpu_wire import framing as protocol
 from flexnpu_wire.shares import Share
 
 REPO = Path(__file__).resolve().parents[1]  # flexnpu_testing/daemon.py
-ACLSERVER_MAIN = REPO / "dra_driver" / "aclserver" / "main.py"
+ACLSERVER_MAIN = REPO / "flexnpu_runtime" / "aclserver" / "main.py"
 FAKE = Path(__file__).with_name("fake_aclserver.py")
 FAKE_COMMAND = f"{sys.executable} {FAKE}"
 INVENTORY = inventories.path("eight-910b4.yaml")  # dies 0..7, 32 GiB each

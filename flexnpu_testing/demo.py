@@ -98,7 +98,7 @@ def _daemon_process(
     sock = dirs["run"] / "daemon.sock"
     cgroup_parent = f"flexnpu-demo-{shm_root.name}"  # the demo's own, removed at the end
     argv = [
-        sys.executable, "-m", "dra_driver.daemon.main", "--socket", str(sock),
+        sys.executable, "-m", "flexnpu_runtime.daemon.main", "--socket", str(sock),
         "--state-dir", str(dirs["state"] / "daemon"), "--run-dir", str(dirs["run"] / "daemon"),
         "--shm-root", str(shm_root), "--inventory", env["FLEXNPU_INVENTORY"], "--cgroup-parent", cgroup_parent,
     ]  # fmt: skip

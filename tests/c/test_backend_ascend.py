@@ -21,6 +21,7 @@ from flexnpu_runtime.aclserver.backend import AclFailure
 from flexnpu_runtime.aclserver.backend_ascend import AscendBackend
 from flexnpu_testing import aclserver_harness, clibrary
 from flexnpu_wire import clientconf, codes
+from flexnpu_wire import datalink as wire_datalink
 from tests.c.conftest import HERE, MIB, run
 from tests.integration import daemon_harness
 from tests.integration.daemon_harness import DaemonProc
@@ -282,7 +283,7 @@ def test_memcpy_through_regions_and_a_truncated_one(
     try:
         region.write_from(0, memoryview(bytes(range(256)) * 32))
         dev = b.malloc(0, 8192, 0)
-        host = datalink.host_ptr(1, 0)
+        host = wire_datalink.host_ptr(1, 0)
         b.memcpy(dst=dev, src=host, count=8192, span=8192, dst_region=None, src_region=region)
         back = bytearray(8192)
         b.copy_from_device(dev, memoryview(back))

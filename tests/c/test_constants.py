@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from flexnpu_client import transport
-from flexnpu_runtime.aclserver import datalink
 from flexnpu_testing import clibrary
 from flexnpu_wire import codes
+from flexnpu_wire import datalink as wire_datalink
 from flexnpu_wire import framing as protocol
 from flexnpu_wire.framing import Op
 
@@ -47,8 +47,8 @@ def python_values() -> dict[str, int]:
             "FLEXNPU_FLAG_REPLY": protocol.FLAG_REPLY,
             "FLEXNPU_HEADER_BYTES": protocol.HEADER.size,
             "FLEXNPU_MAX_INTS": 255,
-            "FLEXNPU_HOST_TAG": datalink.HOST_TAG,
-            "FLEXNPU_OFFSET_BITS": datalink.OFFSET_BITS,
+            "FLEXNPU_HOST_TAG": wire_datalink.HOST_TAG,
+            "FLEXNPU_OFFSET_BITS": wire_datalink.OFFSET_BITS,
             "FLEXNPU_REPLY_MAX_FRAME": transport._REPLY_MAX_FRAME,
         }
     )

@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 
 from flexnpu_client import AclError, ConnectError, Session
-from flexnpu_runtime.aclserver import datalink
 from flexnpu_testing import aclserver_harness
 from flexnpu_testing.aclserver_harness import RunningAclServer
 from flexnpu_wire import clientconf, codes
+from flexnpu_wire import datalink as wire_datalink
 from flexnpu_wire import framing as protocol
 from flexnpu_wire.clientconf import Endpoints
 from flexnpu_wire.codes import MemcpyKind
@@ -380,7 +380,7 @@ def test_disconnect_mid_copy_releases_memory_and_buffers(server: RunningAclServe
         assert exchange(sock, Op.SET_DEVICE, (1,)).ints[0] == 0
         ptr = exchange(sock, Op.MALLOC, (MEM1, 0)).ints[1]
         # a copy request the client never waits for
-        sock.sendall(protocol.encode(Op.MEMCPY, 9, (ptr, MEM1, datalink.host_ptr(0), STAGING, H2D)))
+        sock.sendall(protocol.encode(Op.MEMCPY, 9, (ptr, MEM1, wire_datalink.host_ptr(0), STAGING, H2D)))
     aclserver_harness.wait_for(lambda: not staging.exists(), what="staging region removed")
     new_session_sees_everything_released(server)
     assert sorted(os.listdir(server.spec.shm_dir)) == ["aclserver.sock"]

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from flexnpu_client import AclError, Session
-from flexnpu_runtime.aclserver import datalink
 from flexnpu_testing import aclserver_harness
 from flexnpu_testing.aclserver_harness import RunningAclServer
 from flexnpu_testing.waiting import wait_for
 from flexnpu_wire import codes
+from flexnpu_wire import datalink as wire_datalink
 from flexnpu_wire import framing as protocol
 from flexnpu_wire.codes import MemcpyKind
 from flexnpu_wire.framing import Op
@@ -196,7 +196,9 @@ def test_truncated_staging_file_fails_the_copy_not_the_server(tmp_path: Path, by
             # the copy is sent as frames only: the client's own mapping of a truncated file would
             # SIGBUS the client, which is the container hurting itself, not the aclserver
             with pytest.raises(AclError) as err:
-                s.call(Op.MEMCPY, ptr, 4 << 20, datalink.host_ptr(0, 0), 1 << 19, MemcpyKind.HOST_TO_DEVICE)
+                s.call(
+                    Op.MEMCPY, ptr, 4 << 20, wire_datalink.host_ptr(0, 0), 1 << 19, MemcpyKind.HOST_TO_DEVICE
+                )
             assert err.value.ret == codes.ACL_ERROR_INVALID_PARAM and "data link" in err.value.message
             assert victim.proc.poll() is None
             s.free(ptr)
@@ -277,7 +279,7 @@ def test_a_sealed_staging_memfd_cannot_be_shrunk_and_a_punched_hole_harms_nobody
             ptr = replies[2].ints[1]  # type: ignore[union-attr]
             sock.sendall(
                 protocol.encode(
-                    Op.MEMCPY, 6, (ptr, 4096, datalink.host_ptr(0, 0), 4096, MemcpyKind.HOST_TO_DEVICE)
+                    Op.MEMCPY, 6, (ptr, 4096, wire_datalink.host_ptr(0, 0), 4096, MemcpyKind.HOST_TO_DEVICE)
                 )
             )
             copy = reader.read()

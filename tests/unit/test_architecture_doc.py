@@ -21,11 +21,12 @@ DOC = ROOT / "docs" / "architecture.md"
 TOP = {p.name for p in ROOT.iterdir() if not p.name.startswith(".")}
 BARE_FILE = re.compile(r"^[\w*.-]+\.(py|proto|c|h|md|toml|yaml|json)$")
 DOTTED = re.compile(
-    r"^(dra_driver|dra_kubeletplugin|kubeletplugin|controller|flexnpu_wire|flexnpu_client|flexnpu_testing)(\.\w+)+$"
+    r"^(dra_driver|flexnpu_runtime|dra_kubeletplugin|kubeletplugin|controller|flexnpu_wire|flexnpu_client|flexnpu_testing)(\.\w+)+$"
 )
 # Where a Python package's import root is, for a path under it.
 IMPORT_ROOTS = {
     "dra_driver": "",
+    "flexnpu_runtime": "",
     "dra_kubeletplugin": "",
     "kubeletplugin": "",
     "controller": "",
