@@ -50,6 +50,7 @@
 #include "aclnnop/aclnn_ne_scalar.h"
 #include "aclnnop/aclnn_ne_tensor.h"
 #include "aclnnop/aclnn_neg.h"
+#include "aclnnop/aclnn_normal.h"
 #include "aclnnop/aclnn_ones.h"
 #include "aclnnop/aclnn_permute.h"
 #include "aclnnop/aclnn_pow.h"
@@ -69,6 +70,7 @@
 #include "aclnnop/aclnn_tanh.h"
 #include "aclnnop/aclnn_tril.h"
 #include "aclnnop/aclnn_triu.h"
+#include "aclnnop/aclnn_uniform.h"
 #include "aclnnop/aclnn_zero.h"
 
 API aclnnStatus aclnnInplaceOneGetWorkspaceSize(const aclTensor *selfRef, uint64_t *workspaceSize, aclOpExecutor **executor)
@@ -134,6 +136,38 @@ API aclnnStatus aclnnArangeGetWorkspaceSize(const aclScalar *start, const aclSca
 API aclnnStatus aclnnArange(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
 {
     return flexnpu_opapi_launch("aclnnArange", workspace, workspaceSize, executor, stream);
+}
+
+API aclnnStatus aclnnInplaceNormalGetWorkspaceSize(const aclTensor *selfRef, float mean, float std, int64_t seed, int64_t offset, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    aclOpExecutor *e = flexnpu_opapi_begin("aclnnInplaceNormal");
+    flexnpu_opapi_tensor(e, "selfRef", selfRef, 0, 1);
+    flexnpu_opapi_double(e, "mean", mean);
+    flexnpu_opapi_double(e, "std", std);
+    flexnpu_opapi_int(e, "seed", (int64_t)seed);
+    flexnpu_opapi_int(e, "offset", (int64_t)offset);
+    return flexnpu_opapi_finish(e, workspaceSize, executor);
+}
+
+API aclnnStatus aclnnInplaceNormal(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
+{
+    return flexnpu_opapi_launch("aclnnInplaceNormal", workspace, workspaceSize, executor, stream);
+}
+
+API aclnnStatus aclnnInplaceUniformGetWorkspaceSize(const aclTensor *selfRef, double from, double to, uint64_t seed, uint64_t offset, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    aclOpExecutor *e = flexnpu_opapi_begin("aclnnInplaceUniform");
+    flexnpu_opapi_tensor(e, "selfRef", selfRef, 0, 1);
+    flexnpu_opapi_double(e, "from", from);
+    flexnpu_opapi_double(e, "to", to);
+    flexnpu_opapi_int(e, "seed", (int64_t)seed);
+    flexnpu_opapi_int(e, "offset", (int64_t)offset);
+    return flexnpu_opapi_finish(e, workspaceSize, executor);
+}
+
+API aclnnStatus aclnnInplaceUniform(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
+{
+    return flexnpu_opapi_launch("aclnnInplaceUniform", workspace, workspaceSize, executor, stream);
 }
 
 API aclnnStatus aclnnAddGetWorkspaceSize(const aclTensor *self, const aclTensor *other, const aclScalar *alpha, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)

@@ -159,6 +159,25 @@ def test_aclnn_bad_parameters_name_the_function_and_parameter(
     assert fn in str(info.value) and words in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("fn", "attrs", "check"),
+    [
+        ("aclnnInplaceNormal", {"mean": 2.0, "std": 0.5}, lambda v: abs(v.mean() - 2) < 0.05 and abs(v.std() - 0.5) < 0.05),
+        ("aclnnInplaceUniform", {"from": -1.0, "to": 3.0}, lambda v: v.min() >= -1 and v.max() < 3 and abs(v.mean() - 1) < 0.1),
+    ],
+)  # fmt: skip
+def test_random_fills_follow_their_parameters_and_seed(fn: str, attrs: Any, check: Any) -> None:
+    def draw(seed: int, offset: int) -> np.ndarray:
+        out = np.zeros((100, 50), np.float32)[:, ::2]  # a strided view
+        operators.run(fn, [], [out], {**attrs, "seed": seed, "offset": offset})
+        return out.copy()
+
+    first = draw(7, 0)
+    assert check(first)
+    np.testing.assert_array_equal(first, draw(7, 0))  # the same seed and offset: the same numbers
+    assert not np.array_equal(first, draw(7, 4))  # the next offset: new ones
+
+
 def test_every_case_covers_a_known_function_and_every_spec_has_a_case() -> None:
     tested = {c[1] for c in CASES} | {c[1] for c in INPLACE}
     assert tested <= operators.known_ops()

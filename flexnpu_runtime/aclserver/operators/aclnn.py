@@ -133,6 +133,38 @@ def _arange(b: Bound) -> int:
 
 _spec("aclnnArange", "start:scalar end:scalar step:scalar out:out", _arange)
 
+
+def _random(draw: Callable[[np.random.Generator, Bound, tuple[int, ...]], Array]) -> Kernel:
+    """Fill ``selfRef`` from numpy's generator seeded with (seed, offset): the same call gives the same
+    numbers, a new offset (torch_npu advances it per call) new ones; not CANN's sequence."""
+
+    def kernel(b: Bound) -> int:
+        _, self_ref = b.out("selfRef")
+        seed, offset = b.call.attr_int("seed"), b.call.attr_int("offset")
+        rng = np.random.default_rng([seed & (2**64 - 1), offset & (2**64 - 1)])
+        b.store("selfRef", draw(rng, b, self_ref.shape))
+        return 4 * self_ref.size
+
+    return kernel
+
+
+def _normal(rng: np.random.Generator, b: Bound, shape: tuple[int, ...]) -> Array:
+    std = b.call.attr_float("std")
+    if std < 0:
+        raise b.call.bad_attr(f"std must not be negative, it is {std}")
+    return rng.normal(b.call.attr_float("mean"), std, shape)
+
+
+def _uniform(rng: np.random.Generator, b: Bound, shape: tuple[int, ...]) -> Array:
+    low, high = b.call.attr_float("from"), b.call.attr_float("to")
+    if not low <= high:
+        raise b.call.bad_attr(f"from {low} is above to {high}")
+    return rng.uniform(low, high, shape)
+
+
+_spec("aclnnInplaceNormal", "selfRef:inout mean:double std:double seed:int offset:int", _random(_normal))
+_spec("aclnnInplaceUniform", "selfRef:inout from:double to:double seed:int offset:int", _random(_uniform))
+
 # -- arithmetic -----------------------------------------------------------------------------------
 
 ARITH = {"Add": "Add", "Sub": "Sub", "Mul": "Mul", "Div": "RealDiv"}
