@@ -139,6 +139,18 @@ CASES: list[Any] = [
     ("range", "Range", [np.array(0.5), np.array(2.0), np.array(0.5)], (3,), np.float32, {}, [0.5, 1.0, 1.5]),
     ("range-int", "Range", [i64(0), i64(5), i64(2)], (3,), np.int64, {}, [0, 2, 4]),
     ("identity", "Identity", [X23], (2, 3), np.float32, {}, X23),
+    ("clip", "ClipByValueV2", [X23, np.array(-0.5, np.float32), np.array(0.5, np.float32)], (2, 3), np.float32, {},
+     np.minimum(np.maximum(X23, -0.5), 0.5)),
+    ("cumsum", "Cumsum", [X234, np.array(2, np.int32)], (2, 3, 4), np.float32, {},
+     [[[sum(X234[b, r, :c + 1].astype(np.float64)) for c in range(4)] for r in range(3)] for b in range(2)]),
+    ("cumsum-exclusive-reverse", "Cumsum", [np.array([1, 2, 3], np.int64), i64(0)], (3,), np.int64,
+     {"exclusive": True, "reverse": True}, [5, 3, 0]),
+    ("index-one-dim", "Index", [X234, i64(0, 1), i64(2, 3, 3), i64(2, 0, 2)], (2, 3, 4), np.float32, {},
+     X234[:, [2, 0, 2]]),
+    ("index-two-dims", "Index", [X234, i64(1, 1), i64(2, 4), i64(1, 0), i64(2, 1)], (2, 4), np.float32, {},
+     X234[[1, 0], [2, 1]]),
+    ("index-bool-mask", "Index", [X23, i64(1), i64(1, 3), np.array([True, False])], (1, 3), np.float32, {},
+     X23[[True, False]]),
     ("viewcopy-transpose", "ViewCopy",
      [np.zeros(6, np.float32), i64(3, 2), i64(1, 3), i64(0), X23.reshape(-1), i64(3, 2), i64(1, 3), i64(0)],
      (6,), np.float32, {}, X23.reshape(-1)),
@@ -169,6 +181,23 @@ def test_every_case_op_is_known_and_the_gpt_block_set_is_covered() -> None:
                  "OnesLike", "ZerosLike", "Range", "ConcatD", "StridedSlice", "Select", "Identity"}  # fmt: skip
     assert gpt_block <= operators.known_ops()
     assert {c[1] for c in CASES} <= operators.known_ops()
+
+
+def test_top_k_gives_values_and_indices_largest_first() -> None:
+    x = np.array([[3.0, 1.0, 3.0, 7.0], [0.0, -1.0, 5.0, 2.0]], np.float32)
+    values, indices = np.zeros((2, 2), np.float32), np.zeros((2, 2), np.int32)
+    operators.run(
+        "TopKV2",
+        [x, np.array([2], np.int32)],
+        [values, indices],
+        {"dim": -1, "largest": True, "sorted": True},
+    )
+    np.testing.assert_array_equal(values, [[7, 3], [5, 2]])
+    np.testing.assert_array_equal(indices, [[3, 0], [2, 3]])  # a tie keeps the lower index first
+    operators.run("TopKV2", [x, np.array([2], np.int32)], [values, indices], {"dim": 1, "largest": False})
+    np.testing.assert_array_equal(values, [[1, 3], [-1, 0]])
+    with pytest.raises(operators.OperatorError, match="k 5 is outside"):
+        operators.run("TopKV2", [x, np.array([5], np.int32)], [values, indices], {"dim": 1})
 
 
 def test_outputs_are_written_in_place_through_strided_views() -> None:

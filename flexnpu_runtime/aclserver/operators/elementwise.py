@@ -189,7 +189,18 @@ def _masked_fill(call: Call) -> int:
     return out.size
 
 
+def _clip(call: Call) -> int:
+    """ClipByValue/ClipByValueV2(x, clip_value_min, clip_value_max): torch's clamp."""
+    x, low, high = call.input(0, "x"), call.input(1, "clip_value_min"), call.input(2, "clip_value_max")
+    dtype = compute_dtype(x, low, high)
+    value = np.minimum(np.maximum(x.astype(dtype), low.astype(dtype)), high.astype(dtype))
+    store(call.op, 0, call.output(0, "y"), value)
+    return 2 * x.size
+
+
 ACLOP: dict[str, Callable[[Call], int]] = {
+    "ClipByValue": _clip,
+    "ClipByValueV2": _clip,
     **{name: _unary_kernel(name) for name in UNARY},
     **{name: _binary_kernel(name) for name in BINARY},
     "AxpyV2": _axpy_v2,

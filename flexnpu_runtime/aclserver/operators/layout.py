@@ -251,7 +251,42 @@ def _tile(call: Call) -> int:
     return 0
 
 
+def _index(call: Call) -> int:
+    """Index(x, indexed_sizes, indexed_strides, indices0 …): torch's advanced indexing ``x[..., idx, ...]``;
+    ``indexed_sizes`` has 1 for each dim an index tensor selects (in order), 0 for a dim taken whole."""
+    x = call.input(0, "x")
+    masks = call.ints(1, "indexed_sizes")
+    if len(masks) > x.ndim or any(m not in (0, 1) for m in masks):
+        raise call.bad_input(f"input 1 (indexed_sizes) {masks} does not fit {x.ndim} dims")
+    indices = [call.input(3 + i, f"indices{i}") for i in range(len(call.inputs) - 3)]
+    if sum(masks) != len(indices):
+        raise call.bad_input(f"{sum(masks)} indexed dims but {len(indices)} index tensors")
+    key: list[object] = []
+    next_index = iter(indices)
+    for d, m in enumerate(masks):
+        if not m:
+            key.append(slice(None))
+            continue
+        idx = next(next_index)
+        if idx.dtype.kind not in "iub":
+            raise call.bad_input(f"an index tensor has dtype {idx.dtype.name}")
+        if (
+            idx.dtype.kind in "iu"
+            and idx.size
+            and (int(idx.min()) < -x.shape[d] or int(idx.max()) >= x.shape[d])
+        ):
+            raise call.bad_input(f"an index is outside [{-x.shape[d]}, {x.shape[d]}) of dimension {d}")
+        key.append(idx)
+    try:
+        value = x[tuple(key)]  # type: ignore[arg-type]
+    except IndexError as exc:
+        raise call.bad_input(f"indexing failed: {exc}") from None
+    store(call.op, 0, call.output(0, "y"), value)
+    return 0
+
+
 ACLOP: dict[str, Callable[[Call], int]] = {
+    "Index": _index,
     "ViewCopy": _view_copy,
     "AsStrided": _as_strided,
     "Transpose": _transpose,

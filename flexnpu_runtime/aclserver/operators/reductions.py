@@ -88,7 +88,51 @@ def _argmax_with_value(call: Call) -> int:
     return x.size
 
 
+def _cumsum(call: Call) -> int:
+    """Cumsum(x, axis), attributes ``exclusive`` and ``reverse``."""
+    x = call.input(0, "x")
+    axes = call.ints(1, "axis")
+    if len(axes) != 1:
+        raise call.bad_input(f"input 1 (axis) must hold one axis, it holds {len(axes)}")
+    axis = call.axis(axes[0], x.ndim, "input 1 (axis)")
+    value = x.astype(np.float64) if x.dtype.kind == "f" else x
+    if x.ndim == 0:
+        store_reduced(call, 0, call.output(0, "y"), value)
+        return 1
+    if call.attr_bool("reverse", False):
+        value = np.flip(value, axis)
+    total = np.cumsum(value, axis=axis)
+    if call.attr_bool("exclusive", False):
+        total = total - value
+    if call.attr_bool("reverse", False):
+        total = np.flip(total, axis)
+    store(call.op, 0, call.output(0, "y"), total)
+    return x.size
+
+
+def _top_k(call: Call) -> int:
+    """TopKV2(x, k) -> values, indices along attribute ``dim``, attributes ``largest`` and ``sorted``; ties
+    keep the lower index first."""
+    x = call.input(0, "x")
+    ks = call.ints(1, "k")
+    if len(ks) != 1:
+        raise call.bad_input(f"input 1 (k) must hold one value, it holds {len(ks)}")
+    axis = call.axis(call.attr_int("dim", -1), x.ndim, "attribute 'dim'")
+    n = x.shape[axis] if x.ndim else 1
+    k = ks[0]
+    if not 0 <= k <= n:
+        raise call.bad_input(f"k {k} is outside [0, {n}]")
+    keys = -x if call.attr_bool("largest", True) else x
+    order = np.argsort(keys, axis=axis, kind="stable") if x.ndim else np.zeros((), np.int64)
+    index = np.take(order, np.arange(k), axis=axis) if x.ndim else order
+    store(call.op, 0, call.output(0, "values"), np.take_along_axis(x, index, axis=axis) if x.ndim else x)
+    store(call.op, 1, call.output(1, "indices"), index)
+    return x.size * max(1, int(np.log2(max(n, 2))))
+
+
 ACLOP: dict[str, Callable[[Call], int]] = {
+    "Cumsum": _cumsum,
+    "TopKV2": _top_k,
     **{name: _reduce_kernel(name) for name in REDUCERS},
     "ArgMaxV2": _argmax_v2,
     "ArgMaxWithValue": _argmax_with_value,
