@@ -160,6 +160,13 @@ class Call:
             )
         return [int(v) for v in array.reshape(-1)]
 
+    def one_int(self, index: int, name: str) -> int:
+        """Required host input ``index`` holding exactly one integer (an axis, an offset, k)."""
+        values = self.ints(index, name)
+        if len(values) != 1:
+            raise self.bad_input(f"input {index} ({name}) must hold one value, it holds {len(values)}")
+        return values[0]
+
     def scalar(self, index: int, name: str) -> Array:
         """Required one-element input ``index`` (a scalar passed as a 0-d or 1-element tensor), as a 0-d array."""
         array = self.input(index, name)

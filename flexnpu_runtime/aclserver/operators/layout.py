@@ -40,18 +40,11 @@ def strided_view(
     return as_strided(flat[offset:], shape=tuple(size), strides=tuple(s * item for s in stride))
 
 
-def _one(call: Call, index: int, name: str) -> int:
-    values = call.ints(index, name)
-    if len(values) != 1:
-        raise call.bad_input(f"input {index} ({name}) must hold one value, it holds {len(values)}")
-    return values[0]
-
-
 def _operand_view(call: Call, buffer: Array, first: int, name: str) -> Array:
     """The view of ``buffer`` that inputs ``first`` … ``first + 2`` (size, stride, offset) describe."""
     size, stride = call.ints(first, f"{name}_size"), call.ints(first + 1, f"{name}_stride")
     return strided_view(
-        call, buffer, size, stride, offset=_one(call, first + 2, f"{name}_offset"), field=name
+        call, buffer, size, stride, offset=call.one_int(first + 2, f"{name}_offset"), field=name
     )
 
 
@@ -73,7 +66,7 @@ def _as_strided(call: Call) -> int:
     """AsStrided(x, size, stride, storage_offset) -> y."""
     x = call.input(0, "x")
     size, stride = call.ints(1, "size"), call.ints(2, "stride")
-    view = strided_view(call, x, size, stride, offset=_one(call, 3, "storage_offset"), field="x")
+    view = strided_view(call, x, size, stride, offset=call.one_int(3, "storage_offset"), field="x")
     store(call.op, 0, call.output(0, "y"), view)
     return 0
 
@@ -214,7 +207,7 @@ def _gather_v2(call: Call) -> int:
     """GatherV2(x, indices, axis), attribute ``batch_dims`` (0 only)."""
     if call.attr_int("batch_dims", 0) != 0:
         raise call.bad_attr("attribute 'batch_dims' other than 0 is not supported")
-    axis = _one(call, 2, "axis")
+    axis = call.one_int(2, "axis")
     store(call.op, 0, call.output(0, "y"), gather(call, call.input(0, "x"), call.input(1, "indices"), axis))
     return 0
 

@@ -55,10 +55,7 @@ def _reduce_kernel(name: str) -> Callable[[Call], int]:
 def _argmax_v2(call: Call) -> int:
     """ArgMaxV2(x, dimension): the index of the first maximum along ``dimension``."""
     x = call.input(0, "x")
-    dims = call.ints(1, "dimension")
-    if len(dims) != 1:
-        raise call.bad_input(f"input 1 (dimension) must hold one axis, it holds {len(dims)}")
-    axis = call.axis(dims[0], x.ndim, "input 1 (dimension)")
+    axis = call.axis(call.one_int(1, "dimension"), x.ndim, "input 1 (dimension)")
     if x.ndim and x.shape[axis] == 0:
         raise call.bad_input("cannot take argmax over an empty dimension")
     value = np.argmax(x, axis=axis, keepdims=call.attr_bool("keep_dims", False)) if x.ndim else np.int64(0)
@@ -91,10 +88,7 @@ def _argmax_with_value(call: Call) -> int:
 def _cumsum(call: Call) -> int:
     """Cumsum(x, axis), attributes ``exclusive`` and ``reverse``."""
     x = call.input(0, "x")
-    axes = call.ints(1, "axis")
-    if len(axes) != 1:
-        raise call.bad_input(f"input 1 (axis) must hold one axis, it holds {len(axes)}")
-    axis = call.axis(axes[0], x.ndim, "input 1 (axis)")
+    axis = call.axis(call.one_int(1, "axis"), x.ndim, "input 1 (axis)")
     value = x.astype(np.float64) if x.dtype.kind == "f" else x
     if x.ndim == 0:
         store_reduced(call, 0, call.output(0, "y"), value)
@@ -114,12 +108,9 @@ def _top_k(call: Call) -> int:
     """TopKV2(x, k) -> values, indices along attribute ``dim``, attributes ``largest`` and ``sorted``; ties
     keep the lower index first."""
     x = call.input(0, "x")
-    ks = call.ints(1, "k")
-    if len(ks) != 1:
-        raise call.bad_input(f"input 1 (k) must hold one value, it holds {len(ks)}")
     axis = call.axis(call.attr_int("dim", -1), x.ndim, "attribute 'dim'")
     n = x.shape[axis] if x.ndim else 1
-    k = ks[0]
+    k = call.one_int(1, "k")
     if not 0 <= k <= n:
         raise call.bad_input(f"k {k} is outside [0, {n}]")
     keys = -x if call.attr_bool("largest", True) else x
