@@ -48,7 +48,9 @@ KINDS = {
     "dtype": ({"aclDataType", "const aclDataType"}, 'flexnpu_opapi_int(e, "{p}", (int64_t){p});'),
     "bool": ({"bool"}, 'flexnpu_opapi_bool(e, "{p}", {p});'),
     "double": ({"double", "float"}, 'flexnpu_opapi_double(e, "{p}", {p});'),
-    "intarray": ({"const aclIntArray *"}, 'flexnpu_opapi_int_array(e, "{p}", {p});'),
+    "intarray": ({"const aclIntArray *"}, 'flexnpu_opapi_int_array(e, "{p}", {p}, 0);'),
+    "intarray?": ({"const aclIntArray *"}, 'flexnpu_opapi_int_array(e, "{p}", {p}, 1);'),
+    "string": ({"char *", "const char *"}, 'flexnpu_opapi_string(e, "{p}", {p});'),
 }
 NAME = re.compile(r"^aclnn[A-Z]\w{1,58}$")
 PARAM = re.compile(r"^[a-zA-Z_]\w{0,40}$")

@@ -20,6 +20,7 @@
 #include "aclnnop/aclnn_expand.h"
 #include "aclnnop/aclnn_fill_scalar.h"
 #include "aclnnop/aclnn_fill_tensor.h"
+#include "aclnnop/aclnn_flash_attention_score.h"
 #include "aclnnop/aclnn_ge_scalar.h"
 #include "aclnnop/aclnn_ge_tensor.h"
 #include "aclnnop/aclnn_gelu.h"
@@ -1076,7 +1077,7 @@ API aclnnStatus aclnnLayerNormGetWorkspaceSize(const aclTensor *input, const acl
 {
     aclOpExecutor *e = flexnpu_opapi_begin("aclnnLayerNorm");
     flexnpu_opapi_tensor(e, "input", input, 0, 0);
-    flexnpu_opapi_int_array(e, "normalizedShape", normalizedShape);
+    flexnpu_opapi_int_array(e, "normalizedShape", normalizedShape, 0);
     flexnpu_opapi_tensor(e, "weightOptional", weightOptional, 1, 0);
     flexnpu_opapi_tensor(e, "biasOptional", biasOptional, 1, 0);
     flexnpu_opapi_double(e, "eps", eps);
@@ -1105,6 +1106,37 @@ API aclnnStatus aclnnRmsNormGetWorkspaceSize(const aclTensor *x, const aclTensor
 API aclnnStatus aclnnRmsNorm(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
 {
     return flexnpu_opapi_launch("aclnnRmsNorm", workspace, workspaceSize, executor, stream);
+}
+
+API aclnnStatus aclnnFlashAttentionScoreGetWorkspaceSize(const aclTensor *query, const aclTensor *key, const aclTensor *value, const aclTensor *realShiftOptional, const aclTensor *dropMaskOptional, const aclTensor *paddingMaskOptional, const aclTensor *attenMaskOptional, const aclIntArray *prefixOptional, double scaleValue, double keepProb, int64_t preTokens, int64_t nextTokens, int64_t headNum, char *inputLayout, int64_t innerPrecise, int64_t sparseMode, const aclTensor *softmaxMaxOut, const aclTensor *softmaxSumOut, const aclTensor *softmaxOutOut, const aclTensor *attentionOutOut, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    aclOpExecutor *e = flexnpu_opapi_begin("aclnnFlashAttentionScore");
+    flexnpu_opapi_tensor(e, "query", query, 0, 0);
+    flexnpu_opapi_tensor(e, "key", key, 0, 0);
+    flexnpu_opapi_tensor(e, "value", value, 0, 0);
+    flexnpu_opapi_tensor(e, "realShiftOptional", realShiftOptional, 1, 0);
+    flexnpu_opapi_tensor(e, "dropMaskOptional", dropMaskOptional, 1, 0);
+    flexnpu_opapi_tensor(e, "paddingMaskOptional", paddingMaskOptional, 1, 0);
+    flexnpu_opapi_tensor(e, "attenMaskOptional", attenMaskOptional, 1, 0);
+    flexnpu_opapi_int_array(e, "prefixOptional", prefixOptional, 1);
+    flexnpu_opapi_double(e, "scaleValue", scaleValue);
+    flexnpu_opapi_double(e, "keepProb", keepProb);
+    flexnpu_opapi_int(e, "preTokens", (int64_t)preTokens);
+    flexnpu_opapi_int(e, "nextTokens", (int64_t)nextTokens);
+    flexnpu_opapi_int(e, "headNum", (int64_t)headNum);
+    flexnpu_opapi_string(e, "inputLayout", inputLayout);
+    flexnpu_opapi_int(e, "innerPrecise", (int64_t)innerPrecise);
+    flexnpu_opapi_int(e, "sparseMode", (int64_t)sparseMode);
+    flexnpu_opapi_tensor(e, "softmaxMaxOut", softmaxMaxOut, 0, 1);
+    flexnpu_opapi_tensor(e, "softmaxSumOut", softmaxSumOut, 0, 1);
+    flexnpu_opapi_tensor(e, "softmaxOutOut", softmaxOutOut, 1, 1);
+    flexnpu_opapi_tensor(e, "attentionOutOut", attentionOutOut, 0, 1);
+    return flexnpu_opapi_finish(e, workspaceSize, executor);
+}
+
+API aclnnStatus aclnnFlashAttentionScore(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
+{
+    return flexnpu_opapi_launch("aclnnFlashAttentionScore", workspace, workspaceSize, executor, stream);
 }
 
 API aclnnStatus aclnnEmbeddingGetWorkspaceSize(const aclTensor *weight, const aclTensor *indices, const aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
@@ -1225,7 +1257,7 @@ API aclnnStatus aclnnPermuteGetWorkspaceSize(const aclTensor *self, const aclInt
 {
     aclOpExecutor *e = flexnpu_opapi_begin("aclnnPermute");
     flexnpu_opapi_tensor(e, "self", self, 0, 0);
-    flexnpu_opapi_int_array(e, "dims", dims);
+    flexnpu_opapi_int_array(e, "dims", dims, 0);
     flexnpu_opapi_tensor(e, "out", out, 0, 1);
     return flexnpu_opapi_finish(e, workspaceSize, executor);
 }
@@ -1239,7 +1271,7 @@ API aclnnStatus aclnnExpandGetWorkspaceSize(const aclTensor *self, const aclIntA
 {
     aclOpExecutor *e = flexnpu_opapi_begin("aclnnExpand");
     flexnpu_opapi_tensor(e, "self", self, 0, 0);
-    flexnpu_opapi_int_array(e, "size", size);
+    flexnpu_opapi_int_array(e, "size", size, 0);
     flexnpu_opapi_tensor(e, "out", out, 0, 1);
     return flexnpu_opapi_finish(e, workspaceSize, executor);
 }
@@ -1296,7 +1328,7 @@ API aclnnStatus aclnnReduceSumGetWorkspaceSize(const aclTensor *self, const aclI
 {
     aclOpExecutor *e = flexnpu_opapi_begin("aclnnReduceSum");
     flexnpu_opapi_tensor(e, "self", self, 0, 0);
-    flexnpu_opapi_int_array(e, "dims", dims);
+    flexnpu_opapi_int_array(e, "dims", dims, 0);
     flexnpu_opapi_bool(e, "keepDims", keepDims);
     flexnpu_opapi_int(e, "dtype", (int64_t)dtype);
     flexnpu_opapi_tensor(e, "out", out, 0, 1);
@@ -1312,7 +1344,7 @@ API aclnnStatus aclnnMeanGetWorkspaceSize(const aclTensor *self, const aclIntArr
 {
     aclOpExecutor *e = flexnpu_opapi_begin("aclnnMean");
     flexnpu_opapi_tensor(e, "self", self, 0, 0);
-    flexnpu_opapi_int_array(e, "dim", dim);
+    flexnpu_opapi_int_array(e, "dim", dim, 0);
     flexnpu_opapi_bool(e, "keepDim", keepDim);
     flexnpu_opapi_int(e, "dtype", (int64_t)dtype);
     flexnpu_opapi_tensor(e, "out", out, 0, 1);

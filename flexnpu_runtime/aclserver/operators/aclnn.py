@@ -1,18 +1,21 @@
 """The aclnn functions (CANN's ``aclnnXxx``, named without ``GetWorkspaceSize``) over the same kernels.
 
-How a call's parameters arrive (``libascendcl/src/aclnn.c`` sends them so, from the same table,
-``libascendcl/api/aclnn_api.json``, which ``tests/unit/test_operators_aclnn.py`` checks against ``SPECS``):
+How a call's parameters arrive (the share's ``libopapi.so`` sends them so: ``libascendcl/closure/nnopbase.c``
+and the table ``libascendcl/api/aclnn_api.json``, which ``tests/unit/test_operators_aclnn.py`` checks against
+``SPECS``):
 
 - every tensor parameter the function only reads is an input, in parameter order; an absent optional
   one (``…Optional`` passed as NULL) is None; an ``aclTensorList``'s tensors are inputs in their order;
 - every tensor the function writes is an output, in parameter order: ``out``, ``yOut``, ``indices``,
   … and, for an ``Inplace`` function, ``selfRef`` (which it also reads);
 - every other parameter is an attribute under CANN's parameter name: ``aclScalar`` → its value (bool,
-  int or float), ``int64_t``/``int8_t``/``int32_t`` and ``aclDataType`` → int, ``double`` → float,
-  ``bool`` → bool, ``aclIntArray`` → list of ints.
+  int or float), ``int64_t``/``int8_t``/``int32_t``/``uint64_t`` and ``aclDataType`` → int, ``double``/``float``
+  → float (sent as a C float),
+  ``bool`` → bool, ``aclIntArray`` → list of ints, ``char *`` → str.
 
 Kinds in ``SPECS``: ``tensor``, ``tensor?`` (optional), ``tensors`` (a list), ``out``, ``out?``, ``inout``
-(``selfRef``), ``scalar``, ``int``, ``bool``, ``double``, ``intarray``, ``dtype``.
+(``selfRef``), ``scalar``, ``int``, ``bool``, ``double``, ``intarray``, ``intarray?`` (absent: no attribute),
+``string`` (a ``char *``), ``dtype``.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from flexnpu_runtime.aclserver.operators import elementwise, linalg, norms, reductions
+from flexnpu_runtime.aclserver.operators import attention, elementwise, linalg, norms, reductions
 from flexnpu_runtime.aclserver.operators.calls import Array, Call, compute_dtype, numpy_dtype, store
 from flexnpu_runtime.aclserver.operators.creation import arange
 from flexnpu_runtime.aclserver.operators.layout import concat, gather, strided_slice
@@ -30,7 +33,7 @@ from flexnpu_runtime.aclserver.operators.layout import concat, gather, strided_s
 __all__ = ["ACLNN", "KINDS", "SPECS", "Bound"]
 
 KINDS = frozenset({"tensor", "tensor?", "tensors", "out", "out?", "inout", "scalar", "int", "bool", "double",
-                   "intarray", "dtype"})  # fmt: skip
+                   "intarray", "intarray?", "string", "dtype"})  # fmt: skip
 TENSOR_IN = frozenset({"tensor", "tensor?", "tensors"})
 TENSOR_OUT = frozenset({"out", "out?", "inout"})
 
@@ -425,6 +428,40 @@ def _rms_norm(b: Bound) -> int:
 
 
 _spec("aclnnRmsNorm", "x:tensor gamma:tensor epsilon:double yOut:out rstdOut:out?", _rms_norm)
+
+
+def _flash_attention(b: Bound) -> int:
+    call = b.call
+    if call.attr_float("keepProb") != 1.0 or b.opt("dropMaskOptional") is not None:
+        raise call.bad_attr("dropout (keepProb < 1, dropMaskOptional) is not supported")
+    if b.opt("paddingMaskOptional") is not None or call.attr_ints("prefixOptional", []):
+        raise call.bad_input("paddingMaskOptional and prefixOptional are not supported")
+    mode = call.attr_int("sparseMode")
+    if mode not in (0, 1, 2, 3):
+        raise call.bad_attr(f"sparseMode {mode} is not supported (0, 1, 2, 3 are)")
+    params: dict[str, int | float | str] = {
+        "inputLayout": str(call.attrs.get("inputLayout", "")),
+        "headNum": call.attr_int("headNum"),
+        "scaleValue": call.attr_float("scaleValue"),
+        "preTokens": call.attr_int("preTokens"),
+        "nextTokens": call.attr_int("nextTokens"),
+        "sparseMode": mode,
+    }
+    out, row_max, row_sum, flops = attention.flash_attention(
+        call, b.t("query"), b.t("key"), b.t("value"), pse=b.opt("realShiftOptional"),
+        mask=b.opt("attenMaskOptional"), params=params,
+    )  # fmt: skip
+    attention.store_stat(call, b.out("softmaxMaxOut")[0], b.out("softmaxMaxOut")[1], row_max)
+    attention.store_stat(call, b.out("softmaxSumOut")[0], b.out("softmaxSumOut")[1], row_sum)
+    b.store("attentionOutOut", out)
+    return flops
+
+
+_spec("aclnnFlashAttentionScore", "query:tensor key:tensor value:tensor realShiftOptional:tensor? "
+      "dropMaskOptional:tensor? paddingMaskOptional:tensor? attenMaskOptional:tensor? prefixOptional:intarray? "
+      "scaleValue:double keepProb:double preTokens:int nextTokens:int headNum:int inputLayout:string "
+      "innerPrecise:int sparseMode:int softmaxMaxOut:out softmaxSumOut:out softmaxOutOut:out? "
+      "attentionOutOut:out", _flash_attention)  # fmt: skip
 
 # -- layout ---------------------------------------------------------------------------------------
 
