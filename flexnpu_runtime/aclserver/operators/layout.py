@@ -278,8 +278,33 @@ def _index(call: Call) -> int:
     return 0
 
 
+def _reverse(call: Call) -> int:
+    """ReverseV2(x, axis): torch's flip over the axes given."""
+    x = call.input(0, "x")
+    axes = tuple(sorted({call.axis(a, x.ndim, "input 1 (axis)") for a in call.ints(1, "axis")}))
+    store(call.op, 0, call.output(0, "y"), np.flip(x, axes) if axes else x)
+    return 0
+
+
+def _repeat_interleave(call: Call) -> int:
+    """RepeatInterleave(x, repeats), attribute ``axis``: each slice along ``axis`` repeated (one count, or one
+    per slice)."""
+    x = call.input(0, "x")
+    repeats = call.ints(1, "repeats")
+    axis = call.axis(call.attr_int("axis", 0), x.ndim, "attribute 'axis'")
+    n = x.shape[axis] if x.ndim else 1
+    if any(r < 0 for r in repeats) or len(repeats) not in (1, n):
+        raise call.bad_input(f"input 1 (repeats) {repeats[:8]} does not fit {n} slices")
+    store(
+        call.op, 0, call.output(0, "y"), np.repeat(x, repeats if len(repeats) > 1 else repeats[0], axis=axis)
+    )
+    return 0
+
+
 ACLOP: dict[str, Callable[[Call], int]] = {
     "Index": _index,
+    "ReverseV2": _reverse,
+    "RepeatInterleave": _repeat_interleave,
     "ViewCopy": _view_copy,
     "AsStrided": _as_strided,
     "Transpose": _transpose,

@@ -121,7 +121,45 @@ def _top_k(call: Call) -> int:
     return x.size * max(1, int(np.log2(max(n, 2))))
 
 
+def _reduce_mean_d(call: Call) -> int:
+    """ReduceMeanD(x), attributes ``axes`` and ``keep_dims``."""
+    x = call.input(0, "x")
+    value = reduce(call, "ReduceMean", x, call.attr_ints("axes"), call.attr_bool("keep_dims", False))
+    store_reduced(call, 0, call.output(0, "y"), value)
+    return x.size
+
+
+def _deviation(*, std: bool | None) -> Callable[[Call], int]:
+    """ReduceStdV2Update(x, mean; ``if_std``) and ReduceStdWithMean(x, mean; the std): the variance (or its root)
+    over attribute ``dim`` about the given mean (broadcast to x), divided by n - ``correction`` (1 when
+    ``unbiased`` and no correction is given, else 0)."""
+
+    def kernel(call: Call) -> int:
+        x, mean = call.floats(0, "x"), call.input(1, "mean")
+        dims = tuple(
+            sorted({call.axis(d, x.ndim, "attribute 'dim'") for d in call.attr_ints("dim")})
+        ) or tuple(range(x.ndim))
+        try:
+            centred = x.astype(np.float64) - np.broadcast_to(mean, x.shape)
+        except ValueError:
+            raise call.bad_input(f"mean {list(mean.shape)} does not broadcast to x {list(x.shape)}") from None
+        n = int(np.prod([x.shape[d] for d in dims], dtype=np.int64))
+        correction = call.attr_int("correction", 1 if call.attr_bool("unbiased", True) else 0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            var = np.sum(centred * centred, axis=dims, keepdims=call.attr_bool("keepdim", False)) / max(
+                n - correction, 0
+            )
+        root = call.attr_bool("if_std", False) if std is None else std
+        store_reduced(call, 0, call.output(0, "y"), np.sqrt(var) if root else var)
+        return 3 * x.size
+
+    return kernel
+
+
 ACLOP: dict[str, Callable[[Call], int]] = {
+    "ReduceMeanD": _reduce_mean_d,
+    "ReduceStdV2Update": _deviation(std=None),
+    "ReduceStdWithMean": _deviation(std=True),
     "Cumsum": _cumsum,
     "TopKV2": _top_k,
     **{name: _reduce_kernel(name) for name in REDUCERS},
