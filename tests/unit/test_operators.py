@@ -134,6 +134,7 @@ CASES: list[Any] = [
     ("broadcastto", "BroadcastTo", [X3, i64(2, 3)], (2, 3), np.float32, {}, [X3, X3]),
     ("tile", "Tile", [X3, i64(2)], (6,), np.float32, {}, np.concatenate([X3, X3])),
     ("fill", "Fill", [i64(2, 3), np.array(7, np.int64)], (2, 3), np.float32, {}, np.full((2, 3), 7.0)),
+    ("fill-0d-dims-1", "Fill", [i64(1), np.array(0.5, np.float32)], (), np.float32, {}, 0.5),
     ("oneslike", "OnesLike", [X23], (2, 3), np.float32, {}, np.ones((2, 3))),
     ("zeroslike-int", "ZerosLike", [IDS], (2, 3), np.int64, {}, np.zeros((2, 3))),
     ("range", "Range", [np.array(0.5), np.array(2.0), np.array(0.5)], (3,), np.float32, {}, [0.5, 1.0, 1.5]),
@@ -272,8 +273,8 @@ ERRORS: list[Any] = [
      "'N' is 3"),
     ("transpose-bad-perm", "Transpose", [X234, i64(0, 0, 1)], [(2, 2, 3)], {}, ACL_ERROR_OP_INPUT_NOT_MATCH,
      "not a permutation"),
-    ("fill-dims-mismatch", "Fill", [i64(3, 2), np.array(1.0)], [(2, 3)], {}, ACL_ERROR_OP_INPUT_NOT_MATCH,
-     "(dims) [3, 2]"),
+    ("fill-dims-mismatch", "Fill", [i64(4, 2), np.array(1.0)], [(2, 3)], {}, ACL_ERROR_OP_INPUT_NOT_MATCH,
+     "(dims) [4, 2]"),
 ]  # fmt: skip
 
 
