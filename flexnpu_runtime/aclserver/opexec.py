@@ -35,6 +35,7 @@ DTYPES: dict[int, str] = {0: "float32", 1: "float16", 2: "int8", 3: "int32", 4: 
                           8: "uint32", 9: "int64", 10: "uint64", 11: "float64", 12: "bool"}  # fmt: skip
 """aclDataType numbers an operand may have, and their numpy dtypes."""
 _UNSUPPORTED_DATA_TYPE = 100026
+_ACL_BF16 = 27
 _NS_PER_US = 1000
 
 
@@ -138,6 +139,8 @@ def _no_completion() -> None:
 
 
 def _dtype(op: str, where: str, acl: int) -> np.dtype[Any]:
+    if acl == _ACL_BF16:  # numpy has no bfloat16: the operator library's two-byte stand-in (operators/calls.py)
+        return operators.calls.BF16
     name = DTYPES.get(acl)
     if name is None:
         raise AclFailure(_UNSUPPORTED_DATA_TYPE, f"{op}: {where}: aclDataType {acl} is not supported")

@@ -68,6 +68,11 @@ case("var-std", lambda t: t.var(-1) + t.std(-1), x)
 case("log-softmax-tanh-gelu", lambda t: nnf.log_softmax(t, -1) + torch.tanh(t), x)
 case("half-softmax", lambda t: (t.half() * 2 + 1).softmax(-1).float(), x)
 case(
+    "bf16-linear-softmax",
+    lambda t: (t.bfloat16() @ t.bfloat16().transpose(-1, -2) / 8).softmax(-1).float(),
+    x,
+)
+case(
     "sdpa-causal",
     lambda q, k, v: nnf.scaled_dot_product_attention(q, k, v, is_causal=True),
     *torch.randn(3, 2, 4, 8, 8),

@@ -254,8 +254,8 @@ ERRORS: list[Any] = [
     ("attr-wrong-kind", "Triu", [X23], [(2, 3)], {"diagonal": "1"}, ACL_ERROR_OP_ATTR_NOT_MATCH, "must be an int"),
     ("attr-bool-not-int", "Triu", [X23], [(2, 3)], {"diagonal": True}, ACL_ERROR_OP_ATTR_NOT_MATCH, "'diagonal'"),
     ("axis-out-of-range", "SoftmaxV2", [X23], [(2, 3)], {"axes": [2]}, ACL_ERROR_OP_ATTR_NOT_MATCH, "out of range"),
-    ("cast-unsupported-dtype", "Cast", [X23], [(2, 3)], {"dst_type": 27}, ACL_ERROR_UNSUPPORTED_DATA_TYPE,
-     "aclDataType 27"),
+    ("cast-unsupported-dtype", "Cast", [X23], [(2, 3)], {"dst_type": 16}, ACL_ERROR_UNSUPPORTED_DATA_TYPE,
+     "aclDataType 16"),
     ("cast-dst-type-mismatch", "Cast", [X23], [(2, 3)], {"dst_type": 9}, ACL_ERROR_OP_ATTR_NOT_MATCH, "int64"),
     ("gather-index-out-of-range", "GatherV2", [TABLE, i64(4), i64(0)], [(1, 5)], {}, ACL_ERROR_OP_INPUT_NOT_MATCH,
      "outside [-4, 4)"),
@@ -329,3 +329,47 @@ def test_docs_name_every_op_of_the_set() -> None:
         if f"`{op}`" not in doc and not (op.startswith("aclnnInplace") and f"`aclnn{op[12:]}`" in doc)
     ]
     assert not missing, f"docs/pytorch.md's operator table lacks {missing}"
+
+
+# -- bfloat16 ----------------------------------------------------------------------------------------
+
+BF16 = operators.calls.BF16
+
+
+def bf16(values: Any) -> np.ndarray:
+    """float32 values (exactly representable) as a BF16 array."""
+    bits = (np.asarray(values, np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    return bits.view(BF16)
+
+
+def test_bfloat16_operands_are_computed_as_float32_and_rounded_to_nearest_even() -> None:
+    a, b = bf16([1.0, 2.5, -3.0]), bf16([0.5, 0.25, 1.0])
+    out = np.zeros(3, BF16)
+    operators.run("Add", [a, b], [out], {})
+    np.testing.assert_array_equal(operators.calls.from_bf16(out), [1.5, 2.75, -2.0])
+    # 1 + 2**-8 lies halfway between bfloat16 neighbours 1 and 1 + 2**-7: ties go to the even one (1.0);
+    # 1 + 3 * 2**-8 rounds up to 1 + 2**-6
+    half = np.zeros(2, BF16)
+    operators.run("Cast", [np.array([1 + 2**-8, 1 + 3 * 2**-8], np.float32)], [half], {"dst_type": 27})
+    np.testing.assert_array_equal(operators.calls.from_bf16(half), [1.0, 1 + 2**-6])
+    nan = np.zeros(1, BF16)
+    operators.run("Cast", [np.array([np.nan], np.float32)], [nan], {"dst_type": 27})
+    assert np.isnan(operators.calls.from_bf16(nan)).all()
+
+
+def test_bfloat16_through_matmul_gather_inplace_and_a_strided_view() -> None:
+    w = bf16(np.arange(12, dtype=np.float32).reshape(4, 3))
+    out = np.zeros((2, 3), BF16)
+    operators.run("GatherV2", [w, i64(3, 1), i64(0)], [out], {})
+    np.testing.assert_array_equal(operators.calls.from_bf16(out), [[9, 10, 11], [3, 4, 5]])
+    mm = np.zeros((4, 4), BF16)
+    operators.run("aclnnMatmul", [w, np.swapaxes(w, 0, 1)], [mm], {"cubeMathType": 0})
+    ref = np.arange(12, dtype=np.float64).reshape(4, 3)
+    np.testing.assert_allclose(operators.calls.from_bf16(mm), ref @ ref.T, rtol=2**-8)
+    storage = np.zeros((3, 2), BF16)
+    operators.run("aclnnInplaceOne", [], [storage.T], {})
+    operators.run("aclnnInplaceMuls", [], [storage.T], {"other": 3})
+    np.testing.assert_array_equal(operators.calls.from_bf16(storage), np.full((3, 2), 3.0))
+    ones = np.zeros(3, BF16)
+    operators.run("OnesLike", [ones], [ones], {})
+    np.testing.assert_array_equal(operators.calls.from_bf16(ones), [1, 1, 1])

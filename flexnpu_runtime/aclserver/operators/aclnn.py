@@ -26,7 +26,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from flexnpu_runtime.aclserver.operators import attention, elementwise, linalg, norms, reductions
-from flexnpu_runtime.aclserver.operators.calls import Array, Call, compute_dtype, numpy_dtype, store
+from flexnpu_runtime.aclserver.operators.calls import (
+    Array,
+    Call,
+    compute_dtype,
+    dtype_name,
+    from_bf16,
+    numpy_dtype,
+    store,
+)
 from flexnpu_runtime.aclserver.operators.creation import arange
 from flexnpu_runtime.aclserver.operators.layout import concat, gather, strided_slice
 
@@ -61,10 +69,10 @@ class Bound:
         raise KeyError(name)  # a kernel asked for a parameter its spec lacks: a bug here, not bad input
 
     def t(self, name: str) -> Array:
-        """A tensor the function reads (an ``inout`` one too), required."""
+        """A tensor the function reads (an ``inout`` one too, as float32 when bfloat16), required."""
         kind, i = self._position(name)
         if kind in TENSOR_OUT:
-            return self.call.output(i, name)
+            return from_bf16(self.call.output(i, name))
         return self.call.input(i, name)
 
     def opt(self, name: str) -> Array | None:
@@ -289,7 +297,7 @@ def _cast(b: Bound) -> int:
     _, out = b.out("out")
     wanted = numpy_dtype(b.call.attr_int("dtype"), op=b.call.op, field="dtype")
     if out.dtype != wanted:
-        raise b.call.bad_attr(f"dtype is {wanted.name}, out is {out.dtype.name}")
+        raise b.call.bad_attr(f"dtype is {dtype_name(wanted)}, out is {dtype_name(out.dtype)}")
     b.store("out", x)
     return x.size
 
@@ -562,13 +570,13 @@ def _s_where(b: Bound) -> int:
 
 
 def _masked_fill_scalar(b: Bound) -> int:
-    _, x = b.out("selfRef")
+    x = b.t("selfRef")
     b.store("selfRef", elementwise.masked_fill(b.call, x, b.t("mask"), b.call.attr_number("value")))
     return x.size
 
 
 def _masked_fill_tensor(b: Bound) -> int:
-    _, x = b.out("selfRef")
+    x = b.t("selfRef")
     b.store("selfRef", elementwise.masked_fill(b.call, x, b.t("mask"), _fill_tensor_value(b)))
     return x.size
 

@@ -27,7 +27,7 @@ def _like(fill: int) -> Callable[[Call], int]:
     def kernel(call: Call) -> int:
         x = call.input(0, "x")
         out = call.output(0, "y")
-        store(call.op, 0, out, np.full(x.shape, fill, dtype=out.dtype))
+        store(call.op, 0, out, np.full(x.shape, fill))
         return 0
 
     return kernel

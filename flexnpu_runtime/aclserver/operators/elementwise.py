@@ -12,7 +12,14 @@ from collections.abc import Callable
 
 import numpy as np
 
-from flexnpu_runtime.aclserver.operators.calls import Array, Call, compute_dtype, numpy_dtype, store
+from flexnpu_runtime.aclserver.operators.calls import (
+    Array,
+    Call,
+    compute_dtype,
+    dtype_name,
+    numpy_dtype,
+    store,
+)
 
 __all__ = ["ACLOP", "binary", "erf", "gelu", "sigmoid", "unary"]
 
@@ -151,7 +158,9 @@ def _cast(call: Call) -> int:
     dst = call.attr_int("dst_type")
     wanted = numpy_dtype(dst, op=call.op, field="attribute 'dst_type'")
     if out.dtype != wanted:
-        raise call.bad_attr(f"attribute 'dst_type' is {wanted.name}, output 0 is {out.dtype.name}")
+        raise call.bad_attr(
+            f"attribute 'dst_type' is {dtype_name(wanted)}, output 0 is {dtype_name(out.dtype)}"
+        )
     store(call.op, 0, out, x)
     return out.size
 
