@@ -356,8 +356,8 @@ def test_daemon_container_restarts_leave_the_share_serving(cluster: Cluster) -> 
     """The chart's daemon container stopped and started again, then its init SIGKILLed and the container
     started again, while a client keeps calling its share: no call fails, the aclserver is the same process
     in its own cgroup outside the container, the quota and the allocation stay, and the new daemon re-adopts it."""
-    from dra_driver.claims import ClaimRef
     from dra_driver.daemon_api.client import DaemonClient
+    from dra_kubeletplugin.claims import ClaimRef
 
     root = cluster.node.root
     pods: list[podspec.RunningPod] = []

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from dra_driver.claims import ClaimRef
+from dra_kubeletplugin.claims import ClaimRef
 from flexnpu_testing import clibrary
 from flexnpu_testing.podman import Podman
 from flexnpu_testing.waiting import wait_for

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.claims import ClaimRef
 from dra_driver.sharing import API_VERSION
+from dra_kubeletplugin.claims import ClaimRef
 from flexnpu_runtime.aclserver import ledger
 from flexnpu_runtime.daemon.launch_spec import LEDGER_DIR_NAME
 from flexnpu_testing.fake_apiserver import FakeAPIServer

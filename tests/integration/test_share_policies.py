@@ -19,8 +19,8 @@ import kubernetes
 import pytest
 
 from dra_driver import wirefiles
-from dra_driver.claims import ClaimRef
 from dra_driver.sharing import API_VERSION
+from dra_kubeletplugin.claims import ClaimRef
 from flexnpu_testing.scheduler import Unschedulable
 from flexnpu_testing.waiting import wait_for
 from tests.integration.conftest import DRIVER, NAMESPACE, NODE, Node
