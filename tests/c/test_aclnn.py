@@ -133,3 +133,25 @@ def test_a_bad_table_row_is_refused_naming_row_and_field(
     with pytest.raises(gen.TableError) as info:
         gen.load(table)
     assert "row 0" in str(info.value) and words in str(info.value)
+
+
+@pytest.mark.parametrize(("compiler", "std"), [("cc", "-std=c11"), ("c++", "-std=c++17")])
+def test_every_aclnn_header_builds_alone_and_together(tmp_path: Path, compiler: str, std: str) -> None:
+    include = clibrary.LIBRARY_DIR / "include"
+    headers = [
+        "aclnn/acl_meta.h",
+        "aclnn/aclnn_base.h",
+        *sorted(f"aclnnop/{p.name}" for p in (include / "aclnnop").glob("aclnn_*.h")),
+    ]
+    for name in [*headers, None]:  # each alone, then all of them in one unit
+        src = tmp_path / ("unit.cc" if compiler == "c++" else "unit.c")
+        src.write_text(
+            "".join(f"#include <{h}>\n" for h in (headers if name is None else [name]))
+            + "int main(void) { return 0; }\n"
+        )
+        res = subprocess.run(
+            [compiler, std, "-Wall", "-Wextra", "-Werror", "-pedantic", f"-I{include}", "-c", str(src), "-o",
+             str(tmp_path / "unit.o")],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert res.returncode == 0, f"{name or 'all'}: {res.stderr[-2000:]}"
