@@ -155,3 +155,28 @@ def test_every_aclnn_header_builds_alone_and_together(tmp_path: Path, compiler: 
             capture_output=True, text=True, check=False,
         )  # fmt: skip
         assert res.returncode == 0, f"{name or 'all'}: {res.stderr[-2000:]}"
+
+
+def _compare():  # type: ignore[no-untyped-def]
+    path = clibrary.LIBRARY_DIR / "api" / "compare_aclnn.py"
+    spec = importlib.util.spec_from_file_location("aclnn_compare", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_cann_comparison_finds_a_changed_parameter(tmp_path: Path) -> None:
+    """compare_aclnn.py against our own headers finds nothing; against one with a parameter retyped, that one."""
+    include = clibrary.LIBRARY_DIR / "include" / "aclnnop"
+    compare = _compare()
+    assert compare.differences(include) == []
+    for header in include.glob("aclnn_*.h"):
+        (tmp_path / header.name).write_text(header.read_text())
+    softmax = tmp_path / "aclnn_softmax.h"
+    softmax.write_text(softmax.read_text().replace("int64_t dim", "int32_t dim"))
+    (tmp_path / "aclnn_silu.h").unlink()
+    diffs = compare.differences(tmp_path)
+    assert len(diffs) == 2, diffs
+    assert any(d.startswith("aclnnSoftmax: ") and "int32_t" in d for d in diffs)
+    assert any(d.startswith("aclnnSilu: no header") for d in diffs)
