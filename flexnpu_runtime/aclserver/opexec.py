@@ -139,7 +139,8 @@ def _no_completion() -> None:
 
 
 def _dtype(op: str, where: str, acl: int) -> np.dtype[Any]:
-    if acl == _ACL_BF16:  # numpy has no bfloat16: the operator library's two-byte stand-in (operators/calls.py)
+    # numpy has no bfloat16: the operator library's two-byte stand-in (operators/calls.py)
+    if acl == _ACL_BF16:
         return operators.calls.BF16
     name = DTYPES.get(acl)
     if name is None:
