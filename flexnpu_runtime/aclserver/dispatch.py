@@ -21,6 +21,7 @@ from flexnpu_runtime.aclserver.memory import Memory
 from flexnpu_runtime.aclserver.models import Models
 from flexnpu_runtime.aclserver.opexec import Operators
 from flexnpu_runtime.aclserver.streams import WAITING_OPS, Streams
+from flexnpu_runtime.aclserver.vmm import VirtualMemory
 from flexnpu_wire import codes, ops
 from flexnpu_wire import framing as protocol
 from flexnpu_wire.framing import Op
@@ -81,6 +82,7 @@ class Session:
             current=self._current,
         )  # fmt: skip
         self.operators = Operators(backend, session_id=self.session_id, streams=self.streams)
+        self.vmm = VirtualMemory(backend, session_id=self.session_id)
         self.staging = self.memory.staging
         handlers: dict[Op, Handler] = {
             Op.INIT: self._init,
@@ -93,6 +95,7 @@ class Session:
             **self.memory.handlers(),
             **self.streams.handlers(),
             **self.models.handlers(),
+            **self.vmm.handlers(),
         }
         tail_handlers: dict[Op, TailHandler] = {
             Op.MALLOC_HOST: self.memory.malloc_host,

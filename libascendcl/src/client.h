@@ -185,6 +185,11 @@ typedef unsigned (*staged_frame)(void *ctx, size_t done, uint64_t host, size_t n
  * server drains the other (as the Python client's Session._send_staged). */
 int staged_send(size_t count, staged_fill fill, staged_frame frame, void *ctx, const char *what);
 
+/* The client's table of device memory (memory.c): a range the server gave out (an allocation, a
+ * reserved virtual range), for pointer attributes and copy directions; add_alloc is -1 without memory. */
+int add_alloc(uint64_t base, uint64_t size, int device, int policy);
+void remove_alloc(uint64_t base);
+
 /* -- memory policies and attributes (mempolicy.c) --------------------------------------------- */
 
 /* The policy (0..5) the aclserver is sent for any aclrtMemMallocPolicy value CANN accepts. */

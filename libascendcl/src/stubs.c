@@ -465,61 +465,6 @@ API aclError aclrtMemManagedAdvise(const void *const ptr, uint64_t size, aclrtMe
     return ACL_ERROR_API_NOT_SUPPORT;
 }
 
-API aclError aclrtReserveMemAddress(void **virPtr, size_t size, size_t alignment, void *expectPtr,
-    uint64_t flags)
-{
-    (void)virPtr;
-    (void)size;
-    (void)alignment;
-    (void)expectPtr;
-    (void)flags;
-    (void)flexnpu_unsupported("aclrtReserveMemAddress");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtReleaseMemAddress(void *virPtr)
-{
-    (void)virPtr;
-    (void)flexnpu_unsupported("aclrtReleaseMemAddress");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtMallocPhysical(aclrtDrvMemHandle *handle, size_t size, const aclrtPhysicalMemProp *prop,
-    uint64_t flags)
-{
-    (void)handle;
-    (void)size;
-    (void)prop;
-    (void)flags;
-    (void)flexnpu_unsupported("aclrtMallocPhysical");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtFreePhysical(aclrtDrvMemHandle handle)
-{
-    (void)handle;
-    (void)flexnpu_unsupported("aclrtFreePhysical");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtMapMem(void *virPtr, size_t size, size_t offset, aclrtDrvMemHandle handle, uint64_t flags)
-{
-    (void)virPtr;
-    (void)size;
-    (void)offset;
-    (void)handle;
-    (void)flags;
-    (void)flexnpu_unsupported("aclrtMapMem");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtUnmapMem(void *virPtr)
-{
-    (void)virPtr;
-    (void)flexnpu_unsupported("aclrtUnmapMem");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
 API aclError aclrtMemMapNoAccess(void *virPtr, size_t size, size_t offset, aclrtDrvMemHandle handle,
     uint64_t flags)
 {
@@ -826,16 +771,6 @@ API aclError aclrtMemSetPidToShareableHandleV2(void *shareableHandle, aclrtMemSh
     (void)pid;
     (void)pidNum;
     (void)flexnpu_unsupported("aclrtMemSetPidToShareableHandleV2");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtMemGetAllocationGranularity(aclrtPhysicalMemProp *prop, aclrtMemGranularityOptions option,
-    size_t *granularity)
-{
-    (void)prop;
-    (void)option;
-    (void)granularity;
-    (void)flexnpu_unsupported("aclrtMemGetAllocationGranularity");
     return ACL_ERROR_API_NOT_SUPPORT;
 }
 

@@ -141,6 +141,58 @@ int main(void)
     CHECK(fx_op_launch(NULL, 0, NULL, 0, NULL, NULL, stream) == ACL_ERROR_INVALID_PARAM, "a NULL op name: %s",
           msg());
 
+    /* virtual memory (torch's expandable segments): a reserved range is free, mapped handles are charged */
+    size_t free0 = 0, total = 0, free1 = 0;
+    CALL(aclrtGetMemInfo(ACL_HBM_MEM, &free0, &total));
+    void *va = NULL;
+    CALL(aclrtReserveMemAddress(&va, 8u << 20, 0, NULL, 0));
+    CALL(aclrtGetMemInfo(ACL_HBM_MEM, &free1, &total));
+    CHECK(free1 == free0, "a reserved range is not charged: free %zu -> %zu", free0, free1);
+    aclrtPhysicalMemProp prop = {0};
+    prop.location.type = ACL_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    size_t gran = 0;
+    CALL(aclrtMemGetAllocationGranularity(&prop, ACL_RT_MEM_ALLOC_GRANULARITY_RECOMMENDED, &gran));
+    aclrtDrvMemHandle h1 = NULL, h2 = NULL;
+    CALL(aclrtMallocPhysical(&h1, gran, &prop, 0));
+    CALL(aclrtMallocPhysical(&h2, gran, &prop, 0));
+    CALL(aclrtGetMemInfo(ACL_HBM_MEM, &free1, &total));
+    CHECK(free0 - free1 == 2 * gran, "two physical handles are charged: %zu bytes", free0 - free1);
+    CALL(aclrtMapMem(va, gran, 0, h1, 0));
+    CALL(aclrtMapMem((char *)va + gran, gran, 0, h2, 0));
+    CHECK(aclrtMapMem((char *)va + gran / 2, gran, 0, h2, 0) == ACL_ERROR_INVALID_PARAM, "an overlap: %s", msg());
+    /* a copy and an operator across the two handles' boundary */
+    static float across[1024];
+    for (int i = 0; i < 1024; i++)
+        across[i] = (float)i;
+    char *mid = (char *)va + gran - 512 * sizeof(float);
+    CALL(aclrtMemcpy(mid, sizeof across, across, sizeof across, ACL_MEMCPY_HOST_TO_DEVICE));
+    int64_t n1024[1] = {1024};
+    fxTensor span = {FX_TENSOR_DEVICE, ACL_FLOAT, ACL_FORMAT_ND, 1, n1024, NULL, 0, mid, 0};
+    float two = 2.0f;
+    fxTensor two_t = {FX_TENSOR_HOST, ACL_FLOAT, ACL_FORMAT_ND, 0, NULL, NULL, 0, &two, sizeof two};
+    fxTensor span_in[2] = {span, two_t};
+    CALL(fx_op_launch("Add", 2, span_in, 1, &span, NULL, stream));
+    CALL(aclrtSynchronizeStream(stream));
+    static float back[1024];
+    CALL(aclrtMemcpy(back, sizeof back, mid, sizeof back, ACL_MEMCPY_DEVICE_TO_HOST));
+    good = 1;
+    for (int i = 0; i < 1024; i++)
+        good &= back[i] == (float)i + 2.0f;
+    CHECK(good, "Add over a tensor that spans two mapped handles");
+    CHECK(aclrtReleaseMemAddress(va) == ACL_ERROR_INVALID_PARAM, "release with mappings: %s", msg());
+    CHECK(aclrtFreePhysical(h1) == ACL_ERROR_INVALID_PARAM, "free of a mapped handle: %s", msg());
+    aclrtDrvMemHandle huge = NULL;
+    CHECK(aclrtMallocPhysical(&huge, total, &prop, 0) == ACL_ERROR_RT_MEMORY_ALLOCATION, "a handle beyond the quota: %s",
+          msg());
+    CALL(aclrtUnmapMem(va));
+    CALL(aclrtUnmapMem((char *)va + gran));
+    CALL(aclrtFreePhysical(h1));
+    CALL(aclrtFreePhysical(h2));
+    CALL(aclrtReleaseMemAddress(va));
+    CALL(aclrtGetMemInfo(ACL_HBM_MEM, &free1, &total));
+    CHECK(free1 == free0, "all of it returned: free %zu -> %zu", free0, free1);
+
     aclopDestroyAttr(mm);
     aclopDestroyAttr(none);
     CALL(aclrtDestroyStream(stream));
