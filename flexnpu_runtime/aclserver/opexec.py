@@ -35,6 +35,7 @@ DTYPES: dict[int, str] = {0: "float32", 1: "float16", 2: "int8", 3: "int32", 4: 
                           8: "uint32", 9: "int64", 10: "uint64", 11: "float64", 12: "bool"}  # fmt: skip
 """aclDataType numbers an operand may have, and their numpy dtypes."""
 _UNSUPPORTED_DATA_TYPE = 100026
+_ACL_BF16 = 27
 _NS_PER_US = 1000
 
 
@@ -77,9 +78,9 @@ class Operators:
         inputs = [self._array(call.name, f"inputs[{i}]", t) for i, t in enumerate(call.inputs)]
         outputs = [self._array(call.name, f"outputs[{i}]", t) for i, t in enumerate(call.outputs)]
         try:
-            die_ns = operators.run(
-                call.name, inputs, [o for o in outputs if o is not None], cast(Mapping[str, Any], call.attrs)
-            )
+            # an absent optional output stays in its place as None (aclnnLayerNorm's meanOutOptional):
+            # the operator library finds each output by its position
+            die_ns = operators.run(call.name, inputs, outputs, cast(Mapping[str, Any], call.attrs))
         except operators.OperatorError as exc:
             raise AclFailure(exc.code, exc.message) from None
         except (ValueError, TypeError, IndexError) as exc:  # a kernel's numpy refusal: the op's, not ours
@@ -138,6 +139,9 @@ def _no_completion() -> None:
 
 
 def _dtype(op: str, where: str, acl: int) -> np.dtype[Any]:
+    # numpy has no bfloat16: the operator library's two-byte stand-in (operators/calls.py)
+    if acl == _ACL_BF16:
+        return operators.calls.BF16
     name = DTYPES.get(acl)
     if name is None:
         raise AclFailure(_UNSUPPORTED_DATA_TYPE, f"{op}: {where}: aclDataType {acl} is not supported")

@@ -41,11 +41,16 @@ KINDS = {
     "inout": ({"const aclTensor *", "aclTensor *"}, 'flexnpu_opapi_tensor(e, "{p}", {p}, 0, 1);'),
     "tensors": ({"const aclTensorList *"}, 'flexnpu_opapi_tensor_list(e, "{p}", {p});'),
     "scalar": ({"const aclScalar *"}, 'flexnpu_opapi_scalar(e, "{p}", {p});'),
-    "int": ({"int64_t", "int8_t", "int32_t", "int"}, 'flexnpu_opapi_int(e, "{p}", (int64_t){p});'),
+    "int": (
+        {"int64_t", "int8_t", "int32_t", "int", "uint64_t"},
+        'flexnpu_opapi_int(e, "{p}", (int64_t){p});',
+    ),
     "dtype": ({"aclDataType", "const aclDataType"}, 'flexnpu_opapi_int(e, "{p}", (int64_t){p});'),
     "bool": ({"bool"}, 'flexnpu_opapi_bool(e, "{p}", {p});'),
-    "double": ({"double"}, 'flexnpu_opapi_double(e, "{p}", {p});'),
-    "intarray": ({"const aclIntArray *"}, 'flexnpu_opapi_int_array(e, "{p}", {p});'),
+    "double": ({"double", "float"}, 'flexnpu_opapi_double(e, "{p}", {p});'),
+    "intarray": ({"const aclIntArray *"}, 'flexnpu_opapi_int_array(e, "{p}", {p}, 0);'),
+    "intarray?": ({"const aclIntArray *"}, 'flexnpu_opapi_int_array(e, "{p}", {p}, 1);'),
+    "string": ({"char *", "const char *"}, 'flexnpu_opapi_string(e, "{p}", {p});'),
 }
 NAME = re.compile(r"^aclnn[A-Z]\w{1,58}$")
 PARAM = re.compile(r"^[a-zA-Z_]\w{0,40}$")

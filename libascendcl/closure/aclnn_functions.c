@@ -20,15 +20,22 @@
 #include "aclnnop/aclnn_expand.h"
 #include "aclnnop/aclnn_fill_scalar.h"
 #include "aclnnop/aclnn_fill_tensor.h"
+#include "aclnnop/aclnn_flash_attention_score.h"
 #include "aclnnop/aclnn_ge_scalar.h"
 #include "aclnnop/aclnn_ge_tensor.h"
 #include "aclnnop/aclnn_gelu.h"
+#include "aclnnop/aclnn_gelu_v2.h"
 #include "aclnnop/aclnn_gt_scalar.h"
 #include "aclnnop/aclnn_gt_tensor.h"
 #include "aclnnop/aclnn_index_select.h"
 #include "aclnnop/aclnn_layer_norm.h"
 #include "aclnnop/aclnn_le_scalar.h"
 #include "aclnnop/aclnn_le_tensor.h"
+#include "aclnnop/aclnn_log.h"
+#include "aclnnop/aclnn_logical_and.h"
+#include "aclnnop/aclnn_logical_not.h"
+#include "aclnnop/aclnn_logical_or.h"
+#include "aclnnop/aclnn_logsoftmax.h"
 #include "aclnnop/aclnn_lt_scalar.h"
 #include "aclnnop/aclnn_lt_tensor.h"
 #include "aclnnop/aclnn_masked_fill_scalar.h"
@@ -36,15 +43,20 @@
 #include "aclnnop/aclnn_matmul.h"
 #include "aclnnop/aclnn_max.h"
 #include "aclnnop/aclnn_max_dim.h"
+#include "aclnnop/aclnn_maximum.h"
 #include "aclnnop/aclnn_mean.h"
+#include "aclnnop/aclnn_minimum.h"
 #include "aclnnop/aclnn_mm.h"
 #include "aclnnop/aclnn_mul.h"
 #include "aclnnop/aclnn_ne_scalar.h"
 #include "aclnnop/aclnn_ne_tensor.h"
 #include "aclnnop/aclnn_neg.h"
+#include "aclnnop/aclnn_normal.h"
 #include "aclnnop/aclnn_ones.h"
 #include "aclnnop/aclnn_permute.h"
 #include "aclnnop/aclnn_pow.h"
+#include "aclnnop/aclnn_pow_tensor_tensor.h"
+#include "aclnnop/aclnn_reciprocal.h"
 #include "aclnnop/aclnn_reduce_sum.h"
 #include "aclnnop/aclnn_relu.h"
 #include "aclnnop/aclnn_rms_norm.h"
@@ -59,6 +71,7 @@
 #include "aclnnop/aclnn_tanh.h"
 #include "aclnnop/aclnn_tril.h"
 #include "aclnnop/aclnn_triu.h"
+#include "aclnnop/aclnn_uniform.h"
 #include "aclnnop/aclnn_zero.h"
 
 API aclnnStatus aclnnInplaceOneGetWorkspaceSize(const aclTensor *selfRef, uint64_t *workspaceSize, aclOpExecutor **executor)
@@ -124,6 +137,38 @@ API aclnnStatus aclnnArangeGetWorkspaceSize(const aclScalar *start, const aclSca
 API aclnnStatus aclnnArange(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
 {
     return flexnpu_opapi_launch("aclnnArange", workspace, workspaceSize, executor, stream);
+}
+
+API aclnnStatus aclnnInplaceNormalGetWorkspaceSize(const aclTensor *selfRef, float mean, float std, int64_t seed, int64_t offset, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    aclOpExecutor *e = flexnpu_opapi_begin("aclnnInplaceNormal");
+    flexnpu_opapi_tensor(e, "selfRef", selfRef, 0, 1);
+    flexnpu_opapi_double(e, "mean", mean);
+    flexnpu_opapi_double(e, "std", std);
+    flexnpu_opapi_int(e, "seed", (int64_t)seed);
+    flexnpu_opapi_int(e, "offset", (int64_t)offset);
+    return flexnpu_opapi_finish(e, workspaceSize, executor);
+}
+
+API aclnnStatus aclnnInplaceNormal(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
+{
+    return flexnpu_opapi_launch("aclnnInplaceNormal", workspace, workspaceSize, executor, stream);
+}
+
+API aclnnStatus aclnnInplaceUniformGetWorkspaceSize(const aclTensor *selfRef, double from, double to, uint64_t seed, uint64_t offset, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    aclOpExecutor *e = flexnpu_opapi_begin("aclnnInplaceUniform");
+    flexnpu_opapi_tensor(e, "selfRef", selfRef, 0, 1);
+    flexnpu_opapi_double(e, "from", from);
+    flexnpu_opapi_double(e, "to", to);
+    flexnpu_opapi_int(e, "seed", (int64_t)seed);
+    flexnpu_opapi_int(e, "offset", (int64_t)offset);
+    return flexnpu_opapi_finish(e, workspaceSize, executor);
+}
+
+API aclnnStatus aclnnInplaceUniform(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
+{
+    return flexnpu_opapi_launch("aclnnInplaceUniform", workspace, workspaceSize, executor, stream);
 }
 
 API aclnnStatus aclnnAddGetWorkspaceSize(const aclTensor *self, const aclTensor *other, const aclScalar *alpha, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
@@ -389,6 +434,31 @@ API aclnnStatus aclnnInplaceExp(void *workspace, uint64_t workspaceSize, aclOpEx
     return flexnpu_opapi_launch("aclnnInplaceExp", workspace, workspaceSize, executor, stream);
 }
 
+API aclnnStatus aclnnLogGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    aclOpExecutor *e = flexnpu_opapi_begin("aclnnLog");
+    flexnpu_opapi_tensor(e, "self", self, 0, 0);
+    flexnpu_opapi_tensor(e, "out", out, 0, 1);
+    return flexnpu_opapi_finish(e, workspaceSize, executor);
+}
+
+API aclnnStatus aclnnLog(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
+{
+    return flexnpu_opapi_launch("aclnnLog", workspace, workspaceSize, executor, stream);
+}
+
+API aclnnStatus aclnnInplaceLogGetWorkspaceSize(aclTensor *selfRef, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    aclOpExecutor *e = flexnpu_opapi_begin("aclnnInplaceLog");
+    flexnpu_opapi_tensor(e, "selfRef", selfRef, 0, 1);
+    return flexnpu_opapi_finish(e, workspaceSize, executor);
+}
+
+API aclnnStatus aclnnInplaceLog(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
+{
+    return flexnpu_opapi_launch("aclnnInplaceLog", workspace, workspaceSize, executor, stream);
+}
+
 API aclnnStatus aclnnNegGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
 {
     aclOpExecutor *e = flexnpu_opapi_begin("aclnnNeg");
@@ -462,6 +532,31 @@ API aclnnStatus aclnnInplaceRsqrtGetWorkspaceSize(aclTensor *selfRef, uint64_t *
 API aclnnStatus aclnnInplaceRsqrt(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
 {
     return flexnpu_opapi_launch("aclnnInplaceRsqrt", workspace, workspaceSize, executor, stream);
+}
+
+API aclnnStatus aclnnReciprocalGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    aclOpExecutor *e = flexnpu_opapi_begin("aclnnReciprocal");
+    flexnpu_opapi_tensor(e, "self", self, 0, 0);
+    flexnpu_opapi_tensor(e, "out", out, 0, 1);
+    return flexnpu_opapi_finish(e, workspaceSize, executor);
+}
+
+API aclnnStatus aclnnReciprocal(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
+{
+    return flexnpu_opapi_launch("aclnnReciprocal", workspace, workspaceSize, executor, stream);
+}
+
+API aclnnStatus aclnnInplaceReciprocalGetWorkspaceSize(const aclTensor *selfRef, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    aclOpExecutor *e = flexnpu_opapi_begin("aclnnInplaceReciprocal");
+    flexnpu_opapi_tensor(e, "selfRef", selfRef, 0, 1);
+    return flexnpu_opapi_finish(e, workspaceSize, executor);
+}
+
+API aclnnStatus aclnnInplaceReciprocal(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
+{
+    return flexnpu_opapi_launch("aclnnInplaceReciprocal", workspace, workspaceSize, executor, stream);
 }
 
 API aclnnStatus aclnnTanhGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
@@ -539,6 +634,31 @@ API aclnnStatus aclnnInplaceSigmoid(void *workspace, uint64_t workspaceSize, acl
     return flexnpu_opapi_launch("aclnnInplaceSigmoid", workspace, workspaceSize, executor, stream);
 }
 
+API aclnnStatus aclnnLogicalNotGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    aclOpExecutor *e = flexnpu_opapi_begin("aclnnLogicalNot");
+    flexnpu_opapi_tensor(e, "self", self, 0, 0);
+    flexnpu_opapi_tensor(e, "out", out, 0, 1);
+    return flexnpu_opapi_finish(e, workspaceSize, executor);
+}
+
+API aclnnStatus aclnnLogicalNot(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
+{
+    return flexnpu_opapi_launch("aclnnLogicalNot", workspace, workspaceSize, executor, stream);
+}
+
+API aclnnStatus aclnnInplaceLogicalNotGetWorkspaceSize(aclTensor *selfRef, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    aclOpExecutor *e = flexnpu_opapi_begin("aclnnInplaceLogicalNot");
+    flexnpu_opapi_tensor(e, "selfRef", selfRef, 0, 1);
+    return flexnpu_opapi_finish(e, workspaceSize, executor);
+}
+
+API aclnnStatus aclnnInplaceLogicalNot(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
+{
+    return flexnpu_opapi_launch("aclnnInplaceLogicalNot", workspace, workspaceSize, executor, stream);
+}
+
 API aclnnStatus aclnnGeluGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
 {
     aclOpExecutor *e = flexnpu_opapi_begin("aclnnGelu");
@@ -563,6 +683,90 @@ API aclnnStatus aclnnSiluGetWorkspaceSize(const aclTensor *self, aclTensor *out,
 API aclnnStatus aclnnSilu(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
 {
     return flexnpu_opapi_launch("aclnnSilu", workspace, workspaceSize, executor, stream);
+}
+
+API aclnnStatus aclnnGeluV2GetWorkspaceSize(const aclTensor *x, int64_t approximate, aclTensor *y, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    aclOpExecutor *e = flexnpu_opapi_begin("aclnnGeluV2");
+    flexnpu_opapi_tensor(e, "x", x, 0, 0);
+    flexnpu_opapi_int(e, "approximate", (int64_t)approximate);
+    flexnpu_opapi_tensor(e, "y", y, 0, 1);
+    return flexnpu_opapi_finish(e, workspaceSize, executor);
+}
+
+API aclnnStatus aclnnGeluV2(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
+{
+    return flexnpu_opapi_launch("aclnnGeluV2", workspace, workspaceSize, executor, stream);
+}
+
+API aclnnStatus aclnnMaximumGetWorkspaceSize(const aclTensor *self, const aclTensor *other, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    aclOpExecutor *e = flexnpu_opapi_begin("aclnnMaximum");
+    flexnpu_opapi_tensor(e, "self", self, 0, 0);
+    flexnpu_opapi_tensor(e, "other", other, 0, 0);
+    flexnpu_opapi_tensor(e, "out", out, 0, 1);
+    return flexnpu_opapi_finish(e, workspaceSize, executor);
+}
+
+API aclnnStatus aclnnMaximum(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
+{
+    return flexnpu_opapi_launch("aclnnMaximum", workspace, workspaceSize, executor, stream);
+}
+
+API aclnnStatus aclnnMinimumGetWorkspaceSize(const aclTensor *self, const aclTensor *other, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    aclOpExecutor *e = flexnpu_opapi_begin("aclnnMinimum");
+    flexnpu_opapi_tensor(e, "self", self, 0, 0);
+    flexnpu_opapi_tensor(e, "other", other, 0, 0);
+    flexnpu_opapi_tensor(e, "out", out, 0, 1);
+    return flexnpu_opapi_finish(e, workspaceSize, executor);
+}
+
+API aclnnStatus aclnnMinimum(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
+{
+    return flexnpu_opapi_launch("aclnnMinimum", workspace, workspaceSize, executor, stream);
+}
+
+API aclnnStatus aclnnLogicalAndGetWorkspaceSize(const aclTensor *self, const aclTensor *other, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    aclOpExecutor *e = flexnpu_opapi_begin("aclnnLogicalAnd");
+    flexnpu_opapi_tensor(e, "self", self, 0, 0);
+    flexnpu_opapi_tensor(e, "other", other, 0, 0);
+    flexnpu_opapi_tensor(e, "out", out, 0, 1);
+    return flexnpu_opapi_finish(e, workspaceSize, executor);
+}
+
+API aclnnStatus aclnnLogicalAnd(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
+{
+    return flexnpu_opapi_launch("aclnnLogicalAnd", workspace, workspaceSize, executor, stream);
+}
+
+API aclnnStatus aclnnLogicalOrGetWorkspaceSize(const aclTensor *self, const aclTensor *other, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    aclOpExecutor *e = flexnpu_opapi_begin("aclnnLogicalOr");
+    flexnpu_opapi_tensor(e, "self", self, 0, 0);
+    flexnpu_opapi_tensor(e, "other", other, 0, 0);
+    flexnpu_opapi_tensor(e, "out", out, 0, 1);
+    return flexnpu_opapi_finish(e, workspaceSize, executor);
+}
+
+API aclnnStatus aclnnLogicalOr(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
+{
+    return flexnpu_opapi_launch("aclnnLogicalOr", workspace, workspaceSize, executor, stream);
+}
+
+API aclnnStatus aclnnPowTensorTensorGetWorkspaceSize(const aclTensor *self, const aclTensor *exponent, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    aclOpExecutor *e = flexnpu_opapi_begin("aclnnPowTensorTensor");
+    flexnpu_opapi_tensor(e, "self", self, 0, 0);
+    flexnpu_opapi_tensor(e, "exponent", exponent, 0, 0);
+    flexnpu_opapi_tensor(e, "out", out, 0, 1);
+    return flexnpu_opapi_finish(e, workspaceSize, executor);
+}
+
+API aclnnStatus aclnnPowTensorTensor(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
+{
+    return flexnpu_opapi_launch("aclnnPowTensorTensor", workspace, workspaceSize, executor, stream);
 }
 
 API aclnnStatus aclnnEqTensorGetWorkspaceSize(const aclTensor *self, const aclTensor *other, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
@@ -855,11 +1059,25 @@ API aclnnStatus aclnnSoftmax(void *workspace, uint64_t workspaceSize, aclOpExecu
     return flexnpu_opapi_launch("aclnnSoftmax", workspace, workspaceSize, executor, stream);
 }
 
+API aclnnStatus aclnnLogSoftmaxGetWorkspaceSize(const aclTensor *self, int64_t dim, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    aclOpExecutor *e = flexnpu_opapi_begin("aclnnLogSoftmax");
+    flexnpu_opapi_tensor(e, "self", self, 0, 0);
+    flexnpu_opapi_int(e, "dim", (int64_t)dim);
+    flexnpu_opapi_tensor(e, "out", out, 0, 1);
+    return flexnpu_opapi_finish(e, workspaceSize, executor);
+}
+
+API aclnnStatus aclnnLogSoftmax(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
+{
+    return flexnpu_opapi_launch("aclnnLogSoftmax", workspace, workspaceSize, executor, stream);
+}
+
 API aclnnStatus aclnnLayerNormGetWorkspaceSize(const aclTensor *input, const aclIntArray *normalizedShape, const aclTensor *weightOptional, const aclTensor *biasOptional, double eps, aclTensor *out, aclTensor *meanOutOptional, aclTensor *rstdOutOptional, uint64_t *workspaceSize, aclOpExecutor **executor)
 {
     aclOpExecutor *e = flexnpu_opapi_begin("aclnnLayerNorm");
     flexnpu_opapi_tensor(e, "input", input, 0, 0);
-    flexnpu_opapi_int_array(e, "normalizedShape", normalizedShape);
+    flexnpu_opapi_int_array(e, "normalizedShape", normalizedShape, 0);
     flexnpu_opapi_tensor(e, "weightOptional", weightOptional, 1, 0);
     flexnpu_opapi_tensor(e, "biasOptional", biasOptional, 1, 0);
     flexnpu_opapi_double(e, "eps", eps);
@@ -888,6 +1106,37 @@ API aclnnStatus aclnnRmsNormGetWorkspaceSize(const aclTensor *x, const aclTensor
 API aclnnStatus aclnnRmsNorm(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
 {
     return flexnpu_opapi_launch("aclnnRmsNorm", workspace, workspaceSize, executor, stream);
+}
+
+API aclnnStatus aclnnFlashAttentionScoreGetWorkspaceSize(const aclTensor *query, const aclTensor *key, const aclTensor *value, const aclTensor *realShiftOptional, const aclTensor *dropMaskOptional, const aclTensor *paddingMaskOptional, const aclTensor *attenMaskOptional, const aclIntArray *prefixOptional, double scaleValue, double keepProb, int64_t preTokens, int64_t nextTokens, int64_t headNum, char *inputLayout, int64_t innerPrecise, int64_t sparseMode, const aclTensor *softmaxMaxOut, const aclTensor *softmaxSumOut, const aclTensor *softmaxOutOut, const aclTensor *attentionOutOut, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    aclOpExecutor *e = flexnpu_opapi_begin("aclnnFlashAttentionScore");
+    flexnpu_opapi_tensor(e, "query", query, 0, 0);
+    flexnpu_opapi_tensor(e, "key", key, 0, 0);
+    flexnpu_opapi_tensor(e, "value", value, 0, 0);
+    flexnpu_opapi_tensor(e, "realShiftOptional", realShiftOptional, 1, 0);
+    flexnpu_opapi_tensor(e, "dropMaskOptional", dropMaskOptional, 1, 0);
+    flexnpu_opapi_tensor(e, "paddingMaskOptional", paddingMaskOptional, 1, 0);
+    flexnpu_opapi_tensor(e, "attenMaskOptional", attenMaskOptional, 1, 0);
+    flexnpu_opapi_int_array(e, "prefixOptional", prefixOptional, 1);
+    flexnpu_opapi_double(e, "scaleValue", scaleValue);
+    flexnpu_opapi_double(e, "keepProb", keepProb);
+    flexnpu_opapi_int(e, "preTokens", (int64_t)preTokens);
+    flexnpu_opapi_int(e, "nextTokens", (int64_t)nextTokens);
+    flexnpu_opapi_int(e, "headNum", (int64_t)headNum);
+    flexnpu_opapi_string(e, "inputLayout", inputLayout);
+    flexnpu_opapi_int(e, "innerPrecise", (int64_t)innerPrecise);
+    flexnpu_opapi_int(e, "sparseMode", (int64_t)sparseMode);
+    flexnpu_opapi_tensor(e, "softmaxMaxOut", softmaxMaxOut, 0, 1);
+    flexnpu_opapi_tensor(e, "softmaxSumOut", softmaxSumOut, 0, 1);
+    flexnpu_opapi_tensor(e, "softmaxOutOut", softmaxOutOut, 1, 1);
+    flexnpu_opapi_tensor(e, "attentionOutOut", attentionOutOut, 0, 1);
+    return flexnpu_opapi_finish(e, workspaceSize, executor);
+}
+
+API aclnnStatus aclnnFlashAttentionScore(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
+{
+    return flexnpu_opapi_launch("aclnnFlashAttentionScore", workspace, workspaceSize, executor, stream);
 }
 
 API aclnnStatus aclnnEmbeddingGetWorkspaceSize(const aclTensor *weight, const aclTensor *indices, const aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
@@ -1008,7 +1257,7 @@ API aclnnStatus aclnnPermuteGetWorkspaceSize(const aclTensor *self, const aclInt
 {
     aclOpExecutor *e = flexnpu_opapi_begin("aclnnPermute");
     flexnpu_opapi_tensor(e, "self", self, 0, 0);
-    flexnpu_opapi_int_array(e, "dims", dims);
+    flexnpu_opapi_int_array(e, "dims", dims, 0);
     flexnpu_opapi_tensor(e, "out", out, 0, 1);
     return flexnpu_opapi_finish(e, workspaceSize, executor);
 }
@@ -1022,7 +1271,7 @@ API aclnnStatus aclnnExpandGetWorkspaceSize(const aclTensor *self, const aclIntA
 {
     aclOpExecutor *e = flexnpu_opapi_begin("aclnnExpand");
     flexnpu_opapi_tensor(e, "self", self, 0, 0);
-    flexnpu_opapi_int_array(e, "size", size);
+    flexnpu_opapi_int_array(e, "size", size, 0);
     flexnpu_opapi_tensor(e, "out", out, 0, 1);
     return flexnpu_opapi_finish(e, workspaceSize, executor);
 }
@@ -1079,7 +1328,7 @@ API aclnnStatus aclnnReduceSumGetWorkspaceSize(const aclTensor *self, const aclI
 {
     aclOpExecutor *e = flexnpu_opapi_begin("aclnnReduceSum");
     flexnpu_opapi_tensor(e, "self", self, 0, 0);
-    flexnpu_opapi_int_array(e, "dims", dims);
+    flexnpu_opapi_int_array(e, "dims", dims, 0);
     flexnpu_opapi_bool(e, "keepDims", keepDims);
     flexnpu_opapi_int(e, "dtype", (int64_t)dtype);
     flexnpu_opapi_tensor(e, "out", out, 0, 1);
@@ -1095,7 +1344,7 @@ API aclnnStatus aclnnMeanGetWorkspaceSize(const aclTensor *self, const aclIntArr
 {
     aclOpExecutor *e = flexnpu_opapi_begin("aclnnMean");
     flexnpu_opapi_tensor(e, "self", self, 0, 0);
-    flexnpu_opapi_int_array(e, "dim", dim);
+    flexnpu_opapi_int_array(e, "dim", dim, 0);
     flexnpu_opapi_bool(e, "keepDim", keepDim);
     flexnpu_opapi_int(e, "dtype", (int64_t)dtype);
     flexnpu_opapi_tensor(e, "out", out, 0, 1);

@@ -491,9 +491,9 @@ API void flexnpu_opapi_double(aclOpExecutor *e, const char *param, double v)
         set_attr(e, param, aclopSetAttrFloat(e->attrs, param, (float)v));
 }
 
-API void flexnpu_opapi_int_array(aclOpExecutor *e, const char *param, const aclIntArray *a)
+API void flexnpu_opapi_int_array(aclOpExecutor *e, const char *param, const aclIntArray *a, int optional)
 {
-    if (!e)
+    if (!e || (!a && optional)) /* an absent optional array: no attribute */
         return;
     if (!a) {
         refuse(e, ACLNN_ERR_PARAM_NULLPTR, "%s is NULL", param);
@@ -504,6 +504,21 @@ API void flexnpu_opapi_int_array(aclOpExecutor *e, const char *param, const aclI
         return;
     }
     set_attr(e, param, aclopSetAttrListInt(e->attrs, param, (int)a->n, a->v));
+}
+
+API void flexnpu_opapi_string(aclOpExecutor *e, const char *param, const char *s)
+{
+    if (!e)
+        return;
+    if (!s) {
+        refuse(e, ACLNN_ERR_PARAM_NULLPTR, "%s is NULL", param);
+        return;
+    }
+    if (strnlen(s, 256) == 256) {
+        refuse(e, ACLNN_ERR_PARAM_INVALID, "%s is longer than 255 bytes", param);
+        return;
+    }
+    set_attr(e, param, aclopSetAttrString(e->attrs, param, s));
 }
 
 static void executor_free(aclOpExecutor *e)

@@ -110,7 +110,8 @@ API void flexnpu_opapi_scalar(aclOpExecutor *e, const char *param, const aclScal
 API void flexnpu_opapi_int(aclOpExecutor *e, const char *param, int64_t v);
 API void flexnpu_opapi_bool(aclOpExecutor *e, const char *param, bool v);
 API void flexnpu_opapi_double(aclOpExecutor *e, const char *param, double v);
-API void flexnpu_opapi_int_array(aclOpExecutor *e, const char *param, const aclIntArray *a);
+API void flexnpu_opapi_int_array(aclOpExecutor *e, const char *param, const aclIntArray *a, int optional);
+API void flexnpu_opapi_string(aclOpExecutor *e, const char *param, const char *s);
 API aclnnStatus flexnpu_opapi_finish(aclOpExecutor *e, uint64_t *workspaceSize, aclOpExecutor **executor);
 API aclnnStatus flexnpu_opapi_launch(const char *name, void *workspace, uint64_t workspaceSize,
                                      aclOpExecutor *executor, aclrtStream stream);

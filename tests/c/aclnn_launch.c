@@ -12,6 +12,7 @@
 #include <aclnnop/aclnn_add.h>
 #include <aclnnop/aclnn_cat.h>
 #include <aclnnop/aclnn_copy.h>
+#include <aclnnop/aclnn_flash_attention_score.h>
 #include <aclnnop/aclnn_layer_norm.h>
 #include <aclnnop/aclnn_matmul.h>
 #include <aclnnop/aclnn_ones.h>
@@ -126,6 +127,25 @@ int main(void)
     float ln[6] = {-z, 0, z, -z, 0, z};
     CHECK(close_to(got, ln, 6, 1e-5f), "aclnnLayerNorm with the optional tensors NULL");
 
+    /* weight and bias given, meanOutOptional NULL, rstdOutOptional given: the rstd lands in its own tensor */
+    float w3[3] = {2, 2, 2}, b3[3] = {1, 1, 1}, rstd[2];
+    int64_t d3[1] = {3}, d21[2] = {2, 1};
+    void *dw = device(w3, 3), *db = device(b3, 3), *drstd = device(NULL, 2);
+    aclTensor *tw = tensor(dw, 1, d3), *tb = tensor(db, 1, d3), *trstd = tensor(drstd, 2, d21);
+    LAUNCH(aclnnLayerNorm, ta, shape, tw, tb, 1e-5, tout, NULL, trstd);
+    read_back(got, dout, 6);
+    for (int i = 0; i < 6; i++)
+        want[i] = 2 * ln[i] + 1;
+    CHECK(close_to(got, want, 6, 1e-5f), "aclnnLayerNorm with weight and bias");
+    read_back(rstd, drstd, 2);
+    float rstd_want[2] = {z, z};
+    CHECK(close_to(rstd, rstd_want, 2, 1e-5f), "rstdOutOptional with meanOutOptional NULL holds the rstd (%g)",
+          (double)rstd[0]);
+    aclDestroyTensor(tw), aclDestroyTensor(tb), aclDestroyTensor(trstd);
+    CALL(aclrtFree(dw));
+    CALL(aclrtFree(db));
+    CALL(aclrtFree(drstd));
+
     /* cat of a tensor list along dim 0 into a [4, 3] tensor */
     int64_t d43[2] = {4, 3};
     aclTensor *t43 = tensor(dout, 2, d43);
@@ -146,6 +166,31 @@ int main(void)
     read_back(got, dout, 12);
     float strided[12] = {0, 1, 0, 0, 2, 0, 0, 3, 0, 0, 0, 0};
     CHECK(close_to(got, strided, 12, 0), "aclnnInplaceCopy wrote exactly the strided view's elements");
+
+    /* fused attention (torch's scaled_dot_product_attention): a zero query weighs the keys alike, so each
+       output row is the mean of the value rows; a string (the layout) and a NULL optional array (prefix) */
+    float zq[4] = {0}, vv[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, stats[8], att[4];
+    int64_t q_dims[4] = {1, 1, 1, 4}, kv_dims[4] = {1, 1, 3, 4}, st_dims[4] = {1, 1, 1, 8}, none_dims[1] = {0};
+    void *dq = device(zq, 4), *dk = device(vv, 12), *dv = device(vv, 12), *dmax = device(NULL, 8),
+         *dsum = device(NULL, 8), *datt = device(NULL, 4);
+    aclTensor *tq = tensor(dq, 4, q_dims), *tk = tensor(dk, 4, kv_dims), *tv = tensor(dv, 4, kv_dims),
+              *tmax = tensor(dmax, 4, st_dims), *tsum = tensor(dsum, 4, st_dims), *tatt = tensor(datt, 4, q_dims),
+              *tnone = tensor(NULL, 1, none_dims);
+    char layout[] = "BNSD";
+    LAUNCH(aclnnFlashAttentionScore, tq, tk, tv, NULL, NULL, NULL, NULL, NULL, 0.5, 1.0, (int64_t)2147483647,
+           (int64_t)2147483647, (int64_t)1, layout, (int64_t)0, (int64_t)0, tmax, tsum, tnone, tatt);
+    read_back(att, datt, 4);
+    float mean_rows[4] = {5, 6, 7, 8};
+    CHECK(close_to(att, mean_rows, 4, 1e-5f), "aclnnFlashAttentionScore: the mean of the value rows");
+    read_back(stats, dsum, 8);
+    CHECK(fabsf(stats[0] - 3.0f) < 1e-5f && fabsf(stats[7] - 3.0f) < 1e-5f, "softmaxSumOut: 3 keys of weight 1 (%g)",
+          (double)stats[0]);
+    aclTensor *fa[8] = {tq, tk, tv, tmax, tsum, tatt, tnone, NULL};
+    for (int i = 0; fa[i]; i++)
+        aclDestroyTensor(fa[i]);
+    void *fa_mem[6] = {dq, dk, dv, dmax, dsum, datt};
+    for (int i = 0; i < 6; i++)
+        CALL(aclrtFree(fa_mem[i]));
 
     /* a shape the operator refuses: launched, then the stream's error at the synchronize */
     uint64_t ws = 0;

@@ -4,6 +4,7 @@ api/aclnn_api.json, the host-side objects and executors of a real C program, and
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -76,3 +77,106 @@ def test_aclnn_functions_run_on_the_share_in_stream_order(aclnn_launch: Path, cl
     res = run(aclnn_launch, conf=claim.conf, LD_LIBRARY_PATH=str(BUILD)).ok()
     assert res.values["mismatch_code"] == "100021"
     assert res.stdout.count("\nok ") >= 20 and "FAIL" not in res.stdout, res.stdout
+
+
+def test_aclnn_objects_are_sanitizer_clean() -> None:
+    lib = clibrary.build_library(sanitized=True)
+    exe = clibrary.compile_program(
+        HERE / "aclnn_objects.c",
+        link_library=lib,
+        extra_flags=[*clibrary.SANITIZERS, "-g", f"-L{lib.parent}", "-Wl,--no-as-needed", "-lopapi"],
+        out_dir=lib.parent,
+    )
+    res = run(exe, conf=None, LD_LIBRARY_PATH=str(lib.parent), ASAN_OPTIONS="detect_leaks=1:abort_on_error=0")
+    assert res.rc == 0 and not res.failures, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "ERROR: " not in res.stderr and "runtime error" not in res.stderr, res.stderr[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("row", "words"),
+    [
+        pytest.param(
+            {
+                "name": "aclnnFoo",
+                "header": "aclnn_foo.h",
+                "params": [{"name": "x", "kind": "blob", "ctype": "int"}],
+            },
+            "params[0].kind 'blob'",
+            id="unknown-kind",
+        ),
+        pytest.param(
+            {
+                "name": "aclnnFoo",
+                "header": "aclnn_foo.h",
+                "params": [{"name": "x", "kind": "scalar", "ctype": "double"}],
+            },
+            "params[0].ctype 'double' does not fit kind 'scalar'",
+            id="ctype",
+        ),
+        pytest.param({"name": "foo", "header": "aclnn_foo.h", "params": []}, "name must be", id="name"),
+        pytest.param(
+            {"name": "aclnnFoo", "header": "../x.h", "params": []}, "header must be", id="header-path"
+        ),
+        pytest.param(
+            {"name": "aclnnFoo", "header": "aclnn_foo.h", "params": [], "serve": 1},
+            "fields must be",
+            id="extra-field",
+        ),
+    ],
+)
+def test_a_bad_table_row_is_refused_naming_row_and_field(
+    tmp_path: Path, row: dict[str, object], words: str
+) -> None:
+    gen = _generator()
+    table = tmp_path / "aclnn_api.json"
+    table.write_text(json.dumps({"format": 1, "functions": [row]}))
+    with pytest.raises(gen.TableError) as info:
+        gen.load(table)
+    assert "row 0" in str(info.value) and words in str(info.value)
+
+
+@pytest.mark.parametrize(("compiler", "std"), [("cc", "-std=c11"), ("c++", "-std=c++17")])
+def test_every_aclnn_header_builds_alone_and_together(tmp_path: Path, compiler: str, std: str) -> None:
+    include = clibrary.LIBRARY_DIR / "include"
+    headers = [
+        "aclnn/acl_meta.h",
+        "aclnn/aclnn_base.h",
+        *sorted(f"aclnnop/{p.name}" for p in (include / "aclnnop").glob("aclnn_*.h")),
+    ]
+    for name in [*headers, None]:  # each alone, then all of them in one unit
+        src = tmp_path / ("unit.cc" if compiler == "c++" else "unit.c")
+        src.write_text(
+            "".join(f"#include <{h}>\n" for h in (headers if name is None else [name]))
+            + "int main(void) { return 0; }\n"
+        )
+        res = subprocess.run(
+            [compiler, std, "-Wall", "-Wextra", "-Werror", "-pedantic", f"-I{include}", "-c", str(src), "-o",
+             str(tmp_path / "unit.o")],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert res.returncode == 0, f"{name or 'all'}: {res.stderr[-2000:]}"
+
+
+def _compare():  # type: ignore[no-untyped-def]
+    path = clibrary.LIBRARY_DIR / "api" / "compare_aclnn.py"
+    spec = importlib.util.spec_from_file_location("aclnn_compare", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_cann_comparison_finds_a_changed_parameter(tmp_path: Path) -> None:
+    """compare_aclnn.py against our own headers finds nothing; against one with a parameter retyped, that one."""
+    include = clibrary.LIBRARY_DIR / "include" / "aclnnop"
+    compare = _compare()
+    assert compare.differences(include) == []
+    for header in include.glob("aclnn_*.h"):
+        (tmp_path / header.name).write_text(header.read_text())
+    softmax = tmp_path / "aclnn_softmax.h"
+    softmax.write_text(softmax.read_text().replace("int64_t dim", "int32_t dim"))
+    (tmp_path / "aclnn_silu.h").unlink()
+    diffs = compare.differences(tmp_path)
+    assert len(diffs) == 2, diffs
+    assert any(d.startswith("aclnnSoftmax: ") and "int32_t" in d for d in diffs)
+    assert any(d.startswith("aclnnSilu: no header") for d in diffs)

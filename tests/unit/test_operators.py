@@ -134,11 +134,34 @@ CASES: list[Any] = [
     ("broadcastto", "BroadcastTo", [X3, i64(2, 3)], (2, 3), np.float32, {}, [X3, X3]),
     ("tile", "Tile", [X3, i64(2)], (6,), np.float32, {}, np.concatenate([X3, X3])),
     ("fill", "Fill", [i64(2, 3), np.array(7, np.int64)], (2, 3), np.float32, {}, np.full((2, 3), 7.0)),
+    ("fill-0d-dims-1", "Fill", [i64(1), np.array(0.5, np.float32)], (), np.float32, {}, 0.5),
     ("oneslike", "OnesLike", [X23], (2, 3), np.float32, {}, np.ones((2, 3))),
     ("zeroslike-int", "ZerosLike", [IDS], (2, 3), np.int64, {}, np.zeros((2, 3))),
     ("range", "Range", [np.array(0.5), np.array(2.0), np.array(0.5)], (3,), np.float32, {}, [0.5, 1.0, 1.5]),
     ("range-int", "Range", [i64(0), i64(5), i64(2)], (3,), np.int64, {}, [0, 2, 4]),
     ("identity", "Identity", [X23], (2, 3), np.float32, {}, X23),
+    ("reversev2", "ReverseV2", [X234, i64(-1, 0)], (2, 3, 4), np.float32, {}, X234[::-1, :, ::-1]),
+    ("repeat-interleave", "RepeatInterleave", [X23, np.array(2, np.int64)], (2, 6), np.float32, {"axis": 1},
+     X23[:, [0, 0, 1, 1, 2, 2]]),
+    ("repeat-interleave-each", "RepeatInterleave", [X23, i64(0, 2)], (2, 3), np.float32, {"axis": 0}, X23[[1, 1]]),
+    ("reducemeand", "ReduceMeanD", [X234], (2, 3), np.float32, {"axes": [-1]}, X234.astype(np.float64).mean(-1)),
+    ("var-unbiased", "ReduceStdV2Update", [X234, X234.mean(-1, keepdims=True)], (2, 3), np.float32,
+     {"dim": [2], "if_std": False, "unbiased": True, "keepdim": False, "correction": 1},
+     X234.astype(np.float64).var(-1, ddof=1)),
+    ("std-with-mean", "ReduceStdWithMean", [X234, X234.mean(1, keepdims=True)], (2, 1, 4), np.float32,
+     {"dim": [1], "unbiased": False, "keepdim": True}, X234.astype(np.float64).std(1, keepdims=True)),
+    ("clip", "ClipByValueV2", [X23, np.array(-0.5, np.float32), np.array(0.5, np.float32)], (2, 3), np.float32, {},
+     np.minimum(np.maximum(X23, -0.5), 0.5)),
+    ("cumsum", "Cumsum", [X234, np.array(2, np.int32)], (2, 3, 4), np.float32, {},
+     [[[sum(X234[b, r, :c + 1].astype(np.float64)) for c in range(4)] for r in range(3)] for b in range(2)]),
+    ("cumsum-exclusive-reverse", "Cumsum", [np.array([1, 2, 3], np.int64), i64(0)], (3,), np.int64,
+     {"exclusive": True, "reverse": True}, [5, 3, 0]),
+    ("index-one-dim", "Index", [X234, i64(0, 1), i64(2, 3, 3), i64(2, 0, 2)], (2, 3, 4), np.float32, {},
+     X234[:, [2, 0, 2]]),
+    ("index-two-dims", "Index", [X234, i64(1, 1), i64(2, 4), i64(1, 0), i64(2, 1)], (2, 4), np.float32, {},
+     X234[[1, 0], [2, 1]]),
+    ("index-bool-mask", "Index", [X23, i64(1), i64(1, 3), np.array([True, False])], (1, 3), np.float32, {},
+     X23[[True, False]]),
     ("viewcopy-transpose", "ViewCopy",
      [np.zeros(6, np.float32), i64(3, 2), i64(1, 3), i64(0), X23.reshape(-1), i64(3, 2), i64(1, 3), i64(0)],
      (6,), np.float32, {}, X23.reshape(-1)),
@@ -169,6 +192,23 @@ def test_every_case_op_is_known_and_the_gpt_block_set_is_covered() -> None:
                  "OnesLike", "ZerosLike", "Range", "ConcatD", "StridedSlice", "Select", "Identity"}  # fmt: skip
     assert gpt_block <= operators.known_ops()
     assert {c[1] for c in CASES} <= operators.known_ops()
+
+
+def test_top_k_gives_values_and_indices_largest_first() -> None:
+    x = np.array([[3.0, 1.0, 3.0, 7.0], [0.0, -1.0, 5.0, 2.0]], np.float32)
+    values, indices = np.zeros((2, 2), np.float32), np.zeros((2, 2), np.int32)
+    operators.run(
+        "TopKV2",
+        [x, np.array([2], np.int32)],
+        [values, indices],
+        {"dim": -1, "largest": True, "sorted": True},
+    )
+    np.testing.assert_array_equal(values, [[7, 3], [5, 2]])
+    np.testing.assert_array_equal(indices, [[3, 0], [2, 3]])  # a tie keeps the lower index first
+    operators.run("TopKV2", [x, np.array([2], np.int32)], [values, indices], {"dim": 1, "largest": False})
+    np.testing.assert_array_equal(values, [[1, 3], [-1, 0]])
+    with pytest.raises(operators.OperatorError, match="k 5 is outside"):
+        operators.run("TopKV2", [x, np.array([5], np.int32)], [values, indices], {"dim": 1})
 
 
 def test_outputs_are_written_in_place_through_strided_views() -> None:
@@ -214,8 +254,8 @@ ERRORS: list[Any] = [
     ("attr-wrong-kind", "Triu", [X23], [(2, 3)], {"diagonal": "1"}, ACL_ERROR_OP_ATTR_NOT_MATCH, "must be an int"),
     ("attr-bool-not-int", "Triu", [X23], [(2, 3)], {"diagonal": True}, ACL_ERROR_OP_ATTR_NOT_MATCH, "'diagonal'"),
     ("axis-out-of-range", "SoftmaxV2", [X23], [(2, 3)], {"axes": [2]}, ACL_ERROR_OP_ATTR_NOT_MATCH, "out of range"),
-    ("cast-unsupported-dtype", "Cast", [X23], [(2, 3)], {"dst_type": 27}, ACL_ERROR_UNSUPPORTED_DATA_TYPE,
-     "aclDataType 27"),
+    ("cast-unsupported-dtype", "Cast", [X23], [(2, 3)], {"dst_type": 16}, ACL_ERROR_UNSUPPORTED_DATA_TYPE,
+     "aclDataType 16"),
     ("cast-dst-type-mismatch", "Cast", [X23], [(2, 3)], {"dst_type": 9}, ACL_ERROR_OP_ATTR_NOT_MATCH, "int64"),
     ("gather-index-out-of-range", "GatherV2", [TABLE, i64(4), i64(0)], [(1, 5)], {}, ACL_ERROR_OP_INPUT_NOT_MATCH,
      "outside [-4, 4)"),
@@ -233,8 +273,8 @@ ERRORS: list[Any] = [
      "'N' is 3"),
     ("transpose-bad-perm", "Transpose", [X234, i64(0, 0, 1)], [(2, 2, 3)], {}, ACL_ERROR_OP_INPUT_NOT_MATCH,
      "not a permutation"),
-    ("fill-dims-mismatch", "Fill", [i64(3, 2), np.array(1.0)], [(2, 3)], {}, ACL_ERROR_OP_INPUT_NOT_MATCH,
-     "(dims) [3, 2]"),
+    ("fill-dims-mismatch", "Fill", [i64(4, 2), np.array(1.0)], [(2, 3)], {}, ACL_ERROR_OP_INPUT_NOT_MATCH,
+     "(dims) [4, 2]"),
 ]  # fmt: skip
 
 
@@ -289,3 +329,47 @@ def test_docs_name_every_op_of_the_set() -> None:
         if f"`{op}`" not in doc and not (op.startswith("aclnnInplace") and f"`aclnn{op[12:]}`" in doc)
     ]
     assert not missing, f"docs/pytorch.md's operator table lacks {missing}"
+
+
+# -- bfloat16 ----------------------------------------------------------------------------------------
+
+BF16 = operators.calls.BF16
+
+
+def bf16(values: Any) -> np.ndarray:
+    """float32 values (exactly representable) as a BF16 array."""
+    bits = (np.asarray(values, np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    return bits.view(BF16)
+
+
+def test_bfloat16_operands_are_computed_as_float32_and_rounded_to_nearest_even() -> None:
+    a, b = bf16([1.0, 2.5, -3.0]), bf16([0.5, 0.25, 1.0])
+    out = np.zeros(3, BF16)
+    operators.run("Add", [a, b], [out], {})
+    np.testing.assert_array_equal(operators.calls.from_bf16(out), [1.5, 2.75, -2.0])
+    # 1 + 2**-8 lies halfway between bfloat16 neighbours 1 and 1 + 2**-7: ties go to the even one (1.0);
+    # 1 + 3 * 2**-8 rounds up to 1 + 2**-6
+    half = np.zeros(2, BF16)
+    operators.run("Cast", [np.array([1 + 2**-8, 1 + 3 * 2**-8], np.float32)], [half], {"dst_type": 27})
+    np.testing.assert_array_equal(operators.calls.from_bf16(half), [1.0, 1 + 2**-6])
+    nan = np.zeros(1, BF16)
+    operators.run("Cast", [np.array([np.nan], np.float32)], [nan], {"dst_type": 27})
+    assert np.isnan(operators.calls.from_bf16(nan)).all()
+
+
+def test_bfloat16_through_matmul_gather_inplace_and_a_strided_view() -> None:
+    w = bf16(np.arange(12, dtype=np.float32).reshape(4, 3))
+    out = np.zeros((2, 3), BF16)
+    operators.run("GatherV2", [w, i64(3, 1), i64(0)], [out], {})
+    np.testing.assert_array_equal(operators.calls.from_bf16(out), [[9, 10, 11], [3, 4, 5]])
+    mm = np.zeros((4, 4), BF16)
+    operators.run("aclnnMatmul", [w, np.swapaxes(w, 0, 1)], [mm], {"cubeMathType": 0})
+    ref = np.arange(12, dtype=np.float64).reshape(4, 3)
+    np.testing.assert_allclose(operators.calls.from_bf16(mm), ref @ ref.T, rtol=2**-8)
+    storage = np.zeros((3, 2), BF16)
+    operators.run("aclnnInplaceOne", [], [storage.T], {})
+    operators.run("aclnnInplaceMuls", [], [storage.T], {"other": 3})
+    np.testing.assert_array_equal(operators.calls.from_bf16(storage), np.full((3, 2), 3.0))
+    ones = np.zeros(3, BF16)
+    operators.run("OnesLike", [ones], [ones], {})
+    np.testing.assert_array_equal(operators.calls.from_bf16(ones), [1, 1, 1])

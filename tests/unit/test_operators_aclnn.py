@@ -86,6 +86,17 @@ CASES: list[Any] = [
     ("expand", "aclnnExpand", [W], [((3, 4), np.float32)], {"size": [3, -1]}, [[W, W, W]]),
     ("eq-scalar", "aclnnEqScalar", [np.array([1, 2], np.int64)], [((2,), np.bool_)], {"other": 2}, [[False, True]]),
     ("pow", "aclnnPowTensorScalar", [X], [((2, 3), np.float32)], {"exponent": 2}, [X * X]),
+    ("pow-tensor", "aclnnPowTensorTensor", [np.abs(X), Y * 0 + 2], [((2, 3), np.float32)], {}, [X * X]),
+    ("logical-not", "aclnnLogicalNot", [X > 0], [((2, 3), np.bool_)], {}, [X <= 0]),
+    ("logical-and", "aclnnLogicalAnd", [X > 0, Y > 0], [((2, 3), np.bool_)], {}, [(X > 0) & (Y > 0)]),
+    ("maximum", "aclnnMaximum", [X, Y], [((2, 3), np.float32)], {}, [np.maximum(X, Y)]),
+    ("log", "aclnnLog", [np.abs(X) + 1], [((2, 3), np.float32)], {}, [np.log(np.abs(X) + 1)]),
+    ("gelu-v2-tanh", "aclnnGeluV2", [X], [((2, 3), np.float32)], {"approximate": 1},
+     [0.5 * X * (1 + np.tanh(np.sqrt(2 / np.pi) * (X + 0.044715 * X**3)))]),
+    ("gelu-v2-none", "aclnnGeluV2", [X], [((2, 3), np.float32)], {"approximate": 0},
+     [np.vectorize(lambda v: 0.5 * v * (1 + math.erf(v / math.sqrt(2))))(X.astype(np.float64))]),
+    ("log-softmax", "aclnnLogSoftmax", [X], [((2, 3), np.float32)], {"dim": 1},
+     [X - np.log(np.exp(X).sum(1, keepdims=True))]),
 ]  # fmt: skip
 
 
@@ -109,6 +120,7 @@ INPLACE: list[Any] = [
     ("masked-fill", "aclnnInplaceMaskedFillScalar", [np.array([False, True, False])], {"value": -1.0},
      np.where([False, True, False], -1.0, X)),
     ("tril", "aclnnInplaceTril", [], {"diagonal": 0}, np.tril(X)),
+    ("sqrt-self", "aclnnInplaceSqrt", [], {}, np.sqrt(np.abs(X))),
 ]  # fmt: skip
 
 
@@ -118,7 +130,7 @@ INPLACE: list[Any] = [
 def test_inplace_functions_write_self_through_a_strided_view(
     fn: str, inputs: Any, attrs: Any, expected: Any
 ) -> None:
-    storage = X.T.copy()
+    storage = (np.abs(X) if fn == "aclnnInplaceSqrt" else X).T.copy()
     self_ref = storage.T  # (2, 3), not contiguous
     operators.run(fn, inputs, [self_ref], attrs)
     np.testing.assert_allclose(storage.T, expected, rtol=1e-6)
@@ -145,6 +157,25 @@ def test_aclnn_bad_parameters_name_the_function_and_parameter(
         operators.run(fn, inputs, [np.zeros(s, np.float32) for s in outs], attrs)
     assert info.value.code == code
     assert fn in str(info.value) and words in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("fn", "attrs", "check"),
+    [
+        ("aclnnInplaceNormal", {"mean": 2.0, "std": 0.5}, lambda v: abs(v.mean() - 2) < 0.05 and abs(v.std() - 0.5) < 0.05),
+        ("aclnnInplaceUniform", {"from": -1.0, "to": 3.0}, lambda v: v.min() >= -1 and v.max() < 3 and abs(v.mean() - 1) < 0.1),
+    ],
+)  # fmt: skip
+def test_random_fills_follow_their_parameters_and_seed(fn: str, attrs: Any, check: Any) -> None:
+    def draw(seed: int, offset: int) -> np.ndarray:
+        out = np.zeros((100, 50), np.float32)[:, ::2]  # a strided view
+        operators.run(fn, [], [out], {**attrs, "seed": seed, "offset": offset})
+        return out.copy()
+
+    first = draw(7, 0)
+    assert check(first)
+    np.testing.assert_array_equal(first, draw(7, 0))  # the same seed and offset: the same numbers
+    assert not np.array_equal(first, draw(7, 4))  # the next offset: new ones
 
 
 def test_every_case_covers_a_known_function_and_every_spec_has_a_case() -> None:

@@ -1,18 +1,21 @@
 """The aclnn functions (CANN's ``aclnnXxx``, named without ``GetWorkspaceSize``) over the same kernels.
 
-How a call's parameters arrive (``libascendcl/src/aclnn.c`` sends them so, from the same table,
-``libascendcl/api/aclnn_api.json``, which ``tests/unit/test_operators_aclnn.py`` checks against ``SPECS``):
+How a call's parameters arrive (the share's ``libopapi.so`` sends them so: ``libascendcl/closure/nnopbase.c``
+and the table ``libascendcl/api/aclnn_api.json``, which ``tests/unit/test_operators_aclnn.py`` checks against
+``SPECS``):
 
 - every tensor parameter the function only reads is an input, in parameter order; an absent optional
   one (``…Optional`` passed as NULL) is None; an ``aclTensorList``'s tensors are inputs in their order;
 - every tensor the function writes is an output, in parameter order: ``out``, ``yOut``, ``indices``,
   … and, for an ``Inplace`` function, ``selfRef`` (which it also reads);
 - every other parameter is an attribute under CANN's parameter name: ``aclScalar`` → its value (bool,
-  int or float), ``int64_t``/``int8_t``/``int32_t`` and ``aclDataType`` → int, ``double`` → float,
-  ``bool`` → bool, ``aclIntArray`` → list of ints.
+  int or float), ``int64_t``/``int8_t``/``int32_t``/``uint64_t`` and ``aclDataType`` → int, ``double``/``float``
+  → float (sent as a C float),
+  ``bool`` → bool, ``aclIntArray`` → list of ints, ``char *`` → str.
 
 Kinds in ``SPECS``: ``tensor``, ``tensor?`` (optional), ``tensors`` (a list), ``out``, ``out?``, ``inout``
-(``selfRef``), ``scalar``, ``int``, ``bool``, ``double``, ``intarray``, ``dtype``.
+(``selfRef``), ``scalar``, ``int``, ``bool``, ``double``, ``intarray``, ``intarray?`` (absent: no attribute),
+``string`` (a ``char *``), ``dtype``.
 """
 
 from __future__ import annotations
@@ -22,15 +25,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from flexnpu_runtime.aclserver.operators import elementwise, linalg, norms, reductions
-from flexnpu_runtime.aclserver.operators.calls import Array, Call, compute_dtype, numpy_dtype, store
+from flexnpu_runtime.aclserver.operators import attention, elementwise, linalg, norms, reductions
+from flexnpu_runtime.aclserver.operators.calls import (
+    Array,
+    Call,
+    compute_dtype,
+    dtype_name,
+    from_bf16,
+    numpy_dtype,
+    store,
+)
 from flexnpu_runtime.aclserver.operators.creation import arange
 from flexnpu_runtime.aclserver.operators.layout import concat, gather, strided_slice
 
 __all__ = ["ACLNN", "KINDS", "SPECS", "Bound"]
 
 KINDS = frozenset({"tensor", "tensor?", "tensors", "out", "out?", "inout", "scalar", "int", "bool", "double",
-                   "intarray", "dtype"})  # fmt: skip
+                   "intarray", "intarray?", "string", "dtype"})  # fmt: skip
 TENSOR_IN = frozenset({"tensor", "tensor?", "tensors"})
 TENSOR_OUT = frozenset({"out", "out?", "inout"})
 
@@ -58,10 +69,10 @@ class Bound:
         raise KeyError(name)  # a kernel asked for a parameter its spec lacks: a bug here, not bad input
 
     def t(self, name: str) -> Array:
-        """A tensor the function reads (an ``inout`` one too), required."""
+        """A tensor the function reads (an ``inout`` one too, as float32 when bfloat16), required."""
         kind, i = self._position(name)
         if kind in TENSOR_OUT:
-            return self.call.output(i, name)
+            return from_bf16(self.call.output(i, name))
         return self.call.input(i, name)
 
     def opt(self, name: str) -> Array | None:
@@ -133,6 +144,38 @@ def _arange(b: Bound) -> int:
 
 _spec("aclnnArange", "start:scalar end:scalar step:scalar out:out", _arange)
 
+
+def _random(draw: Callable[[np.random.Generator, Bound, tuple[int, ...]], Array]) -> Kernel:
+    """Fill ``selfRef`` from numpy's generator seeded with (seed, offset): the same call gives the same
+    numbers, a new offset (torch_npu advances it per call) new ones; not CANN's sequence."""
+
+    def kernel(b: Bound) -> int:
+        _, self_ref = b.out("selfRef")
+        seed, offset = b.call.attr_int("seed"), b.call.attr_int("offset")
+        rng = np.random.default_rng([seed & (2**64 - 1), offset & (2**64 - 1)])
+        b.store("selfRef", draw(rng, b, self_ref.shape))
+        return 4 * self_ref.size
+
+    return kernel
+
+
+def _normal(rng: np.random.Generator, b: Bound, shape: tuple[int, ...]) -> Array:
+    std = b.call.attr_float("std")
+    if std < 0:
+        raise b.call.bad_attr(f"std must not be negative, it is {std}")
+    return rng.normal(b.call.attr_float("mean"), std, shape)
+
+
+def _uniform(rng: np.random.Generator, b: Bound, shape: tuple[int, ...]) -> Array:
+    low, high = b.call.attr_float("from"), b.call.attr_float("to")
+    if not low <= high:
+        raise b.call.bad_attr(f"from {low} is above to {high}")
+    return rng.uniform(low, high, shape)
+
+
+_spec("aclnnInplaceNormal", "selfRef:inout mean:double std:double seed:int offset:int", _random(_normal))
+_spec("aclnnInplaceUniform", "selfRef:inout from:double to:double seed:int offset:int", _random(_uniform))
+
 # -- arithmetic -----------------------------------------------------------------------------------
 
 ARITH = {"Add": "Add", "Sub": "Sub", "Mul": "Mul", "Div": "RealDiv"}
@@ -172,8 +215,8 @@ def _pow_tensor_scalar(b: Bound) -> int:
 
 _spec("aclnnPowTensorScalar", "self:tensor exponent:scalar out:out", _pow_tensor_scalar)
 
-UNARY = {"Exp": "Exp", "Neg": "Neg", "Sqrt": "Sqrt", "Rsqrt": "Rsqrt", "Tanh": "Tanh", "Relu": "Relu",
-         "Sigmoid": "Sigmoid", "Gelu": "Gelu"}  # fmt: skip
+UNARY = {"Exp": "Exp", "Log": "Log", "Neg": "Neg", "Sqrt": "Sqrt", "Rsqrt": "Rsqrt", "Reciprocal": "Reciprocal",
+         "Tanh": "Tanh", "Relu": "Relu", "Sigmoid": "Sigmoid", "LogicalNot": "LogicalNot", "Gelu": "Gelu"}  # fmt: skip
 
 
 def _unary(op: str, *, inplace: str = "") -> Kernel:
@@ -205,6 +248,34 @@ def _silu(b: Bound) -> int:
 _spec("aclnnSilu", "self:tensor out:out", _silu)
 
 
+def _gelu_v2(b: Bound) -> int:
+    x = b.t("x")
+    b.call.float_dtype(x, "x")
+    approximate = b.call.attr_int("approximate")
+    if approximate not in (0, 1):
+        raise b.call.bad_attr(f"approximate must be 0 (none) or 1 (tanh), it is {approximate}")
+    b.store("y", elementwise.gelu(x.astype(compute_dtype(x)), tanh=approximate == 1))
+    return 8 * x.size
+
+
+_spec("aclnnGeluV2", "x:tensor approximate:int y:out", _gelu_v2)
+
+
+def _binary(op: str, second: str) -> Kernel:
+    def kernel(b: Bound) -> int:
+        a = b.t("self")
+        b.store("out", elementwise.binary(op, a, b.t(second), call=b.call))
+        return a.size
+
+    return kernel
+
+
+for _name, _op in (("Maximum", "Maximum"), ("Minimum", "Minimum"), ("LogicalAnd", "LogicalAnd"),
+                   ("LogicalOr", "LogicalOr")):  # fmt: skip
+    _spec(f"aclnn{_name}", "self:tensor other:tensor out:out", _binary(_op, "other"))
+_spec("aclnnPowTensorTensor", "self:tensor exponent:tensor out:out", _binary("Pow", "exponent"))
+
+
 def _compare(op: str, *, scalar_other: bool) -> Kernel:
     def kernel(b: Bound) -> int:
         a = b.t("self")
@@ -226,7 +297,7 @@ def _cast(b: Bound) -> int:
     _, out = b.out("out")
     wanted = numpy_dtype(b.call.attr_int("dtype"), op=b.call.op, field="dtype")
     if out.dtype != wanted:
-        raise b.call.bad_attr(f"dtype is {wanted.name}, out is {out.dtype.name}")
+        raise b.call.bad_attr(f"dtype is {dtype_name(wanted)}, out is {dtype_name(out.dtype)}")
     b.store("out", x)
     return x.size
 
@@ -309,15 +380,21 @@ _spec("aclnnBaddbmm", "self:tensor batch1:tensor batch2:tensor beta:scalar alpha
 # -- normalisations -------------------------------------------------------------------------------
 
 
-def _softmax(b: Bound) -> int:
-    x = b.t("self")
-    b.call.float_dtype(x, "self")
-    axis = b.call.axis(b.call.attr_int("dim"), x.ndim, "dim")
-    b.store("out", norms.softmax(x, (axis,)) if x.ndim else np.ones_like(x))
-    return 8 * x.size
+def _softmax(fn: Callable[[Array, tuple[int, ...]], Array], scalar: float) -> Kernel:
+    """softmax or log-softmax of ``self`` along ``dim`` (a 0-d tensor gives ``scalar``)."""
+
+    def kernel(b: Bound) -> int:
+        x = b.t("self")
+        b.call.float_dtype(x, "self")
+        axis = b.call.axis(b.call.attr_int("dim"), x.ndim, "dim")
+        b.store("out", fn(x, (axis,)) if x.ndim else np.full_like(x, scalar))
+        return 8 * x.size
+
+    return kernel
 
 
-_spec("aclnnSoftmax", "self:tensor dim:int out:out", _softmax)
+_spec("aclnnSoftmax", "self:tensor dim:int out:out", _softmax(norms.softmax, 1.0))
+_spec("aclnnLogSoftmax", "self:tensor dim:int out:out", _softmax(norms.log_softmax, 0.0))
 
 
 def _layer_norm(b: Bound) -> int:
@@ -359,6 +436,40 @@ def _rms_norm(b: Bound) -> int:
 
 
 _spec("aclnnRmsNorm", "x:tensor gamma:tensor epsilon:double yOut:out rstdOut:out?", _rms_norm)
+
+
+def _flash_attention(b: Bound) -> int:
+    call = b.call
+    if call.attr_float("keepProb") != 1.0 or b.opt("dropMaskOptional") is not None:
+        raise call.bad_attr("dropout (keepProb < 1, dropMaskOptional) is not supported")
+    if b.opt("paddingMaskOptional") is not None or call.attr_ints("prefixOptional", []):
+        raise call.bad_input("paddingMaskOptional and prefixOptional are not supported")
+    mode = call.attr_int("sparseMode")
+    if mode not in (0, 1, 2, 3):
+        raise call.bad_attr(f"sparseMode {mode} is not supported (0, 1, 2, 3 are)")
+    params: dict[str, int | float | str] = {
+        "inputLayout": str(call.attrs.get("inputLayout", "")),
+        "headNum": call.attr_int("headNum"),
+        "scaleValue": call.attr_float("scaleValue"),
+        "preTokens": call.attr_int("preTokens"),
+        "nextTokens": call.attr_int("nextTokens"),
+        "sparseMode": mode,
+    }
+    out, row_max, row_sum, flops = attention.flash_attention(
+        call, b.t("query"), b.t("key"), b.t("value"), pse=b.opt("realShiftOptional"),
+        mask=b.opt("attenMaskOptional"), params=params,
+    )  # fmt: skip
+    attention.store_stat(call, b.out("softmaxMaxOut")[0], b.out("softmaxMaxOut")[1], row_max)
+    attention.store_stat(call, b.out("softmaxSumOut")[0], b.out("softmaxSumOut")[1], row_sum)
+    b.store("attentionOutOut", out)
+    return flops
+
+
+_spec("aclnnFlashAttentionScore", "query:tensor key:tensor value:tensor realShiftOptional:tensor? "
+      "dropMaskOptional:tensor? paddingMaskOptional:tensor? attenMaskOptional:tensor? prefixOptional:intarray? "
+      "scaleValue:double keepProb:double preTokens:int nextTokens:int headNum:int inputLayout:string "
+      "innerPrecise:int sparseMode:int softmaxMaxOut:out softmaxSumOut:out softmaxOutOut:out? "
+      "attentionOutOut:out", _flash_attention)  # fmt: skip
 
 # -- layout ---------------------------------------------------------------------------------------
 
@@ -459,13 +570,13 @@ def _s_where(b: Bound) -> int:
 
 
 def _masked_fill_scalar(b: Bound) -> int:
-    _, x = b.out("selfRef")
+    x = b.t("selfRef")
     b.store("selfRef", elementwise.masked_fill(b.call, x, b.t("mask"), b.call.attr_number("value")))
     return x.size
 
 
 def _masked_fill_tensor(b: Bound) -> int:
-    _, x = b.out("selfRef")
+    x = b.t("selfRef")
     b.store("selfRef", elementwise.masked_fill(b.call, x, b.t("mask"), _fill_tensor_value(b)))
     return x.size
 

@@ -26,22 +26,30 @@ from flexnpu_runtime.aclserver.operators.errors import (
 
 __all__ = [
     "ACL_DTYPES",
+    "BF16",
     "Array",
     "AttrValue",
     "Call",
     "acl_dtype",
     "compute_dtype",
+    "dtype_name",
     "flat_view",
+    "from_bf16",
     "numpy_dtype",
     "store",
+    "to_bf16_bits",
 ]
 
 Array = npt.NDArray[Any]
 AttrValue = bool | int | float | str | list[bool] | list[int] | list[float] | list[str]
 
+BF16: np.dtype[Any] = np.dtype([("bf16", "<u2")])
+"""bfloat16 (``ACL_BF16`` = 27), which numpy lacks: its two bytes as a one-field structured dtype. A kernel
+never sees it: ``Call`` hands bfloat16 operands over as float32 (exact) and ``store`` rounds results back to
+the nearest even bfloat16."""
 ACL_DTYPES: dict[int, str] = {0: "float32", 1: "float16", 2: "int8", 3: "int32", 4: "uint8", 6: "int16", 7: "uint16",
-                              8: "uint32", 9: "int64", 10: "uint64", 11: "float64", 12: "bool"}  # fmt: skip
-"""aclDataType numbers the kernels compute, and their numpy dtypes (``ACL_BF16`` = 27 is not among them)."""
+                              8: "uint32", 9: "int64", 10: "uint64", 11: "float64", 12: "bool", 27: "bf16"}  # fmt: skip
+"""aclDataType numbers the kernels compute, and their numpy dtypes (``bf16``: ``BF16``)."""
 
 FLOATS = frozenset({"float16", "float32", "float64"})
 _MISSING: Any = object()
@@ -54,15 +62,38 @@ def numpy_dtype(acl: int, *, op: str, field: str) -> np.dtype[Any]:
         raise OperatorError(
             ACL_ERROR_UNSUPPORTED_DATA_TYPE, f"{op}: {field}: aclDataType {acl} is not supported"
         )
-    return np.dtype(name)
+    return BF16 if name == "bf16" else np.dtype(name)
 
 
 def acl_dtype(dtype: np.dtype[Any]) -> int | None:
     """The aclDataType number of a numpy dtype, or None."""
-    for number, name in ACL_DTYPES.items():
-        if dtype == np.dtype(name):
+    for number in ACL_DTYPES:
+        if dtype == numpy_dtype(number, op="", field=""):
             return number
     return None
+
+
+def dtype_name(dtype: np.dtype[Any]) -> str:
+    """A dtype's name for messages (``bfloat16`` for ``BF16``)."""
+    return "bfloat16" if dtype == BF16 else dtype.name
+
+
+def from_bf16(array: Array) -> Array:
+    """A bfloat16 array as float32 (exact); any other array as it is."""
+    if array.dtype != BF16:
+        return array
+    bits = array.view(np.uint16).astype(np.uint32) << 16
+    result: Array = bits.view(np.float32)
+    return result
+
+
+def to_bf16_bits(value: Array) -> Array:
+    """``value`` rounded to the nearest even bfloat16, as the uint16 bits (a NaN stays a quiet NaN)."""
+    f32 = np.asarray(value, dtype=np.float32)
+    bits = np.ascontiguousarray(f32).view(np.uint32)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    result: Array = np.where(np.isnan(f32), ((bits >> 16) | 0x0040).astype(np.uint16), rounded)
+    return result
 
 
 def compute_dtype(*arrays: Array) -> np.dtype[Any]:
@@ -81,7 +112,7 @@ def flat_view(array: Array, *, op: str, field: str) -> Array:
 def store(op: str, index: int, out: Array, value: Array | np.generic | float | int | bool) -> None:
     """Write ``value`` into output ``index`` (its shape must be the output's, or one element into a 1-element
     output), converting to the output's dtype."""
-    result = np.asarray(value)
+    result = from_bf16(np.asarray(value))
     if result.shape != out.shape:
         if result.size == out.size == 1 or (result.size == out.size and result.ndim <= 1 and out.ndim <= 1):
             result = result.reshape(out.shape)
@@ -90,6 +121,10 @@ def store(op: str, index: int, out: Array, value: Array | np.generic | float | i
                 ACL_ERROR_OP_OUTPUT_NOT_MATCH,
                 f"{op}: output {index} has shape {list(out.shape)}, the result has {list(result.shape)}",
             )
+    if out.dtype == BF16:
+        with np.errstate(invalid="ignore", over="ignore"):
+            np.copyto(out.view(np.uint16), to_bf16_bits(result))
+        return
     if out.dtype == np.bool_ and result.dtype != np.bool_:
         result = result != 0
     elif out.dtype.kind in "iu" and result.dtype.kind == "f":
@@ -125,10 +160,10 @@ class Call:
             raise OperatorError(
                 ACL_ERROR_OP_INPUT_NOT_MATCH, f"{self.op}: input {index} ({name}) is not an array"
             )
-        return array
+        return None if array is None else from_bf16(array)
 
     def output(self, index: int, name: str) -> Array:
-        """Required output ``index``."""
+        """Required output ``index``, as it is (a bfloat16 one too: read it with ``from_bf16``)."""
         array = self.outputs[index] if index < len(self.outputs) else None
         if not isinstance(array, np.ndarray):
             raise OperatorError(
@@ -159,6 +194,13 @@ class Call:
                 f"{self.op}: input {index} ({name}) has dtype {array.dtype.name}; integers are needed",
             )
         return [int(v) for v in array.reshape(-1)]
+
+    def one_int(self, index: int, name: str) -> int:
+        """Required host input ``index`` holding exactly one integer (an axis, an offset, k)."""
+        values = self.ints(index, name)
+        if len(values) != 1:
+            raise self.bad_input(f"input {index} ({name}) must hold one value, it holds {len(values)}")
+        return values[0]
 
     def scalar(self, index: int, name: str) -> Array:
         """Required one-element input ``index`` (a scalar passed as a 0-d or 1-element tensor), as a 0-d array."""

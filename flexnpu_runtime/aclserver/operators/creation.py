@@ -14,11 +14,11 @@ __all__ = ["ACLOP", "arange"]
 
 
 def _fill(call: Call) -> int:
-    """Fill(dims, value) -> y of shape ``dims``."""
+    """Fill(dims, value) -> y of shape ``dims`` (a 0-d y comes with dims [1]: any shape of as many elements)."""
     dims, value = call.ints(0, "dims"), call.scalar(1, "value")
     out = call.output(0, "y")
-    if list(out.shape) != dims:
-        raise call.bad_input(f"input 0 (dims) {dims} is not output 0's shape {list(out.shape)}")
+    if list(out.shape) != dims and (any(d < 0 for d in dims) or math.prod(dims) != out.size):
+        raise call.bad_input(f"input 0 (dims) {dims} does not fit output 0's shape {list(out.shape)}")
     store(call.op, 0, out, np.broadcast_to(value, out.shape))
     return 0
 
@@ -27,7 +27,7 @@ def _like(fill: int) -> Callable[[Call], int]:
     def kernel(call: Call) -> int:
         x = call.input(0, "x")
         out = call.output(0, "y")
-        store(call.op, 0, out, np.full(x.shape, fill, dtype=out.dtype))
+        store(call.op, 0, out, np.full(x.shape, fill))
         return 0
 
     return kernel

@@ -12,7 +12,14 @@ from collections.abc import Callable
 
 import numpy as np
 
-from flexnpu_runtime.aclserver.operators.calls import Array, Call, compute_dtype, numpy_dtype, store
+from flexnpu_runtime.aclserver.operators.calls import (
+    Array,
+    Call,
+    compute_dtype,
+    dtype_name,
+    numpy_dtype,
+    store,
+)
 
 __all__ = ["ACLOP", "binary", "erf", "gelu", "sigmoid", "unary"]
 
@@ -151,7 +158,9 @@ def _cast(call: Call) -> int:
     dst = call.attr_int("dst_type")
     wanted = numpy_dtype(dst, op=call.op, field="attribute 'dst_type'")
     if out.dtype != wanted:
-        raise call.bad_attr(f"attribute 'dst_type' is {wanted.name}, output 0 is {out.dtype.name}")
+        raise call.bad_attr(
+            f"attribute 'dst_type' is {dtype_name(wanted)}, output 0 is {dtype_name(out.dtype)}"
+        )
     store(call.op, 0, out, x)
     return out.size
 
@@ -189,7 +198,18 @@ def _masked_fill(call: Call) -> int:
     return out.size
 
 
+def _clip(call: Call) -> int:
+    """ClipByValue/ClipByValueV2(x, clip_value_min, clip_value_max): torch's clamp."""
+    x, low, high = call.input(0, "x"), call.input(1, "clip_value_min"), call.input(2, "clip_value_max")
+    dtype = compute_dtype(x, low, high)
+    value = np.minimum(np.maximum(x.astype(dtype), low.astype(dtype)), high.astype(dtype))
+    store(call.op, 0, call.output(0, "y"), value)
+    return 2 * x.size
+
+
 ACLOP: dict[str, Callable[[Call], int]] = {
+    "ClipByValue": _clip,
+    "ClipByValueV2": _clip,
     **{name: _unary_kernel(name) for name in UNARY},
     **{name: _binary_kernel(name) for name in BINARY},
     "AxpyV2": _axpy_v2,

@@ -40,18 +40,11 @@ def strided_view(
     return as_strided(flat[offset:], shape=tuple(size), strides=tuple(s * item for s in stride))
 
 
-def _one(call: Call, index: int, name: str) -> int:
-    values = call.ints(index, name)
-    if len(values) != 1:
-        raise call.bad_input(f"input {index} ({name}) must hold one value, it holds {len(values)}")
-    return values[0]
-
-
 def _operand_view(call: Call, buffer: Array, first: int, name: str) -> Array:
     """The view of ``buffer`` that inputs ``first`` … ``first + 2`` (size, stride, offset) describe."""
     size, stride = call.ints(first, f"{name}_size"), call.ints(first + 1, f"{name}_stride")
     return strided_view(
-        call, buffer, size, stride, offset=_one(call, first + 2, f"{name}_offset"), field=name
+        call, buffer, size, stride, offset=call.one_int(first + 2, f"{name}_offset"), field=name
     )
 
 
@@ -73,7 +66,7 @@ def _as_strided(call: Call) -> int:
     """AsStrided(x, size, stride, storage_offset) -> y."""
     x = call.input(0, "x")
     size, stride = call.ints(1, "size"), call.ints(2, "stride")
-    view = strided_view(call, x, size, stride, offset=_one(call, 3, "storage_offset"), field="x")
+    view = strided_view(call, x, size, stride, offset=call.one_int(3, "storage_offset"), field="x")
     store(call.op, 0, call.output(0, "y"), view)
     return 0
 
@@ -214,7 +207,7 @@ def _gather_v2(call: Call) -> int:
     """GatherV2(x, indices, axis), attribute ``batch_dims`` (0 only)."""
     if call.attr_int("batch_dims", 0) != 0:
         raise call.bad_attr("attribute 'batch_dims' other than 0 is not supported")
-    axis = _one(call, 2, "axis")
+    axis = call.one_int(2, "axis")
     store(call.op, 0, call.output(0, "y"), gather(call, call.input(0, "x"), call.input(1, "indices"), axis))
     return 0
 
@@ -251,7 +244,67 @@ def _tile(call: Call) -> int:
     return 0
 
 
+def _index(call: Call) -> int:
+    """Index(x, indexed_sizes, indexed_strides, indices0 …): torch's advanced indexing ``x[..., idx, ...]``;
+    ``indexed_sizes`` has 1 for each dim an index tensor selects (in order), 0 for a dim taken whole."""
+    x = call.input(0, "x")
+    masks = call.ints(1, "indexed_sizes")
+    if len(masks) > x.ndim or any(m not in (0, 1) for m in masks):
+        raise call.bad_input(f"input 1 (indexed_sizes) {masks} does not fit {x.ndim} dims")
+    indices = [call.input(3 + i, f"indices{i}") for i in range(len(call.inputs) - 3)]
+    if sum(masks) != len(indices):
+        raise call.bad_input(f"{sum(masks)} indexed dims but {len(indices)} index tensors")
+    key: list[object] = []
+    next_index = iter(indices)
+    for d, m in enumerate(masks):
+        if not m:
+            key.append(slice(None))
+            continue
+        idx = next(next_index)
+        if idx.dtype.kind not in "iub":
+            raise call.bad_input(f"an index tensor has dtype {idx.dtype.name}")
+        if (
+            idx.dtype.kind in "iu"
+            and idx.size
+            and (int(idx.min()) < -x.shape[d] or int(idx.max()) >= x.shape[d])
+        ):
+            raise call.bad_input(f"an index is outside [{-x.shape[d]}, {x.shape[d]}) of dimension {d}")
+        key.append(idx)
+    try:
+        value = x[tuple(key)]  # type: ignore[arg-type]
+    except IndexError as exc:
+        raise call.bad_input(f"indexing failed: {exc}") from None
+    store(call.op, 0, call.output(0, "y"), value)
+    return 0
+
+
+def _reverse(call: Call) -> int:
+    """ReverseV2(x, axis): torch's flip over the axes given."""
+    x = call.input(0, "x")
+    axes = tuple(sorted({call.axis(a, x.ndim, "input 1 (axis)") for a in call.ints(1, "axis")}))
+    store(call.op, 0, call.output(0, "y"), np.flip(x, axes) if axes else x)
+    return 0
+
+
+def _repeat_interleave(call: Call) -> int:
+    """RepeatInterleave(x, repeats), attribute ``axis``: each slice along ``axis`` repeated (one count, or one
+    per slice)."""
+    x = call.input(0, "x")
+    repeats = call.ints(1, "repeats")
+    axis = call.axis(call.attr_int("axis", 0), x.ndim, "attribute 'axis'")
+    n = x.shape[axis] if x.ndim else 1
+    if any(r < 0 for r in repeats) or len(repeats) not in (1, n):
+        raise call.bad_input(f"input 1 (repeats) {repeats[:8]} does not fit {n} slices")
+    store(
+        call.op, 0, call.output(0, "y"), np.repeat(x, repeats if len(repeats) > 1 else repeats[0], axis=axis)
+    )
+    return 0
+
+
 ACLOP: dict[str, Callable[[Call], int]] = {
+    "Index": _index,
+    "ReverseV2": _reverse,
+    "RepeatInterleave": _repeat_interleave,
     "ViewCopy": _view_copy,
     "AsStrided": _as_strided,
     "Transpose": _transpose,
