@@ -2,8 +2,8 @@
  * startup.c: the calls a framework makes at start-up and that CANN answers on an A2 die (torch_npu
  * treats a non-success answer of a function it found as fatal). Each is served in the client:
  *
- *   aclGetCannAttribute        INF_NAN 1 (the die computes Inf/NaN), BF16 0 (the emulated operator
- *                              set has no bfloat16 kernels), JIT_COMPILE 0 (nothing is compiled)
+ *   aclGetCannAttribute        INF_NAN 1 (the die computes Inf/NaN), BF16 1 (as A2: the operator set
+ *                              computes bfloat16 in float32), JIT_COMPILE 0 (nothing is compiled)
  *   aclrt(Ctx)Get/SetSysParamOpt   kept per process / per thread (default 0); the
  *                              deterministic option is always honoured (the kernels are deterministic)
  *   aclrtSetOpExecuteTimeOut*  kept; the granted timeout is the one asked for (not enforced: an
@@ -31,9 +31,9 @@ API aclError aclGetCannAttribute(aclCannAttr cannAttr, int32_t *value)
         return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclGetCannAttribute: value is NULL");
     switch (cannAttr) {
     case ACL_CANN_ATTR_INF_NAN:
+    case ACL_CANN_ATTR_BF16:
         *value = 1;
         return ACL_SUCCESS;
-    case ACL_CANN_ATTR_BF16:
     case ACL_CANN_ATTR_JIT_COMPILE:
         *value = 0;
         return ACL_SUCCESS;
