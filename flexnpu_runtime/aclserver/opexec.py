@@ -66,6 +66,7 @@ class Operators:
             uses += [self._allocation(call.name, f"outputs[{i}]", t) for i, t in enumerate(call.outputs)]
             task = Task(stream, 0, _no_completion, sticky=True)
             task.prepare = lambda: self._compute(call)
+            self.streams.wait_for_room()  # backpressure: the client's sends wait, no operator is dropped
             self.streams.submit(task, [a for a in uses if a is not None])
             self.launched += 1
         except AclFailure as exc:

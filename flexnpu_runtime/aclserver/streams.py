@@ -289,6 +289,11 @@ class Streams:
         self.backend.book.unpin(task.pins)
         task.pins = ()
 
+    def wait_for_room(self) -> None:
+        """Wait until one more task may be queued (an unanswered operator waits for room rather than
+        fail: its client gets no reply to be told, and the worker frees room by itself)."""
+        self.wait(lambda: self._queued < MAX_QUEUED_TASKS)
+
     def drain(self) -> None:
         """Wait for every queued task of this session."""
         self.wait(lambda: self._queued == 0)
