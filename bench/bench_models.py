@@ -72,12 +72,18 @@ class CRunner:
         assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "ready"
 
     def block(self, n: int) -> list[float]:
+        return [int(line.split()[1]) / 1e9 for line in self.command(str(n))]
+
+    def command(self, line: str) -> list[str]:
+        """Send one block's line (see model_bench.c); the lines it printed before ``done``."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(f"{n}\n")
+        self.proc.stdin.write(f"{line}\n")
         self.proc.stdin.flush()
         out = []
-        while (line := self.proc.stdout.readline().strip()) != "done":
-            out.append(int(line.split()[1]) / 1e9)
+        while (got := self.proc.stdout.readline().strip()) != "done":
+            if not got:
+                raise RuntimeError(f"model_bench ended during {line!r} (exit {self.proc.poll()})")
+            out.append(got)
         return out
 
     def close(self) -> None:
@@ -95,7 +101,7 @@ def direct_runners(
         0, memoryview(bytearray(data)), desc, weight=None,
         work=Buffer(work, desc.work_bytes, backend.book.find(work, owner=1)),
     )  # fmt: skip
-    streams = Streams(backend, session_id=1, current=lambda: 0)
+    streams = Streams(backend, backend.book, session_id=1, current=lambda: 0)
     stream = streams.create(0)
     own = [loaded.work.alloc] if loaded.work else []
     bufs = []

@@ -148,7 +148,7 @@ def record(python: str, work: Path, shape: list[str]) -> tuple[list[Call], list[
 
 def replayer(backend: EmulatedBackend, calls: list[Call]) -> tuple[Callable[[], float], Streams]:
     """Run ``calls`` in this process as the aclserver runs an operator task (compute, then the die)."""
-    streams = Streams(backend, session_id=1, current=lambda: 0)
+    streams = Streams(backend, backend.book, session_id=1, current=lambda: 0)
     stream = streams.create(0)
 
     def compute(call: Call) -> int:

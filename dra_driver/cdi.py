@@ -177,10 +177,10 @@ def spec_path(cdi_dir: Path, kind: Kind, claim_uid: str) -> Path:
     return paths.inside(cdi_dir, f"{base}_{claim_uid}.json", claim_uid=claim_uid)
 
 
-def write_spec(cdi_dir: Path, spec: Spec, claim_uid: str) -> Path:
-    """Validate and atomically write the claim's spec (mode 0644: runtimes read it)."""
+def write_spec(path: Path, spec: Spec, claim_uid: str) -> Path:
+    """Validate and atomically write the claim's spec to ``path`` (its :func:`spec_path`, computed once
+    when the prepare is planned and recorded with it; mode 0644: runtimes read it)."""
     validate(spec, claim_uid=claim_uid)
-    path = spec_path(cdi_dir, spec.kind, claim_uid)
     payload = (json.dumps(spec.to_json(), indent=2, sort_keys=True) + "\n").encode()
     files.write_atomic(path, payload, mode=0o644, dir_mode=0o755)
     return path

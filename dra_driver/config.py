@@ -159,6 +159,12 @@ PLUGIN_FLAGS: tuple[Flag, ...] = (
     Flag("slice-resync-seconds", "600", "periodic full slice resync, in seconds (0 = only on watch events)"),
     Flag("pod-uid", None, "plugin pod UID; enables unique sockets for rolling updates"),
     Flag("metrics-port", "-1", "Prometheus metrics port (negative = disabled)"),
+    Flag(
+        "latency-delay-bound-ms",
+        "2",
+        "p99 queueing delay a latency-critical vNPU should stay under (flexnpu_vnpu_pod_queue_delay_bound_seconds,"
+        " alert FlexNPULatencyCriticalQueueing)",
+    ),
     Flag("daemon-socket", None, "flexnpu-daemon unix socket (default <run-dir>/daemon.sock)"),
     Flag("daemon-retry-seconds", "30", "how long prepare retries an unreachable daemon (< kubelet's 45 s)"),
     Flag(
@@ -218,6 +224,7 @@ class Config:
     slice_resync_seconds: float
     pod_uid: str | None = None
     metrics_port: int = -1
+    latency_delay_bound_seconds: float = 0.002
     daemon_socket: Path | None = None
     daemon_retry_seconds: float = 30.0
     control_link: str = "flexnpu0"
@@ -350,6 +357,13 @@ def build(values: Mapping[str, str | None]) -> Config:
 
     inventory = values.get("inventory")
     build_root = _bool("build-device-root", values.get("build_device_root"))
+    delay_bound_ms = _number("latency-delay-bound-ms", values.get("latency_delay_bound_ms") or "2")
+    if not delay_bound_ms > 0:
+        raise InvalidInput(
+            f"must be a positive number of milliseconds, got {values.get('latency_delay_bound_ms')!r}",
+            code=ErrorCode.INVALID_CONFIG,
+            field="latency-delay-bound-ms",
+        )
     shared = SharedSettings.from_values(values)
     return Config(
         node_name=node,
@@ -373,6 +387,7 @@ def build(values: Mapping[str, str | None]) -> Config:
         slice_resync_seconds=_number("slice-resync-seconds", values.get("slice_resync_seconds")),
         pod_uid=values.get("pod_uid") or None,
         metrics_port=int(_number("metrics-port", values.get("metrics_port"))),
+        latency_delay_bound_seconds=delay_bound_ms / 1000,
         daemon_socket=path("daemon_socket")
         if values.get("daemon_socket")
         else shared.run_dir / "daemon.sock",

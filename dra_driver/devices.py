@@ -32,7 +32,7 @@ class Health(StrEnum):
 
 
 class DieMode(StrEnum):
-    """How a die is handed out (see README.md, "Device model and what is published")."""
+    """How a die is handed out (see docs/device-model.md)."""
 
     WHOLE = "whole"
     SOFT = "soft"
@@ -134,11 +134,6 @@ class Die:
     def whole_device_name(self) -> str:
         """DRA device name of the whole die (a DNS label, stable per physical ID)."""
         return f"npu-{self.phy_id}"
-
-    @property
-    def soft_device_name(self) -> str:
-        """DRA device name of the die's share device of the default policy (elastic)."""
-        return self.share_device_name(Policy.ELASTIC)
 
     def share_device_name(self, policy: Policy) -> str:
         """DRA device name of the die's share device of ``policy``: ``vnpu-<phy>`` (elastic, the name

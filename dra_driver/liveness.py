@@ -103,6 +103,16 @@ class Liveness:
                 for k, v in self._loops.items()
             }
 
+    def healthz(self) -> tuple[bool, str]:
+        """The verdict as ``Telemetry.serve_health`` wants it: (healthy, text)."""
+        verdict = self.verdict()
+        return verdict.healthy, verdict.text
+
+    def ages(self) -> dict[str, float]:
+        """Seconds since each loop's last pass (the loop-age gauge)."""
+        now = self.clock()
+        return {name: now - state.last_pass for name, state in self.snapshot().items()}
+
     def verdict(self) -> Verdict:
         """Healthy while every loop passed within its deadline; the text names each loop's age."""
         now = self.clock()

@@ -129,45 +129,6 @@ def remove_link(name: str) -> bool:
         raise _fail(f"cannot remove link {name}", exc) from exc
 
 
-def add_address(name: str, cidr: str) -> None:
-    """Add an extra address to the link (idempotent)."""
-    from pyroute2 import IPRoute  # imported on first use: a node without a link never loads it
-    from pyroute2.netlink.exceptions import NetlinkError
-
-    iface = ipaddress.ip_interface(cidr)
-    try:
-        with IPRoute() as ipr:
-            index = _index(ipr, name)
-            try:
-                ipr.addr("add", index=index, address=str(iface.ip), prefixlen=iface.network.prefixlen)
-            except NetlinkError as exc:
-                if exc.code != 17:  # EEXIST
-                    raise
-    except NetlinkError as exc:
-        raise _fail(f"cannot add {cidr} to {name}", exc) from exc
-
-
-def remove_address(name: str, cidr: str) -> bool:
-    from pyroute2 import IPRoute  # imported on first use: a node without a link never loads it
-    from pyroute2.netlink.exceptions import NetlinkError
-
-    iface = ipaddress.ip_interface(cidr)
-    try:
-        with IPRoute() as ipr:
-            found = ipr.link_lookup(ifname=name)
-            if not found:
-                return False
-            try:
-                ipr.addr("del", index=found[0], address=str(iface.ip), prefixlen=iface.network.prefixlen)
-            except NetlinkError as exc:
-                if exc.code in (99, 19):  # EADDRNOTAVAIL, ENODEV
-                    return False
-                raise
-            return True
-    except NetlinkError as exc:
-        raise _fail(f"cannot remove {cidr} from {name}", exc) from exc
-
-
 def addresses(name: str) -> list[str]:
     """The link's IPv4 addresses as CIDR strings (empty if the link is missing)."""
     from pyroute2 import IPRoute  # imported on first use: a node without a link never loads it

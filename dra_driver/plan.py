@@ -9,6 +9,9 @@ once, here, over the policy of the share device the scheduler chose (``vnpu-<phy
 share's policy unless a config names one. :func:`check_device_policies` refuses a new prepare
 whose config names another policy than its device serves.
 :func:`check_conflicts` is the node's last line of defence against what other claims hold.
+The hard split is planned here too: :func:`assign_vnpus` gives each template device a vNPU ID
+(avoiding every existing and recorded one), :func:`recorded_vnpus` gives a repeat prepare the
+vNPUs its claim recorded, :func:`missing_vnpus` names the template devices a record lacks.
 It performs no I/O and logs nothing; every error names the claim UID and the field. The same
 input always gives the same plan, so a retry or a restart recomputes it instead of storing it.
 """
@@ -23,6 +26,7 @@ from dra_driver import sharing, slices
 from dra_driver.devices import Die, DieMode, Inventory
 from dra_driver.errors import ErrorCode, InvalidInput, StateError, quote
 from dra_driver.sharing import Policy
+from dra_driver.vnpu import Vnpu, planning
 from dra_driver.vnpu.planning import HardVnpu
 from dra_kubeletplugin.claims import ClaimRef
 from flexnpu_wire.shares import Share
@@ -264,6 +268,7 @@ def resolve_shares(plan: ClaimPlan) -> ClaimPlan:
                 policy=str(cfg.policy),
                 memory_only=cfg.memory_only,
                 host_memory_bytes=host[i],
+                priority=str(cfg.priority),
             )
             for i in range(cfg.vnpus)
         )
@@ -348,3 +353,42 @@ def check_conflicts(plan: ClaimPlan, held: Iterable[HeldDie]) -> None:
                     claim_uid=uid,
                     field="config.opaque.parameters.policy",
                 )
+
+
+# -- the hard split: vNPU IDs --------------------------------------------------------------------
+
+
+def assign_vnpus(
+    plan: ClaimPlan,
+    *,
+    recorded: Iterable[Mapping[str, Any]],
+    existing: Iterable[Vnpu],
+    inventory: Inventory,
+) -> ClaimPlan:
+    """The plan with a vNPU ID for each hard result, avoiding every existing vNPU and every one any
+    claim ``recorded`` (the caller runs it under the checkpoint lock, so two prepares never pick the
+    same ID)."""
+    vnpus = planning.plan_vnpus(
+        plan.hard_results(), inventory=inventory, taken=taken_ids(existing, recorded), claim_uid=plan.ref.uid
+    )
+    return plan.with_vnpus(vnpus)
+
+
+def recorded_vnpus(
+    plan: ClaimPlan, recorded: Sequence[Mapping[str, Any]], *, inventory: Inventory
+) -> ClaimPlan:
+    """The plan with the vNPUs its completed claim ``recorded`` (a repeat prepare's CDI spec and status)."""
+    if not recorded:
+        return plan
+    return plan.with_vnpus(planning.from_records(list(recorded), inventory=inventory, claim_uid=plan.ref.uid))
+
+
+def missing_vnpus(plan: ClaimPlan, recorded: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Template devices of ``plan`` for which the claim ``recorded`` no vNPU."""
+    have = {str(r.get("device") or "") for r in recorded}
+    return [device for _, device in plan.hard_results() if device not in have]
+
+
+def taken_ids(existing: Iterable[Vnpu], recorded: Iterable[Mapping[str, Any]]) -> set[int]:
+    """vNPU IDs a new vNPU must not use: existing ones and ones recorded by any claim."""
+    return {v.vnpu_id for v in existing} | {int(r["vnpuID"]) for r in recorded}

@@ -1,6 +1,6 @@
 """Whether a node process instance is serving: the kubelet registered it and its pool is published.
 
-The contract between the node process (the writer, ``kubeletplugin/node.py``) and the readiness
+The contract between the node process (the writer, ``kubeletplugin/readiness.py``) and the readiness
 probe (``python3 -m dra_driver.probes plugin``, the reader): one small JSON file per instance,
 ``<run-dir>/plugins/<instance>.ready`` (the instance is the pod UID of a rolling-update pod, else
 ``default``), replaced atomically on every change and removed when the instance stops. A file, not

@@ -243,6 +243,11 @@ class ClaimEntry:
                 return e.details.devices
         return ()
 
+    @property
+    def vnpu_records(self) -> tuple[Mapping[str, Any], ...]:
+        """The hard-split vNPUs the claim recorded (``HardVnpu.to_dict``), in effect order."""
+        return tuple(dict(e.details.vnpu) for e in self.effects if isinstance(e.details, HardVnpuRecord))
+
     def with_details(self, kind: EffectKind, details: EffectDetails) -> ClaimEntry:
         """A copy with the details of every effect of ``kind`` replaced."""
         return replace(

@@ -1,6 +1,6 @@
 """What changed between two discoveries of a node's dies, and which dies may be published yet.
 
-Pure. The node process (``kubeletplugin/node.py``) discovers again every ``--rediscover-seconds``
+Pure. The node process (``kubeletplugin/rediscovery.py``) discovers again every ``--rediscover-seconds``
 (an emulated inventory file or ``npu-smi``); on a change it makes the node able to serve the new
 inventory (the emulated device root, the vNPU manager) and publishes a die only once every part
 that serves it can: a die handed out as shares needs ``flexnpu-daemon`` to know it (the daemon

@@ -289,6 +289,7 @@ def _status(
                 memoryBytes=sh.memory_bytes,
                 computePercent=sh.compute_percent,
                 policy=sh.policy,
+                priority=sh.priority or "normal",
                 memoryOnly=sh.memory_only,
             )
             if len(d.shares) > 1:  # equal distribution: every vNPU has the quota above

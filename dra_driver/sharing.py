@@ -6,6 +6,8 @@ Pure. Accepted in a DeviceClass's and a claim's ``config[].opaque.parameters`` w
     apiVersion: npu.flexnpu.io/v1alpha1
     kind: VnpuConfig
     policy: elastic          # fixed | elastic | best-effort   (default: elastic)
+    priority: normal         # latency-critical | normal | batch: when its work gets the die,
+                             # never how much (docs/latency.md)   (default: normal)
     isolation: full          # full (memory + compute) | memory-only   (default: full)
     transport: auto          # auto (unix socket, TCP fallback) | unix | tcp   (default: auto)
     interposition: auto      # auto | preload | none: inject libascendcl.so (dra_driver/interposition.py)
@@ -39,7 +41,7 @@ from typing import Any
 
 from dra_driver.devices import MIB
 from dra_driver.errors import ErrorCode, InvalidInput, quote
-from flexnpu_wire.codes import Policy
+from flexnpu_wire.codes import Policy, Priority
 from flexnpu_wire.shares import MAX_HOST_MEMORY_BYTES
 
 __all__ = [
@@ -48,6 +50,7 @@ __all__ = [
     "Interposition",
     "Isolation",
     "Policy",
+    "Priority",
     "ShareQuota",
     "Transport",
     "VnpuConfig",
@@ -80,6 +83,7 @@ class Interposition(StrEnum):
 @dataclass(frozen=True, slots=True)
 class VnpuConfig:
     policy: Policy = Policy.ELASTIC
+    priority: Priority = Priority.NORMAL
     isolation: Isolation = Isolation.FULL
     transport: Transport = Transport.AUTO
     interposition: Interposition = Interposition.AUTO
@@ -94,6 +98,7 @@ class VnpuConfig:
 
 _ENUMS: dict[str, type[StrEnum]] = {
     "policy": Policy,
+    "priority": Priority,
     "isolation": Isolation,
     "transport": Transport,
     "interposition": Interposition,

@@ -19,6 +19,11 @@ Series (gauges unless noted; ``node`` and ``driver`` on every one)::
     flexnpu_vnpu_pod_compute_used_percent{...}                                         die share used since the daemon's last List
     flexnpu_vnpu_pod_compute_seconds_total{...}                             counter   die time its kernels ran
     flexnpu_vnpu_pod_kernels_total{...}                                     counter   kernels it launched
+    flexnpu_vnpu_pod_queue_delay_seconds{...,priority}                      histogram its tasks' wait for the die
+    flexnpu_vnpu_pod_queue_delay_bound_seconds{...,priority}                           the p99 bound of the alert
+    flexnpu_vnpu_pod_slices_preempted_total{...,priority}                   counter   its slices a latency-critical
+                                                                                      share went in ahead of
+    flexnpu_die_priority_compute_seconds_total{die,vdie_id,priority}        counter   die time by priority (live shares)
     flexnpu_vnpu_pod_sessions{...}                                                     client sessions open on its aclserver
     flexnpu_aclserver_up{namespace,pod,claim}                                          1 Running, 0 otherwise
     flexnpu_aclserver_restarts_total{namespace,pod,claim}                   counter   restarts by the daemon
@@ -44,17 +49,27 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from dra_driver.daemon_api.values import EntityInfo
 from dra_driver.devices import Inventory
 from dra_driver.errors import FlexNPUError
 
-__all__ = ["POD_CACHE_SECONDS", "VnpuUsageCollector", "pods_from_claim"]
+__all__ = [
+    "DEFAULT_DELAY_BOUND_SECONDS",
+    "POD_CACHE_SECONDS",
+    "LedgerFigures",
+    "VnpuUsageCollector",
+    "pods_from_claim",
+]
 
 log = logging.getLogger("flexnpu.usage")
 
 POD_CACHE_SECONDS = 60.0
+DEFAULT_DELAY_BOUND_SECONDS = 0.002
+"""The p99 queueing delay a latency-critical vNPU should stay under (``--latency-delay-bound-ms``)."""
+DELAY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
+"""The ledger's queueing-delay buckets (``flexnpu_runtime/aclserver/ledger.py`` DELAY_BUCKETS_S: a test checks)."""
 MIB = 1024 * 1024
 
 VNPU_LABELS = ("node", "driver", "namespace", "pod", "claim", "die", "vdie_id", "v_dev_id")
@@ -81,6 +96,26 @@ class LedgerUse(Protocol):
     def consumed_us(self) -> int: ...
     @property
     def kernels(self) -> int: ...
+    @property
+    def priority(self) -> str: ...
+    @property
+    def preempted(self) -> int: ...
+    @property
+    def delay_sum_us(self) -> int: ...
+    @property
+    def delay_buckets(self) -> tuple[int, ...]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerFigures:
+    """What the ledger says of one vNPU."""
+
+    consumed_us: int
+    kernels: int
+    priority: str = "normal"
+    preempted: int = 0
+    delay_sum_us: int = 0
+    delay_buckets: tuple[int, ...] = ()
 
 
 LedgerReader = Callable[[int], Sequence[LedgerUse]]
@@ -122,8 +157,10 @@ class VnpuUsageCollector:
         max_shares_per_die: int,
         ledger: LedgerReader | None = None,
         clock: Callable[[], float] = time.monotonic,
+        delay_bound_seconds: float = DEFAULT_DELAY_BOUND_SECONDS,
     ) -> None:
         self._ledger = ledger
+        self._delay_bound = delay_bound_seconds
         self._daemon = daemon
         self._kube = kube
         self._inventory = inventory
@@ -152,6 +189,7 @@ class VnpuUsageCollector:
                 const=self._const,
                 max_shares=self._max_shares,
                 collect_ok=ok,
+                delay_bound=self._delay_bound,
             )
         )
         if ok:  # forget the pods of claims the daemon no longer serves
@@ -161,9 +199,9 @@ class VnpuUsageCollector:
                     del self._pods[uid]
         yield from metrics
 
-    def _compute(self, entities: Sequence[EntityInfo]) -> dict[tuple[str, int], tuple[int, int]]:
-        """(claim UID, virtual ID) -> (consumed microseconds, kernels), from the dies' ledgers."""
-        out: dict[tuple[str, int], tuple[int, int]] = {}
+    def _compute(self, entities: Sequence[EntityInfo]) -> dict[tuple[str, int], LedgerFigures]:
+        """(claim UID, virtual ID) -> its ledger figures (die time, kernels, queueing delay), from the dies' ledgers."""
+        out: dict[tuple[str, int], LedgerFigures] = {}
         if self._ledger is None:
             return out
         dies = sorted({u.share.die_phy_id for e in entities for u in e.shares})
@@ -174,7 +212,10 @@ class VnpuUsageCollector:
                 log.debug("usage metrics: ledger of die %d: %s", die, exc)
                 continue
             for entry in entries:
-                out[(entry.claim_uid, entry.virtual_id)] = (entry.consumed_us, entry.kernels)
+                out[(entry.claim_uid, entry.virtual_id)] = LedgerFigures(
+                    entry.consumed_us, entry.kernels, str(entry.priority), entry.preempted, entry.delay_sum_us,
+                    tuple(entry.delay_buckets),
+                )  # fmt: skip
         return out
 
     def _pods_of(self, ent: EntityInfo) -> tuple[str, ...]:
@@ -201,11 +242,12 @@ def render(
     entities: Sequence[EntityInfo],
     *,
     pods: Callable[[EntityInfo], tuple[str, ...]],
-    compute: Mapping[tuple[str, int], tuple[int, int]],
+    compute: Mapping[tuple[str, int], LedgerFigures],
     inventory: Inventory,
     const: tuple[str, str],
     max_shares: int,
     collect_ok: float,
+    delay_bound: float = DEFAULT_DELAY_BOUND_SECONDS,
 ) -> Iterator[Metric]:
     """The metric families for one scrape (pure apart from ``pods``)."""
     vdie = {d.phy_id: d.vdie_id for d in inventory.dies}
@@ -242,6 +284,23 @@ def render(
     kernels = CounterMetricFamily(
         "flexnpu_vnpu_pod_kernels", "Kernels the vNPU launched.", labels=VNPU_LABELS
     )
+    prio_labels = [*VNPU_LABELS, "priority"]
+    delay = HistogramMetricFamily(
+        "flexnpu_vnpu_pod_queue_delay_seconds",
+        "How long the vNPU's tasks waited for the die (their first slice), in seconds.",
+        labels=prio_labels,
+    )
+    bound = GaugeMetricFamily(
+        "flexnpu_vnpu_pod_queue_delay_bound_seconds",
+        "The p99 queueing delay a latency-critical vNPU should stay under (--latency-delay-bound-ms).",
+        labels=prio_labels,
+    )
+    preempted = CounterMetricFamily(
+        "flexnpu_vnpu_pod_slices_preempted",
+        "Slices of the vNPU that a latency-critical share's slice went in ahead of (they ended later).",
+        labels=prio_labels,
+    )
+    by_priority: dict[tuple[int, str], float] = {}
     up = GaugeMetricFamily(
         "flexnpu_aclserver_up", "1 while the claim's aclserver is Running.", labels=CLAIM_LABELS
     )
@@ -269,11 +328,24 @@ def render(
             ledger_figures = compute.get((ent.entity_id, s.virtual_id))
             consumed_us = usage.compute_used_us
             if consumed_us < 0 and ledger_figures is not None:
-                consumed_us = ledger_figures[0]  # a daemon that does not report die time yet
+                consumed_us = ledger_figures.consumed_us  # a daemon that does not report die time yet
             if consumed_us >= 0:
                 seconds.add_metric(labels, consumed_us / 1e6)
             if ledger_figures is not None:
-                kernels.add_metric(labels, float(ledger_figures[1]))
+                kernels.add_metric(labels, float(ledger_figures.kernels))
+                plabels = [*labels, ledger_figures.priority]
+                if len(ledger_figures.delay_buckets) == len(DELAY_BUCKETS_S) + 1:
+                    cumulative, running = [], 0
+                    for le, n in zip(
+                        [*map(str, DELAY_BUCKETS_S), "+Inf"], ledger_figures.delay_buckets, strict=True
+                    ):
+                        running += n
+                        cumulative.append((le, float(running)))
+                    delay.add_metric(plabels, cumulative, ledger_figures.delay_sum_us / 1e6)
+                bound.add_metric(plabels, delay_bound)
+                preempted.add_metric(plabels, float(ledger_figures.preempted))
+                key = (s.die_phy_id, ledger_figures.priority)
+                by_priority[key] = by_priority.get(key, 0.0) + ledger_figures.consumed_us / 1e6
             if usage.sessions >= 0:
                 families["sessions"].add_metric(labels, float(usage.sessions))
             shares_on.setdefault(s.die_phy_id, set()).add(ent.entity_id)
@@ -282,6 +354,7 @@ def render(
     yield from families.values()
     yield seconds
     yield kernels
+    yield from (delay, bound, preempted)
     yield up
     yield restarts
     die_shares = GaugeMetricFamily(
@@ -305,6 +378,14 @@ def render(
         "Compute quotas of the die's shares, summed.",
         labels=DIE_LABELS,
     )
+    die_priority = CounterMetricFamily(
+        "flexnpu_die_priority_compute_seconds",
+        "Die time the die's live vNPUs of each priority used, in seconds (a vNPU that leaves takes its time along).",
+        labels=[*DIE_LABELS, "priority"],
+    )
+    for (phy, priority), seconds_used in sorted(by_priority.items()):
+        die_priority.add_metric([*const, str(phy), vdie.get(phy, ""), priority], seconds_used)
+    yield die_priority
     for die in sorted(inventory.dies, key=lambda d: d.phy_id):
         labels = [*const, str(die.phy_id), die.vdie_id]
         die_shares.add_metric(labels, float(len(shares_on.get(die.phy_id, ()))))

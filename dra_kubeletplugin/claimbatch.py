@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from dra_kubeletplugin.claims import (
     CALL_DEADLINE,
+    CLAIM_UID_RE,
+    DNS_LABEL_RE,
+    DNS_SUBDOMAIN_RE,
     ClaimRef,
     DRAPlugin,
     PreparedDevice,
@@ -47,9 +49,6 @@ __all__ = ["BatchRunner", "CheckedClaims", "check_claims", "claim_problem", "str
 
 MISSING_PREPARE = "driver returned no prepare result for this claim"
 MISSING_UNPREPARE = "driver returned no unprepare result for this claim"
-_UID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 _log = logging.getLogger("dra_kubeletplugin.claims")
 
@@ -74,9 +73,9 @@ def strip_subrequests(names: Iterable[str]) -> tuple[str, ...]:
 def claim_problem(ref: ClaimRef) -> ClaimRejected | None:
     """Why the kubelet's reference cannot name a claim (None: it can). Pure; no API call."""
     for field, value, rule, what in (
-        ("uid", ref.uid, _UID, "an identifier of letters, digits, '.', '_' and '-' (at most 128)"),
-        ("namespace", ref.namespace, _DNS_LABEL, "a DNS label"),
-        ("name", ref.name, _DNS_SUBDOMAIN, "a DNS subdomain"),
+        ("uid", ref.uid, CLAIM_UID_RE, "a claim UID (letters, digits and '-', at most 63)"),
+        ("namespace", ref.namespace, DNS_LABEL_RE, "a DNS label"),
+        ("name", ref.name, DNS_SUBDOMAIN_RE, "a DNS subdomain"),
     ):
         if not value:
             message = f"the kubelet sent a claim with an empty {field}"

@@ -10,6 +10,7 @@ claim may already be deleted). This module is pure data plus the :class:`DRAPlug
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -17,6 +18,9 @@ from typing import Any, Protocol
 
 __all__ = [
     "CALL_DEADLINE",
+    "CLAIM_UID_RE",
+    "DNS_LABEL_RE",
+    "DNS_SUBDOMAIN_RE",
     "ClaimErrorHook",
     "ClaimRef",
     "DRAPlugin",
@@ -27,6 +31,20 @@ __all__ = [
     "ResourceClaim",
     "strip_subrequest",
 ]
+
+CLAIM_UID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,62}$")
+"""The one claim-UID rule: letters, digits and '-', at most 63, starting with a letter or digit.
+
+The API server gives every object, a ResourceClaim too, a UID when it creates it: a random RFC 4122
+UUID, 36 characters of lowercase hex digits and dashes (apimachinery's ``uuid.NewUUID``); the kubelet
+passes it on unchanged. The rule admits every such UID (and the 32-hex-digit UIDs the kubelet
+derives for static pods), nothing with '.', '/', '_' or a space, so a UID is always one safe path
+component and one DNS label. The helper checks it once, where the kubelet's reference comes in
+(``claimbatch.claim_problem``); the driver's path builders reuse it (``dra_driver/paths.py``)."""
+DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+"""A namespace (RFC 1123 label)."""
+DNS_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+"""A claim name (RFC 1123 subdomain, at most 253 characters)."""
 
 CALL_DEADLINE: ContextVar[float | None] = ContextVar("dra_kubeletplugin_call_deadline", default=None)
 """``time.monotonic()`` by which the kubelet's current call must be answered (None: no deadline).

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from dra_kubeletplugin import grpc_servers, health_stream, sockets, statuses
+from dra_kubeletplugin import grpc_servers, health_stream, registration, sockets, statuses
 from dra_kubeletplugin.claimbatch import BatchRunner
 from dra_kubeletplugin.claims import DRAPlugin, HealthSource
 from dra_kubeletplugin.errors import DroppedFieldsError, InvalidArgument
@@ -176,6 +176,13 @@ class Helper:
     def published(self) -> threading.Event:
         """Set once the resources given to :meth:`publish_resources` were completely published."""
         return self._controller.published if self._controller is not None else self._never
+
+    def other_instances(self, *, timeout: float = 2.0) -> list[str]:
+        """DRA endpoints of other live instances of this driver on the node (a rolling update's other
+        pod), from the kubelet's plugin registry (``registration.other_instances``)."""
+        return registration.other_instances(
+            self.paths.registration.parent, self.driver_name, str(self.paths.dra), timeout=timeout
+        )
 
     def withdraw_resources(self) -> int:
         """After :meth:`stop`: delete this node's slices of this driver now (a clean uninstall, not a

@@ -372,27 +372,16 @@ class KubeClient:
     def _call(
         self,
         what: str,
-        method: str | Callable[..., Any],
-        path: Any = None,
-        *args: Any,
+        method: str,
+        path: str,
+        *,
         query: JSON | None = None,
         body: Any = None,
         content_type: str = "application/json",
-        **kwargs: Any,
     ) -> JSON:
-        """One request; the decoded JSON object of a 2xx answer.
-
-        ``method`` is an HTTP verb and ``path`` a REST path. (A generated API method, with its
-        arguments after it, still works, for code written against the typed classes; it builds
-        them on first use, see :attr:`_resource`.)
-        """
+        """One request (``method`` an HTTP verb, ``path`` a REST path); the decoded JSON object of a 2xx answer."""
         with boundary(what, self.errors):
-            if callable(method):
-                resp = self._open_typed(
-                    method, *(() if path is None else (path,)), *args, body=body, **kwargs
-                )
-            else:
-                resp = self._open(what, method, str(path), query=query, body=body, content_type=content_type)
+            resp = self._open(what, method, path, query=query, body=body, content_type=content_type)
             try:
                 data = resp.data
             finally:
@@ -401,29 +390,6 @@ class KubeClient:
             if not isinstance(decoded, dict):
                 raise ValueError(f"expected a JSON object, got {type(decoded).__name__}")
             return decoded
-
-    @property
-    def _core(self) -> Any:
-        """The generated ``CoreV1Api``, built on first use (slow: prefer REST paths with :meth:`_call`)."""
-        from kubernetes import client
-
-        return client.CoreV1Api(self.api_client)
-
-    @property
-    def _resource(self) -> Any:
-        """The generated ``ResourceV1Api``, built on first use (slow: prefer REST paths)."""
-        from kubernetes import client
-
-        return client.ResourceV1Api(self.api_client)
-
-    def _open_typed(self, method: Callable[..., Any], *args: Any, body: Any = None, **kwargs: Any) -> Any:
-        """Call a generated API method without its pydantic validation; the raw urllib3 response."""
-        function = getattr(method, "raw_function", None)
-        owner = getattr(method, "__self__", None)
-        call = (lambda *a, **k: function(owner, *a, **k)) if function and owner else method
-        if body is not None:
-            kwargs["body"] = body
-        return call(*args, _preload_content=False, _request_timeout=self.request_timeout, **kwargs)  # type: ignore[no-untyped-call]
 
     def _open(
         self,

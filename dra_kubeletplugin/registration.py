@@ -4,6 +4,8 @@ GetInfo tells the kubelet this is a DRA plugin, its driver name, the absolute pa
 DRA socket and the service identifiers it speaks (``"v1.DRAPlugin"`` first: the kubelet
 picks the first one in *our* order that it knows). NotifyRegistrationStatus records the
 kubelet's verdict; a rejection is answered with a gRPC error that carries the reason.
+:func:`other_instances` is the client side: which other instances of the driver the kubelet's
+registry holds (a rolling update's other pod), asked through their GetInfo.
 """
 
 from __future__ import annotations
@@ -82,3 +84,21 @@ class RegistrationServicer(pb_grpc.RegistrationServicer):
         _log.error("kubelet rejected DRA driver %s: %s", self.driver_name, self.last_error)
         context.abort(grpc.StatusCode.UNKNOWN, f"registration failed: {self.last_error}")
         raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
+
+
+def other_instances(
+    registry_dir: Path, driver_name: str, own_endpoint: str, *, timeout: float = 2.0
+) -> list[str]:
+    """Endpoints of other live instances of this driver: registration sockets in the kubelet's registry
+    that answer GetInfo as this driver with another endpoint (a rolling update's other pod)."""
+    found = []
+    for sock in sorted(registry_dir.glob(f"{driver_name}*-reg.sock")):
+        try:
+            with grpc.insecure_channel(f"unix:{sock}") as channel:
+                stub = pb_grpc.RegistrationStub(channel)  # type: ignore[no-untyped-call]
+                info = stub.GetInfo(pb.InfoRequest(), timeout=timeout)
+        except grpc.RpcError:
+            continue  # a stale socket: nobody serves it
+        if info.name == driver_name and info.endpoint != own_endpoint:
+            found.append(info.endpoint)
+    return found

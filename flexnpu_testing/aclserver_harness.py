@@ -29,7 +29,7 @@ from flexnpu_runtime.daemon import shmfs
 from flexnpu_testing.waiting import wait_for
 from flexnpu_wire import launch
 from flexnpu_wire.clientconf import ClientConf, Endpoints, ShareInfo
-from flexnpu_wire.codes import Policy
+from flexnpu_wire.codes import Policy, Priority
 from flexnpu_wire.launch import AclServerSpec, ReadyInfo, ShareSpec
 
 __all__ = [
@@ -54,8 +54,11 @@ def share(
     policy: Policy | str = Policy.FIXED,
     memory_only: bool = False,
     host_memory: int = 0,
+    priority: Priority | str = Priority.NORMAL,
 ) -> ShareSpec:
-    return ShareSpec(virtual_id, die, memory, compute, Policy(policy), memory_only, host_memory)
+    return ShareSpec(
+        virtual_id, die, memory, compute, Policy(policy), memory_only, host_memory, str(Priority(priority))
+    )
 
 
 def make_spec(
@@ -70,6 +73,7 @@ def make_spec(
     max_sessions: int = launch.DEFAULT_MAX_SESSIONS,
     max_connections: int = launch.DEFAULT_MAX_CONNECTIONS,
     max_shares_per_die: int = launch.DEFAULT_MAX_SHARES_PER_DIE,
+    tcp_listen: bool = True,
 ) -> AclServerSpec:
     """A spec with fresh paths: shm dir /dev/shm/fnpu-t-<hex>, files in ``work_dir``."""
     uid = claim_uid or str(uuid.uuid4())
@@ -90,6 +94,7 @@ def make_spec(
         max_sessions=max_sessions,
         max_connections=max(max_connections, max_sessions + 1),
         max_shares_per_die=max_shares_per_die,
+        tcp_listen=tcp_listen,
     )
 
 
@@ -98,7 +103,8 @@ def client_conf(spec: AclServerSpec, ready: ReadyInfo, *, unix: bool = True, tcp
         claim_uid=spec.claim_uid,
         token=spec.token,
         endpoints=Endpoints(
-            unix=spec.unix_socket if unix else None, tcp=f"{ready.tcp_host}:{ready.tcp_port}" if tcp else None
+            unix=spec.unix_socket if unix else None,
+            tcp=f"{ready.tcp_host}:{ready.tcp_port}" if tcp and ready.tcp_port else None,
         ),
         shm_dir=spec.shm_dir,
         shares=tuple(
@@ -264,3 +270,18 @@ class Tenant:
         except BaseException as exc:  # reported to the test thread
             self.error = exc
             self._started.set()
+
+
+def tcp_listeners(pid: int) -> list[int]:
+    """The TCP ports process ``pid`` listens on (its sockets in LISTEN state, IPv4 and IPv6)."""
+    owned = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            owned.add(os.readlink(fd))
+    ports = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and f"socket:[{fields[9]}]" in owned:  # 0A: LISTEN
+                ports.append(int(fields[1].rsplit(":", 1)[1], 16))
+    return sorted(ports)

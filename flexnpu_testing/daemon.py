@@ -61,7 +61,23 @@ def ping_unix(path: str, timeout: float = 5.0) -> int:
 
 
 def ping_tcp(host: str, port: int, timeout: float = 5.0) -> int:
+    """PING over TCP; the PONG's pid, which is 0 from a real aclserver: before HELLO it tells a
+    TCP peer nothing about its process (``hello_tcp`` does)."""
     return _ping(socket.AF_INET, (host, port), timeout)
+
+
+def hello_tcp(host: str, port: int, token: str, timeout: float = 5.0) -> int:
+    """Authenticate over TCP with the claim's token and leave; the aclserver's pid from the reply."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect((host, port))
+        s.sendall(
+            protocol.encode(protocol.Op.HELLO, 8, (protocol.PROTOCOL_VERSION, os.getpid()), token.encode())
+        )
+        msg = protocol.FrameReader(s, 1 << 20).read()
+    assert msg is not None and msg.op == protocol.Op.HELLO and msg.request_id == 8, msg
+    assert msg.ints[0] == 0, msg
+    return int(msg.ints[1])
 
 
 def share(

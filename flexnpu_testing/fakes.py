@@ -88,7 +88,7 @@ class FakeDaemon:
             pid=4242,
             endpoints=Endpoints(
                 tcp_host="127.0.0.1",
-                tcp_port=40000,
+                tcp_port=0 if request.unix_only else 40000,  # as the daemon: no TCP listener asked, none
                 unix_socket=str(shm / "aclserver.sock"),
                 shm_dir=str(shm),
             ),

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,15 +25,16 @@ from typing import Any, Protocol
 
 import tenacity
 
-from dra_driver import cdi, files, interposition, logs, paths, render, retrying
-from dra_driver.checkpoint import ClaimEntry, Effect, EffectKind, Registration, StatusRecord
-from dra_driver.config import DEFAULT_CLIENT_LIBRARY
+from dra_driver import cdi, files, interposition, logs, netlink, paths, render, retrying
+from dra_driver.checkpoint import ClaimEntry, Effect, EffectKind, Registration
+from dra_driver.config import DEFAULT_CLIENT_LIBRARY, Config
 from dra_driver.daemon_api.values import Endpoints, EntityInfo, RegisterRequest, RegisterResult
 from dra_driver.discovery import node_files
 from dra_driver.errors import ErrorCode, StateError, Unavailable, quote
 from dra_driver.plan import ClaimPlan
 from dra_driver.records import HardVnpuRecord
-from dra_kubeletplugin.claims import ClaimRef
+from dra_driver.sharing import Transport
+from dra_kubeletplugin.claims import CALL_DEADLINE, ClaimRef
 from flexnpu_wire import clientconf
 from flexnpu_wire.shares import Share
 from kubeletplugin.hardsplit import HardVnpus
@@ -75,6 +75,23 @@ class PrepareSettings:
     control_cidr: str = ""
     daemon_retry_seconds: float = 30.0
     client_library: Path = Path(DEFAULT_CLIENT_LIBRARY)
+
+    @classmethod
+    def from_config(cls, cfg: Config, link: netlink.LinkSpec) -> PrepareSettings:
+        """The node's settings: its flags, and the control link's address (``link``) when it has one."""
+        return cls(
+            driver_name=cfg.driver_name,
+            pool_name=cfg.pool_name,
+            cdi_dir=cfg.paths.cdi_dir,
+            cdi_kind=cdi.Kind.parse(cfg.cdi_kind),
+            device_root=cfg.paths.device_root,
+            run_dir=cfg.paths.run_dir,
+            control_link=cfg.control_link,
+            control_address=link.address if cfg.control_link else "127.0.0.1",
+            control_cidr=cfg.control_link_cidr if cfg.control_link else "",
+            daemon_retry_seconds=cfg.daemon_retry_seconds,
+            client_library=cfg.client_library,
+        )
 
     @property
     def layout(self) -> render.NodeLayout:
@@ -149,25 +166,15 @@ class Effects:
         self.daemon = daemon
         self.status = status
         self.hard = hard  # hard-split vNPUs (kubeletplugin/hardsplit.py), None on a node without templates
-        self._call = threading.local()  # the kubelet's deadline of the claim this thread works on
-
-    @contextlib.contextmanager
-    def bounded(self, deadline: float | None) -> Iterator[None]:
-        """Bound the daemon retries of this thread's work by ``deadline`` (``time.monotonic()``)."""
-        before = getattr(self._call, "deadline", None)
-        self._call.deadline = deadline
-        try:
-            yield
-        finally:
-            self._call.deadline = before
 
     def lock_budget(self) -> float:
         """How long to wait for a claim's lock: long enough for its other call's daemon retries."""
         return self.retry_budget() + 15.0
 
     def retry_budget(self) -> float:
-        """Seconds a daemon call may keep retrying: the configured budget, cut to the deadline."""
-        deadline: float | None = getattr(self._call, "deadline", None)
+        """Seconds a daemon call may keep retrying: the configured budget, cut to the kubelet's deadline
+        of the call this work is part of (the helper's ``CALL_DEADLINE``; none outside a kubelet call)."""
+        deadline = CALL_DEADLINE.get()
         budget = self.settings.daemon_retry_seconds
         return budget if deadline is None else max(0.0, min(budget, deadline - time.monotonic()))
 
@@ -205,7 +212,7 @@ class Effects:
             self._write_client_conf(job)
         elif eff.kind == EffectKind.CDI_SPEC:
             _check_host_paths(job.rendered.spec, job.plan.ref.uid)
-            cdi.write_spec(self.settings.cdi_dir, job.rendered.spec, job.plan.ref.uid)
+            cdi.write_spec(Path(eff.ref), job.rendered.spec, job.plan.ref.uid)
         elif eff.kind == EffectKind.CLAIM_STATUS:
             self.write_status(job.plan.ref, job.rendered.status, clog)
         else:  # pragma: no cover - the enum is closed
@@ -234,12 +241,16 @@ class Effects:
                 self._write_client_conf(job)
             elif eff.kind == EffectKind.CDI_SPEC and (moved or not Path(eff.ref).exists()):
                 clog.info("writing CDI spec %s again (reboot or restarted aclserver)", eff.ref)
-                cdi.write_spec(self.settings.cdi_dir, job.rendered.spec, job.plan.ref.uid)
+                cdi.write_spec(Path(eff.ref), job.rendered.spec, job.plan.ref.uid)
 
     def register(self, job: Job, clog: logs.ClaimLogger, *, tcp_port: int = 0) -> RegisterResult:
         """Register the job's shares (``tcp_port``: the port to keep, when it is still free)."""
         ref = job.plan.ref
-        return self._register(ref, job.token, job.plan.shares, clog, tcp_port=tcp_port)
+        # transport: unix: the aclserver listens on no TCP port (render.py leaves TCP out of client.conf)
+        unix_only = any(
+            d.config is not None and d.config.transport == Transport.UNIX for d in job.plan.devices
+        )
+        return self._register(ref, job.token, job.plan.shares, clog, tcp_port=tcp_port, unix_only=unix_only)
 
     def register_recorded(self, entry: ClaimEntry, clog: logs.ClaimLogger) -> RegisterResult:
         """Register a prepared claim again exactly as recorded: its token, its shares, its TCP port
@@ -251,10 +262,19 @@ class Effects:
             )
         ref = ClaimRef(entry.namespace, entry.uid, entry.name)
         port = rec.endpoints.tcp_port if rec.endpoints else 0
-        return self._register(ref, rec.token, rec.shares, clog, tcp_port=port)
+        # an aclserver that listened on TCP always had a port: none recorded means unix only
+        unix_only = rec.endpoints is not None and not rec.endpoints.tcp_port
+        return self._register(ref, rec.token, rec.shares, clog, tcp_port=port, unix_only=unix_only)
 
     def _register(
-        self, ref: ClaimRef, token: str, shares: tuple[Share, ...], clog: logs.ClaimLogger, *, tcp_port: int
+        self,
+        ref: ClaimRef,
+        token: str,
+        shares: tuple[Share, ...],
+        clog: logs.ClaimLogger,
+        *,
+        tcp_port: int,
+        unix_only: bool,
     ) -> RegisterResult:
         if self.daemon is None:
             raise StateError(
@@ -271,6 +291,7 @@ class Effects:
             shares=shares,
             tcp_host=self.settings.control_address,
             tcp_port=tcp_port,
+            unix_only=unix_only,
         )
         result: RegisterResult = self._retrying(clog)(self.daemon.register, request)
         return result
@@ -383,10 +404,6 @@ class Effects:
                 rs.outcome and rs.outcome.exception(),
             ),
         )
-
-
-def status_record(docs: Sequence[JSON]) -> StatusRecord:
-    return StatusRecord(devices=tuple(dict(d) for d in docs))
 
 
 def _check_host_paths(spec: cdi.Spec, uid: str) -> None:

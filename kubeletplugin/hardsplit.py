@@ -14,14 +14,13 @@ destroyed by the undo: the ledger only names vNPUs this driver made, and undo sk
 template differs from the recorded one.
 
 :func:`adopted_vnpus` gives ``flexnpu-smi adopt`` (``kubeletplugin/adopt.py``) the vNPUs a claim
-whose record was lost holds, from the ledger and the live vNPU list; :func:`missing_vnpus` names
-the template devices a completed entry has no vNPU for (an entry an earlier adopt rebuilt
-without them), which a repeat prepare then prepares again from scratch.
+whose record was lost holds, from the ledger and the live vNPU list. Choosing vNPU IDs and reading
+them back from a record is planning: ``dra_driver/plan.py``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,52 +29,9 @@ from dra_driver import logs
 from dra_driver.devices import Die, Inventory
 from dra_driver.errors import ErrorCode, FlexNPUError, StateError
 from dra_driver.plan import ClaimPlan
-from dra_driver.records import ClaimEntry, HardVnpuRecord
 from dra_driver.vnpu import Vnpu, VnpuManager, check_template, ownership, planning
 
-__all__ = ["HardVnpus", "adopted_vnpus", "assign_vnpus", "missing_vnpus", "recorded_vnpus", "taken_ids"]
-
-
-def assign_vnpus(
-    plan: ClaimPlan,
-    entries: Mapping[str, ClaimEntry],
-    *,
-    existing: Iterable[Vnpu],
-    inventory: Inventory,
-) -> ClaimPlan:
-    """The plan with a vNPU ID for each hard result, avoiding every existing and recorded one (pure;
-    the caller runs it under the checkpoint lock, so two prepares never pick the same ID)."""
-    recorded = [
-        dict(e.details.vnpu)
-        for other in entries.values()
-        for e in other.effects
-        if isinstance(e.details, HardVnpuRecord)
-    ]
-    vnpus = planning.plan_vnpus(
-        plan.hard_results(),
-        inventory=inventory,
-        taken=taken_ids(existing, recorded),
-        claim_uid=plan.ref.uid,
-    )
-    return plan.with_vnpus(vnpus)
-
-
-def recorded_vnpus(plan: ClaimPlan, entry: ClaimEntry, *, inventory: Inventory) -> ClaimPlan:
-    """The plan with the vNPUs a completed claim got (for a repeat prepare's CDI spec and status)."""
-    recorded = [dict(e.details.vnpu) for e in entry.effects if isinstance(e.details, HardVnpuRecord)]
-    if not recorded:
-        return plan
-    return plan.with_vnpus(planning.from_records(recorded, inventory=inventory, claim_uid=entry.uid))
-
-
-def missing_vnpus(plan: ClaimPlan, entry: ClaimEntry) -> list[str]:
-    """Template devices of ``plan`` for which ``entry`` records no vNPU (pure)."""
-    recorded = {
-        str(e.details.vnpu.get("device") or "")
-        for e in entry.effects
-        if isinstance(e.details, HardVnpuRecord)
-    }
-    return [device for _, device in plan.hard_results() if device not in recorded]
+__all__ = ["HardVnpus", "adopted_vnpus"]
 
 
 def adopted_vnpus(
@@ -93,11 +49,6 @@ def adopted_vnpus(
         claim_uid=plan.ref.uid,
     )
     return plan.with_vnpus(vnpus)
-
-
-def taken_ids(existing: Iterable[Vnpu], recorded: Iterable[Mapping[str, Any]]) -> set[int]:
-    """vNPU IDs a new vNPU must not use: existing ones and ones recorded by any claim (pure)."""
-    return {v.vnpu_id for v in existing} | {int(r["vnpuID"]) for r in recorded}
 
 
 @dataclass(frozen=True)

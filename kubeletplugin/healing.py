@@ -15,6 +15,11 @@ prepared with a daemon registration:
   in a loop.
 
 A daemon that does not answer changes nothing: doubt keeps things.
+
+:class:`AclserverPass` is the node's loop around it: each pass says (log and a Node Event, once a
+change) when the daemon cannot bound a share's shm dir (:class:`ShmReport`), emits
+``claims_changed`` (what the reconciler or ``flexnpu-smi`` changed in the checkpoint: the publisher
+republishes when a die's share policy changed), then looks once.
 """
 
 from __future__ import annotations
@@ -26,13 +31,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from dra_driver.checkpoint import CheckpointStore, EffectKind
+from dra_driver.daemon_api.client import DaemonClient
 from dra_driver.daemon_api.values import EntityInfo, EntityState
 from dra_driver.errors import FlexNPUError
 from dra_driver.logs import ClaimLogger, claim_logger
 from kubeletplugin.effects import Daemon
+from kubeletplugin.events import NodeEvents
 from kubeletplugin.prepare import Preparer
 
-__all__ = ["ACLSERVER_PERIOD", "RESTARTED", "AclserverWatch"]
+__all__ = ["ACLSERVER_PERIOD", "RESTARTED", "AclserverPass", "AclserverWatch", "ShmReport"]
 
 log = logging.getLogger("flexnpu.node")
 
@@ -147,3 +154,51 @@ class AclserverWatch:
         if ent is None:
             return True
         return ent.state is EntityState.EXITED and ent.pid == seen.exited_pid
+
+
+class ShmReport:
+    """Says, in the log and a Node Event, when the daemon cannot bound a share's shm dir (once a change)."""
+
+    def __init__(self, *, daemon: DaemonClient, create_event: Callable[..., object], node_name: str) -> None:
+        self.daemon = daemon
+        self.create_event = create_event  # controller.kube.Kube.create_event
+        self.node_name = node_name
+        self._problem = ""  # what the daemon last said
+
+    def check(self) -> None:
+        try:
+            problem = self.daemon.health().shm_problem
+        except FlexNPUError:
+            return
+        if problem and problem != self._problem:
+            log.error("flexnpu-daemon refuses every new share on this node: %s", problem)
+            try:
+                self.create_event(
+                    involved={
+                        "apiVersion": "v1",
+                        "kind": "Node",
+                        "name": self.node_name,
+                        "namespace": "default",
+                    },
+                    reason="FlexNPUShmUnbounded",
+                    message=f"shares are refused on this node: {problem}",
+                    event_type="Warning",
+                    host=self.node_name,
+                )
+            except FlexNPUError as err:
+                log.info("could not post the FlexNPUShmUnbounded event: %s", err)
+        self._problem = problem
+
+
+class AclserverPass:
+    """One :meth:`iteration` per ``ACLSERVER_PERIOD``: the shm report, ``claims_changed``, one look."""
+
+    def __init__(self, *, watch: AclserverWatch, shm: ShmReport, events: NodeEvents) -> None:
+        self.watch = watch
+        self.shm = shm
+        self.events = events
+
+    def iteration(self) -> float:
+        self.shm.check()
+        self.events.claims_changed.emit()
+        return self.watch.look()

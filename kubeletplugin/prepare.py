@@ -14,6 +14,7 @@ that fails part-way, for any reason, rolls back. One bad claim never fails the b
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import secrets
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -28,11 +29,21 @@ from dra_driver.claims import claim_error
 from dra_driver.daemon_api.values import RegisterResult
 from dra_driver.devices import Inventory
 from dra_driver.errors import FlexNPUError, Unavailable
-from dra_driver.plan import ClaimPlan, check_conflicts, check_device_policies, plan_claim, resolve_shares
+from dra_driver.plan import (
+    ClaimPlan,
+    assign_vnpus,
+    check_conflicts,
+    check_device_policies,
+    missing_vnpus,
+    plan_claim,
+    recorded_vnpus,
+    resolve_shares,
+)
 from dra_driver.telemetry import Telemetry
 from dra_kubeletplugin.claims import CALL_DEADLINE, ClaimRef, PreparedDevice, PrepareResult, ResourceClaim
-from kubeletplugin import effects, hardsplit
+from kubeletplugin import effects
 from kubeletplugin.effects import Daemon, PrepareSettings, StatusWriter
+from kubeletplugin.events import NodeEvents
 from kubeletplugin.hardsplit import HardVnpus
 
 __all__ = ["CONTAINER_CONF", "CONTAINER_SHM", "Daemon", "PrepareSettings", "Preparer", "StatusWriter"]
@@ -57,6 +68,7 @@ class Preparer:
         status: StatusWriter | None = None,
         telemetry: Telemetry | None = None,
         hard: HardVnpus | None = None,
+        events: NodeEvents | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -68,13 +80,8 @@ class Preparer:
         self.telemetry = telemetry or Telemetry(
             node_name=settings.pool_name, driver_name=settings.driver_name, enabled=False
         )
-        self.after_batch: Callable[[], None] = lambda: None
-        """Called after each kubelet call (the node republishes when a die's share policy changed)."""
-
-    def set_hard(self, hard: HardVnpus) -> None:
-        """Serve hard-split vNPUs with ``hard`` from now on (an inventory change added template dies)."""
-        self.hard = hard
-        self.effects.hard = hard
+        self.events = events or NodeEvents()
+        """``claims_changed`` is emitted after each kubelet call (the publisher subscribes)."""
 
     # -- kubelet calls ---------------------------------------------------------------------
 
@@ -90,7 +97,6 @@ class Preparer:
 
     def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
         def one(ref: ClaimRef, clog: logs.ClaimLogger) -> str:
-            paths.check_uid(ref.uid)
             removed = self.unprepare_uid(ref.uid, clog)
             clog.info("unprepared" if removed else "unprepare: claim not prepared here (nothing to do)")
             return ""
@@ -115,10 +121,12 @@ class Preparer:
                 verb, claim_uid=ref.uid or "-", namespace=ref.namespace, name=ref.name
             ) as rec:
                 try:
+                    paths.check_ref(
+                        ref.uid, ref.namespace, ref.name
+                    ) if verb == "prepare" else paths.check_uid(ref.uid)
                     if deadline is not None and time.monotonic() >= deadline:
                         raise Unavailable(f"not started: the kubelet's deadline for this {verb} call passed")
-                    with self.effects.bounded(deadline):
-                        return one(ref, clog)
+                    return one(ref, clog)
                 except Exception as exc:  # a bug must not fail the other claims of the batch
                     err = claim_error(exc, ref.uid, log=clog)
                     clog.warning("%s failed: %s", verb, err)
@@ -129,11 +137,13 @@ class Preparer:
             with ThreadPoolExecutor(
                 min(UNPREPARE_WORKERS, len(claims)), thread_name_prefix="unprepare"
             ) as pool:
-                out = dict(zip((r.uid for r in claims), pool.map(run, claims), strict=True))
+                # each worker runs in a copy of this call's context: the deadline travels with it
+                runs = [pool.submit(contextvars.copy_context().run, run, ref) for ref in claims]
+                out = {ref.uid: r.result() for ref, r in zip(claims, runs, strict=True)}
         else:
             out = {ref.uid: run(ref) for ref in claims}
         self._report_prepared()
-        self.after_batch()
+        self.events.claims_changed.emit()
         return out
 
     def _report_prepared(self) -> None:
@@ -144,7 +154,6 @@ class Preparer:
 
     def _prepare_one(self, claim: ResourceClaim, clog: logs.ClaimLogger) -> PrepareResult:
         ref = claim.ref
-        paths.check_ref(ref.uid, ref.namespace, ref.name)
         s = self.settings
         base = plan_claim(
             claim.obj, ref=ref, driver_name=s.driver_name, pool_name=s.pool_name, inventory=self.inventory()
@@ -158,7 +167,9 @@ class Preparer:
             with self.store.claim_locks.hold(ref.uid, timeout=self.effects.lock_budget()) as lock:
                 entry = self.store.get(ref.uid)
                 if entry is not None and entry.state == ClaimState.PREPARE_COMPLETED:
-                    missing = hardsplit.missing_vnpus(plan, entry)  # an earlier adopt's entry: not as the die
+                    missing = missing_vnpus(
+                        plan, entry.vnpu_records
+                    )  # an earlier adopt's entry: not as the die
                     if not missing:
                         return PrepareResult(devices=self._repeat(entry, plan, clog))
                     clog.warning("the entry records no vNPU for %s; preparing the claim again", missing)
@@ -201,8 +212,9 @@ class Preparer:
             check_device_policies(plan)  # a new prepare's config agrees with its share device
             check_conflicts(plan, checkpoint.held_dies(entries, but=uid))
             if plan.hard_results():  # vNPU IDs are chosen under the lock, against every recorded one
-                job.plan = hardsplit.assign_vnpus(
-                    plan, entries, existing=existing, inventory=self.inventory()
+                recorded = [r for other in entries.values() for r in other.vnpu_records]
+                job.plan = assign_vnpus(
+                    plan, recorded=recorded, existing=existing, inventory=self.inventory()
                 )
                 intent = intent_of(job)
             return intent
@@ -255,7 +267,7 @@ class Preparer:
     ) -> tuple[PreparedDevice, ...]:
         """Repeat prepare of a completed claim: put back what is missing, refresh the status."""
         rec = entry.registration
-        plan = hardsplit.recorded_vnpus(plan, entry, inventory=self.inventory())
+        plan = recorded_vnpus(plan, entry.vnpu_records, inventory=self.inventory())
         job = self.effects.job(plan, rec.token if rec else "")
         self.effects.ensure(entry, job, clog)
         docs = job.rendered.status

@@ -53,7 +53,7 @@ from kubeletplugin import adopt
 from kubeletplugin.smi_tables import COLUMNS, info_rows, render_table
 
 if TYPE_CHECKING:
-    from kubeletplugin.node import NodeCore
+    from kubeletplugin.core import NodeCore
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 
@@ -78,7 +78,7 @@ class Tool:
     @contextlib.contextmanager
     def core(self) -> Iterator[NodeCore]:
         """The full node core (preparer, reconciler), built only to act; shares this tool's API client."""
-        from kubeletplugin.node import NodeCore
+        from kubeletplugin.core import NodeCore
 
         core = NodeCore(self.cfg, kube=self.kube)
         try:

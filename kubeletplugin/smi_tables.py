@@ -17,7 +17,7 @@ MIB = 1024 * 1024
 
 COLUMNS = (
     "CLAIM UID", "CLAIM", "VNPU", "DEVICE", "DIE", "MODE", "MEM(MiB) USED/QUOTA", "COMPUTE(%) USED/QUOTA",
-    "POLICY", "ACLSERVER", "HOST MEM(MiB) USED/MAX", "TASKS USED/MAX", "CPU WEIGHT", "ENDPOINT", "STATE",
+    "POLICY", "PRIORITY", "ACLSERVER", "HOST MEM(MiB) USED/MAX", "TASKS USED/MAX", "CPU WEIGHT", "ENDPOINT", "STATE",
     "PODS", "RESIDUAL",
 )  # fmt: skip
 """The ACLSERVER columns come from the daemon; HOST MEM, TASKS and CPU WEIGHT are the aclserver's own
@@ -129,6 +129,7 @@ def info_rows(
                     "MEM(MiB) USED/QUOTA": mem,
                     "COMPUTE(%) USED/QUOTA": compute,
                     "POLICY": d.policy or "-",
+                    "PRIORITY": (usage.share.priority or "normal") if usage is not None else "-",
                     "ACLSERVER": aclserver_cell(ent) if mode != "whole" else "-",
                     **(bounds_cells(ent) if mode != "whole" else bounds_cells(None)),
                     "ENDPOINT": endpoint_cell(ent) if mode != "whole" else "-",
@@ -153,6 +154,7 @@ def info_rows(
                     "MEM(MiB) USED/QUOTA": mem,
                     "COMPUTE(%) USED/QUOTA": compute,
                     "POLICY": usage.share.policy,
+                    "PRIORITY": usage.share.priority or "normal",
                     "ACLSERVER": aclserver_cell(ent),
                     **bounds_cells(ent),
                     "ENDPOINT": endpoint_cell(ent),

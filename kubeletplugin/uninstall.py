@@ -1,6 +1,6 @@
 """``flexnpu-smi uninstall``: remove what the driver leaves on a node after ``helm uninstall``.
 
-What stays after the DaemonSets are deleted, and why (README, "Uninstall"): the node process
+What stays after the DaemonSets are deleted, and why (docs/uninstall.md): the node process
 withdraws its slices and removes the control link on a clean stop when nothing is prepared
 (``kubeletplugin/node.py``); the rest is state a restart must find again, so only an operator who
 means to remove the driver removes it, with this command:

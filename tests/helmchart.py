@@ -3,7 +3,8 @@ SDK (the ``helm-python-sdk`` wheel from PyPI bundles it as a C library, so no ``
 needed), and the Helm value flags (``--set``, ``--set-string``, ``--set-json``, ``-f``) that the
 READMEs show, parsed with Helm's own parsers.
 
-Owns no assertion: the tests in ``tests/unit/test_manifests.py`` and ``test_chart_docs.py`` do.
+Owns no assertion: the tests in ``tests/unit/test_manifests.py`` and ``test_chart_docs.py`` do;
+``scripts/render_manifest.py`` renders the plain manifest with it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "manifests" / "helm" / "flexnpu-dra-driver"
 RELEASE = {"Name": "flexnpu-dra-driver", "Namespace": "flexnpu-system", "Service": "Helm"}
+PLAIN = {"webhook.enabled": False}
+"""The overrides the plain manifest is rendered with (``scripts/render_manifest.py``)."""
 
 # Helm's severities (pkg/lint/support): info 1, warning 2, error 4.
 LINT_WARNING = 2
@@ -100,8 +103,15 @@ _INLINE_VALUE = re.compile(r"^(?P<path>[a-z][A-Za-z]*(?:\.[A-Za-z]+)+): (?P<valu
 class ValueFlags:
     """One invocation's value flags, as a README shows them."""
 
-    where: str
+    where: str  # file:line, for messages
     flags: tuple[tuple[str, str], ...]
+    doc: str = ""  # the file, relative to the repository
+    shown: str = ""  # what the file shows, as a test ID says it
+
+    @property
+    def label(self) -> str:
+        """What this invocation checks, without line numbers: ``file: what it shows``."""
+        return f"{self.doc}: {self.shown}"
 
     def values(self, files_root: Path) -> dict[str, Any]:
         """The user values Helm makes of these flags, in order (later flags win)."""
@@ -147,17 +157,30 @@ def documented_flags(path: Path) -> Iterator[ValueFlags]:
     def flags_of(command: str) -> tuple[tuple[str, str], ...]:
         return tuple((m["flag"], m["arg"]) for m in _FLAG.finditer(command))
 
+    def command(line: str) -> str:
+        """A helm command as an ID shows it: its verb and its value flags."""
+        flags = " ".join(f"{f} {a}" for f, a in flags_of(line))
+        return f"{' '.join(line.split()[:2])} {flags or '(no value flags)'}"
+
     for block in _FENCE.finditer(text):
         offset = block.start(1)
         for line in block[1].split("\n"):
             if _HELM_COMMAND.match(line.strip()):
-                yield ValueFlags(where=f"{name}:{line_of(offset)} (helm command)", flags=flags_of(line))
+                yield ValueFlags(
+                    where=f"{name}:{line_of(offset)} (helm command)",
+                    flags=flags_of(line),
+                    doc=str(name),
+                    shown=command(line.strip()),
+                )
             offset += len(line) + 1
     prose = _FENCE.sub(lambda m: "\n" * m[0].count("\n"), text)
     for span in _INLINE.finditer(prose):
         words = " ".join(span[1].split())
         where = f"{name}:{line_of(span.start(), prose)} `{words}`"
-        if _HELM_COMMAND.match(words) or "--set" in words:
-            yield ValueFlags(where=where, flags=flags_of(words))
+        if _HELM_COMMAND.match(words):
+            yield ValueFlags(where=where, flags=flags_of(words), doc=str(name), shown=command(words))
+        elif "--set" in words:
+            yield ValueFlags(where=where, flags=flags_of(words), doc=str(name), shown=words)
         elif (m := _INLINE_VALUE.match(words)) and m["path"].split(".")[0] in chart_values():
-            yield ValueFlags(where=where, flags=(("--yaml-value", f"{m['path']}={m['value']}"),))
+            flags = (("--yaml-value", f"{m['path']}={m['value']}"),)
+            yield ValueFlags(where=where, flags=flags, doc=str(name), shown=words)

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x66lexnpu_daemon.proto\x12\x11\x66lexnpu.daemon.v1\"\x9e\x01\n\x05Share\x12\x12\n\nvirtual_id\x18\x01 \x01(\r\x12\x12\n\ndie_phy_id\x18\x02 \x01(\r\x12\x14\n\x0cmemory_bytes\x18\x03 \x01(\x04\x12\x17\n\x0f\x63ompute_percent\x18\x04 \x01(\r\x12\x0e\n\x06policy\x18\x05 \x01(\t\x12\x13\n\x0bmemory_only\x18\x06 \x01(\x08\x12\x19\n\x11host_memory_bytes\x18\x07 \x01(\x04\"/\n\tTransport\x12\x10\n\x08tcp_host\x18\x01 \x01(\t\x12\x10\n\x08tcp_port\x18\x02 \x01(\r\"U\n\tEndpoints\x12\x10\n\x08tcp_host\x18\x01 \x01(\t\x12\x10\n\x08tcp_port\x18\x02 \x01(\r\x12\x13\n\x0bunix_socket\x18\x03 \x01(\t\x12\x0f\n\x07shm_dir\x18\x04 \x01(\t\"\xaf\x01\n\x0fRegisterRequest\x12\x11\n\tclaim_uid\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\r\n\x05token\x18\x04 \x01(\t\x12(\n\x06shares\x18\x05 \x03(\x0b\x32\x18.flexnpu.daemon.v1.Share\x12/\n\ttransport\x18\x06 \x01(\x0b\x32\x1c.flexnpu.daemon.v1.Transport\"\x8e\x01\n\x10RegisterResponse\x12\x11\n\tentity_id\x18\x01 \x01(\t\x12\x0b\n\x03pid\x18\x02 \x01(\x03\x12\x10\n\x08tcp_host\x18\x03 \x01(\t\x12\x10\n\x08tcp_port\x18\x04 \x01(\r\x12\x13\n\x0bunix_socket\x18\x05 \x01(\t\x12\x0f\n\x07shm_dir\x18\x06 \x01(\t\x12\x10\n\x08\x65xisting\x18\x07 \x01(\x08\"&\n\x11UnregisterRequest\x12\x11\n\tclaim_uid\x18\x01 \x01(\t\"#\n\x12UnregisterResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\"\x1c\n\x0bListRequest\x12\r\n\x05probe\x18\x01 \x01(\x08\"\x99\x01\n\nShareUsage\x12\'\n\x05share\x18\x01 \x01(\x0b\x32\x18.flexnpu.daemon.v1.Share\x12\x19\n\x11memory_used_bytes\x18\x02 \x01(\x03\x12\x1c\n\x14\x63ompute_used_percent\x18\x03 \x01(\x05\x12\x17\n\x0f\x63ompute_used_us\x18\x04 \x01(\x03\x12\x10\n\x08sessions\x18\x05 \x01(\x05\"\xb6\x03\n\x06\x45ntity\x12\x11\n\tentity_id\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12-\n\x06shares\x18\x04 \x03(\x0b\x32\x1d.flexnpu.daemon.v1.ShareUsage\x12\x0b\n\x03pid\x18\x05 \x01(\x03\x12\r\n\x05state\x18\x06 \x01(\t\x12/\n\tendpoints\x18\x07 \x01(\x0b\x32\x1c.flexnpu.daemon.v1.Endpoints\x12\x10\n\x08restarts\x18\x08 \x01(\r\x12\x11\n\trss_bytes\x18\t \x01(\x03\x12\x12\n\nstarted_at\x18\n \x01(\x01\x12\x0f\n\x07message\x18\x0b \x01(\t\x12\x0e\n\x06\x63group\x18\x0c \x01(\t\x12\x1c\n\x14memory_current_bytes\x18\r \x01(\x03\x12\x18\n\x10memory_max_bytes\x18\x0e \x01(\x03\x12\x19\n\x11memory_peak_bytes\x18\x0f \x01(\x03\x12\x15\n\rtasks_current\x18\x10 \x01(\x03\x12\x11\n\ttasks_max\x18\x11 \x01(\x03\x12\x12\n\ncpu_weight\x18\x12 \x01(\x03\x12\x11\n\toom_kills\x18\x13 \x01(\x03\";\n\x0cListResponse\x12+\n\x08\x65ntities\x18\x01 \x03(\x0b\x32\x19.flexnpu.daemon.v1.Entity\"\x0f\n\rHealthRequest\"\xe0\x01\n\x0eHealthResponse\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x0b\n\x03pid\x18\x02 \x01(\x03\x12\x0f\n\x07version\x18\x03 \x01(\t\x12\x10\n\x08\x65ntities\x18\x04 \x01(\r\x12\x0c\n\x04\x64ies\x18\x05 \x01(\r\x12\x12\n\nstarted_at\x18\x06 \x01(\x01\x12\x13\n\x0bshm_problem\x18\x07 \x01(\t\x12\x0f\n\x07\x61\x64opted\x18\x08 \x01(\x08\x12\x0f\n\x07\x63groups\x18\t \x01(\t\x12\x16\n\x0e\x63group_problem\x18\n \x01(\t\x12\x10\n\x08instance\x18\x0b \x01(\t\x12\x0f\n\x07\x64ie_ids\x18\x0c \x03(\r2\xdf\x02\n\rFlexNPUDaemon\x12U\n\x08Register\x12\".flexnpu.daemon.v1.RegisterRequest\x1a#.flexnpu.daemon.v1.RegisterResponse\"\x00\x12[\n\nUnregister\x12$.flexnpu.daemon.v1.UnregisterRequest\x1a%.flexnpu.daemon.v1.UnregisterResponse\"\x00\x12I\n\x04List\x12\x1e.flexnpu.daemon.v1.ListRequest\x1a\x1f.flexnpu.daemon.v1.ListResponse\"\x00\x12O\n\x06Health\x12 .flexnpu.daemon.v1.HealthRequest\x1a!.flexnpu.daemon.v1.HealthResponse\"\x00\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x66lexnpu_daemon.proto\x12\x11\x66lexnpu.daemon.v1\"\xb0\x01\n\x05Share\x12\x12\n\nvirtual_id\x18\x01 \x01(\r\x12\x12\n\ndie_phy_id\x18\x02 \x01(\r\x12\x14\n\x0cmemory_bytes\x18\x03 \x01(\x04\x12\x17\n\x0f\x63ompute_percent\x18\x04 \x01(\r\x12\x0e\n\x06policy\x18\x05 \x01(\t\x12\x13\n\x0bmemory_only\x18\x06 \x01(\x08\x12\x19\n\x11host_memory_bytes\x18\x07 \x01(\x04\x12\x10\n\x08priority\x18\x08 \x01(\t\"B\n\tTransport\x12\x10\n\x08tcp_host\x18\x01 \x01(\t\x12\x10\n\x08tcp_port\x18\x02 \x01(\r\x12\x11\n\tunix_only\x18\x03 \x01(\x08\"U\n\tEndpoints\x12\x10\n\x08tcp_host\x18\x01 \x01(\t\x12\x10\n\x08tcp_port\x18\x02 \x01(\r\x12\x13\n\x0bunix_socket\x18\x03 \x01(\t\x12\x0f\n\x07shm_dir\x18\x04 \x01(\t\"\xaf\x01\n\x0fRegisterRequest\x12\x11\n\tclaim_uid\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\r\n\x05token\x18\x04 \x01(\t\x12(\n\x06shares\x18\x05 \x03(\x0b\x32\x18.flexnpu.daemon.v1.Share\x12/\n\ttransport\x18\x06 \x01(\x0b\x32\x1c.flexnpu.daemon.v1.Transport\"\x8e\x01\n\x10RegisterResponse\x12\x11\n\tentity_id\x18\x01 \x01(\t\x12\x0b\n\x03pid\x18\x02 \x01(\x03\x12\x10\n\x08tcp_host\x18\x03 \x01(\t\x12\x10\n\x08tcp_port\x18\x04 \x01(\r\x12\x13\n\x0bunix_socket\x18\x05 \x01(\t\x12\x0f\n\x07shm_dir\x18\x06 \x01(\t\x12\x10\n\x08\x65xisting\x18\x07 \x01(\x08\"&\n\x11UnregisterRequest\x12\x11\n\tclaim_uid\x18\x01 \x01(\t\"#\n\x12UnregisterResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\"\x1c\n\x0bListRequest\x12\r\n\x05probe\x18\x01 \x01(\x08\"\x99\x01\n\nShareUsage\x12\'\n\x05share\x18\x01 \x01(\x0b\x32\x18.flexnpu.daemon.v1.Share\x12\x19\n\x11memory_used_bytes\x18\x02 \x01(\x03\x12\x1c\n\x14\x63ompute_used_percent\x18\x03 \x01(\x05\x12\x17\n\x0f\x63ompute_used_us\x18\x04 \x01(\x03\x12\x10\n\x08sessions\x18\x05 \x01(\x05\"\xb6\x03\n\x06\x45ntity\x12\x11\n\tentity_id\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12-\n\x06shares\x18\x04 \x03(\x0b\x32\x1d.flexnpu.daemon.v1.ShareUsage\x12\x0b\n\x03pid\x18\x05 \x01(\x03\x12\r\n\x05state\x18\x06 \x01(\t\x12/\n\tendpoints\x18\x07 \x01(\x0b\x32\x1c.flexnpu.daemon.v1.Endpoints\x12\x10\n\x08restarts\x18\x08 \x01(\r\x12\x11\n\trss_bytes\x18\t \x01(\x03\x12\x12\n\nstarted_at\x18\n \x01(\x01\x12\x0f\n\x07message\x18\x0b \x01(\t\x12\x0e\n\x06\x63group\x18\x0c \x01(\t\x12\x1c\n\x14memory_current_bytes\x18\r \x01(\x03\x12\x18\n\x10memory_max_bytes\x18\x0e \x01(\x03\x12\x19\n\x11memory_peak_bytes\x18\x0f \x01(\x03\x12\x15\n\rtasks_current\x18\x10 \x01(\x03\x12\x11\n\ttasks_max\x18\x11 \x01(\x03\x12\x12\n\ncpu_weight\x18\x12 \x01(\x03\x12\x11\n\toom_kills\x18\x13 \x01(\x03\";\n\x0cListResponse\x12+\n\x08\x65ntities\x18\x01 \x03(\x0b\x32\x19.flexnpu.daemon.v1.Entity\"\x0f\n\rHealthRequest\"\xe0\x01\n\x0eHealthResponse\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x0b\n\x03pid\x18\x02 \x01(\x03\x12\x0f\n\x07version\x18\x03 \x01(\t\x12\x10\n\x08\x65ntities\x18\x04 \x01(\r\x12\x0c\n\x04\x64ies\x18\x05 \x01(\r\x12\x12\n\nstarted_at\x18\x06 \x01(\x01\x12\x13\n\x0bshm_problem\x18\x07 \x01(\t\x12\x0f\n\x07\x61\x64opted\x18\x08 \x01(\x08\x12\x0f\n\x07\x63groups\x18\t \x01(\t\x12\x16\n\x0e\x63group_problem\x18\n \x01(\t\x12\x10\n\x08instance\x18\x0b \x01(\t\x12\x0f\n\x07\x64ie_ids\x18\x0c \x03(\r2\xdf\x02\n\rFlexNPUDaemon\x12U\n\x08Register\x12\".flexnpu.daemon.v1.RegisterRequest\x1a#.flexnpu.daemon.v1.RegisterResponse\"\x00\x12[\n\nUnregister\x12$.flexnpu.daemon.v1.UnregisterRequest\x1a%.flexnpu.daemon.v1.UnregisterResponse\"\x00\x12I\n\x04List\x12\x1e.flexnpu.daemon.v1.ListRequest\x1a\x1f.flexnpu.daemon.v1.ListResponse\"\x00\x12O\n\x06Health\x12 .flexnpu.daemon.v1.HealthRequest\x1a!.flexnpu.daemon.v1.HealthResponse\"\x00\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,31 +32,31 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'flexnpu_daemon_pb2', _globa
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_SHARE']._serialized_start=44
-  _globals['_SHARE']._serialized_end=202
-  _globals['_TRANSPORT']._serialized_start=204
-  _globals['_TRANSPORT']._serialized_end=251
-  _globals['_ENDPOINTS']._serialized_start=253
-  _globals['_ENDPOINTS']._serialized_end=338
-  _globals['_REGISTERREQUEST']._serialized_start=341
-  _globals['_REGISTERREQUEST']._serialized_end=516
-  _globals['_REGISTERRESPONSE']._serialized_start=519
-  _globals['_REGISTERRESPONSE']._serialized_end=661
-  _globals['_UNREGISTERREQUEST']._serialized_start=663
-  _globals['_UNREGISTERREQUEST']._serialized_end=701
-  _globals['_UNREGISTERRESPONSE']._serialized_start=703
-  _globals['_UNREGISTERRESPONSE']._serialized_end=738
-  _globals['_LISTREQUEST']._serialized_start=740
-  _globals['_LISTREQUEST']._serialized_end=768
-  _globals['_SHAREUSAGE']._serialized_start=771
-  _globals['_SHAREUSAGE']._serialized_end=924
-  _globals['_ENTITY']._serialized_start=927
-  _globals['_ENTITY']._serialized_end=1365
-  _globals['_LISTRESPONSE']._serialized_start=1367
-  _globals['_LISTRESPONSE']._serialized_end=1426
-  _globals['_HEALTHREQUEST']._serialized_start=1428
-  _globals['_HEALTHREQUEST']._serialized_end=1443
-  _globals['_HEALTHRESPONSE']._serialized_start=1446
-  _globals['_HEALTHRESPONSE']._serialized_end=1670
-  _globals['_FLEXNPUDAEMON']._serialized_start=1673
-  _globals['_FLEXNPUDAEMON']._serialized_end=2024
+  _globals['_SHARE']._serialized_end=220
+  _globals['_TRANSPORT']._serialized_start=222
+  _globals['_TRANSPORT']._serialized_end=288
+  _globals['_ENDPOINTS']._serialized_start=290
+  _globals['_ENDPOINTS']._serialized_end=375
+  _globals['_REGISTERREQUEST']._serialized_start=378
+  _globals['_REGISTERREQUEST']._serialized_end=553
+  _globals['_REGISTERRESPONSE']._serialized_start=556
+  _globals['_REGISTERRESPONSE']._serialized_end=698
+  _globals['_UNREGISTERREQUEST']._serialized_start=700
+  _globals['_UNREGISTERREQUEST']._serialized_end=738
+  _globals['_UNREGISTERRESPONSE']._serialized_start=740
+  _globals['_UNREGISTERRESPONSE']._serialized_end=775
+  _globals['_LISTREQUEST']._serialized_start=777
+  _globals['_LISTREQUEST']._serialized_end=805
+  _globals['_SHAREUSAGE']._serialized_start=808
+  _globals['_SHAREUSAGE']._serialized_end=961
+  _globals['_ENTITY']._serialized_start=964
+  _globals['_ENTITY']._serialized_end=1402
+  _globals['_LISTRESPONSE']._serialized_start=1404
+  _globals['_LISTRESPONSE']._serialized_end=1463
+  _globals['_HEALTHREQUEST']._serialized_start=1465
+  _globals['_HEALTHREQUEST']._serialized_end=1480
+  _globals['_HEALTHRESPONSE']._serialized_start=1483
+  _globals['_HEALTHRESPONSE']._serialized_end=1707
+  _globals['_FLEXNPUDAEMON']._serialized_start=1710
+  _globals['_FLEXNPUDAEMON']._serialized_end=2061
 # @@protoc_insertion_point(module_scope)

@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Share(_message.Message):
-    __slots__ = ("virtual_id", "die_phy_id", "memory_bytes", "compute_percent", "policy", "memory_only", "host_memory_bytes")
+    __slots__ = ("virtual_id", "die_phy_id", "memory_bytes", "compute_percent", "policy", "memory_only", "host_memory_bytes", "priority")
     VIRTUAL_ID_FIELD_NUMBER: _ClassVar[int]
     DIE_PHY_ID_FIELD_NUMBER: _ClassVar[int]
     MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -15,6 +15,7 @@ class Share(_message.Message):
     POLICY_FIELD_NUMBER: _ClassVar[int]
     MEMORY_ONLY_FIELD_NUMBER: _ClassVar[int]
     HOST_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
     virtual_id: int
     die_phy_id: int
     memory_bytes: int
@@ -22,15 +23,18 @@ class Share(_message.Message):
     policy: str
     memory_only: bool
     host_memory_bytes: int
-    def __init__(self, virtual_id: _Optional[int] = ..., die_phy_id: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., compute_percent: _Optional[int] = ..., policy: _Optional[str] = ..., memory_only: _Optional[bool] = ..., host_memory_bytes: _Optional[int] = ...) -> None: ...
+    priority: str
+    def __init__(self, virtual_id: _Optional[int] = ..., die_phy_id: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., compute_percent: _Optional[int] = ..., policy: _Optional[str] = ..., memory_only: _Optional[bool] = ..., host_memory_bytes: _Optional[int] = ..., priority: _Optional[str] = ...) -> None: ...
 
 class Transport(_message.Message):
-    __slots__ = ("tcp_host", "tcp_port")
+    __slots__ = ("tcp_host", "tcp_port", "unix_only")
     TCP_HOST_FIELD_NUMBER: _ClassVar[int]
     TCP_PORT_FIELD_NUMBER: _ClassVar[int]
+    UNIX_ONLY_FIELD_NUMBER: _ClassVar[int]
     tcp_host: str
     tcp_port: int
-    def __init__(self, tcp_host: _Optional[str] = ..., tcp_port: _Optional[int] = ...) -> None: ...
+    unix_only: bool
+    def __init__(self, tcp_host: _Optional[str] = ..., tcp_port: _Optional[int] = ..., unix_only: _Optional[bool] = ...) -> None: ...
 
 class Endpoints(_message.Message):
     __slots__ = ("tcp_host", "tcp_port", "unix_socket", "shm_dir")

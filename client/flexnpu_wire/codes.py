@@ -38,6 +38,7 @@ __all__ = [
     "MemAttr",
     "MemcpyKind",
     "Policy",
+    "Priority",
 ]
 
 ACL_SUCCESS = 0
@@ -129,3 +130,34 @@ class Policy(StrEnum):
 
 
 _POLICY_NUMBERS = {Policy.FIXED: 1, Policy.ELASTIC: 2, Policy.BEST_EFFORT: 3}
+
+
+class Priority(StrEnum):
+    """When a share's work gets its die (``docs/latency.md``); never how much of it (that is the policy).
+
+    ``rank`` orders the shares waiting for a die (lower first); ``number`` is its code in the die ledger
+    (0 reads as ``normal``: an entry written before priorities existed)."""
+
+    LATENCY_CRITICAL = "latency-critical"
+    NORMAL = "normal"
+    BATCH = "batch"
+
+    @property
+    def number(self) -> int:
+        return _PRIORITY_NUMBERS[self]
+
+    @property
+    def rank(self) -> int:
+        return _PRIORITY_NUMBERS[self] - 1
+
+    @classmethod
+    def from_number(cls, number: int) -> Priority:
+        for priority, value in _PRIORITY_NUMBERS.items():
+            if value == number:
+                return priority
+        if number == 0:
+            return cls.NORMAL
+        raise ValueError(f"unknown priority number {number}")
+
+
+_PRIORITY_NUMBERS = {Priority.LATENCY_CRITICAL: 1, Priority.NORMAL: 2, Priority.BATCH: 3}

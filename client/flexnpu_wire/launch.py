@@ -11,7 +11,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from flexnpu_wire.codes import Policy
+from flexnpu_wire.codes import Policy, Priority
 from flexnpu_wire.errors import ContractError
 from flexnpu_wire.shares import Share
 
@@ -45,7 +45,9 @@ DEFAULT_MAX_FRAME_BYTES = 1024 * 1024
 DEFAULT_MAX_SESSIONS = 16
 """Authenticated sessions one claim's aclserver serves at once (any processes of the pod)."""
 DEFAULT_MAX_CONNECTIONS = 64
-"""Connections (authenticated or not) one aclserver holds at once; more are closed at accept."""
+"""Connections one aclserver holds at once on each listener: ``max_sessions`` authenticated ones
+and ``max_connections - max_sessions`` that have not authenticated yet (per listener; a TCP peer
+holds a few of them at most); more are closed at accept."""
 DEFAULT_MAX_SHARES_PER_DIE = 63
 """Shares one die's ledger admits (CANN allows at most 63 user processes per A2/A3 device)."""
 MIN_FRAME_BYTES = 4096
@@ -79,6 +81,9 @@ class AclServerSpec:
     max_shares_per_die: int = DEFAULT_MAX_SHARES_PER_DIE
     process_name: str = ""
     """What ``ps`` shows for the aclserver (empty: ``flexnpu-aclserver <claim uid>``)."""
+    tcp_listen: bool = True
+    """Whether the aclserver listens on TCP at all (False: a claim whose transport is ``unix``
+    gets no TCP listener; its ready file says port 0)."""
     version: int = SPEC_VERSION
 
     @property
@@ -119,9 +124,10 @@ _OPTIONAL = (
     "max_connections",
     "max_shares_per_die",
     "process_name",
+    "tcp_listen",
 )
 _SHARE_FIELDS = ("virtual_id", "die_phy_id", "memory_bytes", "compute_percent", "policy")
-_SHARE_OPTIONAL = ("memory_only", "host_memory_bytes")
+_SHARE_OPTIONAL = ("memory_only", "host_memory_bytes", "priority")
 
 
 def parse_spec(text: str, *, source: str) -> AclServerSpec:
@@ -174,6 +180,9 @@ def parse_spec(text: str, *, source: str) -> AclServerSpec:
         if "max_shares_per_die" in doc
         else DEFAULT_MAX_SHARES_PER_DIE
     )
+    tcp_listen = doc.get("tcp_listen", True)
+    if not isinstance(tcp_listen, bool):
+        raise p.bad("tcp_listen", "must be true or false")
     process_name = doc.get("process_name", "")
     if not isinstance(process_name, str) or len(process_name) > 200:
         raise p.bad("process_name", "must be a string of at most 200 characters")
@@ -198,6 +207,7 @@ def parse_spec(text: str, *, source: str) -> AclServerSpec:
         max_connections=max_connections,
         max_shares_per_die=max_shares,
         process_name=process_name,
+        tcp_listen=tcp_listen,
         version=version,
         **paths,
     )
@@ -241,6 +251,10 @@ def _parse_share(p: _Fields, raw: object, index: int) -> ShareSpec:
     except ValueError:
         allowed = ", ".join(str(x) for x in Policy)
         raise p.bad(prefix + "policy", f"unknown policy {policy_text!r} (one of {allowed})") from None
+    priority = p.string(raw, "priority", prefix=prefix) if "priority" in raw else str(Priority.NORMAL)
+    if priority not in set(Priority):
+        allowed = ", ".join(str(x) for x in Priority)
+        raise p.bad(prefix + "priority", f"unknown priority {priority!r} (one of {allowed})")
     memory_only = raw.get("memory_only", False)
     if not isinstance(memory_only, bool):
         raise p.bad(prefix + "memory_only", "must be true or false")
@@ -254,6 +268,7 @@ def _parse_share(p: _Fields, raw: object, index: int) -> ShareSpec:
         host_memory_bytes=p.integer(raw, "host_memory_bytes", lo=0, prefix=prefix)
         if "host_memory_bytes" in raw
         else 0,
+        priority=priority,
     )
 
 

@@ -369,9 +369,13 @@ def _check_output(model: ModelFile, where: str, o: Output) -> None:
         if not 0 <= idx < len(model.inputs) or idx == dynamic:
             raise ModelFormatError(f"{where}.{name}", f"input {idx} is not a data input of the model")
         src = model.inputs[idx]
-        if src.dims != o.tensor.dims and src.elements() != o.tensor.elements():
+        # at every gear: with dynamic dims, elements() without a gear is 0 for both tensors
+        gears = [(b, (0, 0)) for b in model.batch_gears] + [(0, hw) for hw in model.hw_gears]
+        if src.dims != o.tensor.dims and any(
+            src.elements(*gear) != o.tensor.elements(*gear) for gear in gears or [(0, (0, 0))]
+        ):
             raise ModelFormatError(
-                f"{where}.dims", f"{o.tensor.name} must have as many elements as {src.name}"
+                f"{where}.dims", f"{o.tensor.name} must have as many elements as {src.name} at every gear"
             )
         if dynamic_positions(src) != dynamic_positions(o.tensor):
             raise ModelFormatError(f"{where}.dims", f"{o.tensor.name} and {src.name} must be dynamic alike")

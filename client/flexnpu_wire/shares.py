@@ -2,7 +2,7 @@
 
 The kubelet plugin builds it, the daemon API carries it (``api_protos``), the daemon registry
 stores it and the aclserver launch spec hands it to the aclserver: one type for all of them.
-``policy`` holds the policy name as given; :attr:`Share.policy_enum` is the validated value
+``policy`` and ``priority`` hold the names as given; :attr:`Share.policy_enum` is the validated value
 (the daemon refuses unknown names with an error naming the field before anything starts).
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from flexnpu_wire.codes import Policy
+from flexnpu_wire.codes import Policy, Priority
 
 __all__ = ["MAX_HOST_MEMORY_BYTES", "Share"]
 
@@ -32,11 +32,18 @@ class Share:
     memory_only: bool = False
     host_memory_bytes: int = 0
     """This vNPU's part of the claim's host-memory limit (``hostMemory``); 0: its memory quota."""
+    priority: str = str(Priority.NORMAL)
+    """When its work gets the die (``latency-critical``, ``normal``, ``batch``); "" reads as normal."""
 
     @property
     def host_memory_limit(self) -> int:
         """Host memory (aclrtMallocHost buffers, model bytes in flight) this vNPU adds to the claim's limit."""
         return self.host_memory_bytes or self.memory_bytes
+
+    @property
+    def priority_enum(self) -> Priority:
+        """The priority as an enum (ValueError for an unknown name; "" is normal: a record from before)."""
+        return Priority(self.priority or Priority.NORMAL)
 
     @property
     def policy_enum(self) -> Policy:
@@ -54,6 +61,8 @@ class Share:
         }
         if self.host_memory_bytes:  # absent when unset: records written before the field read the same
             doc["host_memory_bytes"] = self.host_memory_bytes
+        if self.priority and self.priority != Priority.NORMAL:  # absent when normal, as before the field
+            doc["priority"] = str(self.priority)
         return doc
 
     @classmethod
@@ -66,4 +75,5 @@ class Share:
             policy=str(doc["policy"]),
             memory_only=bool(doc.get("memory_only", False)),
             host_memory_bytes=int(doc.get("host_memory_bytes", 0)),
+            priority=str(doc.get("priority", Priority.NORMAL)),
         )

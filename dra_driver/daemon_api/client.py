@@ -25,20 +25,14 @@ from api_protos.gen import flexnpu_daemon_pb2 as pb
 from api_protos.gen import flexnpu_daemon_pb2_grpc as pb_grpc
 from dra_driver.daemon_api import wire
 from dra_driver.daemon_api.values import EntityInfo, HealthInfo, RegisterRequest, RegisterResult
-from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput, StateError, Unavailable
+from dra_driver.errors import ErrorCode, FlexNPUError, Unavailable
 
 __all__ = ["DEFAULT_SOCKET", "DaemonClient", "error_from_rpc"]
 
 DEFAULT_SOCKET = "/var/run/flexnpu/daemon.sock"
 
-#: gRPC status → driver error class (and the code used when the daemon sent none).
-ERROR_BY_STATUS: dict[grpc.StatusCode, tuple[type[FlexNPUError], ErrorCode]] = {
-    grpc.StatusCode.INVALID_ARGUMENT: (InvalidInput, ErrorCode.INVALID_ARGUMENT),
-    grpc.StatusCode.FAILED_PRECONDITION: (StateError, ErrorCode.INTERNAL),
-    grpc.StatusCode.UNAVAILABLE: (Unavailable, ErrorCode.DAEMON_UNAVAILABLE),
-    grpc.StatusCode.DEADLINE_EXCEEDED: (Unavailable, ErrorCode.DAEMON_UNAVAILABLE),
-    grpc.StatusCode.RESOURCE_EXHAUSTED: (Unavailable, ErrorCode.DAEMON_UNAVAILABLE),
-}
+ERROR_BY_STATUS = wire.ERROR_BY_STATUS
+"""gRPC status → driver error class (and the code used when the daemon sent none): ``wire.ERRORS``."""
 
 _T = TypeVar("_T")
 

@@ -52,6 +52,8 @@ class RegisterRequest:
     tcp_port: int = field(default=0, compare=False)
     """The TCP port to listen on if it is free (0: any). A wish, not part of the request's
     identity: the node passes the recorded one when it registers a claim again (healing)."""
+    unix_only: bool = False
+    """The claim asked for the unix socket only (``transport: unix``): no TCP listener."""
 
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -64,6 +66,8 @@ class RegisterRequest:
         }
         if self.tcp_port:
             doc["tcp_port"] = self.tcp_port
+        if self.unix_only:
+            doc["unix_only"] = True
         return doc
 
     @classmethod
@@ -76,6 +80,7 @@ class RegisterRequest:
             shares=tuple(Share.from_dict(s) for s in doc["shares"]),
             tcp_host=str(doc.get("tcp_host", "")),
             tcp_port=int(doc.get("tcp_port", 0)),
+            unix_only=bool(doc.get("unix_only", False)),
         )
 
 

@@ -1,10 +1,14 @@
 """Conversion between the daemon's protobuf messages and :mod:`dra_driver.daemon_api.values`.
 
 The only module (with ``service`` and ``client``) that sees generated types; both sides of
-the API convert here so the rest of the code works with plain dataclasses.
+the API convert here so the rest of the code works with plain dataclasses. The wire's one error
+table is here too (:data:`ERRORS`): the daemon maps a driver error to its gRPC status by class,
+the client a status back to the class (the stable code itself travels in trailing metadata).
 """
 
 from __future__ import annotations
+
+import grpc
 
 from api_protos.gen import flexnpu_daemon_pb2 as pb
 from dra_driver.daemon_api.values import (
@@ -16,6 +20,7 @@ from dra_driver.daemon_api.values import (
     RegisterResult,
     ShareUsage,
 )
+from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput, StateError, Unavailable
 from flexnpu_wire.shares import Share
 
 #: Trailing metadata keys of a failed call: the driver error's code, claim UID, field and bare message.
@@ -23,6 +28,23 @@ MD_CODE = "flexnpu-error-code"
 MD_CLAIM = "flexnpu-claim-uid"
 MD_FIELD = "flexnpu-field"
 MD_MESSAGE = "flexnpu-message-bin"
+
+ERRORS: tuple[tuple[type[FlexNPUError], grpc.StatusCode, ErrorCode], ...] = (
+    (InvalidInput, grpc.StatusCode.INVALID_ARGUMENT, ErrorCode.INVALID_ARGUMENT),
+    (StateError, grpc.StatusCode.FAILED_PRECONDITION, ErrorCode.INTERNAL),
+    (Unavailable, grpc.StatusCode.UNAVAILABLE, ErrorCode.DAEMON_UNAVAILABLE),
+    (FlexNPUError, grpc.StatusCode.INTERNAL, ErrorCode.INTERNAL),
+)
+"""The daemon wire's error table: driver error class, its gRPC status, and the code a client uses when
+the answer carries none. The daemon takes the first row whose class matches (most specific first)."""
+RETRYABLE_STATUSES = (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED)
+"""Statuses gRPC itself answers (no daemon error behind them): read back as ``Unavailable``."""
+
+STATUS_BY_ERROR = tuple((cls, status) for cls, status, _ in ERRORS)
+ERROR_BY_STATUS: dict[grpc.StatusCode, tuple[type[FlexNPUError], ErrorCode]] = {
+    **{status: (cls, code) for cls, status, code in ERRORS},
+    **dict.fromkeys(RETRYABLE_STATUSES, (Unavailable, ErrorCode.DAEMON_UNAVAILABLE)),
+}
 
 
 def share_to_pb(share: Share) -> pb.Share:
@@ -34,6 +56,7 @@ def share_to_pb(share: Share) -> pb.Share:
         policy=share.policy,
         memory_only=share.memory_only,
         host_memory_bytes=share.host_memory_bytes,
+        priority=share.priority,
     )
 
 
@@ -46,6 +69,7 @@ def share_from_pb(msg: pb.Share) -> Share:
         policy=str(msg.policy),
         memory_only=bool(msg.memory_only),
         host_memory_bytes=int(msg.host_memory_bytes),
+        priority=str(msg.priority) or "normal",
     )
 
 
@@ -56,7 +80,7 @@ def register_request_to_pb(req: RegisterRequest) -> pb.RegisterRequest:
         name=req.name,
         token=req.token,
         shares=[share_to_pb(s) for s in req.shares],
-        transport=pb.Transport(tcp_host=req.tcp_host, tcp_port=req.tcp_port),
+        transport=pb.Transport(tcp_host=req.tcp_host, tcp_port=req.tcp_port, unix_only=req.unix_only),
     )
 
 
@@ -69,6 +93,7 @@ def register_request_from_pb(msg: pb.RegisterRequest) -> RegisterRequest:
         shares=tuple(share_from_pb(s) for s in msg.shares),
         tcp_host=str(msg.transport.tcp_host),
         tcp_port=int(msg.transport.tcp_port),
+        unix_only=bool(msg.transport.unix_only),
     )
 
 

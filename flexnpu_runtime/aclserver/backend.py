@@ -4,7 +4,9 @@ Two implementations: ``backend_emulated.py`` (host memory as device memory, ledg
 sleeps as kernels) and
 ``backend_ascend.py`` (the host's CANN runtime through ctypes). What both share — shares, the
 memory quota, allocations, die time, ``release_all`` — is written once in ``quota.py``
-(``QuotaBook``), which each backend holds as ``book``; a backend itself only touches its device.
+(``QuotaBook``): each backend builds its book with how to drop its device memory, and the
+wiring (``main.py``) hands that book to whom needs it; a backend itself only touches its device.
+The values both sides share — ``Allocation``, ``Buffer``, ``AclFailure`` — are defined here.
 """
 
 from __future__ import annotations
@@ -17,9 +19,8 @@ from flexnpu_wire.modelfile import ModelFile
 
 if TYPE_CHECKING:
     from flexnpu_runtime.aclserver import datalink
-    from flexnpu_runtime.aclserver.quota import Allocation, QuotaBook
 
-__all__ = ["KERNEL_RESULT_BYTES", "AclFailure", "Backend", "Buffer", "LoadedModel"]
+__all__ = ["KERNEL_RESULT_BYTES", "AclFailure", "Allocation", "Backend", "Buffer", "LoadedModel"]
 
 KERNEL_RESULT_BYTES = 16
 
@@ -31,6 +32,20 @@ class AclFailure(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+@dataclass(slots=True, eq=False)
+class Allocation:
+    """One device allocation (the quota book's record); ``payload`` is the backend's handle of its memory."""
+
+    base: int
+    size: int
+    accounted: int
+    device: int
+    owner: int
+    payload: Any = None
+    pins: int = 0
+    freed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,11 +77,9 @@ class LoadedModel:
 class Backend(Protocol):
     """What the session layer needs from a device. Pointers are opaque ints the backend owns.
 
-    ``owner`` is the session an allocation belongs to; the book (``book``) answers for shares,
-    quotas, lookups, frees, compute slices and ``release_all``.
+    ``owner`` is the session an allocation belongs to; the backend's quota book (``quota.py``)
+    answers for shares, quotas, lookups, frees, compute slices and ``release_all``.
     """
-
-    book: QuotaBook
 
     def mem_info(self, device: int) -> tuple[int, int]:
         """(free, total) of the device's memory quota (free never more than the device has)."""

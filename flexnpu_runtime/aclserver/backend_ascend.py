@@ -36,8 +36,8 @@ from typing import Any
 
 from flexnpu_runtime.aclserver import datalink
 from flexnpu_runtime.aclserver.ascend_models import ModelRuntime
-from flexnpu_runtime.aclserver.backend import KERNEL_RESULT_BYTES, AclFailure, Buffer, LoadedModel
-from flexnpu_runtime.aclserver.quota import Allocation, QuotaBook
+from flexnpu_runtime.aclserver.backend import KERNEL_RESULT_BYTES, AclFailure, Allocation, Buffer, LoadedModel
+from flexnpu_runtime.aclserver.quota import QuotaBook
 from flexnpu_wire import codes
 from flexnpu_wire import datalink as wire_datalink
 from flexnpu_wire.datalink import HOST_TAG

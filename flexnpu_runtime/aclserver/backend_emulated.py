@@ -23,8 +23,8 @@ import zlib
 from collections.abc import Callable
 
 from flexnpu_runtime.aclserver import datalink, model_exec
-from flexnpu_runtime.aclserver.backend import KERNEL_RESULT_BYTES, AclFailure, Buffer, LoadedModel
-from flexnpu_runtime.aclserver.quota import Allocation, QuotaBook
+from flexnpu_runtime.aclserver.backend import KERNEL_RESULT_BYTES, AclFailure, Allocation, Buffer, LoadedModel
+from flexnpu_runtime.aclserver.quota import QuotaBook
 from flexnpu_wire import codes, modelfile
 from flexnpu_wire import datalink as wire_datalink
 from flexnpu_wire.launch import AclServerSpec

@@ -16,6 +16,14 @@ SCM_RIGHTS): the server creates the memfd, sizes and pre-allocates it, seals it 
 shrinking and growing (``F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL``) and maps it, so copies run
 at memcpy speed through the mapping while no client can make it shorter than the mapping (a
 hole it punches reads back as zeros, never a SIGBUS). Both kinds have the same interface.
+
+A client holds its own fd of every memfd it was passed, so closing the server's fd and mapping
+frees nothing while the client keeps it. When the server is done with a sealed region (the host
+buffer is freed, the staging region replaced, the session ends) it therefore punches the whole
+memfd (``MADV_REMOVE``): its pages go back to the node whoever still holds the fd, and what a
+client still maps reads as zeros. A client that writes into it again allocates fresh pages charged
+to its own memory cgroup, never to the aclserver's. So a sealed region is charged to the claim's
+host-memory budget exactly while the server holds it (``hostmem.py``).
 """
 
 from __future__ import annotations
@@ -117,6 +125,9 @@ class SealedRegion:
         return self.view[offset : offset + count]
 
     def close(self, *, unlink: bool = True) -> None:
+        """Reclaim the memfd's pages (also those a client's fd or mapping still holds), unmap, close."""
+        with contextlib.suppress(OSError, ValueError):
+            self.mm.madvise(mmap.MADV_REMOVE)
         self.view.release()
         with contextlib.suppress(BufferError):  # a copy's view still alive: unmapped when it goes
             self.mm.close()

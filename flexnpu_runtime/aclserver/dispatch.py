@@ -13,21 +13,19 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from flexnpu_runtime.aclserver.backend import AclFailure, Backend
-from flexnpu_runtime.aclserver.ledger import Pause
+from flexnpu_runtime.aclserver.hostmem import HostBudget
 from flexnpu_runtime.aclserver.memory import Memory
-from flexnpu_runtime.aclserver.models import Models
+from flexnpu_runtime.aclserver.models import Link, Models
 from flexnpu_runtime.aclserver.opexec import Operators
+from flexnpu_runtime.aclserver.quota import QuotaBook
 from flexnpu_runtime.aclserver.streams import WAITING_OPS, Streams
 from flexnpu_runtime.aclserver.vmm import VirtualMemory
 from flexnpu_wire import codes, ops
 from flexnpu_wire import framing as protocol
 from flexnpu_wire.framing import Op
-
-if TYPE_CHECKING:
-    from flexnpu_runtime.aclserver.claim import Claim
 
 __all__ = ["WAITING_OPS", "FdReply", "Session"]
 
@@ -39,7 +37,7 @@ _OPERATOR = int(Op.OPERATOR)
 Handler = Callable[[tuple[int, ...]], tuple[int, ...]]
 TailHandler = Callable[[protocol.Message], tuple[tuple[int, ...], bytes] | None]
 """An op whose request or reply carries a tail: the whole message in, (values, reply tail) out;
-None: the reply is sent later (``Session.reply_later``)."""
+None: the reply is sent later (through the session's ``Link``)."""
 FdHandler = Callable[[protocol.Message], tuple[tuple[int, ...], int]]
 """An op whose reply passes a file descriptor (unix socket only): (values, fd) out."""
 
@@ -52,37 +50,45 @@ class FdReply(NamedTuple):
 
 
 class Session:
-    """ACL state of one connected client. ``handle`` turns a request frame into a reply frame."""
+    """ACL state of one connected client. ``handle`` turns a request frame into a reply frame.
+
+    ``host`` is the claim's host-memory budget and ``sessions`` counts the claim's sessions (None:
+    a session of its own); ``link`` is its connection (None: every call is answered by its handler)."""
 
     def __init__(
         self,
         backend: Backend,
+        book: QuotaBook,
         *,
         shm_dir: str,
         staging_bytes: int,
-        claim: Claim | None = None,
+        host: HostBudget | None = None,
+        sessions: Callable[[], int] = lambda: 1,
         session_id: int = 0,
         client_pid: int = 0,
         unix: bool = False,
+        link: Link | None = None,
     ) -> None:
         self.backend = backend
-        self.claim = claim
+        self.book = book
+        self._sessions = sessions
+        self._link = link
         self.session_id = session_id or next(_session_ids)
         self.client_pid = client_pid
         self._closed = False
         self.initialized = False
         self.device: int | None = None
         self.memory = Memory(
-            backend, session_id=self.session_id, shm_dir=shm_dir, staging_bytes=staging_bytes,
-            claim=claim, current=self._current, device=lambda: self.device, unix=unix,
+            backend, book, session_id=self.session_id, shm_dir=shm_dir, staging_bytes=staging_bytes,
+            host=host, current=self._current, device=lambda: self.device, unix=unix,
         )  # fmt: skip
-        self.streams = Streams(backend, session_id=self.session_id, current=self._current)
+        self.streams = Streams(backend, book, session_id=self.session_id, current=self._current)
         self.models = Models(
-            backend, session_id=self.session_id, memory=self.memory, streams=self.streams, claim=claim,
-            current=self._current,
+            backend, book, session_id=self.session_id, memory=self.memory, streams=self.streams,
+            host=host, current=self._current, link=link,
         )  # fmt: skip
-        self.operators = Operators(backend, session_id=self.session_id, streams=self.streams)
-        self.vmm = VirtualMemory(backend, session_id=self.session_id)
+        self.operators = Operators(backend, book, session_id=self.session_id, streams=self.streams)
+        self.vmm = VirtualMemory(backend, book, session_id=self.session_id)
         self.staging = self.memory.staging
         handlers: dict[Op, Handler] = {
             Op.INIT: self._init,
@@ -119,29 +125,10 @@ class Session:
 
     # -- dispatch ---------------------------------------------------------------------------------
 
-    @property
-    def reply_later(self) -> Callable[[bytes], None] | None:
-        """How a reply is sent later from another thread (set by the server; None: calls wait)."""
-        return self.models.reply_later
-
-    @reply_later.setter
-    def reply_later(self, send: Callable[[bytes], None] | None) -> None:
-        self.models.reply_later = send
-
-    @property
-    def pause(self) -> Pause | None:
-        """How the session thread waits while it runs a synchronous execution itself (set by the
-        server; None: synchronous executions are queued for the device's worker)."""
-        return self.models.pause
-
-    @pause.setter
-    def pause(self, pause: Pause | None) -> None:
-        self.models.pause = pause
-
     def handle(self, msg: protocol.Message) -> bytes | FdReply | None:
         """Execute one request and return the encoded reply (never raises AclFailure); a reply
         that passes a file descriptor is an ``FdReply``; None: it is sent later, when its work
-        ends (``reply_later``)."""
+        ends (through the session's ``Link``)."""
         op, ints = msg.op, msg.ints
         unanswered = self._unanswered.get(op)
         if unanswered is not None:  # never answered: a failure is the stream's (opexec.py)
@@ -186,7 +173,7 @@ class Session:
         wait for, a synchronous model execution, an unload): the server runs it off the session's
         thread, so the other threads of the client are not held up behind it."""
         if msg.op == _MODEL_EXECUTE:  # answered by its task when it ends, unless no server set that up
-            return self.reply_later is None and len(msg.ints) > 1 and msg.ints[1] == 0
+            return self._link is None and len(msg.ints) > 1 and msg.ints[1] == 0
         return msg.op in WAITING_OPS and self.streams.busy()
 
     def cancel(self) -> None:
@@ -219,17 +206,17 @@ class Session:
         self.streams.drain()
         self.models.close()
         self.streams.forget_streams()
-        self.backend.book.release_all(owner=self.session_id)
+        self.book.release_all(owner=self.session_id)
         self.memory.drop_host_buffers()
         self.initialized = False
         self.device = None
         return ()
 
     def _get_device_count(self, _ints: tuple[int, ...]) -> tuple[int, ...]:
-        return (self.backend.book.device_count(),)
+        return (self.book.device_count(),)
 
     def _set_device(self, ints: tuple[int, ...]) -> tuple[int, ...]:
-        device, count = ints[0], self.backend.book.device_count()
+        device, count = ints[0], self.book.device_count()
         if not 0 <= device < count:
             raise AclFailure(
                 codes.ACL_ERROR_INVALID_DEVICE,
@@ -249,9 +236,8 @@ class Session:
     def _get_usage(self, ints: tuple[int, ...]) -> tuple[int, ...]:
         device = ints[0]
         free, total = self.backend.mem_info(device)
-        compute_us, compute_quota = self.backend.book.compute_usage(device)
-        sessions = self.claim.session_count() if self.claim is not None else 1
-        return total - free, total, compute_us, compute_quota, sessions
+        compute_us, compute_quota = self.book.compute_usage(device)
+        return total - free, total, compute_us, compute_quota, self._sessions()
 
     # -- helpers ---------------------------------------------------------------------------------
 

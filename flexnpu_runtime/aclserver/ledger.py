@@ -7,9 +7,21 @@ dropped, so a SIGKILL'd server's reservation disappears) and the blocking ``acqu
 measured themselves.
 
 File ``<ledger_dir>/die-<phy>.ledger``: a header (magic, version, die, busy_until, busy_slot,
-slots, capacity) then ``capacity`` fixed-size entries, one per vNPU an aclserver serves on the die
-(pid, process start time, claim, share, quota, policy, memory_only, waiting flag, period use,
-consumed time, memory use, kernel count).
+slots, capacity; since version 2 last_start, lc_until and the two open grants) then ``capacity``
+fixed-size entries, one per vNPU an aclserver serves on the die (pid, process start time, claim,
+share, quota, policy, memory_only, waiting flag, period use, consumed time, memory use, kernel
+count; since version 2 also priority, slices preempted, the queueing-delay histogram and how far
+its last two grants moved).
+
+**Version 2** (priorities) has larger entries. A version-1 file is rewritten as version 2 when none
+of its aclservers lives any more; while one does, a new aclserver on that die is refused with a
+StateError naming the file (restart the old claim's aclserver, or wait for it to go).
+
+**Priority** (``scheduling.py``): a latency-critical share may take the die at the next
+``YIELD_US`` boundary of a splittable grant; every splittable grant reaching past that point ends
+later by the inserted slice, recorded in its entry (``shifts``: original start, delay; the last
+two grants), and its holder asks ``confirm`` at the end it knows where the end went. Priorities may mix on a die
+(they change when, not how much); policies may not (the one-policy rule below).
 
 **One aclserver = one slot.** ``slots`` is the die's limit of aclservers (the configured
 ``max_shares_per_die``, 63 by default, of the aclserver that created the file): the per-die
@@ -25,6 +37,7 @@ the first format); a process of that release sees only the first ``slots`` entri
 
 from __future__ import annotations
 
+import bisect
 import fcntl
 import mmap
 import os
@@ -32,17 +45,18 @@ import struct
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from dra_driver.errors import ErrorCode, StateError, Unavailable
 from flexnpu_runtime.aclserver import scheduling
-from flexnpu_wire.codes import Policy
+from flexnpu_wire.codes import Policy, Priority
 from flexnpu_wire.launch import DEFAULT_MAX_SHARES_PER_DIE
 
 __all__ = [
     "DEFAULT_MAX_SHARES",
+    "DELAY_BUCKETS_S",
     "MAX_ENTRIES",
     "MAX_VNPUS_PER_ACLSERVER",
     "DieLedger",
@@ -53,7 +67,7 @@ __all__ = [
 ]
 
 MAGIC = b"FNPULDG1"
-VERSION = 1
+VERSION = 2
 DEFAULT_MAX_SHARES = DEFAULT_MAX_SHARES_PER_DIE
 MAX_ENTRIES = 64
 """Slots of a ledger file written before the header recorded its slot count."""
@@ -63,14 +77,30 @@ _HEADER = struct.Struct("<8sIIdi")
 _COUNT = struct.Struct("<I")
 _SLOTS_OFFSET = 28
 _CAPACITY_OFFSET = 32
-_ENTRY = struct.Struct("<BBBBiiiQ48sqqqdQQQd")
+DELAY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
+"""Upper bounds of the queueing-delay histogram's buckets (seconds); one more counts the rest."""
+_V1_ENTRY = struct.Struct("<BBBBiiiQ48sqqqdQQQd")
+_ENTRY = struct.Struct(f"<BBBBiiiQ48sqqqdQQQdB7xQQdddd{len(DELAY_BUCKETS_S) + 1}Q")
 _WAITING_AT = 3
 _PERIOD = struct.Struct("<qqq")
 """period_idx, period_used_us, consumed_us: what a grant writes, with kernels and last_grant."""
 _PERIOD_AT = struct.calcsize("<BBBBiiiQ48s")
 _COUNTS = struct.Struct("<Qd")
 _COUNTS_AT = struct.calcsize("<BBBBiiiQ48sqqqdQQ")
-_HEADER_SIZE = 64
+_PREEMPTED_AT = _V1_ENTRY.size + 8
+_DELAY_SUM_AT = _PREEMPTED_AT + 8
+_SHIFTS = struct.Struct("<dddd")
+_SHIFTS_AT = _DELAY_SUM_AT + 8
+_BUCKETS_AT = _SHIFTS_AT + _SHIFTS.size
+_Q = struct.Struct("<Q")
+_D = struct.Struct("<d")
+_LAST_START_AT = 40
+_LC_UNTIL_AT = 48
+_OPEN = struct.Struct("<iB3xddd")
+"""An open grant: slot (-1: none), splittable, original start, start, end."""
+_OPENS_AT = 56
+_HEADER_SIZE = 128
+_V1_HEADER_SIZE = 64
 
 
 def _file_size(slots: int) -> int:
@@ -78,6 +108,8 @@ def _file_size(slots: int) -> int:
 
 
 _LIVENESS_EVERY_S = 0.2
+_MAX_SHIFTABLE = 1024
+"""Splittable grants remembered for ``confirm`` before the long-ended ones are forgotten."""
 
 
 class Pause(Protocol):
@@ -110,19 +142,24 @@ class LedgerEntry:
     mem_quota: int
     kernels: int
     last_grant: float
+    priority: Priority = Priority.NORMAL
+    preempted: int = 0
+    """Slices this share had booked that a latency-critical share took the die ahead of."""
+    delay_sum_us: int = 0
+    """Queueing delay of its tasks so far (their first slice's wait for the die), summed."""
+    delay_buckets: tuple[int, ...] = ()
+    """Tasks per queueing-delay bucket (``DELAY_BUCKETS_S``, then the rest): not cumulative."""
+    shifts: tuple[float, ...] = (0.0, 0.0, 0.0, 0.0)
+    """Its last two grants: (original start, how much later it ends) each."""
 
-    def row(self) -> scheduling.Row:
+    def row(self, *, waiting_since: float | None = None) -> scheduling.Row:
+        """As the scheduler sees it; ``waiting_since``: as waiting since then (one that asks now)."""
+        waiting = self.waiting or waiting_since is not None
+        since = self.waiting_since if self.waiting or waiting_since is None else waiting_since
         return scheduling.Row(
-            slot=self.slot,
-            quota=self.quota,
-            policy=self.policy,
-            memory_only=self.memory_only,
-            waiting=self.waiting,
-            waiting_since=self.waiting_since,
-            period_idx=self.period_idx,
-            period_used_us=self.period_used_us,
-            last_grant=self.last_grant,
-        )
+            self.slot, self.quota, self.policy, self.memory_only, waiting, since, self.period_idx,
+            self.period_used_us, self.last_grant, self.priority,
+        )  # fmt: skip
 
 
 def ledger_path(ledger_dir: str, die_phy_id: int) -> str:
@@ -163,37 +200,57 @@ class DieLedger:
         self._fd = os.open(self.path, flags, 0o600)
         self._tlock = threading.Lock()
         self._last_liveness = 0.0
+        self._shiftable: set[tuple[int, float]] = set()
+        """Grants this process holds that may still end later (splittable): (slot, start)."""
         try:
             with self._tlock:
                 fcntl.flock(self._fd, fcntl.LOCK_EX)
                 try:
-                    self._open_mapping(max_shares)
+                    self._open_mapping(max_shares, create=create)
                 finally:
                     fcntl.flock(self._fd, fcntl.LOCK_UN)
         except BaseException:
             os.close(self._fd)
             raise
 
-    def _open_mapping(self, max_shares: int) -> None:
+    def _open_mapping(self, max_shares: int, *, create: bool) -> None:
         size = os.fstat(self._fd).st_size
         head = os.pread(self._fd, _HEADER_SIZE, 0) if size >= _HEADER_SIZE else b""
         if len(head) == _HEADER_SIZE and head[:8] == MAGIC:
             (_magic, version, _die, _busy, _slot) = _HEADER.unpack_from(head, 0)
-            if version != VERSION:
-                raise StateError(f"ledger {self.path} has version {version}, expected {VERSION}")
-            (slots,) = _COUNT.unpack_from(head, _SLOTS_OFFSET)
-            (capacity,) = _COUNT.unpack_from(head, _CAPACITY_OFFSET)
-            self.slots = slots or MAX_ENTRIES
-            self.capacity = max(capacity, self.slots)
-            if size < _file_size(self.capacity):
-                os.ftruncate(self._fd, _file_size(self.capacity))
-            self._mm = mmap.mmap(self._fd, _file_size(self.capacity))
-            return
+            if version == VERSION:
+                self._map_existing(head, size)
+                return
+            # a file of the release before priorities may start afresh once none of its aclservers lives
+            if version != 1 or not create or _v1_has_live_entries(self._fd, head, size):
+                raise StateError(
+                    f"ledger {self.path} has version {version}, expected {VERSION}"
+                    + (
+                        ": an aclserver of the previous release still runs on this die"
+                        if version == 1
+                        else ""
+                    )
+                )
+        self._create_mapping(max_shares)
+
+    def _map_existing(self, head: bytes, size: int) -> None:
+        (slots,) = _COUNT.unpack_from(head, _SLOTS_OFFSET)
+        (capacity,) = _COUNT.unpack_from(head, _CAPACITY_OFFSET)
+        self.slots = slots or MAX_ENTRIES
+        self.capacity = max(capacity, self.slots)
+        if size < _file_size(self.capacity):
+            os.ftruncate(self._fd, _file_size(self.capacity))
+        self._mm = mmap.mmap(self._fd, _file_size(self.capacity))
+
+    def _create_mapping(self, max_shares: int) -> None:
         self.slots = self.capacity = max_shares
+        os.ftruncate(self._fd, 0)
         os.ftruncate(self._fd, _file_size(self.capacity))
         self._mm = mmap.mmap(self._fd, _file_size(self.capacity))
         self._mm[: _file_size(self.capacity)] = bytes(_file_size(self.capacity))
         _HEADER.pack_into(self._mm, 0, MAGIC, VERSION, self.die, 0.0, -1)
+        for i in range(2):
+            _OPEN.pack_into(self._mm, _OPENS_AT + i * _OPEN.size, -1, 0, 0.0, 0.0, 0.0)
         _COUNT.pack_into(self._mm, _SLOTS_OFFSET, self.slots)
         _COUNT.pack_into(self._mm, _CAPACITY_OFFSET, self.capacity)
 
@@ -235,6 +292,7 @@ class DieLedger:
         memory_only: bool,
         mem_quota: int,
         pid: int | None = None,
+        priority: Priority = Priority.NORMAL,
     ) -> int:
         """Add an entry for one vNPU of aclserver ``pid`` and return it; refuse a policy other shares
         don't use, and a new aclserver on a die that serves ``slots`` already."""
@@ -282,6 +340,14 @@ class DieLedger:
                 mem_quota,
                 0,
                 0.0,
+                priority.number,
+                0,
+                0,
+                0.0,
+                0.0,
+                0.0,
+                0.0,
+                *([0] * (len(DELAY_BUCKETS_S) + 1)),
             )
             self._mm[self._offset(slot) : self._offset(slot) + _ENTRY.size] = raw
             return slot
@@ -295,10 +361,15 @@ class DieLedger:
 
     # -- compute --------------------------------------------------------------------------------
 
-    def acquire(self, slot: int, want_us: int, cancel: Pause) -> tuple[float, float] | None:
+    def acquire(
+        self, slot: int, want_us: int, cancel: Pause, *, ready_at: float | None = None
+    ) -> tuple[float, float] | None:
         """Block until the die grants ``slot`` a slice of at most ``want_us``; return (start, end).
 
-        Returns None (and clears the waiting flag) when ``cancel`` is set first.
+        Returns None (and clears the waiting flag) when ``cancel`` is set first. ``ready_at``: the
+        first slice of a task, ready to run since then; its wait for the die (start - ready_at) is
+        counted in the queueing-delay histogram. A splittable grant may end later (a latency-critical
+        slice went in): its holder asks ``confirm`` at the end it knows.
         """
         while True:
             if cancel.is_set():
@@ -310,30 +381,119 @@ class DieLedger:
                 if mine is None:
                     raise StateError(f"ledger entry {slot} of die {self.die} vanished")
                 now = time.monotonic()
-                rows = [e.row() for e in entries]
-                if not mine.waiting:  # decided as waiting from now; written only if not granted at once
-                    rows = [
-                        replace(r, waiting=True, waiting_since=now) if r.slot == slot else r for r in rows
-                    ]
+                # decided as waiting from now if not yet; written only if not granted at once
+                rows = [e.row(waiting_since=now) if e.slot == slot else e.row() for e in entries]
                 _m, _v, _d, busy_until, _bs = _HEADER.unpack_from(self._mm, 0)
-                decision = scheduling.decide(rows, slot, now=now, busy_until=busy_until)
+                (last_start,) = _D.unpack_from(self._mm, _LAST_START_AT)
+                (lc_until,) = _D.unpack_from(self._mm, _LC_UNTIL_AT)
+                opens = self._opens()
+                decision = scheduling.decide(
+                    rows, slot, now=now, busy_until=busy_until, last_start=last_start, want_us=want_us,
+                    opens=[g for _orig, g in opens], lc_until=lc_until,
+                )  # fmt: skip
                 if decision.granted:
-                    slice_us = scheduling.slice_for(mine.row(), want_us)
-                    end = decision.start + slice_us / 1e6
-                    off = self._offset(slot)  # only the fields a grant changes
-                    self._mm[off + _WAITING_AT] = 0
-                    _PERIOD.pack_into(
-                        self._mm, off + _PERIOD_AT, decision.period_idx,
-                        decision.used_before_us + slice_us, mine.consumed_us + slice_us,
-                    )  # fmt: skip
-                    _COUNTS.pack_into(self._mm, off + _COUNTS_AT, mine.kernels + 1, now)
-                    _HEADER.pack_into(self._mm, 0, MAGIC, VERSION, self.die, end, slot)
-                    return decision.start, end
+                    return self._grant(mine, decision, now=now, ready_at=ready_at, opens=opens)
                 if not mine.waiting:
                     self._write_fields(slot, waiting=True, waiting_since=now)
             delay = decision.retry_at - time.monotonic()
             if delay > 0:
                 cancel.wait(min(delay, 0.05))
+
+    def _opens(self) -> list[tuple[float, scheduling.Open]]:
+        """The die's open grants (file locked), each with its original start."""
+        out = []
+        for i in range(2):
+            slot, split, orig, start, end = _OPEN.unpack_from(self._mm, _OPENS_AT + i * _OPEN.size)
+            if slot >= 0:
+                out.append((orig, scheduling.Open(slot, start, end, bool(split))))
+        return out
+
+    def _grant(
+        self,
+        mine: LedgerEntry,
+        decision: scheduling.Decision,
+        *,
+        now: float,
+        ready_at: float | None,
+        opens: list[tuple[float, scheduling.Open]],
+    ) -> tuple[float, float]:
+        """Write a grant (file locked): the share's period use, counts and delay, and the die's header."""
+        slot, slice_us, start = mine.slot, decision.slice_us, decision.start
+        end = start + slice_us / 1e6
+        off = self._offset(slot)  # only the fields a grant changes
+        self._mm[off + _WAITING_AT] = 0
+        _PERIOD.pack_into(
+            self._mm, off + _PERIOD_AT, decision.period_idx,
+            decision.used_before_us + slice_us, mine.consumed_us + slice_us,
+        )  # fmt: skip
+        _COUNTS.pack_into(self._mm, off + _COUNTS_AT, mine.kernels + 1, now)
+        if ready_at is not None:
+            waited = max(0.0, start - ready_at)
+            bucket = bisect.bisect_left(DELAY_BUCKETS_S, waited)  # the first bound at or above it
+            at = off + _BUCKETS_AT + bucket * _Q.size
+            _Q.pack_into(self._mm, at, _Q.unpack_from(self._mm, at)[0] + 1)
+            _Q.pack_into(self._mm, off + _DELAY_SUM_AT, mine.delay_sum_us + round(waited * 1e6))
+        if decision.insert:
+            self._insert(start, slice_us / 1e6, opens)
+            return start, end
+        if decision.splittable:
+            if len(self._shiftable) >= _MAX_SHIFTABLE:  # holders that never confirmed: long ended
+                self._shiftable = {k for k in self._shiftable if k[1] > now - 1.0}
+            self._shiftable.add((slot, start))
+            a_orig, _a, b_orig, _b = _SHIFTS.unpack_from(self._mm, off + _SHIFTS_AT)
+            ring = off + _SHIFTS_AT + (0 if a_orig <= b_orig else 16)  # replace the older of the two
+            _D.pack_into(self._mm, ring, start)
+            _D.pack_into(self._mm, ring + 8, 0.0)
+        last = opens[-1] if opens else None
+        kept = [last] if last is not None else []
+        for i, (orig, g) in enumerate(
+            [*kept, (start, scheduling.Open(slot, start, end, decision.splittable))]
+        ):
+            _OPEN.pack_into(
+                self._mm, _OPENS_AT + i * _OPEN.size, g.slot, int(g.splittable), orig, g.start, g.end
+            )
+        _HEADER.pack_into(self._mm, 0, MAGIC, VERSION, self.die, end, slot)
+        _D.pack_into(self._mm, _LAST_START_AT, start)
+        return start, end
+
+    def _insert(self, at: float, length: float, opens: list[tuple[float, scheduling.Open]]) -> None:
+        """A prioritized slice goes in at ``at``: every splittable open grant reaching past it ends
+        ``length`` later (and starts later, if it had not started by ``at``); file locked."""
+        _m, _v, _d, busy_until, busy_slot = _HEADER.unpack_from(self._mm, 0)
+        for i, (orig, g) in enumerate(opens):
+            if not g.splittable or g.end <= at:
+                continue
+            start = g.start + length if g.start >= at else g.start
+            _OPEN.pack_into(self._mm, _OPENS_AT + i * _OPEN.size, g.slot, 1, orig, start, g.end + length)
+            off = self._offset(g.slot)
+            if not self._mm[off]:
+                continue
+            shifts = list(_SHIFTS.unpack_from(self._mm, off + _SHIFTS_AT))
+            for j in (0, 2):
+                if shifts[j] == orig:
+                    shifts[j + 1] += length
+            _SHIFTS.pack_into(self._mm, off + _SHIFTS_AT, *shifts)
+            _Q.pack_into(self._mm, off + _PREEMPTED_AT, _Q.unpack_from(self._mm, off + _PREEMPTED_AT)[0] + 1)
+        _HEADER.pack_into(self._mm, 0, MAGIC, VERSION, self.die, max(busy_until, at) + length, busy_slot)
+        (last_start,) = _D.unpack_from(self._mm, _LAST_START_AT)
+        if last_start >= at:
+            _D.pack_into(self._mm, _LAST_START_AT, last_start + length)
+        _D.pack_into(self._mm, _LC_UNTIL_AT, at + length)
+
+    def confirm(self, slot: int, grant: tuple[float, float]) -> tuple[float, float] | None:
+        """Where a grant of ``slot`` is now, if a latency-critical slice went in before its end (None:
+        it ends as granted, or as last confirmed). Ask at the end it knows, with the grant as
+        ``acquire`` returned it; once it has ended, it is forgotten."""
+        if (slot, grant[0]) not in self._shiftable:
+            return None  # not splittable: nothing goes in before its end
+        off = self._offset(slot)
+        with self._locked():
+            shifts = _SHIFTS.unpack_from(self._mm, off + _SHIFTS_AT) if self._mm[off] else ()
+            now = time.monotonic()  # nothing goes in before this any more
+        delay = next((shifts[j + 1] for j in (0, 2) if shifts and shifts[j] == grant[0]), 0.0)
+        if grant[1] + delay <= now:
+            self._shiftable.discard((slot, grant[0]))
+        return (grant[0], grant[1] + delay) if delay else None
 
     def set_mem_used(self, slot: int, used: int) -> None:
         with self._locked():
@@ -395,6 +555,11 @@ class DieLedger:
             mem_quota=f[14],
             kernels=f[15],
             last_grant=f[16],
+            priority=Priority.from_number(f[17]),
+            preempted=f[18],
+            delay_sum_us=f[19],
+            shifts=tuple(f[20:24]),
+            delay_buckets=tuple(f[24:]),
         )
 
     def _write_fields(self, slot: int, **changes: object) -> None:
@@ -421,6 +586,11 @@ class DieLedger:
             values["mem_quota"],
             values["kernels"],
             values["last_grant"],
+            Priority(values["priority"]).number,
+            values["preempted"],
+            values["delay_sum_us"],
+            *values["shifts"],
+            *values["delay_buckets"],
         )
         off = self._offset(slot)
         self._mm[off : off + _ENTRY.size] = raw
@@ -466,6 +636,19 @@ class _Lock:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
         finally:
             self._tlock.release()
+
+
+def _v1_has_live_entries(fd: int, head: bytes, size: int) -> bool:
+    """Whether a version-1 ledger file still has an entry of a live aclserver."""
+    (slots,) = _COUNT.unpack_from(head, _SLOTS_OFFSET)
+    (capacity,) = _COUNT.unpack_from(head, _CAPACITY_OFFSET)
+    count = min(max(capacity, slots or MAX_ENTRIES), max(0, size - _V1_HEADER_SIZE) // _V1_ENTRY.size)
+    raw = os.pread(fd, count * _V1_ENTRY.size, _V1_HEADER_SIZE)
+    for i in range(len(raw) // _V1_ENTRY.size):
+        f = _V1_ENTRY.unpack_from(raw, i * _V1_ENTRY.size)
+        if f[0] and _alive(f[4], f[7]):
+            return True
+    return False
 
 
 def _proc_stat(pid: int) -> tuple[str, int] | None:

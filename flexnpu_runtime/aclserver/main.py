@@ -53,17 +53,22 @@ def run(spec: AclServerSpec, *, backend_name: str | None = None, ascend_library:
     log = logs.claim_logger(spec.claim_uid, base=logging.getLogger("flexnpu.aclserver"))
     raise_nofile_limit()
     try:
+        # each backend builds the quota book with how to drop its device memory; the server hands
+        # the book to the claim's sessions
         if (backend_name or spec.backend) == "ascend":
-            backend: Backend = AscendBackend(spec, library=ascend_library or ASCEND_LIBRARY)
+            ascend = AscendBackend(spec, library=ascend_library or ASCEND_LIBRARY)
+            backend: Backend = ascend
+            book = ascend.book
         else:
-            backend = EmulatedBackend(spec)
+            emulated = EmulatedBackend(spec)
+            backend, book = emulated, emulated.book
     except AclFailure as exc:
         log.error("cannot start the ascend backend: %s", exc.message)
         return EXIT_LEDGER
     except (FlexNPUError, OSError) as exc:
         log.error("cannot register in the die ledger: %s", exc)
         return EXIT_LEDGER
-    server = Server(spec, backend, log=log)
+    server = Server(spec, backend, book, log=log)
     stop_r, stop_w = socket.socketpair()
     old_wakeup = -1
     try:

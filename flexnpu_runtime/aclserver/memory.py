@@ -2,8 +2,8 @@
 
 Owns argument checking and the session's host regions (region 0 is its staging region, 1.. its
 ``malloc_host`` buffers); the device side is the backend's, the quota the book's (``quota.py``).
-Host buffers are bounded across every session of the claim by the claim's host-memory limit
-(``Claim.reserve_host``), never by the device quota. Every failure is an ``AclFailure`` and
+Host buffers are bounded across every session of the claim by the claim's host-memory budget
+(``hostmem.HostBudget``), never by the device quota. Every failure is an ``AclFailure`` and
 changes nothing.
 """
 
@@ -12,17 +12,15 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from flexnpu_runtime.aclserver import datalink
 from flexnpu_runtime.aclserver.backend import AclFailure, Backend
+from flexnpu_runtime.aclserver.hostmem import HostBudget
+from flexnpu_runtime.aclserver.quota import QuotaBook
 from flexnpu_wire import codes
 from flexnpu_wire import datalink as wire_datalink
 from flexnpu_wire import framing as protocol
 from flexnpu_wire.framing import Op
-
-if TYPE_CHECKING:
-    from flexnpu_runtime.aclserver.claim import Claim
 
 __all__ = ["PAGE", "Memory"]
 
@@ -45,19 +43,21 @@ class Memory:
     def __init__(
         self,
         backend: Backend,
+        book: QuotaBook,
         *,
         session_id: int,
         shm_dir: str,
         staging_bytes: int,
-        claim: Claim | None,
+        host: HostBudget | None,
         current: Callable[[], int],
         device: Callable[[], int | None],
         unix: bool = False,
     ) -> None:
         self.backend = backend
+        self.book = book
         self.session_id = session_id
         self.shm_dir = shm_dir
-        self.claim = claim
+        self.host = host
         self._current = current
         self._device = device
         self.unix = unix
@@ -82,7 +82,7 @@ class Memory:
         return (self.backend.malloc(self._current(), size, policy, owner=self.session_id),)
 
     def _free(self, ints: tuple[int, ...]) -> tuple[int, ...]:
-        self.backend.book.free(ints[0], owner=self.session_id)
+        self.book.free(ints[0], owner=self.session_id)
         return ()
 
     def _get_mem_info(self, ints: tuple[int, ...]) -> tuple[int, ...]:
@@ -149,9 +149,12 @@ class Memory:
         return (wire_datalink.host_ptr(region.region_id), region.size), region.fd
 
     def staging_fd(self, _msg: protocol.Message) -> tuple[tuple[int, ...], int]:
-        """Replace the staging region with a sealed memfd of the same size; its fd to pass."""
+        """Replace the staging region with a sealed memfd of the same size; its fd to pass. Asked
+        again, it passes the same memfd: a session holds one staging region, never more."""
         self._need_unix()
         old = self.regions[wire_datalink.STAGING_REGION]
+        if isinstance(old, datalink.SealedRegion):
+            return (old.size,), old.fd
         name = wire_datalink.region_name("staging", os.getpid(), next(_region_names))
         try:
             region = datalink.create_sealed_region(name, old.size, wire_datalink.STAGING_REGION)
@@ -177,9 +180,9 @@ class Memory:
         if size >= 1 << wire_datalink.OFFSET_BITS:
             raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, f"malloc_host size {size} is too large")
         rounded = -(-size // PAGE) * PAGE
-        claim = self.claim
-        if claim is not None:
-            claim.reserve_host(rounded)
+        host = self.host
+        if host is not None:
+            host.reserve(rounded)
         rid = self._next_region
         try:
             if sealed:
@@ -189,8 +192,8 @@ class Memory:
             else:
                 region = self._new_region("host", rounded, rid)
         except OSError as exc:
-            if claim is not None:
-                claim.release_host(rounded)
+            if host is not None:
+                host.release(rounded)
             raise AclFailure(
                 codes.ACL_ERROR_BAD_ALLOC, f"cannot create a host buffer of {size} bytes: {exc}"
             ) from exc
@@ -225,8 +228,8 @@ class Memory:
     def drop_region(self, rid: int) -> None:
         region = self.regions.pop(rid)
         region.close()
-        if rid != wire_datalink.STAGING_REGION and self.claim is not None:
-            self.claim.release_host(region.size)
+        if rid != wire_datalink.STAGING_REGION and self.host is not None:
+            self.host.release(region.size)
 
     def drop_host_buffers(self) -> None:
         """Every region but the staging region (aclFinalize)."""
@@ -235,7 +238,7 @@ class Memory:
 
     def close(self) -> None:
         """Free the session's device memory and remove every region file."""
-        self.backend.book.release_all(owner=self.session_id)
+        self.book.release_all(owner=self.session_id)
         for rid in list(self.regions):
             self.drop_region(rid)
 

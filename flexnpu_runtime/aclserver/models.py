@@ -5,7 +5,8 @@ blob of the model's size (charged to the claim's host-memory limit while it exis
 in chunks from data-link host pointers (its staging region or a ``malloc_host`` buffer), then
 asks for the blob's size or description, or loads it. A load takes the model's weight and work
 memory from the device quota (207001 and a message when it does not fit) unless the caller
-gives its own (``...WithMem``: pinned while the model is loaded). An execution is a task on a
+gives its own (``...WithMem``: pinned while the model is loaded); its description, which the
+aclserver keeps while it is loaded, is charged to the claim's host-memory budget. An execution is a task on a
 stream like a kernel (``streams.py``): it holds the die for the model's cost under the share's
 policy, pins every buffer it reads or writes, then computes the outputs. Stream 0 means
 synchronous (``aclmdlExecute``): when the session has nothing queued on the device, the session
@@ -23,27 +24,30 @@ import struct
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from flexnpu_runtime.aclserver.backend import AclFailure, Backend, Buffer, LoadedModel
+from flexnpu_runtime.aclserver.backend import AclFailure, Allocation, Backend, Buffer, LoadedModel
+from flexnpu_runtime.aclserver.hostmem import HostBudget
 from flexnpu_runtime.aclserver.ledger import Pause
 from flexnpu_runtime.aclserver.memory import Memory
-from flexnpu_runtime.aclserver.quota import Allocation
+from flexnpu_runtime.aclserver.quota import QuotaBook
 from flexnpu_runtime.aclserver.streams import Streams, Task
 from flexnpu_wire import codes, modelfile
 from flexnpu_wire import datalink as wire_datalink
 from flexnpu_wire import framing as protocol
 from flexnpu_wire.framing import Op
 
-if TYPE_CHECKING:
-    from flexnpu_runtime.aclserver.claim import Claim
-
-__all__ = ["MAX_BLOBS", "MAX_MODELS", "Models"]
+__all__ = ["MAX_BLOBS", "MAX_MODELS", "Link", "Models"]
 
 MAX_BLOBS = 4
 """Model byte blobs one session may have open at once."""
 MAX_MODELS = 256
 """Models one session may have loaded at once."""
+DESC_COST_PER_HEADER_BYTE = 3
+DESC_COST_FIXED = 4096
+"""What a loaded model's description costs the aclserver, charged to the claim's host-memory
+budget while it is loaded: the parsed description and its rendered header take about 2.7 bytes
+per header byte (a 54 KiB header: 147 KiB), plus the records around them."""
 _PAIR = struct.Struct(">qq")
 Handler = Callable[[tuple[int, ...]], tuple[int, ...]]
 TailHandler = Callable[[protocol.Message], tuple[tuple[int, ...], bytes] | None]
@@ -62,8 +66,24 @@ class _Model:
     header: bytes
     static_needs: tuple[int, ...]
     """Bytes each buffer needs when no gear is set (computed once)."""
+    charged: int = 0
+    """Host-memory budget bytes its description holds (``DESC_COST_*``)."""
     queued: int = 0
     idle: threading.Condition = field(default_factory=threading.Condition)
+
+
+class Link(Protocol):
+    """The connection a session answers on (the server's), as a synchronous execution needs it."""
+
+    @property
+    def pause(self) -> Pause:
+        """How the session thread waits while it runs a synchronous execution itself (it keeps
+        serving the connection meanwhile)."""
+        ...
+
+    def send_later(self, frame: bytes) -> None:
+        """Send a reply frame from another thread (a synchronous execution's, when it ends)."""
+        ...
 
 
 def _needs(desc: modelfile.ModelFile, batch: int, hw: tuple[int, int]) -> tuple[int, ...]:
@@ -76,18 +96,21 @@ class Models:
     def __init__(
         self,
         backend: Backend,
+        book: QuotaBook,
         *,
         session_id: int,
         memory: Memory,
         streams: Streams,
-        claim: Claim | None,
+        host: HostBudget | None,
         current: Callable[[], int],
+        link: Link | None,
     ) -> None:
         self.backend = backend
+        self.book = book
         self.session_id = session_id
         self.memory = memory
         self.streams = streams
-        self.claim = claim
+        self.host = host
         self._current = current
         self._lock = threading.Lock()
         self._blobs: dict[int, _Blob] = {}
@@ -95,12 +118,8 @@ class Models:
         self._next_blob = 1
         self._next_model = 1
         self._sync_streams: dict[int, int] = {}
-        self.reply_later: Callable[[bytes], None] | None = None
-        """Set by the server: sends a reply frame from another thread (a synchronous execution's,
-        when it ends); None: a synchronous execution waits in its handler."""
-        self.pause: Pause | None = None
-        """Set by the server: how its session thread waits while it runs a synchronous execution
-        itself (serving the connection meanwhile); None: synchronous executions are queued."""
+        self._link = link
+        """None (no server): a synchronous execution is queued and waits in its handler."""
         self._running_now = False
 
     def handlers(self) -> dict[Op, Handler]:
@@ -132,8 +151,7 @@ class Models:
                     codes.ACL_ERROR_RT_RESOURCE_ALLOC_FAIL,
                     f"at most {MAX_BLOBS} models may be in flight at once",
                 )
-        if self.claim is not None:
-            self.claim.reserve_host(size, buffer=False)
+        self._reserve(size)
         try:
             data = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         except (OSError, OverflowError) as exc:
@@ -190,25 +208,28 @@ class Models:
                 )
         blob = self._blob(blob_id)
         desc = self.backend.describe_model(blob.view)
-        pinned = self.backend.book.pin([b.alloc for b in (weight, work) if b is not None])
+        header = modelfile.render_header(desc)
+        charged = DESC_COST_FIXED + DESC_COST_PER_HEADER_BYTE * len(header)
+        self._reserve(charged)
+        pinned: tuple[Allocation, ...] = ()
         own: list[Allocation] = []
         try:
+            pinned = self.book.pin([b.alloc for b in (weight, work) if b is not None])
             weight = self._model_memory(device, weight, desc.weight_bytes, "weight", own)
             work = self._model_memory(device, work, desc.work_bytes, "work", own)
             loaded = self.backend.load_model(device, blob.view, desc, weight=weight, work=work)
         except BaseException:
             for alloc in own:
-                self.backend.book.free(alloc.base)
-            self.backend.book.unpin(pinned)
+                self.book.free(alloc.base)
+            self.book.unpin(pinned)
+            self._unreserve(charged)
             raise
         loaded.own, loaded.lent = own, list(pinned)
         self._drop_blob(self._take_blob(blob_id))
         with self._lock:
             model_id = self._next_model
             self._next_model += 1
-            self._models[model_id] = _Model(
-                loaded, modelfile.render_header(loaded.desc), _needs(loaded.desc, 0, (0, 0))
-            )
+            self._models[model_id] = _Model(loaded, header, _needs(loaded.desc, 0, (0, 0)), charged)
         return (model_id,)
 
     def _caller_memory(self, ptr: int, size: int, what: str) -> Buffer | None:
@@ -216,7 +237,7 @@ class Models:
             return None
         if size <= 0:
             raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, f"{what} memory of {size} bytes at {ptr:#x}")
-        return Buffer(ptr, size, self.backend.book.find(ptr, size, owner=self.session_id))
+        return Buffer(ptr, size, self.book.find(ptr, size, owner=self.session_id))
 
     def _model_memory(
         self, device: int, given: Buffer | None, need: int, what: str, own: list[Allocation]
@@ -238,7 +259,7 @@ class Models:
             raise AclFailure(
                 exc.code, f"loading the model: its {what} memory does not fit: {exc.message}"
             ) from None
-        own.append(self.backend.book.find(ptr, owner=self.session_id, exact=True))
+        own.append(self.book.find(ptr, owner=self.session_id, exact=True))
         return Buffer(ptr, need, own[-1])
 
     def _get_desc(self, msg: protocol.Message) -> tuple[tuple[int, ...], bytes]:
@@ -258,7 +279,7 @@ class Models:
 
     def _release(self, model: _Model) -> None:
         loaded = model.loaded
-        book = self.backend.book
+        book = self.book
         try:
             self.backend.unload_model(loaded)
         finally:
@@ -267,6 +288,8 @@ class Models:
                     book.free(alloc.base, owner=alloc.owner)
             book.unpin(loaded.lent)
             loaded.own, loaded.lent = [], []
+            self._unreserve(model.charged)
+            model.charged = 0
 
     # -- execution -------------------------------------------------------------------------------
 
@@ -303,7 +326,14 @@ class Models:
                     else codes.ACL_ERROR_MODEL_OUTPUT_NOT_MATCH
                 )
                 raise AclFailure(code, f"{tensor.name} needs {need} bytes, its buffer has {buf.size}")
-        cost_us, run = self.backend.execution(model.loaded, inputs, outputs, batch=batch, hw=hw)
+        try:
+            cost_us, run = self.backend.execution(model.loaded, inputs, outputs, batch=batch, hw=hw)
+        except AclFailure:
+            raise
+        except Exception as exc:  # the executor's error is the call's, never the session's end
+            raise AclFailure(
+                codes.ACL_ERROR_INTERNAL_ERROR, f"model {model_id} cannot be executed: {exc!r}"
+            ) from exc
         sync = stream_id == 0
         stream = self.streams.stream(self._sync_stream(model.loaded.device) if sync else stream_id)
         if stream.device != model.loaded.device:
@@ -312,7 +342,8 @@ class Models:
                 f"model {model_id} is on device {model.loaded.device}, stream {stream_id:#x} on {stream.device}",
             )
         uses = [*model.loaded.own, *model.loaded.lent, *(b.alloc for b in buffers)]
-        pause = self.pause if sync and not self._running_now else None
+        link = self._link if sync else None
+        pause = link.pause if link is not None and not self._running_now else None
         if pause is not None:  # on this thread, if the device has nothing queued
             task = Task(stream, cost_us, run)
             with model.idle:
@@ -327,7 +358,7 @@ class Models:
                 if task.error is not None:
                     raise task.error
                 return (), b""
-        reply_later = self.reply_later if sync else None
+        reply_later = link.send_later if link is not None else None
 
         def ended() -> None:
             self._executed(model)
@@ -366,7 +397,7 @@ class Models:
     def _buffer(self, ptr: int, size: int) -> Buffer:
         if size < 0:
             raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, f"a dataset buffer of {size} bytes at {ptr:#x}")
-        return Buffer(ptr, size, self.backend.book.find(ptr, size, owner=self.session_id))
+        return Buffer(ptr, size, self.book.find(ptr, size, owner=self.session_id))
 
     def _dynamic_shape(self, desc: modelfile.ModelFile, inputs: list[Buffer]) -> tuple[int, tuple[int, int]]:
         """The batch or (h, w) of this execution, from the dynamic-shape input (0 / (0, 0): none)."""
@@ -442,6 +473,10 @@ class Models:
         blob.data.close()
         self._unreserve(blob.size)
 
+    def _reserve(self, size: int) -> None:
+        if self.host is not None:
+            self.host.reserve(size, buffer=False)
+
     def _unreserve(self, size: int) -> None:
-        if self.claim is not None:
-            self.claim.release_host(size, buffer=False)
+        if self.host is not None:
+            self.host.release(size, buffer=False)

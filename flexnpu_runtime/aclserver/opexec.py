@@ -26,7 +26,8 @@ from flexnpu_wire import codes, opcall
 from flexnpu_wire.errors import ContractError
 
 if TYPE_CHECKING:
-    from flexnpu_runtime.aclserver.quota import Allocation
+    from flexnpu_runtime.aclserver.backend import Allocation
+    from flexnpu_runtime.aclserver.quota import QuotaBook
     from flexnpu_wire import framing
 
 __all__ = ["DTYPES", "Operators"]
@@ -42,8 +43,9 @@ _NS_PER_US = 1000
 class Operators:
     """The ``OPERATOR`` op of one session (``launch``: never answered)."""
 
-    def __init__(self, backend: Backend, *, session_id: int, streams: Streams) -> None:
+    def __init__(self, backend: Backend, book: QuotaBook, *, session_id: int, streams: Streams) -> None:
         self.backend = backend
+        self.book = book
         self.session_id = session_id
         self.streams = streams
         self.launched = 0
@@ -103,7 +105,7 @@ class Operators:
                 f"{op}: {where} reaches byte {hi} of its buffer, which has {t.storage_bytes}",
             )
         try:
-            return self.backend.book.find(t.address + lo, hi - lo, owner=self.session_id)
+            return self.book.find(t.address + lo, hi - lo, owner=self.session_id)
         except AclFailure as exc:
             raise AclFailure(exc.code, f"{op}: {where}: {exc.message}") from None
 

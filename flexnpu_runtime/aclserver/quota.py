@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from flexnpu_runtime.aclserver.backend import AclFailure
+from flexnpu_runtime.aclserver.backend import AclFailure, Allocation
 from flexnpu_runtime.aclserver.ledger import DieLedger, Pause
 from flexnpu_wire import codes
 from flexnpu_wire.codes import Policy
@@ -38,7 +38,6 @@ from flexnpu_wire.launch import AclServerSpec, ShareSpec
 __all__ = [
     "ALLOC_ALIGN",
     "MAX_ALLOCATIONS",
-    "Allocation",
     "BookShare",
     "QuotaBook",
     "check_policy",
@@ -81,22 +80,9 @@ def register_shares(
             policy=Policy(share.policy),
             memory_only=share.memory_only,
             mem_quota=share.memory_bytes,
+            priority=share.priority_enum,
         )
         yield share, ledger, slot
-
-
-@dataclass(slots=True, eq=False)
-class Allocation:
-    """One device allocation; ``payload`` is the backend's handle of its memory."""
-
-    base: int
-    size: int
-    accounted: int
-    device: int
-    owner: int
-    payload: Any = None
-    pins: int = 0
-    freed: bool = False
 
 
 @dataclass(slots=True, eq=False)
@@ -277,23 +263,27 @@ class QuotaBook:
                     done.append(alloc)
         self._drop_quietly(done)
 
-    def deferred_bytes(self) -> int:
-        """Bytes freed by their owner but still charged because a queued task uses them."""
-        with self._lock:
-            return sum(a.accounted for a in self._deferred)
-
     # -- compute ---------------------------------------------------------------------------------
 
-    def acquire_slice(self, device: int, want_us: int, cancel: Pause) -> tuple[float, float] | None:
-        """Block until the die grants a slice of at most ``want_us`` under the share's policy;
-        (start, end) in CLOCK_MONOTONIC seconds, or None if ``cancel`` was set first (it is
-        also how the thread waits meanwhile)."""
+    def acquire_slice(
+        self, device: int, want_us: int, cancel: Pause, *, ready_at: float | None = None
+    ) -> tuple[float, float] | None:
+        """Block until the die grants a slice of at most ``want_us`` under the share's policy and
+        priority; (start, end) in CLOCK_MONOTONIC seconds, or None if ``cancel`` was set first (it
+        is also how the thread waits meanwhile). ``ready_at``: a task's first slice, ready since
+        then (its queueing delay is recorded). A grant that starts later than when it was asked
+        for is confirmed at its start (``confirm_slice``)."""
         share = self.share(device)
-        grant = share.ledger.acquire(share.slot, want_us, cancel)
+        grant = share.ledger.acquire(share.slot, want_us, cancel, ready_at=ready_at)
         if grant is not None:
             with self._lock:
                 share.consumed_us += round((grant[1] - grant[0]) * 1e6)
         return grant
+
+    def confirm_slice(self, device: int, grant: tuple[float, float]) -> tuple[float, float] | None:
+        """Where a booked grant is now if a latency-critical share moved it (None: where it was)."""
+        share = self.share(device)
+        return share.ledger.confirm(share.slot, grant)
 
     def compute_usage(self, device: int) -> tuple[int, int]:
         """(die microseconds used so far, compute quota in percent) of a device."""

@@ -4,8 +4,18 @@ Owns the connection lifecycle. One selector loop (the main thread) accepts conne
 serves every connection that has not authenticated yet: it answers PING, reads frames of at most
 ``MAX_PRE_AUTH_FRAME_BYTES`` (a 13-byte header announcing a large frame allocates nothing),
 closes a connection whose HELLO has not succeeded ``auth_timeout_ms`` after connect (an absolute
-deadline: PINGs do not extend it), refuses connections past ``max_connections``, and backs off
-when ``accept`` fails with EMFILE/ENFILE instead of dying. Only an authenticated session gets a
+deadline: PINGs do not extend it), and backs off when ``accept`` fails with EMFILE/ENFILE
+instead of dying.
+
+**Budgets** (issue 25 class 1: one pod's tokenless connections must not keep another claim's
+tenant out). Authenticated sessions are bounded by ``max_sessions`` alone; no unauthenticated
+connection counts against them. Unauthenticated connections have a budget of their own,
+``max_connections - max_sessions``, once per listener: the unix socket (reachable only from the
+claim's own pods) never competes with TCP. On TCP one peer (a remote address) holds at most
+``per_peer_pending`` of them; when the TCP budget is full, a new peer's connection takes the place
+of the oldest one of the peer holding the most, so a flood from a few addresses cannot keep a
+new address out. The TCP listener exists only if the claim asked for TCP (``tcp_listen``). Before
+HELLO a PING on TCP answers nothing about the process (its pid is 0). Only an authenticated session gets a
 thread (at most ``max_sessions`` of them); its calls run there with a blocking socket, the
 lowest-latency path for a small call. Sessions share the claim's quota (``Claim``); each one's
 memory, streams and host buffers are released when its connection ends for any reason (a
@@ -35,6 +45,7 @@ from dra_driver.logs import ClaimLogger
 from flexnpu_runtime.aclserver.backend import Backend
 from flexnpu_runtime.aclserver.claim import Claim, SessionRefused
 from flexnpu_runtime.aclserver.dispatch import WAITING_OPS, FdReply, Session
+from flexnpu_runtime.aclserver.quota import QuotaBook
 from flexnpu_wire import codes
 from flexnpu_wire import framing as protocol
 from flexnpu_wire.framing import Op
@@ -50,6 +61,8 @@ _BACKOFF_MAX_S = 1.0
 _PRE_AUTH_BUFFER = 1024
 _WARN_EVERY_S = 5.0
 _PING, _HELLO = int(Op.PING), int(Op.HELLO)
+_PER_PEER_PENDING = 8
+"""Unauthenticated TCP connections one remote address holds at most (fewer if the budget is small)."""
 _MAX_WAITERS = 64
 """Blocking synchronize calls of one session served off its thread at once (more run inline)."""
 _PRECISE_S = 0.001
@@ -65,13 +78,8 @@ class _Pending:
     sock: socket.socket
     reader: protocol.FrameReader
     deadline: float
-
-
-@dataclass(slots=True)
-class _Live:
-    sock: socket.socket
-    session: Session
-    thread: threading.Thread | None = None
+    peer: str
+    """``unix``, or ``tcp:`` and the remote address."""
 
 
 @dataclass(slots=True)
@@ -85,16 +93,21 @@ class _Counters:
 class Server:
     """Listens on both endpoints and serves connections until ``serve`` sees its stop socket."""
 
-    def __init__(self, spec: AclServerSpec, backend: Backend, *, log: ClaimLogger) -> None:
+    def __init__(self, spec: AclServerSpec, backend: Backend, book: QuotaBook, *, log: ClaimLogger) -> None:
         self.spec = spec
-        self.backend = backend
+        self.book = book
         self.log = log
         self.tcp_port = 0
-        self.claim = Claim(backend, spec, on_sessions_changed=self._sessions_changed)
+        self.claim = Claim(backend, book, spec, on_sessions_changed=self._sessions_changed)
         self._token = spec.token.encode()
         self._listeners: list[socket.socket] = []
         self._pending: dict[int, _Pending] = {}
-        self._live: dict[int, _Live] = {}
+        self._peers: collections.Counter[str] = collections.Counter()
+        """Unauthenticated connections per peer (``_Pending.peer``)."""
+        self.pending_cap = max(1, spec.max_connections - spec.max_sessions)
+        """Unauthenticated connections at once, per listener."""
+        self.per_peer_pending = max(1, min(_PER_PEER_PENDING, self.pending_cap // 2))
+        self._live: dict[int, _Connection] = {}
         self._lock = threading.Lock()
         self._counters = _Counters()
         self._stopping = False
@@ -106,9 +119,10 @@ class Server:
             raise OSError(errno.ELOOP, f"shm dir {shm} is a symlink; refusing to use it")
         shm.mkdir(parents=True, exist_ok=True)
         backlog = min(128, self.spec.max_connections)
-        tcp = socket.create_server((self.spec.tcp_host, self.spec.tcp_port), backlog=backlog)
-        self._listeners.append(tcp)
-        self.tcp_port = tcp.getsockname()[1]
+        if self.spec.tcp_listen:
+            tcp = socket.create_server((self.spec.tcp_host, self.spec.tcp_port), backlog=backlog)
+            self._listeners.append(tcp)
+            self.tcp_port = tcp.getsockname()[1]
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.spec.unix_socket)
         unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -174,21 +188,17 @@ class Server:
                 conn, _addr = listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            with self._lock:
-                count = len(self._pending) + len(self._live)
-            if count >= self.spec.max_connections:
+            unix = conn.family == socket.AF_UNIX
+            peer = "unix" if unix else f"tcp:{_addr[0]}"
+            refusal = self._admit(peer, sel)
+            if refusal:
                 self._counters.refused_full += 1
-                self._warn(
-                    "full", f"refused a connection: {count} open, the limit is {self.spec.max_connections}"
-                )
+                self._warn("full", f"refused a connection: {refusal}")
                 with contextlib.suppress(OSError):
                     conn.setblocking(False)
                     conn.send(
                         protocol.encode_reply(
-                            Op.NONE,
-                            0,
-                            codes.ACL_ERROR_RT_RESOURCE_ALLOC_FAIL,
-                            tail=f"too many connections (limit {self.spec.max_connections})".encode(),
+                            Op.NONE, 0, codes.ACL_ERROR_RT_RESOURCE_ALLOC_FAIL, tail=refusal.encode()
                         )
                     )
                 conn.close()
@@ -199,8 +209,31 @@ class Server:
             reader = protocol.FrameReader(
                 conn, protocol.MAX_PRE_AUTH_FRAME_BYTES, initial_buffer=_PRE_AUTH_BUFFER
             )
-            self._pending[conn.fileno()] = _Pending(conn, reader, deadline)
+            self._pending[conn.fileno()] = _Pending(conn, reader, deadline, peer)
+            self._peers[peer] += 1
             sel.register(conn, selectors.EVENT_READ, conn.fileno())
+
+    def _admit(self, peer: str, sel: selectors.BaseSelector) -> str:
+        """Why a new unauthenticated connection from ``peer`` is refused ("": it is admitted,
+        possibly in the place of another TCP peer's oldest; see the module docstring)."""
+        tcp = peer != "unix"
+        if tcp and self._peers[peer] >= self.per_peer_pending:
+            return (
+                f"too many connections from {peer[4:]} before authentication"
+                f" (limit {self.per_peer_pending} per peer)"
+            )
+        pool = [p for p in self._peers if (p != "unix") == tcp]
+        if sum(self._peers[p] for p in pool) < self.pending_cap:
+            return ""
+        heaviest = max(pool, key=lambda p: self._peers[p])
+        if not tcp or self._peers[heaviest] <= self._peers[peer] + 1:
+            return f"too many connections (limit {self.pending_cap} unauthenticated on the {peer[:4].rstrip(':')} socket)"
+        oldest = min(
+            (fd for fd, p in self._pending.items() if p.peer == heaviest),
+            key=lambda fd: self._pending[fd].deadline,
+        )
+        self._drop(oldest, sel, f"made room for a connection from {peer[4:]} ({heaviest[4:]} held the most)")
+        return ""
 
     def _on_pending(self, fd: int, sel: selectors.BaseSelector) -> None:
         pending = self._pending.get(fd)
@@ -214,20 +247,19 @@ class Server:
                 msg = pending.reader.next_buffered()
                 if msg is None:
                     return
-                if msg.op == Op.PING:
+                if msg.op == Op.PING:  # the pid only to the claim's own pods (and the daemon)
+                    pid = os.getpid() if pending.peer == "unix" else 0
                     pending.sock.send(
-                        protocol.encode_reply(
-                            msg.op, msg.request_id, codes.ACL_SUCCESS, os.getpid(), tail=b"PONG"
-                        )
+                        protocol.encode_reply(msg.op, msg.request_id, codes.ACL_SUCCESS, pid, tail=b"PONG")
                     )
                     continue
-                session, reply = self._hello(msg, unix=pending.sock.family == socket.AF_UNIX)
-                if session is None:
+                conn, reply = self._hello(msg, pending)
+                if conn is None:
                     with contextlib.suppress(OSError):
                         pending.sock.send(reply)
                     self._drop(fd, sel, "")
                     return
-                self._promote(fd, sel, pending, session, reply)
+                self._promote(fd, sel, pending, conn, reply)
                 return
         except (BlockingIOError, InterruptedError):
             return
@@ -240,8 +272,17 @@ class Server:
         except OSError:
             self._drop(fd, sel, "")
 
-    def _drop(self, fd: int, sel: selectors.BaseSelector, why: str) -> None:
+    def _take(self, fd: int) -> _Pending | None:
+        """Take a connection out of the unauthenticated ones (None: it is not one)."""
         pending = self._pending.pop(fd, None)
+        if pending is not None:
+            self._peers[pending.peer] -= 1
+            if not self._peers[pending.peer]:
+                del self._peers[pending.peer]
+        return pending
+
+    def _drop(self, fd: int, sel: selectors.BaseSelector, why: str) -> None:
+        pending = self._take(fd)
         if pending is None:
             return
         with contextlib.suppress(KeyError, ValueError):
@@ -255,106 +296,40 @@ class Server:
             self._drop(fd, sel, "")
 
     def _promote(
-        self, fd: int, sel: selectors.BaseSelector, pending: _Pending, session: Session, reply: bytes
+        self, fd: int, sel: selectors.BaseSelector, pending: _Pending, conn: _Connection, reply: bytes
     ) -> None:
         """Hand an authenticated connection to its own thread."""
-        del self._pending[fd]
+        self._take(fd)
         sel.unregister(pending.sock)
-        sock = pending.sock
-        sock.setblocking(True)
+        pending.sock.setblocking(True)
         pending.reader.max_frame_bytes = self.spec.max_frame_bytes
-        live = _Live(sock, session)
-        thread = threading.Thread(
-            target=self._serve_session, args=(live, pending.reader, reply), daemon=True, name="session"
-        )
-        live.thread = thread
         with self._lock:
-            self._live[fd] = live
-        thread.start()
+            self._live[fd] = conn
+        conn.start(lambda: self._serve_session(conn, reply))
 
     # -- sessions ------------------------------------------------------------------------------------
 
-    def _serve_session(self, live: _Live, reader: protocol.FrameReader, hello_reply: bytes) -> None:
-        sock, session = live.sock, live.session
-        handle = session.handle
-        send_lock = threading.Lock()
-        raw_sendall = sock.sendall
-
-        def sendall(data: bytes) -> None:
-            with send_lock:
-                raw_sendall(data)
-
-        def answer_later(msg: protocol.Message) -> None:
-            reply = handle(msg)
-            assert reply.__class__ is bytes  # waiting ops pass no descriptor
-            with contextlib.suppress(OSError):
-                sendall(reply)
-
-        waiters = _Waiters(answer_later)
-        session.reply_later = lambda frame: _send_quietly(sendall, frame)
-
-        def dispatch(msg: protocol.Message) -> None:
-            op = msg.op
-            if op > _HELLO:  # every ACL op: the hot path first
-                if op in WAITING_OPS and session.would_block(msg) and waiters.submit(msg):
-                    return  # replies may go out of order: clients match them by request id
-                reply = handle(msg)
-                if reply is None:
-                    return  # answered later by the work it queued
-                with send_lock:
-                    if reply.__class__ is bytes:
-                        raw_sendall(reply)
-                    else:
-                        assert isinstance(reply, FdReply)
-                        _send_with_fd(sock, reply)
-            elif op == _PING:
-                sendall(
-                    protocol.encode_reply(op, msg.request_id, codes.ACL_SUCCESS, os.getpid(), tail=b"PONG")
-                )
-            elif op == _HELLO:
-                sendall(
-                    _error(msg, codes.ACL_ERROR_INVALID_PARAM, "this connection is already authenticated")
-                )
-            else:
-                reply = handle(msg)
-                assert reply.__class__ is bytes  # the pre-ACL ops pass no descriptor
-                sendall(reply)
-
-        pause = _ServingPause(session, sock, reader, dispatch)
-        session.pause = pause
-        kept = pause.kept
+    def _serve_session(self, conn: _Connection, hello_reply: bytes) -> None:
+        session = conn.session
         try:
-            sendall(hello_reply)
-            while True:
-                if kept:
-                    msg = kept.popleft()
-                else:
-                    try:
-                        read = reader.read()
-                    except protocol.ProtocolError as exc:
-                        self.log.warning("closing session %d: %s", session.session_id, exc)
-                        sendall(
-                            protocol.encode_reply(
-                                Op.NONE, 0, codes.ACL_ERROR_INVALID_PARAM, tail=str(exc).encode()
-                            )
-                        )
-                        return
-                    if read is None:
-                        return
-                    msg = read
-                pause.serving = not kept  # frames kept for later go first, in order
-                dispatch(msg)
+            conn.serve(hello_reply)
+        except protocol.ProtocolError as exc:
+            self.log.warning("closing session %d: %s", session.session_id, exc)
+            with contextlib.suppress(OSError):
+                conn.sendall(
+                    protocol.encode_reply(Op.NONE, 0, codes.ACL_ERROR_INVALID_PARAM, tail=str(exc).encode())
+                )
         except OSError:
             return
         finally:
-            waiters.stop()
+            conn.stop()
             self.claim.close_session(session)
             with contextlib.suppress(OSError):
-                sock.close()
+                conn.sock.close()
             with self._lock:
-                self._live = {k: v for k, v in self._live.items() if v is not live}
+                self._live = {k: v for k, v in self._live.items() if v is not conn}
 
-    def _hello(self, msg: protocol.Message, *, unix: bool) -> tuple[Session | None, bytes]:
+    def _hello(self, msg: protocol.Message, pending: _Pending) -> tuple[_Connection | None, bytes]:
         if msg.op != Op.HELLO:
             return None, _error(
                 msg, codes.ACL_ERROR_RT_NO_PERMISSION, "authenticate with HELLO and the claim token first"
@@ -370,13 +345,14 @@ class Server:
             )
         client_pid = msg.ints[1]
         try:
-            session = self.claim.open_session(client_pid, unix=unix)
+            conn = _Connection(self.claim, pending.sock, pending.reader, client_pid=client_pid)
         except SessionRefused as exc:
             return None, _error(msg, exc.code, exc.message)
         except OSError as exc:
             return None, _error(
                 msg, codes.ACL_ERROR_INTERNAL_ERROR, f"cannot create the staging region: {exc}"
             )
+        session = conn.session
         self.log.info(
             "session %d opened for client pid %d (%d of %d)",
             session.session_id,
@@ -390,11 +366,11 @@ class Server:
             msg.request_id,
             codes.ACL_SUCCESS,
             os.getpid(),
-            self.backend.book.device_count(),
+            self.book.device_count(),
             staging.size,
             tail=staging.name.encode(),
         )
-        return session, reply
+        return conn, reply
 
     def shutdown(self) -> None:
         """Stop accepting, end every session (releasing its resources) and remove the socket file."""
@@ -445,10 +421,88 @@ class Server:
             self.log.warning("%s", message)
 
 
-def _send_quietly(sendall: Callable[[bytes], None], frame: bytes) -> None:
-    """A late reply: the client may have gone meanwhile (its session is then being closed)."""
-    with contextlib.suppress(OSError):
-        sendall(frame)
+class _Connection:
+    """An authenticated connection and its session, which answers on it (it is the session's
+    ``models.Link``): its calls run on the connection's thread (``serve``), a blocking call off it
+    (``_Waiters``), and a synchronous execution's reply may come from the thread that ends it."""
+
+    def __init__(
+        self, claim: Claim, sock: socket.socket, reader: protocol.FrameReader, *, client_pid: int
+    ) -> None:
+        self.sock = sock
+        self.thread: threading.Thread | None = None
+        self._reader = reader
+        self._send_lock = threading.Lock()
+        self._waiters = _Waiters(self._answer_later)
+        self.session = claim.open_session(client_pid, unix=sock.family == socket.AF_UNIX, link=self)
+        self._handle = self.session.handle
+        self.pause = _ServingPause(self.session, sock, reader, self.dispatch)
+
+    def start(self, run: Callable[[], None]) -> None:
+        """Serve the connection on a thread of its own (``run``: the server's session loop)."""
+        self.thread = threading.Thread(target=run, daemon=True, name="session")
+        self.thread.start()
+
+    def sendall(self, data: bytes) -> None:
+        with self._send_lock:
+            self.sock.sendall(data)
+
+    def send_later(self, frame: bytes) -> None:
+        """A late reply: the client may have gone meanwhile (its session is then being closed)."""
+        with contextlib.suppress(OSError):
+            self.sendall(frame)
+
+    def _answer_later(self, msg: protocol.Message) -> None:
+        reply = self._handle(msg)
+        assert reply.__class__ is bytes  # waiting ops pass no descriptor
+        with contextlib.suppress(OSError):
+            self.sendall(reply)
+
+    def dispatch(self, msg: protocol.Message) -> None:
+        op = msg.op
+        if op > _HELLO:  # every ACL op: the hot path first
+            if op in WAITING_OPS and self.session.would_block(msg) and self._waiters.submit(msg):
+                return  # replies may go out of order: clients match them by request id
+            reply = self._handle(msg)
+            if reply is None:
+                return  # answered later by the work it queued
+            with self._send_lock:
+                if reply.__class__ is bytes:
+                    self.sock.sendall(reply)
+                else:
+                    assert isinstance(reply, FdReply)
+                    _send_with_fd(self.sock, reply)
+        elif op == _PING:
+            self.sendall(
+                protocol.encode_reply(op, msg.request_id, codes.ACL_SUCCESS, os.getpid(), tail=b"PONG")
+            )
+        elif op == _HELLO:
+            self.sendall(
+                _error(msg, codes.ACL_ERROR_INVALID_PARAM, "this connection is already authenticated")
+            )
+        else:
+            reply = self._handle(msg)
+            assert reply.__class__ is bytes  # the pre-ACL ops pass no descriptor
+            self.sendall(reply)
+
+    def serve(self, hello_reply: bytes) -> None:
+        """Answer calls until the client closes (ProtocolError: it broke the framing)."""
+        pause, reader = self.pause, self._reader
+        kept = pause.kept
+        self.sendall(hello_reply)
+        while True:
+            if kept:
+                msg = kept.popleft()
+            else:
+                read = reader.read()
+                if read is None:
+                    return
+                msg = read
+            pause.serving = not kept  # frames kept for later go first, in order
+            self.dispatch(msg)
+
+    def stop(self) -> None:
+        self._waiters.stop()
 
 
 class _Waiters:

@@ -21,9 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from flexnpu_runtime.aclserver import proctitle, scheduling
-from flexnpu_runtime.aclserver.backend import KERNEL_RESULT_BYTES, AclFailure, Backend
+from flexnpu_runtime.aclserver.backend import KERNEL_RESULT_BYTES, AclFailure, Allocation, Backend
 from flexnpu_runtime.aclserver.ledger import Pause
-from flexnpu_runtime.aclserver.quota import Allocation
+from flexnpu_runtime.aclserver.quota import QuotaBook
 from flexnpu_wire import codes
 from flexnpu_wire.framing import Op
 
@@ -52,6 +52,29 @@ class _Stream:
     error: AclFailure | None = None
     """The first failure of a task queued without a reply (an operator), returned by the next
     synchronize of this stream or its device."""
+
+
+_SPIN_S = 80e-6
+"""The last part of a slice is waited out by yielding, not by a timed wait (which overshoots by tens of us)."""
+
+
+def _hold_until(end: float, pause: Pause) -> bool:
+    """Hold the die until ``end``; True if cancelled first."""
+    rest = end - time.monotonic()
+    if rest > _SPIN_S and pause.wait(rest - _SPIN_S):
+        return True
+    while time.monotonic() < end:
+        time.sleep(0)
+    return pause.is_set()
+
+
+def _complete(task: Task) -> None:
+    try:
+        task.complete()
+    except AclFailure as exc:
+        task.error = exc
+    except Exception as exc:  # an executor's bug is the call's ACL error, never a dead worker
+        task.error = AclFailure(codes.ACL_ERROR_INTERNAL_ERROR, f"the work failed: {exc!r}")
 
 
 def _ended() -> None:
@@ -94,8 +117,11 @@ class _Worker:
 class Streams:
     """Streams and queued work of one session (``handlers`` for the dispatcher); thread-safe."""
 
-    def __init__(self, backend: Backend, *, session_id: int, current: Callable[[], int]) -> None:
+    def __init__(
+        self, backend: Backend, book: QuotaBook, *, session_id: int, current: Callable[[], int]
+    ) -> None:
         self.backend = backend
+        self.book = book
         self.session_id = session_id
         self._current = current
         self.streams: dict[int, _Stream] = {}
@@ -193,7 +219,7 @@ class Streams:
                 codes.ACL_ERROR_INVALID_PARAM,
                 f"kernel duration_us must be in 1..{MAX_KERNEL_US}, got {duration_us}",
             )
-        backend, owner, book = self.backend, self.session_id, self.backend.book
+        backend, owner, book = self.backend, self.session_id, self.book
         used: list[Allocation] = []
         if out_ptr:
             backend.device_view(out_ptr, KERNEL_RESULT_BYTES, owner=owner)
@@ -277,7 +303,7 @@ class Streams:
                 )
             self._queued += 1
         try:
-            task.pins = self.backend.book.pin(uses)
+            task.pins = self.book.pin(uses)
         except BaseException:
             with self._cond:
                 self._queued -= 1
@@ -286,7 +312,7 @@ class Streams:
     def _unadmit(self, task: Task) -> None:
         """Undo ``_admit`` of a task that was never queued (under ``_cond``)."""
         self._queued -= 1
-        self.backend.book.unpin(task.pins)
+        self.book.unpin(task.pins)
         task.pins = ()
 
     def wait_for_room(self) -> None:
@@ -331,7 +357,7 @@ class Streams:
         # go, so a freed buffer's bytes leave with its quota (not when this worker takes its next task).
         task.complete = _ended
         task.prepare = None
-        self.backend.book.unpin(task.pins)
+        self.book.unpin(task.pins)
         task.pins = ()
         with self._cond:
             if task.sticky and task.error is not None and task.stream.error is None:
@@ -379,7 +405,7 @@ class Streams:
         While a slice runs, the next one (of this task or the next queued one) is booked just
         before the die frees, so a busy device loses no die time between slices. The thread
         sleeps (``pause``) while the die is held."""
-        book = self.backend.book
+        book = self.book
         if not getattr(_precise, "timers", False):  # once per thread: 1 ns of timer slack, not
             proctitle.prctl(_PR_SET_TIMERSLACK, 1)  # Linux's 50 us, so a slice's wait ends on time
             _precise.timers = True
@@ -393,23 +419,32 @@ class Streams:
         while remaining > 0:
             grant, worker.booked = worker.booked, None
             if grant is None:
-                grant = book.acquire_slice(worker.device, min(remaining, scheduling.SLICE_US), pause)
+                asked = time.monotonic()
+                want = min(remaining, scheduling.SLICE_US)
+                grant = book.acquire_slice(worker.device, want, pause, ready_at=None if used else asked)
             if grant is None:
                 return None
             start, end = grant
             got = round((end - start) * 1e6)
             remaining -= got
             used += got
+            if remaining <= 0:  # the die computes during its last slice: the result is ready at its end
+                _complete(task)
             nxt = self._next_want(worker, remaining)
             lookahead_at = end - scheduling.LOOKAHEAD_US / 1e6
             if nxt and not pause.wait(max(0.0, lookahead_at - time.monotonic())):
-                worker.booked = book.acquire_slice(worker.device, nxt, pause)
-            if pause.wait(max(0.0, end - time.monotonic())):
-                return None
-        try:
-            task.complete()
-        except AclFailure as exc:
-            task.error = exc
+                worker.booked = book.acquire_slice(
+                    worker.device, nxt, pause, ready_at=end if remaining <= 0 else None
+                )
+            while True:  # a latency-critical slice may go in before the end: it ends later then
+                if _hold_until(end, pause):
+                    return None
+                moved = book.confirm_slice(worker.device, grant)
+                if moved is None or moved[1] <= end:
+                    break
+                end = moved[1]
+        if not used:  # no die time at all (a model that declares none): only its result
+            _complete(task)
         return used
 
     def _next_want(self, worker: _Worker, remaining: int) -> int:

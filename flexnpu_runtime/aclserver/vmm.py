@@ -25,7 +25,8 @@ from flexnpu_wire import codes
 from flexnpu_wire.framing import Op
 
 if TYPE_CHECKING:
-    from flexnpu_runtime.aclserver.quota import Allocation
+    from flexnpu_runtime.aclserver.backend import Allocation
+    from flexnpu_runtime.aclserver.quota import QuotaBook
 
 __all__ = ["RESERVE_FACTOR", "VirtualMemory"]
 
@@ -46,8 +47,9 @@ class _Range:
 class VirtualMemory:
     """The VMM ops of one session (``handlers`` for the dispatcher); thread-safe."""
 
-    def __init__(self, backend: Backend, *, session_id: int) -> None:
+    def __init__(self, backend: Backend, book: QuotaBook, *, session_id: int) -> None:
         self.backend = backend
+        self.book = book
         self.session_id = session_id
         self._ranges: dict[int, _Range] = {}
         self._handles: dict[int, Allocation] = {}
@@ -77,7 +79,7 @@ class VirtualMemory:
     def _reserve(self, ints: tuple[int, ...]) -> tuple[int, ...]:
         device, size = ints
         make = self._make("aclrtReserveMemAddress")
-        quota = self.backend.book.share(device).spec.memory_bytes
+        quota = self.book.share(device).spec.memory_bytes
         with self._lock:
             held = sum(r.alloc.size for r in self._ranges.values() if r.alloc.device == device)
         if size <= 0 or held + size > RESERVE_FACTOR * quota:
@@ -86,7 +88,7 @@ class VirtualMemory:
                 f"aclrtReserveMemAddress: {size} bytes more than the {held} reserved exceed {RESERVE_FACTOR}x the"
                 f" device's {quota}-byte quota",
             )
-        alloc = self.backend.book.allocate(device, size, 0, owner=self.session_id, make=make, charge=False)
+        alloc = self.book.allocate(device, size, 0, owner=self.session_id, make=make, charge=False)
         with self._lock:
             self._ranges[alloc.base] = _Range(alloc)
         return (alloc.base,)
@@ -105,14 +107,14 @@ class VirtualMemory:
                     f"aclrtReleaseMemAddress: {len(r.mappings)} mappings remain in the range at {address:#x}",
                 )
             del self._ranges[address]
-        self.backend.book.free(address, owner=self.session_id)
+        self.book.free(address, owner=self.session_id)
         return ()
 
     def _malloc_physical(self, ints: tuple[int, ...]) -> tuple[int, ...]:
         device, size = ints
         self._make("aclrtMallocPhysical")
         make_handle: Callable[[int], tuple[int, Any]] = getattr(self.backend, "make_handle")  # noqa: B009
-        alloc = self.backend.book.allocate(device, size, 0, owner=self.session_id, make=make_handle)
+        alloc = self.book.allocate(device, size, 0, owner=self.session_id, make=make_handle)
         with self._lock:
             self._handles[alloc.base] = alloc
         return (alloc.base,)
@@ -129,7 +131,7 @@ class VirtualMemory:
                     codes.ACL_ERROR_INVALID_PARAM, f"aclrtFreePhysical: handle {handle:#x} is still mapped"
                 )
             del self._handles[handle]
-        self.backend.book.free(handle, owner=self.session_id)
+        self.book.free(handle, owner=self.session_id)
         return ()
 
     def _map(self, ints: tuple[int, ...]) -> tuple[int, ...]:

@@ -105,5 +105,6 @@ def build_spec(
         max_sessions=max_sessions,
         max_shares_per_die=max_shares_per_die,
         process_name=process_name(request.claim_uid),
+        tcp_listen=not request.unix_only,
         version=SPEC_VERSION,
     )

@@ -17,9 +17,9 @@ from dra_driver.daemon_api.values import (
     RegisterRequest,
 )
 from dra_driver.errors import ErrorCode, InvalidInput
-from flexnpu_wire.codes import Policy
+from flexnpu_wire.codes import Policy, Priority
 
-__all__ = ["DieCapacity", "Entity", "parse_policy"]
+__all__ = ["DieCapacity", "Entity", "parse_policy", "parse_priority"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +97,20 @@ def parse_policy(value: str, *, claim_uid: str, field_name: str) -> Policy:
     except ValueError:
         raise InvalidInput(
             f"unknown policy {value!r}; use one of {', '.join(p.value for p in Policy)}",
+            code=ErrorCode.INVALID_ARGUMENT,
+            claim_uid=claim_uid,
+            field=field_name,
+        ) from None
+
+
+def parse_priority(value: str, *, claim_uid: str, field_name: str) -> Priority:
+    """The priority named ``value`` ("" is normal: a node of the release before priorities), or an
+    :class:`InvalidInput` naming the claim and field."""
+    try:
+        return Priority(value or Priority.NORMAL)
+    except ValueError:
+        raise InvalidInput(
+            f"unknown priority {value!r}; use one of {', '.join(p.value for p in Priority)}",
             code=ErrorCode.INVALID_ARGUMENT,
             claim_uid=claim_uid,
             field=field_name,

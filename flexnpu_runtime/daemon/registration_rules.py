@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from dra_driver import paths
 from dra_driver.daemon_api.values import RegisterRequest
 from dra_driver.errors import ErrorCode, InvalidInput, StateError
-from flexnpu_runtime.daemon.model import DieCapacity, Entity, parse_policy
+from flexnpu_runtime.daemon.model import DieCapacity, Entity, parse_policy, parse_priority
 from flexnpu_wire.codes import Policy
 from flexnpu_wire.shares import MAX_HOST_MEMORY_BYTES
 
@@ -85,6 +85,7 @@ def _check_shape(request: RegisterRequest) -> None:
             )
         seen.add(share.virtual_id)
         parse_policy(share.policy, claim_uid=uid, field_name=f"shares[{i}].policy")
+        parse_priority(share.priority, claim_uid=uid, field_name=f"shares[{i}].priority")
     if seen != set(range(len(request.shares))):
         raise InvalidInput(
             f"virtual_id values must be 0..{len(request.shares) - 1}, got {sorted(seen)}",

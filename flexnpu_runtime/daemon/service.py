@@ -1,7 +1,7 @@
 """The daemon's gRPC face: ``flexnpu.daemon.v1.FlexNPUDaemon`` on a unix socket.
 
 Thin: decode the request, call :class:`~flexnpu_runtime.daemon.manager.Manager`, encode the
-answer, and map driver errors to gRPC status codes in one table (:data:`STATUS_BY_ERROR`).
+answer, and map driver errors to gRPC status codes by the wire's one table (``dra_driver/daemon_api/wire.py``).
 The status details are the error's full sentence (naming the claim and field); trailing
 metadata carries the stable error code, claim UID, field and bare message so the client can
 rebuild the same exception.
@@ -22,18 +22,13 @@ import grpc
 from api_protos.gen import flexnpu_daemon_pb2 as pb
 from api_protos.gen import flexnpu_daemon_pb2_grpc as pb_grpc
 from dra_driver.daemon_api import wire
-from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput, StateError, Unavailable
+from dra_driver.errors import ErrorCode, FlexNPUError, Unavailable
 from flexnpu_runtime.daemon.manager import VERSION, Manager
 
 __all__ = ["STATUS_BY_ERROR", "VERSION", "DaemonServicer", "serve", "status_for"]
 
-#: Driver error class → gRPC status; the first matching row wins (most specific first).
-STATUS_BY_ERROR: tuple[tuple[type[FlexNPUError], grpc.StatusCode], ...] = (
-    (InvalidInput, grpc.StatusCode.INVALID_ARGUMENT),
-    (StateError, grpc.StatusCode.FAILED_PRECONDITION),
-    (Unavailable, grpc.StatusCode.UNAVAILABLE),
-    (FlexNPUError, grpc.StatusCode.INTERNAL),
-)
+STATUS_BY_ERROR = wire.STATUS_BY_ERROR
+"""Driver error class → gRPC status, the first matching row wins: the wire's one table (``wire.ERRORS``)."""
 
 _Resp = TypeVar("_Resp")
 

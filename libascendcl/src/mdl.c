@@ -81,7 +81,7 @@ struct cursor {
 
 static int take(struct cursor *c, size_t n, const unsigned char **out)
 {
-    if (n > c->len - c->off)
+    if (c->off > c->len || n > c->len - c->off)
         return -1;
     *out = c->p + c->off;
     c->off += n;
@@ -114,8 +114,10 @@ static int parse_tensor(struct cursor *c, struct mdl_tensor *t, int output)
 /* Fill desc from a description the aclserver sent (its own format: a bad one is a protocol error). */
 static int desc_parse(aclmdlDesc *desc, const unsigned char *p, size_t len, const char *what)
 {
+    /* the header's size must cover its fixed part and lie within what was sent: every read below
+     * is bounded by it (a shorter one would make the cursor start past its end) */
     if (len < MODEL_FIXED_BYTES || memcmp(p, MODEL_MAGIC, 8) || le(p + 8, 4) != MODEL_VERSION ||
-        le(p + 12, 4) > len)
+        le(p + 12, 4) < MODEL_FIXED_BYTES || le(p + 12, 4) > len)
         return flexnpu_fail(ACL_ERROR_INTERNAL_ERROR, "%s: the aclserver sent a malformed model description", what);
     size_t n_in = (size_t)le(p + 40, 4), n_out = (size_t)le(p + 44, 4);
     size_t n_batch = (size_t)le(p + 48, 4), n_hw = (size_t)le(p + 52, 4);
@@ -734,9 +736,12 @@ static int dynamic_target(uint32_t model_id, aclmdlDataset *ds, size_t index, co
     else if (index + 1 != desc.n_inputs || index >= ds->n)
         rc = flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: index %zu is not the dynamic-shape input (%s, index %zu)",
                           what, index, ACL_DYNAMIC_TENSOR_NAME, desc.n_inputs - 1);
+    else if (!found && hw)
+        rc = flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: %llux%llu is not one of the model's gears", what,
+                          (unsigned long long)value[0], (unsigned long long)value[1]);
     else if (!found)
-        rc = flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: %llu%s%llu is not one of the model's gears", what,
-                          (unsigned long long)value[0], hw ? "x" : "", hw ? (unsigned long long)value[1] : 0ULL);
+        rc = flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: %llu is not one of the model's gears", what,
+                          (unsigned long long)value[0]);
     else if (!ds->blobs[index].buffer || ds->blobs[index].buffer->magic != DATA_BUFFER_MAGIC ||
              ds->blobs[index].buffer->size < (hw ? 16u : 8u))
         rc = flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: the dynamic-shape input's buffer is missing or too small", what);

@@ -372,6 +372,22 @@ static void scenario_init(void)
     }
 }
 
+/* desc: aclInit, set device 0 and describe model 1 (against a server that sends the description). */
+static void scenario_desc(void)
+{
+    int r = aclInit(NULL);
+    printf("val init_code %d\nval init_msg %s\n", r, r ? msg() : "");
+    if (r)
+        return;
+    CALL(aclrtSetDevice(0));
+    aclmdlDesc *desc = aclmdlCreateDesc();
+    r = aclmdlGetDesc(desc, 1);
+    printf("val desc_code %d\nval desc_msg %s\n", r, r ? msg() : "");
+    if (!r)
+        printf("val desc_inputs %zu\n", aclmdlGetNumInputs(desc));
+    aclmdlDestroyDesc(desc);
+}
+
 /* hold <bytes> <fifo-less>: init, allocate, print "held", then wait for stdin to close. */
 static void scenario_hold(size_t bytes)
 {
@@ -593,6 +609,8 @@ int main(int argc, char **argv)
         scenario_badargs();
     else if (!strcmp(s, "init"))
         scenario_init();
+    else if (!strcmp(s, "desc"))
+        scenario_desc();
     else if (!strcmp(s, "hold") && argc == 3)
         scenario_hold(strtoull(argv[2], NULL, 10));
     else if (!strcmp(s, "threads") && argc == 3)
@@ -604,7 +622,7 @@ int main(int argc, char **argv)
     else if (!strcmp(s, "fork"))
         scenario_fork();
     else {
-        fprintf(stderr, "usage: acl_check quota|memcpy|streams|badargs|init|hold|threads|afterline|fork ...\n");
+        fprintf(stderr, "usage: acl_check quota|memcpy|streams|badargs|init|desc|hold|threads|afterline|fork ...\n");
         return 2;
     }
     return finish();

@@ -1,7 +1,8 @@
 """libascendcl.so against a server that answers HELLO with broken frames (a stand-in on a unix
 socket, not the aclserver): every case ends in a clear error code within the connect timeout,
 with the library built with AddressSanitizer and UndefinedBehaviorSanitizer, so a bad length,
-count or name is never read past, trusted or followed."""
+count or name is never read past, trusted or followed. Model descriptions too (issue 25 class
+11: a header shorter than its fixed part was read past, an AddressSanitizer heap-buffer-overflow)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 
 from flexnpu_testing import clibrary
 from flexnpu_wire import framing as protocol
+from flexnpu_wire import modelfile as mf
 from flexnpu_wire.framing import Op
 from tests.c.conftest import HERE, run
 
@@ -167,3 +169,66 @@ def test_broken_replies_after_hello(
     failed = values["init_msg"] if values["init_code"] != "0" else values.get("meminfo_msg", "")
     assert values["init_code"] != "0" or values["meminfo_code"] != "0", values
     assert text in failed, values
+
+
+def _desc(**patch: int) -> bytes:
+    """A valid model description (one input, one output) with fields of its fixed part replaced:
+    ``size`` (the header's byte count, at 12), ``n_in`` (at 40), ``n_out`` (at 44)."""
+    t = mf.Tensor("x", 0, mf.FORMAT_ND, (4,))
+    y = mf.Tensor("y", 0, mf.FORMAT_ND, (4,))
+    header = bytearray(mf.render_header(mf.ModelFile(inputs=(t,), outputs=(mf.Output(y),))))
+    for name, value in patch.items():
+        struct.pack_into("<I", header, {"size": 12, "n_in": 40, "n_out": 44}[name], value)
+    return bytes(header)
+
+
+DESCRIPTIONS = [
+    # issue 25 class 11: a header shorter than its fixed part made the parser start past its end
+    pytest.param(_desc(size=16)[:64], "malformed model description", id="header-shorter-than-fixed-part"),
+    pytest.param(_desc(size=0), "malformed model description", id="header-size-zero"),
+    pytest.param(_desc(size=64), "runs past its header", id="tensors-past-the-header-size"),
+    pytest.param(_desc(size=1 << 20), "malformed model description", id="header-size-past-the-reply"),
+    pytest.param(_desc(n_in=200, size=128)[:128], "runs past its header", id="count-past-the-reply"),
+    pytest.param(_desc(n_in=100000), "too many entries", id="huge-count"),
+    pytest.param(_desc()[:70], "malformed model description", id="cut-short"),
+]
+
+
+@pytest.mark.parametrize(("tail", "text"), DESCRIPTIONS)
+def test_hostile_model_descriptions(
+    sanitized_check: Path, fake_server: tuple[Path, list[list[bytes]]], tmp_path: Path, tail: bytes, text: str
+) -> None:
+    sock_path, script = fake_server
+    script.append(
+        [
+            GOOD_HELLO,
+            _reply((0,), op=Op.INIT, rid=2),
+            _reply((0,), op=Op.SET_DEVICE, rid=3),
+            _reply((0,), tail, op=Op.MODEL_GET_DESC, rid=4),
+        ]
+    )
+    env = {"ASAN_OPTIONS": "detect_leaks=1:halt_on_error=1", "FLEXNPU_CONNECT_TIMEOUT_MS": "2000"}
+    res = run(sanitized_check, "desc", conf=_conf(tmp_path, sock_path), timeout=30, **env)
+    assert "Sanitizer" not in res.stderr and "runtime error" not in res.stderr, res.stderr[-4000:]
+    assert res.values["init_code"] == "0", res.values
+    assert res.values["desc_code"] != "0" and text in res.values["desc_msg"], res.values
+
+
+def test_a_valid_model_description_is_read(
+    sanitized_check: Path, fake_server: tuple[Path, list[list[bytes]]], tmp_path: Path
+) -> None:
+    """The same server with an intact description: the checks refuse only what is broken."""
+    sock_path, script = fake_server
+    script.append(
+        [
+            GOOD_HELLO,
+            _reply((0,), op=Op.INIT, rid=2),
+            _reply((0,), op=Op.SET_DEVICE, rid=3),
+            _reply((0,), _desc(), op=Op.MODEL_GET_DESC, rid=4),
+        ]
+    )
+    res = run(
+        sanitized_check, "desc", conf=_conf(tmp_path, sock_path), timeout=30, ASAN_OPTIONS="detect_leaks=1"
+    )
+    assert "Sanitizer" not in res.stderr, res.stderr[-4000:]
+    assert (res.values["desc_code"], res.values["desc_inputs"]) == ("0", "1"), res.values

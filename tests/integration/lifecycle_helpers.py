@@ -19,7 +19,7 @@ from typing import Any
 from dra_driver import wirefiles
 from dra_driver.checkpoint import CheckpointStore
 from tests.integration.conftest import NAMESPACE, Node
-from tests.integration.daemon_harness import ping_tcp
+from tests.integration.daemon_harness import hello_tcp
 
 
 def checkpoint_uids(node: Node) -> set[str]:
@@ -69,12 +69,13 @@ def assert_clean(node: Node, surviving_uids: Collection[str], timeout: float = 1
 
 
 def assert_share_works(node: Node, uid: str) -> int:
-    """A prepared share's CDI spec exists and its aclserver answers PING on its TCP endpoint; the pid."""
+    """A prepared share's CDI spec exists and its aclserver answers HELLO with the claim's token on
+    its TCP endpoint; the pid (the aclserver tells it only after HELLO)."""
     assert any(uid in p.name for p in node.cdi_specs()), f"no CDI spec for claim {uid}"
     conf = wirefiles.load_client_conf(node.dirs["run"] / "claims" / uid / "client.conf")
     host, port = conf.endpoints.tcp_address or ("", 0)
     assert port, f"claim {uid}: client.conf has no TCP endpoint"
-    return ping_tcp(host, port)
+    return hello_tcp(host, port, conf.token)
 
 
 def share_request(name: str = "vnpu", memory: str = "256Mi", compute: str = "10") -> dict[str, Any]:

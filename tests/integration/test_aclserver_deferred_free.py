@@ -29,7 +29,7 @@ KERNEL_US = 3_000_000
 """Long enough that the checks after FREE run while the kernel is still queued, even on a loaded machine."""
 OVERHEAD = 48 << 20
 """The aclserver's own RSS beyond the device memory it holds: interpreter, staging region, buffers
-of one chunk of a copy (README, Security: 'aclserver host memory')."""
+of one chunk of a copy (docs/operations.md, Security)."""
 
 
 def rss(pid: int) -> int:

@@ -9,8 +9,8 @@ import signal
 from collections.abc import Callable
 
 from dra_kubeletplugin.claims import ClaimRef
+from dra_kubeletplugin.registration import other_instances
 from flexnpu_testing.waiting import wait_for
-from kubeletplugin.node import other_instances
 from tests.integration.conftest import DRIVER, NAMESPACE, NODE, Node
 
 WHOLE = {"name": "npu", "exactly": {"deviceClassName": "npu.flexnpu.io"}}

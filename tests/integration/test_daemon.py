@@ -17,7 +17,7 @@ from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput, StateError,
 from flexnpu_runtime.daemon import processes
 from tests.integration import daemon_harness as h
 from tests.integration.conftest import MakeDaemon
-from tests.integration.daemon_harness import DaemonProc, gone, ping_tcp, ping_unix, request, share, wait_for
+from tests.integration.daemon_harness import DaemonProc, gone, hello_tcp, ping_unix, request, share, wait_for
 
 
 @pytest.fixture
@@ -45,7 +45,7 @@ def test_register_serves_both_endpoints_and_lists(make_daemon: MakeDaemon, launc
         ep = res.endpoints
         assert ep.shm_dir == str(daemon.shm_root / claim)
         assert ping_unix(ep.unix_socket) == res.pid
-        assert ping_tcp(ep.tcp_host, ep.tcp_port) == res.pid
+        assert hello_tcp(ep.tcp_host, ep.tcp_port, "ab" * 16) == res.pid
         [info] = c.list(probe=True)
         [quick] = c.list()
         health = c.health()
@@ -211,7 +211,7 @@ def test_sigterm_leaves_aclservers_running_and_restart_readopts(daemon: DaemonPr
     with daemon.client() as c:
         [info] = c.list()
     assert (info.entity_id, info.pid, info.state) == (claim, res.pid, EntityState.RUNNING)
-    assert ping_tcp(res.endpoints.tcp_host, res.endpoints.tcp_port) == res.pid
+    assert hello_tcp(res.endpoints.tcp_host, res.endpoints.tcp_port, "ab" * 16) == res.pid
     os.kill(res.pid, signal.SIGKILL)  # an adopted aclserver is monitored and restarted too
     with daemon.client() as c:
         restarted = wait_for(
@@ -277,7 +277,7 @@ def test_killed_aclserver_is_restarted_once_and_reported(make_daemon: MakeDaemon
         )
         assert info.pid != res.pid and f"pid {res.pid} exited" in info.message
         assert ping_unix(info.endpoints.unix_socket) == info.pid
-        assert ping_tcp(info.endpoints.tcp_host, info.endpoints.tcp_port) == info.pid
+        assert hello_tcp(info.endpoints.tcp_host, info.endpoints.tcp_port, "ab" * 16) == info.pid
         assert info.endpoints == res.endpoints  # same unix socket, and the TCP port was still free
         os.kill(info.pid, signal.SIGKILL)  # the restart budget (1) is spent: it stays Exited
         wait_for(

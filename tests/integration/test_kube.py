@@ -197,9 +197,3 @@ def test_deferred_client_connects_on_first_use(server: FakeAPIServer, tmp_path: 
     with pytest.raises(kube.InvalidInput) as info:
         bad.connect()
     assert info.value.field == "kubeconfig"
-
-
-def test_a_generated_api_method_still_works_through_call(k: Kube) -> None:
-    """Code written against the typed classes (``self._core.read_node``) keeps working."""
-    node = k._call("get node", k._core.read_node, NODE)
-    assert node["metadata"]["name"] == NODE

@@ -20,7 +20,7 @@ from flexnpu_testing.waiting import wait_for
 from flexnpu_wire import clientconf
 from flexnpu_wire.codes import ACL_ERROR_RT_MEMORY_ALLOCATION
 from tests.integration.conftest import DRIVER, NAMESPACE, NODE, Node
-from tests.integration.daemon_harness import ping_tcp
+from tests.integration.daemon_harness import hello_tcp
 
 MI = 1024 * 1024
 
@@ -114,7 +114,7 @@ def test_share_prepared_served_and_released(soft_node: Node) -> None:
     # the control link: the aclserver answers on the link address from client.conf
     assert conf.endpoints.tcp and conf.endpoints.tcp.startswith("169.254.213.1:")
     host, port = conf.endpoints.tcp_address or ("", 0)
-    assert ping_tcp(host, port) > 0
+    assert hello_tcp(host, port, conf.token) > 0
     # the client inside its quota, and refused beyond it
     with _host_session(n, uid) as s:
         s.init()

@@ -17,10 +17,12 @@ from types import SimpleNamespace
 import pytest
 
 from dra_driver.checkpoint import ClaimState
-from dra_driver.daemon_api.values import Endpoints, EntityInfo, EntityState, ShareUsage
+from dra_driver.daemon_api.values import LEDGER_DIR_NAME, Endpoints, EntityInfo, EntityState, ShareUsage
 from dra_driver.devices import DieMode
 from dra_driver.records import DieRecord
+from flexnpu_runtime.aclserver import ledger
 from flexnpu_runtime.daemon import bounds
+from flexnpu_wire.codes import Priority
 from flexnpu_wire.shares import Share
 from kubeletplugin import smi, smi_tables
 from tests.integration.daemon_harness import DaemonProc, gone, request, share
@@ -40,7 +42,8 @@ def daemon() -> Iterator[DaemonProc]:
 def test_info_shows_each_vnpu_and_unregister_stops_an_orphan(daemon: DaemonProc) -> None:
     claim = str(uuid.uuid4())
     with daemon.client() as c:
-        res = c.register(request(claim, share(2, vid=0, compute=30), share(5, vid=1, mem_gib=2, compute=100)))
+        online = dataclasses.replace(share(5, vid=1, mem_gib=2, compute=100), priority="latency-critical")
+        res = c.register(request(claim, share(2, vid=0, compute=30), online))
 
     table = daemon.smi("info")
     assert table.returncode == 0, table.stderr
@@ -49,6 +52,10 @@ def test_info_shows_each_vnpu_and_unregister_stops_an_orphan(daemon: DaemonProc)
     rows = json.loads(daemon.smi("info", "--json").stdout)["rows"]
     assert [(r["CLAIM UID"], r["VNPU"], r["DIE"]) for r in rows] == [(claim, "0", "2"), (claim, "1", "5")]
     assert all(r["ACLSERVER"] == f"{res.pid} Running" for r in rows)
+    # the priority went daemon API -> launch spec -> the aclserver's die-ledger entry, and smi shows it
+    assert [r["PRIORITY"] for r in rows] == ["normal", "latency-critical"]
+    (entry,) = ledger.read_entries(str(daemon.shm_root / LEDGER_DIR_NAME), 5)
+    assert (entry.pid, entry.priority) == (res.pid, Priority.LATENCY_CRITICAL)
     assert rows[0]["ENDPOINT"] == f"{res.endpoints.tcp_host}:{res.endpoints.tcp_port}"
     assert (rows[0]["MEM(MiB) USED/QUOTA"], rows[0]["COMPUTE(%) USED/QUOTA"]) == (
         "0/1024",

@@ -196,3 +196,74 @@ def test_default_limit_is_63_and_a_file_without_a_slot_count_has_64(tmp_path: Pa
         assert old.entries() == []
     finally:
         old.close()
+
+
+def test_a_latency_critical_slice_goes_in_and_the_holder_learns_its_later_end(
+    die: ledger.DieLedger, aclservers: list[int]
+) -> None:
+    import time
+
+    from flexnpu_runtime.aclserver import scheduling
+    from flexnpu_wire.codes import Priority
+
+    def register(pid: int, priority: Priority) -> int:
+        return die.register(
+            claim_uid="c", virtual_id=0, quota=50, policy=Policy.ELASTIC, memory_only=False, mem_quota=1 << 20,
+            pid=pid, priority=priority,
+        )  # fmt: skip
+
+    batch = register(aclservers[0], Priority.BATCH)
+    lc = register(aclservers[1], Priority.LATENCY_CRITICAL)
+    for _attempt in range(20):  # the call must come while the batch slice runs: on a loaded machine, again
+        held = die.acquire(batch, 5_000, threading.Event())
+        assert held is not None
+        asked = time.monotonic()
+        if asked < held[1] - 0.004:
+            break
+    else:
+        pytest.fail("the test never got to ask while a 5 ms batch slice ran")
+    got = die.acquire(lc, 1_000, threading.Event(), ready_at=asked)
+    assert got is not None and round((got[1] - got[0]) * 1e6) == 1_000
+    pieces = (got[0] - held[0]) * 1e6 / scheduling.YIELD_US
+    assert asked <= got[0] < held[1] and abs(pieces - round(pieces)) < 1e-3, (
+        "at a boundary of the batch slice"
+    )
+    assert die.confirm(batch, held) == pytest.approx((held[0], held[1] + 0.001))
+    assert die.confirm(lc, got) is None, "a latency-critical slice is not split"
+    after = die.acquire(batch, 1_000, threading.Event())
+    assert after is not None and after[0] >= held[1] + 0.001 - 1e-9, "not before the batch slice's new end"
+    entries = {e.slot: e for e in die.entries()}
+    assert (entries[batch].priority, entries[batch].preempted) == (Priority.BATCH, 1)
+    assert (entries[lc].priority, entries[lc].preempted) == (Priority.LATENCY_CRITICAL, 0)
+    assert sum(entries[lc].delay_buckets) == 1 and sum(entries[batch].delay_buckets) == 0
+    assert entries[lc].delay_sum_us == round((got[0] - asked) * 1e6)
+
+
+def _v1_file(tmp_path: Path, die_id: int, pid: int) -> Path:
+    path = Path(ledger.ledger_path(str(tmp_path), die_id))
+    head = bytearray(64)
+    ledger._HEADER.pack_into(head, 0, ledger.MAGIC, 1, die_id, 0.0, -1)
+    ledger._COUNT.pack_into(head, ledger._SLOTS_OFFSET, 4)
+    ledger._COUNT.pack_into(head, ledger._CAPACITY_OFFSET, 4)
+    entry = ledger._V1_ENTRY.pack(
+        1, 2, 0, 0, pid, 0, 50, ledger._starttime(pid), b"old", 0, 0, 0, 0.0, 0, 1 << 20, 0, 0.0
+    )
+    path.write_bytes(bytes(head) + entry + bytes(3 * ledger._V1_ENTRY.size))
+    return path
+
+
+def test_a_file_of_the_release_before_priorities(tmp_path: Path, aclservers: list[int]) -> None:
+    """Rewritten once none of its aclservers lives; refused, naming the file, while one does."""
+    _v1_file(tmp_path, 5, aclservers[0])
+    with pytest.raises(StateError, match="previous release still runs"):
+        ledger.DieLedger(str(tmp_path), 5)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    _v1_file(tmp_path, 6, gone.pid)
+    with pytest.raises(StateError):  # an observer does not rewrite it
+        ledger.DieLedger(str(tmp_path), 6, create=False)
+    fresh = ledger.DieLedger(str(tmp_path), 6)
+    try:
+        assert fresh.entries() == [] and reg(fresh, Policy.FIXED) == 0
+    finally:
+        fresh.close()

@@ -10,7 +10,7 @@ import pytest
 from dra_driver import wirefiles
 from dra_driver.errors import InvalidInput
 from flexnpu_wire import launch
-from flexnpu_wire.codes import Policy
+from flexnpu_wire.codes import Policy, Priority
 
 DOC: dict[str, object] = {
     "version": 1,
@@ -32,6 +32,7 @@ DOC: dict[str, object] = {
             "compute_percent": 30,
             "policy": "fixed",
             "memory_only": False,
+            "priority": "latency-critical",
         },
         {
             "virtual_id": 1,
@@ -62,6 +63,8 @@ def _with(**changes: object) -> str:
 def test_parse_and_round_trip() -> None:
     spec = wirefiles.parse_spec(json.dumps(DOC), source="f")
     assert spec.shares[0].policy is Policy.FIXED and spec.shares[1].memory_only is False
+    assert spec.shares[0].priority_enum is Priority.LATENCY_CRITICAL
+    assert spec.shares[1].priority_enum is Priority.NORMAL, "a spec without the field: normal"
     assert spec.staging_bytes == launch.DEFAULT_STAGING_BYTES
     assert wirefiles.parse_spec(launch.render_spec(spec), source="f") == spec
 
@@ -81,6 +84,8 @@ def test_parse_and_round_trip() -> None:
         pytest.param(_with(colour="red"), "colour", id="unknown-field"),
         pytest.param(_with(shares=[]), "shares", id="no-shares"),
         pytest.param(_with(s0__policy="greedy"), "shares[0].policy", id="bad-policy"),
+        pytest.param(_with(s0__priority="urgent"), "shares[0].priority", id="bad-priority"),
+        pytest.param(_with(s0__priority=1), "shares[0].priority", id="priority-not-a-string"),
         pytest.param(_with(s0__compute_percent=101), "shares[0].compute_percent", id="compute-range"),
         pytest.param(_with(s0__memory_bytes=0), "shares[0].memory_bytes", id="memory-zero"),
         pytest.param(_with(s0__memory_only=1), "shares[0].memory_only", id="memory-only-int"),

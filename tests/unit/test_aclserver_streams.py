@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from flexnpu_runtime.aclserver.backend import Allocation
 from flexnpu_runtime.aclserver.backend_emulated import EmulatedBackend
-from flexnpu_runtime.aclserver.quota import Allocation
 from flexnpu_runtime.aclserver.streams import Streams, Task
 from flexnpu_testing import aclserver_harness
 from flexnpu_testing.waiting import wait_for
+from flexnpu_wire import codes
 
 OWNER = 1
 
@@ -37,7 +38,7 @@ def backend(tmp_path: Path) -> Iterator[EmulatedBackend]:
 
 @pytest.fixture
 def streams(backend: EmulatedBackend) -> Iterator[Streams]:
-    s = Streams(backend, session_id=OWNER, current=lambda: 0)
+    s = Streams(backend, backend.book, session_id=OWNER, current=lambda: 0)
     try:
         yield s
     finally:
@@ -93,3 +94,26 @@ def test_a_cancel_mid_task_ends_it_with_an_error_and_releases_its_pins(
     canceller.join(10)
     assert task.error is not None and "cancelled" in task.error.message
     assert buf.pins == 0 and stream.pending == 0 and streams.kernels_done == 0
+
+
+def test_work_that_raises_is_the_call_s_acl_error_and_the_worker_keeps_running(
+    backend: EmulatedBackend, streams: Streams
+) -> None:
+    """Issue 25 class 6: an executor error (here a ValueError, as numpy raised for a model whose
+    sizes differ per batch) ends its task with an ACL error; the worker thread lives on, so the
+    next task runs, a synchronize returns and the pins come back."""
+    stream, buf = streams.create(0), buffer(backend)
+
+    def broken() -> None:
+        raise ValueError("cannot reshape array of size 1024 into shape (4,)")
+
+    failing = Task(stream, 1, broken)
+    streams.submit(failing, [buf])
+    assert failing.done.wait(10), "the task ended"
+    assert failing.error is not None and failing.error.code == codes.ACL_ERROR_INTERNAL_ERROR
+    assert "cannot reshape" in failing.error.message
+    after = Task(stream, 1, lambda: None)
+    streams.submit(after, [buf])
+    streams.drain()
+    assert after.done.is_set() and after.error is None, "the same worker ran the next task"
+    assert buf.pins == 0 and stream.pending == 0

@@ -1,4 +1,4 @@
-"""The chart, its schema, values.yaml and every README agree: each Helm value flag a README shows
+"""The chart, its schema, values.yaml and the documentation agree: each Helm value flag a document shows
 (``--set``, ``--set-json``, ``-f``, and ``a.b: value`` in prose) passes Helm's own schema check and
 renders valid objects; ``helm lint --strict`` is clean; values.yaml comments name every value an
 enum of the schema allows; the schema knows every key of values.yaml and nothing else."""
@@ -19,20 +19,27 @@ from tests.helmchart import CHART, ROOT
 from tests.unit.test_manifests import check_shape
 
 SCHEMA = json.loads((CHART / "values.schema.json").read_text())
-DOCS = [ROOT / "README.md", *sorted((ROOT / "manifests" / "examples").glob("*/README.md"))]
+# The top-level README, every docs/ page and every example's README.
+DOCS = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").rglob("*.md")),
+    *sorted((ROOT / "manifests" / "examples").glob("*/README.md")),
+]
 INVOCATIONS = [f for doc in DOCS for f in helmchart.documented_flags(doc)]
 
 
-def test_the_readmes_show_value_flags() -> None:
-    """The extraction finds what the READMEs are known to show (so the table below is not empty)."""
+def test_the_docs_show_value_flags() -> None:
+    """The extraction finds what the documents are known to show (so the table below is not empty)."""
     shown = {(flag, arg.split("=")[0].strip("'")) for inv in INVOCATIONS for flag, arg in inv.flags}
     assert ("--set", "plugin.defaultMode") in shown
     assert ("--set", "emulated.enabled") in shown
     assert ("--set-json", "emulated.inventory.chips") in shown
     assert ("--yaml-value", "plugin.defaultMode") in shown
+    # the install the README and docs/install.md show: a local image on every node
+    assert ("--set", "image.pullPolicy") in shown
 
 
-@pytest.mark.parametrize("invocation", [pytest.param(i, id=i.where) for i in INVOCATIONS])
+@pytest.mark.parametrize("invocation", [pytest.param(i, id=i.label) for i in INVOCATIONS])
 def test_documented_values_pass_the_schema_and_render(invocation: helmchart.ValueFlags) -> None:
     values = invocation.values(ROOT)
     merged = helmchart.merge(helmchart.chart_values(), values)

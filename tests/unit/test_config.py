@@ -33,6 +33,7 @@ READ: dict[str, tuple[str, Callable[[Config], Any], Any]] = {
     "slice-resync-seconds": ("0", lambda c: c.slice_resync_seconds, 0.0),
     "pod-uid": ("u-1", lambda c: c.pod_uid, "u-1"),
     "metrics-port": ("9400", lambda c: c.metrics_port, 9400),
+    "latency-delay-bound-ms": ("0.5", lambda c: c.latency_delay_bound_seconds, 0.0005),
     "daemon-socket": ("/d.sock", lambda c: c.daemon_socket, Path("/d.sock")),
     "daemon-retry-seconds": ("5", lambda c: c.daemon_retry_seconds, 5.0),
     "control-link": ("fxctl0", lambda c: c.control_link, "fxctl0"),
@@ -52,6 +53,13 @@ def test_max_shares_per_die_must_be_a_whole_number_of_at_least_one(value: str) -
     with pytest.raises(InvalidInput) as info:
         config.from_args(["--node-name", "n", "--max-shares-per-die", value], {})
     assert info.value.field == "max-shares-per-die"
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "soon"])
+def test_latency_delay_bound_must_be_a_positive_number(value: str) -> None:
+    with pytest.raises(InvalidInput) as info:
+        config.from_args(["--node-name", "n", "--latency-delay-bound-ms", value], {})
+    assert info.value.field == "latency-delay-bound-ms"
 
 
 def test_max_shares_per_die_defaults_to_63() -> None:

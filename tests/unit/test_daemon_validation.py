@@ -18,7 +18,7 @@ TOKEN = "0f" * 16
 
 
 def share(
-    die: int = 3, *, vid: int = 0, mem: int = GIB, compute: int = 30, policy: str = "fixed", **kw: bool
+    die: int = 3, *, vid: int = 0, mem: int = GIB, compute: int = 30, policy: str = "fixed", **kw: bool | str
 ) -> Share:
     return Share(vid, die, mem, compute, policy, **kw)
 
@@ -98,6 +98,14 @@ OTHER_ELASTIC = registered(req("claim-c", share(3, policy="elastic", compute=90)
             ErrorCode.INVALID_ARGUMENT,
             "shares[0].policy",
             id="unknown-policy",
+        ),
+        pytest.param(
+            req("claim-a", share(priority="urgent")),
+            [],
+            InvalidInput,
+            ErrorCode.INVALID_ARGUMENT,
+            "shares[0].priority",
+            id="unknown-priority",
         ),
         pytest.param(
             req("claim-a", share(vid=0), share(vid=0)),

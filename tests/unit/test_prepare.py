@@ -416,6 +416,30 @@ def test_a_claim_prepared_before_share_devices_had_a_policy_is_prepared_again(
     assert [s.policy for s in request.shares] == ["fixed"]
 
 
+@pytest.mark.parametrize(
+    ("transport", "unix_only"),
+    [
+        pytest.param("unix", True, id="unix-gets-no-tcp-listener"),
+        pytest.param("tcp", False, id="tcp"),
+        pytest.param(None, False, id="auto-keeps-both"),
+    ],
+)
+def test_a_claim_that_asked_for_the_unix_socket_only_asks_the_daemon_for_no_tcp_listener(
+    world: World, transport: str | None, unix_only: bool
+) -> None:
+    """Issue 25 class 1: no TCP listener a claim did not ask for."""
+    config = None
+    if transport is not None:
+        config = _policy("elastic")
+        config[0]["opaque"]["parameters"]["transport"] = transport
+    ref = _claim(world, "a", [_share()], config)
+    assert world.prepare([ref])[ref.uid].error == ""
+    (request,) = world.daemon.registered.values()
+    assert request.unix_only is unix_only
+    conf = json.loads(world.conf(ref.uid).read_text())
+    assert ("tcp" in conf["endpoints"]) is (transport != "unix")
+
+
 def test_a_config_that_disagrees_with_the_share_device_is_refused(world: World) -> None:
     ref = _claim(world, "a", [_share()], _policy("fixed"))  # the scheduler chose the elastic device
     err = world.prepare([ref])[ref.uid].error

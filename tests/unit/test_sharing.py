@@ -17,11 +17,16 @@ def test_defaults_and_overlay_order() -> None:
     cfg = sharing.resolve(
         [
             ("class[0]", {**HDR, "policy": "fixed", "transport": "tcp"}),
-            ("claim[0]", {**HDR, "policy": "best-effort"}),
+            ("claim[0]", {**HDR, "policy": "best-effort", "priority": "latency-critical"}),
         ],
         claim_uid="u",
     )
-    assert cfg == sharing.VnpuConfig(policy=sharing.Policy.BEST_EFFORT, transport=sharing.Transport.TCP)
+    assert cfg == sharing.VnpuConfig(
+        policy=sharing.Policy.BEST_EFFORT,
+        transport=sharing.Transport.TCP,
+        priority=sharing.Priority.LATENCY_CRITICAL,
+    )
+    assert sharing.VnpuConfig().priority is sharing.Priority.NORMAL
     assert sharing.resolve([], claim_uid="u") == sharing.VnpuConfig()
 
 
@@ -32,6 +37,8 @@ def test_defaults_and_overlay_order() -> None:
         pytest.param({**HDR, "policy": 3}, "cfg.policy", id="wrong-type"),
         pytest.param({**HDR, "policy": "greedy"}, "cfg.policy", id="unknown-policy"),
         pytest.param({**HDR, "isolation": "none"}, "cfg.isolation", id="unknown-isolation"),
+        pytest.param({**HDR, "priority": "urgent"}, "cfg.priority", id="unknown-priority"),
+        pytest.param({**HDR, "priority": 1}, "cfg.priority", id="priority-wrong-type"),
         pytest.param({"kind": sharing.KIND}, "cfg.apiVersion", id="no-apiversion"),
         pytest.param({**HDR, "kind": "GpuConfig"}, "cfg.kind", id="wrong-kind"),
         pytest.param({**HDR, "hostMemory": "2.5Gi"}, "cfg.hostMemory", id="host-memory-fraction"),

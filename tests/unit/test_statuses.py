@@ -6,12 +6,12 @@ import grpc
 import pytest
 
 from controller import kube
+from dra_driver.claims import claim_error
 from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput, StateError, Unavailable
 from dra_kubeletplugin import errors
 from dra_kubeletplugin.claims import ClaimRef
 from dra_kubeletplugin.errors import ClaimReason, ClaimRejected
 from kubeletplugin import error_status
-from kubeletplugin.driver import driver_error
 
 REF = ClaimRef(namespace="ns", uid="0b7d7a5c-1111-2222-3333-000000000001", name="a")
 
@@ -62,8 +62,8 @@ def test_status_for(exc: BaseException, code: grpc.StatusCode) -> None:
 def test_every_helper_reason_becomes_a_driver_error_naming_claim_and_field(
     reason: ClaimReason, code: ErrorCode
 ) -> None:
-    err = driver_error(
-        ClaimRejected.make("what happened", reason=reason, claim_uid=REF.uid, field="f.x"), REF
+    err = claim_error(
+        ClaimRejected.make("what happened", reason=reason, claim_uid=REF.uid, field="f.x"), REF.uid
     )
     assert err.code == code and err.claim_uid == REF.uid and err.field == "f.x"
     assert str(err) == f"claim {REF.uid}, field f.x: what happened [{code}]"
@@ -71,6 +71,6 @@ def test_every_helper_reason_becomes_a_driver_error_naming_claim_and_field(
 
 def test_the_api_clients_errors_are_kept_and_an_unknown_one_is_internal() -> None:
     proven = kube.ClaimNotFound("resourceclaims 'a' not found")
-    assert driver_error(proven, REF) is proven and proven.code == ErrorCode.CLAIM_NOT_FOUND
+    assert claim_error(proven, REF.uid) is proven and proven.code == ErrorCode.CLAIM_NOT_FOUND
     assert REF.uid in str(proven)
-    assert driver_error(RuntimeError("x"), REF).code == ErrorCode.INTERNAL
+    assert claim_error(RuntimeError("x"), REF.uid).code == ErrorCode.INTERNAL

@@ -136,3 +136,42 @@ def test_a_claim_with_sixteen_vnpus_takes_one_slot_of_the_share_limit() -> None:
     got = scrape(registry)
     assert value(got, "flexnpu_die_shares", die="1") == 2  # two aclservers, as the ledger counts them
     assert value(got, "flexnpu_die_compute_allocated_percent", die="1") == 30 + 16
+
+
+class _Entry:
+    """A ledger entry as the collector reads it (``flexnpu_runtime.aclserver.ledger.LedgerEntry``)."""
+
+    def __init__(
+        self, uid: str, priority: str, consumed_us: int, buckets: tuple[int, ...], preempted: int
+    ) -> None:
+        self.claim_uid, self.virtual_id, self.consumed_us, self.kernels = uid, 0, consumed_us, 7
+        self.priority, self.preempted, self.delay_buckets = priority, preempted, buckets
+        self.delay_sum_us = 1500
+
+
+def test_queueing_delay_preemptions_and_die_time_by_priority() -> None:
+    from flexnpu_runtime.aclserver import ledger
+
+    assert usage_metrics.DELAY_BUCKETS_S == ledger.DELAY_BUCKETS_S, "the collector's buckets are the ledger's"
+    n = len(ledger.DELAY_BUCKETS_S) + 1
+    lc = _Entry("a", "latency-critical", 2_000_000, (5, 3, *([0] * (n - 3)), 2), 0)
+    batch = _Entry("b", "batch", 3_000_000, (0,) * n, 11)
+    collector = usage_metrics.VnpuUsageCollector(
+        daemon=Daemon([entity("a", used=0), entity("b", used=0)]), kube=Kube(),
+        inventory=lambda: Inventory(dies=(die(1),)), node_name="n1", driver_name="npu.flexnpu.io",
+        max_shares_per_die=63, ledger=lambda _die: [lc, batch], delay_bound_seconds=0.0015,
+    )  # fmt: skip
+    registry = CollectorRegistry()
+    registry.register(collector)
+    got = scrape(registry)
+    name = "flexnpu_vnpu_pod_queue_delay_seconds"
+    lc_labels = {"claim": "claim-a", "priority": "latency-critical"}
+    assert value(got, f"{name}_bucket", le="0.0001", **lc_labels) == 5
+    assert value(got, f"{name}_bucket", le="0.00025", **lc_labels) == 8, "cumulative"
+    assert value(got, f"{name}_bucket", le="+Inf", **lc_labels) == 10
+    assert value(got, f"{name}_count", **lc_labels) == 10 and value(got, f"{name}_sum", **lc_labels) == 0.0015
+    assert value(got, "flexnpu_vnpu_pod_queue_delay_bound_seconds", **lc_labels) == 0.0015
+    assert value(got, "flexnpu_vnpu_pod_slices_preempted_total", claim="claim-b", priority="batch") == 11
+    die_time = "flexnpu_die_priority_compute_seconds_total"
+    assert value(got, die_time, die="1", priority="latency-critical") == 2.0
+    assert value(got, die_time, die="1", priority="batch") == 3.0

@@ -43,10 +43,10 @@ def test_server_serves_every_op_of_the_table_with_its_arities(tmp_path: Path) ->
             pass
 
     class _NoBackend:
-        book = _NoBook()
+        pass
 
     served = {op for op in ops.Op if op not in (ops.Op.NONE, ops.Op.PING, ops.Op.HELLO)}
-    session = Session(_NoBackend(), shm_dir=str(tmp_path), staging_bytes=4096)  # type: ignore[arg-type]
+    session = Session(_NoBackend(), _NoBook(), shm_dir=str(tmp_path), staging_bytes=4096)  # type: ignore[arg-type]
     try:
         tables = (session._handlers, session._tail_handlers, session._fd_handlers, session._unanswered)
         table = {op: entry[0] for t in tables for op, entry in t.items()}
