@@ -18,6 +18,13 @@ some images:
 * a loader-path environment variable (``LD_LIBRARY_PATH`` set by CDI) replaces the image's own
   value, and CANN images depend on theirs.
 
+The closure: frameworks load more of CANN than ``libascendcl.so`` (torch_npu links
+``libhccl.so``, ``libacl_op_compiler.so``, ``libge_runner.so``, ``libgraph.so``,
+``libacl_tdt_channel.so``, the ``rt*`` and ``Msprof*`` functions, and ``dlopen``s ``libopapi.so``).
+FlexNPU builds each under CANN's SONAME beside the library (``libascendcl/api/closure.json``); the spec
+mounts every one of them into ``/usr/lib/flexnpu/`` and the preload list names them all, so each
+wins by SONAME exactly as ``libascendcl.so`` does, with or without CANN in the image.
+
 Limits: a program that ``dlopen``s CANN's library by its absolute path gets CANN's copy;
 statically linked and musl programs ignore ``/etc/ld.so.preload``; an image's own
 ``/etc/ld.so.preload`` is hidden while the mount is in place.
@@ -53,6 +60,24 @@ __all__ = [
 
 CONTAINER_LIBRARY = "/usr/lib/flexnpu/libascendcl.so"
 """Where a container sees the shim (the only line of the preload list)."""
+CLOSURE_LIBRARIES = (
+    "libacl_op_compiler.so",
+    "libruntime.so",
+    "libhccl.so",
+    "libprofapi.so",
+    "libge_runner.so",
+    "libgraph.so",
+    "libacl_tdt_channel.so",
+    "libnnopbase.so",
+    "libopapi.so",
+    "libaclnn_ops_infer.so",
+    "libaclnn_ops_train.so",
+    "libaclnn_math.so",
+    "libaclnn_sparse.so",
+    "libaclnn_fft.so",
+    "libaclnn_rand.so",
+)
+"""The closure's libraries (``libascendcl/api/closure.json``, in its order), installed beside the library."""
 CONTAINER_PRELOAD = "/etc/ld.so.preload"
 PRELOAD_LIST_NAME = "ld.so.preload"
 """The preload list's file name, beside the library on the host (``make install`` puts it there)."""
@@ -67,6 +92,11 @@ class ClientLibrary:
     preload_list: str
     installed: bool
 
+    @property
+    def closure(self) -> tuple[str, ...]:
+        """The host paths of the closure's libraries (beside the library)."""
+        return tuple(str(PurePosixPath(self.library).parent / name) for name in CLOSURE_LIBRARIES)
+
 
 @dataclass(frozen=True, slots=True)
 class Plan:
@@ -80,7 +110,9 @@ def client_library(library: str, *, is_file: Callable[[str], bool]) -> ClientLib
     """The host paths for a library path (the ``--client-library`` flag); ``is_file`` (the caller's
     file-system probe, e.g. ``os.path.isfile``) decides whether both files are installed."""
     preload_list = str(PurePosixPath(library).parent / PRELOAD_LIST_NAME)
-    return ClientLibrary(library, preload_list, installed=is_file(library) and is_file(preload_list))
+    found = ClientLibrary(library, preload_list, installed=False)
+    installed = all(is_file(p) for p in (library, preload_list, *found.closure))
+    return ClientLibrary(library, preload_list, installed=installed)
 
 
 def resolve_mode(modes: Iterable[Interposition], *, claim_uid: str) -> Interposition:
@@ -104,7 +136,8 @@ def plan(mode: Interposition, library: ClientLibrary, *, claim_uid: str) -> Plan
     if not library.installed:
         raise InvalidInput(
             f"claim {claim_uid}: interposition 'preload' needs FlexNPU's client library on the node, but"
-            f" {library.library} or {library.preload_list} is missing (install it with"
+            f" {library.library}, {library.preload_list} or a library of its closure"
+            f" ({', '.join(CLOSURE_LIBRARIES)}) is missing beside it (install them with"
             " `make -C libascendcl install`, or point --client-library at it)",
             code=ErrorCode.INVALID_OPAQUE_CONFIG,
             claim_uid=claim_uid,
@@ -116,6 +149,10 @@ def plan(mode: Interposition, library: ClientLibrary, *, claim_uid: str) -> Plan
             env=(f"FLEXNPU_INTERPOSITION={Interposition.PRELOAD}",),
             mounts=(
                 cdi.Mount(library.library, CONTAINER_LIBRARY, _RO),
+                *(
+                    cdi.Mount(host, str(PurePosixPath(CONTAINER_LIBRARY).parent / name), _RO)
+                    for host, name in zip(library.closure, CLOSURE_LIBRARIES, strict=True)
+                ),
                 cdi.Mount(library.preload_list, CONTAINER_PRELOAD, _RO),
             ),
         ),

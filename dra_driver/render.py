@@ -245,7 +245,9 @@ def _client_conf(plan: ClaimPlan, endpoints: Endpoints, token: str) -> clientcon
         unix = f"{CONTAINER_SHM}/{Path(endpoints.unix_socket).name}"
     if endpoints.tcp_port and Transport.UNIX not in transports:
         tcp = f"{endpoints.tcp_host}:{endpoints.tcp_port}"
+    socs = [d.die.chip_model.soc_name(d.die.npu_name) for d in plan.devices if d.config is not None]
     return clientconf.ClientConf(
+        soc_name=socs[0] if socs else "",
         claim_uid=plan.ref.uid,
         token=token,
         endpoints=clientconf.Endpoints(unix=unix, tcp=tcp),

@@ -261,13 +261,26 @@ class Podman:
         ]
 
     def run_args(
-        self, *, cdi_ids: Sequence[str], command: str, netns: str | None = None, log_level: str | None = None
+        self,
+        *,
+        cdi_ids: Sequence[str],
+        command: str,
+        netns: str | None = None,
+        log_level: str | None = None,
+        read_only: Sequence[str] = (),
     ) -> list[str]:
-        """The ``podman`` arguments of one ``run`` (pure)."""
+        """The ``podman`` arguments of one ``run`` (pure). ``read_only``: host directories bind-mounted
+        read-only at the same path in the container (a test's Python environment, say)."""
         if netns is not None and not _NETNS_RE.match(netns):
             raise ValueError(f"invalid network namespace name {netns!r}")
         args = [f"--log-level={log_level}"] if log_level else []
         args += ["run", "--rm", "--pull=never", f"--network={f'ns:/run/netns/{netns}' if netns else 'none'}"]
+        for path in read_only:
+            if not path.startswith("/") or ":" in path or "," in path:
+                raise ValueError(
+                    f"a read-only mount must be an absolute path without ':' or ',', got {path!r}"
+                )
+            args += ["--volume", f"{path}:{path}:ro"]
         for cdi_id in cdi_ids:
             args += ["--device", cdi_id]
         args += ["--rootfs", str(self.rootfs), "/bin/sh", "-c", command]
@@ -282,6 +295,7 @@ class Podman:
         netns: str | None = None,
         timeout: float = 60,
         log_level: str | None = None,
+        read_only: Sequence[str] = (),
     ) -> subprocess.CompletedProcess[str]:
         """Run ``/bin/sh -c command`` in a container with ``cdi_ids`` injected from ``cdi_spec_dir``.
 
@@ -298,7 +312,9 @@ class Podman:
         if not spec_dir.is_dir():
             raise FileNotFoundError(f"CDI spec dir {spec_dir} does not exist")
         argv = self.command(
-            self.run_args(cdi_ids=cdi_ids, command=command, netns=netns, log_level=log_level),
+            self.run_args(
+                cdi_ids=cdi_ids, command=command, netns=netns, log_level=log_level, read_only=read_only
+            ),
             cdi_spec_dir=spec_dir,
         )
         return subprocess.run(

@@ -20,6 +20,9 @@ if ! command -v promtool >/dev/null 2>&1; then
   install -m 0755 "$pkg/x/usr/bin/promtool" "$VENV/bin/promtool"
   rm -rf "$pkg"
 fi
+# The PyTorch test venv (tests/e2e/test_podman_torch.py): cached, reinstalled only when its pins change.
+FLEXNPU_TORCH_VENV="$(bash "$ROOT/scripts/torch-venv.sh")"
+export FLEXNPU_TORCH_VENV
 cd "$ROOT"
 echo "== ruff" && ruff check . && ruff format --check .
 echo "== mypy" && mypy dra_driver flexnpu_runtime dra_kubeletplugin kubeletplugin controller flexnpu_testing

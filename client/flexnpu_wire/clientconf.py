@@ -71,6 +71,8 @@ class ClientConf:
     shm_dir: str
     shares: tuple[ShareInfo, ...]
     version: int = CONF_VERSION
+    soc_name: str = ""
+    """The dies' SoC name (``Ascend910B3``, ...) that ``aclrtGetSocName`` answers; "" when unknown."""
 
 
 def render(conf: ClientConf) -> str:
@@ -97,6 +99,8 @@ def render(conf: ClientConf) -> str:
             for s in conf.shares
         ],
     }
+    if conf.soc_name:
+        doc["soc_name"] = conf.soc_name
     return json.dumps(doc, indent=2) + "\n"
 
 
@@ -140,6 +144,11 @@ def parse(text: str, *, source: str) -> ClientConf:
     shares = tuple(_share(source, claim_uid, raw, i) for i, raw in enumerate(raw_shares))
     if sorted(s.virtual_id for s in shares) != list(range(len(shares))):
         raise _bad(source, "shares", f"virtual_id values must be 0..{len(shares) - 1} once each", claim_uid)
+    soc_name = doc.get("soc_name", "")
+    if not isinstance(soc_name, str) or len(soc_name) > _SOC_NAME_MAX or not soc_name.isascii():
+        raise _bad(
+            source, "soc_name", f"must be an ASCII string of at most {_SOC_NAME_MAX} characters", claim_uid
+        )
     return ClientConf(
         claim_uid=claim_uid,
         token=token,
@@ -147,6 +156,7 @@ def parse(text: str, *, source: str) -> ClientConf:
         shm_dir=shm_dir,
         shares=shares,
         version=version,
+        soc_name=soc_name,
     )
 
 
@@ -200,6 +210,10 @@ def _share(source: str, claim_uid: str, raw: object, index: int) -> ShareInfo:
     if not isinstance(memory_only, bool):
         raise _bad(source, prefix + "memory_only", "must be true or false", claim_uid)
     return ShareInfo(policy=policy, memory_only=memory_only, **values)
+
+
+_SOC_NAME_MAX = 63
+"""The C client's buffer (libascendcl/src/conf.h) holds 63 characters and the terminator."""
 
 
 def _string(source: str, doc: dict[str, Any], key: str, *, prefix: str = "") -> str:

@@ -55,6 +55,13 @@ class Op(IntEnum):
     MODEL_UNLOAD = 48
     STAGING_FD = 50
     MALLOC_HOST_FD = 51
+    OPERATOR = 60
+    VMM_RESERVE = 61
+    VMM_RELEASE = 62
+    VMM_MALLOC_PHYSICAL = 63
+    VMM_FREE_PHYSICAL = 64
+    VMM_MAP = 65
+    VMM_UNMAP = 66
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +201,35 @@ OPS: tuple[OpSpec, ...] = (
         reply_tail="(SCM_RIGHTS) the buffer: a sealed memfd",
         summary="unix socket only: aclrtMallocHost as a sealed memfd the server maps (copies at memcpy speed)",
     ),
+    OpSpec(
+        Op.OPERATOR,
+        request=("stream", "n_inputs", "n_outputs", "n_attrs"),
+        request_tail="the operator's name, tensors and attributes (flexnpu_wire/opcall.py layout)",
+        summary="one operator queued on the stream (aclopCompileAndExecute, aclopExecuteV2, the aclnn launches);"
+        " never answered: a failure is the stream's error, returned by its next synchronize",
+    ),
+    OpSpec(
+        Op.VMM_RESERVE,
+        request=("device", "size"),
+        reply=("address",),
+        summary="aclrtReserveMemAddress: a range of device addresses, not charged (what is mapped is)",
+    ),
+    OpSpec(
+        Op.VMM_RELEASE, request=("address",), summary="aclrtReleaseMemAddress (nothing may be mapped in it)"
+    ),
+    OpSpec(
+        Op.VMM_MALLOC_PHYSICAL,
+        request=("device", "size"),
+        reply=("handle",),
+        summary="aclrtMallocPhysical: size bytes charged to the quota, reachable once mapped",
+    ),
+    OpSpec(Op.VMM_FREE_PHYSICAL, request=("handle",), summary="aclrtFreePhysical (it may not be mapped)"),
+    OpSpec(
+        Op.VMM_MAP,
+        request=("address", "size", "offset", "handle"),
+        summary="aclrtMapMem: size bytes of the handle from offset at address, inside one reserved range",
+    ),
+    OpSpec(Op.VMM_UNMAP, request=("address",), summary="aclrtUnmapMem: the mapping that starts at address"),
 )
 
 _BY_OP = {row.op: row for row in OPS}

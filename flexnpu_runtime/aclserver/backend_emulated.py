@@ -73,8 +73,28 @@ class EmulatedBackend:
     def device_view(self, ptr: int, count: int, *, owner: int = 0) -> memoryview:
         alloc = self.book.find(ptr, count, owner=owner)
         offset = ptr - alloc.base
-        view: memoryview = alloc.payload
+        view: memoryview | None = alloc.payload
+        if view is None:
+            raise AclFailure(
+                codes.ACL_ERROR_INVALID_PARAM,
+                f"{ptr:#x} is a physical memory handle (aclrtMallocPhysical): map it (aclrtMapMem) and use that address",
+            )
         return view[offset : offset + count]
+
+    def make_memory(self, size: int) -> tuple[int, memoryview]:
+        """Addresses and lazily mapped memory for a reserved range (vmm.py): pages cost nothing until written."""
+        buf = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        with self._lock:
+            base = self._next
+            self._next += -(-(size + _PTR_GAP) // _PTR_GAP) * _PTR_GAP
+        return base, memoryview(buf)
+
+    def make_handle(self, size: int) -> tuple[int, None]:
+        """An address for a physical memory handle (vmm.py), which has no memory until it is mapped."""
+        with self._lock:
+            base = self._next
+            self._next += -(-(size + _PTR_GAP) // _PTR_GAP) * _PTR_GAP
+        return base, None
 
     def memset(self, ptr: int, value: int, count: int, *, owner: int = 0) -> None:
         if not 0 <= value <= 255:

@@ -19,8 +19,10 @@ from flexnpu_runtime.aclserver.backend import AclFailure, Backend
 from flexnpu_runtime.aclserver.hostmem import HostBudget
 from flexnpu_runtime.aclserver.memory import Memory
 from flexnpu_runtime.aclserver.models import Link, Models
+from flexnpu_runtime.aclserver.opexec import Operators
 from flexnpu_runtime.aclserver.quota import QuotaBook
 from flexnpu_runtime.aclserver.streams import WAITING_OPS, Streams
+from flexnpu_runtime.aclserver.vmm import VirtualMemory
 from flexnpu_wire import codes, ops
 from flexnpu_wire import framing as protocol
 from flexnpu_wire.framing import Op
@@ -31,6 +33,7 @@ _session_ids = itertools.count(1 << 40)
 _encode_reply = protocol.encode_reply
 _MODEL_EXECUTE = int(Op.MODEL_EXECUTE)
 _STAGING_FD = int(Op.STAGING_FD)
+_OPERATOR = int(Op.OPERATOR)
 Handler = Callable[[tuple[int, ...]], tuple[int, ...]]
 TailHandler = Callable[[protocol.Message], tuple[tuple[int, ...], bytes] | None]
 """An op whose request or reply carries a tail: the whole message in, (values, reply tail) out;
@@ -84,6 +87,8 @@ class Session:
             backend, book, session_id=self.session_id, memory=self.memory, streams=self.streams,
             host=host, current=self._current, link=link,
         )  # fmt: skip
+        self.operators = Operators(backend, book, session_id=self.session_id, streams=self.streams)
+        self.vmm = VirtualMemory(backend, book, session_id=self.session_id)
         self.staging = self.memory.staging
         handlers: dict[Op, Handler] = {
             Op.INIT: self._init,
@@ -96,6 +101,7 @@ class Session:
             **self.memory.handlers(),
             **self.streams.handlers(),
             **self.models.handlers(),
+            **self.vmm.handlers(),
         }
         tail_handlers: dict[Op, TailHandler] = {
             Op.MALLOC_HOST: self.memory.malloc_host,
@@ -113,6 +119,9 @@ class Session:
             Op.MALLOC_HOST_FD: self.memory.malloc_host_fd,
         }
         self._fd_handlers = {int(op): (_arities(op), fn) for op, fn in fd_handlers.items()}
+        self._unanswered: dict[int, tuple[frozenset[int], Callable[[protocol.Message], None]]] = {
+            _OPERATOR: (_arities(Op.OPERATOR), self._operator),
+        }
 
     # -- dispatch ---------------------------------------------------------------------------------
 
@@ -121,6 +130,10 @@ class Session:
         that passes a file descriptor is an ``FdReply``; None: it is sent later, when its work
         ends (through the session's ``Link``)."""
         op, ints = msg.op, msg.ints
+        unanswered = self._unanswered.get(op)
+        if unanswered is not None:  # never answered: a failure is the stream's (opexec.py)
+            unanswered[1](msg)
+            return None
         try:
             entry = self._handlers.get(op)
             if entry is None:
@@ -175,6 +188,9 @@ class Session:
         self.streams.close()
         self.models.close()
         self.memory.close()
+
+    def _operator(self, msg: protocol.Message) -> None:
+        self.operators.launch(msg, initialized=self.initialized)
 
     # -- lifecycle and devices -------------------------------------------------------------------
 

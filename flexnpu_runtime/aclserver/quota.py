@@ -138,14 +138,22 @@ class QuotaBook:
     # -- allocations -----------------------------------------------------------------------------
 
     def allocate(
-        self, device: int, size: int, policy: int, *, owner: int, make: Callable[[int], tuple[int, Any]]
+        self,
+        device: int,
+        size: int,
+        policy: int,
+        *,
+        owner: int,
+        make: Callable[[int], tuple[int, Any]],
+        charge: bool = True,
     ) -> Allocation:
-        """Reserve ``size`` bytes of the device's quota, then ``make(size)`` -> (base, payload)."""
+        """Reserve ``size`` bytes of the device's quota, then ``make(size)`` -> (base, payload).
+        ``charge=False``: addresses only (a reserved virtual range, vmm.py), nothing charged."""
         share = self.share(device)
         if size <= 0:
             raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, f"malloc size must be positive, got {size}")
         check_policy(policy)
-        accounted = -(-size // ALLOC_ALIGN) * ALLOC_ALIGN
+        accounted = -(-size // ALLOC_ALIGN) * ALLOC_ALIGN if charge else 0
         with self._lock:  # the quota check and the reservation are one step
             quota = share.spec.memory_bytes
             if share.used + accounted > quota:

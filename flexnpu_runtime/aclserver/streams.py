@@ -49,6 +49,9 @@ class _Stream:
     stream_id: int
     device: int
     pending: int = 0
+    error: AclFailure | None = None
+    """The first failure of a task queued without a reply (an operator), returned by the next
+    synchronize of this stream or its device."""
 
 
 _SPIN_S = 80e-6
@@ -90,6 +93,11 @@ class Task:
     error: AclFailure | None = None
     then: Callable[[], None] | None = None
     """Called once the task ended (ran, failed or was cancelled), after ``done`` is set."""
+    prepare: Callable[[], int] | None = None
+    """Run first on the worker (an operator computes its results): returns the die microseconds
+    the task then holds (``duration_us``); an AclFailure ends the task without die time."""
+    sticky: bool = False
+    """Nobody waits for this task's reply: its failure becomes its stream's ``error``."""
     done: threading.Event = field(default_factory=threading.Event)
 
 
@@ -124,6 +132,7 @@ class Streams:
         self._workers: dict[int, _Worker] = {}
         self._cond = threading.Condition()
         self.cancelled = threading.Event()
+        self._orphan_error: AclFailure | None = None
 
     def handlers(self) -> dict[Op, Handler]:
         return {
@@ -164,12 +173,35 @@ class Streams:
     def _synchronize_stream(self, ints: tuple[int, ...]) -> tuple[int, ...]:
         stream = self.stream(ints[0])
         self.wait(lambda: stream.pending == 0)
+        self._raise_recorded([stream])
         return ()
 
     def _synchronize_device(self, _ints: tuple[int, ...]) -> tuple[int, ...]:
         device = self._current()
         self.wait(lambda: all(s.pending == 0 for s in self.streams.values() if s.device == device))
+        with self._cond:
+            mine = [s for s in self.streams.values() if s.device == device]
+        self._raise_recorded(mine)
         return ()
+
+    def record_error(self, stream_id: int, error: AclFailure) -> None:
+        """Keep the failure of unanswered work for the next synchronize of its stream (of any
+        stream, when the stream does not exist); the first failure wins until it is returned."""
+        with self._cond:
+            stream = self.streams.get(stream_id)
+            if stream is not None:
+                stream.error = stream.error or error
+            else:
+                self._orphan_error = self._orphan_error or error
+
+    def _raise_recorded(self, streams: list[_Stream]) -> None:
+        with self._cond:
+            err, self._orphan_error = self._orphan_error, None
+            for s in streams:
+                if s.error is not None:
+                    err, s.error = err or s.error, None
+        if err is not None:
+            raise err
 
     def stream(self, stream_id: int) -> _Stream:
         stream = self.streams.get(stream_id)
@@ -283,6 +315,11 @@ class Streams:
         self.book.unpin(task.pins)
         task.pins = ()
 
+    def wait_for_room(self) -> None:
+        """Wait until one more task may be queued (an unanswered operator waits for room rather than
+        fail: its client gets no reply to be told, and the worker frees room by itself)."""
+        self.wait(lambda: self._queued < MAX_QUEUED_TASKS)
+
     def drain(self) -> None:
         """Wait for every queued task of this session."""
         self.wait(lambda: self._queued == 0)
@@ -319,9 +356,12 @@ class Streams:
         # The work's closure holds views of the buffers it used: drop it before their memory may
         # go, so a freed buffer's bytes leave with its quota (not when this worker takes its next task).
         task.complete = _ended
+        task.prepare = None
         self.book.unpin(task.pins)
         task.pins = ()
         with self._cond:
+            if task.sticky and task.error is not None and task.stream.error is None:
+                task.stream.error = task.error
             task.stream.pending -= 1
             self._queued -= 1
             if ran:
@@ -369,6 +409,12 @@ class Streams:
         if not getattr(_precise, "timers", False):  # once per thread: 1 ns of timer slack, not
             proctitle.prctl(_PR_SET_TIMERSLACK, 1)  # Linux's 50 us, so a slice's wait ends on time
             _precise.timers = True
+        if task.prepare is not None:
+            try:
+                task.duration_us = task.prepare()
+            except AclFailure as exc:
+                task.error = exc
+                return 0
         remaining, used = task.duration_us, 0
         while remaining > 0:
             grant, worker.booked = worker.booked, None

@@ -81,6 +81,7 @@ struct session_state {
     struct devalloc *allocs; /* sorted by base */
     size_t nallocs, capallocs;
     uint64_t *default_streams; /* per device, 0 = none yet */
+    struct context **default_contexts; /* per device: made current by aclrtSetDevice (in objects) */
     void **objects;            /* live contexts and events (handles are checked before use) */
     size_t nobjects, capobjects;
     int connect_timeout_ms, call_timeout_ms;
@@ -183,6 +184,11 @@ typedef unsigned (*staged_frame)(void *ctx, size_t done, uint64_t host, size_t n
 /* Send count bytes through the two staging halves, pipelined: the client fills one half while the
  * server drains the other (as the Python client's Session._send_staged). */
 int staged_send(size_t count, staged_fill fill, staged_frame frame, void *ctx, const char *what);
+
+/* The client's table of device memory (memory.c): a range the server gave out (an allocation, a
+ * reserved virtual range), for pointer attributes and copy directions; add_alloc is -1 without memory. */
+int add_alloc(uint64_t base, uint64_t size, int device, int policy);
+void remove_alloc(uint64_t base);
 
 /* -- memory policies and attributes (mempolicy.c) --------------------------------------------- */
 

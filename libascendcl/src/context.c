@@ -45,6 +45,10 @@ static int do_destroy_context(aclrtContext context)
         return rc;
     if (!objects_has(context, CTX_MAGIC))
         return flexnpu_fail(ACL_ERROR_INVALID_RESOURCE_HANDLE, "aclrtDestroyContext: %p is not a context", context);
+    for (int d = 0; d < session.device_count; d++)
+        if (session.default_contexts[d] == context)
+            return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclrtDestroyContext: %p is device %d's default context "
+                                "(aclrtSetDevice made it; aclrtResetDevice releases it)", context, d);
     if (t_context == context)
         t_context = NULL;
     objects_remove(context);

@@ -12,6 +12,7 @@
 #include "acl/acl.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 static int do_set_device(int32_t device)
 {
@@ -32,6 +33,19 @@ static int do_set_device(int32_t device)
     session.process_device = device;
     t_device = device;
     t_generation = session.generation;
+    /* CANN: the device's default context becomes the thread's current context (torch_npu asks for
+     * it right after aclrtSetDevice); one per device, released with the session */
+    struct context *c = session.default_contexts[device];
+    if (!c) {
+        c = malloc(sizeof *c);
+        if (!c || objects_add(c)) {
+            free(c);
+            return flexnpu_fail(ACL_ERROR_BAD_ALLOC, "aclrtSetDevice: out of host memory");
+        }
+        *c = (struct context){CTX_MAGIC, device, session.generation};
+        session.default_contexts[device] = c;
+    }
+    t_context = c;
     return 0;
 }
 
@@ -54,6 +68,8 @@ static int do_reset_device(int32_t device, const char *what)
         session.process_device = NO_DEVICE;
     if (t_device == device)
         t_device = NO_DEVICE;
+    if (t_context && t_context == session.default_contexts[device])
+        t_context = NULL;
     return 0;
 }
 

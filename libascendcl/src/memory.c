@@ -48,7 +48,7 @@ static int is_device_ptr(const void *p)
     return i > 0 && a - session.allocs[i - 1].base < session.allocs[i - 1].size;
 }
 
-static int add_alloc(uint64_t base, uint64_t size, int device, int policy)
+int add_alloc(uint64_t base, uint64_t size, int device, int policy)
 {
     if (session.nallocs == session.capallocs) {
         size_t cap = session.capallocs ? 2 * session.capallocs : 64;
@@ -65,7 +65,7 @@ static int add_alloc(uint64_t base, uint64_t size, int device, int policy)
     return 0;
 }
 
-static void remove_alloc(uint64_t base)
+void remove_alloc(uint64_t base)
 {
     size_t i = alloc_index(base);
     if (i > 0 && session.allocs[i - 1].base == base) {

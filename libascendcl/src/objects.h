@@ -73,4 +73,19 @@ aclTensorDesc *tensor_desc_copy(const aclTensorDesc *src);
 /* 0 when desc is a live tensor descriptor, else ACL_ERROR_INVALID_PARAM with a message. */
 int tensor_desc_check(const aclTensorDesc *desc, const char *what);
 
+/* A growing byte buffer of int64 big-endian words (an OPERATOR message's tail, op.c); oom is set
+ * instead of failing each put. */
+struct wbuf {
+    unsigned char *p;
+    size_t len, cap;
+    int oom;
+};
+void wbuf_word(struct wbuf *b, int64_t v);
+void wbuf_double(struct wbuf *b, double v);
+void wbuf_blob(struct wbuf *b, const void *data, size_t n); /* its length, then its bytes padded to 8 */
+
+/* The attributes of attr (NULL: none) in the wire form of flexnpu_wire/opcall.py (opattr.c). */
+size_t opattr_count(const aclopAttr *attr);
+void opattr_encode(const aclopAttr *attr, struct wbuf *b);
+
 #endif /* FLEXNPU_OBJECTS_H_ */

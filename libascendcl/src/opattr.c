@@ -216,3 +216,54 @@ API aclError aclopSetAttrListListInt(aclopAttr *attr, const char *attrName, int 
     }
     return put(attr, attrName, &a, what);
 }
+
+/* -- the wire form (flexnpu_wire/opcall.py: the kinds are numbered as enum attr_kind) ------------- */
+
+size_t opattr_count(const aclopAttr *attr)
+{
+    return attr ? attr->n : 0;
+}
+
+void opattr_encode(const aclopAttr *attr, struct wbuf *b)
+{
+    for (size_t i = 0; attr && i < attr->n; i++) {
+        const struct attr *a = &attr->items[i];
+        wbuf_blob(b, a->name, strlen(a->name));
+        wbuf_word(b, (int64_t)a->kind);
+        int list = a->kind >= A_LIST_DTYPE;
+        if (list)
+            wbuf_word(b, (int64_t)a->count);
+        const int64_t *cursor = a->values;
+        for (size_t k = 0; k < a->count; k++) {
+            switch (a->kind) {
+            case A_BOOL:
+            case A_LIST_BOOL:
+                wbuf_word(b, ((const uint8_t *)a->values)[k]);
+                break;
+            case A_INT:
+            case A_LIST_INT:
+                wbuf_word(b, ((const int64_t *)a->values)[k]);
+                break;
+            case A_DTYPE:
+            case A_LIST_DTYPE:
+                wbuf_word(b, (int64_t)((const aclDataType *)a->values)[k]);
+                break;
+            case A_FLOAT:
+            case A_LIST_FLOAT:
+                wbuf_double(b, (double)((const float *)a->values)[k]);
+                break;
+            case A_STRING:
+            case A_LIST_STRING: {
+                const char *s = ((char *const *)a->values)[k];
+                wbuf_blob(b, s, strlen(s));
+                break;
+            }
+            case A_LIST_LIST_INT:
+                wbuf_word(b, (int64_t)a->lengths[k]);
+                for (size_t j = 0; j < a->lengths[k]; j++)
+                    wbuf_word(b, *cursor++);
+                break;
+            }
+        }
+    }
+}

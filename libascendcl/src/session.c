@@ -156,6 +156,7 @@ static void forget_inherited(void)
         session.allocs = NULL;
         session.nallocs = session.capallocs = 0;
         session.default_streams = NULL;
+        session.default_contexts = NULL;
         session.objects = NULL;
         session.nobjects = session.capobjects = 0;
         session.nabandoned = 0;
@@ -301,6 +302,8 @@ static void forget_session(void)
     session.nallocs = session.capallocs = 0;
     free(session.default_streams);
     session.default_streams = NULL;
+    free(session.default_contexts); /* the contexts themselves are among the objects */
+    session.default_contexts = NULL;
     for (size_t i = 0; i < session.nobjects; i++)
         free(session.objects[i]);
     free(session.objects);
@@ -400,7 +403,8 @@ static int open_session(void)
         madvise(session.staging.addr, session.staging.size, MADV_DONTFORK); /* a child must never write into it */
     if (!rc) {
         session.default_streams = calloc((size_t)session.device_count, sizeof *session.default_streams);
-        if (!session.default_streams)
+        session.default_contexts = calloc((size_t)session.device_count, sizeof *session.default_contexts);
+        if (!session.default_streams || !session.default_contexts)
             rc = flexnpu_fail(ACL_ERROR_BAD_ALLOC, "aclInit: out of host memory");
     }
     if (!rc)

@@ -28,14 +28,6 @@ API aclError aclGetCannAttributeList(const aclCannAttr **cannAttrList, size_t *n
     return ACL_ERROR_API_NOT_SUPPORT;
 }
 
-API aclError aclGetCannAttribute(aclCannAttr cannAttr, int32_t *value)
-{
-    (void)cannAttr;
-    (void)value;
-    (void)flexnpu_unsupported("aclGetCannAttribute");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
 API aclError aclGetDeviceCapability(uint32_t deviceId, aclDeviceInfo deviceInfo, int64_t *value)
 {
     (void)deviceId;
@@ -191,46 +183,6 @@ API aclError aclrtUnSubscribeReport(uint64_t threadId, aclrtStream stream)
     (void)threadId;
     (void)stream;
     (void)flexnpu_unsupported("aclrtUnSubscribeReport");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtCtxGetSysParamOpt(aclSysParamOpt opt, int64_t *value)
-{
-    (void)opt;
-    (void)value;
-    (void)flexnpu_unsupported("aclrtCtxGetSysParamOpt");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtCtxSetSysParamOpt(aclSysParamOpt opt, int64_t value)
-{
-    (void)opt;
-    (void)value;
-    (void)flexnpu_unsupported("aclrtCtxSetSysParamOpt");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtGetSysParamOpt(aclSysParamOpt opt, int64_t *value)
-{
-    (void)opt;
-    (void)value;
-    (void)flexnpu_unsupported("aclrtGetSysParamOpt");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtSetSysParamOpt(aclSysParamOpt opt, int64_t value)
-{
-    (void)opt;
-    (void)value;
-    (void)flexnpu_unsupported("aclrtSetSysParamOpt");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtSetStreamFailureMode(aclrtStream stream, uint64_t mode)
-{
-    (void)stream;
-    (void)mode;
-    (void)flexnpu_unsupported("aclrtSetStreamFailureMode");
     return ACL_ERROR_API_NOT_SUPPORT;
 }
 
@@ -513,61 +465,6 @@ API aclError aclrtMemManagedAdvise(const void *const ptr, uint64_t size, aclrtMe
     return ACL_ERROR_API_NOT_SUPPORT;
 }
 
-API aclError aclrtReserveMemAddress(void **virPtr, size_t size, size_t alignment, void *expectPtr,
-    uint64_t flags)
-{
-    (void)virPtr;
-    (void)size;
-    (void)alignment;
-    (void)expectPtr;
-    (void)flags;
-    (void)flexnpu_unsupported("aclrtReserveMemAddress");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtReleaseMemAddress(void *virPtr)
-{
-    (void)virPtr;
-    (void)flexnpu_unsupported("aclrtReleaseMemAddress");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtMallocPhysical(aclrtDrvMemHandle *handle, size_t size, const aclrtPhysicalMemProp *prop,
-    uint64_t flags)
-{
-    (void)handle;
-    (void)size;
-    (void)prop;
-    (void)flags;
-    (void)flexnpu_unsupported("aclrtMallocPhysical");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtFreePhysical(aclrtDrvMemHandle handle)
-{
-    (void)handle;
-    (void)flexnpu_unsupported("aclrtFreePhysical");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtMapMem(void *virPtr, size_t size, size_t offset, aclrtDrvMemHandle handle, uint64_t flags)
-{
-    (void)virPtr;
-    (void)size;
-    (void)offset;
-    (void)handle;
-    (void)flags;
-    (void)flexnpu_unsupported("aclrtMapMem");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtUnmapMem(void *virPtr)
-{
-    (void)virPtr;
-    (void)flexnpu_unsupported("aclrtUnmapMem");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
 API aclError aclrtMemMapNoAccess(void *virPtr, size_t size, size_t offset, aclrtDrvMemHandle handle,
     uint64_t flags)
 {
@@ -704,28 +601,6 @@ API aclError aclrtSetOpWaitTimeout(uint32_t timeout)
     return ACL_ERROR_API_NOT_SUPPORT;
 }
 
-API aclError aclrtSetOpExecuteTimeOut(uint32_t timeout)
-{
-    (void)timeout;
-    (void)flexnpu_unsupported("aclrtSetOpExecuteTimeOut");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtSetOpExecuteTimeOutWithMs(uint32_t timeout)
-{
-    (void)timeout;
-    (void)flexnpu_unsupported("aclrtSetOpExecuteTimeOutWithMs");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtSetOpExecuteTimeOutV2(uint64_t timeout, uint64_t *actualTimeout)
-{
-    (void)timeout;
-    (void)actualTimeout;
-    (void)flexnpu_unsupported("aclrtSetOpExecuteTimeOutV2");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
 API aclError aclrtGetOpTimeOutInterval(uint64_t *interval)
 {
     (void)interval;
@@ -746,20 +621,6 @@ API aclError aclrtGetStreamOverflowSwitch(aclrtStream stream, uint32_t *flag)
     (void)stream;
     (void)flag;
     (void)flexnpu_unsupported("aclrtGetStreamOverflowSwitch");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtSetDeviceSatMode(aclrtFloatOverflowMode mode)
-{
-    (void)mode;
-    (void)flexnpu_unsupported("aclrtSetDeviceSatMode");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtGetDeviceSatMode(aclrtFloatOverflowMode *mode)
-{
-    (void)mode;
-    (void)flexnpu_unsupported("aclrtGetDeviceSatMode");
     return ACL_ERROR_API_NOT_SUPPORT;
 }
 
@@ -910,16 +771,6 @@ API aclError aclrtMemSetPidToShareableHandleV2(void *shareableHandle, aclrtMemSh
     (void)pid;
     (void)pidNum;
     (void)flexnpu_unsupported("aclrtMemSetPidToShareableHandleV2");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtMemGetAllocationGranularity(aclrtPhysicalMemProp *prop, aclrtMemGranularityOptions option,
-    size_t *granularity)
-{
-    (void)prop;
-    (void)option;
-    (void)granularity;
-    (void)flexnpu_unsupported("aclrtMemGetAllocationGranularity");
     return ACL_ERROR_API_NOT_SUPPORT;
 }
 
@@ -1927,15 +1778,6 @@ API aclError aclmdlRICaptureBegin(aclrtStream stream, aclmdlRICaptureMode mode)
     (void)stream;
     (void)mode;
     (void)flexnpu_unsupported("aclmdlRICaptureBegin");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclmdlRICaptureGetInfo(aclrtStream stream, aclmdlRICaptureStatus *status, aclmdlRI *modelRI)
-{
-    (void)stream;
-    (void)status;
-    (void)modelRI;
-    (void)flexnpu_unsupported("aclmdlRICaptureGetInfo");
     return ACL_ERROR_API_NOT_SUPPORT;
 }
 
@@ -3460,40 +3302,6 @@ API aclError aclopLoad(const void *model, size_t modelSize)
     return ACL_ERROR_API_NOT_SUPPORT;
 }
 
-API aclError aclopExecute(const char *opType, int numInputs, const aclTensorDesc *const inputDesc[],
-    const aclDataBuffer *const inputs[], int numOutputs, const aclTensorDesc *const outputDesc[],
-    aclDataBuffer *const outputs[], const aclopAttr *attr, aclrtStream stream)
-{
-    (void)opType;
-    (void)numInputs;
-    (void)inputDesc;
-    (void)inputs;
-    (void)numOutputs;
-    (void)outputDesc;
-    (void)outputs;
-    (void)attr;
-    (void)stream;
-    (void)flexnpu_unsupported("aclopExecute");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclopExecuteV2(const char *opType, int numInputs, aclTensorDesc *inputDesc[],
-    aclDataBuffer *inputs[], int numOutputs, aclTensorDesc *outputDesc[], aclDataBuffer *outputs[],
-    aclopAttr *attr, aclrtStream stream)
-{
-    (void)opType;
-    (void)numInputs;
-    (void)inputDesc;
-    (void)inputs;
-    (void)numOutputs;
-    (void)outputDesc;
-    (void)outputs;
-    (void)attr;
-    (void)stream;
-    (void)flexnpu_unsupported("aclopExecuteV2");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
 API aclError aclopCreateHandle(const char *opType, int numInputs, const aclTensorDesc *const inputDesc[],
     int numOutputs, const aclTensorDesc *const outputDesc[], const aclopAttr *opAttr, aclopHandle **handle)
 {
@@ -3705,56 +3513,6 @@ API aclError aclopCompile(const char *opType, int numInputs, const aclTensorDesc
     (void)compileFlag;
     (void)opPath;
     (void)flexnpu_unsupported("aclopCompile");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclopCompileAndExecute(const char *opType, int numInputs, const aclTensorDesc *const inputDesc[],
-    const aclDataBuffer *const inputs[], int numOutputs, const aclTensorDesc *const outputDesc[],
-    aclDataBuffer *const outputs[], const aclopAttr *attr, aclopEngineType engineType,
-    aclopCompileType compileFlag, const char *opPath, aclrtStream stream)
-{
-    (void)opType;
-    (void)numInputs;
-    (void)inputDesc;
-    (void)inputs;
-    (void)numOutputs;
-    (void)outputDesc;
-    (void)outputs;
-    (void)attr;
-    (void)engineType;
-    (void)compileFlag;
-    (void)opPath;
-    (void)stream;
-    (void)flexnpu_unsupported("aclopCompileAndExecute");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclopCompileAndExecuteV2(const char *opType, int numInputs, aclTensorDesc *inputDesc[],
-    aclDataBuffer *inputs[], int numOutputs, aclTensorDesc *outputDesc[], aclDataBuffer *outputs[],
-    aclopAttr *attr, aclopEngineType engineType, aclopCompileType compileFlag, const char *opPath,
-    aclrtStream stream)
-{
-    (void)opType;
-    (void)numInputs;
-    (void)inputDesc;
-    (void)inputs;
-    (void)numOutputs;
-    (void)outputDesc;
-    (void)outputs;
-    (void)attr;
-    (void)engineType;
-    (void)compileFlag;
-    (void)opPath;
-    (void)stream;
-    (void)flexnpu_unsupported("aclopCompileAndExecuteV2");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclSetCompileopt(aclCompileOpt opt, const char *value)
-{
-    (void)opt;
-    (void)value;
-    (void)flexnpu_unsupported("aclSetCompileopt");
     return ACL_ERROR_API_NOT_SUPPORT;
 }
 

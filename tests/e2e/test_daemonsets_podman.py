@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 import pytest
 from kubernetes import client
 
-from dra_driver import netlink, wirefiles
+from dra_driver import interposition, netlink, wirefiles
 from dra_driver.daemon_api.values import EntityState
 from flexnpu_client.session import Session
 from flexnpu_runtime.daemon import cgroups, processes
@@ -253,10 +253,11 @@ def test_daemonsets_run_as_rendered_and_serve_prepares(cluster: Cluster) -> None
         lib_mounts = [
             m
             for m in share_spec.get("containerEdits", {}).get("mounts") or []
-            if "libascendcl" in m["hostPath"] or m["containerPath"] == "/etc/ld.so.preload"
+            if m["hostPath"].startswith("/var/lib/flexnpu/client/")
         ]
         assert {m["containerPath"] for m in lib_mounts} == {
             "/usr/lib/flexnpu/libascendcl.so",
+            *(f"/usr/lib/flexnpu/{n}" for n in interposition.CLOSURE_LIBRARIES),
             "/etc/ld.so.preload",
         }
         for m in lib_mounts:

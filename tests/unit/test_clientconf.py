@@ -22,6 +22,7 @@ CONF = ClientConf(
         ShareInfo(0, 1 << 30, 30, Policy.FIXED),
         ShareInfo(1, 1 << 29, 0, Policy.FIXED, memory_only=True),
     ),
+    soc_name="Ascend910B3",
 )
 
 
@@ -32,6 +33,12 @@ def _doc() -> dict[str, object]:
 def test_round_trip() -> None:
     assert wirefiles.parse_client_conf(clientconf.render(CONF), source="x") == CONF
     assert CONF.endpoints.tcp_address == ("10.231.0.1", 45678)
+
+
+def test_soc_name_is_optional() -> None:
+    doc = _set("soc_name", KeyError)
+    assert wirefiles.parse_client_conf(json.dumps(doc), source="x").soc_name == ""
+    assert json.loads(clientconf.render(CONF))["soc_name"] == "Ascend910B3"
 
 
 def test_unix_only_and_tcp_only() -> None:
@@ -77,6 +84,8 @@ def _set(path: str, value: object) -> dict[str, object]:
         pytest.param(_set("shares.0.memory_bytes", 0), "shares[0].memory_bytes", id="zero-memory"),
         pytest.param(_set("shares.0.memory_only", "yes"), "shares[0].memory_only", id="memory-only-not-bool"),
         pytest.param(_set("shares.1.virtual_id", 0), "shares", id="duplicate-virtual-id"),
+        pytest.param(_set("soc_name", 910), "soc_name", id="soc-not-string"),
+        pytest.param(_set("soc_name", "A" * 64), "soc_name", id="soc-over-the-c-clients-63"),
     ],
 )
 def test_malformed_fields_are_named(doc: dict[str, object], field: str) -> None:

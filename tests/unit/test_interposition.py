@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from dra_driver import cdi, interposition, sharing
@@ -16,6 +18,10 @@ PRELOAD_EDITS = cdi.Edits(
     env=("FLEXNPU_INTERPOSITION=preload",),
     mounts=(
         cdi.Mount(LIB, "/usr/lib/flexnpu/libascendcl.so", RO),
+        *(
+            cdi.Mount(f"/opt/flexnpu/lib/{n}", f"/usr/lib/flexnpu/{n}", RO)
+            for n in interposition.CLOSURE_LIBRARIES
+        ),
         cdi.Mount("/opt/flexnpu/lib/ld.so.preload", "/etc/ld.so.preload", RO),
     ),
 )
@@ -79,13 +85,6 @@ def test_both_files_must_exist() -> None:
     assert interposition.plan(I.AUTO, only_lib, claim_uid=UID).mode == I.NONE
 
 
-def test_the_built_preload_list_names_the_container_library() -> None:
-    built = clibrary.build_library()
-    assert (built.parent / interposition.PRELOAD_LIST_NAME).read_text().split() == [
-        interposition.CONTAINER_LIBRARY
-    ]
-
-
 def test_opaque_config_field_decodes_and_rejects_unknown_values() -> None:
     hdr = {"apiVersion": sharing.API_VERSION, "kind": sharing.KIND}
     cfg = sharing.resolve([("claim[0]", {**hdr, "interposition": "none"})], claim_uid=UID)
@@ -94,3 +93,25 @@ def test_opaque_config_field_decodes_and_rejects_unknown_values() -> None:
     with pytest.raises(InvalidInput) as err:
         sharing.resolve([("claim[0]", {**hdr, "interposition": "ld-path"})], claim_uid=UID)
     assert err.value.field == "claim[0].interposition" and "auto, preload, none" in str(err.value)
+
+
+def test_every_library_of_the_closure_must_exist() -> None:
+    missing = f"/opt/flexnpu/lib/{interposition.CLOSURE_LIBRARIES[-1]}"
+    lib = interposition.client_library(LIB, is_file=lambda p: p != missing)
+    assert not lib.installed
+    with pytest.raises(InvalidInput, match="closure"):
+        interposition.plan(I.PRELOAD, lib, claim_uid=UID)
+
+
+def test_the_closure_is_the_built_one_and_the_preload_list_names_it_all() -> None:
+    """The constant is libascendcl/api/closure.json's list; make's preload list names each library
+    at its container path, libascendcl.so first."""
+    table = json.loads((clibrary.LIBRARY_DIR / "api" / "closure.json").read_text())
+    assert tuple(lib["soname"] for lib in table["libraries"]) == interposition.CLOSURE_LIBRARIES
+    built = clibrary.build_library()
+    preload = (built.parent / interposition.PRELOAD_LIST_NAME).read_text().split()
+    assert preload == [interposition.CONTAINER_LIBRARY] + [
+        f"/usr/lib/flexnpu/{n}" for n in interposition.CLOSURE_LIBRARIES
+    ]
+    for name in interposition.CLOSURE_LIBRARIES:
+        assert (built.parent / name).is_file(), name

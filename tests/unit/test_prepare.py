@@ -179,6 +179,7 @@ def test_share_prepare_makes_every_effect_and_renders_them_once(world: World) ->
     conf = wirefiles.load_client_conf(world.conf(ref.uid))
     assert (conf.claim_uid, conf.endpoints.tcp) == (ref.uid, "127.0.0.1:40000")
     assert [(s.virtual_id, s.memory_bytes, s.compute_percent) for s in conf.shares] == [(0, 256 * MIB, 10)]
+    assert conf.soc_name.startswith("Ascend")  # the die's, which aclrtGetSocName answers
     (doc,) = world.status.written[ref.uid]
     assert doc["data"]["endpoint"] == "127.0.0.1:40000" and doc["conditions"][0]["status"] == "True"
     entry = world.store.get(ref.uid)

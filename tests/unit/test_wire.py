@@ -48,7 +48,7 @@ def test_server_serves_every_op_of_the_table_with_its_arities(tmp_path: Path) ->
     served = {op for op in ops.Op if op not in (ops.Op.NONE, ops.Op.PING, ops.Op.HELLO)}
     session = Session(_NoBackend(), _NoBook(), shm_dir=str(tmp_path), staging_bytes=4096)  # type: ignore[arg-type]
     try:
-        tables = (session._handlers, session._tail_handlers, session._fd_handlers)
+        tables = (session._handlers, session._tail_handlers, session._fd_handlers, session._unanswered)
         table = {op: entry[0] for t in tables for op, entry in t.items()}
         assert set(table) == {int(op) for op in served}
         assert sum(len(t) for t in tables) == len(table), "an op is served by one table only"
