@@ -19,6 +19,10 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ] || ! "$VENV/bin/python"
   echo "torch-venv: installing torch 2.13.0 (CPU) and torch-npu 2.13.0 into $VENV" >&2
   rm -rf "$VENV"
   mkdir -p "$(dirname "$VENV")"
+  if ! "$PY" -c 'import ensurepip, venv' 2>/dev/null; then  # a fresh Debian has no python3-venv
+    echo "torch-venv: apt-get install python3-venv" >&2
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+  fi
   "$PY" -m venv "$VENV"
   export PIP_CONSTRAINT="$ROOT/constraints.txt" PIP_DISABLE_PIP_VERSION_CHECK=1
   # shellcheck disable=SC2086
