@@ -55,6 +55,9 @@ class JsonHandler(BaseHTTPRequestHandler):
     server: JsonServer
     protocol_version = "HTTP/1.1"
     timeout = IDLE_SECONDS
+    disable_nagle_algorithm = True
+    """Headers and body go out in two writes; with Nagle the body waits for the client's delayed ACK
+    (tens of ms a call on a kept-alive connection: the extender's p50 was 18 ms before)."""
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s %s " + format, self.server.name, self.address_string(), *args)
