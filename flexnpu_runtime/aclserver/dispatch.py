@@ -13,19 +13,21 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from flexnpu_runtime.aclserver.backend import AclFailure, Backend
 from flexnpu_runtime.aclserver.hostmem import HostBudget
 from flexnpu_runtime.aclserver.memory import Memory
 from flexnpu_runtime.aclserver.models import Link, Models
-from flexnpu_runtime.aclserver.opexec import Operators
 from flexnpu_runtime.aclserver.quota import QuotaBook
 from flexnpu_runtime.aclserver.streams import WAITING_OPS, Streams
 from flexnpu_runtime.aclserver.vmm import VirtualMemory
 from flexnpu_wire import codes, ops
 from flexnpu_wire import framing as protocol
 from flexnpu_wire.framing import Op
+
+if TYPE_CHECKING:
+    from flexnpu_runtime.aclserver.opexec import Operators
 
 __all__ = ["WAITING_OPS", "FdReply", "Session"]
 
@@ -87,7 +89,8 @@ class Session:
             backend, book, session_id=self.session_id, memory=self.memory, streams=self.streams,
             host=host, current=self._current, link=link,
         )  # fmt: skip
-        self.operators = Operators(backend, book, session_id=self.session_id, streams=self.streams)
+        self._backend, self._book = backend, book
+        self._operators: Operators | None = None  # made at the first operator (numpy loads with it)
         self.vmm = VirtualMemory(backend, book, session_id=self.session_id)
         self.staging = self.memory.staging
         handlers: dict[Op, Handler] = {
@@ -188,6 +191,18 @@ class Session:
         self.streams.close()
         self.models.close()
         self.memory.close()
+
+    @property
+    def operators(self) -> Operators:
+        """The session's operator executor, made at its first operator: numpy and the operator library load
+        only in an aclserver whose tenant runs operators (a zygote and a plain ACL program's aclserver stay lean)."""
+        if self._operators is None:
+            from flexnpu_runtime.aclserver.opexec import Operators
+
+            self._operators = Operators(
+                self._backend, self._book, session_id=self.session_id, streams=self.streams
+            )
+        return self._operators
 
     def _operator(self, msg: protocol.Message) -> None:
         self.operators.launch(msg, initialized=self.initialized)
