@@ -81,7 +81,9 @@ class Tenant:
 
     def check(self) -> None:
         if self.proc.poll() is not None:
-            raise RuntimeError(f"a tenant ended (rc {self.proc.returncode}): {Path(self.log.name).read_text()[-3000:]}")
+            raise RuntimeError(
+                f"a tenant ended (rc {self.proc.returncode}): {Path(self.log.name).read_text()[-3000:]}"
+            )
 
     def stop(self) -> None:
         self.proc.kill()
@@ -92,9 +94,9 @@ class Tenant:
 @dataclasses.dataclass
 class Window:
     seconds: float
-    die_us: tuple[int, int]
-    kernels: tuple[int, int]
-    ops: tuple[float, float]
+    die_us: tuple[int, ...]
+    kernels: tuple[int, ...]
+    ops: tuple[float, ...]
 
     def share(self, i: int) -> float:
         return self.die_us[i] / 1e6 / self.seconds
@@ -103,7 +105,19 @@ class Window:
         return self.die_us[i] / max(1, sum(self.die_us))
 
 
-def measure(python: str, work: Path, *, kind: str, size: int, k: int, windows: int, window: float, warm: float) -> list[Window]:
+def measure(
+    python: str,
+    work: Path,
+    quotas: tuple[int, ...],
+    *,
+    kind: str,
+    size: int,
+    k: int,
+    windows: int,
+    window: float,
+    warm: float,
+) -> list[Window]:
+    """One aclserver and one tenant per quota (fixed), all on die 0; the windows after the warm-up."""
     ledger_dir = str(work / "ledger")
     pause = threading.Event()
     with contextlib.ExitStack() as stack:
@@ -112,13 +126,15 @@ def measure(python: str, work: Path, *, kind: str, size: int, k: int, windows: i
                 aclserver_harness.running_aclserver(
                     work,
                     ledger_dir=ledger_dir,
-                    shares=[aclserver_harness.share(0, die=0, memory=1024 * MIB, compute=pct, policy=Policy.FIXED)],
+                    shares=[
+                        aclserver_harness.share(0, die=0, memory=1024 * MIB, compute=pct, policy=Policy.FIXED)
+                    ],
                 )
             )
-            for pct in QUOTAS
+            for pct in quotas
         ]
         tenants = []
-        for pct, server in zip(QUOTAS, servers, strict=True):
+        for pct, server in zip(quotas, servers, strict=True):
             conf = work / f"share-{pct}.conf"
             conf.write_text(clientconf.render(dataclasses.replace(server.conf(tcp=False), soc_name=SOC)))
             tenants.append(Tenant(python, conf, kind, size, k))
@@ -146,9 +162,9 @@ def measure(python: str, work: Path, *, kind: str, size: int, k: int, windows: i
             out.append(
                 Window(
                     t1 - t0,
-                    (e1[pids[0]].consumed_us - e0[pids[0]].consumed_us, e1[pids[1]].consumed_us - e0[pids[1]].consumed_us),
-                    (e1[pids[0]].kernels - e0[pids[0]].kernels, e1[pids[1]].kernels - e0[pids[1]].kernels),
-                    (tenants[0].ops(t0, t1), tenants[1].ops(t0, t1)),
+                    tuple(e1[p].consumed_us - e0[p].consumed_us for p in pids),
+                    tuple(e1[p].kernels - e0[p].kernels for p in pids),
+                    tuple(t.ops(t0, t1) for t in tenants),
                 )
             )
             t0, e0 = t1, e1
@@ -158,14 +174,16 @@ def measure(python: str, work: Path, *, kind: str, size: int, k: int, windows: i
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--op", choices=("matmul", "gather"), default="matmul")
-    parser.add_argument("--size", type=int, default=0, help="matmul: N (default 384); gather: table MiB (default 384)")
-    parser.add_argument("--k", type=int, default=4, help="products per synchronize")
+    parser.add_argument(
+        "--size", type=int, default=0, help="matmul: N (default 384); gather: table MiB (default 384)"
+    )
+    parser.add_argument("--k", type=int, default=32, help="products per synchronize")
     parser.add_argument("--windows", type=int, default=10)
     parser.add_argument("--window", type=float, default=2.0, help="seconds")
     parser.add_argument("--warm", type=float, default=2.0, help="seconds after both tenants started")
     args = parser.parse_args()
     python = torch_python()
-    size = args.size or (384 if args.op == "matmul" else 384)
+    size = args.size or 384
     if args.op == "matmul":
         what = f"{size}x{size} float32 matmul"
         op_us = cost.die_time_ns(3 * size * size * 4, 2 * size**3) / 1e3
@@ -173,8 +191,18 @@ def main() -> None:
         what = f"embedding of 8 rows from a {size} MiB table"
         op_us = cost.die_time_ns((size << 20) + 8 * 8 + 8 * 4096, 0) / 1e3
     load0 = os.getloadavg()
+    opts = {
+        "kind": args.op,
+        "size": size,
+        "k": args.k,
+        "windows": args.windows,
+        "window": args.window,
+        "warm": args.warm,
+    }
     with workdir() as work:
-        got = measure(python, work, kind=args.op, size=size, k=args.k, windows=args.windows, window=args.window, warm=args.warm)
+        got = measure(python, work, QUOTAS, **opts)  # type: ignore[arg-type]
+    with workdir() as work:  # what one such tenant uses of a die it has alone (fixed 100 %): its demand
+        alone = measure(python, work, (100,), **opts)  # type: ignore[arg-type]
     load1 = os.getloadavg()
     print(
         f"fixed 30/70, two torch tenants on one die: {what} ({op_us / 1e3:.2f} ms of modelled"
@@ -197,6 +225,11 @@ def main() -> None:
         "  products ratio (70/30) p50 "
         f"{med([w.ops[1] / w.ops[0] for w in got if w.ops[0]]) if any(w.ops[0] for w in got) else 0:.2f}"
         f" (7/3 = {7 / 3:.2f}); die busy p50 {med([sum(w.die_us) / 1e6 / w.seconds for w in got]) * 100:.1f}%"
+    )
+    demand = [w.share(0) for w in alone]
+    print(
+        f"  one tenant alone on a fixed 100 % share (its demand): die time p50 {med(demand) * 100:5.1f}%"
+        f" (min {min(demand) * 100:5.1f}, max {max(demand) * 100:5.1f}); products/s p50 {med([w.ops[0] / w.seconds for w in alone]):6.1f}"
     )
 
 
