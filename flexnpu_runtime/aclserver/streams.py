@@ -415,6 +415,8 @@ class Streams:
             except AclFailure as exc:
                 task.error = exc
                 return 0
+        elif task.error is not None:  # computed ahead (``_prepare_next``) and failed
+            return 0
         remaining, used = task.duration_us, 0
         while remaining > 0:
             grant, worker.booked = worker.booked, None
@@ -430,6 +432,7 @@ class Streams:
             used += got
             if remaining <= 0:  # the die computes during its last slice: the result is ready at its end
                 _complete(task)
+                self._prepare_next(worker)
             nxt = self._next_want(worker, remaining)
             lookahead_at = end - scheduling.LOOKAHEAD_US / 1e6
             if nxt and not pause.wait(max(0.0, lookahead_at - time.monotonic())):
@@ -446,6 +449,21 @@ class Streams:
         if not used:  # no die time at all (a model that declares none): only its result
             _complete(task)
         return used
+
+    def _prepare_next(self, worker: _Worker) -> None:
+        """Compute the next queued operator now, while this task holds the die for its last slice
+        (every task before it has completed, so its inputs are ready): its die time is then known
+        and its first slice is booked ahead as a kernel's is, so a share that keeps operators queued
+        loses no turn to another share between two of them."""
+        with self._cond:
+            nxt = worker.queue[1] if len(worker.queue) > 1 else None
+        if nxt is None or nxt.prepare is None:
+            return
+        prepare, nxt.prepare = nxt.prepare, None
+        try:
+            nxt.duration_us = prepare()
+        except AclFailure as exc:
+            nxt.error = exc
 
     def _next_want(self, worker: _Worker, remaining: int) -> int:
         """Length of the slice to book next: the rest of this task, else the next queued task."""
