@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from flexnpu_runtime.aclserver.backend import Allocation
+from flexnpu_runtime.aclserver.backend import AclFailure, Allocation
 from flexnpu_runtime.aclserver.backend_emulated import EmulatedBackend
 from flexnpu_runtime.aclserver.streams import Streams, Task
 from flexnpu_testing import aclserver_harness
@@ -116,4 +116,37 @@ def test_work_that_raises_is_the_call_s_acl_error_and_the_worker_keeps_running(
     streams.submit(after, [buf])
     streams.drain()
     assert after.done.is_set() and after.error is None, "the same worker ran the next task"
+    assert buf.pins == 0 and stream.pending == 0
+
+
+def test_the_next_operator_computes_while_the_current_task_holds_the_die(
+    backend: EmulatedBackend, streams: Streams
+) -> None:
+    """An operator's die time is known only once it computed: the worker computes the next queued
+    one during the current task's last slice (after its result is complete), so that slice can be
+    booked ahead; a failure computed ahead is that operator's error and holds no die time."""
+    stream, buf = streams.create(0), buffer(backend)
+    queued = threading.Event()
+    first_completed: list[bool] = []
+    first = Task(stream, 20_000, lambda: (queued.wait(10), first_completed.append(True)))
+    seen: list[tuple[bool, bool]] = []
+
+    def compute() -> int:
+        seen.append((bool(first_completed), first.done.is_set()))
+        return 1_000
+
+    def fail() -> int:
+        raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, "MatMul: input 1 (x2) is missing")
+
+    second, third, fourth = (Task(stream, 0, lambda: None, sticky=True) for _ in range(3))
+    second.prepare, third.prepare = compute, fail
+    fourth.prepare = lambda: 3_000
+    for task in (first, second, third, fourth):
+        streams.submit(task, [buf])
+    queued.set()
+    streams.drain()
+    assert seen == [(True, False)], "computed after the first task's result, while it still held the die"
+    assert third.error is not None and "x2" in third.error.message and stream.error is third.error
+    assert fourth.error is None and fourth.done.is_set(), "the stream went on"
+    assert streams.kernel_us_done == 24_000 and backend.book.compute_usage(0)[0] == 24_000
     assert buf.pins == 0 and stream.pending == 0
