@@ -454,9 +454,10 @@ class Streams:
         """Compute the next queued operator now, while this task holds the die for its last slice
         (every task before it has completed, so its inputs are ready): its die time is then known
         and its first slice is booked ahead as a kernel's is, so a share that keeps operators queued
-        loses no turn to another share between two of them."""
+        loses no turn to another share between two of them. Only on the worker's own thread: while a
+        ``run_now`` caller runs, a cancel lets the worker end the queued tasks (and drop their pins)."""
         with self._cond:
-            nxt = worker.queue[1] if len(worker.queue) > 1 else None
+            nxt = worker.queue[1] if len(worker.queue) > 1 and worker.caller_runs is None else None
         if nxt is None or nxt.prepare is None:
             return
         prepare, nxt.prepare = nxt.prepare, None
