@@ -5,22 +5,24 @@ the REST plumbing and the one translation of client exceptions) with the driver'
 listing and watching every ResourceClaim (the residual reconciler), patching claim status, and
 Events. It imports no ``kubernetes`` module itself: ``dra_kubeletplugin/kubeapi.py`` is the only one that does.
 
-The errors it raises are the driver's (:mod:`dra_driver.errors`, with stable codes) and, at the
-same time, the helper's (:mod:`dra_kubeletplugin.errors`), so both sides catch them by their own
-classes::
+The errors it raises are the driver's only (:mod:`dra_driver.errors`, with stable codes): the helper
+underneath raises its own (:mod:`dra_kubeletplugin.errors`), and every public method of :class:`Kube`
+maps them once, by one table (:data:`DRIVER_ERRORS`), at this boundary. The helper itself is handed
+:meth:`Kube.for_helper`, a plain ``KubeClient`` on the same connection, so it sees its own errors::
 
-    FlexNPUError
-    ├── InvalidInput            400, 422, other 4xx (Rejected), bad kubeconfig (BadKubeconfig)
-    │   └── NotFound            404 with a Status body whose reason is NotFound
-    │       └── ClaimNotFound   ... naming the ResourceClaim asked for (code ClaimNotFound)
-    └── Unavailable             retry
-        ├── ServerError         500, 502, 504, 429
-        ├── Unreachable         connection refused / reset, timeouts, 503
-        ├── Ambiguous           an answer that proves nothing: a 404 that is not a NotFound
-        │                       Status, an empty, malformed or foreign-kind 200
-        ├── Conflict            409 (also failed delete preconditions)
-        ├── Gone                410: the resource version is too old; relist
-        └── Forbidden           401, 403 (RBAC may be fixed while we retry)
+    helper (dra_kubeletplugin.errors)      driver (here; FlexNPUError)
+    ApiError
+    ├── NotFound                        -> InvalidInput / NotFound        404 with a NotFound Status
+    │   └── ClaimNotFound               ->   NotFound / ClaimNotFound     ... naming the claim asked for
+    ├── Rejected                        -> InvalidInput / Rejected        400, 422, other 4xx
+    │   └── BadKubeconfig               -> InvalidInput / BadKubeconfig   bad kubeconfig (InvalidConfig)
+    └── ApiUnavailable                  -> Unavailable / ServerError      500, 502, 504, 429 (retry)
+        ├── Unreachable                 -> Unavailable / Unreachable      refused / reset, timeouts, 503
+        ├── Ambiguous                   -> Unavailable / Ambiguous        a 404 that is not a NotFound
+        │                                                                 Status, an empty or foreign 200
+        ├── Conflict                    -> Unavailable / Conflict         409 (APIConflict)
+        ├── Gone                        -> Unavailable / Gone             410: relist
+        └── Forbidden                   -> Unavailable / Forbidden        401, 403 (RBAC may be fixed)
 
 Absence is proven, never assumed (see :meth:`~dra_kubeletplugin.kubeapi.KubeClient.get_claim`).
 Add new API calls here as methods (claims, events, taints).
@@ -29,18 +31,16 @@ Add new API calls here as methods (claims, events, taints).
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
 from collections.abc import Iterator
 from typing import Any
 
-from dra_driver.errors import ErrorCode, InvalidInput, Unavailable
+from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput, Unavailable
 from dra_kubeletplugin import errors as api
 from dra_kubeletplugin import kubeapi
 from dra_kubeletplugin.kubeapi import (
     CORE,
     RESOURCE,
-    ErrorKinds,
     KubeClient,
     claim_answer_problem,
     claim_path,
@@ -48,6 +48,7 @@ from dra_kubeletplugin.kubeapi import (
 )
 
 __all__ = [
+    "DRIVER_ERRORS",
     "Ambiguous",
     "BadKubeconfig",
     "ClaimNotFound",
@@ -61,16 +62,24 @@ __all__ = [
     "Unreachable",
     "boundary",
     "claim_answer_problem",
+    "driver_error",
     "translate",
 ]
 
 JSON = dict[str, Any]
 
 
-class NotFound(InvalidInput, api.NotFound):
+class NotFound(InvalidInput):
     """404 with a ``Status`` body of reason NotFound; ``kind``/``name``/``group`` from its details."""
 
     default_code = ErrorCode.INVALID_ARGUMENT
+    kind: str = ""
+    name: str = ""
+    group: str = ""
+
+    def proves(self, *, kind: str, name: str, group: str) -> bool:
+        """Whether this 404 says that object ``group``/``kind`` ``name`` does not exist."""
+        return (self.kind, self.name, self.group) == (kind, name, group)
 
 
 class ClaimNotFound(NotFound):
@@ -79,11 +88,11 @@ class ClaimNotFound(NotFound):
     default_code = ErrorCode.CLAIM_NOT_FOUND
 
 
-class Rejected(InvalidInput, api.Rejected):
+class Rejected(InvalidInput):
     """Another 4xx: the request itself is wrong."""
 
 
-class BadKubeconfig(InvalidInput, api.Rejected):
+class BadKubeconfig(InvalidInput):
     """The kubeconfig (or the in-cluster service account) cannot be loaded."""
 
     default_code = ErrorCode.INVALID_CONFIG
@@ -92,53 +101,100 @@ class BadKubeconfig(InvalidInput, api.Rejected):
         super().__init__(message, field="kubeconfig")
 
 
-class ServerError(Unavailable, api.ApiUnavailable):
+class ServerError(Unavailable):
     """429 or a 5xx: the server may answer later."""
 
+    retry = True  # the helper's ``errors.retryable`` rule, for errors that reach it through the driver
 
-class Unreachable(Unavailable, api.Unreachable):
+
+class Unreachable(Unavailable):
     """The API server did not answer (connection refused or reset, timeout)."""
 
+    retry = True
 
-class Ambiguous(Unavailable, api.Ambiguous):
+
+class Ambiguous(Unavailable):
     """An answer that proves nothing about the object; keep everything and ask again later."""
 
+    retry = True
 
-class Conflict(Unavailable, api.Conflict):
+
+class Conflict(Unavailable):
     """409: a resourceVersion / UID precondition failed or the object exists; re-read and retry."""
 
     default_code = ErrorCode.API_CONFLICT
+    retry = True
 
 
-class Gone(Unavailable, api.Gone):
+class Gone(Unavailable):
     """410: the watch or list resourceVersion is too old; relist."""
 
+    retry = True
 
-class Forbidden(Unavailable, api.Forbidden):
+
+class Forbidden(Unavailable):
     """401/403: not allowed (yet); retry with backoff, RBAC may be fixed meanwhile."""
 
-
-KINDS = ErrorKinds(
-    not_found=NotFound,
-    claim_not_found=ClaimNotFound,
-    rejected=Rejected,
-    invalid_config=BadKubeconfig,
-    unavailable=ServerError,
-    unreachable=Unreachable,
-    ambiguous=Ambiguous,
-    conflict=Conflict,
-    gone=Gone,
-    forbidden=Forbidden,
-)
-"""The driver's classes for each kind of API failure."""
-
-translate = functools.partial(kubeapi.translate, kinds=KINDS)
-"""The driver error for one client-library exception: ``translate(exc, what=...)``."""
+    retry = True
 
 
-def boundary(what: str) -> contextlib.AbstractContextManager[None]:
+DRIVER_ERRORS: dict[type[api.ApiError], type[FlexNPUError]] = {
+    api.ClaimNotFound: ClaimNotFound,
+    api.NotFound: NotFound,
+    api.BadKubeconfig: BadKubeconfig,
+    api.Rejected: Rejected,
+    api.Unreachable: Unreachable,
+    api.Ambiguous: Ambiguous,
+    api.Conflict: Conflict,
+    api.Gone: Gone,
+    api.Forbidden: Forbidden,
+    api.ApiUnavailable: ServerError,
+}
+"""The one kube -> driver mapping: the helper's API error class -> the driver's (nearest class wins)."""
+
+
+def driver_error(err: api.ApiError) -> FlexNPUError:
+    """The driver error for one helper API error (same message; ``kind``/``name``/``group`` kept)."""
+    cls: type[FlexNPUError] = Rejected
+    for klass in type(err).__mro__:
+        if klass in DRIVER_ERRORS:
+            cls = DRIVER_ERRORS[klass]
+            break
+    mapped = cls(str(err))
+    if isinstance(err, api.NotFound) and isinstance(mapped, NotFound):
+        mapped.kind, mapped.name, mapped.group = err.kind, err.name, err.group
+    return mapped
+
+
+@contextlib.contextmanager
+def mapped() -> Iterator[None]:
+    """Raise the driver error for any helper API error raised inside.
+
+    The driver error takes the helper error's place in the chain: its ``__cause__`` is what the
+    helper's was (the client-library exception), or the helper error when that had none.
+    """
+    try:
+        yield
+    except api.ApiError as err:
+        raise driver_error(err) from (err.__cause__ if err.__cause__ is not None else err)
+
+
+def _mapped_iter(events: Iterator[tuple[str, JSON]]) -> Iterator[tuple[str, JSON]]:
+    with mapped():
+        yield from events
+
+
+def translate(exc: BaseException, *, what: str) -> Exception:
+    """The driver error for one client-library exception: ``translate(exc, what=...)``."""
+    err = kubeapi.translate(exc, what=what)
+    return driver_error(err) if isinstance(err, api.ApiError) else err
+
+
+@contextlib.contextmanager
+def boundary(what: str) -> Iterator[None]:
     """Translate any client exception raised inside into a driver error."""
-    return kubeapi.boundary(what, KINDS)
+    with mapped(), kubeapi.boundary(what):
+        yield
 
 
 class Kube(KubeClient):
@@ -150,19 +206,70 @@ class Kube(KubeClient):
         items, rv = kube.list_slices(driver="npu.flexnpu.io", node="node1")
     """
 
-    errors = KINDS
+    def for_helper(self) -> KubeClient:
+        """A plain ``KubeClient`` on this connection, raising the helper's errors, for the helper.
+
+        (:attr:`api_client` is the helper's own property, not mapped here: it raises the helper's
+        ``BadKubeconfig``, which :meth:`connect` maps for the driver.)
+        """
+        return KubeClient(connect=lambda: self.api_client, request_timeout=self.request_timeout)
+
+    # --- the helper's calls, with the driver's errors -----------------------------------------
+
+    def connect(self) -> None:
+        with mapped():
+            super().connect()
+
+    def get_node(self, name: str) -> JSON:
+        with mapped():
+            return super().get_node(name)
+
+    def list_slices(self, *, driver: str, node: str) -> tuple[list[JSON], str]:
+        with mapped():
+            return super().list_slices(driver=driver, node=node)
+
+    def watch_slices(
+        self, *, driver: str, node: str, resource_version: str, timeout_seconds: int, stop: threading.Event
+    ) -> Iterator[tuple[str, JSON]]:
+        return _mapped_iter(
+            super().watch_slices(
+                driver=driver,
+                node=node,
+                resource_version=resource_version,
+                timeout_seconds=timeout_seconds,
+                stop=stop,
+            )
+        )
+
+    def create_slice(self, body: JSON) -> JSON:
+        with mapped():
+            return super().create_slice(body)
+
+    def update_slice(self, body: JSON) -> JSON:
+        with mapped():
+            return super().update_slice(body)
+
+    def delete_slice(self, name: str, *, uid: str, resource_version: str) -> None:
+        with mapped():
+            super().delete_slice(name, uid=uid, resource_version=resource_version)
+
+    def get_claim(self, namespace: str, name: str) -> JSON:
+        with mapped():
+            return super().get_claim(namespace, name)
 
     # --- ResourceClaims ------------------------------------------------------------------
 
     def list_claims(self) -> tuple[list[JSON], str]:
         """All ResourceClaims in all namespaces (paged), and the list's resourceVersion."""
-        return self._list_all("list resourceclaims", f"{RESOURCE}/resourceclaims", {})
+        with mapped():
+            return self._list_all("list resourceclaims", f"{RESOURCE}/resourceclaims", {})
 
     def claims_resource_version(self) -> str:
         """A resourceVersion to start a claim watch from: a ``limit=1`` list, not the cluster's claims."""
-        page = self._call(
-            "list resourceclaims (limit=1)", "GET", f"{RESOURCE}/resourceclaims", query={"limit": 1}
-        )
+        with mapped():
+            page = self._call(
+                "list resourceclaims (limit=1)", "GET", f"{RESOURCE}/resourceclaims", query={"limit": 1}
+            )
         rv = str((page.get("metadata") or {}).get("resourceVersion") or "")
         if not rv:
             raise Ambiguous("list resourceclaims (limit=1): the answer carries no resourceVersion")
@@ -172,12 +279,14 @@ class Kube(KubeClient):
         self, *, resource_version: str, timeout_seconds: int, stop: threading.Event
     ) -> Iterator[tuple[str, JSON]]:
         """Watch events of ResourceClaims in all namespaces (same contract as :meth:`watch_slices`)."""
-        return self._watch(
-            "watch resourceclaims",
-            f"{RESOURCE}/resourceclaims",
-            stop=stop,
-            timeout_seconds=timeout_seconds,
-            query={"resourceVersion": resource_version},
+        return _mapped_iter(
+            self._watch(
+                "watch resourceclaims",
+                f"{RESOURCE}/resourceclaims",
+                stop=stop,
+                timeout_seconds=timeout_seconds,
+                query={"resourceVersion": resource_version},
+            )
         )
 
     def patch_claim_status(
@@ -194,33 +303,39 @@ class Kube(KubeClient):
         query: JSON = {"fieldManager": field_manager}
         if force is not None:
             query["force"] = "true" if force else "false"
-        return self._call(
-            f"patch resourceclaim {namespace}/{name} status",
-            "PATCH",
-            claim_path(namespace, name) + "/status",
-            query=query,
-            body=patch,
-            content_type=content_type,
-        )
+        with mapped():
+            return self._call(
+                f"patch resourceclaim {namespace}/{name} status",
+                "PATCH",
+                claim_path(namespace, name) + "/status",
+                query=query,
+                body=patch,
+                content_type=content_type,
+            )
 
     # --- ResourceSlices of every node (the scheduler extender) -------------------------------
 
     def list_driver_slices(self, driver: str) -> tuple[list[JSON], str]:
         """Every ResourceSlice of ``driver``, on any node (paged), and the list's resourceVersion."""
-        return self._list_all(
-            "list resourceslices", f"{RESOURCE}/resourceslices", {"fieldSelector": f"spec.driver={driver}"}
-        )
+        with mapped():
+            return self._list_all(
+                "list resourceslices",
+                f"{RESOURCE}/resourceslices",
+                {"fieldSelector": f"spec.driver={driver}"},
+            )
 
     def watch_driver_slices(
         self, driver: str, *, resource_version: str, timeout_seconds: int, stop: threading.Event
     ) -> Iterator[tuple[str, JSON]]:
         """Watch events of every ResourceSlice of ``driver`` (same contract as :meth:`watch_slices`)."""
-        return self._watch(
-            "watch resourceslices",
-            f"{RESOURCE}/resourceslices",
-            stop=stop,
-            timeout_seconds=timeout_seconds,
-            query={"fieldSelector": f"spec.driver={driver}", "resourceVersion": resource_version},
+        return _mapped_iter(
+            self._watch(
+                "watch resourceslices",
+                f"{RESOURCE}/resourceslices",
+                stop=stop,
+                timeout_seconds=timeout_seconds,
+                query={"fieldSelector": f"spec.driver={driver}", "resourceVersion": resource_version},
+            )
         )
 
     # --- Events --------------------------------------------------------------------------
@@ -248,6 +363,7 @@ class Kube(KubeClient):
             "source": {"component": component, **({"host": host} if host else {})},
             "count": 1,
         }
-        return self._call(
-            f"create event {reason}", "POST", f"{CORE}/namespaces/{segment(namespace)}/events", body=body
-        )
+        with mapped():
+            return self._call(
+                f"create event {reason}", "POST", f"{CORE}/namespaces/{segment(namespace)}/events", body=body
+            )

@@ -38,7 +38,7 @@ def claim_error(
 ) -> FlexNPUError:
     """The per-claim driver error for ``exc`` (see the module docstring); a bug is logged with its
     traceback on ``log``."""
-    if isinstance(exc, FlexNPUError):  # the API client's errors are the driver's too (controller/kube.py)
+    if isinstance(exc, FlexNPUError):  # the API client's errors, mapped to the driver's (controller/kube.py)
         return exc.for_claim(claim_uid)
     if isinstance(exc, ClaimRejected):
         cls, code = _BY_REASON[exc.reason]

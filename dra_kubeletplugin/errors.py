@@ -6,7 +6,9 @@
     ├── ClaimRejected            one claim the helper will not hand to the driver (``reason`` says why)
     └── ApiError                 the Kubernetes API answered badly (``kubeapi.py`` translates)
         ├── NotFound             404 with a NotFound Status (``kind``/``name``/``group`` from it)
+        │   └── ClaimNotFound    ... proving that the ResourceClaim asked for does not exist
         ├── Rejected             another 4xx: the request is wrong; asking again will not help
+        │   └── BadKubeconfig    the kubeconfig (or the in-cluster service account) cannot be loaded
         └── ApiUnavailable       ask again later: 5xx, 429
             ├── Unreachable      no answer: refused, reset, timed out, 503
             ├── Ambiguous        an answer that proves nothing (a 404 without a Status, a foreign 200)
@@ -14,9 +16,8 @@
             ├── Gone             410: the resourceVersion is too old; relist
             └── Forbidden        401/403: RBAC may be fixed while we retry
 
-The classes define no ``__init__`` and keep no state but class-level defaults, so a driver can make
-its own exception classes satisfy them by inheriting from both hierarchies (``controller/kube.py``
-does): the helper catches and maps by these classes only. :func:`retryable` is the one rule for
+The helper raises and catches these classes only; a driver that wants its own errors maps these
+once at its own API boundary (``controller/kube.py`` does, by one table). :func:`retryable` is the one rule for
 "try again later"; ``statuses.py`` maps them to gRPC status codes.
 """
 
@@ -29,6 +30,8 @@ __all__ = [
     "Ambiguous",
     "ApiError",
     "ApiUnavailable",
+    "BadKubeconfig",
+    "ClaimNotFound",
     "ClaimReason",
     "ClaimRejected",
     "Conflict",
@@ -124,8 +127,16 @@ class NotFound(ApiError):
         self.group = str(details.get("group") or "")
 
 
+class ClaimNotFound(NotFound):
+    """The API proved that the ResourceClaim asked for does not exist (``KubeClient.get_claim``)."""
+
+
 class Rejected(ApiError):
     """Another 4xx (or a broken kubeconfig): the request itself is wrong."""
+
+
+class BadKubeconfig(Rejected):
+    """The kubeconfig (or the in-cluster service account) cannot be loaded."""
 
 
 class ApiUnavailable(ApiError):

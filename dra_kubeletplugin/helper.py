@@ -68,7 +68,8 @@ def start(
 
     * ``driver_name`` — the DRA driver name (as in ResourceSlices and allocation results).
     * ``node_name`` — this node; slices are published for it, owned by its Node object.
-    * ``kube`` — the API client (``kubeapi.KubeClient`` or a subclass); claims are fetched and
+    * ``kube`` — the API client, a ``kubeapi.KubeClient`` that raises the helper's errors (a driver that
+      maps them to its own hands over a plain one on the same connection); claims are fetched and
       slices written through it. ``None``: no prepare can succeed and nothing is published.
     * ``pod_uid`` — this instance's pod UID: per-instance sockets and a file-locked serializer, so
       that two instances can run side by side during a rolling update (kubelet ≥ 1.33).

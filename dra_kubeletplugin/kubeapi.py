@@ -6,11 +6,12 @@ connection pool; requests go by REST path through ``ApiClient.param_serialize`` 
 model is built and fields the client does not know pass through unchanged.
 
 Every ``kubernetes`` / ``urllib3`` / socket exception is translated here, with ``raise ... from exc``,
-into the classes of :mod:`dra_kubeletplugin.errors` — or into a driver's own subclasses of them,
-named by :attr:`KubeClient.errors` (:class:`ErrorKinds`)::
+into the classes of :mod:`dra_kubeletplugin.errors`, and only those (a driver maps them to its own
+errors at its own boundary, once)::
 
-    400, 422, other 4xx, bad kubeconfig        Rejected (invalid_config for a kubeconfig)
-    404 with a NotFound Status                  NotFound (kind, name, group from its details)
+    400, 422, other 4xx, bad kubeconfig        Rejected (BadKubeconfig for a kubeconfig)
+    404 with a NotFound Status                  NotFound (kind, name, group from its details;
+                                                ClaimNotFound from get_claim)
     404 otherwise, an empty/foreign 200         Ambiguous
     409 / 410 / 401, 403 / 503 and no answer    Conflict / Gone / Forbidden / Unreachable
     429, other 5xx                              ApiUnavailable
@@ -28,7 +29,6 @@ import json
 import threading
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
 from dra_kubeletplugin import errors
@@ -40,7 +40,6 @@ if TYPE_CHECKING:
 __all__ = [
     "CORE",
     "RESOURCE",
-    "ErrorKinds",
     "KubeClient",
     "boundary",
     "claim_answer_problem",
@@ -57,27 +56,8 @@ DEFAULT_REQUEST_TIMEOUT = 30.0
 """Seconds for one non-watch request (connect and read)."""
 
 
-@dataclass(frozen=True, slots=True)
-class ErrorKinds:
-    """The exception class raised for each kind of API failure (a driver passes its own subclasses)."""
-
-    not_found: type[errors.NotFound] = errors.NotFound
-    claim_not_found: type[errors.NotFound] = errors.NotFound
-    rejected: type[errors.Rejected] = errors.Rejected
-    invalid_config: type[errors.Rejected] = errors.Rejected
-    unavailable: type[errors.ApiUnavailable] = errors.ApiUnavailable
-    unreachable: type[errors.Unreachable] = errors.Unreachable
-    ambiguous: type[errors.Ambiguous] = errors.Ambiguous
-    conflict: type[errors.Conflict] = errors.Conflict
-    gone: type[errors.Gone] = errors.Gone
-    forbidden: type[errors.Forbidden] = errors.Forbidden
-
-
-DEFAULT_KINDS = ErrorKinds()
-
-
-def translate(exc: BaseException, *, what: str, kinds: ErrorKinds = DEFAULT_KINDS) -> Exception:
-    """The helper error (of ``kinds``) for one client-library exception; ``what`` names the request."""
+def translate(exc: BaseException, *, what: str) -> Exception:
+    """The helper error for one client-library exception; ``what`` names the request."""
     if isinstance(exc, errors.PluginError):
         return exc
     import urllib3
@@ -88,39 +68,39 @@ def translate(exc: BaseException, *, what: str, kinds: ErrorKinds = DEFAULT_KIND
         status = int(exc.status or 0)
         message = f"{what}: HTTP {status} {_status_message(exc)}".rstrip()
         if status == 0:
-            return kinds.unreachable(f"{what}: {exc.reason}")
+            return errors.Unreachable(f"{what}: {exc.reason}")
         if status == 404:
             body = _status_body(exc)
             if body is None or body.get("reason") != "NotFound":
-                return kinds.ambiguous(
+                return errors.Ambiguous(
                     f"{what}: HTTP 404 without a NotFound Status body: {_excerpt(exc.body)}"
                 )
-            err = kinds.not_found(message)
+            err = errors.NotFound(message)
             err.set_details(dict(body.get("details") or {}))
             return err
         if status == 409:
-            return kinds.conflict(message)
+            return errors.Conflict(message)
         if status == 410:
-            return kinds.gone(message)
+            return errors.Gone(message)
         if status in (401, 403):
-            return kinds.forbidden(message)
+            return errors.Forbidden(message)
         if status == 503:  # the server says it is not serving at all: asking again now is pointless
-            return kinds.unreachable(message)
+            return errors.Unreachable(message)
         if status == 429 or status >= 500:
-            return kinds.unavailable(message)
-        return kinds.rejected(message)
+            return errors.ApiUnavailable(message)
+        return errors.Rejected(message)
     if isinstance(exc, urllib3.exceptions.HTTPError | OSError | TimeoutError):
-        return kinds.unreachable(f"{what}: API server unreachable: {exc}")
+        return errors.Unreachable(f"{what}: API server unreachable: {exc}")
     if isinstance(exc, ConfigException):
-        return kinds.invalid_config(f"{what}: {exc}")
+        return errors.BadKubeconfig(f"{what}: {exc}")
     if isinstance(exc, ValueError):  # undecodable JSON from the server
-        return kinds.ambiguous(f"{what}: bad response from the API server: {exc}")
-    return kinds.rejected(f"{what}: {type(exc).__name__}: {exc}")
+        return errors.Ambiguous(f"{what}: bad response from the API server: {exc}")
+    return errors.Rejected(f"{what}: {type(exc).__name__}: {exc}")
 
 
 @contextlib.contextmanager
-def boundary(what: str, kinds: ErrorKinds = DEFAULT_KINDS) -> Iterator[None]:
-    """Translate any client exception raised inside into a helper error (of ``kinds``)."""
+def boundary(what: str) -> Iterator[None]:
+    """Translate any client exception raised inside into a helper error."""
     try:
         yield
     except errors.PluginError:
@@ -128,7 +108,7 @@ def boundary(what: str, kinds: ErrorKinds = DEFAULT_KINDS) -> Iterator[None]:
     except Exception as exc:
         if not isinstance(exc, _client_errors()):
             raise
-        raise translate(exc, what=what, kinds=kinds) from exc
+        raise translate(exc, what=what) from exc
 
 
 def _client_errors() -> tuple[type[BaseException], ...]:
@@ -152,14 +132,12 @@ class KubeClient:
     Requests go through the official ``ApiClient`` (its configuration, authentication, TLS and
     connection pool) by REST path, not through the generated ``CoreV1Api``/``ResourceV1Api``
     classes: building those imports some 300 pydantic models (about 1 s at start) that code dealing
-    in plain dicts never uses. Subclass it for more calls (``_call``, ``_list_all``, ``_watch``) and
-    set :attr:`errors` to raise your own subclasses of the helper's errors.
+    in plain dicts never uses. Subclass it for more calls (``_call``, ``_list_all``, ``_watch``); it
+    raises the helper's errors only.
 
     **Parameters:** ``api_client`` (an official ``ApiClient``), ``request_timeout`` (seconds per
     non-watch request), ``connect`` (builds the ``ApiClient`` on first use instead).
     """
-
-    errors: ErrorKinds = DEFAULT_KINDS
 
     def __init__(
         self,
@@ -182,7 +160,7 @@ class KubeClient:
             with self._connect_lock:
                 if self._api_client is None:
                     assert self._connect is not None
-                    with boundary("load kubeconfig", self.errors):
+                    with boundary("load kubeconfig"):
                         self._api_client = self._connect()
         return self._api_client
 
@@ -203,7 +181,7 @@ class KubeClient:
         return cls(connect=lambda: _load_client(kubeconfig))
 
     def connect(self) -> None:
-        """Import the client and load the configuration now; raises ``invalid_config`` on a bad kubeconfig."""
+        """Import the client and load the configuration now; raises ``BadKubeconfig`` on a bad kubeconfig."""
         _ = self.api_client
 
     @classmethod
@@ -282,7 +260,7 @@ class KubeClient:
     # --- ResourceClaims ------------------------------------------------------------------
 
     def get_claim(self, namespace: str, name: str) -> JSON:
-        """The claim, proven: ``claim_not_found`` only when the server says this claim does not exist.
+        """The claim, proven: ``ClaimNotFound`` only when the server says this claim does not exist.
 
         A 404 about another kind or name, and a 200 that is not this ResourceClaim with a UID, raise
         ``Ambiguous``; ``Unreachable`` and the other ``ApiUnavailable`` errors as usual.
@@ -292,15 +270,15 @@ class KubeClient:
             claim = self._call(what, "GET", claim_path(namespace, name))
         except errors.NotFound as err:
             if not err.proves(kind="resourceclaims", name=name, group="resource.k8s.io"):
-                raise self.errors.ambiguous(
+                raise errors.Ambiguous(
                     f"{what}: HTTP 404 about {err.group or 'core'}/{err.kind} {err.name!r}, not this claim"
                 ) from err
-            proven = self.errors.claim_not_found(_message(err))
+            proven = errors.ClaimNotFound(_message(err))
             proven.set_details({"kind": err.kind, "name": err.name, "group": err.group})
             raise proven from err
         problem = claim_answer_problem(claim, namespace=namespace, name=name)
         if problem:
-            raise self.errors.ambiguous(f"{what}: {problem}")
+            raise errors.Ambiguous(f"{what}: {problem}")
         return claim
 
     # --- plumbing ------------------------------------------------------------------------
@@ -345,7 +323,7 @@ class KubeClient:
         )
         interrupter.start()
         try:
-            with boundary(what, self.errors):
+            with boundary(what):
                 for line in resp:
                     if stop.is_set():
                         return
@@ -359,7 +337,7 @@ class KubeClient:
                         code = int(obj.get("code") or 0)
                         err = ApiException(status=code, reason=obj.get("reason"))
                         err.body = json.dumps(obj)
-                        raise translate(err, what=what, kinds=self.errors) from None
+                        raise translate(err, what=what) from None
                     yield kind, obj
         except errors.PluginError:
             if stop.is_set():
@@ -380,7 +358,7 @@ class KubeClient:
         content_type: str = "application/json",
     ) -> JSON:
         """One request (``method`` an HTTP verb, ``path`` a REST path); the decoded JSON object of a 2xx answer."""
-        with boundary(what, self.errors):
+        with boundary(what):
             resp = self._open(what, method, path, query=query, body=body, content_type=content_type)
             try:
                 data = resp.data
@@ -406,7 +384,7 @@ class KubeClient:
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type
-        with boundary(what, self.errors):
+        with boundary(what):
             request = self.api_client.param_serialize(
                 method,
                 path,

@@ -82,7 +82,7 @@ class PublishingNode:
         self.name = name
         self.base = slices.build_pool(inventory, driver_name=DRIVER, node_name=name, mode_of=lambda _d: mode)
         self.controller = SliceController(
-            kube,
+            kube.for_helper(),  # the helper sees its own errors, as on a node
             driver_name=DRIVER,
             node_name=name,
             log=logging.getLogger(f"placement.{name}"),

@@ -11,10 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
+from controller import kube
 from dra_driver import logs
 from dra_driver.claims import claim_error
 from dra_driver.telemetry import Telemetry
 from dra_kubeletplugin.claims import ClaimRef, PrepareResult, ResourceClaim
+from dra_kubeletplugin.errors import ApiError
 from kubeletplugin.prepare import Preparer
 
 __all__ = ["NpuDriver"]
@@ -36,6 +38,8 @@ class NpuDriver:
     def claim_error(self, verb: str, ref: ClaimRef, exc: Exception) -> str:
         """The helper's hook for a claim it did not hand over: log, count, and the kubelet's text."""
         clog = logs.claim_logger(ref.uid or "-", ref.namespace, ref.name)
+        if isinstance(exc, ApiError) and type(exc) in kube.DRIVER_ERRORS:  # the helper's claim GET failed
+            exc = kube.driver_error(exc)  # the driver's error for it, mapped once (same text and code)
         err = claim_error(exc, ref.uid, log=clog)
         op: Literal["prepare", "unprepare"] = "unprepare" if verb == "unprepare" else "prepare"
         with self.telemetry.operation(

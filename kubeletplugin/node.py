@@ -113,7 +113,7 @@ class NodeProcess(NodeCore):
             self.driver,
             driver_name=cfg.driver_name,
             node_name=cfg.node_name,
-            kube=self.kube,
+            kube=self.kube.for_helper(),  # the helper sees its own errors on the same connection
             pod_uid=cfg.pod_uid,
             registry_dir=cfg.paths.kubelet_registry_dir,
             plugins_dir=cfg.paths.kubelet_plugins_dir,

@@ -54,7 +54,7 @@ class Node:
     def publisher(self) -> SliceController:
         pool = slices.build_pool(self.inventory, driver_name=DRIVER, node_name=self.name)
         return SliceController(
-            self.kube,
+            self.kube.for_helper(),  # the helper sees its own errors, as on a node
             driver_name=DRIVER,
             node_name=self.name,
             resources=DriverResources.single(pool),

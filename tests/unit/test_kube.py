@@ -12,6 +12,7 @@ from kubernetes.config.config_exception import ConfigException
 from controller import kube
 from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput, Unavailable
 from dra_kubeletplugin import errors as api_errors
+from dra_kubeletplugin import kubeapi
 
 REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed"}
 REASONS |= {409: "Conflict", 410: "Expired", 422: "Invalid", 429: "TooManyRequests", 500: "InternalError"}
@@ -120,8 +121,35 @@ def test_translation_table(
     assert err.code == code
     assert err.__cause__ is exc
     assert "get thing" in str(err)
-    assert isinstance(err, api_errors.ApiError)  # the helper's class too: it catches by its own hierarchy
+    assert not isinstance(err, api_errors.PluginError)  # one vocabulary: the driver's only, mapped once
+    helper_err = kubeapi.translate(exc, what="get thing")  # the helper's own class for the same failure
+    assert isinstance(helper_err, api_errors.ApiError)
+    assert str(helper_err) in str(err)
     assert api_errors.retryable(err) == isinstance(err, Unavailable)
+
+
+def _helper_api_errors(cls: type[api_errors.ApiError]) -> list[type[api_errors.ApiError]]:
+    return [sub for direct in cls.__subclasses__() for sub in (direct, *_helper_api_errors(direct))]
+
+
+@pytest.mark.parametrize("helper_cls", _helper_api_errors(api_errors.ApiError), ids=lambda c: c.__name__)
+def test_every_helper_api_error_has_its_driver_class(helper_cls: type[api_errors.ApiError]) -> None:
+    err = kube.driver_error(helper_cls("get thing: HTTP 4xx"))
+    assert type(err) is kube.DRIVER_ERRORS[helper_cls]
+    assert err.message == "get thing: HTTP 4xx"
+    assert api_errors.retryable(err) == api_errors.retryable(helper_cls("x"))
+
+
+def test_the_helper_view_raises_the_helpers_errors_and_kube_the_drivers() -> None:
+    driver_side = kube.Kube.offline()
+    helper_side = driver_side.for_helper()
+    with pytest.raises(kube.Unreachable) as driver_info:
+        driver_side.get_node("n1")
+    with pytest.raises(api_errors.Unreachable) as helper_info:
+        helper_side.get_node("n1")
+    assert not isinstance(helper_info.value, FlexNPUError)
+    assert not isinstance(driver_info.value, api_errors.PluginError)
+    assert helper_side.api_client is driver_side.api_client  # one connection
 
 
 def test_status_message_is_kept() -> None:
