@@ -39,6 +39,12 @@ def daemon() -> Iterator[DaemonProc]:
         d.cleanup()
 
 
+POLICY_LINE = (
+    "placement policy: binpack (devices listed most-used die first: shares fill a die before the next)"
+)
+"""The last line of ``flexnpu-smi info``: the node's placement policy (the default, binpack)."""
+
+
 def test_info_shows_each_vnpu_and_unregister_stops_an_orphan(daemon: DaemonProc) -> None:
     claim = str(uuid.uuid4())
     with daemon.client() as c:
@@ -79,7 +85,8 @@ def test_info_shows_each_vnpu_and_unregister_stops_an_orphan(daemon: DaemonProc)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == {"uid": claim, "unprepared": False, "aclserverStopped": True}
     assert gone(res.pid)
-    assert daemon.smi("info").stdout.strip() == "nothing prepared on this node"
+    # nothing prepared, then the node's placement policy (issue 27: info names it)
+    assert daemon.smi("info").stdout.strip().splitlines() == ["nothing prepared on this node", POLICY_LINE]
 
 
 def test_unregister_unknown_id_fails(daemon: DaemonProc) -> None:
@@ -92,7 +99,7 @@ def test_unregister_unknown_id_fails(daemon: DaemonProc) -> None:
 @pytest.mark.parametrize(
     ("args", "stdout"),
     [
-        pytest.param(("info",), "nothing prepared on this node\n", id="info"),
+        pytest.param(("info",), f"nothing prepared on this node\n{POLICY_LINE}\n", id="info"),
         pytest.param(("unregister", "-u", "x"), "", id="unregister"),
     ],
 )
