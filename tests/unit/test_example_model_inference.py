@@ -2,7 +2,7 @@
 ``classifier.fnm`` is byte for byte what ``python -m flexnpu_wire.modeltool write`` makes of
 ``classifier.json`` (the README's recipe), so editing one without the other fails here. That the
 Pod's program runs it on a share and prints the README's output is
-``tests/e2e/test_example_model_inference.py``."""
+``tests/e2e/test_example_programs.py``."""
 
 from __future__ import annotations
 
