@@ -1,0 +1,218 @@
+"""Operators and virtual memory forwarded by the ascend backend (issue 24 items 3 and 4), end to end: a real C
+program (tests/c/ascend_ops.c) through the share's libascendcl.so and libopapi.so, a real aclserver with the
+ascend backend, and the CANN emulator (tests/c/cann_emulator.c) as the host's libascendcl.so, libopapi.so and
+libacl_op_compiler.so. The emulator computes Add, MatMul, aclnnAdds and aclnnMatmul for real and logs every call
+it is given (op, dtypes, shapes, strides, placements, attribute setters, workspace, stream), which the tests
+read; not verified on an NPU.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from flexnpu_runtime.aclserver.ascend_ops import ACLNN_C_TYPES
+from flexnpu_runtime.aclserver.backend import AclFailure
+from flexnpu_runtime.aclserver.backend_ascend import AscendBackend
+from flexnpu_testing import aclserver_harness, clibrary
+from flexnpu_wire import clientconf, codes, opcall
+from flexnpu_wire.opcall import AttrKind, OpCall, Placement, Tensor
+from tests.c.conftest import HERE, MIB, run
+from tests.c.test_backend_ascend import Emu, emulator, emulator_build  # noqa: F401 (fixtures)
+
+QUOTA = 64 * MIB
+ROOT = HERE.parent.parent
+
+
+@pytest.fixture
+def cann_dir(emulator: Path) -> Path:  # noqa: F811
+    """The emulator as the host's libascendcl.so, and (one library, one state) its libopapi.so and
+    libacl_op_compiler.so beside it, as CANN installs them."""
+    for name in ("libopapi.so", "libacl_op_compiler.so"):
+        (emulator.parent / name).symlink_to(emulator.name)
+    return emulator.parent
+
+
+@pytest.fixture(scope="module")
+def ascend_ops(library: Path) -> Path:
+    return clibrary.compile_program(
+        HERE / "ascend_ops.c",
+        link_library=library,
+        extra_flags=[f"-L{library.parent}", "-Wl,--no-as-needed", "-lopapi", "-lm"],
+    )
+
+
+def _lines(log: Path) -> list[str]:
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def _wait_for(log: Path, *wanted: str, timeout: float = 20.0) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while True:
+        lines = _lines(log)
+        if all(any(w in line for line in lines) for w in wanted) or time.monotonic() > deadline:
+            return lines
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def server_log(
+    cann_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Path, Path]]:
+    """An aclserver (ascend backend, 64 MiB quota) whose CANN logs its calls: (client.conf, the log)."""
+    log = tmp_path / "cann.log"
+    monkeypatch.setenv("FLEXNPU_ACLSERVER_BACKEND", "ascend")
+    monkeypatch.setenv("FLEXNPU_ASCEND_LIBRARY", str(cann_dir / "libascendcl.so"))
+    monkeypatch.setenv("FLEXNPU_EMU_LOG", str(log))
+    with aclserver_harness.running_aclserver(
+        tmp_path, shares=[aclserver_harness.share(0, die=1, memory=QUOTA)], ledger_dir=str(tmp_path / "l")
+    ) as server:
+        conf = tmp_path / "client.conf"
+        conf.write_text(clientconf.render(server.conf()))
+        yield conf, log
+
+
+def _program(exe: Path, part: str, conf: Path) -> dict[str, str]:
+    res = run(exe, part, conf=conf, LD_LIBRARY_PATH=str(clibrary.LIBRARY_DIR / "build"))
+    assert res.rc == 0 and "FAIL" not in res.stdout, res.stdout + res.stderr
+    return res.values
+
+
+def test_single_operators_reach_the_hosts_cann(ascend_ops: Path, server_log: tuple[Path, Path]) -> None:
+    conf, log = server_log
+    values = _program(ascend_ops, "aclop", conf)
+    assert values["refused_code"] == "100024"
+    lines = [line for line in _lines(log) if line.startswith("aclopCompileAndExecute")]
+    # the 0-d scalar placed on the host, the device tensors' shapes, every attribute through its own setter
+    assert lines[0] == "aclopCompileAndExecute Add in d0[4,4]dev d0[]host out d0[4,4]dev attrs stream 1", (
+        lines
+    )
+    mm = lines[1]
+    assert mm.startswith("aclopCompileAndExecute MatMul in d0[4,4]dev d0[4,4]dev out d0[4,4]dev attrs "), mm
+    for attr in ("transpose_x1:b0", "transpose_x2:b1", "offset_x:i7", "alpha:f0.5", "mode:s4", "dst_type:t1",
+                 "axes:I2", "scales:F3", "flags:B1", "types:T2", "names:S2", "pads:L2"):  # fmt: skip
+        assert f" {attr} " in mm, (attr, mm)
+    assert lines[2].startswith("aclopCompileAndExecute NoSuchOp ")
+    assert all(line.endswith(" stream 1") for line in lines), "one CANN stream, the backend's"
+    assert len(lines) == 4, "the strided OnesLike was refused before CANN; then Add ran once more"
+
+
+def test_aclnn_functions_reach_the_hosts_libopapi(ascend_ops: Path, server_log: tuple[Path, Path]) -> None:
+    conf, log = server_log
+    values = _program(ascend_ops, "aclnn", conf)
+    assert values["aclnn_refused_code"] == "161002" and values["workspace_code"] == str(
+        codes.ACL_ERROR_RT_MEMORY_ALLOCATION
+    )
+    lines = _lines(log)
+    adds = (
+        "aclnnAddsGetWorkspaceSize self=d0[2,3]s[3,1]o0 other=t0:2.5 alpha=t9:2 out=d0[2,3]s[3,1]o0 ws 4096"
+    )
+    assert lines[0] == adds, lines
+    assert lines[1] == "aclnnAdds ws 4096 dev stream 1", "the workspace is device memory of the share"
+    assert lines[2] == (
+        "aclnnMatmulGetWorkspaceSize self=d0[2,3]s[3,1]o0 mat2=d0[3,2]s[1,3]o0 out=d0[2,2]s[2,1]o0"
+        " cubeMathType=1 ws 0"
+    )
+    assert lines[3] == "aclnnMatmul ws 0 stream 1"
+    assert lines[4].endswith("cubeMathType=0 refused 161002")
+    # the workspace beyond the quota: GetWorkspaceSize ran, the launch never reached CANN
+    assert lines[5] == adds and lines[6] == adds and lines[7] == "aclnnAdds ws 4096 dev stream 1", lines
+
+
+def test_virtual_memory_is_forwarded_and_charged(ascend_ops: Path, server_log: tuple[Path, Path]) -> None:
+    conf, log = server_log
+    values = _program(ascend_ops, "vmm", conf)
+    gran = 2 * MIB
+    assert values["vmm_charged"] == str(2 * gran)
+    lines = _lines(log)
+    lines = lines[: lines.index("aclrtReserveMemAddress 4194304")]
+    assert lines[:2] == ["aclrtReserveMemAddress 8388608", f"aclrtMallocPhysical {gran} device 1 memAttr 4"]
+    assert lines.count(f"aclrtMapMem {gran} offset 0") == 2 and lines.count(f"aclrtUnmapMem {gran}") == 2
+    assert lines[-3:] == [
+        f"aclrtFreePhysical {gran}",
+        f"aclrtFreePhysical {gran}",
+        "aclrtReleaseMemAddress 8388608",
+    ]
+    assert "aclopCompileAndExecute Add in d0[1024]dev d0[]host out d0[1024]dev attrs stream 1" in lines
+    # the program exited with a range mapped: its session's close unmaps, frees and releases it at CANN
+    tail = _wait_for(log, "aclrtReleaseMemAddress 4194304", f"aclrtFreePhysical {gran}")
+    end = tail[tail.index("aclrtReserveMemAddress 4194304") :]
+    assert {f"aclrtFreePhysical {gran}", "aclrtReleaseMemAddress 4194304", f"aclrtUnmapMem {gran}"} <= set(
+        end
+    )
+    assert end.index(f"aclrtUnmapMem {gran}") < min(
+        end.index(f"aclrtFreePhysical {gran}"), end.index("aclrtReleaseMemAddress 4194304")
+    ), "unmapped before CANN is asked to free or release"
+
+
+# -- in process: the backend's entry point with calls a Python client makes ------------------------
+
+
+@pytest.fixture
+def backend(cann_dir: Path, tmp_path: Path) -> Iterator[tuple[AscendBackend, Emu]]:
+    spec = aclserver_harness.make_spec(
+        tmp_path, shares=[aclserver_harness.share(0, memory=QUOTA)], ledger_dir=str(tmp_path / "l")
+    )
+    b = AscendBackend(spec, library=str(cann_dir / "libascendcl.so"))
+    yield b, Emu(cann_dir / "libascendcl.so")
+    b.close()
+
+
+def _dev(address: int, dims: tuple[int, ...], *, strides: tuple[int, ...] = ()) -> Tensor:
+    return Tensor(Placement.DEVICE, 0, 2, dims, strides or opcall._contiguous(dims), 0, address)
+
+
+def _floats(b: AscendBackend, ptr: int, n: int) -> list[float]:
+    out = bytearray(4 * n)
+    b.copy_from_device(ptr, memoryview(out))
+    return list(memoryview(out).cast("f"))
+
+
+def test_execute_operator_and_refusals(backend: tuple[AscendBackend, Emu]) -> None:
+    b, emu = backend
+    x, y = b.malloc(0, 16, 0, owner=1), b.malloc(0, 16, 0, owner=1)
+    b.copy_to_device(x, memoryview(bytearray((ctypes.c_float * 4)(1, 2, 3, 4))))
+    one = Tensor(Placement.HOST, 0, 2, (), (), 0, data=bytes(ctypes.c_float(10.0)))
+    used = b.execute_operator(OpCall("Add", (_dev(x, (4,)), one), (_dev(y, (4,)),)), device=0, owner=1)
+    assert used >= 1 and _floats(b, y, 4) == [11, 12, 13, 14]
+    assert emu.calls("aclrtCreateStream") == 1 and emu.calls("aclopCompileAndExecute") == 1
+    with pytest.raises(AclFailure) as err:  # CANN's code and text, the op named
+        b.execute_operator(OpCall("Gelu", (_dev(x, (4,)),), (_dev(y, (4,)),)), device=0, owner=1)
+    assert (
+        err.value.code == 100024 and err.value.message.startswith("Gelu: ") and "EZ3003" in err.value.message
+    )
+    with pytest.raises(AclFailure) as err:  # not in the host's libopapi.so
+        b.execute_operator(OpCall("aclnnGelu", (_dev(x, (4,)),), (_dev(y, (4,)),)), device=0, owner=1)
+    assert err.value.code == 100024 and "aclnnGelu" in err.value.message
+    with pytest.raises(AclFailure) as err:  # a parameter the launch lacks
+        b.execute_operator(
+            OpCall("aclnnAdds", (_dev(x, (4,)),), (_dev(y, (4,)),), {"other": 1}), device=0, owner=1
+        )
+    assert err.value.code == codes.ACL_ERROR_INVALID_PARAM and "alpha" in err.value.message
+    emu.fail_next("aclopCompileAndExecute", 507015)  # an injected runtime failure passes through
+    with pytest.raises(AclFailure) as err:
+        b.execute_operator(OpCall("Add", (_dev(x, (4,)), one), (_dev(y, (4,)),)), device=0, owner=1)
+    assert err.value.code == 507015
+    free = b.mem_info(0)[0]
+    call = OpCall("aclnnAdds", (_dev(x, (4,)),), (_dev(y, (4,)),), {"other": 0.5, "alpha": 2},
+                  {"other": AttrKind.FLOAT, "alpha": AttrKind.INT})  # fmt: skip
+    b.execute_operator(call, device=0, owner=1)
+    assert _floats(b, y, 4) == [2, 3, 4, 5] and b.mem_info(0)[0] == free, "the workspace came back"
+
+
+def test_aclnn_c_types_agree_with_the_table() -> None:
+    """The parameters ACLNN_C_TYPES narrows are exactly those aclnn_api.json declares narrower than their
+    kind's default C type (int: int64_t/uint64_t, double: double)."""
+    table = json.loads((ROOT / "libascendcl" / "api" / "aclnn_api.json").read_text())
+    narrow = {"int8_t": ctypes.c_int8, "float": ctypes.c_float}
+    for row in table["functions"]:
+        for p in row["params"]:
+            if p["kind"] not in ("int", "double"):
+                continue
+            got = ACLNN_C_TYPES.get((row["name"], p["name"])) or ACLNN_C_TYPES.get(("*", p["name"]))
+            assert got is narrow.get(p["ctype"]), (row["name"], p)
