@@ -174,14 +174,23 @@ class OperatorRuntime:
 
     def execute(self, call: opcall.OpCall, *, phy: int, workspace: Workspace) -> int:
         """Run ``call`` on die ``phy``'s stream (the caller selected the die); its die microseconds."""
-        with self._lock(phy), ExitStack() as held:  # CANN's objects and the workspace outlive the synchronize
-            stream = self._stream(phy)
-            start = time.monotonic()
+
+        def launch(stream: int, held: ExitStack) -> None:
             if call.name.startswith("aclnn"):
                 self._aclnn_call(call, stream, workspace, held)
             else:
                 self._aclop_call(call, stream, held)
-            self._check(call.name, "aclrtSynchronizeStream", self._fn["aclrtSynchronizeStream"](stream))
+
+        return self.run(phy, call.name, launch)
+
+    def run(self, phy: int, what: str, launch: Callable[[int, ExitStack], None]) -> int:
+        """``launch(stream, held)`` on die ``phy``'s stream, then its synchronize (what ``held`` keeps —
+        CANN's objects, a workspace — is released after it); the die microseconds both took."""
+        with self._lock(phy), ExitStack() as held:
+            stream = self._stream(phy)
+            start = time.monotonic()
+            launch(stream, held)
+            self._check(what, "aclrtSynchronizeStream", self._fn["aclrtSynchronizeStream"](stream))
             return max(1, round((time.monotonic() - start) * 1e6))
 
     def close(self, set_device: Callable[[int], None]) -> None:

@@ -25,6 +25,9 @@ ABI-compatible library with device memory in host RAM and call counters.
 * Operators (``execute_operator``, called by ``opexec.py`` in stream order): forwarded to CANN's
   single-operator API or to the host's ``libopapi.so`` (``ascend_ops.py``); an aclnn workspace is
   device memory charged to the session's quota while the operator runs.
+* Kernel binaries (``kernels.py``'s hooks): ``aclrtBinaryLoadFromData``, ``aclrtBinaryGetFunction``,
+  ``aclrtLaunchKernel`` (arguments by value, on the operators' stream of the die, synchronized) and
+  ``aclrtBinaryUnLoad``.
 * Virtual memory (``vmm.py``'s hooks ``make_memory``, ``make_handle``, ``map_memory``,
   ``unmap_memory``): ``aclrtReserveMemAddress`` (not charged), ``aclrtMallocPhysical`` (charged to
   the quota like ``aclrtMalloc``; the client sees a token address, the CANN handle stays here),
@@ -132,6 +135,10 @@ class AscendRuntime:
             "aclrtFreePhysical": [c.c_void_p],
             "aclrtMapMem": [c.c_void_p, c.c_size_t, c.c_size_t, c.c_void_p, c.c_uint64],
             "aclrtUnmapMem": [c.c_void_p],
+            "aclrtBinaryLoadFromData": [c.c_void_p, c.c_size_t, c.c_void_p, c.POINTER(c.c_void_p)],
+            "aclrtBinaryGetFunction": [c.c_void_p, c.c_char_p, c.POINTER(c.c_void_p)],
+            "aclrtLaunchKernel": [c.c_void_p, c.c_uint32, c.c_void_p, c.c_size_t, c.c_void_p],
+            "aclrtBinaryUnLoad": [c.c_void_p],
         }
         self._fns: dict[str, Any] = {}
         for name, argtypes in sigs.items():
@@ -142,7 +149,7 @@ class AscendRuntime:
             fn.argtypes = argtypes
             fn.restype = c.c_int
             self._fns[name] = fn
-        for name, argtypes in vmm.items():  # optional: a runtime without them answers 200001 per call
+        for name, argtypes in vmm.items():  # optional: a runtime without one answers 200001 when it is called
             fn = getattr(lib, name, None)
             if fn is not None:
                 fn.argtypes, fn.restype = argtypes, c.c_int
@@ -312,6 +319,36 @@ class AscendBackend:
             self.rt.call("aclrtFreePhysical", handle)
         else:
             self.rt.call("aclrtReleaseMemAddress", base)
+
+    # -- kernel binaries (kernels.py's hooks) ---------------------------------------------------------
+
+    def load_binary(self, device: int, data: memoryview) -> int:
+        """aclrtBinaryLoadFromData on ``device``'s die (no load options); CANN's aclrtBinHandle."""
+        self._select(device)
+        handle = ctypes.c_void_p()
+        self.rt.call("aclrtBinaryLoadFromData", _host_buffer(data), data.nbytes, None, ctypes.byref(handle))
+        return int(handle.value or 0)
+
+    def binary_function(self, device: int, binary: int, name: str) -> int:
+        self._select(device)
+        func = ctypes.c_void_p()
+        self.rt.call("aclrtBinaryGetFunction", binary, name.encode(), ctypes.byref(func))
+        return int(func.value or 0)
+
+    def launch_function(self, device: int, func: int, block_dim: int, args: bytes) -> int:
+        """aclrtLaunchKernel with the arguments by value on the die's stream, synchronized; its die µs."""
+        ops = self.rt.operators()
+        self._select(device)
+        block = ctypes.create_string_buffer(args, len(args))
+
+        def launch(stream: int, _held: object) -> None:
+            self.rt.call("aclrtLaunchKernel", func, block_dim, block if args else None, len(args), stream)
+
+        return ops.run(self._dies[device], "aclrtLaunchKernel", launch)
+
+    def unload_binary(self, device: int, binary: int) -> None:
+        self._select(device)
+        self.rt.call("aclrtBinaryUnLoad", binary)
 
     # -- operators ---------------------------------------------------------------------------------
 

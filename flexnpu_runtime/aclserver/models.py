@@ -468,6 +468,14 @@ class Models:
             )
         return blob
 
+    def blob_bytes(self, blob_id: int) -> memoryview:
+        """The bytes of a blob this session wrote (another loader's: a kernel binary, ``kernels.py``)."""
+        return self._blob(blob_id).view
+
+    def consume_blob(self, blob_id: int) -> None:
+        """Drop a blob another loader has used (its host memory returns to the claim's budget)."""
+        self._drop_blob(self._take_blob(blob_id))
+
     def _drop_blob(self, blob: _Blob) -> None:
         blob.view.release()
         blob.data.close()

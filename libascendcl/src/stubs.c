@@ -694,23 +694,6 @@ API aclError aclrtBinaryLoad(const aclrtBinary binary, aclrtBinHandle *binHandle
     return ACL_ERROR_API_NOT_SUPPORT;
 }
 
-API aclError aclrtBinaryUnLoad(aclrtBinHandle binHandle)
-{
-    (void)binHandle;
-    (void)flexnpu_unsupported("aclrtBinaryUnLoad");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtBinaryGetFunction(const aclrtBinHandle binHandle, const char *kernelName,
-    aclrtFuncHandle *funcHandle)
-{
-    (void)binHandle;
-    (void)kernelName;
-    (void)funcHandle;
-    (void)flexnpu_unsupported("aclrtBinaryGetFunction");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
 API aclError aclrtMemExportToShareableHandle(aclrtDrvMemHandle handle, aclrtMemHandleType handleType,
     uint64_t flags, uint64_t *shareableHandle)
 {
@@ -1556,17 +1539,6 @@ API aclError aclrtAllocBuf(aclrtMbuf *buf, size_t size)
     return ACL_ERROR_API_NOT_SUPPORT;
 }
 
-API aclError aclrtBinaryLoadFromData(const void *data, size_t length, const aclrtBinaryLoadOptions *options,
-    aclrtBinHandle *binHandle)
-{
-    (void)data;
-    (void)length;
-    (void)options;
-    (void)binHandle;
-    (void)flexnpu_unsupported("aclrtBinaryLoadFromData");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
 API aclError aclrtRegisterCpuFunc(const aclrtBinHandle handle, const char *funcName, const char *kernelName,
     aclrtFuncHandle *funcHandle)
 {
@@ -2103,19 +2075,6 @@ API aclError aclrtProfTrace(void *userdata, int32_t length, aclrtStream stream)
     (void)length;
     (void)stream;
     (void)flexnpu_unsupported("aclrtProfTrace");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtLaunchKernelV2(aclrtFuncHandle funcHandle, uint32_t numBlocks, const void *argsData,
-    size_t argsSize, aclrtLaunchKernelCfg *cfg, aclrtStream stream)
-{
-    (void)funcHandle;
-    (void)numBlocks;
-    (void)argsData;
-    (void)argsSize;
-    (void)cfg;
-    (void)stream;
-    (void)flexnpu_unsupported("aclrtLaunchKernelV2");
     return ACL_ERROR_API_NOT_SUPPORT;
 }
 

@@ -3,7 +3,8 @@
  * items 3 and 4), as torch_npu calls them: aclopCompileAndExecute with a 0-d host scalar and attributes of
  * every setter kind, aclnn functions with scalars, a strided view and a workspace, an operator the host's
  * CANN refuses (its code and name at the next synchronize), a strided view the single-op path cannot take,
- * a workspace beyond the quota, and the virtual-memory calls with an operator across two mapped handles.
+ * a workspace beyond the quota, the virtual-memory calls with an operator across two mapped handles, and a
+ * kernel binary loaded, looked up and launched (aclrtBinary*, and libruntime.so's rt* stubs).
  * Run against tests/c/cann_emulator.c as the host's CANN (test_backend_ascend_ops.py reads its call log).
  */
 #include "check.h"
@@ -267,6 +268,91 @@ static int vmm(void)
     return 0;
 }
 
+/* libruntime.so's entry points (CANN's rt headers; a framework declares them itself) */
+typedef struct {
+    uint32_t magic;
+    uint32_t version;
+    const void *data;
+    uint64_t length;
+} rtDevBinary_t;
+int32_t rtDevBinaryRegister(const rtDevBinary_t *bin, void **hdl);
+int32_t rtFunctionRegister(void *binHandle, const void *stubFunc, const char *stubName, const void *kernelInfoExt,
+                           uint32_t funcMode);
+int32_t rtKernelLaunch(const void *stubFunc, uint32_t blockDim, void *args, uint32_t argsSize, void *smDesc,
+                       void *stm);
+
+static const char binary[] = "EMUKBIN\nfill_u32\nunused\n";
+
+struct fill_args {
+    uint64_t ptr;
+    uint32_t count, value;
+};
+
+static int all(const uint32_t *w, int n, uint32_t v)
+{
+    for (int i = 0; i < n; i++)
+        if (w[i] != v)
+            return 0;
+    return 1;
+}
+
+/* a kernel binary loaded once, its function looked up, launched with arguments by value */
+static int kernels(void)
+{
+    static uint32_t got[256];
+    void *buf = NULL;
+    CALL(aclrtMalloc(&buf, sizeof got, ACL_MEM_MALLOC_HUGE_FIRST));
+    aclrtBinHandle bin = NULL;
+    CALL(aclrtBinaryLoadFromData(binary, sizeof binary - 1, NULL, &bin));
+    aclrtFuncHandle fill = NULL, none = NULL;
+    CALL(aclrtBinaryGetFunction(bin, "fill_u32", &fill));
+    rc = aclrtBinaryGetFunction(bin, "missing", &none);
+    CHECK(rc == 107000 && strstr(msg(), "missing"), "a kernel the binary lacks: %d %s", rc, msg());
+    struct fill_args a = {(uint64_t)(uintptr_t)buf, 256, 0xABCD1234u};
+    CALL(aclrtLaunchKernel(fill, 8, &a, sizeof a, stream));
+    CALL(aclrtSynchronizeStream(stream));
+    CALL(aclrtMemcpy(got, sizeof got, buf, sizeof got, ACL_MEMCPY_DEVICE_TO_HOST));
+    CHECK(all(got, 256, 0xABCD1234u), "fill_u32 ran on the host's CANN with its arguments by value");
+    /* a kernel fault (a pointer outside device memory) is the stream's error, CANN's code */
+    struct fill_args bad = {8, 4, 1};
+    CALL(aclrtLaunchKernel(fill, 1, &bad, sizeof bad, stream));
+    rc = aclrtSynchronizeStream(stream);
+    CHECK(rc == 507015 && strstr(msg(), "fill_u32"), "a kernel fault: %d %s", rc, msg());
+    printf("val kernel_fault %d\n", rc);
+    CALL(aclrtBinaryUnLoad(bin));
+    rc = aclrtLaunchKernel(fill, 1, &a, sizeof a, stream);
+    CHECK(rc == ACL_ERROR_INVALID_PARAM, "a function of an unloaded binary: %d %s", rc, msg());
+
+    /* through libruntime.so, as a framework's generated kernel stubs launch */
+    static const char stub = 0; /* any address the program launches the kernel by */
+    rtDevBinary_t dev = {0x43554245u, 1, binary, sizeof binary - 1};
+    void *handle = NULL;
+    CALL(rtDevBinaryRegister(&dev, &handle));
+    CALL(rtFunctionRegister(handle, &stub, "fill_stub", "fill_u32", 0));
+    a.value = 77;
+    CALL(rtKernelLaunch(&stub, 4, &a, sizeof a, NULL, stream));
+    CALL(aclrtSynchronizeStream(stream));
+    CALL(aclrtMemcpy(got, sizeof got, buf, sizeof got, ACL_MEMCPY_DEVICE_TO_HOST));
+    CHECK(all(got, 256, 77), "rtKernelLaunch of a registered stub ran fill_u32");
+    CHECK(rtKernelLaunch(&got, 4, &a, sizeof a, NULL, stream) == 107000, "an unregistered stub is refused");
+    CALL(aclrtFree(buf));
+    return 0;
+}
+
+/* the emulated backend: a clear ACL error */
+static int kernels_emulated(void)
+{
+    aclrtBinHandle bin = NULL;
+    rc = aclrtBinaryLoadFromData(binary, sizeof binary - 1, NULL, &bin);
+    CHECK(rc == ACL_ERROR_API_NOT_SUPPORT && strstr(msg(), "ascend backend") && !bin, "emulated: %d %s", rc, msg());
+    printf("val emulated_load %d\n", rc);
+    rtDevBinary_t dev = {0x43554245u, 1, binary, sizeof binary - 1};
+    void *handle = NULL;
+    rc = rtDevBinaryRegister(&dev, &handle);
+    CHECK(rc == ACL_ERROR_API_NOT_SUPPORT, "emulated, through libruntime.so: %d", rc);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     CALL(aclInit(NULL));
@@ -280,5 +366,9 @@ int main(int argc, char **argv)
         aclnn();
     if (!strcmp(part, "all") || !strcmp(part, "vmm"))
         vmm();
+    if (!strcmp(part, "all") || !strcmp(part, "kernels"))
+        kernels();
+    if (!strcmp(part, "kernels-emulated"))
+        kernels_emulated();
     return finish(); /* no finalize: the session's close releases what is left */
 }

@@ -880,3 +880,98 @@ EXPORT int aclrtFreePhysical(void *handle)
 {
     return vmm_free("aclrtFreePhysical", handle, PHYSICAL);
 }
+
+/* -- kernel binaries ----------------------------------------------------------------------------------
+ * A binary is "EMUKBIN\n" then its kernels' names, one a line. One kernel computes: fill_u32, whose
+ * arguments are {uint64_t ptr; uint32_t count; uint32_t value}: count words of value at ptr (device memory). */
+
+struct emu_binary {
+    unsigned magic;
+    size_t size;
+    char *text;
+};
+struct emu_function {
+    unsigned magic;
+    struct emu_binary *bin;
+    char name[64];
+};
+
+EXPORT int aclrtBinaryLoadFromData(const void *data, size_t length, const void *options, void **binHandle);
+EXPORT int aclrtBinaryLoadFromData(const void *data, size_t length, const void *options, void **binHandle)
+{
+    (void)options;
+    if (!data || !binHandle || length < 8 || memcmp(data, "EMUKBIN\n", 8) != 0)
+        return fail(107000, "aclrtBinaryLoadFromData: not a kernel binary");
+    struct emu_binary *b = calloc(1, sizeof *b);
+    b->magic = EMU_MAGIC;
+    b->size = length;
+    b->text = calloc(1, length + 1);
+    memcpy(b->text, data, length);
+    *binHandle = b;
+    logf_("aclrtBinaryLoadFromData %zu\n", length);
+    return 0;
+}
+
+EXPORT int aclrtBinaryGetFunction(const void *binHandle, const char *kernelName, void **funcHandle);
+EXPORT int aclrtBinaryGetFunction(const void *binHandle, const char *kernelName, void **funcHandle)
+{
+    const struct emu_binary *b = binHandle;
+    if (!b || b->magic != EMU_MAGIC || !kernelName || !funcHandle || strlen(kernelName) >= 64)
+        return fail(107000, "aclrtBinaryGetFunction: bad argument");
+    char line[80];
+    snprintf(line, sizeof line, "\n%s\n", kernelName);
+    if (!strstr(b->text + 7, line)) {
+        snprintf(err, sizeof err, "EE1001: aclrtBinaryGetFunction: kernel %s is not in the binary", kernelName);
+        return 107000;
+    }
+    struct emu_function *f = calloc(1, sizeof *f);
+    f->magic = EMU_MAGIC;
+    f->bin = (struct emu_binary *)(uintptr_t)b;
+    snprintf(f->name, sizeof f->name, "%s", kernelName);
+    *funcHandle = f;
+    logf_("aclrtBinaryGetFunction %s\n", kernelName);
+    return 0;
+}
+
+EXPORT int aclrtLaunchKernel(void *funcHandle, uint32_t numBlocks, const void *argsData, size_t argsSize,
+                             void *stream);
+EXPORT int aclrtLaunchKernel(void *funcHandle, uint32_t numBlocks, const void *argsData, size_t argsSize,
+                             void *stream)
+{
+    const struct emu_function *f = funcHandle;
+    int sid = stream_id(stream);
+    if (!f || f->magic != EMU_MAGIC || sid < 0)
+        return fail(107000, "aclrtLaunchKernel: not a function handle, or an invalid stream");
+    logf_("aclrtLaunchKernel %s blocks %u args %zu stream %d\n", f->name, numBlocks, argsSize, sid);
+    if (!strcmp(f->name, "fill_u32")) {
+        struct {
+            uint64_t ptr;
+            uint32_t count, value;
+        } a;
+        if (argsSize != sizeof a || !argsData)
+            return fail(507015, "EZ9999: fill_u32: the arguments are {ptr, count, value}");
+        memcpy(&a, argsData, sizeof a);
+        pthread_mutex_lock(&mu);
+        int ok = find((void *)(uintptr_t)a.ptr, (size_t)a.count * 4) != NULL;
+        pthread_mutex_unlock(&mu);
+        if (!ok)
+            return fail(507015, "EZ9999: fill_u32: ptr is not device memory (an AI Core exception)");
+        uint32_t *w = (uint32_t *)(uintptr_t)a.ptr;
+        for (uint32_t i = 0; i < a.count; i++)
+            w[i] = a.value;
+    }
+    return 0;
+}
+
+EXPORT int aclrtBinaryUnLoad(void *binHandle);
+EXPORT int aclrtBinaryUnLoad(void *binHandle)
+{
+    struct emu_binary *b = binHandle;
+    if (!b || b->magic != EMU_MAGIC)
+        return fail(107000, "aclrtBinaryUnLoad: not a binary");
+    logf_("aclrtBinaryUnLoad %zu\n", b->size);
+    b->magic = 0;
+    free(b->text);
+    free(b);
+    return 0;
+}

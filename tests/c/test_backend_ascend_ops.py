@@ -43,7 +43,7 @@ def ascend_ops(library: Path) -> Path:
     return clibrary.compile_program(
         HERE / "ascend_ops.c",
         link_library=library,
-        extra_flags=[f"-L{library.parent}", "-Wl,--no-as-needed", "-lopapi", "-lm"],
+        extra_flags=[f"-L{library.parent}", "-Wl,--no-as-needed", "-lopapi", "-lruntime", "-lm"],
     )
 
 
@@ -51,11 +51,16 @@ def _lines(log: Path) -> list[str]:
     return log.read_text().splitlines() if log.exists() else []
 
 
-def _wait_for(log: Path, *wanted: str, timeout: float = 20.0) -> list[str]:
+def _wait_for(log: Path, *wanted: str, count: int = 1, timeout: float = 20.0) -> list[str]:
+    """The log once each of ``wanted`` starts ``count`` of its lines (or at the deadline: the test's
+    assertions then say what is missing)."""
     deadline = time.monotonic() + timeout
     while True:
         lines = _lines(log)
-        if all(any(w in line for line in lines) for w in wanted) or time.monotonic() > deadline:
+        if (
+            all(sum(line.startswith(w) for line in lines) >= count for w in wanted)
+            or time.monotonic() > deadline
+        ):
             return lines
         time.sleep(0.05)
 
@@ -148,6 +153,36 @@ def test_virtual_memory_is_forwarded_and_charged(ascend_ops: Path, server_log: t
     assert end.index(f"aclrtUnmapMem {gran}") < min(
         end.index(f"aclrtFreePhysical {gran}"), end.index("aclrtReleaseMemAddress 4194304")
     ), "unmapped before CANN is asked to free or release"
+
+
+def test_kernel_binaries_are_loaded_once_and_launched_on_the_hosts_cann(
+    ascend_ops: Path, server_log: tuple[Path, Path]
+) -> None:
+    conf, log = server_log
+    values = _program(ascend_ops, "kernels", conf)
+    assert values["kernel_fault"] == "507015"
+    binary = len("EMUKBIN\nfill_u32\nunused\n")
+    lines = _lines(log)
+    assert lines[:2] == [f"aclrtBinaryLoadFromData {binary}", "aclrtBinaryGetFunction fill_u32"], lines
+    assert lines[2] == "aclrtLaunchKernel fill_u32 blocks 8 args 16 stream 1", (
+        "arguments by value, the block dim"
+    )
+    assert lines.count(f"aclrtBinaryLoadFromData {binary}") == 2, "once per load (aclrtBinary*, then rt*)"
+    assert f"aclrtBinaryUnLoad {binary}" in lines
+    assert "aclrtLaunchKernel fill_u32 blocks 4 args 16 stream 1" in lines, "rtKernelLaunch of the stub"
+    # the binary the program left loaded is unloaded when its session closes
+    lines = _wait_for(log, "aclrtBinaryUnLoad", count=2)
+    assert lines[-1] == f"aclrtBinaryUnLoad {binary}" and lines.count(f"aclrtBinaryUnLoad {binary}") == 2
+
+
+def test_kernel_binaries_on_the_emulated_backend_answer_200001(ascend_ops: Path, tmp_path: Path) -> None:
+    with aclserver_harness.running_aclserver(
+        tmp_path, shares=[aclserver_harness.share(0, memory=QUOTA)], ledger_dir=str(tmp_path / "l")
+    ) as server:
+        conf = tmp_path / "client.conf"
+        conf.write_text(clientconf.render(server.conf()))
+        values = _program(ascend_ops, "kernels-emulated", conf)
+    assert values["emulated_load"] == str(codes.ACL_ERROR_API_NOT_SUPPORT)
 
 
 # -- in process: the backend's entry point with calls a Python client makes ------------------------
