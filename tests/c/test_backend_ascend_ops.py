@@ -82,8 +82,8 @@ def server_log(
         yield conf, log
 
 
-def _program(exe: Path, part: str, conf: Path) -> dict[str, str]:
-    res = run(exe, part, conf=conf, LD_LIBRARY_PATH=str(clibrary.LIBRARY_DIR / "build"))
+def _program(exe: Path, part: str, conf: Path, *args: str) -> dict[str, str]:
+    res = run(exe, part, *args, conf=conf, LD_LIBRARY_PATH=str(clibrary.LIBRARY_DIR / "build"))
     assert res.rc == 0 and "FAIL" not in res.stdout, res.stdout + res.stderr
     return res.values
 
@@ -177,6 +177,28 @@ def test_kernel_binaries_are_loaded_once_and_launched_on_the_hosts_cann(
     # the binary the program left loaded is unloaded when its session closes
     lines = _wait_for(log, "aclrtBinaryUnLoad", count=2)
     assert lines[-1] == f"aclrtBinaryUnLoad {binary}" and lines.count(f"aclrtBinaryUnLoad {binary}") == 2
+
+
+def test_a_binary_is_charged_to_host_memory_while_it_is_shipped(
+    ascend_ops: Path, cann_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """hostMemory 16 MiB: a 24 MiB binary is refused (207001, naming hostMemory) before it reaches CANN."""
+    log = tmp_path / "cann.log"
+    monkeypatch.setenv("FLEXNPU_ACLSERVER_BACKEND", "ascend")
+    monkeypatch.setenv("FLEXNPU_ASCEND_LIBRARY", str(cann_dir / "libascendcl.so"))
+    monkeypatch.setenv("FLEXNPU_EMU_LOG", str(log))
+    with aclserver_harness.running_aclserver(
+        tmp_path, shares=[aclserver_harness.share(0, memory=QUOTA, host_memory=16 * MIB)],
+        ledger_dir=str(tmp_path / "l"), staging_bytes=1 * MIB,
+    ) as server:  # fmt: skip
+        conf = tmp_path / "client.conf"
+        conf.write_text(clientconf.render(server.conf()))
+        values = _program(ascend_ops, "kernels-big", conf, str(24 * MIB))
+    assert values["big_load"] == str(codes.ACL_ERROR_RT_MEMORY_ALLOCATION)
+    loads = [line for line in _lines(log) if line.startswith("aclrtBinaryLoadFromData")]
+    assert loads == [f"aclrtBinaryLoadFromData {len('EMUKBIN_fill_u32_unused_')}"], (
+        "only the small one reached CANN"
+    )
 
 
 def test_kernel_binaries_on_the_emulated_backend_answer_200001(ascend_ops: Path, tmp_path: Path) -> None:
