@@ -6,8 +6,9 @@ stream order on the device's worker, hands the ``OpCall`` to ``OperatorRuntime.e
 
 * **single operators** (any name not starting with ``aclnn``): one ``aclTensorDesc`` per operand
   (``aclCreateTensorDesc`` with the dtype, dims and format; a host operand — a 0-d scalar, a shape —
-  ``aclSetTensorPlaceMent(ACL_MEMTYPE_HOST)`` over a host copy of its bytes), one ``aclDataBuffer`` per operand
-  (the view's first byte, its bytes), the attributes rebuilt with the same ``aclopSetAttr*`` setter the program
+  ``aclSetTensorPlaceMent(ACL_MEMTYPE_HOST)`` over a host copy of its bytes; an optional input left out
+  ``ACL_DT_UNDEFINED``/``ACL_FORMAT_UNDEFINED`` with no dims), one ``aclDataBuffer`` per operand (the view's first
+  byte, its bytes; NULL, 0 for a left-out input), the attributes rebuilt with the same ``aclopSetAttr*`` setter the program
   called; then ``aclopCompileAndExecute`` (looked up in ``libacl_op_compiler.so`` beside ``libascendcl.so``,
   else in ``libascendcl.so``; ``aclopExecuteV2`` when neither has it) with ACL_ENGINE_SYS, ACL_COMPILE_SYS. CANN's
   single-operator descriptors have no strides: a strided view is refused (ACL_ERROR_INVALID_PARAM naming it).
@@ -44,6 +45,8 @@ __all__ = ["ACLNN_C_TYPES", "OperatorRuntime"]
 
 ACL_ERROR_OP_NOT_FOUND = 100024
 _ACL_MEMTYPE_HOST = 1
+_ACL_DT_UNDEFINED = -1
+_ACL_FORMAT_UNDEFINED = -1
 _ACL_ENGINE_SYS = 0
 _ACL_COMPILE_SYS = 0
 _ACL_FLOAT, _ACL_INT64, _ACL_BOOL, _ACL_BF16 = 0, 9, 12, 27
@@ -230,19 +233,20 @@ class OperatorRuntime:
         for side, tensors in enumerate((call.inputs, call.outputs)):
             for i, t in enumerate(tensors):
                 where = f"{('inputs', 'outputs')[side]}[{i}]"
-                if t.placement == Placement.ABSENT:  # an optional input left out: CANN takes a NULL pair
-                    descs[side].append(0)
-                    bufs[side].append(0)
-                    continue
-                desc = fn["aclCreateTensorDesc"](
-                    t.dtype, len(t.dims), _array(ctypes.c_int64, t.dims), t.format
-                )
+                if t.placement == Placement.ABSENT:  # an optional input left out: CANN's placeholder pair
+                    desc = fn["aclCreateTensorDesc"](_ACL_DT_UNDEFINED, 0, None, _ACL_FORMAT_UNDEFINED)
+                else:
+                    desc = fn["aclCreateTensorDesc"](
+                        t.dtype, len(t.dims), _array(ctypes.c_int64, t.dims), t.format
+                    )
                 if not desc:
                     raise AclFailure(
                         codes.ACL_ERROR_INVALID_PARAM, f"{call.name}: aclCreateTensorDesc of {where}"
                     )
                 held.callback(fn["aclDestroyTensorDesc"], desc)
-                address, size = self._operand(call.name, where, t, keep)
+                address, size = (
+                    (None, 0) if t.placement == Placement.ABSENT else self._operand(call.name, where, t, keep)
+                )
                 if t.placement == Placement.HOST:
                     self._check(call.name, "aclSetTensorPlaceMent",
                                 fn["aclSetTensorPlaceMent"](desc, _ACL_MEMTYPE_HOST))  # fmt: skip

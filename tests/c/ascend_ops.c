@@ -123,6 +123,17 @@ static int aclop(void)
         }
     CHECK(good, "MatMul(a, b, transpose_x2) computed by the host's CANN");
 
+    /* MatMul with its optional bias left out (fx_op_launch, as the aclnn library and torch_npu send one) */
+    fxTensor x = {FX_TENSOR_DEVICE, ACL_FLOAT, ACL_FORMAT_ND, 2, dims, NULL, 0, da, sizeof a};
+    fxTensor w = {FX_TENSOR_DEVICE, ACL_FLOAT, ACL_FORMAT_ND, 2, dims, NULL, 0, db, sizeof b};
+    fxTensor y = {FX_TENSOR_DEVICE, ACL_FLOAT, ACL_FORMAT_ND, 2, dims, NULL, 0, dout, sizeof out};
+    fxTensor no_bias = {FX_TENSOR_ABSENT, ACL_FLOAT, ACL_FORMAT_ND, 0, NULL, NULL, 0, NULL, 0};
+    fxTensor with_bias[3] = {x, w, no_bias};
+    CALL(fx_op_launch("MatMul", 3, with_bias, 1, &y, mm, stream));
+    read_back(out, dout, N * N);
+    CHECK(fabsf(out[5] - (a[4] * b[4] + a[5] * b[5] + a[6] * b[6] + a[7] * b[7])) < 1e-4f,
+          "MatMul with an absent bias: %g", (double)out[5]);
+
     /* an operator the host's CANN has no kernel for: its code and name at the next synchronize */
     CALL(aclopCompileAndExecute("NoSuchOp", 2, mm_in, mm_buf, 1, outs, out_buf, NULL, ACL_ENGINE_SYS,
                                 ACL_COMPILE_SYS, NULL, stream));
