@@ -8,6 +8,10 @@
  * emu_allocated(device) -> bytes, emu_current_device() -> the calling thread's device,
  * emu_last_batch() -> the batch of the last aclmdlSetDynamicBatchSize.
  *
+ * Streams, single operators, aclnn functions, virtual memory and kernel binaries: cann_emulator_ops.c (included
+ * at the end), which logs every launch to emu_op_log() and to the file FLEXNPU_EMU_LOG names (the emulator then
+ * lives in another process: an aclserver's); emu_streams() -> live streams.
+ *
  * Models (the aclmdl entry points the ascend backend forwards to): the bytes are a model of
  * FlexNPU's emulated format (docs/model-format.md), of which this reads only what CANN's
  * description calls answer; an execution copies input a of each output into it (every op is a
