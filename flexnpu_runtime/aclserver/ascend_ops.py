@@ -366,8 +366,9 @@ class OperatorRuntime:
         size_fn, run_fn = self._aclnn_fns(call.name)
         args, types = self._aclnn_args(call, spec[0], held)
         ws_size, executor = ctypes.c_uint64(), ctypes.c_void_p()
-        size_fn.argtypes = [*types, ctypes.POINTER(ctypes.c_uint64), _PP]
-        ret = size_fn(*args, ctypes.byref(ws_size), ctypes.byref(executor))
+        # each value as its C type (no argtypes: the function object is shared by every die's worker)
+        typed = [None if v is None else t(v) for v, t in zip(args, types, strict=True)]
+        ret = size_fn(*typed, ctypes.byref(ws_size), ctypes.byref(executor))
         self._check(call.name, call.name + "GetWorkspaceSize", ret)
         ws = 0
         if ws_size.value:
