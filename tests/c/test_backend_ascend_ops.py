@@ -281,3 +281,15 @@ def test_aclnn_c_types_agree_with_the_table() -> None:
                 continue
             got = ACLNN_C_TYPES.get((row["name"], p["name"])) or ACLNN_C_TYPES.get(("*", p["name"]))
             assert got is narrow.get(p["ctype"]), (row["name"], p)
+
+
+def test_the_physical_memory_prop_has_canns_layout() -> None:
+    """The ctypes aclrtPhysicalMemProp the backend passes to aclrtMallocPhysical matches the C header's."""
+    from flexnpu_runtime.aclserver.backend_ascend import _PhysicalMemProp
+
+    exe = clibrary.compile_program(HERE / "physical_prop_layout.c")
+    words = run(exe, conf=None).stdout.split()
+    c_layout = dict(zip(words[::2], (int(w) for w in words[1::2]), strict=True))
+    py_layout = {"size": ctypes.sizeof(_PhysicalMemProp)}
+    py_layout |= {name: getattr(_PhysicalMemProp, name).offset for name, _ in _PhysicalMemProp._fields_}
+    assert py_layout == c_layout
