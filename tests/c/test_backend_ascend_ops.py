@@ -291,5 +291,5 @@ def test_the_physical_memory_prop_has_canns_layout() -> None:
     words = run(exe, conf=None).stdout.split()
     c_layout = dict(zip(words[::2], (int(w) for w in words[1::2]), strict=True))
     py_layout = {"size": ctypes.sizeof(_PhysicalMemProp)}
-    py_layout |= {name: getattr(_PhysicalMemProp, name).offset for name, _ in _PhysicalMemProp._fields_}
+    py_layout |= {field[0]: getattr(_PhysicalMemProp, field[0]).offset for field in _PhysicalMemProp._fields_}
     assert py_layout == c_layout
