@@ -95,6 +95,19 @@ API aclError aclrtLaunchKernelV2(aclrtFuncHandle funcHandle, uint32_t numBlocks,
     LOCKED(do_launch(funcHandle, numBlocks, argsData, argsSize, stream));
 }
 
+API aclError aclrtLaunchKernelWithHostArgs(aclrtFuncHandle funcHandle, uint32_t numBlocks, aclrtStream stream,
+                                           aclrtLaunchKernelCfg *cfg, void *hostArgs, size_t argsSize,
+                                           aclrtPlaceHolderInfo *placeHolderArray, size_t placeHolderNum)
+{
+    (void)placeHolderArray;
+    if ((cfg && cfg->numAttrs) || placeHolderNum)
+        return flexnpu_fail(ACL_ERROR_API_NOT_SUPPORT,
+                            "aclrtLaunchKernelWithHostArgs: launch attributes and placeholders are not served");
+    if (!funcHandle)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclrtLaunchKernelWithHostArgs: funcHandle is NULL");
+    LOCKED(do_launch(funcHandle, numBlocks, hostArgs, argsSize, stream));
+}
+
 static int do_binary_load(const void *data, size_t length, aclrtBinHandle *out, const char *what)
 {
     if (!data || !length || !out)

@@ -2078,22 +2078,6 @@ API aclError aclrtProfTrace(void *userdata, int32_t length, aclrtStream stream)
     return ACL_ERROR_API_NOT_SUPPORT;
 }
 
-API aclError aclrtLaunchKernelWithHostArgs(aclrtFuncHandle funcHandle, uint32_t numBlocks, aclrtStream stream,
-    aclrtLaunchKernelCfg *cfg, void *hostArgs, size_t argsSize, aclrtPlaceHolderInfo *placeHolderArray,
-    size_t placeHolderNum)
-{
-    (void)funcHandle;
-    (void)numBlocks;
-    (void)stream;
-    (void)cfg;
-    (void)hostArgs;
-    (void)argsSize;
-    (void)placeHolderArray;
-    (void)placeHolderNum;
-    (void)flexnpu_unsupported("aclrtLaunchKernelWithHostArgs");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
 API aclError aclrtLaunchKernelWithArgsArray(void *func, uint32_t numBlocks, aclrtStream stream,
     aclrtLaunchKernelCfg *cfg, void **args)
 {

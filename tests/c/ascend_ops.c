@@ -331,6 +331,13 @@ static int kernels(void)
     rc = aclrtSynchronizeStream(stream);
     CHECK(rc == 507015 && strstr(msg(), "fill_u32"), "a kernel fault: %d %s", rc, msg());
     printf("val kernel_fault %d\n", rc);
+    a.value = 5;
+    CALL(aclrtLaunchKernelV2(fill, 2, &a, sizeof a, NULL, stream));
+    a.value = 6;
+    CALL(aclrtLaunchKernelWithHostArgs(fill, 3, stream, NULL, &a, sizeof a, NULL, 0));
+    CALL(aclrtSynchronizeStream(stream));
+    CALL(aclrtMemcpy(got, sizeof got, buf, sizeof got, ACL_MEMCPY_DEVICE_TO_HOST));
+    CHECK(all(got, 256, 6), "aclrtLaunchKernelV2 then aclrtLaunchKernelWithHostArgs ran, in stream order");
     CALL(aclrtBinaryUnLoad(bin));
     rc = aclrtLaunchKernel(fill, 1, &a, sizeof a, stream);
     CHECK(rc == ACL_ERROR_INVALID_PARAM, "a function of an unloaded binary: %d %s", rc, msg());

@@ -177,6 +177,8 @@ def test_kernel_binaries_are_loaded_once_and_launched_on_the_hosts_cann(
     )
     assert lines.count(f"aclrtBinaryLoadFromData {binary}") == 2, "once per load (aclrtBinary*, then rt*)"
     assert f"aclrtBinaryUnLoad {binary}" in lines
+    assert "aclrtLaunchKernel fill_u32 blocks 2 args 16 stream 1" in lines, "aclrtLaunchKernelV2"
+    assert "aclrtLaunchKernel fill_u32 blocks 3 args 16 stream 1" in lines, "aclrtLaunchKernelWithHostArgs"
     assert "aclrtLaunchKernel fill_u32 blocks 4 args 16 stream 1" in lines, "rtKernelLaunch of the stub"
     # the binary the program left loaded is unloaded when its session closes
     lines = _wait_for(log, "aclrtBinaryUnLoad", count=2)
