@@ -295,3 +295,21 @@ def test_the_physical_memory_prop_has_canns_layout() -> None:
     py_layout = {"size": ctypes.sizeof(_PhysicalMemProp)}
     py_layout |= {field[0]: getattr(_PhysicalMemProp, field[0]).offset for field in _PhysicalMemProp._fields_}
     assert py_layout == c_layout
+
+
+def test_the_client_side_of_kernel_binaries_is_sanitizer_clean(server_log: tuple[Path, Path]) -> None:
+    """The kernel-binary and operator calls of the C client (kernel.c, runtime.c, op.c) under ASan/UBSan with leak
+    detection, against the ascend backend."""
+    conf, _log = server_log
+    lib = clibrary.build_library(sanitized=True)
+    exe = clibrary.compile_program(
+        HERE / "ascend_ops.c",
+        link_library=lib,
+        extra_flags=[*clibrary.SANITIZERS, "-g", f"-L{lib.parent}", "-Wl,--no-as-needed", "-lopapi", "-lruntime",
+                     "-lm"],
+        out_dir=lib.parent,
+    )  # fmt: skip
+    for part in ("kernels", "aclop"):
+        res = run(exe, part, conf=conf, LD_LIBRARY_PATH=str(lib.parent), ASAN_OPTIONS="detect_leaks=1")
+        assert res.rc == 0 and not res.failures, res.stdout[-3000:] + res.stderr[-3000:]
+        assert "ERROR: " not in res.stderr and "runtime error" not in res.stderr, res.stderr[-3000:]
