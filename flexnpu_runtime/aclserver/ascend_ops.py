@@ -164,7 +164,13 @@ class OperatorRuntime:
 
     def _single_op_entry(self) -> tuple[Any, str]:
         compiler = os.path.join(os.path.dirname(self._path), "libacl_op_compiler.so")
-        for lib in ([ctypes.CDLL(compiler)] if os.path.exists(compiler) else []) + [self._lib]:
+        libs = [self._lib]
+        if os.path.exists(compiler):
+            try:
+                libs.insert(0, ctypes.CDLL(compiler))
+            except OSError as exc:
+                raise AclFailure(codes.ACL_ERROR_API_NOT_SUPPORT, f"cannot load {compiler}: {exc}") from None
+        for lib in libs:
             if hasattr(lib, "aclopCompileAndExecute"):
                 return _bind(lib, "aclopCompileAndExecute", _COMPILE_AND_EXECUTE), "aclopCompileAndExecute"
         if hasattr(self._lib, "aclopExecuteV2"):
