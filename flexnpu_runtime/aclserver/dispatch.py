@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, NamedTuple
 from flexnpu_runtime.aclserver.backend import AclFailure, Backend
 from flexnpu_runtime.aclserver.hostmem import HostBudget
 from flexnpu_runtime.aclserver.memory import Memory
-from flexnpu_runtime.aclserver.models import Link, Models
+from flexnpu_runtime.aclserver.model_runs import Link
+from flexnpu_runtime.aclserver.models import Models
 from flexnpu_runtime.aclserver.quota import QuotaBook
 from flexnpu_runtime.aclserver.streams import WAITING_OPS, Streams
 from flexnpu_runtime.aclserver.vmm import VirtualMemory

@@ -423,7 +423,7 @@ class Server:
 
 class _Connection:
     """An authenticated connection and its session, which answers on it (it is the session's
-    ``models.Link``): its calls run on the connection's thread (``serve``), a blocking call off it
+    ``model_runs.Link``): its calls run on the connection's thread (``serve``), a blocking call off it
     (``_Waiters``), and a synchronous execution's reply may come from the thread that ends it."""
 
     def __init__(
