@@ -58,7 +58,7 @@ class Models:
         self.session_id = session_id
         self.streams = streams
         self._charge = HostCharge(host)
-        self.bytes = ModelBytes(backend, memory, self._charge)
+        self.blobs = ModelBytes(backend, memory, self._charge)
         self.executions = Executions(backend, book, session_id=session_id, streams=streams, link=link)
         self._current = current
         self._lock = threading.Lock()
@@ -67,14 +67,14 @@ class Models:
 
     def handlers(self) -> dict[Op, Handler]:
         return {
-            **self.bytes.handlers(),
+            **self.blobs.handlers(),
             Op.MODEL_LOAD: self._load,
             Op.MODEL_UNLOAD: self._unload,
         }
 
     def tail_handlers(self) -> dict[Op, TailHandler]:
         return {
-            **self.bytes.tail_handlers(),
+            **self.blobs.tail_handlers(),
             Op.MODEL_GET_DESC: self._get_desc,
             Op.MODEL_EXECUTE: self._execute,
         }
@@ -92,7 +92,7 @@ class Models:
                     codes.ACL_ERROR_RT_RESOURCE_ALLOC_FAIL,
                     f"at most {MAX_MODELS} models may be loaded per client",
                 )
-        blob = self.bytes.get(blob_id)
+        blob = self.blobs.get(blob_id)
         desc = self.backend.describe_model(blob.view)
         header = modelfile.render_header(desc)
         charged = DESC_COST_FIXED + DESC_COST_PER_HEADER_BYTE * len(header)
@@ -111,7 +111,7 @@ class Models:
             self._charge.release(charged)
             raise
         loaded.own, loaded.lent = own, list(pinned)
-        self.bytes.drop(self.bytes.take(blob_id))
+        self.blobs.drop(self.blobs.take(blob_id))
         with self._lock:
             model_id = self._next_model
             self._next_model += 1
@@ -184,7 +184,7 @@ class Models:
             models, self._models = list(self._models.values()), {}
         for model in models:
             self._release(model)
-        self.bytes.close()
+        self.blobs.close()
         self.executions.close()
 
     def _model(self, model_id: int) -> SessionModel:
