@@ -19,7 +19,8 @@ from flexnpu_runtime.aclserver.backend import AclFailure, Backend
 from flexnpu_runtime.aclserver.hostmem import HostBudget
 from flexnpu_runtime.aclserver.kernels import Kernels
 from flexnpu_runtime.aclserver.memory import Memory
-from flexnpu_runtime.aclserver.models import Link, Models
+from flexnpu_runtime.aclserver.model_runs import Link
+from flexnpu_runtime.aclserver.models import Models
 from flexnpu_runtime.aclserver.quota import QuotaBook
 from flexnpu_runtime.aclserver.streams import WAITING_OPS, Streams
 from flexnpu_runtime.aclserver.vmm import VirtualMemory
@@ -93,7 +94,7 @@ class Session:
         self._backend, self._book = backend, book
         self._operators: Operators | None = None  # made at the first operator (numpy loads with it)
         self.vmm = VirtualMemory(backend, book, session_id=self.session_id)
-        self.kernels = Kernels(backend, models=self.models, streams=self.streams, current=self._current)
+        self.kernels = Kernels(backend, blobs=self.models.blobs, streams=self.streams, current=self._current)
         self.staging = self.memory.staging
         handlers: dict[Op, Handler] = {
             Op.INIT: self._init,

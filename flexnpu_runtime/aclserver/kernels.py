@@ -28,7 +28,7 @@ from flexnpu_wire.framing import Op
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from flexnpu_runtime.aclserver.models import Models
+    from flexnpu_runtime.aclserver.model_bytes import ModelBytes
     from flexnpu_wire import framing
 
 __all__ = ["MAX_ARGS", "MAX_NAME", "Kernels"]
@@ -46,12 +46,12 @@ class Kernels:
         self,
         backend: Backend,
         *,
-        models: Models,
+        blobs: ModelBytes,
         streams: Streams,
         current: Callable[[], int],
     ) -> None:
         self.backend = backend
-        self.models = models
+        self.blobs = blobs
         self.streams = streams
         self._current = current
         self._binaries: dict[int, tuple[int, Any]] = {}  # id -> (device, the backend's handle)
@@ -77,8 +77,10 @@ class Kernels:
         (blob_id,) = ints
         load = self._hook("aclrtBinaryLoadFromData", "load_binary")
         device = self._current()
-        handle = load(device, self.models.blob_bytes(blob_id))
-        self.models.consume_blob(blob_id)  # the backend has the binary now (a refused load keeps the blob)
+        handle = load(device, self.blobs.get(blob_id).view)
+        self.blobs.drop(
+            self.blobs.take(blob_id)
+        )  # the backend has the binary now (a refused load keeps the blob)
         with self._lock:
             binary = next(self._ids)
             self._binaries[binary] = (device, handle)
