@@ -108,16 +108,17 @@ API aclError aclrtLaunchKernelWithHostArgs(aclrtFuncHandle funcHandle, uint32_t 
     LOCKED(do_launch(funcHandle, numBlocks, hostArgs, argsSize, stream));
 }
 
-static int do_binary_load(const void *data, size_t length, aclrtBinHandle *out, const char *what)
+static int do_binary_load(const char *path, const void *data, size_t length, aclrtBinHandle *out, const char *what)
 {
-    if (!data || !length || !out)
-        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: data, length and binHandle are required", what);
+    if ((!path && (!data || !length)) || !out)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: %s and binHandle are required", what,
+                            path ? "binPath" : "data, length");
     int rc = session_ready(what);
     if (!rc)
         rc = session_use_device(what, NULL);
     int64_t blob, id;
     if (!rc)
-        rc = model_send(NULL, data, length, &blob, what);
+        rc = model_send(path, data, length, &blob, what);
     if (rc)
         return rc;
     rc = rpc_call(OP_BINARY_LOAD, &blob, 1, &id, 1, session.call_timeout_ms, what);
@@ -142,7 +143,15 @@ API aclError aclrtBinaryLoadFromData(const void *data, size_t length, const aclr
                                      aclrtBinHandle *binHandle)
 {
     (void)options; /* CANN's load options (lazy load, magic, CPU kernel mode) change nothing here */
-    LOCKED(do_binary_load(data, length, binHandle, "aclrtBinaryLoadFromData"));
+    LOCKED(do_binary_load(NULL, data, length, binHandle, "aclrtBinaryLoadFromData"));
+}
+
+API aclError aclrtBinaryLoadFromFile(const char *binPath, aclrtBinaryLoadOptions *options, aclrtBinHandle *binHandle)
+{
+    (void)options;
+    if (!binPath)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclrtBinaryLoadFromFile: binPath is NULL");
+    LOCKED(do_binary_load(binPath, NULL, 0, binHandle, "aclrtBinaryLoadFromFile"));
 }
 
 static int do_get_function(const aclrtBinHandle bin, const char *name, aclrtFuncHandle *out)

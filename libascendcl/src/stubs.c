@@ -809,16 +809,6 @@ API aclError aclrtStreamAbort(aclrtStream stream)
     return ACL_ERROR_API_NOT_SUPPORT;
 }
 
-API aclError aclrtBinaryLoadFromFile(const char *binPath, aclrtBinaryLoadOptions *options,
-    aclrtBinHandle *binHandle)
-{
-    (void)binPath;
-    (void)options;
-    (void)binHandle;
-    (void)flexnpu_unsupported("aclrtBinaryLoadFromFile");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
 API aclError aclrtBinaryGetDevAddress(const aclrtBinHandle binHandle, void **binAddr, size_t *binSize)
 {
     (void)binHandle;

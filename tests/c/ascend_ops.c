@@ -18,6 +18,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 
 #define N 4
@@ -341,6 +342,15 @@ static int kernels(void)
     CALL(aclrtBinaryUnLoad(bin));
     rc = aclrtLaunchKernel(fill, 1, &a, sizeof a, stream);
     CHECK(rc == ACL_ERROR_INVALID_PARAM, "a function of an unloaded binary: %d %s", rc, msg());
+
+    /* from a file (its bytes shipped the same way) */
+    char path[] = "/tmp/flexnpu-kbin-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0 && write(fd, binary, sizeof binary - 1) == (ssize_t)(sizeof binary - 1), "a binary file");
+    close(fd);
+    CALL(aclrtBinaryLoadFromFile(path, NULL, &bin));
+    unlink(path);
+    CALL(aclrtBinaryUnLoad(bin));
 
     /* through libruntime.so, as a framework's generated kernel stubs launch */
     static const char stub = 0; /* any address the program launches the kernel by */
