@@ -14,6 +14,7 @@
 #include <acl/flexnpu_op.h>
 #include <aclnn/aclnn_base.h>
 #include <aclnnop/aclnn_add.h>
+#include <aclnnop/aclnn_cat.h>
 #include <aclnnop/aclnn_matmul.h>
 
 #include <math.h>
@@ -188,6 +189,20 @@ static int aclnn(void)
     LAUNCH(aclnnMatmul, ta, at, tmm, (int8_t)1);
     read_back(got, dmm, 4);
     CHECK(got[0] == 14 && got[1] == 32 && got[2] == 32 && got[3] == 77, "aclnnMatmul(a, a^T) = [[14, 32], [32, 77]]");
+
+    /* cat of a tensor list along dim 0 into [4, 3] */
+    int64_t d43[2] = {4, 3};
+    void *dcat = device(NULL, 12);
+    aclTensor *t43 = tensor(dcat, 2, d43);
+    const aclTensor *pair[2] = {ta, ta};
+    aclTensorList *list = aclCreateTensorList(pair, 2);
+    LAUNCH(aclnnCat, list, (int64_t)0, t43);
+    float cat[12];
+    read_back(cat, dcat, 12);
+    CHECK(!memcmp(cat, a, sizeof a) && !memcmp(cat + 6, a, sizeof a), "aclnnCat([a, a], 0) by the host's CANN");
+    aclDestroyTensorList(list);
+    aclDestroyTensor(t43);
+    CALL(aclrtFree(dcat));
 
     /* shapes the host's CANN refuses: its code (161002) at the next synchronize, naming the function */
     uint64_t ws = 0;

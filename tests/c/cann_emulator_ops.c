@@ -7,9 +7,10 @@
  *   the aclopSetAttr* setters, aclopCompileAndExecute and aclopExecuteV2. Computed: "Add" (float32, an input
  *   of one element broadcast) and "MatMul" (float32 2-D, attributes transpose_x1/transpose_x2); any other op
  *   type is refused with ACL_ERROR_OP_NOT_FOUND (100024) naming it, as CANN refuses an op it has no kernel for.
- * - aclnn: aclCreateTensor/Scalar/IntArray and their destroys, aclnnAdds (asks for a 4 KiB workspace, which
- *   the launch checks is device memory on the stream's call) and aclnnMatmul (no workspace; a shape mismatch
- *   is refused by GetWorkspaceSize with ACLNN_ERR_PARAM_INVALID 161002), both over strided float32 views.
+ * - aclnn: aclCreateTensor/Scalar/IntArray/TensorList and their destroys, aclnnAdds (asks for a 4 KiB workspace,
+ *   which the launch checks is device memory on the stream's call), aclnnMatmul (no workspace; a shape mismatch
+ *   is refused by GetWorkspaceSize with ACLNN_ERR_PARAM_INVALID 161002), both over strided float32 views, and
+ *   aclnnCat of a tensor list along dim 0.
  * - Virtual memory: aclrtReserveMemAddress (host RAM, not counted as used), aclrtMallocPhysical (counted, no
  *   memory of its own), aclrtMapMem / aclrtUnmapMem (a range's bytes are addressable where mapped; they live
  *   in the range, not the handle), aclrtReleaseMemAddress, aclrtFreePhysical.
@@ -432,10 +433,12 @@ struct emu_intarray {
     uint64_t n;
     int64_t v[MAX_DIMS];
 };
+#define MAX_LIST 4
 struct emu_executor {
     unsigned magic;
     char name[32];
-    struct emu_tensor_nn a, b, out;
+    struct emu_tensor_nn a, b, out, list[MAX_LIST];
+    uint64_t n_list;
     double other, alpha;
     uint64_t workspace;
 };
@@ -659,6 +662,40 @@ EXPORT int aclnnMatmulGetWorkspaceSize(const void *self, const void *mat2, void 
     return nn_finish(e, workspaceSize, executor);
 }
 
+EXPORT int aclnnCatGetWorkspaceSize(const void *tensors, int64_t dim, void *out, uint64_t *workspaceSize,
+                                    void **executor);
+EXPORT int aclnnCatGetWorkspaceSize(const void *tensors, int64_t dim, void *out, uint64_t *workspaceSize,
+                                    void **executor)
+{
+    const struct emu_tensorlist *l = tensors;
+    if (!l || l->magic != EMU_MAGIC || l->n > MAX_LIST || dim != 0) {
+        snprintf(err, sizeof err, "EZ1001: aclnnCat: a list of at most %d tensors, dim 0", MAX_LIST);
+        return 161002;
+    }
+    struct emu_executor *e = calloc(1, sizeof *e);
+    *e = (struct emu_executor){.magic = EMU_MAGIC, .name = "aclnnCat", .n_list = l->n};
+    logf_("aclnnCatGetWorkspaceSize tensors %llu", (unsigned long long)l->n);
+    int code = 0;
+    int64_t rows = 0;
+    for (uint64_t k = 0; k < l->n && !code; k++) {
+        code = nn_tensor("aclnnCat", "tensors", l->v[k], &e->list[k]);
+        rows += e->list[k].ndim == 2 ? e->list[k].dims[0] : 0;
+    }
+    if (!code)
+        code = nn_tensor("aclnnCat", "out", out, &e->out);
+    if (!code && (e->out.ndim != 2 || rows != e->out.dims[0])) {
+        snprintf(err, sizeof err, "EZ1001: aclnnCat: the rows do not add up to out's");
+        code = 161002;
+    }
+    logf_(" dim %lld", (long long)dim);
+    if (code) {
+        logf_(" refused %d\n", code);
+        free(e);
+        return code;
+    }
+    return nn_finish(e, workspaceSize, executor);
+}
+
 static int nn_launch(const char *fn, void *workspace, uint64_t size, void *executor, void *stream,
                      struct emu_executor **e)
 {
@@ -692,6 +729,21 @@ EXPORT int aclnnAdds(void *workspace, uint64_t workspaceSize, void *executor, vo
         return code;
     for (int64_t k = 0; k < nn_numel(&e->out); k++)
         *at(&e->out, k) = *at(&e->a, k) + (float)(e->other * e->alpha);
+    free(e);
+    return 0;
+}
+
+EXPORT int aclnnCat(void *workspace, uint64_t workspaceSize, void *executor, void *stream);
+EXPORT int aclnnCat(void *workspace, uint64_t workspaceSize, void *executor, void *stream)
+{
+    struct emu_executor *e;
+    int code = nn_launch("aclnnCat", workspace, workspaceSize, executor, stream, &e);
+    if (code)
+        return code;
+    int64_t at_out = 0;
+    for (uint64_t k = 0; k < e->n_list; k++)
+        for (int64_t i = 0; i < nn_numel(&e->list[k]); i++)
+            *at(&e->out, at_out++) = *at(&e->list[k], i);
     free(e);
     return 0;
 }

@@ -128,9 +128,13 @@ def test_aclnn_functions_reach_the_hosts_libopapi(ascend_ops: Path, server_log: 
         " cubeMathType=1 ws 0"
     )
     assert lines[3] == "aclnnMatmul ws 0 stream 1"
-    assert lines[4].endswith("cubeMathType=0 refused 161002")
+    # a tensor list: its tensors, in order, as CANN's aclTensorList
+    tensor = "tensors=d0[2,3]s[3,1]o0"
+    assert lines[4] == f"aclnnCatGetWorkspaceSize tensors 2 {tensor} {tensor} out=d0[4,3]s[3,1]o0 dim 0 ws 0"
+    assert lines[5] == "aclnnCat ws 0 stream 1"
+    assert lines[6].endswith("cubeMathType=0 refused 161002")
     # the workspace beyond the quota: GetWorkspaceSize ran, the launch never reached CANN
-    assert lines[5] == adds and lines[6] == adds and lines[7] == "aclnnAdds ws 4096 dev stream 1", lines
+    assert lines[7] == adds and lines[8] == adds and lines[9] == "aclnnAdds ws 4096 dev stream 1", lines
 
 
 def test_virtual_memory_is_forwarded_and_charged(ascend_ops: Path, server_log: tuple[Path, Path]) -> None:
