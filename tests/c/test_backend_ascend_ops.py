@@ -179,7 +179,9 @@ def test_kernel_binaries_are_loaded_once_and_launched_on_the_hosts_cann(
     assert lines[2] == "aclrtLaunchKernel fill_u32 blocks 8 args 16 stream 1", (
         "arguments by value, the block dim"
     )
-    assert lines.count(f"aclrtBinaryLoadFromData {binary}") == 3, "once per load (aclrtBinary*, from a file, rt*)"
+    assert lines.count(f"aclrtBinaryLoadFromData {binary}") == 3, (
+        "once per load (aclrtBinary*, from a file, rt*)"
+    )
     assert f"aclrtBinaryUnLoad {binary}" in lines
     assert "aclrtLaunchKernel fill_u32 blocks 2 args 16 stream 1" in lines, "aclrtLaunchKernelV2"
     assert "aclrtLaunchKernel fill_u32 blocks 3 args 16 stream 1" in lines, "aclrtLaunchKernelWithHostArgs"
