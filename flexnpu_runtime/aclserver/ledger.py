@@ -196,11 +196,11 @@ class DieLedger(LedgerFile):
                 self._set_waiting(slot, False)
                 return None
             with self._locked():
-                entries = self._live_entries(force=False)
+                now = self._clock()  # nothing changes the die's state while the file is locked:
+                entries = self._live_entries(force=False)  # decided as of now, not after decoding
                 mine = next((e for e in entries if e.slot == slot), None)
                 if mine is None:
                     raise StateError(f"ledger entry {slot} of die {self.die} vanished")
-                now = self._clock()
                 # decided as waiting from now if not yet; written only if not granted at once
                 rows = [e.row(waiting_since=now) if e.slot == slot else e.row() for e in entries]
                 _m, _v, _d, busy_until, _bs = _HEADER.unpack_from(self._mm, 0)

@@ -147,7 +147,14 @@ class Executions:
         link = self._link if sync else None
         pause = link.pause if link is not None and not self._running_now else None
         if pause is not None:  # on this thread, if the device has nothing queued
-            task = Task(stream, cost_us, run)
+            assert link is not None
+            send, replied = link.send_later, [False]
+
+            def reply_at_end() -> None:  # as the die time ends, before the bookkeeping after it
+                send(_reply(msg, task.error))
+                replied[0] = True
+
+            task = Task(stream, cost_us, run, at_end=reply_at_end)
             model.queue()
             self._running_now = True
             try:
@@ -156,6 +163,8 @@ class Executions:
                 self._running_now = False
                 model.executed()
             if ran:
+                if replied[0]:
+                    return None
                 if task.error is not None:
                     raise task.error
                 return (), b""
@@ -164,15 +173,7 @@ class Executions:
         def ended() -> None:
             model.executed()
             if reply_later is not None:  # the synchronous call's reply, from the task's own thread
-                err = task.error
-                reply_later(
-                    protocol.encode_reply(
-                        msg.op,
-                        msg.request_id,
-                        err.code if err else 0,
-                        tail=err.message.encode() if err else b"",
-                    )
-                )
+                reply_later(_reply(msg, task.error))
 
         task = Task(stream, cost_us, run, then=ended)
         model.queue()
@@ -226,3 +227,10 @@ class Executions:
     def close(self) -> None:
         """Forget the synchronous streams (the session's streams are being destroyed)."""
         self._sync_streams.clear()
+
+
+def _reply(msg: protocol.Message, err: AclFailure | None) -> bytes:
+    """A synchronous execution's reply frame, sent by whoever ran it."""
+    return protocol.encode_reply(
+        msg.op, msg.request_id, err.code if err else 0, tail=err.message.encode() if err else b""
+    )
