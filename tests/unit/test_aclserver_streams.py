@@ -64,6 +64,47 @@ def test_it_runs_on_the_calling_thread_and_is_charged_its_die_time(
     assert slack.strip() == "1", "the thread that held the die waits with 1 ns of timer slack"
 
 
+@pytest.mark.parametrize("fails", [False, True], ids=["ok", "work-fails"])
+def test_at_end_runs_once_when_the_die_time_is_over_before_pins_and_counts_go(
+    backend: EmulatedBackend, streams: Streams, fails: bool
+) -> None:
+    """A synchronous call's reply goes out from ``at_end``: after the die time, with the task's
+    outcome known, while what it used is still pinned and it is not yet counted as done."""
+    stream, buf = streams.create(0), buffer(backend)
+    seen: list[tuple[bool, int, int, bool, int]] = []
+
+    def work() -> None:
+        if fails:
+            raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, "bad input")
+
+    task = Task(stream, 1_000, work)
+    task.at_end = lambda: seen.append(
+        (
+            task.error is not None,
+            buf.pins,
+            streams.kernels_done,
+            task.done.is_set(),
+            backend.book.compute_usage(0)[0],
+        )
+    )
+    assert streams.run_now(task, [buf], threading.Event())
+    assert seen == [(fails, 1, 0, False, 1_000)]
+    assert buf.pins == 0 and streams.kernels_done == 1 and task.done.is_set()
+
+
+def test_at_end_is_not_called_for_a_cancelled_task(backend: EmulatedBackend, streams: Streams) -> None:
+    stream, buf = streams.create(0), buffer(backend)
+    called: list[bool] = []
+    task = Task(stream, 5_000_000, lambda: None, at_end=lambda: called.append(True))
+    canceller = threading.Thread(
+        target=lambda: (wait_for(lambda: backend.book.compute_usage(0)[0] > 0, timeout=10), streams.cancel())
+    )
+    canceller.start()
+    assert streams.run_now(task, [buf], streams.cancelled)
+    canceller.join(10)
+    assert called == [] and task.error is not None and "cancelled" in task.error.message
+
+
 def test_it_refuses_while_the_device_has_queued_work_and_keeps_nothing(
     backend: EmulatedBackend, streams: Streams
 ) -> None:
