@@ -55,7 +55,7 @@ class _Stream:
     synchronize of this stream or its device."""
 
 
-_SPIN_S = 150e-6
+_SPIN_S = 100e-6
 """The last part of a slice is waited out by yielding the CPU (``sched_yield``, well under a microsecond
 when nothing else runs), not by a timed wait, which overshoots by 40 us at the median and more under
 load; ``time.sleep(0)`` is a timed wait too (20 us)."""
