@@ -23,7 +23,6 @@ entries may grow beyond ``slots`` (``ledger_file.py``).
 
 from __future__ import annotations
 
-import bisect
 import os
 import time
 from collections.abc import Callable
@@ -32,32 +31,14 @@ from typing import Protocol
 from dra_driver.errors import ErrorCode, StateError, Unavailable
 from flexnpu_runtime.aclserver import scheduling
 from flexnpu_runtime.aclserver.ledger_file import (
-    _BUCKETS_AT,
-    _COUNTS,
-    _COUNTS_AT,
-    _D,
-    _DELAY_SUM_AT,
-    _HEADER,
-    _LAST_START_AT,
-    _LC_UNTIL_AT,
-    _OPEN,
-    _OPENS_AT,
-    _PERIOD,
-    _PERIOD_AT,
-    _PREEMPTED_AT,
-    _Q,
-    _SHIFTS,
-    _SHIFTS_AT,
-    _WAITING_AT,
     DELAY_BUCKETS_S,
-    MAGIC,
     MAX_ENTRIES,
     MAX_VNPUS_PER_ACLSERVER,
-    VERSION,
     LedgerEntry,
     LedgerFile,
-    _starttime,
+    OpenGrant,
     ledger_path,
+    starttime,
 )
 from flexnpu_wire.codes import Policy, Priority
 from flexnpu_wire.launch import DEFAULT_MAX_SHARES_PER_DIE
@@ -138,7 +119,7 @@ class DieLedger(LedgerFile):
         """Add an entry for one vNPU of aclserver ``pid`` and return it; refuse a policy other shares
         don't use, and a new aclserver on a die that serves ``slots`` already."""
         pid = os.getpid() if pid is None else pid
-        starttime = _starttime(pid)
+        started = starttime(pid)
         with self._locked():
             entries = self._live_entries(force=True)
             if not memory_only:
@@ -153,7 +134,7 @@ class DieLedger(LedgerFile):
                     )
             servers = {(e.pid, e.starttime) for e in entries}
             limit = min(self.slots, self.max_shares)
-            if (pid, starttime) not in servers and len(servers) >= limit:
+            if (pid, started) not in servers and len(servers) >= limit:
                 raise Unavailable(
                     f"die {self.die} already serves {len(servers)} aclservers, its limit"
                     f" (max_shares_per_die {limit}; one aclserver however many vNPUs and sessions it serves)",
@@ -165,7 +146,7 @@ class DieLedger(LedgerFile):
             slot = free[0] if free else self._grow(claim_uid)
             self._write_entry(
                 LedgerEntry(
-                    slot=slot, pid=pid, starttime=starttime, claim_uid=claim_uid, virtual_id=virtual_id,
+                    slot=slot, pid=pid, starttime=started, claim_uid=claim_uid, virtual_id=virtual_id,
                     quota=quota, policy=policy, memory_only=memory_only, waiting=False, waiting_since=0.0,
                     period_idx=0, period_used_us=0, consumed_us=0, mem_used=0, mem_quota=mem_quota, kernels=0,
                     last_grant=0.0, priority=priority, delay_buckets=(0,) * (len(DELAY_BUCKETS_S) + 1),
@@ -175,10 +156,10 @@ class DieLedger(LedgerFile):
 
     def unregister(self, slot: int) -> None:
         with self._locked():
-            self._mm[self._offset(slot)] = 0
-            _magic, _v, _d, busy_until, busy_slot = _HEADER.unpack_from(self._mm, 0)
+            self._free(slot)
+            busy_until, busy_slot, _ls, _lc = self._die_state()
             if busy_slot == slot:
-                _HEADER.pack_into(self._mm, 0, MAGIC, VERSION, self.die, busy_until, -1)
+                self._set_die_state(busy_until=busy_until, busy_slot=-1)
 
     # -- compute --------------------------------------------------------------------------------
     def acquire(
@@ -203,9 +184,7 @@ class DieLedger(LedgerFile):
                     raise StateError(f"ledger entry {slot} of die {self.die} vanished")
                 # decided as waiting from now if not yet; written only if not granted at once
                 rows = [e.row(waiting_since=now) if e.slot == slot else e.row() for e in entries]
-                _m, _v, _d, busy_until, _bs = _HEADER.unpack_from(self._mm, 0)
-                (last_start,) = _D.unpack_from(self._mm, _LAST_START_AT)
-                (lc_until,) = _D.unpack_from(self._mm, _LC_UNTIL_AT)
+                busy_until, _slot, last_start, lc_until = self._die_state()
                 opens = self._opens()
                 decision = scheduling.decide(
                     rows, slot, now=now, busy_until=busy_until, last_start=last_start, want_us=want_us,
@@ -221,12 +200,11 @@ class DieLedger(LedgerFile):
 
     def _opens(self) -> list[tuple[float, scheduling.Open]]:
         """The die's open grants (file locked), each with its original start."""
-        out = []
-        for i in range(2):
-            slot, split, orig, start, end = _OPEN.unpack_from(self._mm, _OPENS_AT + i * _OPEN.size)
-            if slot >= 0:
-                out.append((orig, scheduling.Open(slot, start, end, bool(split))))
-        return out
+        return [
+            (g.orig, scheduling.Open(g.slot, g.start, g.end, bool(g.splittable)))
+            for g in self._open_grants()
+            if g.slot >= 0
+        ]
 
     def _grant(
         self,
@@ -240,19 +218,13 @@ class DieLedger(LedgerFile):
         """Write a grant (file locked): the share's period use, counts and delay, and the die's header."""
         slot, slice_us, start = mine.slot, decision.slice_us, decision.start
         end = start + slice_us / 1e6
-        off = self._offset(slot)  # only the fields a grant changes
-        self._mm[off + _WAITING_AT] = 0
-        _PERIOD.pack_into(
-            self._mm, off + _PERIOD_AT, decision.period_idx,
-            decision.used_before_us + slice_us, mine.consumed_us + slice_us,
+        self._write_grant(
+            slot, period_idx=decision.period_idx, period_used_us=decision.used_before_us + slice_us,
+            consumed_us=mine.consumed_us + slice_us, kernels=mine.kernels + 1, last_grant=now,
         )  # fmt: skip
-        _COUNTS.pack_into(self._mm, off + _COUNTS_AT, mine.kernels + 1, now)
         if ready_at is not None:
             waited = max(0.0, start - ready_at)
-            bucket = bisect.bisect_left(DELAY_BUCKETS_S, waited)  # the first bound at or above it
-            at = off + _BUCKETS_AT + bucket * _Q.size
-            _Q.pack_into(self._mm, at, _Q.unpack_from(self._mm, at)[0] + 1)
-            _Q.pack_into(self._mm, off + _DELAY_SUM_AT, mine.delay_sum_us + round(waited * 1e6))
+            self._count_delay(slot, waited, mine.delay_sum_us + round(waited * 1e6))
         if decision.insert:
             self._insert(start, slice_us / 1e6, opens)
             return start, end
@@ -260,45 +232,41 @@ class DieLedger(LedgerFile):
             if len(self._shiftable) >= _MAX_SHIFTABLE:  # holders that never confirmed: long ended
                 self._shiftable = {k for k in self._shiftable if k[1] > now - 1.0}
             self._shiftable.add((slot, start))
-            a_orig, _a, b_orig, _b = _SHIFTS.unpack_from(self._mm, off + _SHIFTS_AT)
-            ring = off + _SHIFTS_AT + (0 if a_orig <= b_orig else 16)  # replace the older of the two
-            _D.pack_into(self._mm, ring, start)
-            _D.pack_into(self._mm, ring + 8, 0.0)
+            a_orig, a_delay, b_orig, b_delay = self._shifts(slot)
+            if a_orig <= b_orig:  # replace the older of the two
+                self._set_shifts(slot, (start, 0.0, b_orig, b_delay))
+            else:
+                self._set_shifts(slot, (a_orig, a_delay, start, 0.0))
         last = opens[-1] if opens else None
         kept = [last] if last is not None else []
         for i, (orig, g) in enumerate(
             [*kept, (start, scheduling.Open(slot, start, end, decision.splittable))]
         ):
-            _OPEN.pack_into(
-                self._mm, _OPENS_AT + i * _OPEN.size, g.slot, int(g.splittable), orig, g.start, g.end
-            )
-        _HEADER.pack_into(self._mm, 0, MAGIC, VERSION, self.die, end, slot)
-        _D.pack_into(self._mm, _LAST_START_AT, start)
+            self._write_open(i, OpenGrant(g.slot, int(g.splittable), orig, g.start, g.end))
+        self._set_die_state(busy_until=end, busy_slot=slot, last_start=start)
         return start, end
 
     def _insert(self, at: float, length: float, opens: list[tuple[float, scheduling.Open]]) -> None:
         """A prioritized slice goes in at ``at``: every splittable open grant reaching past it ends
         ``length`` later (and starts later, if it had not started by ``at``); file locked."""
-        _m, _v, _d, busy_until, busy_slot = _HEADER.unpack_from(self._mm, 0)
+        busy_until, busy_slot, last_start, _lc = self._die_state()
         for i, (orig, g) in enumerate(opens):
             if not g.splittable or g.end <= at:
                 continue
             start = g.start + length if g.start >= at else g.start
-            _OPEN.pack_into(self._mm, _OPENS_AT + i * _OPEN.size, g.slot, 1, orig, start, g.end + length)
-            off = self._offset(g.slot)
-            if not self._mm[off]:
+            self._write_open(i, OpenGrant(g.slot, 1, orig, start, g.end + length))
+            if not self._in_use(g.slot):
                 continue
-            shifts = list(_SHIFTS.unpack_from(self._mm, off + _SHIFTS_AT))
+            shifts = list(self._shifts(g.slot))
             for j in (0, 2):
                 if shifts[j] == orig:
                     shifts[j + 1] += length
-            _SHIFTS.pack_into(self._mm, off + _SHIFTS_AT, *shifts)
-            _Q.pack_into(self._mm, off + _PREEMPTED_AT, _Q.unpack_from(self._mm, off + _PREEMPTED_AT)[0] + 1)
-        _HEADER.pack_into(self._mm, 0, MAGIC, VERSION, self.die, max(busy_until, at) + length, busy_slot)
-        (last_start,) = _D.unpack_from(self._mm, _LAST_START_AT)
-        if last_start >= at:
-            _D.pack_into(self._mm, _LAST_START_AT, last_start + length)
-        _D.pack_into(self._mm, _LC_UNTIL_AT, at + length)
+            self._set_shifts(g.slot, (shifts[0], shifts[1], shifts[2], shifts[3]))
+            self._add_preempted(g.slot)
+        self._set_die_state(
+            busy_until=max(busy_until, at) + length, busy_slot=busy_slot,
+            last_start=last_start + length if last_start >= at else last_start, lc_until=at + length,
+        )  # fmt: skip
 
     def confirm(self, slot: int, grant: tuple[float, float]) -> tuple[float, float] | None:
         """Where a grant of ``slot`` is now, if a latency-critical slice went in before its end (None:
@@ -306,9 +274,8 @@ class DieLedger(LedgerFile):
         ``acquire`` returned it; once it has ended, it is forgotten."""
         if (slot, grant[0]) not in self._shiftable:
             return None  # not splittable: nothing goes in before its end
-        off = self._offset(slot)
         with self._locked():
-            shifts = _SHIFTS.unpack_from(self._mm, off + _SHIFTS_AT) if self._mm[off] else ()
+            shifts = self._shifts(slot) if self._in_use(slot) else ()
             now = self._clock()  # nothing goes in before this any more
         delay = next((shifts[j + 1] for j in (0, 2) if shifts and shifts[j] == grant[0]), 0.0)
         if grant[1] + delay <= now:

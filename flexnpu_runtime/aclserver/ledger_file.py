@@ -23,6 +23,7 @@ reads 0 too, the first format); a process of that release sees only the first ``
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import fcntl
 import mmap
@@ -33,7 +34,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from dra_driver.errors import StateError, Unavailable
 from flexnpu_runtime.aclserver import scheduling
@@ -47,7 +48,9 @@ __all__ = [
     "VERSION",
     "LedgerEntry",
     "LedgerFile",
+    "OpenGrant",
     "ledger_path",
+    "starttime",
 ]
 
 MAGIC = b"FNPULDG1"
@@ -132,6 +135,17 @@ class LedgerEntry:
             self.slot, self.quota, self.policy, self.memory_only, waiting, since, self.period_idx,
             self.period_used_us, self.last_grant, self.priority,
         )  # fmt: skip
+
+
+class OpenGrant(NamedTuple):
+    """One of the die's two open grants as the header holds it (slot -1: none)."""
+
+    slot: int
+    splittable: int
+    orig: float
+    """Where it started when granted (a prioritized slice may have moved it since)."""
+    start: float
+    end: float
 
 
 def ledger_path(ledger_dir: str, die_phy_id: int) -> str:
@@ -324,6 +338,82 @@ class LedgerFile:
         off = self._offset(e.slot)
         self._mm[off : off + _ENTRY.size] = raw
 
+    # -- the fields a grant reads and writes (file locked) ------------------------------------------
+
+    def _die_state(self) -> tuple[float, int, float, float]:
+        """busy_until, busy_slot, last_start, lc_until: the end and holder of the die's last grant,
+        its start, and the end of the last inserted (prioritized) slice."""
+        _magic, _v, _d, busy_until, busy_slot = _HEADER.unpack_from(self._mm, 0)
+        (last_start,) = _D.unpack_from(self._mm, _LAST_START_AT)
+        (lc_until,) = _D.unpack_from(self._mm, _LC_UNTIL_AT)
+        return busy_until, busy_slot, last_start, lc_until
+
+    def _set_die_state(
+        self,
+        *,
+        busy_until: float,
+        busy_slot: int,
+        last_start: float | None = None,
+        lc_until: float | None = None,
+    ) -> None:
+        _HEADER.pack_into(self._mm, 0, MAGIC, VERSION, self.die, busy_until, busy_slot)
+        if last_start is not None:
+            _D.pack_into(self._mm, _LAST_START_AT, last_start)
+        if lc_until is not None:
+            _D.pack_into(self._mm, _LC_UNTIL_AT, lc_until)
+
+    def _open_grants(self) -> list[OpenGrant]:
+        """The die's two open grants as written (slot -1: none)."""
+        return [OpenGrant(*_OPEN.unpack_from(self._mm, _OPENS_AT + i * _OPEN.size)) for i in range(2)]
+
+    def _write_open(self, i: int, g: OpenGrant) -> None:
+        _OPEN.pack_into(
+            self._mm, _OPENS_AT + i * _OPEN.size, g.slot, int(g.splittable), g.orig, g.start, g.end
+        )
+
+    def _in_use(self, slot: int) -> bool:
+        return bool(self._mm[self._offset(slot)])
+
+    def _free(self, slot: int) -> None:
+        self._mm[self._offset(slot)] = 0
+
+    def _write_grant(
+        self,
+        slot: int,
+        *,
+        period_idx: int,
+        period_used_us: int,
+        consumed_us: int,
+        kernels: int,
+        last_grant: float,
+    ) -> None:
+        """A grant's changes to its entry, only those fields (no longer waiting)."""
+        off = self._offset(slot)
+        self._mm[off + _WAITING_AT] = 0
+        _PERIOD.pack_into(self._mm, off + _PERIOD_AT, period_idx, period_used_us, consumed_us)
+        _COUNTS.pack_into(self._mm, off + _COUNTS_AT, kernels, last_grant)
+
+    def _count_delay(self, slot: int, waited: float, delay_sum_us: int) -> None:
+        """One more task in the queueing-delay bucket of ``waited`` seconds; the new sum."""
+        off = self._offset(slot)
+        bucket = bisect.bisect_left(DELAY_BUCKETS_S, waited)  # the first bound at or above it
+        self._add(off + _BUCKETS_AT + bucket * _Q.size)
+        _Q.pack_into(self._mm, off + _DELAY_SUM_AT, delay_sum_us)
+
+    def _shifts(self, slot: int) -> tuple[float, float, float, float]:
+        """The entry's last two grants: (original start, how much later it ends) each."""
+        a, b, c, d = _SHIFTS.unpack_from(self._mm, self._offset(slot) + _SHIFTS_AT)
+        return a, b, c, d
+
+    def _set_shifts(self, slot: int, shifts: tuple[float, float, float, float]) -> None:
+        _SHIFTS.pack_into(self._mm, self._offset(slot) + _SHIFTS_AT, *shifts)
+
+    def _add_preempted(self, slot: int) -> None:
+        self._add(self._offset(slot) + _PREEMPTED_AT)
+
+    def _add(self, at: int) -> None:
+        _Q.pack_into(self._mm, at, _Q.unpack_from(self._mm, at)[0] + 1)
+
     def _live_entries(self, *, force: bool) -> list[LedgerEntry]:
         entries = [e for e in (self._decode(i) for i in self._used()) if e is not None]
         now = self._clock()
@@ -390,7 +480,7 @@ def _proc_stat(pid: int) -> tuple[str, int] | None:
     return fields[0].decode(), int(fields[19])
 
 
-def _starttime(pid: int) -> int:
+def starttime(pid: int) -> int:
     stat = _proc_stat(pid)
     return stat[1] if stat else 0
 

@@ -258,7 +258,7 @@ def _v1_file(tmp_path: Path, die_id: int, pid: int) -> Path:
     ledger_file._COUNT.pack_into(head, ledger_file._SLOTS_OFFSET, 4)
     ledger_file._COUNT.pack_into(head, ledger_file._CAPACITY_OFFSET, 4)
     entry = ledger_file._V1_ENTRY.pack(
-        1, 2, 0, 0, pid, 0, 50, ledger_file._starttime(pid), b"old", 0, 0, 0, 0.0, 0, 1 << 20, 0, 0.0
+        1, 2, 0, 0, pid, 0, 50, ledger_file.starttime(pid), b"old", 0, 0, 0, 0.0, 0, 1 << 20, 0, 0.0
     )
     path.write_bytes(bytes(head) + entry + bytes(3 * ledger_file._V1_ENTRY.size))
     return path
