@@ -178,7 +178,10 @@ class DieLedger(LedgerFile):
                 return None
             with self._locked():
                 now = self._clock()  # nothing changes the die's state while the file is locked:
-                entries = self._live_entries(force=False)  # decided as of now, not after decoding
+                scanned = self._last_liveness  # decided as of now, not after decoding the entries
+                entries = self._live_entries(force=False)
+                if self._last_liveness != scanned:  # but after a scan of /proc for dead aclservers
+                    now = self._clock()
                 mine = next((e for e in entries if e.slot == slot), None)
                 if mine is None:
                     raise StateError(f"ledger entry {slot} of die {self.die} vanished")
