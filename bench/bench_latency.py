@@ -158,13 +158,14 @@ class SyncDies:
 @contextlib.contextmanager
 def from_tree(tree: str | None) -> Iterator[None]:
     """Processes started meanwhile import the project from ``tree`` (``python -m`` puts the working
-    directory first on the path, so both it and PYTHONPATH point there)."""
+    directory first on the path, so both it and PYTHONPATH point there; the wire package from its
+    ``client/``)."""
     if tree is None:
         yield
         return
     cwd, old = os.getcwd(), os.environ.get("PYTHONPATH")
     os.chdir(tree)
-    os.environ["PYTHONPATH"] = tree
+    os.environ["PYTHONPATH"] = os.pathsep.join([tree, os.path.join(tree, "client")])
     try:
         yield
     finally:
