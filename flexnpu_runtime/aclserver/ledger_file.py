@@ -390,8 +390,12 @@ class LedgerFile:
         """A grant's changes to its entry, only those fields (no longer waiting)."""
         off = self._offset(slot)
         self._mm[off + _WAITING_AT] = 0
-        _PERIOD.pack_into(self._mm, off + _PERIOD_AT, period_idx, period_used_us, consumed_us)
+        self._write_period(slot, period_idx, period_used_us, consumed_us)
         _COUNTS.pack_into(self._mm, off + _COUNTS_AT, kernels, last_grant)
+
+    def _write_period(self, slot: int, period_idx: int, period_used_us: int, consumed_us: int) -> None:
+        """The entry's use of the die: in which period, how much of it, how much in all (only those)."""
+        _PERIOD.pack_into(self._mm, self._offset(slot) + _PERIOD_AT, period_idx, period_used_us, consumed_us)
 
     def _count_delay(self, slot: int, waited: float, delay_sum_us: int) -> None:
         """One more task in the queueing-delay bucket of ``waited`` seconds; the new sum."""
