@@ -495,6 +495,37 @@ class DieLedger:
             self._shiftable.discard((slot, grant[0]))
         return (grant[0], grant[1] + delay) if delay else None
 
+    def settle(self, slot: int, grant: tuple[float, float], until: float) -> int:
+        """A grant of ``slot`` ended at ``until``, not at its end (an emulated operator computes on the
+        host while it holds the die, and numpy cannot be cut off at a slice's end): the time it ran
+        over is charged to the share's period (carried as debt, as every overrun is), the time it left
+        unused is given back (within the grant's period) and the die frees then. Returns the
+        microseconds charged (negative: given back)."""
+        start, end = grant
+        delta = round((max(until, start) - end) * 1e6)
+        if not delta:
+            return 0
+        with self._locked():
+            entry = self._decode(slot)
+            if entry is None:
+                return 0
+            pidx = scheduling.period_of(time.monotonic())
+            if delta < 0 and not entry.period_idx == pidx == scheduling.period_of(start):
+                return 0  # that period's use is behind: nothing to give back from
+            used = max(0, scheduling.effective_used(entry.row(), pidx) + delta)
+            self._write_fields(
+                slot, period_idx=max(pidx, entry.period_idx), period_used_us=used,
+                consumed_us=max(0, entry.consumed_us + delta),
+            )  # fmt: skip
+            _m, _v, _d, busy_until, busy_slot = _HEADER.unpack_from(self._mm, 0)
+            if busy_slot == slot and busy_until == end:  # the die's last grant: it frees at ``until``
+                _HEADER.pack_into(self._mm, 0, MAGIC, VERSION, self.die, max(until, start), slot)
+            for i, (orig, g) in enumerate(self._opens()):
+                if g.slot == slot and g.end == end:
+                    _OPEN.pack_into(self._mm, _OPENS_AT + i * _OPEN.size, g.slot, int(g.splittable), orig,
+                                    g.start, max(until, start))  # fmt: skip
+        return delta
+
     def set_mem_used(self, slot: int, used: int) -> None:
         with self._locked():
             self._write_fields(slot, mem_used=used)
