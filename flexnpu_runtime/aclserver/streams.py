@@ -55,6 +55,9 @@ class _Stream:
     synchronize of this stream or its device."""
 
 
+_AT_ONCE_S = 1e-3
+"""An operator's slice granted within this of its asking was not behind another share's: the slice it
+ran in before is charged up to its start, so the time the ledger takes to grant it is not lost."""
 _SPIN_S = 80e-6
 """The last part of a slice is waited out by yielding, not by a timed wait (which overshoots by tens of us)."""
 
@@ -429,11 +432,14 @@ def _run_operator(
     time an operator's compute runs past it is charged to the share (``QuotaBook.settle_slice``, carried
     as debt over the period), and what the last queued operator leaves of its slice is given back. A
     modelled time beyond the slice's end is held slice by slice afterwards, as a kernel's is."""
-    grant, worker.held = worker.held, None
-    if grant is None or time.monotonic() >= grant[1]:
-        if grant is not None:
-            book.settle_slice(worker.device, grant, time.monotonic())
-        grant = book.acquire_slice(worker.device, scheduling.SLICE_US, pause, ready_at=time.monotonic())
+    held, worker.held = worker.held, None
+    asked = time.monotonic()
+    grant = held if held is not None and asked < held[1] else None
+    if grant is None:
+        grant = book.acquire_slice(worker.device, scheduling.SLICE_US, pause, ready_at=asked)
+        if held is not None:  # used up: held to the new slice's start when granted at once (no gap)
+            at_once = grant is not None and grant[0] - asked < _AT_ONCE_S
+            book.settle_slice(worker.device, held, grant[0] if grant is not None and at_once else asked)
         if grant is None or _hold_until(grant[0], pause):
             return None
     prepare, task.prepare = task.prepare, None
@@ -457,7 +463,7 @@ def _run_operator(
     now = time.monotonic()
     with cond:
         more = len(worker.queue) > 1 and worker.queue[1].prepare is not None and worker.caller_runs is None
-    if more and now < grant[1]:
+    if more:  # past its end too: the time to the next operator's start is the share's (the host's)
         worker.held = grant
     else:
         book.settle_slice(worker.device, grant, now)

@@ -173,7 +173,7 @@ def test_operators_queued_back_to_back_share_a_slice_and_the_last_gives_back_the
     per operator."""
     stream, buf = streams.create(0), buffer(backend)
     release = threading.Event()
-    gate = Task(stream, 1, lambda: release.wait(10))
+    gate = Task(stream, 1, lambda: release.wait(10))  # type: ignore[arg-type,return-value]
     streams.submit(gate, [buf])
     wait_for(lambda: _grants(backend) == 1, timeout=10, what="the gate's slice granted")
     ops = [_operator(stream, lambda: 1_000) for _ in range(3)]
