@@ -449,6 +449,8 @@ def _run_operator(
         modelled = prepare() if prepare is not None else 0
     except AclFailure as exc:
         task.error = exc
+    except Exception as exc:  # an operator's bug is its ACL error, never a dead worker
+        task.error = AclFailure(codes.ACL_ERROR_INTERNAL_ERROR, f"the operator failed: {exc!r}")
     busy = t0 + modelled / 1e6
     if busy > grant[1]:  # modelled beyond this slice: hold it to its end, the rest in slices of their own
         if _hold_until(grant[1], pause):

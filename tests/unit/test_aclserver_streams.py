@@ -199,3 +199,21 @@ def test_an_operator_run_now_gives_back_what_it_leaves_of_its_slice(
     share = backend.book.share(0)
     (entry,) = [e for e in share.ledger.snapshot() if e.slot == share.slot]
     assert entry.consumed_us == consumed, "the die ledger's entry took the give-back too"
+
+
+def test_an_operator_that_raises_is_its_acl_error_and_the_worker_goes_on(
+    backend: EmulatedBackend, streams: Streams
+) -> None:
+    stream, buf = streams.create(0), buffer(backend)
+
+    def broken() -> int:
+        raise RuntimeError("a kernel's bug")
+
+    failing, after = _operator(stream, broken), _operator(stream, lambda: 100)
+    for op in (failing, after):
+        streams.submit(op, [buf])
+    streams.drain()
+    assert failing.error is not None and failing.error.code == codes.ACL_ERROR_INTERNAL_ERROR
+    assert "a kernel's bug" in failing.error.message and stream.error is failing.error
+    assert after.done.is_set() and after.error is None, "the same worker ran the next operator"
+    assert buf.pins == 0 and stream.pending == 0
