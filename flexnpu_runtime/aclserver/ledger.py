@@ -513,9 +513,9 @@ class DieLedger:
             if delta < 0 and not entry.period_idx == pidx == scheduling.period_of(start):
                 return 0  # that period's use is behind: nothing to give back from
             used = max(0, scheduling.effective_used(entry.row(), pidx) + delta)
-            self._write_fields(
-                slot, period_idx=max(pidx, entry.period_idx), period_used_us=used,
-                consumed_us=max(0, entry.consumed_us + delta),
+            _PERIOD.pack_into(  # only the fields a settle changes, as a grant writes them
+                self._mm, self._offset(slot) + _PERIOD_AT, max(pidx, entry.period_idx), used,
+                max(0, entry.consumed_us + delta),
             )  # fmt: skip
             _m, _v, _d, busy_until, busy_slot = _HEADER.unpack_from(self._mm, 0)
             if busy_slot == slot and busy_until == end:  # the die's last grant: it frees at ``until``
