@@ -37,7 +37,7 @@ MAX_QUEUED_TASKS = 1024
 holds a few hundred bytes of the aclserver's own memory; what it uses is charged to the quota."""
 WAITING_OPS = frozenset(
     {int(Op.SYNCHRONIZE_STREAM), int(Op.SYNCHRONIZE_DEVICE), int(Op.DESTROY_STREAM), int(Op.MODEL_UNLOAD),
-     int(Op.MODEL_EXECUTE)}
+     int(Op.MODEL_EXECUTE), int(Op.BINARY_UNLOAD)}
 )  # fmt: skip
 _STREAM_BASE = 0x5_0000_0000
 _PR_SET_TIMERSLACK = 29
