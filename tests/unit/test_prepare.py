@@ -552,9 +552,17 @@ def test_in_flight_claim_is_not_rolled_back_by_the_reconciler(world: World) -> N
 
 
 def test_invalid_input_is_not_an_internal_error(world: World) -> None:
+    """A malformed UID is refused once, where the kubelet's call comes in (the helper's batch), with
+    the driver's error text."""
+    from dra_kubeletplugin.claimbatch import BatchRunner
+    from dra_kubeletplugin.serialize import CallSerializer
+    from kubeletplugin.driver import NpuDriver
+
     ref = ClaimRef("ns", "bad_uid!", "a")
     world.claims["a"] = {"metadata": {"uid": "bad_uid!", "name": "a", "namespace": "ns"}}
-    res = world.prepare([ref])[ref.uid]
+    driver = NpuDriver(world.preparer, telemetry=world.preparer.telemetry)
+    runner = BatchRunner(driver, fetcher=None, serializer=CallSerializer(enabled=False))
+    res = runner.prepare([ref])[ref.uid]
     assert isinstance(res.error, str) and "InvalidPath" in res.error
     assert not isinstance(InvalidInput("x"), StateError)
 
