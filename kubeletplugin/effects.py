@@ -30,7 +30,7 @@ from dra_driver.checkpoint import ClaimEntry, Effect, EffectKind, Registration
 from dra_driver.config import DEFAULT_CLIENT_LIBRARY, Config
 from dra_driver.daemon_api.values import Endpoints, EntityInfo, RegisterRequest, RegisterResult
 from dra_driver.discovery import node_files
-from dra_driver.errors import ErrorCode, StateError, Unavailable, quote
+from dra_driver.errors import ErrorCode, FlexNPUError, StateError, Unavailable, quote
 from dra_driver.plan import ClaimPlan
 from dra_driver.records import HardVnpuRecord
 from dra_driver.sharing import Transport
@@ -320,6 +320,13 @@ class Effects:
             clog.warning("could not write claim status: %s", err)
             return False
         return True
+
+    def write_failure(self, plan: ClaimPlan, err: FlexNPUError, clog: logs.ClaimLogger) -> bool:
+        """Best effort: ``Ready=False`` with the error code as the reason on each device of ``plan``."""
+        docs = render.failure_status(
+            plan, driver_name=self.settings.driver_name, reason=str(err.code), message=str(err), now=now()
+        )
+        return self.write_status(plan.ref, docs, clog)
 
     def set_ready(self, entry: ClaimEntry, *, ready: bool, reason: str, message: str) -> bool:
         """Write the recorded device status again with a new Ready condition."""

@@ -34,7 +34,7 @@ from dra_driver.checkpoint import (
 from dra_driver.claims import claim_error
 from dra_driver.daemon_api.values import RegisterResult
 from dra_driver.devices import Inventory
-from dra_driver.errors import FlexNPUError, StateError
+from dra_driver.errors import StateError
 from dra_driver.plan import ClaimPlan, NodeFacts, PreparePlan, Step, plan_prepare
 from dra_driver.telemetry import Telemetry
 from dra_driver.vnpu import Vnpu
@@ -43,6 +43,7 @@ from kubeletplugin import batch, effects
 from kubeletplugin.effects import Daemon, PrepareSettings, StatusWriter
 from kubeletplugin.events import NodeEvents
 from kubeletplugin.hardsplit import HardVnpus
+from kubeletplugin.unprepare import Unpreparer
 
 __all__ = ["CONTAINER_CONF", "CONTAINER_SHM", "Daemon", "PrepareSettings", "Preparer", "StatusWriter"]
 
@@ -74,6 +75,7 @@ class Preparer:
         self.status = status
         self.hard = hard
         self.effects = effects.Effects(settings=settings, daemon=daemon, status=status, hard=hard)
+        self.undo = Unpreparer(store, self.effects)
         self.telemetry = telemetry or Telemetry(
             node_name=settings.pool_name, driver_name=settings.driver_name, enabled=False
         )
@@ -134,7 +136,7 @@ class Preparer:
     ) -> PrepareResult:
         """Plan (one decision, under the checkpoint lock, recording a new prepare's intent in the
         same step), then execute what it says."""
-        ref, s = claim.ref, self.settings
+        ref = claim.ref
         decided, job = self._decide(claim)
         try:
             if decided.refused is not None and decided.step != Step.WITHDRAWN:
@@ -152,29 +154,19 @@ class Preparer:
                         "the entry records no vNPU for %s; preparing the claim again", list(decided.missing)
                     )
                 clog.info("undoing the recorded %s before preparing again", entry.state)
-                self._undo_all(entry, clog)
+                self.undo.undo_all(entry, clog)
                 self.store.update(ref.uid, lambda _: None)
                 decided, job = self._decide(claim)  # no entry now: a new prepare, or its refusal
                 if decided.refused is not None:
                     raise decided.refused
-            if job is None:
+            if job is None:  # REPEAT or REDO of an entry gone under the claim lock: never
                 raise StateError(
-                    f"the prepare of claim {ref.namespace}/{ref.name} was planned as {decided.step}"
-                    " but its checkpoint entry changed under the claim lock",
-                    claim_uid=ref.uid,
-                    field="checkpoint",
+                    f"the checkpoint entry changed under the claim lock ({decided.step})", claim_uid=ref.uid
                 )
             return PrepareResult(devices=self._prepare_new(job, decided.dies, lock, clog))
         except Exception as exc:
             err = claim_error(exc, ref.uid, log=clog)
-            docs = render.failure_status(
-                decided.plan,
-                driver_name=s.driver_name,
-                reason=str(err.code),
-                message=str(err),
-                now=effects.now(),
-            )
-            self.effects.write_status(ref, docs, clog)
+            self.effects.write_failure(decided.plan, err, clog)
             if err is exc:
                 raise
             raise err from exc
@@ -182,8 +174,7 @@ class Preparer:
     def _decide(self, claim: ResourceClaim) -> tuple[PreparePlan, effects.Job | None]:
         """The claim's whole plan, decided against every checkpoint entry under the checkpoint lock;
         for a new prepare, its job, whose intent (every planned effect) is recorded in that same step."""
-        s, uid = self.settings, claim.ref.uid
-        node = NodeFacts(s.driver_name, s.pool_name, self.inventory(), s.host_memory)
+        s, uid, node = self.settings, claim.ref.uid, self._node()
         decided = PreparePlan(Step.NOTHING, ClaimPlan(ref=claim.ref, devices=(), configs=()))
         job: effects.Job | None = None
 
@@ -207,6 +198,10 @@ class Preparer:
                 raise  # the claim could not be read as this node's: no device status to write
             return replace(decided, refused=not_recorded), None
         return decided, job
+
+    def _node(self) -> NodeFacts:
+        s = self.settings
+        return NodeFacts(s.driver_name, s.pool_name, self.inventory(), s.host_memory)
 
     def _vnpus(self) -> list[Vnpu]:
         """The vNPUs on the node (a new prepare's IDs avoid them)."""
@@ -244,28 +239,11 @@ class Preparer:
             self.store.update(uid, lambda _: done)
         except Exception:
             clog.warning("prepare failed part-way; rolling back")
-            self._rollback(intent, job, lock, clog)
+            self.undo.rollback(intent, job, lock, clog)
             raise
         failpoints.hit("prepare-after-complete")
         self.effects.write_status(plan.ref, r.status, clog)
         return r.devices
-
-    def _rollback(
-        self, intent: ClaimEntry, job: effects.Job, lock: ClaimLockHandle, clog: logs.ClaimLogger
-    ) -> None:
-        entry = intent
-        try:
-            if job.plan.shares and job.registration is None:
-                # The daemon never confirmed the registration. Ask once to undo it; if the daemon
-                # is unreachable, the orphan sweep removes whatever it may have started, since no
-                # checkpoint entry owns it.
-                self.effects.forget_registration(intent.uid, clog)
-                entry = replace(intent, effects=tuple(e for e in intent.effects if e.kind != DAEMON))
-            self._undo_all(entry, clog)
-            self.store.update(intent.uid, lambda _: None)
-            lock.drop = True
-        except FlexNPUError as undo_err:  # keep the entry: the reconciler finishes the job
-            clog.error("rollback incomplete, left for the reconciler: %s", undo_err)
 
     def _repeat(
         self, entry: ClaimEntry, plan: ClaimPlan, clog: logs.ClaimLogger
@@ -343,11 +321,10 @@ class Preparer:
                     "the aclserver's TCP port moved to %d; writing the claim's files again",
                     result.endpoints.tcp_port,
                 )
-                s = self.settings
                 decided = plan_prepare(
                     get_claim(entry.namespace, entry.name),
                     ref=ClaimRef(entry.namespace, uid, entry.name),
-                    node=NodeFacts(s.driver_name, s.pool_name, self.inventory(), s.host_memory),
+                    node=self._node(),
                     entries=self.store.entries(),
                     existing=self._vnpus,
                 )
@@ -373,45 +350,12 @@ class Preparer:
         with self.store.locked() as cp:
             yield cp
 
-    def settle_interrupted(self) -> list[str]:
-        """Roll back entries a crash left half-done; their UIDs. A held claim lock means a call in
-        flight (any process): left alone. An effect that cannot be undone now keeps the entry."""
-        done: list[str] = []
-        for uid, entry in self.store.entries().items():
-            if entry.state == ClaimState.PREPARE_COMPLETED or self.store.claim_locks.busy(uid):
-                continue
-            clog = logs.claim_logger(uid, entry.namespace, entry.name)
-            try:
-                with self.store.claim_locks.hold(uid, timeout=0) as lock:
-                    current = self.store.get(uid)
-                    if current is None or current.state == ClaimState.PREPARE_COMPLETED:
-                        continue
-                    self._undo_all(current, clog)
-                    self.store.update(uid, lambda _: None)
-                    lock.drop = True
-                    done.append(uid)
-            except checkpoint.ClaimBusy:
-                continue
-            except FlexNPUError as err:
-                clog.warning("cannot roll back yet: %s", err)
-        return done
-
-    # -- unprepare -------------------------------------------------------------------------
+    # -- unprepare (kubeletplugin/unprepare.py) -------------------------------------------------
 
     def unprepare_uid(self, uid: str, clog: logs.ClaimLogger) -> bool:
-        with self.store.claim_locks.hold(uid, timeout=self.effects.lock_budget()) as lock:
-            entry = self.store.update(uid, checkpoint.set_state(uid, ClaimState.UNPREPARE_STARTED))
-            if entry is None:
-                lock.drop = True
-                return False
-            failpoints.hit("unprepare-after-intent")
-            self._undo_all(entry, clog)
-            self.store.update(uid, lambda _: None)
-            lock.drop = True
-            return True
+        """Unprepare one claim (a kubelet call, a residual claim); whether it was prepared here."""
+        return self.undo.unprepare_uid(uid, clog)
 
-    def _undo_all(self, entry: ClaimEntry, clog: logs.ClaimLogger) -> None:
-        """Undo every recorded effect, newest first. Raises (keeping the entry) if one cannot be undone."""
-        for eff in reversed(entry.effects):
-            self.effects.undo(entry, eff, clog)
-            failpoints.hit(f"unprepare-after-{eff.kind}")
+    def settle_interrupted(self) -> list[str]:
+        """Roll back entries a crash left half-done; their UIDs (``Unpreparer.settle_interrupted``)."""
+        return self.undo.settle_interrupted()
