@@ -194,6 +194,7 @@ def plan_claim(
             field="status.allocation",
         )
     results = _get(allocation, "devices", "results") or []
+    raw_configs = _get(allocation, "devices", "config")
     if not isinstance(results, list):
         raise InvalidInput(
             f"results must be a list, got {type(results).__name__}",
@@ -259,7 +260,7 @@ def plan_claim(
     configs = [
         OpaqueConfig(source=c.source, requests=c.requests, parameters=c.parameters, index=c.index)
         for c in sharing.driver_configs(
-            _get(allocation, "devices", "config"),
+            raw_configs,
             driver_name=driver_name,
             field="status.allocation.devices.config",
             claim_uid=uid,
@@ -344,15 +345,14 @@ def resolve_shares(plan: ClaimPlan) -> ClaimPlan:
             out.append(d)
             continue
         fld = f"status.allocation.devices.results[{d.request}/{d.device}].consumedCapacity"
+        params = [
+            (f"status.allocation.devices.config[{c.index}].opaque.parameters", c.parameters)
+            for c in plan.configs_for(d.request)
+        ]
         quota = sharing.share_quota(
             d.consumed_capacity, die_memory_bytes=d.die.memory_bytes, claim_uid=uid, field=fld
         )
-        cfg = sharing.resolve(
-            ((f"status.allocation.devices.config[{c.index}].opaque.parameters", c.parameters)
-             for c in plan.configs_for(d.request)),
-            claim_uid=uid,
-            base=sharing.VnpuConfig(policy=d.device_policy),
-        )  # fmt: skip
+        cfg = sharing.resolve(params, claim_uid=uid, base=sharing.VnpuConfig(policy=d.device_policy))
         each = (
             sharing.split(quota, cfg.vnpus, memory_only=cfg.memory_only, claim_uid=uid, field=fld)
             if cfg.vnpus > 1
@@ -406,11 +406,12 @@ def check_host_memory(plan: ClaimPlan, bound: sharing.HostMemoryBound) -> None:
         if d.config is None or d.config.host_memory is None:
             continue
         memory = sum(s.memory_bytes for s in d.shares)
+        configs = [
+            (c.source, f"status.allocation.devices.config[{c.index}].opaque.parameters", c.parameters)
+            for c in plan.configs_for(d.request)
+        ]
         sharing.check_host_memory(
-            (
-                (c.source, f"status.allocation.devices.config[{c.index}].opaque.parameters", c.parameters)
-                for c in plan.configs_for(d.request)
-            ),
+            configs,
             memory_bytes=memory,
             bound=bound,
             claim_uid=plan.ref.uid,
