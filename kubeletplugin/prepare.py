@@ -189,7 +189,7 @@ class Preparer:
             if decided.step != Step.NEW or decided.refused is not None:
                 return entries.get(uid)  # unchanged
             job = self.effects.job(decided.plan, secrets.token_hex(32))
-            return self._intent(job, decided.dies)
+            return self.effects.intent(job, decided.dies)
 
         try:
             self.store.update(uid, decide)  # a new prepare's intent is on disk before any effect
@@ -207,23 +207,12 @@ class Preparer:
         """The vNPUs on the node (a new prepare's IDs avoid them)."""
         return list(self.hard.manager.list()) if self.hard is not None else []
 
-    def _intent(self, job: effects.Job, dies: tuple[DieRecord, ...]) -> ClaimEntry:
-        ref = job.plan.ref
-        return ClaimEntry(
-            uid=ref.uid,
-            namespace=ref.namespace,
-            name=ref.name,
-            state=ClaimState.PREPARE_STARTED,
-            dies=dies,
-            effects=self.effects.planned(job),
-        )
-
     def _prepare_new(
         self, job: effects.Job, dies: tuple[DieRecord, ...], lock: ClaimLockHandle, clog: logs.ClaimLogger
     ) -> tuple[PreparedDevice, ...]:
         """Make every effect of the recorded intent in order, then record the completion."""
         plan, uid = job.plan, job.plan.ref.uid
-        intent = self._intent(job, dies)
+        intent = self.effects.intent(job, dies)
         failpoints.hit("prepare-after-intent")
         try:
             for eff in intent.effects:
