@@ -1,6 +1,10 @@
 """What a claim gets on this node: pure planning from the allocated claim object.
 
-Given the ResourceClaim (as the API returned it), the driver name, this node's pool and
+The preparer asks once: :func:`plan_prepare` takes the claim, this node (:class:`NodeFacts`) and
+every checkpoint entry, and returns the whole :class:`PreparePlan` — the step (a new prepare, a
+repeat, a redo of an unfinished entry, an answer from the record of a withdrawn die, nothing to
+do), the claim's plan with its shares and vNPUs, and its refusal, if any. The pieces it is made of:
+given the ResourceClaim (as the API returned it), the driver name, this node's pool and
 inventory, :func:`plan_claim` decides which dies the claim gets and how, and which opaque
 configs apply to which request; :func:`resolve_shares` then gives each soft-split device its
 share (quota from the allocation, virtual ID) and its resolved ``VnpuConfig`` — resolved

@@ -1,12 +1,14 @@
 """Prepare and unprepare claims: the only place that sequences side effects (dra-example-driver's ``state.go``).
 
 The claim as the helper fetched it (``dra_kubeletplugin``: right UID, allocated, a device of this
-driver) → plan and resolve shares (pure, ``dra_driver/plan.py``) → under the claim's own
-lock: record ``PrepareStarted`` with every planned effect (conflict check in the same step) →
-make each effect in order (``kubeletplugin/effects.py``: daemon Register, ``client.conf``, CDI
-spec, all rendered once by ``dra_driver/render.py``) → record ``PrepareCompleted`` → write the
-claim status (best effort). Unprepare records ``UnprepareStarted``, undoes the effects newest
-first and drops the entry. Each recorded step is one ``CheckpointStore.update``; daemon retries
+driver) → under the claim's own lock, its whole plan decided in one call (pure,
+``dra_driver/plan.py``'s ``plan_prepare``) under the checkpoint lock, where a new prepare records
+``PrepareStarted`` with every planned effect in the same step (so the conflict check and the vNPU
+IDs hold) → make each effect in order (``kubeletplugin/effects.py``: daemon Register,
+``client.conf``, CDI spec, all rendered once by ``dra_driver/render.py``) → record
+``PrepareCompleted`` → write the claim status (best effort). Unprepare
+(``kubeletplugin/unprepare.py``) records ``UnprepareStarted``, undoes the effects newest first and
+drops the entry. Each recorded step is one ``CheckpointStore.update``; daemon retries
 run under the claim lock only. Effects are idempotent, so a crash anywhere converges; a prepare
 that fails part-way, for any reason, rolls back. One bad claim never fails the batch
 (``kubeletplugin/batch.py``: claim by claim, with the call's deadline).
@@ -27,7 +29,6 @@ from dra_driver.checkpoint import (
     ClaimEntry,
     ClaimLockHandle,
     ClaimState,
-    DieRecord,
     Effect,
     EffectKind,
 )
@@ -137,7 +138,7 @@ class Preparer:
         """Plan (one decision, under the checkpoint lock, recording a new prepare's intent in the
         same step), then execute what it says."""
         ref = claim.ref
-        decided, job = self._decide(claim)
+        decided, new = self._decide(claim)
         try:
             if decided.refused is not None and decided.step != Step.WITHDRAWN:
                 raise decided.refused
@@ -156,14 +157,14 @@ class Preparer:
                 clog.info("undoing the recorded %s before preparing again", entry.state)
                 self.undo.undo_all(entry, clog)
                 self.store.update(ref.uid, lambda _: None)
-                decided, job = self._decide(claim)  # no entry now: a new prepare, or its refusal
+                decided, new = self._decide(claim)  # no entry now: a new prepare, or its refusal
                 if decided.refused is not None:
                     raise decided.refused
-            if job is None:  # REPEAT or REDO of an entry gone under the claim lock: never
+            if new is None:  # REPEAT or REDO of an entry gone under the claim lock: never
                 raise StateError(
                     f"the checkpoint entry changed under the claim lock ({decided.step})", claim_uid=ref.uid
                 )
-            return PrepareResult(devices=self._prepare_new(job, decided.dies, lock, clog))
+            return PrepareResult(devices=self._prepare_new(*new, lock, clog))
         except Exception as exc:
             err = claim_error(exc, ref.uid, log=clog)
             self.effects.write_failure(decided.plan, err, clog)
@@ -171,15 +172,15 @@ class Preparer:
                 raise
             raise err from exc
 
-    def _decide(self, claim: ResourceClaim) -> tuple[PreparePlan, effects.Job | None]:
+    def _decide(self, claim: ResourceClaim) -> tuple[PreparePlan, tuple[effects.Job, ClaimEntry] | None]:
         """The claim's whole plan, decided against every checkpoint entry under the checkpoint lock;
-        for a new prepare, its job, whose intent (every planned effect) is recorded in that same step."""
+        for a new prepare, its job and its intent (every planned effect), recorded in that same step."""
         s, uid, node = self.settings, claim.ref.uid, self._node()
         decided = PreparePlan(Step.NOTHING, ClaimPlan(ref=claim.ref, devices=(), configs=()))
-        job: effects.Job | None = None
+        new: tuple[effects.Job, ClaimEntry] | None = None
 
         def decide(entries: Mapping[str, ClaimEntry]) -> ClaimEntry | None:
-            nonlocal decided, job
+            nonlocal decided, new
             decided = plan_prepare(claim.obj, ref=claim.ref, node=node, entries=entries, existing=self._vnpus)
             if decided.refused is None and decided.plan.shares:
                 try:  # the chosen interposition must be possible on this node, before any effect
@@ -189,7 +190,8 @@ class Preparer:
             if decided.step != Step.NEW or decided.refused is not None:
                 return entries.get(uid)  # unchanged
             job = self.effects.job(decided.plan, secrets.token_hex(32))
-            return self.effects.intent(job, decided.dies)
+            new = (job, self.effects.intent(job, decided.dies))
+            return new[1]
 
         try:
             self.store.update(uid, decide)  # a new prepare's intent is on disk before any effect
@@ -197,7 +199,7 @@ class Preparer:
             if not decided.plan.devices:
                 raise  # the claim could not be read as this node's: no device status to write
             return replace(decided, refused=not_recorded), None
-        return decided, job
+        return decided, new
 
     def _node(self) -> NodeFacts:
         s = self.settings
@@ -208,11 +210,10 @@ class Preparer:
         return list(self.hard.manager.list()) if self.hard is not None else []
 
     def _prepare_new(
-        self, job: effects.Job, dies: tuple[DieRecord, ...], lock: ClaimLockHandle, clog: logs.ClaimLogger
+        self, job: effects.Job, intent: ClaimEntry, lock: ClaimLockHandle, clog: logs.ClaimLogger
     ) -> tuple[PreparedDevice, ...]:
-        """Make every effect of the recorded intent in order, then record the completion."""
+        """Make every effect of the recorded ``intent`` in order, then record the completion."""
         plan, uid = job.plan, job.plan.ref.uid
-        intent = self.effects.intent(job, dies)
         failpoints.hit("prepare-after-intent")
         try:
             for eff in intent.effects:
