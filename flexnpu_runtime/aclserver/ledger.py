@@ -285,6 +285,33 @@ class DieLedger(LedgerFile):
             self._shiftable.discard((slot, grant[0]))
         return (grant[0], grant[1] + delay) if delay else None
 
+    def settle(self, slot: int, grant: tuple[float, float], until: float) -> int:
+        """A grant of ``slot`` ended at ``until``, not at its end (an emulated operator computes on the
+        host while it holds the die, and numpy cannot be cut off at a slice's end): the time it ran
+        over is charged to the share's period (carried as debt, as every overrun is), the time it left
+        unused is given back (within the grant's period) and the die frees then. Returns the
+        microseconds charged (negative: given back)."""
+        start, end = grant
+        delta = round((max(until, start) - end) * 1e6)
+        if not delta:
+            return 0
+        with self._locked():
+            entry = self._decode(slot)
+            if entry is None:
+                return 0
+            pidx = scheduling.period_of(self._clock())
+            if delta < 0 and not entry.period_idx == pidx == scheduling.period_of(start):
+                return 0  # that period's use is behind: nothing to give back from
+            used = max(0, scheduling.effective_used(entry.row(), pidx) + delta)
+            self._write_period(slot, max(pidx, entry.period_idx), used, max(0, entry.consumed_us + delta))
+            busy_until, busy_slot, _ls, _lc = self._die_state()
+            if busy_slot == slot and busy_until == end:  # the die's last grant: it frees at ``until``
+                self._set_die_state(busy_until=max(until, start), busy_slot=slot)
+            for i, g in enumerate(self._open_grants()):
+                if g.slot == slot and g.end == end:
+                    self._write_open(i, g._replace(end=max(until, start)))
+        return delta
+
     def set_mem_used(self, slot: int, used: int) -> None:
         with self._locked():
             self._write_fields(slot, mem_used=used)

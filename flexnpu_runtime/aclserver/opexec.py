@@ -3,15 +3,16 @@
 A client sends one message per operator (``libascendcl/src/op.c``: ``aclopCompileAndExecute``,
 ``aclopExecuteV2``, the aclnn launches of ``libopapi.so``) and waits for no reply. ``Operators.launch``
 decodes it (``flexnpu_wire/opcall.py``), checks every device tensor against the session's allocations
-and pins them, and queues a task on the stream. The task, on the device's worker, builds numpy views
+and pins them, and queues a task on the stream. The task, on the device's worker, once a slice of the
+die is granted (the emulated die is the host computing: ``streams._run_operator``), builds numpy views
 over the share's device memory (dtype, dims, strides and offset from the message; host tensors from
-their bytes), calls the operator library (``operators.run``), then holds the die for the die time the
-library returned, through the same quota ledger as every kernel, so the share's compute policy
-charges it. A backend with an ``execute_operator`` (the ascend backend, ``ascend_ops.py``) runs the
-checked call on its device instead, and returns the die time it took. A failure — a malformed
-message, an unknown op (named), a tensor outside the share, a
-dtype or shape the op refuses — becomes the stream's error: the next synchronize of that stream (or of
-its device) returns it; the operators queued after it still run.
+their bytes) and calls the operator library (``operators.run``), which returns the modelled die time;
+the die is held for the longer of that and the measured compute, through the same quota ledger as every
+kernel, so the share's compute policy charges it. A backend with an ``execute_operator`` (the ascend
+backend, ``ascend_ops.py``) runs the checked call on its device instead, in the same slice, and returns
+the die time it took (so it is held once, while it runs). A failure — a malformed message, an unknown op
+(named), a tensor outside the share, a dtype or shape the op refuses — becomes the stream's error: the
+next synchronize of that stream (or of its device) returns it; the operators queued after it still run.
 """
 
 from __future__ import annotations
@@ -143,7 +144,7 @@ class Operators:
 
 
 def _no_completion() -> None:
-    """An operator's results are written when it is computed, before its die time is held."""
+    """An operator's results are written when it is computed, while it holds the die."""
 
 
 def _dtype(op: str, where: str, acl: int) -> np.dtype[Any]:

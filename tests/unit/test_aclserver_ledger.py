@@ -279,3 +279,33 @@ def test_a_file_of_the_release_before_priorities(tmp_path: Path, aclservers: lis
         assert fresh.entries() == [] and reg(fresh, Policy.FIXED) == 0
     finally:
         fresh.close()
+
+
+def test_settle_charges_an_overrun_and_gives_back_what_a_grant_left(die: ledger.DieLedger) -> None:
+    """An emulated operator's slice ends when its compute does: past its end, the overrun is charged
+    (consumed and the period's use); before it, the rest is given back and the die frees then, so the
+    next grant starts there, not at the slice's end."""
+    import time
+
+    from flexnpu_runtime.aclserver import scheduling
+
+    slot, other = reg(die, Policy.FIXED, quota=50), reg(die, Policy.FIXED, quota=50)
+    start, end = die.acquire(slot, 3_000, threading.Event())  # type: ignore[misc]
+    assert die.settle(slot, (start, end), end + 0.002) == 2_000
+    (entry,) = [e for e in die.entries() if e.slot == slot]
+    assert entry.consumed_us == 5_000
+    if entry.period_idx == scheduling.period_of(start):
+        assert entry.period_used_us == 5_000
+    for _attempt in range(3):  # a give-back stays within the grant's period: retried if it straddled one
+        before = next(e for e in die.entries() if e.slot == slot).consumed_us
+        start, end = die.acquire(slot, 4_000, threading.Event())  # type: ignore[misc]
+        until = max(start, time.monotonic())
+        given = die.settle(slot, (start, end), until)
+        if given:
+            break
+    assert given == round((until - end) * 1e6) < 0
+    (entry,) = [e for e in die.entries() if e.slot == slot]
+    assert entry.consumed_us == before + 4_000 + given
+    nxt, _ = die.acquire(other, 1_000, threading.Event())  # type: ignore[misc]
+    # freed: the next grant starts when it is asked for (not before ``until``); held: exactly at ``end``
+    assert nxt != end and nxt >= until, "the die freed when the grant was settled, not at its end"
