@@ -26,7 +26,7 @@ ABI-compatible library with device memory in host RAM and call counters.
   single-operator API or to the host's ``libopapi.so`` (``ascend_ops.py``); an aclnn workspace is
   device memory charged to the session's quota while the operator runs.
 * Kernel binaries (``kernels.py``'s hooks): ``aclrtBinaryLoadFromData``, ``aclrtBinaryGetFunction``,
-  ``aclrtLaunchKernel`` (arguments by value, on the operators' stream of the die, synchronized) and
+  ``aclrtLaunchKernelWithHostArgs`` (arguments by value, on the operators' stream of the die, synchronized) and
   ``aclrtBinaryUnLoad``.
 * Virtual memory (``vmm.py``'s hooks ``make_memory``, ``make_handle``, ``map_memory``,
   ``unmap_memory``): ``aclrtReserveMemAddress`` (not charged), ``aclrtMallocPhysical`` (charged to
@@ -137,7 +137,16 @@ class AscendRuntime:
             "aclrtUnmapMem": [c.c_void_p],
             "aclrtBinaryLoadFromData": [c.c_void_p, c.c_size_t, c.c_void_p, c.POINTER(c.c_void_p)],
             "aclrtBinaryGetFunction": [c.c_void_p, c.c_char_p, c.POINTER(c.c_void_p)],
-            "aclrtLaunchKernel": [c.c_void_p, c.c_uint32, c.c_void_p, c.c_size_t, c.c_void_p],
+            "aclrtLaunchKernelWithHostArgs": [
+                c.c_void_p,
+                c.c_uint32,
+                c.c_void_p,
+                c.c_void_p,
+                c.c_void_p,
+                c.c_size_t,
+                c.c_void_p,
+                c.c_size_t,
+            ],
             "aclrtBinaryUnLoad": [c.c_void_p],
         }
         self._fns: dict[str, Any] = {}
@@ -336,15 +345,17 @@ class AscendBackend:
         return int(func.value or 0)
 
     def launch_function(self, device: int, func: int, block_dim: int, args: bytes) -> int:
-        """aclrtLaunchKernel with the arguments by value on the die's stream, synchronized; its die µs."""
+        """aclrtLaunchKernelWithHostArgs on the die's stream, synchronized; its die µs. The arguments are host
+        bytes here (CANN's aclrtLaunchKernel takes them in device memory: the client read them from there)."""
         ops = self.rt.operators()
         self._select(device)
         block = ctypes.create_string_buffer(args, len(args))
+        name = "aclrtLaunchKernelWithHostArgs"
 
         def launch(stream: int, _held: object) -> None:
-            self.rt.call("aclrtLaunchKernel", func, block_dim, block if args else None, len(args), stream)
+            self.rt.call(name, func, block_dim, stream, None, block if args else None, len(args), None, 0)
 
-        return ops.run(self._dies[device], "aclrtLaunchKernel", launch)
+        return ops.run(self._dies[device], name, launch)
 
     def unload_binary(self, device: int, binary: int) -> None:
         self._select(device)

@@ -4,7 +4,8 @@
  * the share's compute policy. A kernel binary (aclrtBinaryLoadFromData) is shipped to the aclserver once
  * per load, through the staging region (a byte blob, as a model's); its functions are looked up there
  * (aclrtBinaryGetFunction) and launched with their arguments by value (LAUNCH_FUNCTION, queued on the
- * stream). The ascend backend forwards them to the host's CANN; the emulated one answers 200001.
+ * stream): aclrtLaunchKernelWithHostArgs's host bytes, or aclrtLaunchKernel(V2)'s read from device memory
+ * when the launch is called (CANN's prototype takes them there). The ascend backend forwards them to the host's CANN; the emulated one answers 200001.
  */
 #include "client.h"
 
@@ -81,10 +82,35 @@ static int do_launch(aclrtFuncHandle func, uint32_t blocks, const void *args, si
     return rpc_call(OP_LAUNCH_KERNEL, a, 6, NULL, 0, session.call_timeout_ms, "aclrtLaunchKernel");
 }
 
+/* CANN's aclrtLaunchKernel(V2) takes a function's arguments in device memory: they are read from there
+ * (aclrtMemcpy, device to host) when the launch is called and sent by value. The emulated kernel's
+ * (funcHandle NULL) are an aclrtEmulatedKernelArgs in host memory. */
+static aclError launch_device_args(aclrtFuncHandle func, uint32_t blocks, const void *args, size_t size,
+                                   aclrtStream stream, const char *what)
+{
+    if (!func) {
+        LOCKED(do_launch(NULL, blocks, args, size, stream));
+    }
+    if (size > MAX_KERNEL_ARGS || (size && !args))
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: argsData/argsSize: %zu bytes of device memory at %p (at "
+                                                     "most %u)", what, size, args, MAX_KERNEL_ARGS);
+    unsigned char *host = malloc(size ? size : 1);
+    if (!host)
+        return flexnpu_fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", what);
+    aclError rc = size ? aclrtMemcpy(host, size, args, size, ACL_MEMCPY_DEVICE_TO_HOST) : ACL_SUCCESS;
+    if (!rc) {
+        pthread_mutex_lock(&session.lock);
+        rc = do_launch(func, blocks, host, size, stream);
+        pthread_mutex_unlock(&session.lock);
+    }
+    free(host);
+    return rc;
+}
+
 API aclError aclrtLaunchKernel(aclrtFuncHandle funcHandle, uint32_t blockDim, const void *argsData, size_t argsSize,
                                aclrtStream stream)
 {
-    LOCKED(do_launch(funcHandle, blockDim, argsData, argsSize, stream));
+    return launch_device_args(funcHandle, blockDim, argsData, argsSize, stream, "aclrtLaunchKernel");
 }
 
 API aclError aclrtLaunchKernelV2(aclrtFuncHandle funcHandle, uint32_t numBlocks, const void *argsData,
@@ -92,7 +118,7 @@ API aclError aclrtLaunchKernelV2(aclrtFuncHandle funcHandle, uint32_t numBlocks,
 {
     if (cfg && cfg->numAttrs)
         return flexnpu_fail(ACL_ERROR_API_NOT_SUPPORT, "aclrtLaunchKernelV2: launch attributes are not served");
-    LOCKED(do_launch(funcHandle, numBlocks, argsData, argsSize, stream));
+    return launch_device_args(funcHandle, numBlocks, argsData, argsSize, stream, "aclrtLaunchKernelV2");
 }
 
 API aclError aclrtLaunchKernelWithHostArgs(aclrtFuncHandle funcHandle, uint32_t numBlocks, aclrtStream stream,

@@ -991,16 +991,21 @@ EXPORT int aclrtBinaryGetFunction(const void *binHandle, const char *kernelName,
     return 0;
 }
 
-EXPORT int aclrtLaunchKernel(void *funcHandle, uint32_t numBlocks, const void *argsData, size_t argsSize,
-                             void *stream);
-EXPORT int aclrtLaunchKernel(void *funcHandle, uint32_t numBlocks, const void *argsData, size_t argsSize,
-                             void *stream)
+/* CANN's prototype: the arguments in host memory (aclrtLaunchKernel's are in device memory) */
+EXPORT int aclrtLaunchKernelWithHostArgs(void *funcHandle, uint32_t numBlocks, void *stream, void *cfg,
+                                         void *hostArgs, size_t argsSize, void *placeHolderArray,
+                                         size_t placeHolderNum);
+EXPORT int aclrtLaunchKernelWithHostArgs(void *funcHandle, uint32_t numBlocks, void *stream, void *cfg,
+                                         void *hostArgs, size_t argsSize, void *placeHolderArray,
+                                         size_t placeHolderNum)
 {
     const struct emu_function *f = funcHandle;
+    const void *argsData = hostArgs;
     int sid = stream_id(stream);
-    if (!f || f->magic != EMU_MAGIC || sid < 0)
-        return fail(107000, "aclrtLaunchKernel: not a function handle, or an invalid stream");
-    logf_("aclrtLaunchKernel %s blocks %u args %zu stream %d\n", f->name, numBlocks, argsSize, sid);
+    if (!f || f->magic != EMU_MAGIC || sid < 0 || cfg || placeHolderArray || placeHolderNum)
+        return fail(107000, "aclrtLaunchKernelWithHostArgs: not a function handle, an invalid stream, or a cfg "
+                            "or placeholders (not emulated)");
+    logf_("aclrtLaunchKernelWithHostArgs %s blocks %u args %zu stream %d\n", f->name, numBlocks, argsSize, sid);
     if (!strcmp(f->name, "fill_u32")) {
         struct {
             uint64_t ptr;

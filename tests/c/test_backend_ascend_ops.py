@@ -176,16 +176,20 @@ def test_kernel_binaries_are_loaded_once_and_launched_on_the_hosts_cann(
     binary = len("EMUKBIN\nfill_u32\nunused\n")
     lines = _lines(log)
     assert lines[:2] == [f"aclrtBinaryLoadFromData {binary}", "aclrtBinaryGetFunction fill_u32"], lines
-    assert lines[2] == "aclrtLaunchKernel fill_u32 blocks 8 args 16 stream 1", (
+    assert lines[2] == "aclrtLaunchKernelWithHostArgs fill_u32 blocks 8 args 16 stream 1", (
         "arguments by value, the block dim"
     )
     assert lines.count(f"aclrtBinaryLoadFromData {binary}") == 3, (
         "once per load (aclrtBinary*, from a file, rt*)"
     )
     assert f"aclrtBinaryUnLoad {binary}" in lines
-    assert "aclrtLaunchKernel fill_u32 blocks 2 args 16 stream 1" in lines, "aclrtLaunchKernelV2"
-    assert "aclrtLaunchKernel fill_u32 blocks 3 args 16 stream 1" in lines, "aclrtLaunchKernelWithHostArgs"
-    assert "aclrtLaunchKernel fill_u32 blocks 4 args 16 stream 1" in lines, "rtKernelLaunch of the stub"
+    assert "aclrtLaunchKernelWithHostArgs fill_u32 blocks 2 args 16 stream 1" in lines, "aclrtLaunchKernelV2"
+    assert "aclrtLaunchKernelWithHostArgs fill_u32 blocks 3 args 16 stream 1" in lines, (
+        "aclrtLaunchKernelWithHostArgs"
+    )
+    assert "aclrtLaunchKernelWithHostArgs fill_u32 blocks 4 args 16 stream 1" in lines, (
+        "rtKernelLaunch of the stub"
+    )
     # the binary the program left loaded is unloaded when its session closes
     lines = _wait_for(log, "aclrtBinaryUnLoad", count=3)
     assert lines[-1] == f"aclrtBinaryUnLoad {binary}" and lines.count(f"aclrtBinaryUnLoad {binary}") == 3
