@@ -323,3 +323,89 @@ def test_the_client_side_of_kernel_binaries_is_sanitizer_clean(server_log: tuple
         res = run(exe, part, conf=conf, LD_LIBRARY_PATH=str(lib.parent), ASAN_OPTIONS="detect_leaks=1")
         assert res.rc == 0 and not res.failures, res.stdout[-3000:] + res.stderr[-3000:]
         assert "ERROR: " not in res.stderr and "runtime error" not in res.stderr, res.stderr[-3000:]
+
+
+_BAD_KERNEL_MESSAGES: list[tuple[str, str, tuple[int | str, ...], bytes, int, str]] = [
+    # (what, op, ints (binary/function: the session's own), tail, code, words the error names)
+    ("an unknown blob", "BINARY_LOAD", (999,), b"", codes.ACL_ERROR_INVALID_PARAM, "model bytes 999"),
+    ("an unknown binary", "BINARY_GET_FUNCTION", (999,), b"fill_u32", codes.ACL_ERROR_INVALID_PARAM, "999"),
+    ("an empty kernel name", "BINARY_GET_FUNCTION", ("bin",), b"", codes.ACL_ERROR_INVALID_PARAM, "kernel name"),
+    ("an oversized kernel name", "BINARY_GET_FUNCTION", ("bin",), b"k" * 257, codes.ACL_ERROR_INVALID_PARAM,
+     "kernel name"),
+    ("a NUL in the kernel name", "BINARY_GET_FUNCTION", ("bin",), b"fill\0u32", codes.ACL_ERROR_INVALID_PARAM,
+     "kernel name"),
+    ("a kernel the binary lacks", "BINARY_GET_FUNCTION", ("bin",), b"missing", 107000, "missing"),
+    ("an unknown function", "LAUNCH_FUNCTION", ("stream", 999, 1), b"", codes.ACL_ERROR_INVALID_PARAM,
+     "999 is not a function"),
+    ("block dim 0", "LAUNCH_FUNCTION", ("stream", "fn", 0), b"", codes.ACL_ERROR_INVALID_PARAM, "block dim"),
+    ("block dim past uint32", "LAUNCH_FUNCTION", ("stream", "fn", 1 << 32), b"", codes.ACL_ERROR_INVALID_PARAM,
+     "block dim"),
+    ("oversized arguments", "LAUNCH_FUNCTION", ("stream", "fn", 1), b"\0" * (64 * 1024 + 1),
+     codes.ACL_ERROR_INVALID_PARAM, "argument bytes"),
+    ("an unknown stream", "LAUNCH_FUNCTION", (0x7777, "fn", 1), b"", codes.ACL_ERROR_INVALID_RESOURCE_HANDLE,
+     "stream"),
+    ("a wrong count of values", "LAUNCH_FUNCTION", ("stream", "fn"), b"", codes.ACL_ERROR_INVALID_PARAM,
+     "takes 3 values, got 2"),
+    ("an unknown binary to unload", "BINARY_UNLOAD", (999,), b"", codes.ACL_ERROR_INVALID_PARAM, "999"),
+]  # fmt: skip
+
+
+def test_malformed_kernel_binary_messages_are_refused_and_the_session_goes_on(
+    cann_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ops 67-70 with unknown handles, bad sizes and wrong counts against a real aclserver (ascend backend):
+    each is refused with a code and a message naming the field; the same session then loads and launches a
+    kernel, and another session of the share cannot use this one's binary or function numbers."""
+    from flexnpu_client import AclError, Session
+    from flexnpu_wire.framing import Op
+
+    monkeypatch.setenv("FLEXNPU_ACLSERVER_BACKEND", "ascend")
+    monkeypatch.setenv("FLEXNPU_ASCEND_LIBRARY", str(cann_dir / "libascendcl.so"))
+    monkeypatch.setenv("FLEXNPU_EMU_LOG", str(tmp_path / "cann.log"))
+    binary = b"EMUKBIN\nfill_u32\nunused\n"
+    with (
+        aclserver_harness.running_aclserver(
+            tmp_path, shares=[aclserver_harness.share(0, die=1, memory=QUOTA)], ledger_dir=str(tmp_path / "l")
+        ) as server,
+        Session.open(server.conf()) as s,
+    ):
+        s.init()
+        s.set_device(0)
+        stream = s.create_stream()
+        (bin_id,) = s.call(Op.BINARY_LOAD, s.send_model(binary))
+        (fn,) = s.call(Op.BINARY_GET_FUNCTION, bin_id, tail=b"fill_u32")
+        own = {"bin": bin_id, "fn": fn, "stream": stream}
+        for what, op, ints, tail, code, named in _BAD_KERNEL_MESSAGES:
+            values = [
+                own[v] if isinstance(v, str) else v for v in ints
+            ]  # "bin", "fn", "stream": the session's
+            with pytest.raises(AclError) as err:
+                s.call(Op[op], *values, tail=tail)
+            assert err.value.ret == code and named in err.value.message, (
+                what,
+                err.value.ret,
+                err.value.message,
+            )
+        assert server.proc.poll() is None, "the aclserver survived every malformed message"
+        # the session goes on: a launch with its arguments by value fills device memory
+        ptr = s.malloc(1024)
+        s.call(Op.LAUNCH_FUNCTION, stream, fn, 1, tail=ptr.to_bytes(8, "little") + (256).to_bytes(4, "little")
+               + (7).to_bytes(4, "little"))  # fmt: skip
+        s.synchronize_stream(stream)
+        assert s.copy_from_device(ptr, 1024) == (7).to_bytes(4, "little") * 256
+        with Session.open(server.conf()) as other:  # handles are the session's own
+            other.init()
+            other.set_device(0)
+            other_stream = other.create_stream()
+            refused: tuple[tuple[Op, tuple[int, ...], bytes], ...] = (
+                (Op.BINARY_GET_FUNCTION, (bin_id,), b"fill_u32"),
+                (Op.LAUNCH_FUNCTION, (other_stream, fn, 1), b""),
+                (Op.BINARY_UNLOAD, (bin_id,), b""),
+            )
+            for other_op, other_values, other_tail in refused:
+                with pytest.raises(AclError) as err:
+                    other.call(other_op, *other_values, tail=other_tail)
+                assert (
+                    err.value.ret == codes.ACL_ERROR_INVALID_PARAM and "of this client" in err.value.message
+                )
+        s.call(Op.BINARY_UNLOAD, bin_id)
