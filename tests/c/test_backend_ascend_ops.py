@@ -409,3 +409,34 @@ def test_malformed_kernel_binary_messages_are_refused_and_the_session_goes_on(
                     err.value.ret == codes.ACL_ERROR_INVALID_PARAM and "of this client" in err.value.message
                 )
         s.call(Op.BINARY_UNLOAD, bin_id)
+
+
+def test_a_loaded_binary_stays_charged_to_host_memory_until_it_is_unloaded(
+    cann_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """hostMemory 16 MiB: two 6 MiB binaries load; a third does not fit while they are loaded (the host's CANN
+    holds their copies), and loads once one of them was unloaded."""
+    from flexnpu_client import AclError, Session
+    from flexnpu_wire.framing import Op
+
+    monkeypatch.setenv("FLEXNPU_ACLSERVER_BACKEND", "ascend")
+    monkeypatch.setenv("FLEXNPU_ASCEND_LIBRARY", str(cann_dir / "libascendcl.so"))
+    monkeypatch.setenv("FLEXNPU_EMU_LOG", str(tmp_path / "cann.log"))
+    binary = b"EMUKBIN\nfill_u32\n".ljust(6 * MIB, b"\n")
+    with (
+        aclserver_harness.running_aclserver(
+            tmp_path, shares=[aclserver_harness.share(0, memory=QUOTA, host_memory=16 * MIB)],
+            ledger_dir=str(tmp_path / "l"), staging_bytes=1 * MIB,
+        ) as server,
+        Session.open(server.conf()) as s,
+    ):  # fmt: skip
+        s.init()
+        s.set_device(0)
+        loaded = [s.call(Op.BINARY_LOAD, s.send_model(binary))[0] for _ in range(2)]
+        with pytest.raises(AclError) as err:
+            s.call(Op.BINARY_LOAD, s.send_model(binary))
+        assert err.value.ret == codes.ACL_ERROR_RT_MEMORY_ALLOCATION and "hostMemory" in err.value.message
+        s.call(Op.BINARY_UNLOAD, loaded.pop())
+        loaded.append(s.call(Op.BINARY_LOAD, s.send_model(binary))[0])
+        for b in loaded:
+            s.call(Op.BINARY_UNLOAD, b)
