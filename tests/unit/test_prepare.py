@@ -349,6 +349,20 @@ def test_a_refused_claim_keeps_its_unfinished_entry_until_it_is_undone(
     assert world.remains(ref.uid) == NOTHING
 
 
+def test_a_claim_lock_timeout_writes_no_status_and_changes_nothing(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another call on the claim holds its lock past the budget: the prepare answers busy, naming the
+    claim, and writes no Ready=False over what that other call is doing; once it is free, it prepares."""
+    ref = _claim(world, "a", [_share()])
+    monkeypatch.setattr(world.preparer.effects, "lock_budget", lambda: 0.05)
+    with world.store.claim_locks.hold(ref.uid, timeout=0):  # the other call, in flight
+        res = world.prepare([ref])[ref.uid]
+    assert ref.uid in res.error and "still running" in res.error
+    assert ref.uid not in world.status.written and world.remains(ref.uid) == NOTHING
+    assert world.prepare([ref])[ref.uid].error == "" and world.remains(ref.uid) == DONE
+
+
 # -- a recorded step raises during unprepare -----------------------------------------------------
 
 
