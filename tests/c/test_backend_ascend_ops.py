@@ -263,6 +263,11 @@ def test_execute_operator_and_refusals(backend: tuple[AscendBackend, Emu]) -> No
     assert (
         err.value.code == 100024 and err.value.message.startswith("Gelu: ") and "EZ3003" in err.value.message
     )
+    short = Tensor(Placement.HOST, 0, 2, (4,), (1,), 0, data=bytes(ctypes.c_float(10.0)))
+    with pytest.raises(AclFailure) as err:  # a host operand shorter than its dims: never handed to CANN
+        b.execute_operator(OpCall("Add", (_dev(x, (4,)), short), (_dev(y, (4,)),)), device=0, owner=1)
+    assert err.value.code == codes.ACL_ERROR_INVALID_PARAM and "inputs[1] holds 4 bytes" in err.value.message
+    assert emu.calls("aclopCompileAndExecute") == 2, "Add and Gelu only"
     with pytest.raises(AclFailure) as err:  # not in the host's libopapi.so
         b.execute_operator(OpCall("aclnnGelu", (_dev(x, (4,)),), (_dev(y, (4,)),)), device=0, owner=1)
     assert err.value.code == 100024 and "aclnnGelu" in err.value.message
