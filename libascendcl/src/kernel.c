@@ -91,6 +91,14 @@ static aclError launch_device_args(aclrtFuncHandle func, uint32_t blocks, const 
     if (!func) {
         LOCKED(do_launch(NULL, blocks, args, size, stream));
     }
+    pthread_mutex_lock(&session.lock);
+    int known = objects_has(func, FUNC_MAGIC);
+    pthread_mutex_unlock(&session.lock);
+    if (!known) /* checked before its arguments are read from device memory */
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM,
+                            "%s: funcHandle is not one aclrtBinaryGetFunction gave (NULL: the emulated kernel, "
+                            "with aclrtEmulatedKernelArgs)",
+                            what);
     if (size > MAX_KERNEL_ARGS || (size && !args))
         return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: argsData/argsSize: %zu bytes of device memory at %p (at "
                                                      "most %u)", what, size, args, MAX_KERNEL_ARGS);
