@@ -58,6 +58,7 @@ class Kernels:
         self._binaries: dict[int, tuple[int, Any]] = {}  # id -> (device, the backend's handle)
         self._charged: dict[int, int] = {}  # id -> the binary's bytes, charged to hostMemory while loaded
         self._functions: dict[int, tuple[int, int, Any]] = {}  # id -> (device, binary id, handle)
+        self._named: dict[tuple[int, str], int] = {}  # (binary id, kernel name) -> function id: one each
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
 
@@ -98,9 +99,14 @@ class Kernels:
                 f"aclrtBinaryGetFunction: a kernel name of 1..{MAX_NAME} ASCII bytes",
             )
         device, handle = self._binary(binary, "aclrtBinaryGetFunction")
-        func = lookup(device, handle, raw.decode())
+        name = raw.decode()
+        with self._lock:  # a kernel looked up again is the same function: a session holds one per kernel
+            known = self._named.get((binary, name))
+        if known is not None:
+            return (known,), b""
+        func = lookup(device, handle, name)
         with self._lock:
-            function = next(self._ids)
+            function = self._named.setdefault((binary, name), next(self._ids))
             self._functions[function] = (device, binary, func)
         return (function,), b""
 
@@ -141,6 +147,7 @@ class Kernels:
         with self._lock:
             self._binaries.pop(binary, None)
             self._functions = {k: v for k, v in self._functions.items() if v[1] != binary}
+            self._named = {k: v for k, v in self._named.items() if k[0] != binary}
             charged = self._charged.pop(binary, 0)
         try:
             unload(device, handle)
@@ -161,6 +168,7 @@ class Kernels:
         """Unload every binary (the session's work was drained or cancelled)."""
         with self._lock:
             binaries, self._binaries, self._functions = list(self._binaries.values()), {}, {}
+            self._named = {}
             charged, self._charged = sum(self._charged.values()), {}
         self.blobs.charge.release(charged)
         unload = getattr(self.backend, "unload_binary", None)

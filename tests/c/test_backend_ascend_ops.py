@@ -379,6 +379,8 @@ def test_malformed_kernel_binary_messages_are_refused_and_the_session_goes_on(
         stream = s.create_stream()
         (bin_id,) = s.call(Op.BINARY_LOAD, s.send_model(binary))
         (fn,) = s.call(Op.BINARY_GET_FUNCTION, bin_id, tail=b"fill_u32")
+        again = [s.call(Op.BINARY_GET_FUNCTION, bin_id, tail=b"fill_u32")[0] for _ in range(3)]
+        assert again == [fn] * 3, "a kernel looked up again is the same function (the session holds one)"
         own = {"bin": bin_id, "fn": fn, "stream": stream}
         for what, op, ints, tail, code, named in _BAD_KERNEL_MESSAGES:
             values = [
