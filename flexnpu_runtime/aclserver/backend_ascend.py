@@ -87,6 +87,22 @@ class _PhysicalMemProp(ctypes.Structure):
     ]
 
 
+_ACL_RT_BINARY_LOAD_OPT_MAGIC = 2
+
+
+class _BinaryLoadOption(ctypes.Structure):
+    """CANN's aclrtBinaryLoadOption (acl/acl_rt.h): the option's type, then its value (a union of 16 bytes,
+    its first uint32 the magic)."""
+
+    _fields_ = [("type", ctypes.c_int), ("value", ctypes.c_uint32 * 4)]
+
+
+class _BinaryLoadOptions(ctypes.Structure):
+    """CANN's aclrtBinaryLoadOptions."""
+
+    _fields_ = [("options", ctypes.POINTER(_BinaryLoadOption)), ("numOpt", ctypes.c_size_t)]
+
+
 @dataclass(frozen=True, slots=True)
 class _Reserved:
     """The payload of a reserved range's allocation (CANN's address is its base)."""
@@ -331,11 +347,18 @@ class AscendBackend:
 
     # -- kernel binaries (kernels.py's hooks) ---------------------------------------------------------
 
-    def load_binary(self, device: int, data: memoryview) -> int:
-        """aclrtBinaryLoadFromData on ``device``'s die (no load options); CANN's aclrtBinHandle."""
+    def load_binary(self, device: int, data: memoryview, magic: int = 0) -> int:
+        """aclrtBinaryLoadFromData on ``device``'s die, with the option ACL_RT_BINARY_LOAD_OPT_MAGIC when
+        ``magic`` is not 0 (no options otherwise); CANN's aclrtBinHandle."""
         self._select(device)
         handle = ctypes.c_void_p()
-        self.rt.call("aclrtBinaryLoadFromData", _host_buffer(data), data.nbytes, None, ctypes.byref(handle))
+        options = None
+        if magic:
+            option = _BinaryLoadOption(_ACL_RT_BINARY_LOAD_OPT_MAGIC, (ctypes.c_uint32 * 4)(magic))
+            options = ctypes.byref(_BinaryLoadOptions(ctypes.pointer(option), 1))
+        self.rt.call(
+            "aclrtBinaryLoadFromData", _host_buffer(data), data.nbytes, options, ctypes.byref(handle)
+        )
         return int(handle.value or 0)
 
     def binary_function(self, device: int, binary: int, name: str) -> int:

@@ -3,7 +3,8 @@ with a function handle, and libruntime's ``rtDevBinaryRegister``/``rtFunctionReg
 
 The client ships a binary once per load, through the session's staging region into a model-bytes blob
 (``MODEL_BYTES_OPEN``/``WRITE``: size-bounded, charged to the claim's ``hostMemory``, as a model's bytes);
-``BINARY_LOAD`` hands it to the backend on the session's current device and unmaps the blob, its size still
+``BINARY_LOAD`` hands it (with CANN's magic load option, if the client sent one) to the backend on the session's
+current device and unmaps the blob, its size still
 charged while the binary is loaded (the host's CANN holds a copy until ``BINARY_UNLOAD`` or the session's end).
 ``BINARY_GET_FUNCTION`` looks a kernel up by name there; ``LAUNCH_FUNCTION`` queues one launch on the
 stream, its arguments by value (at most ``MAX_ARGS`` bytes), run on the device's worker in stream order (a
@@ -77,10 +78,14 @@ class Kernels:
         return getattr(self.backend, name)
 
     def _load(self, ints: tuple[int, ...]) -> tuple[int, ...]:
-        (blob_id,) = ints
+        blob_id, magic = ints[0], (ints[1] if len(ints) > 1 else 0)
         load = self._hook("aclrtBinaryLoadFromData", "load_binary")
+        if not 0 <= magic < 1 << 32:
+            raise AclFailure(
+                codes.ACL_ERROR_INVALID_PARAM, f"aclrtBinaryLoadFromData: magic {magic} is not a uint32"
+            )
         device = self._current()
-        handle = load(device, self.blobs.get(blob_id).view)
+        handle = load(device, self.blobs.get(blob_id).view, magic)
         blob = self.blobs.take(blob_id)  # the backend has the binary now (a refused load keeps the blob)
         self.blobs.unmap(blob)
         with self._lock:

@@ -36,7 +36,15 @@ API rtError_t rtFunctionRegister(void *binHandle, const void *stubFunc, const ch
 API rtError_t rtKernelLaunch(const void *stubFunc, uint32_t blockDim, void *args, uint32_t argsSize,
                              rtSmDesc_t *smDesc, rtStream_t stm);
 
-typedef int (*load_fn)(const void *, size_t, const void *, void **);
+typedef struct {
+    int type; /* aclrtBinaryLoadOptionType: ACL_RT_BINARY_LOAD_OPT_MAGIC is 2 */
+    uint32_t value[4];
+} load_option;
+typedef struct {
+    load_option *options;
+    size_t numOpt;
+} load_options;
+typedef int (*load_fn)(const void *, size_t, const load_options *, void **);
 typedef int (*lookup_fn)(const void *, const char *, void **);
 typedef int (*launch_fn)(void *, uint32_t, void *, void *, void *, size_t, void *, size_t);
 
@@ -76,7 +84,11 @@ API rtError_t rtDevBinaryRegister(const rtDevBinary_t *bin, void **hdl)
         return RT_PARAM_INVALID;
     load_fn load;
     *(void **)&load = closure_lookup("aclrtBinaryLoadFromData");
-    return load ? rt_code(load(bin->data, (size_t)bin->length, NULL, hdl)) : RT_FEATURE_NOT_SUPPORT;
+    /* rtDevBinary_t's magic (RT_DEV_BINARY_MAGIC_ELF, _ELF_AIVEC, ...) has the ACL option's values */
+    load_option magic = {2, {bin->magic, 0, 0, 0}};
+    load_options options = {&magic, 1};
+    return load ? rt_code(load(bin->data, (size_t)bin->length, bin->magic ? &options : NULL, hdl))
+                : RT_FEATURE_NOT_SUPPORT;
 }
 
 API rtError_t rtFunctionRegister(void *binHandle, const void *stubFunc, const char *stubName,

@@ -342,12 +342,15 @@ static int kernels(void)
     rc = aclrtLaunchKernel(fill, 1, dargs, sizeof a, stream);
     CHECK(rc == ACL_ERROR_INVALID_PARAM, "a function of an unloaded binary: %d %s", rc, msg());
 
-    /* from a file (its bytes shipped the same way) */
+    /* from a file (its bytes shipped the same way), a vector-core ELF: CANN's magic option reaches the host */
     char path[] = "/tmp/flexnpu-kbin-XXXXXX";
     int fd = mkstemp(path);
     CHECK(fd >= 0 && write(fd, binary, sizeof binary - 1) == (ssize_t)(sizeof binary - 1), "a binary file");
     close(fd);
-    CALL(aclrtBinaryLoadFromFile(path, NULL, &bin));
+    aclrtBinaryLoadOption vector = {.type = ACL_RT_BINARY_LOAD_OPT_MAGIC};
+    vector.value.magic = ACL_RT_BINARY_MAGIC_ELF_VECTOR_CORE;
+    aclrtBinaryLoadOptions options = {&vector, 1};
+    CALL(aclrtBinaryLoadFromFile(path, &options, &bin));
     unlink(path);
     CALL(aclrtBinaryUnLoad(bin));
 

@@ -179,8 +179,12 @@ def test_kernel_binaries_are_loaded_once_and_launched_on_the_hosts_cann(
     assert lines[2] == "aclrtLaunchKernelWithHostArgs fill_u32 blocks 8 args 16 stream 1", (
         "arguments by value, the block dim"
     )
-    assert lines.count(f"aclrtBinaryLoadFromData {binary}") == 3, (
-        "once per load (aclrtBinary*, from a file, rt*)"
+    assert lines.count(f"aclrtBinaryLoadFromData {binary}") == 1, "once per load, no options: none forwarded"
+    assert f"aclrtBinaryLoadFromData {binary} magic 0x41415246" in lines, (
+        "from a file with ACL_RT_BINARY_LOAD_OPT_MAGIC (vector core): the option reaches the host's CANN"
+    )
+    assert f"aclrtBinaryLoadFromData {binary} magic 0x43554245" in lines, (
+        "rtDevBinaryRegister: rtDevBinary_t's magic (RT_DEV_BINARY_MAGIC_ELF) as the load option"
     )
     assert f"aclrtBinaryUnLoad {binary}" in lines
     assert "aclrtLaunchKernelWithHostArgs fill_u32 blocks 2 args 16 stream 1" in lines, "aclrtLaunchKernelV2"
@@ -301,14 +305,25 @@ def test_aclnn_c_types_agree_with_the_table() -> None:
 
 
 def test_the_physical_memory_prop_has_canns_layout() -> None:
-    """The ctypes aclrtPhysicalMemProp the backend passes to aclrtMallocPhysical matches the C header's."""
-    from flexnpu_runtime.aclserver.backend_ascend import _PhysicalMemProp
+    """The ctypes aclrtPhysicalMemProp the backend passes to aclrtMallocPhysical, and the aclrtBinaryLoadOption(s)
+    it passes to aclrtBinaryLoadFromData, match the C header's."""
+    from flexnpu_runtime.aclserver.backend_ascend import (
+        _BinaryLoadOption,
+        _BinaryLoadOptions,
+        _PhysicalMemProp,
+    )
 
     exe = clibrary.compile_program(HERE / "physical_prop_layout.c")
     words = run(exe, conf=None).stdout.split()
     c_layout = dict(zip(words[::2], (int(w) for w in words[1::2]), strict=True))
-    py_layout = {"size": ctypes.sizeof(_PhysicalMemProp)}
-    py_layout |= {field[0]: getattr(_PhysicalMemProp, field[0]).offset for field in _PhysicalMemProp._fields_}
+    py_layout: dict[str, int] = {}
+    for prefix, struct in (
+        ("", _PhysicalMemProp),
+        ("option.", _BinaryLoadOption),
+        ("options.", _BinaryLoadOptions),
+    ):
+        py_layout[f"{prefix}size"] = ctypes.sizeof(struct)
+        py_layout |= {prefix + field[0]: getattr(struct, field[0]).offset for field in struct._fields_}
     assert py_layout == c_layout
 
 
@@ -333,6 +348,7 @@ def test_the_client_side_of_kernel_binaries_is_sanitizer_clean(server_log: tuple
 _BAD_KERNEL_MESSAGES: list[tuple[str, str, tuple[int | str, ...], bytes, int, str]] = [
     # (what, op, ints (binary/function: the session's own), tail, code, words the error names)
     ("an unknown blob", "BINARY_LOAD", (999,), b"", codes.ACL_ERROR_INVALID_PARAM, "model bytes 999"),
+    ("a magic past uint32", "BINARY_LOAD", (999, 1 << 32), b"", codes.ACL_ERROR_INVALID_PARAM, "magic"),
     ("an unknown binary", "BINARY_GET_FUNCTION", (999,), b"fill_u32", codes.ACL_ERROR_INVALID_PARAM, "999"),
     ("an empty kernel name", "BINARY_GET_FUNCTION", ("bin",), b"", codes.ACL_ERROR_INVALID_PARAM, "kernel name"),
     ("an oversized kernel name", "BINARY_GET_FUNCTION", ("bin",), b"k" * 257, codes.ACL_ERROR_INVALID_PARAM,
