@@ -237,9 +237,11 @@ OPS: tuple[OpSpec, ...] = (
     OpSpec(
         Op.BINARY_LOAD,
         request=("blob",),
+        optional=("magic",),
         reply=("binary",),
         summary="aclrtBinaryLoadFromData / rtDevBinaryRegister: the model-bytes blob loaded as a kernel binary on"
-        " the current device (ascend backend; the emulated one answers 200001); consumes it",
+        " the current device (ascend backend; the emulated one answers 200001), with CANN's load option"
+        " ACL_RT_BINARY_LOAD_OPT_MAGIC when magic is given and not 0; consumes it",
     ),
     OpSpec(
         Op.BINARY_GET_FUNCTION,

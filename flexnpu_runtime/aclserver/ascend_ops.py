@@ -286,6 +286,11 @@ class OperatorRuntime:
         for d in t.dims:
             count *= d
         if t.placement == Placement.HOST:
+            if count * size > len(t.data):  # CANN would read the descriptor's bytes past the copy
+                raise AclFailure(
+                    codes.ACL_ERROR_INVALID_PARAM,
+                    f"{op}: {where} holds {len(t.data)} bytes, its dims {list(t.dims)} need {count * size}",
+                )
             host = ctypes.create_string_buffer(t.data, len(t.data))
             keep.append(host)
             return ctypes.addressof(host), len(t.data)

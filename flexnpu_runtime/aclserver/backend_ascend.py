@@ -26,7 +26,7 @@ ABI-compatible library with device memory in host RAM and call counters.
   single-operator API or to the host's ``libopapi.so`` (``ascend_ops.py``); an aclnn workspace is
   device memory charged to the session's quota while the operator runs.
 * Kernel binaries (``kernels.py``'s hooks): ``aclrtBinaryLoadFromData``, ``aclrtBinaryGetFunction``,
-  ``aclrtLaunchKernel`` (arguments by value, on the operators' stream of the die, synchronized) and
+  ``aclrtLaunchKernelWithHostArgs`` (arguments by value, on the operators' stream of the die, synchronized) and
   ``aclrtBinaryUnLoad``.
 * Virtual memory (``vmm.py``'s hooks ``make_memory``, ``make_handle``, ``map_memory``,
   ``unmap_memory``): ``aclrtReserveMemAddress`` (not charged), ``aclrtMallocPhysical`` (charged to
@@ -87,6 +87,22 @@ class _PhysicalMemProp(ctypes.Structure):
     ]
 
 
+_ACL_RT_BINARY_LOAD_OPT_MAGIC = 2
+
+
+class _BinaryLoadOption(ctypes.Structure):
+    """CANN's aclrtBinaryLoadOption (acl/acl_rt.h): the option's type, then its value (a union of 16 bytes,
+    its first uint32 the magic)."""
+
+    _fields_ = [("type", ctypes.c_int), ("value", ctypes.c_uint32 * 4)]
+
+
+class _BinaryLoadOptions(ctypes.Structure):
+    """CANN's aclrtBinaryLoadOptions."""
+
+    _fields_ = [("options", ctypes.POINTER(_BinaryLoadOption)), ("numOpt", ctypes.c_size_t)]
+
+
 @dataclass(frozen=True, slots=True)
 class _Reserved:
     """The payload of a reserved range's allocation (CANN's address is its base)."""
@@ -137,7 +153,16 @@ class AscendRuntime:
             "aclrtUnmapMem": [c.c_void_p],
             "aclrtBinaryLoadFromData": [c.c_void_p, c.c_size_t, c.c_void_p, c.POINTER(c.c_void_p)],
             "aclrtBinaryGetFunction": [c.c_void_p, c.c_char_p, c.POINTER(c.c_void_p)],
-            "aclrtLaunchKernel": [c.c_void_p, c.c_uint32, c.c_void_p, c.c_size_t, c.c_void_p],
+            "aclrtLaunchKernelWithHostArgs": [
+                c.c_void_p,
+                c.c_uint32,
+                c.c_void_p,
+                c.c_void_p,
+                c.c_void_p,
+                c.c_size_t,
+                c.c_void_p,
+                c.c_size_t,
+            ],
             "aclrtBinaryUnLoad": [c.c_void_p],
         }
         self._fns: dict[str, Any] = {}
@@ -322,11 +347,18 @@ class AscendBackend:
 
     # -- kernel binaries (kernels.py's hooks) ---------------------------------------------------------
 
-    def load_binary(self, device: int, data: memoryview) -> int:
-        """aclrtBinaryLoadFromData on ``device``'s die (no load options); CANN's aclrtBinHandle."""
+    def load_binary(self, device: int, data: memoryview, magic: int = 0) -> int:
+        """aclrtBinaryLoadFromData on ``device``'s die, with the option ACL_RT_BINARY_LOAD_OPT_MAGIC when
+        ``magic`` is not 0 (no options otherwise); CANN's aclrtBinHandle."""
         self._select(device)
         handle = ctypes.c_void_p()
-        self.rt.call("aclrtBinaryLoadFromData", _host_buffer(data), data.nbytes, None, ctypes.byref(handle))
+        options = None
+        if magic:
+            option = _BinaryLoadOption(_ACL_RT_BINARY_LOAD_OPT_MAGIC, (ctypes.c_uint32 * 4)(magic))
+            options = ctypes.byref(_BinaryLoadOptions(ctypes.pointer(option), 1))
+        self.rt.call(
+            "aclrtBinaryLoadFromData", _host_buffer(data), data.nbytes, options, ctypes.byref(handle)
+        )
         return int(handle.value or 0)
 
     def binary_function(self, device: int, binary: int, name: str) -> int:
@@ -336,15 +368,17 @@ class AscendBackend:
         return int(func.value or 0)
 
     def launch_function(self, device: int, func: int, block_dim: int, args: bytes) -> int:
-        """aclrtLaunchKernel with the arguments by value on the die's stream, synchronized; its die µs."""
+        """aclrtLaunchKernelWithHostArgs on the die's stream, synchronized; its die µs. The arguments are host
+        bytes here (CANN's aclrtLaunchKernel takes them in device memory: the client read them from there)."""
         ops = self.rt.operators()
         self._select(device)
         block = ctypes.create_string_buffer(args, len(args))
+        name = "aclrtLaunchKernelWithHostArgs"
 
         def launch(stream: int, _held: object) -> None:
-            self.rt.call("aclrtLaunchKernel", func, block_dim, block if args else None, len(args), stream)
+            self.rt.call(name, func, block_dim, stream, None, block if args else None, len(args), None, 0)
 
-        return ops.run(self._dies[device], "aclrtLaunchKernel", launch)
+        return ops.run(self._dies[device], name, launch)
 
     def unload_binary(self, device: int, binary: int) -> None:
         self._select(device)

@@ -2,8 +2,10 @@
 with a function handle, and libruntime's ``rtDevBinaryRegister``/``rtFunctionRegister``/``rtKernelLaunch``).
 
 The client ships a binary once per load, through the session's staging region into a model-bytes blob
-(``MODEL_BYTES_OPEN``/``WRITE``: size-bounded, charged to the claim's ``hostMemory`` while it exists, as a
-model's bytes); ``BINARY_LOAD`` hands it to the backend on the session's current device and drops the blob.
+(``MODEL_BYTES_OPEN``/``WRITE``: size-bounded, charged to the claim's ``hostMemory``, as a model's bytes);
+``BINARY_LOAD`` hands it (with CANN's magic load option, if the client sent one) to the backend on the session's
+current device and unmaps the blob, its size still
+charged while the binary is loaded (the host's CANN holds a copy until ``BINARY_UNLOAD`` or the session's end).
 ``BINARY_GET_FUNCTION`` looks a kernel up by name there; ``LAUNCH_FUNCTION`` queues one launch on the
 stream, its arguments by value (at most ``MAX_ARGS`` bytes), run on the device's worker in stream order (a
 failure is the stream's error, as an operator's). Binaries and functions are named to the client by small
@@ -55,7 +57,9 @@ class Kernels:
         self.streams = streams
         self._current = current
         self._binaries: dict[int, tuple[int, Any]] = {}  # id -> (device, the backend's handle)
+        self._charged: dict[int, int] = {}  # id -> the binary's bytes, charged to hostMemory while loaded
         self._functions: dict[int, tuple[int, int, Any]] = {}  # id -> (device, binary id, handle)
+        self._named: dict[tuple[int, str], int] = {}  # (binary id, kernel name) -> function id: one each
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
 
@@ -74,16 +78,20 @@ class Kernels:
         return getattr(self.backend, name)
 
     def _load(self, ints: tuple[int, ...]) -> tuple[int, ...]:
-        (blob_id,) = ints
+        blob_id, magic = ints[0], (ints[1] if len(ints) > 1 else 0)
         load = self._hook("aclrtBinaryLoadFromData", "load_binary")
+        if not 0 <= magic < 1 << 32:
+            raise AclFailure(
+                codes.ACL_ERROR_INVALID_PARAM, f"aclrtBinaryLoadFromData: magic {magic} is not a uint32"
+            )
         device = self._current()
-        handle = load(device, self.blobs.get(blob_id).view)
-        self.blobs.drop(
-            self.blobs.take(blob_id)
-        )  # the backend has the binary now (a refused load keeps the blob)
+        handle = load(device, self.blobs.get(blob_id).view, magic)
+        blob = self.blobs.take(blob_id)  # the backend has the binary now (a refused load keeps the blob)
+        self.blobs.unmap(blob)
         with self._lock:
             binary = next(self._ids)
             self._binaries[binary] = (device, handle)
+            self._charged[binary] = blob.size
         return (binary,)
 
     def _get_function(self, msg: framing.Message) -> tuple[tuple[int, ...], bytes]:
@@ -96,9 +104,14 @@ class Kernels:
                 f"aclrtBinaryGetFunction: a kernel name of 1..{MAX_NAME} ASCII bytes",
             )
         device, handle = self._binary(binary, "aclrtBinaryGetFunction")
-        func = lookup(device, handle, raw.decode())
+        name = raw.decode()
+        with self._lock:  # a kernel looked up again is the same function: a session holds one per kernel
+            known = self._named.get((binary, name))
+        if known is not None:
+            return (known,), b""
+        func = lookup(device, handle, name)
         with self._lock:
-            function = next(self._ids)
+            function = self._named.setdefault((binary, name), next(self._ids))
             self._functions[function] = (device, binary, func)
         return (function,), b""
 
@@ -139,7 +152,12 @@ class Kernels:
         with self._lock:
             self._binaries.pop(binary, None)
             self._functions = {k: v for k, v in self._functions.items() if v[1] != binary}
-        unload(device, handle)
+            self._named = {k: v for k, v in self._named.items() if k[0] != binary}
+            charged = self._charged.pop(binary, 0)
+        try:
+            unload(device, handle)
+        finally:
+            self.blobs.charge.release(charged)
         return ()
 
     def _binary(self, binary: int, what: str) -> tuple[int, Any]:
@@ -155,6 +173,9 @@ class Kernels:
         """Unload every binary (the session's work was drained or cancelled)."""
         with self._lock:
             binaries, self._binaries, self._functions = list(self._binaries.values()), {}, {}
+            self._named = {}
+            charged, self._charged = sum(self._charged.values()), {}
+        self.blobs.charge.release(charged)
         unload = getattr(self.backend, "unload_binary", None)
         for device, handle in binaries:
             if unload is not None:

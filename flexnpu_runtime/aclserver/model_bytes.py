@@ -140,9 +140,14 @@ class ModelBytes:
 
     def drop(self, blob: Blob) -> None:
         """Unmap a blob taken out of the session and give its bytes back to the budget."""
+        self.unmap(blob)
+        self.charge.release(blob.size)
+
+    @staticmethod
+    def unmap(blob: Blob) -> None:
+        """Unmap a blob taken out of the session, its bytes still charged (the caller releases them)."""
         blob.view.release()
         blob.data.close()
-        self.charge.release(blob.size)
 
     def close(self) -> None:
         """Drop every blob (the session ends)."""

@@ -3,7 +3,9 @@
  * through libascendcl.so's binary calls (shipped once to the aclserver, which forwards them to the host's CANN
  * on the ascend backend and answers 200001 on the emulated one): rtDevBinaryRegister loads one
  * (aclrtBinaryLoadFromData), rtFunctionRegister looks its kernel up (aclrtBinaryGetFunction) under the stub
- * the program launches it by, rtKernelLaunch launches it (aclrtLaunchKernel, arguments by value).
+ * the program launches it by, rtKernelLaunch launches it (aclrtLaunchKernelWithHostArgs: rtKernelLaunch's
+ * arguments are host memory, aclrtLaunchKernel's device memory). libascendcl.so's ACL codes are answered as
+ * CANN's runtime codes (rt_error_codes.h): 100000 as 107000, 200001 as 207000, 200000 as 207001.
  * rtGetC2cCtrlAddr answers no control address (0, length 0), as a die without C2C. Prototypes as CANN's
  * rt headers (rtError_t is int32_t).
  */
@@ -24,6 +26,7 @@ typedef struct rtSmDesc rtSmDesc_t;
 
 #define RT_PARAM_INVALID 107000
 #define RT_FEATURE_NOT_SUPPORT 207000
+#define RT_MEMORY_ALLOCATION 207001
 #define MAX_STUBS 4096
 
 API rtError_t rtGetC2cCtrlAddr(uint64_t *addr, uint32_t *len);
@@ -33,9 +36,32 @@ API rtError_t rtFunctionRegister(void *binHandle, const void *stubFunc, const ch
 API rtError_t rtKernelLaunch(const void *stubFunc, uint32_t blockDim, void *args, uint32_t argsSize,
                              rtSmDesc_t *smDesc, rtStream_t stm);
 
-typedef int (*load_fn)(const void *, size_t, const void *, void **);
+typedef struct {
+    int type; /* aclrtBinaryLoadOptionType: ACL_RT_BINARY_LOAD_OPT_MAGIC is 2 */
+    uint32_t value[4];
+} load_option;
+typedef struct {
+    load_option *options;
+    size_t numOpt;
+} load_options;
+typedef int (*load_fn)(const void *, size_t, const load_options *, void **);
 typedef int (*lookup_fn)(const void *, const char *, void **);
-typedef int (*launch_fn)(void *, uint32_t, const void *, size_t, void *);
+typedef int (*launch_fn)(void *, uint32_t, void *, void *, void *, size_t, void *, size_t);
+
+/* an ACL code of libascendcl.so as the rt code CANN's runtime answers for it (the rest are ACL_ERROR_RT_*) */
+static rtError_t rt_code(int acl)
+{
+    switch (acl) {
+    case 100000: /* ACL_ERROR_INVALID_PARAM */
+        return RT_PARAM_INVALID;
+    case 200000: /* ACL_ERROR_BAD_ALLOC */
+        return RT_MEMORY_ALLOCATION;
+    case 200001: /* ACL_ERROR_API_NOT_SUPPORT */
+        return RT_FEATURE_NOT_SUPPORT;
+    default:
+        return acl;
+    }
+}
 
 static struct {
     const void *stub;
@@ -58,7 +84,11 @@ API rtError_t rtDevBinaryRegister(const rtDevBinary_t *bin, void **hdl)
         return RT_PARAM_INVALID;
     load_fn load;
     *(void **)&load = closure_lookup("aclrtBinaryLoadFromData");
-    return load ? load(bin->data, (size_t)bin->length, NULL, hdl) : RT_FEATURE_NOT_SUPPORT;
+    /* rtDevBinary_t's magic (RT_DEV_BINARY_MAGIC_ELF, _ELF_AIVEC, ...) has the ACL option's values */
+    load_option magic = {2, {bin->magic, 0, 0, 0}};
+    load_options options = {&magic, 1};
+    return load ? rt_code(load(bin->data, (size_t)bin->length, bin->magic ? &options : NULL, hdl))
+                : RT_FEATURE_NOT_SUPPORT;
 }
 
 API rtError_t rtFunctionRegister(void *binHandle, const void *stubFunc, const char *stubName,
@@ -71,7 +101,7 @@ API rtError_t rtFunctionRegister(void *binHandle, const void *stubFunc, const ch
     lookup_fn lookup;
     *(void **)&lookup = closure_lookup("aclrtBinaryGetFunction");
     void *func = NULL;
-    int rc = lookup ? lookup(binHandle, kernel, &func) : RT_FEATURE_NOT_SUPPORT;
+    int rc = lookup ? rt_code(lookup(binHandle, kernel, &func)) : RT_FEATURE_NOT_SUPPORT;
     if (rc)
         return rc;
     pthread_mutex_lock(&stubs_lock);
@@ -100,6 +130,6 @@ API rtError_t rtKernelLaunch(const void *stubFunc, uint32_t blockDim, void *args
         return RT_PARAM_INVALID;
     }
     launch_fn launch;
-    *(void **)&launch = closure_lookup("aclrtLaunchKernel");
-    return launch ? launch(func, blockDim, args, argsSize, stm) : RT_FEATURE_NOT_SUPPORT;
+    *(void **)&launch = closure_lookup("aclrtLaunchKernelWithHostArgs");
+    return launch ? rt_code(launch(func, blockDim, stm, NULL, args, argsSize, NULL, 0)) : RT_FEATURE_NOT_SUPPORT;
 }

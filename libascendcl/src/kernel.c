@@ -1,10 +1,12 @@
 /*
  * kernel.c: kernel launch. A launch with funcHandle NULL is the emulated backend's kernel
  * (acl/flexnpu_kernel.h): its arguments go to the aclserver, which runs it in stream order under
- * the share's compute policy. A kernel binary (aclrtBinaryLoadFromData) is shipped to the aclserver once
- * per load, through the staging region (a byte blob, as a model's); its functions are looked up there
- * (aclrtBinaryGetFunction) and launched with their arguments by value (LAUNCH_FUNCTION, queued on the
- * stream). The ascend backend forwards them to the host's CANN; the emulated one answers 200001.
+ * the share's compute policy. A kernel binary (aclrtBinaryLoadFromData, with its magic load option) is
+ * shipped to the aclserver once per load, through the staging region (a byte blob, as a model's); its
+ * functions are looked up there (aclrtBinaryGetFunction) and launched with their arguments by value
+ * (LAUNCH_FUNCTION, queued on the stream): aclrtLaunchKernelWithHostArgs's host bytes, or
+ * aclrtLaunchKernel(V2)'s read from device memory when the launch is called (CANN's prototype takes them
+ * there). The ascend backend forwards them to the host's CANN; the emulated one answers 200001.
  */
 #include "client.h"
 
@@ -81,10 +83,43 @@ static int do_launch(aclrtFuncHandle func, uint32_t blocks, const void *args, si
     return rpc_call(OP_LAUNCH_KERNEL, a, 6, NULL, 0, session.call_timeout_ms, "aclrtLaunchKernel");
 }
 
+/* CANN's aclrtLaunchKernel(V2) takes a function's arguments in device memory: they are read from there
+ * (aclrtMemcpy, device to host) when the launch is called and sent by value. The emulated kernel's
+ * (funcHandle NULL) are an aclrtEmulatedKernelArgs in host memory. */
+static aclError launch_device_args(aclrtFuncHandle func, uint32_t blocks, const void *args, size_t size,
+                                   aclrtStream stream, const char *what)
+{
+    if (!func) {
+        LOCKED(do_launch(NULL, blocks, args, size, stream));
+    }
+    pthread_mutex_lock(&session.lock);
+    int known = objects_has(func, FUNC_MAGIC);
+    pthread_mutex_unlock(&session.lock);
+    if (!known) /* checked before its arguments are read from device memory */
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM,
+                            "%s: funcHandle is not one aclrtBinaryGetFunction gave (NULL: the emulated kernel, "
+                            "with aclrtEmulatedKernelArgs)",
+                            what);
+    if (size > MAX_KERNEL_ARGS || (size && !args))
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: argsData/argsSize: %zu bytes of device memory at %p (at "
+                                                     "most %u)", what, size, args, MAX_KERNEL_ARGS);
+    unsigned char *host = malloc(size ? size : 1);
+    if (!host)
+        return flexnpu_fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", what);
+    aclError rc = size ? aclrtMemcpy(host, size, args, size, ACL_MEMCPY_DEVICE_TO_HOST) : ACL_SUCCESS;
+    if (!rc) {
+        pthread_mutex_lock(&session.lock);
+        rc = do_launch(func, blocks, host, size, stream);
+        pthread_mutex_unlock(&session.lock);
+    }
+    free(host);
+    return rc;
+}
+
 API aclError aclrtLaunchKernel(aclrtFuncHandle funcHandle, uint32_t blockDim, const void *argsData, size_t argsSize,
                                aclrtStream stream)
 {
-    LOCKED(do_launch(funcHandle, blockDim, argsData, argsSize, stream));
+    return launch_device_args(funcHandle, blockDim, argsData, argsSize, stream, "aclrtLaunchKernel");
 }
 
 API aclError aclrtLaunchKernelV2(aclrtFuncHandle funcHandle, uint32_t numBlocks, const void *argsData,
@@ -92,7 +127,7 @@ API aclError aclrtLaunchKernelV2(aclrtFuncHandle funcHandle, uint32_t numBlocks,
 {
     if (cfg && cfg->numAttrs)
         return flexnpu_fail(ACL_ERROR_API_NOT_SUPPORT, "aclrtLaunchKernelV2: launch attributes are not served");
-    LOCKED(do_launch(funcHandle, numBlocks, argsData, argsSize, stream));
+    return launch_device_args(funcHandle, numBlocks, argsData, argsSize, stream, "aclrtLaunchKernelV2");
 }
 
 API aclError aclrtLaunchKernelWithHostArgs(aclrtFuncHandle funcHandle, uint32_t numBlocks, aclrtStream stream,
@@ -108,7 +143,24 @@ API aclError aclrtLaunchKernelWithHostArgs(aclrtFuncHandle funcHandle, uint32_t 
     LOCKED(do_launch(funcHandle, numBlocks, hostArgs, argsSize, stream));
 }
 
-static int do_binary_load(const char *path, const void *data, size_t length, aclrtBinHandle *out, const char *what)
+/* The magic of CANN's load options (ACL_RT_BINARY_LOAD_OPT_MAGIC: the kernels' core type), 0 when none is
+ * given; the other options (lazy load, CPU kernel mode) change nothing on a share. */
+static int load_magic(const aclrtBinaryLoadOptions *options, uint32_t *magic, const char *what)
+{
+    *magic = 0;
+    if (!options || !options->numOpt)
+        return 0;
+    if (!options->options || options->numOpt > 64)
+        return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: options: %zu options at %p", what, options->numOpt,
+                            (void *)options->options);
+    for (size_t i = 0; i < options->numOpt; i++)
+        if (options->options[i].type == ACL_RT_BINARY_LOAD_OPT_MAGIC)
+            *magic = options->options[i].value.magic;
+    return 0;
+}
+
+static int do_binary_load(const char *path, const void *data, size_t length, uint32_t magic, aclrtBinHandle *out,
+                          const char *what)
 {
     if ((!path && (!data || !length)) || !out)
         return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "%s: %s and binHandle are required", what,
@@ -121,7 +173,8 @@ static int do_binary_load(const char *path, const void *data, size_t length, acl
         rc = model_send(path, data, length, &blob, what);
     if (rc)
         return rc;
-    rc = rpc_call(OP_BINARY_LOAD, &blob, 1, &id, 1, session.call_timeout_ms, what);
+    int64_t load[2] = {blob, magic};
+    rc = rpc_call(OP_BINARY_LOAD, load, magic ? 2 : 1, &id, 1, session.call_timeout_ms, what);
     if (rc) {
         if (!session.dead)
             blob_close(blob, what); /* a refused load keeps the blob: drop it */
@@ -142,16 +195,22 @@ static int do_binary_load(const char *path, const void *data, size_t length, acl
 API aclError aclrtBinaryLoadFromData(const void *data, size_t length, const aclrtBinaryLoadOptions *options,
                                      aclrtBinHandle *binHandle)
 {
-    (void)options; /* CANN's load options (lazy load, magic, CPU kernel mode) change nothing here */
-    LOCKED(do_binary_load(NULL, data, length, binHandle, "aclrtBinaryLoadFromData"));
+    uint32_t magic;
+    int rc = load_magic(options, &magic, "aclrtBinaryLoadFromData");
+    if (rc)
+        return rc;
+    LOCKED(do_binary_load(NULL, data, length, magic, binHandle, "aclrtBinaryLoadFromData"));
 }
 
 API aclError aclrtBinaryLoadFromFile(const char *binPath, aclrtBinaryLoadOptions *options, aclrtBinHandle *binHandle)
 {
-    (void)options;
     if (!binPath)
         return flexnpu_fail(ACL_ERROR_INVALID_PARAM, "aclrtBinaryLoadFromFile: binPath is NULL");
-    LOCKED(do_binary_load(binPath, NULL, 0, binHandle, "aclrtBinaryLoadFromFile"));
+    uint32_t magic;
+    int rc = load_magic(options, &magic, "aclrtBinaryLoadFromFile");
+    if (rc)
+        return rc;
+    LOCKED(do_binary_load(binPath, NULL, 0, magic, binHandle, "aclrtBinaryLoadFromFile"));
 }
 
 static int do_get_function(const aclrtBinHandle bin, const char *name, aclrtFuncHandle *out)

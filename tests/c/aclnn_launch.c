@@ -34,30 +34,7 @@ static void *device(const float *host, size_t n)
     return p;
 }
 
-static void read_back(float *host, const void *dev, size_t n)
-{
-    CALL(aclrtSynchronizeStream(stream));
-    CALL(aclrtMemcpy(host, n * sizeof(float), dev, n * sizeof(float), ACL_MEMCPY_DEVICE_TO_HOST));
-}
-
-/* a contiguous float32 tensor over the whole of a storage of n elements, as torch_npu makes one */
-static aclTensor *tensor(void *data, int ndim, const int64_t *dims)
-{
-    int64_t strides[8], n = 1;
-    for (int k = ndim - 1; k >= 0; k--) {
-        strides[k] = n;
-        n *= dims[k];
-    }
-    return aclCreateTensor(dims, (uint64_t)ndim, ACL_FLOAT, strides, 0, ACL_FORMAT_ND, &n, 1, data);
-}
-
-#define LAUNCH(fn, ...)                                                                                          \
-    do {                                                                                                         \
-        uint64_t ws = 1;                                                                                         \
-        aclOpExecutor *ex = NULL;                                                                                \
-        CALL(fn##GetWorkspaceSize(__VA_ARGS__, &ws, &ex));                                                       \
-        CALL(fn(NULL, ws, ex, stream));                                                                          \
-    } while (0)
+#include "aclnn_helpers.h"
 
 static int close_to(const float *got, const float *want, int n, float tol)
 {

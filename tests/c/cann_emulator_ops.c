@@ -954,10 +954,25 @@ struct emu_function {
     char name[64];
 };
 
-EXPORT int aclrtBinaryLoadFromData(const void *data, size_t length, const void *options, void **binHandle);
-EXPORT int aclrtBinaryLoadFromData(const void *data, size_t length, const void *options, void **binHandle)
+/* CANN's aclrtBinaryLoadOption(s): the option's type, a 16-byte union (the magic its first uint32) */
+struct emu_load_option {
+    int type;
+    uint32_t value[4];
+};
+struct emu_load_options {
+    struct emu_load_option *options;
+    size_t numOpt;
+};
+
+EXPORT int aclrtBinaryLoadFromData(const void *data, size_t length, const struct emu_load_options *options,
+                                   void **binHandle);
+EXPORT int aclrtBinaryLoadFromData(const void *data, size_t length, const struct emu_load_options *options,
+                                   void **binHandle)
 {
-    (void)options;
+    uint32_t magic = 0;
+    for (size_t i = 0; options && i < options->numOpt; i++)
+        if (options->options[i].type == 2) /* ACL_RT_BINARY_LOAD_OPT_MAGIC */
+            magic = options->options[i].value[0];
     if (!data || !binHandle || length < 8 || memcmp(data, "EMUKBIN\n", 8) != 0)
         return fail(107000, "aclrtBinaryLoadFromData: not a kernel binary");
     struct emu_binary *b = calloc(1, sizeof *b);
@@ -966,7 +981,10 @@ EXPORT int aclrtBinaryLoadFromData(const void *data, size_t length, const void *
     b->text = calloc(1, length + 1);
     memcpy(b->text, data, length);
     *binHandle = b;
-    logf_("aclrtBinaryLoadFromData %zu\n", length);
+    if (magic)
+        logf_("aclrtBinaryLoadFromData %zu magic %#x\n", length, magic);
+    else
+        logf_("aclrtBinaryLoadFromData %zu\n", length);
     return 0;
 }
 
@@ -991,16 +1009,21 @@ EXPORT int aclrtBinaryGetFunction(const void *binHandle, const char *kernelName,
     return 0;
 }
 
-EXPORT int aclrtLaunchKernel(void *funcHandle, uint32_t numBlocks, const void *argsData, size_t argsSize,
-                             void *stream);
-EXPORT int aclrtLaunchKernel(void *funcHandle, uint32_t numBlocks, const void *argsData, size_t argsSize,
-                             void *stream)
+/* CANN's prototype: the arguments in host memory (aclrtLaunchKernel's are in device memory) */
+EXPORT int aclrtLaunchKernelWithHostArgs(void *funcHandle, uint32_t numBlocks, void *stream, void *cfg,
+                                         void *hostArgs, size_t argsSize, void *placeHolderArray,
+                                         size_t placeHolderNum);
+EXPORT int aclrtLaunchKernelWithHostArgs(void *funcHandle, uint32_t numBlocks, void *stream, void *cfg,
+                                         void *hostArgs, size_t argsSize, void *placeHolderArray,
+                                         size_t placeHolderNum)
 {
     const struct emu_function *f = funcHandle;
+    const void *argsData = hostArgs;
     int sid = stream_id(stream);
-    if (!f || f->magic != EMU_MAGIC || sid < 0)
-        return fail(107000, "aclrtLaunchKernel: not a function handle, or an invalid stream");
-    logf_("aclrtLaunchKernel %s blocks %u args %zu stream %d\n", f->name, numBlocks, argsSize, sid);
+    if (!f || f->magic != EMU_MAGIC || sid < 0 || cfg || placeHolderArray || placeHolderNum)
+        return fail(107000, "aclrtLaunchKernelWithHostArgs: not a function handle, an invalid stream, or a cfg "
+                            "or placeholders (not emulated)");
+    logf_("aclrtLaunchKernelWithHostArgs %s blocks %u args %zu stream %d\n", f->name, numBlocks, argsSize, sid);
     if (!strcmp(f->name, "fill_u32")) {
         struct {
             uint64_t ptr;

@@ -1,5 +1,6 @@
-/* physical_prop_layout.c: the layout of CANN's aclrtPhysicalMemProp as FlexNPU's headers (checked against CANN's)
- * declare it, for the ascend backend's ctypes copy (test_backend_ascend_ops.py). */
+/* physical_prop_layout.c: the layout of CANN's aclrtPhysicalMemProp and aclrtBinaryLoadOption(s) as FlexNPU's
+ * headers (checked against CANN's) declare them, for the ascend backend's ctypes copies
+ * (test_backend_ascend_ops.py). */
 #include <acl/acl.h>
 
 #include <stddef.h>
@@ -12,5 +13,9 @@ int main(void)
            offsetof(aclrtPhysicalMemProp, allocationType), offsetof(aclrtPhysicalMemProp, memAttr),
            offsetof(aclrtPhysicalMemProp, location.id), offsetof(aclrtPhysicalMemProp, location.type),
            offsetof(aclrtPhysicalMemProp, reserve));
+    printf("option.size %zu option.type %zu option.value %zu options.size %zu options.options %zu options.numOpt %zu\n",
+           sizeof(aclrtBinaryLoadOption), offsetof(aclrtBinaryLoadOption, type),
+           offsetof(aclrtBinaryLoadOption, value), sizeof(aclrtBinaryLoadOptions),
+           offsetof(aclrtBinaryLoadOptions, options), offsetof(aclrtBinaryLoadOptions, numOpt));
     return 0;
 }

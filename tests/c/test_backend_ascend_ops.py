@@ -176,16 +176,24 @@ def test_kernel_binaries_are_loaded_once_and_launched_on_the_hosts_cann(
     binary = len("EMUKBIN\nfill_u32\nunused\n")
     lines = _lines(log)
     assert lines[:2] == [f"aclrtBinaryLoadFromData {binary}", "aclrtBinaryGetFunction fill_u32"], lines
-    assert lines[2] == "aclrtLaunchKernel fill_u32 blocks 8 args 16 stream 1", (
+    assert lines[2] == "aclrtLaunchKernelWithHostArgs fill_u32 blocks 8 args 16 stream 1", (
         "arguments by value, the block dim"
     )
-    assert lines.count(f"aclrtBinaryLoadFromData {binary}") == 3, (
-        "once per load (aclrtBinary*, from a file, rt*)"
+    assert lines.count(f"aclrtBinaryLoadFromData {binary}") == 1, "once per load, no options: none forwarded"
+    assert f"aclrtBinaryLoadFromData {binary} magic 0x41415246" in lines, (
+        "from a file with ACL_RT_BINARY_LOAD_OPT_MAGIC (vector core): the option reaches the host's CANN"
+    )
+    assert f"aclrtBinaryLoadFromData {binary} magic 0x43554245" in lines, (
+        "rtDevBinaryRegister: rtDevBinary_t's magic (RT_DEV_BINARY_MAGIC_ELF) as the load option"
     )
     assert f"aclrtBinaryUnLoad {binary}" in lines
-    assert "aclrtLaunchKernel fill_u32 blocks 2 args 16 stream 1" in lines, "aclrtLaunchKernelV2"
-    assert "aclrtLaunchKernel fill_u32 blocks 3 args 16 stream 1" in lines, "aclrtLaunchKernelWithHostArgs"
-    assert "aclrtLaunchKernel fill_u32 blocks 4 args 16 stream 1" in lines, "rtKernelLaunch of the stub"
+    assert "aclrtLaunchKernelWithHostArgs fill_u32 blocks 2 args 16 stream 1" in lines, "aclrtLaunchKernelV2"
+    assert "aclrtLaunchKernelWithHostArgs fill_u32 blocks 3 args 16 stream 1" in lines, (
+        "aclrtLaunchKernelWithHostArgs"
+    )
+    assert "aclrtLaunchKernelWithHostArgs fill_u32 blocks 4 args 16 stream 1" in lines, (
+        "rtKernelLaunch of the stub"
+    )
     # the binary the program left loaded is unloaded when its session closes
     lines = _wait_for(log, "aclrtBinaryUnLoad", count=3)
     assert lines[-1] == f"aclrtBinaryUnLoad {binary}" and lines.count(f"aclrtBinaryUnLoad {binary}") == 3
@@ -259,6 +267,11 @@ def test_execute_operator_and_refusals(backend: tuple[AscendBackend, Emu]) -> No
     assert (
         err.value.code == 100024 and err.value.message.startswith("Gelu: ") and "EZ3003" in err.value.message
     )
+    short = Tensor(Placement.HOST, 0, 2, (4,), (1,), 0, data=bytes(ctypes.c_float(10.0)))
+    with pytest.raises(AclFailure) as err:  # a host operand shorter than its dims: never handed to CANN
+        b.execute_operator(OpCall("Add", (_dev(x, (4,)), short), (_dev(y, (4,)),)), device=0, owner=1)
+    assert err.value.code == codes.ACL_ERROR_INVALID_PARAM and "inputs[1] holds 4 bytes" in err.value.message
+    assert emu.calls("aclopCompileAndExecute") == 2, "Add and Gelu only"
     with pytest.raises(AclFailure) as err:  # not in the host's libopapi.so
         b.execute_operator(OpCall("aclnnGelu", (_dev(x, (4,)),), (_dev(y, (4,)),)), device=0, owner=1)
     assert err.value.code == 100024 and "aclnnGelu" in err.value.message
@@ -292,14 +305,25 @@ def test_aclnn_c_types_agree_with_the_table() -> None:
 
 
 def test_the_physical_memory_prop_has_canns_layout() -> None:
-    """The ctypes aclrtPhysicalMemProp the backend passes to aclrtMallocPhysical matches the C header's."""
-    from flexnpu_runtime.aclserver.backend_ascend import _PhysicalMemProp
+    """The ctypes aclrtPhysicalMemProp the backend passes to aclrtMallocPhysical, and the aclrtBinaryLoadOption(s)
+    it passes to aclrtBinaryLoadFromData, match the C header's."""
+    from flexnpu_runtime.aclserver.backend_ascend import (
+        _BinaryLoadOption,
+        _BinaryLoadOptions,
+        _PhysicalMemProp,
+    )
 
     exe = clibrary.compile_program(HERE / "physical_prop_layout.c")
     words = run(exe, conf=None).stdout.split()
     c_layout = dict(zip(words[::2], (int(w) for w in words[1::2]), strict=True))
-    py_layout = {"size": ctypes.sizeof(_PhysicalMemProp)}
-    py_layout |= {field[0]: getattr(_PhysicalMemProp, field[0]).offset for field in _PhysicalMemProp._fields_}
+    py_layout: dict[str, int] = {}
+    for prefix, struct in (
+        ("", _PhysicalMemProp),
+        ("option.", _BinaryLoadOption),
+        ("options.", _BinaryLoadOptions),
+    ):
+        py_layout[f"{prefix}size"] = ctypes.sizeof(struct)
+        py_layout |= {prefix + field[0]: getattr(struct, field[0]).offset for field in struct._fields_}
     assert py_layout == c_layout
 
 
@@ -319,3 +343,123 @@ def test_the_client_side_of_kernel_binaries_is_sanitizer_clean(server_log: tuple
         res = run(exe, part, conf=conf, LD_LIBRARY_PATH=str(lib.parent), ASAN_OPTIONS="detect_leaks=1")
         assert res.rc == 0 and not res.failures, res.stdout[-3000:] + res.stderr[-3000:]
         assert "ERROR: " not in res.stderr and "runtime error" not in res.stderr, res.stderr[-3000:]
+
+
+_BAD_KERNEL_MESSAGES: list[tuple[str, str, tuple[int | str, ...], bytes, int, str]] = [
+    # (what, op, ints (binary/function: the session's own), tail, code, words the error names)
+    ("an unknown blob", "BINARY_LOAD", (999,), b"", codes.ACL_ERROR_INVALID_PARAM, "model bytes 999"),
+    ("a magic past uint32", "BINARY_LOAD", (999, 1 << 32), b"", codes.ACL_ERROR_INVALID_PARAM, "magic"),
+    ("an unknown binary", "BINARY_GET_FUNCTION", (999,), b"fill_u32", codes.ACL_ERROR_INVALID_PARAM, "999"),
+    ("an empty kernel name", "BINARY_GET_FUNCTION", ("bin",), b"", codes.ACL_ERROR_INVALID_PARAM, "kernel name"),
+    ("an oversized kernel name", "BINARY_GET_FUNCTION", ("bin",), b"k" * 257, codes.ACL_ERROR_INVALID_PARAM,
+     "kernel name"),
+    ("a NUL in the kernel name", "BINARY_GET_FUNCTION", ("bin",), b"fill\0u32", codes.ACL_ERROR_INVALID_PARAM,
+     "kernel name"),
+    ("a kernel the binary lacks", "BINARY_GET_FUNCTION", ("bin",), b"missing", 107000, "missing"),
+    ("an unknown function", "LAUNCH_FUNCTION", ("stream", 999, 1), b"", codes.ACL_ERROR_INVALID_PARAM,
+     "999 is not a function"),
+    ("block dim 0", "LAUNCH_FUNCTION", ("stream", "fn", 0), b"", codes.ACL_ERROR_INVALID_PARAM, "block dim"),
+    ("block dim past uint32", "LAUNCH_FUNCTION", ("stream", "fn", 1 << 32), b"", codes.ACL_ERROR_INVALID_PARAM,
+     "block dim"),
+    ("oversized arguments", "LAUNCH_FUNCTION", ("stream", "fn", 1), b"\0" * (64 * 1024 + 1),
+     codes.ACL_ERROR_INVALID_PARAM, "argument bytes"),
+    ("an unknown stream", "LAUNCH_FUNCTION", (0x7777, "fn", 1), b"", codes.ACL_ERROR_INVALID_RESOURCE_HANDLE,
+     "stream"),
+    ("a wrong count of values", "LAUNCH_FUNCTION", ("stream", "fn"), b"", codes.ACL_ERROR_INVALID_PARAM,
+     "takes 3 values, got 2"),
+    ("an unknown binary to unload", "BINARY_UNLOAD", (999,), b"", codes.ACL_ERROR_INVALID_PARAM, "999"),
+]  # fmt: skip
+
+
+def test_malformed_kernel_binary_messages_are_refused_and_the_session_goes_on(
+    cann_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ops 67-70 with unknown handles, bad sizes and wrong counts against a real aclserver (ascend backend):
+    each is refused with a code and a message naming the field; the same session then loads and launches a
+    kernel, and another session of the share cannot use this one's binary or function numbers."""
+    from flexnpu_client import AclError, Session
+    from flexnpu_wire.framing import Op
+
+    monkeypatch.setenv("FLEXNPU_ACLSERVER_BACKEND", "ascend")
+    monkeypatch.setenv("FLEXNPU_ASCEND_LIBRARY", str(cann_dir / "libascendcl.so"))
+    monkeypatch.setenv("FLEXNPU_EMU_LOG", str(tmp_path / "cann.log"))
+    binary = b"EMUKBIN\nfill_u32\nunused\n"
+    with (
+        aclserver_harness.running_aclserver(
+            tmp_path, shares=[aclserver_harness.share(0, die=1, memory=QUOTA)], ledger_dir=str(tmp_path / "l")
+        ) as server,
+        Session.open(server.conf()) as s,
+    ):
+        s.init()
+        s.set_device(0)
+        stream = s.create_stream()
+        (bin_id,) = s.call(Op.BINARY_LOAD, s.send_model(binary))
+        (fn,) = s.call(Op.BINARY_GET_FUNCTION, bin_id, tail=b"fill_u32")
+        again = [s.call(Op.BINARY_GET_FUNCTION, bin_id, tail=b"fill_u32")[0] for _ in range(3)]
+        assert again == [fn] * 3, "a kernel looked up again is the same function (the session holds one)"
+        own = {"bin": bin_id, "fn": fn, "stream": stream}
+        for what, op, ints, tail, code, named in _BAD_KERNEL_MESSAGES:
+            values = [
+                own[v] if isinstance(v, str) else v for v in ints
+            ]  # "bin", "fn", "stream": the session's
+            with pytest.raises(AclError) as err:
+                s.call(Op[op], *values, tail=tail)
+            assert err.value.ret == code and named in err.value.message, (
+                what,
+                err.value.ret,
+                err.value.message,
+            )
+        assert server.proc.poll() is None, "the aclserver survived every malformed message"
+        # the session goes on: a launch with its arguments by value fills device memory
+        ptr = s.malloc(1024)
+        s.call(Op.LAUNCH_FUNCTION, stream, fn, 1, tail=ptr.to_bytes(8, "little") + (256).to_bytes(4, "little")
+               + (7).to_bytes(4, "little"))  # fmt: skip
+        s.synchronize_stream(stream)
+        assert s.copy_from_device(ptr, 1024) == (7).to_bytes(4, "little") * 256
+        with Session.open(server.conf()) as other:  # handles are the session's own
+            other.init()
+            other.set_device(0)
+            other_stream = other.create_stream()
+            refused: tuple[tuple[Op, tuple[int, ...], bytes], ...] = (
+                (Op.BINARY_GET_FUNCTION, (bin_id,), b"fill_u32"),
+                (Op.LAUNCH_FUNCTION, (other_stream, fn, 1), b""),
+                (Op.BINARY_UNLOAD, (bin_id,), b""),
+            )
+            for other_op, other_values, other_tail in refused:
+                with pytest.raises(AclError) as err:
+                    other.call(other_op, *other_values, tail=other_tail)
+                assert (
+                    err.value.ret == codes.ACL_ERROR_INVALID_PARAM and "of this client" in err.value.message
+                )
+        s.call(Op.BINARY_UNLOAD, bin_id)
+
+
+def test_a_loaded_binary_stays_charged_to_host_memory_until_it_is_unloaded(
+    cann_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """hostMemory 16 MiB: two 6 MiB binaries load; a third does not fit while they are loaded (the host's CANN
+    holds their copies), and loads once one of them was unloaded."""
+    from flexnpu_client import AclError, Session
+    from flexnpu_wire.framing import Op
+
+    monkeypatch.setenv("FLEXNPU_ACLSERVER_BACKEND", "ascend")
+    monkeypatch.setenv("FLEXNPU_ASCEND_LIBRARY", str(cann_dir / "libascendcl.so"))
+    monkeypatch.setenv("FLEXNPU_EMU_LOG", str(tmp_path / "cann.log"))
+    binary = b"EMUKBIN\nfill_u32\n".ljust(6 * MIB, b"\n")
+    with (
+        aclserver_harness.running_aclserver(
+            tmp_path, shares=[aclserver_harness.share(0, memory=QUOTA, host_memory=16 * MIB)],
+            ledger_dir=str(tmp_path / "l"), staging_bytes=1 * MIB,
+        ) as server,
+        Session.open(server.conf()) as s,
+    ):  # fmt: skip
+        s.init()
+        s.set_device(0)
+        loaded = [s.call(Op.BINARY_LOAD, s.send_model(binary))[0] for _ in range(2)]
+        with pytest.raises(AclError) as err:
+            s.call(Op.BINARY_LOAD, s.send_model(binary))
+        assert err.value.ret == codes.ACL_ERROR_RT_MEMORY_ALLOCATION and "hostMemory" in err.value.message
+        s.call(Op.BINARY_UNLOAD, loaded.pop())
+        loaded.append(s.call(Op.BINARY_LOAD, s.send_model(binary))[0])
+        for b in loaded:
+            s.call(Op.BINARY_UNLOAD, b)

@@ -319,6 +319,50 @@ def test_rollback_that_cannot_finish_keeps_the_entry_for_the_reconciler(
     assert world.remains(ref.uid) == NOTHING
 
 
+def _kubelet_unprepares(world: World, ref: ClaimRef) -> None:
+    assert world.preparer.unprepare([ref]) == {ref.uid: ""}
+
+
+def _reconciler_rolls_back(world: World, ref: ClaimRef) -> None:
+    assert world.preparer.settle_interrupted() == [ref.uid]
+
+
+@pytest.mark.parametrize("finish", [_kubelet_unprepares, _reconciler_rolls_back])
+def test_a_refused_claim_keeps_its_unfinished_entry_until_it_is_undone(
+    world: World, monkeypatch: pytest.MonkeyPatch, finish: Callable[[World, ClaimRef], None]
+) -> None:
+    """A prepare whose rollback could not finish leaves its intent; the claim's next prepare is refused
+    (its config became invalid): the unfinished entry and its registration are kept, not undone before
+    the refusal; the kubelet's unprepare or the reconciler's pass then undoes everything."""
+    ref = _claim(world, "a", [_share()])
+    _enospc("cdi-spec")(world, monkeypatch)
+    world.daemon.fail_unregister = Unavailable("daemon gone")
+    assert "claim" in world.prepare([ref])[ref.uid].error
+    kept = world.remains(ref.uid)
+    assert kept.state == ClaimState.PREPARE_STARTED and kept.aclserver
+    world.daemon.fail_unregister = None
+    monkeypatch.undo()
+    world.claims["a"]["status"]["allocation"]["devices"]["config"] = _policy("nonsense")
+    assert "InvalidOpaqueConfig" in world.prepare([ref])[ref.uid].error
+    assert world.remains(ref.uid) == kept, "the refusal undid nothing"
+    finish(world, ref)
+    assert world.remains(ref.uid) == NOTHING
+
+
+def test_a_claim_lock_timeout_writes_no_status_and_changes_nothing(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another call on the claim holds its lock past the budget: the prepare answers busy, naming the
+    claim, and writes no Ready=False over what that other call is doing; once it is free, it prepares."""
+    ref = _claim(world, "a", [_share()])
+    monkeypatch.setattr(world.preparer.effects, "lock_budget", lambda: 0.05)
+    with world.store.claim_locks.hold(ref.uid, timeout=0):  # the other call, in flight
+        res = world.prepare([ref])[ref.uid]
+    assert ref.uid in res.error and "still running" in res.error
+    assert ref.uid not in world.status.written and world.remains(ref.uid) == NOTHING
+    assert world.prepare([ref])[ref.uid].error == "" and world.remains(ref.uid) == DONE
+
+
 # -- a recorded step raises during unprepare -----------------------------------------------------
 
 
