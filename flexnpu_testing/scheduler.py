@@ -101,10 +101,10 @@ class _Candidate:
     pool: str
     device: Obj
     pool_unusable: bool = False  # incomplete or invalid pool: the allocator skips its devices
+    key: DevKey = field(init=False)  # (driver, pool, device name), made once (the allocator's DeviceID)
 
-    @property
-    def key(self) -> DevKey:
-        return (self.driver, self.pool, self.device["name"])
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", (self.driver, self.pool, self.device["name"]))
 
     @property
     def multi(self) -> bool:
