@@ -30,8 +30,9 @@ Modes per die (:func:`resolve_mode`):
   Why a token is enough, whichever way the allocator accounts for a device that is allocated
   many times: the v1.36 allocator (``checkAvailableCounters``) rebuilds the available
   counters from devices that are *allocated at all* (``IsDeviceAllocated`` since
-  kubernetes#139040, which added shared allocations) and subtracts a device's
-  ``consumesCounters`` once per allocating device in the current cycle. So:
+  kubernetes#139040, which added shared allocations), and in the current cycle charges a
+  multi-allocatable device's ``consumesCounters`` only for its first share (``allocateDevice``
+  skips the check while the device has capacity in use, kubernetes#134103). So:
 
   - shares allocated => the soft device counts as allocated => at least 1 byte of the die's
     ``memory`` counter is used => the whole device (needs all of it) no longer fits;
