@@ -3,7 +3,7 @@
 Publish (16 Atlas A3 dies, mode ``all``: whole + soft + every template instance per die; the
 baseline is the same node in mode ``both``, measured in the same run, interleaved):
 
-* ``build``: ``slices.build_pool`` + ``slices.validate_pool`` (pure);
+* ``build``: ``slices.build_pool`` + the helper's ``pools.validate`` (pure);
 * ``publish``: the real slice controller (``dra_kubeletplugin/resourceslice/``) writing the pool into an
   empty fake API server (every slice created), and a re-sync with nothing to change;
 * slice bytes: the JSON of every slice as the API server stores it.
@@ -37,6 +37,7 @@ from kubernetes import client  # noqa: E402
 from controller.kube import Kube  # noqa: E402
 from dra_driver import logs, slices  # noqa: E402
 from dra_driver.devices import Die, DieMode, Inventory  # noqa: E402
+from dra_kubeletplugin.resourceslice import pools  # noqa: E402
 from dra_kubeletplugin.resourceslice.controller import SliceController  # noqa: E402
 from dra_kubeletplugin.resourceslice.pools import DriverResources  # noqa: E402
 from flexnpu_testing.fake_apiserver import FakeAPIServer  # noqa: E402
@@ -72,7 +73,7 @@ def a3_node(dies: int = 16) -> Inventory:
 
 def build(inv: Inventory, mode: DieMode) -> slices.DesiredPool:
     pool = slices.build_pool(inv, driver_name=DRIVER, node_name=NODE, mode_of=lambda d: mode)
-    slices.validate_pool(pool)
+    pools.validate(pool)
     return pool
 
 

@@ -7,20 +7,25 @@
   (embedding, layer norm, causal attention, GELU MLP, residuals) with its synchronize;
 * in-process: the same operator calls — recorded once from a second aclserver that runs the same program
   (``bench/_torch_record/sitecustomize.py``) — replayed in this process on an ``EmulatedBackend`` die as the
-  aclserver runs a task: the operator library computes, then the die is held for its modelled die time
-  through the same ledger (``Streams.run_now``). No torch, no client, no socket, no framing.
+  aclserver runs them: queued on a stream, each computed by the device's worker while it holds the die
+  through the same ledger, for max(modelled, measured) (``Streams.submit``, then ``drain``), with one BLAS
+  thread as in the aclserver. No torch, no client, no socket, no framing.
 
 Both run on their own emulated die at 100 % compute (fixed), in alternating blocks. Prints medians, p99s
-and the ratio of medians (goal for the block: <= 1.2x where its ops hold the die >= 1 ms).
+and the ratio of medians (goal for the block: <= 1.2x where its ops hold the die >= 1 ms), and the median of
+each block's own ratio (on a machine whose load drifts, the paired figure).
 Usage: ``.venv/bin/python bench/bench_torch.py [--blocks 10] [--per 5] [--k 200] [--d 256 --seq 128 --batch 4]``.
 """
 
 from __future__ import annotations
 
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as the aclserver computes: one BLAS thread (main.py)
+
 import argparse
 import dataclasses
 import math
-import os
 import pickle
 import subprocess
 import time
@@ -42,7 +47,9 @@ REPO = HERE.parent
 MIB = 1 << 20
 SOC = "Ascend910B3"
 """What the driver writes into client.conf for an A2 die (the harness's conf names none)."""
-Call = tuple[str, list[Any], list[tuple[tuple[int, ...], str]], dict[str, Any]]
+Call = tuple[str, list[Any], list[Any], dict[str, Any]]
+"""(op, inputs, outputs, attributes) as ``_torch_record/sitecustomize.py`` wrote them: each array as the
+bytes its view spans (an input's copied, an output's count) and the view's layout, strides kept."""
 
 
 def torch_python() -> str:
@@ -139,31 +146,53 @@ def record(python: str, work: Path, shape: list[str]) -> tuple[list[Call], list[
             n1 = len(_records(rec))
             share.ask("op 1")
             share.close()
-            calls = _records(rec)
+            calls = _calls(rec)
     finally:
         for k, v in old.items():
             os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
     return calls[n0:n1], calls[n1:]
 
 
+def _array(rec: Any) -> np.ndarray[Any, Any] | None:
+    """A recorded operand, rebuilt with the strides and offset the aclserver's view had."""
+    if rec is None:
+        return None
+    raw, offset, shape, dtype, strides = rec
+    if isinstance(raw, int):  # an output: the count of bytes its view spans
+        raw = bytes(raw)
+    if not raw:
+        return np.empty(shape, dtype=dtype)
+    return np.ndarray(shape, dtype=dtype, buffer=bytearray(raw), offset=offset, strides=strides)
+
+
+def _calls(path: Path) -> list[Call]:
+    return [(op, [_array(x) for x in ins], outs, attrs) for op, ins, outs, attrs in _records(path)]
+
+
 def replayer(backend: EmulatedBackend, calls: list[Call]) -> tuple[Callable[[], float], Streams]:
-    """Run ``calls`` in this process as the aclserver runs an operator task (compute, then the die)."""
+    """Run ``calls`` in this process as the aclserver runs queued operators: queued on a stream in
+    order, each computed by the device's worker while it holds the die (``streams._run_operator``),
+    into outputs allocated once (as the share's device memory is)."""
     streams = Streams(backend, backend.book, session_id=1, current=lambda: 0)
     stream = streams.create(0)
+    outputs = [[_array(o) for o in outs] for _op, _in, outs, _a in calls]
 
-    def compute(call: Call) -> int:
-        op, inputs, outs, attrs = call
-        outputs = [np.empty(shape, dtype=np.dtype(dt)) for shape, dt in outs]
-        return max(1, math.ceil(operators.run(op, inputs, outputs, attrs) / 1000))
+    def compute(call: Call, outs: list[np.ndarray[Any, Any]]) -> int:
+        op, inputs, _outs, attrs = call
+        return max(1, math.ceil(operators.run(op, inputs, outs, attrs) / 1000))
 
     def once() -> float:
         t0 = time.perf_counter()
-        for call in calls:
+        tasks = []
+        for call, outs in zip(calls, outputs, strict=True):
             task = Task(stream, 0, lambda: None, sticky=True)
-            task.prepare = lambda c=call: compute(c)  # type: ignore[misc]
-            assert streams.run_now(task, [], streams.cancelled)
-            assert task.error is None, task.error
-        return time.perf_counter() - t0
+            task.prepare = lambda c=call, o=outs: compute(c, o)  # type: ignore[misc]
+            streams.submit(task, [])
+            tasks.append(task)
+        streams.drain()
+        elapsed = time.perf_counter() - t0
+        assert all(t.error is None for t in tasks), [t.error for t in tasks if t.error]
+        return elapsed
 
     return once, streams
 
@@ -183,13 +212,13 @@ def main() -> None:
     with workdir() as work:
         (work / "rec").mkdir()
         gpt_calls, add_calls = record(python, work, shape)
-        die_us = [max(1, math.ceil(operators.run(c[0], c[1], [np.empty(s, np.dtype(t)) for s, t in c[2]], c[3]) / 1000)) for c in gpt_calls]  # fmt: skip
+        die_us = [max(1, math.ceil(operators.run(c[0], c[1], [_array(o) for o in c[2]], c[3]) / 1000)) for c in gpt_calls]  # fmt: skip
         spec = aclserver_harness.make_spec(
             work, shares=[aclserver_harness.share(0, die=1, memory=1024 * MIB, compute=100)], ledger_dir=str(work / "ledger")
         )  # fmt: skip
         backend = EmulatedBackend(spec)
         gpt_direct, s1 = replayer(backend, gpt_calls)
-        add_direct, s2 = replayer(backend, add_calls)
+        add_direct, s2 = replayer(backend, add_calls * args.k)  # K launches, then the wait: as the share
         with aclserver_harness.running_aclserver(
             work, shares=[aclserver_harness.share(0, die=0, memory=1024 * MIB, compute=100)], ledger_dir=str(work / "ledger")
         ) as server:  # fmt: skip
@@ -202,17 +231,22 @@ def main() -> None:
                 "gpt share": [],
                 "gpt in-process": [],
             }
+            paired: dict[str, list[float]] = {"op": [], "gpt": []}
             try:
                 for block in range(args.blocks + 1):
                     times = {
                         "op share": [share.ask(f"op {args.k}")],
-                        "op in-process": [sum(add_direct() for _ in range(args.k)) / args.k],
+                        "op in-process": [add_direct() / args.k],
                         "gpt share": [share.ask("gpt") for _ in range(args.per)],
                         "gpt in-process": [gpt_direct() for _ in range(args.per)],
                     }
                     if block:  # the first block warms everything up
                         for name, xs in times.items():
                             got[name] += xs
+                        for kind in ("op", "gpt"):  # the block's own ratio: load drifts slower than a block
+                            paired[kind].append(
+                                med(times[f"{kind} share"]) / med(times[f"{kind} in-process"])
+                            )
             finally:
                 share.close()
                 s1.close()
@@ -229,7 +263,7 @@ def main() -> None:
         print(
             f"  {kind:4} share p50 {med(share_xs) * scale:9.2f} {unit}  p99 {p99(share_xs) * scale:9.2f} {unit}   "
             f"in-process p50 {med(direct_xs) * scale:9.2f} {unit}  p99 {p99(direct_xs) * scale:9.2f} {unit}   "
-            f"ratio {med(share_xs) / med(direct_xs):.2f}x"
+            f"ratio {med(share_xs) / med(direct_xs):.2f}x (per block: p50 {med(paired[kind]):.2f}x)"
         )
 
 

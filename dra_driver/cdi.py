@@ -172,7 +172,8 @@ def validate(spec: Spec, *, claim_uid: str | None = None) -> None:
 
 
 def spec_path(cdi_dir: Path, kind: Kind, claim_uid: str) -> Path:
-    paths.check_uid(claim_uid)
+    """The claim's spec file; ``claim_uid`` passed the one UID rule where the kubelet's call came in
+    (``dra_kubeletplugin/claimbatch.py``), and the file name stays inside ``cdi_dir``."""
     base = f"{kind.vendor}-{kind.cls}".replace("/", "_")
     return paths.inside(cdi_dir, f"{base}_{claim_uid}.json", claim_uid=claim_uid)
 

@@ -1,6 +1,10 @@
 """What a claim gets on this node: pure planning from the allocated claim object.
 
-Given the ResourceClaim (as the API returned it), the driver name, this node's pool and
+The preparer asks once: :func:`plan_prepare` takes the claim, this node (:class:`NodeFacts`) and
+every checkpoint entry, and returns the whole :class:`PreparePlan` — the step (a new prepare, a
+repeat, a redo of an unfinished entry, an answer from the record of a withdrawn die, nothing to
+do), the claim's plan with its shares and vNPUs, and its refusal, if any. The pieces it is made of:
+given the ResourceClaim (as the API returned it), the driver name, this node's pool and
 inventory, :func:`plan_claim` decides which dies the claim gets and how, and which opaque
 configs apply to which request; :func:`resolve_shares` then gives each soft-split device its
 share (quota from the allocation, virtual ID) and its resolved ``VnpuConfig`` — resolved
@@ -18,13 +22,15 @@ input always gives the same plan, so a retry or a restart recomputes it instead 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from typing import Any
 
 from dra_driver import sharing, slices
 from dra_driver.devices import Die, DieMode, Inventory
 from dra_driver.errors import ErrorCode, InvalidInput, StateError, quote
+from dra_driver.records import ClaimEntry, ClaimState, DieRecord, HeldDie, held_dies
 from dra_driver.sharing import Policy
 from dra_driver.vnpu import Vnpu, planning
 from dra_driver.vnpu.planning import HardVnpu
@@ -74,18 +80,6 @@ class PlannedDevice:
 
 
 @dataclass(frozen=True, slots=True)
-class HeldDie:
-    """A die another claim holds on this node (from its checkpoint entry), for the conflict check."""
-
-    phy: int
-    mode: DieMode
-    policy: str | None
-    namespace: str
-    name: str
-    uid: str
-
-
-@dataclass(frozen=True, slots=True)
 class ClaimPlan:
     ref: ClaimRef
     devices: tuple[PlannedDevice, ...]
@@ -119,6 +113,52 @@ class ClaimPlan:
     def shares(self) -> tuple[Share, ...]:
         """The claim's shares, in virtual-ID order."""
         return tuple(sh for d in self.devices for sh in d.shares)
+
+    def die_records(self) -> tuple[DieRecord, ...]:
+        """What the claim will hold, as recorded with its intent (the conflict check reads these)."""
+        return tuple(
+            DieRecord(
+                phy=d.die.phy_id,
+                mode=d.mode,
+                device=d.device,
+                share_id=d.share_id,
+                policy=d.shares[0].policy if d.shares else None,
+            )
+            for d in self.devices
+        )
+
+
+class Step(StrEnum):
+    """What the preparer does with a claim, as :func:`plan_prepare` decides it."""
+
+    NEW = "new"  # record the intent with every planned effect, then make them
+    REPEAT = "repeat"  # the claim is prepared: put back what is missing, refresh its status
+    REDO = "redo"  # an unfinished entry (or one without its vNPUs): undo it, then plan again
+    WITHDRAWN = "withdrawn"  # a prepared claim on a die this node no longer publishes: its record answers
+    NOTHING = "nothing"  # only other drivers' results: nothing to do here
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFacts:
+    """What planning knows of this node besides its checkpoint."""
+
+    driver_name: str
+    pool_name: str
+    inventory: Inventory
+    host_memory: sharing.HostMemoryBound
+
+
+@dataclass(frozen=True, slots=True)
+class PreparePlan:
+    """The whole plan of one prepare: the step, the claim's plan (with its vNPUs for ``NEW`` and
+    ``REPEAT``), and the refusal, if any, of a claim that was read (its plan names the devices whose
+    status says why)."""
+
+    step: Step
+    plan: ClaimPlan
+    refused: Exception | None = None
+    missing: tuple[str, ...] = ()  # REDO of a completed entry: template devices it recorded no vNPU for
+    dies: tuple[DieRecord, ...] = ()  # NEW: what the claim will hold, recorded with its intent
 
 
 def _get(doc: Mapping[str, Any], *keys: str) -> Any:
@@ -158,6 +198,7 @@ def plan_claim(
             field="status.allocation",
         )
     results = _get(allocation, "devices", "results") or []
+    raw_configs = _get(allocation, "devices", "config")
     if not isinstance(results, list):
         raise InvalidInput(
             f"results must be a list, got {type(results).__name__}",
@@ -223,7 +264,7 @@ def plan_claim(
     configs = [
         OpaqueConfig(source=c.source, requests=c.requests, parameters=c.parameters, index=c.index)
         for c in sharing.driver_configs(
-            _get(allocation, "devices", "config"),
+            raw_configs,
             driver_name=driver_name,
             field="status.allocation.devices.config",
             claim_uid=uid,
@@ -231,6 +272,55 @@ def plan_claim(
     ]
     devices.sort(key=lambda d: (d.request, d.device, d.share_id or ""))
     return ClaimPlan(ref=ref, devices=tuple(devices), configs=tuple(configs))
+
+
+def plan_prepare(
+    claim: Mapping[str, Any],
+    *,
+    ref: ClaimRef,
+    node: NodeFacts,
+    entries: Mapping[str, ClaimEntry],
+    existing: Callable[[], Iterable[Vnpu]],
+) -> PreparePlan:
+    """Everything a prepare of ``claim`` needs decided, in one call, from the claim, this node and
+    every checkpoint entry (``entries``, read under the checkpoint lock, so that the conflict check
+    and the vNPU IDs hold until the intent is recorded). ``existing`` lists the vNPUs on the node
+    (asked only when a new prepare has template devices). Raises InvalidInput/StateError if the
+    claim cannot be read as this node's; a refusal after that is returned with the plan."""
+    entry = entries.get(ref.uid)
+    complete = entry is not None and entry.state == ClaimState.PREPARE_COMPLETED
+    try:
+        base = plan_claim(
+            claim, ref=ref, driver_name=node.driver_name, pool_name=node.pool_name, inventory=node.inventory
+        )
+    except InvalidInput as not_here:
+        # The kubelet's repeat prepare of a completed claim one of whose dies a changed inventory
+        # withdrew: its entry answers when it records exactly the claim's allocated devices.
+        if not_here.code != ErrorCode.DEVICE_NOT_FOUND or entry is None or not complete:
+            raise
+        if plan_results(claim, driver_name=node.driver_name) != {(d.device, d.share_id) for d in entry.dies}:
+            raise
+        return PreparePlan(Step.WITHDRAWN, ClaimPlan(ref=ref, devices=(), configs=()), refused=not_here)
+    if not base.devices:
+        return PreparePlan(Step.NOTHING, base)
+    try:
+        plan = resolve_shares(base)  # validates quotas and opaque config
+        if entry is not None and complete:
+            recorded = entry.vnpu_records
+            missing = tuple(missing_vnpus(plan, recorded))  # an earlier adopt's entry: not as the die
+            plan = recorded_vnpus(plan, recorded, inventory=node.inventory)
+            return PreparePlan(Step.REDO if missing else Step.REPEAT, plan, missing=missing)
+        if entry is not None:
+            return PreparePlan(Step.REDO, plan)
+        check_device_policies(plan)  # a new prepare's config agrees with its share device
+        check_host_memory(plan, node.host_memory)  # and no more host memory than the node allows
+        check_conflicts(plan, held_dies(entries, but=ref.uid))
+        if plan.hard_results():  # vNPU IDs against every recorded one and every one on the node
+            others = [r for other in entries.values() for r in other.vnpu_records]
+            plan = assign_vnpus(plan, recorded=others, existing=existing(), inventory=node.inventory)
+        return PreparePlan(Step.NEW, plan, dies=plan.die_records())
+    except Exception as refused:
+        return PreparePlan(Step.NEW, base, refused=refused)
 
 
 def plan_results(claim: Mapping[str, Any], *, driver_name: str) -> set[tuple[str, str | None]]:
@@ -259,15 +349,14 @@ def resolve_shares(plan: ClaimPlan) -> ClaimPlan:
             out.append(d)
             continue
         fld = f"status.allocation.devices.results[{d.request}/{d.device}].consumedCapacity"
+        params = [
+            (f"status.allocation.devices.config[{c.index}].opaque.parameters", c.parameters)
+            for c in plan.configs_for(d.request)
+        ]
         quota = sharing.share_quota(
             d.consumed_capacity, die_memory_bytes=d.die.memory_bytes, claim_uid=uid, field=fld
         )
-        cfg = sharing.resolve(
-            ((f"status.allocation.devices.config[{c.index}].opaque.parameters", c.parameters)
-             for c in plan.configs_for(d.request)),
-            claim_uid=uid,
-            base=sharing.VnpuConfig(policy=d.device_policy),
-        )  # fmt: skip
+        cfg = sharing.resolve(params, claim_uid=uid, base=sharing.VnpuConfig(policy=d.device_policy))
         each = (
             sharing.split(quota, cfg.vnpus, memory_only=cfg.memory_only, claim_uid=uid, field=fld)
             if cfg.vnpus > 1
@@ -321,11 +410,12 @@ def check_host_memory(plan: ClaimPlan, bound: sharing.HostMemoryBound) -> None:
         if d.config is None or d.config.host_memory is None:
             continue
         memory = sum(s.memory_bytes for s in d.shares)
+        configs = [
+            (c.source, f"status.allocation.devices.config[{c.index}].opaque.parameters", c.parameters)
+            for c in plan.configs_for(d.request)
+        ]
         sharing.check_host_memory(
-            (
-                (c.source, f"status.allocation.devices.config[{c.index}].opaque.parameters", c.parameters)
-                for c in plan.configs_for(d.request)
-            ),
+            configs,
             memory_bytes=memory,
             bound=bound,
             claim_uid=plan.ref.uid,

@@ -18,7 +18,6 @@ from typing import Any
 
 from dra_driver.daemon_api.values import Endpoints
 from dra_driver.devices import DieMode
-from dra_driver.plan import ClaimPlan, HeldDie
 from dra_kubeletplugin.claims import PreparedDevice
 from flexnpu_wire.shares import Share
 
@@ -261,18 +260,16 @@ class ClaimEntry:
         return replace(self, effects=(*self.effects, effect))
 
 
-def die_records(plan: ClaimPlan) -> tuple[DieRecord, ...]:
-    """What the claim of ``plan`` will hold, as recorded with its intent."""
-    return tuple(
-        DieRecord(
-            phy=d.die.phy_id,
-            mode=d.mode,
-            device=d.device,
-            share_id=d.share_id,
-            policy=d.shares[0].policy if d.shares else None,
-        )
-        for d in plan.devices
-    )
+@dataclass(frozen=True, slots=True)
+class HeldDie:
+    """A die another claim holds on this node (from its checkpoint entry), for the conflict check."""
+
+    phy: int
+    mode: DieMode
+    policy: str | None
+    namespace: str
+    name: str
+    uid: str
 
 
 def held_dies(entries: Mapping[str, ClaimEntry], *, but: str) -> list[HeldDie]:

@@ -272,14 +272,6 @@ def share_mode(policy: Policy) -> str:
     return str(DieMode.SOFT) if policy is Policy.ELASTIC else f"{DieMode.SOFT}-{policy}"
 
 
-def validate_pool(pool: DesiredPool) -> None:
-    """Pre-validate a pool as the helper and the API server would; InvalidInput (``InvalidInventory``) if not."""
-    try:
-        pools.validate(pool)
-    except pools.PoolInvalid as err:
-        raise InvalidInput(str(err), code=ErrorCode.INVALID_INVENTORY, field=err.field or None) from err
-
-
 # --- devices -----------------------------------------------------------------------------
 
 

@@ -39,8 +39,10 @@ The API server gives every object, a ResourceClaim too, a UID when it creates it
 UUID, 36 characters of lowercase hex digits and dashes (apimachinery's ``uuid.NewUUID``); the kubelet
 passes it on unchanged. The rule admits every such UID (and the 32-hex-digit UIDs the kubelet
 derives for static pods), nothing with '.', '/', '_' or a space, so a UID is always one safe path
-component and one DNS label. The helper checks it once, where the kubelet's reference comes in
-(``claimbatch.claim_problem``); the driver's path builders reuse it (``dra_driver/paths.py``)."""
+component and one DNS label. The node checks it once, where the kubelet's reference comes in
+(``claimbatch.claim_problem``); the layers inside (the preparer, the CDI and ``client.conf`` paths)
+take the reference as checked. The host runtime's daemon applies the same rule on its own wire
+(``dra_driver/paths.py``'s ``UID_RE``)."""
 DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 """A namespace (RFC 1123 label)."""
 DNS_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")

@@ -1,10 +1,11 @@
-"""Whole-call failures as gRPC status codes: the helper's own table, and the hook a driver replaces it with.
+"""Whole-call failures as gRPC status codes: the helper's table for its own errors, the driver's for the rest.
 
-A whole-call failure (the driver raised) becomes a gRPC error; per-claim failures never do, they
-travel in the claim's ``error`` field. :func:`status_for` maps the helper's exceptions
-(:mod:`dra_kubeletplugin.errors`); a driver with its own error classes passes ``error_status`` to
-``start()`` (its table, falling back to this one). Anything unknown is a bug and maps to
-``INTERNAL`` with a message that says so.
+A whole-call failure becomes a gRPC error; per-claim failures never do, they travel in the claim's
+``error`` field. One table per vocabulary, no table falling back to another (:func:`mapped`): the
+helper's own exceptions (:mod:`dra_kubeletplugin.errors`) by :func:`status_for`, every other
+exception by the driver's table (``error_status`` handed to ``start()``; this same
+:func:`status_for` if the driver has none). Anything unknown is a bug and maps to ``INTERNAL`` with
+a message that says so (:func:`internal`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import grpc
 
 from dra_kubeletplugin import errors
 
-__all__ = ["ErrorStatus", "abort_with", "status_for"]
+__all__ = ["ErrorStatus", "abort_with", "internal", "mapped", "status_for"]
 
 ErrorStatus = Callable[[BaseException], tuple[grpc.StatusCode, str]]
 """A driver's table: the status code and detail text for an exception that failed a whole call."""
@@ -39,7 +40,17 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     for cls, code in _BY_CLASS:
         if isinstance(exc, cls):
             return code, str(exc)
+    return internal(exc)
+
+
+def internal(exc: BaseException) -> tuple[grpc.StatusCode, str]:
+    """A bug: ``INTERNAL``, saying so."""
     return grpc.StatusCode.INTERNAL, f"internal error in the driver: {type(exc).__name__}: {exc}"
+
+
+def mapped(exc: BaseException, table: ErrorStatus) -> tuple[grpc.StatusCode, str]:
+    """The status of a failed call: the helper's errors by its own table, the rest by ``table``."""
+    return status_for(exc) if isinstance(exc, errors.PluginError) else table(exc)
 
 
 def abort_with(
@@ -51,7 +62,7 @@ def abort_with(
     table: ErrorStatus = status_for,
 ) -> NoReturn:
     """Log ``exc`` and end the RPC with its mapped status. Never returns."""
-    code, detail = table(exc)
+    code, detail = mapped(exc, table)
     log.error("%s failed: %s", what, detail, exc_info=code == grpc.StatusCode.INTERNAL)
     context.abort(code, f"{what}: {detail}")
     raise AssertionError("unreachable: context.abort raises")  # pragma: no cover

@@ -31,7 +31,7 @@ __all__ = ["FakeDaemon", "FakeStatus", "FakeStore"]
 
 @dataclass
 class FakeStore:
-    """The CheckpointStore interface, in memory; ``fail_at`` makes the n-th update (1-based) raise."""
+    """The CheckpointStore interface, in memory; ``fail_at`` makes the n-th recorded step (1-based) raise."""
 
     directory: Path
     claims: dict[str, ClaimEntry] = field(default_factory=dict)
@@ -44,8 +44,10 @@ class FakeStore:
         self.claim_locks = ClaimLocks(self.directory / "locks")
 
     def update(self, uid: str, mutate: Mutation) -> ClaimEntry | None:
-        self.updates += 1
         new = mutate(dict(self.claims))
+        if new == self.claims.get(uid):
+            return new  # as the real store: nothing changed, nothing recorded
+        self.updates += 1
         if self.updates == self.fail_at:
             raise self.error
         if new is None:

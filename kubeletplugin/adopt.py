@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from dra_driver import cdi, checkpoint, logs, wirefiles
+from dra_driver import cdi, logs, wirefiles
 from dra_driver.checkpoint import ClaimEntry, ClaimState, Effect, EffectKind, Registration, StatusRecord
 from dra_driver.daemon_api.values import EntityInfo, RegisterResult
 from dra_driver.errors import FlexNPUError
@@ -148,7 +148,7 @@ def _rebuild(preparer: Preparer, claim: Mapping[str, Any], ent: EntityInfo | Non
         state=ClaimState.PREPARE_COMPLETED,
         devices=r.devices,
         effects=tuple(effects),
-        dies=checkpoint.die_records(plan),
+        dies=plan.die_records(),
     )
 
 

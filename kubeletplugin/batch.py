@@ -1,8 +1,9 @@
 """One kubelet call, claim by claim: each claim its own result, one bad claim never fails the batch.
 
 :func:`each_claim` runs the per-claim work of a prepare or unprepare call: it stops before a
-claim once the kubelet's deadline for the call passed (the helper's ``CALL_DEADLINE``), checks the
-reference the driver is handed (``dra_driver/paths.py``), logs with the claim's UID, counts the
+claim once the kubelet's deadline for the call passed (the helper's ``CALL_DEADLINE``), logs with
+the claim's UID (its reference was checked once, where the kubelet's call came in:
+``dra_kubeletplugin/claimbatch.py``), counts the
 operation (``Telemetry.operation``) and turns any failure into the claim's error text with its
 stable code (``dra_driver/claims.py``). Unprepares run side by side (each holds its own claim
 lock), each worker in a copy of the call's context, so the deadline travels with it; prepares run
@@ -17,7 +18,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Literal, TypeVar
 
-from dra_driver import logs, paths
+from dra_driver import logs
 from dra_driver.claims import claim_error
 from dra_driver.errors import Unavailable
 from dra_driver.telemetry import Telemetry
@@ -48,10 +49,6 @@ def each_claim(
             try:
                 if deadline is not None and time.monotonic() >= deadline:
                     raise Unavailable(f"not started: the kubelet's deadline for this {verb} call passed")
-                if verb == "prepare":
-                    paths.check_ref(ref.uid, ref.namespace, ref.name)
-                else:
-                    paths.check_uid(ref.uid)
                 return one(ref, clog)
             except Exception as exc:  # a bug must not fail the other claims of the batch
                 err = claim_error(exc, ref.uid, log=clog)

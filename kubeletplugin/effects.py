@@ -26,11 +26,11 @@ from typing import Any, Protocol
 import tenacity
 
 from dra_driver import cdi, files, interposition, logs, netlink, paths, render, retrying, sharing
-from dra_driver.checkpoint import ClaimEntry, Effect, EffectKind, Registration
+from dra_driver.checkpoint import ClaimEntry, ClaimState, DieRecord, Effect, EffectKind, Registration
 from dra_driver.config import DEFAULT_CLIENT_LIBRARY, Config
 from dra_driver.daemon_api.values import Endpoints, EntityInfo, RegisterRequest, RegisterResult
 from dra_driver.discovery import node_files
-from dra_driver.errors import ErrorCode, StateError, Unavailable, quote
+from dra_driver.errors import ErrorCode, FlexNPUError, StateError, Unavailable, quote
 from dra_driver.plan import ClaimPlan
 from dra_driver.records import HardVnpuRecord
 from dra_driver.sharing import Transport
@@ -184,9 +184,23 @@ class Effects:
         """A prepare of ``plan`` on this node (its layout and client library)."""
         return Job(plan=plan, token=token, layout=self.settings.layout)
 
+    def intent(self, job: Job, dies: tuple[DieRecord, ...]) -> ClaimEntry:
+        """A new prepare's intent: the dies it will hold and every effect it will make, recorded
+        (``PrepareStarted``) before the first is made."""
+        ref = job.plan.ref
+        return ClaimEntry(
+            uid=ref.uid,
+            namespace=ref.namespace,
+            name=ref.name,
+            state=ClaimState.PREPARE_STARTED,
+            dies=dies,
+            effects=self.planned(job),
+        )
+
     def planned(self, job: Job) -> tuple[Effect, ...]:
         """The effects a new prepare makes, in order (recorded before the first is made)."""
         s, uid = self.settings, job.plan.ref.uid
+        spec = cdi.spec_path(s.cdi_dir, s.cdi_kind, uid)
         out: list[Effect] = [
             Effect(EffectKind.HARD_VNPU, str(v.vnpu_id), HardVnpuRecord(v.to_dict())) for v in job.plan.vnpus
         ]
@@ -196,7 +210,7 @@ class Effects:
                 Effect(EffectKind.DAEMON_REGISTRATION, uid, Registration(job.token, job.plan.shares)),
                 Effect(EffectKind.CLIENT_CONF, str(conf_dir)),
             ]
-        out.append(Effect(EffectKind.CDI_SPEC, str(cdi.spec_path(s.cdi_dir, s.cdi_kind, uid))))
+        out.append(Effect(EffectKind.CDI_SPEC, str(spec)))
         return tuple(out)
 
     # -- do ---------------------------------------------------------------------------------
@@ -320,6 +334,13 @@ class Effects:
             clog.warning("could not write claim status: %s", err)
             return False
         return True
+
+    def write_failure(self, plan: ClaimPlan, err: FlexNPUError, clog: logs.ClaimLogger) -> bool:
+        """Best effort: ``Ready=False`` with the error code as the reason on each device of ``plan``."""
+        docs = render.failure_status(
+            plan, driver_name=self.settings.driver_name, reason=str(err.code), message=str(err), now=now()
+        )
+        return self.write_status(plan.ref, docs, clog)
 
     def set_ready(self, entry: ClaimEntry, *, ready: bool, reason: str, message: str) -> bool:
         """Write the recorded device status again with a new Ready condition."""

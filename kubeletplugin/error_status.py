@@ -1,15 +1,16 @@
 """The driver's one table from its error codes to gRPC status codes, handed to the helper as ``error_status``.
 
 A whole-call failure (the driver raised) becomes a gRPC error; per-claim failures never do, they
-travel in the claim's ``error`` field. A ``FlexNPUError`` maps by its code; anything else goes to
-the helper's own table (``dra_kubeletplugin.statuses``: its errors by class, the rest ``INTERNAL``).
+travel in the claim's ``error`` field. A ``FlexNPUError`` maps by its code; anything else is a bug
+(``INTERNAL``). The helper's own errors never reach this table: the helper maps them by its own
+(``dra_kubeletplugin.statuses.mapped``).
 """
 
 from __future__ import annotations
 
 import grpc
 
-from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput, Unavailable
+from dra_driver.errors import ErrorCode, FlexNPUError
 from dra_kubeletplugin import statuses as helper_statuses
 
 STATUS_BY_CODE: dict[ErrorCode, grpc.StatusCode] = {
@@ -47,10 +48,5 @@ STATUS_BY_CODE: dict[ErrorCode, grpc.StatusCode] = {
 def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     """The gRPC status code and detail text for an exception that failed a whole call."""
     if isinstance(exc, FlexNPUError):
-        fallback = (
-            grpc.StatusCode.INVALID_ARGUMENT if isinstance(exc, InvalidInput) else grpc.StatusCode.INTERNAL
-        )
-        if isinstance(exc, Unavailable):
-            fallback = grpc.StatusCode.UNAVAILABLE
-        return STATUS_BY_CODE.get(exc.code, fallback), str(exc)
-    return helper_statuses.status_for(exc)
+        return STATUS_BY_CODE[exc.code], str(exc)
+    return helper_statuses.internal(exc)

@@ -1,12 +1,14 @@
 """Prepare and unprepare claims: the only place that sequences side effects (dra-example-driver's ``state.go``).
 
 The claim as the helper fetched it (``dra_kubeletplugin``: right UID, allocated, a device of this
-driver) → plan and resolve shares (pure, ``dra_driver/plan.py``) → under the claim's own
-lock: record ``PrepareStarted`` with every planned effect (conflict check in the same step) →
-make each effect in order (``kubeletplugin/effects.py``: daemon Register, ``client.conf``, CDI
-spec, all rendered once by ``dra_driver/render.py``) → record ``PrepareCompleted`` → write the
-claim status (best effort). Unprepare records ``UnprepareStarted``, undoes the effects newest
-first and drops the entry. Each recorded step is one ``CheckpointStore.update``; daemon retries
+driver) → under the claim's own lock, its whole plan decided in one call (pure,
+``dra_driver/plan.py``'s ``plan_prepare``) under the checkpoint lock, where a new prepare records
+``PrepareStarted`` with every planned effect in the same step (so the conflict check and the vNPU
+IDs hold) → make each effect in order (``kubeletplugin/effects.py``: daemon Register,
+``client.conf``, CDI spec, all rendered once by ``dra_driver/render.py``) → record
+``PrepareCompleted`` → write the claim status (best effort). Unprepare
+(``kubeletplugin/unprepare.py``) records ``UnprepareStarted``, undoes the effects newest first and
+drops the entry. Each recorded step is one ``CheckpointStore.update``; daemon retries
 run under the claim lock only. Effects are idempotent, so a crash anywhere converges; a prepare
 that fails part-way, for any reason, rolls back. One bad claim never fails the batch
 (``kubeletplugin/batch.py``: claim by claim, with the call's deadline).
@@ -22,29 +24,27 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from dra_driver import checkpoint, failpoints, logs, render
-from dra_driver.checkpoint import CheckpointStore, ClaimEntry, ClaimLockHandle, ClaimState, Effect, EffectKind
+from dra_driver.checkpoint import (
+    CheckpointStore,
+    ClaimEntry,
+    ClaimLockHandle,
+    ClaimState,
+    Effect,
+    EffectKind,
+)
 from dra_driver.claims import claim_error
 from dra_driver.daemon_api.values import RegisterResult
 from dra_driver.devices import Inventory
-from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput
-from dra_driver.plan import (
-    ClaimPlan,
-    assign_vnpus,
-    check_conflicts,
-    check_device_policies,
-    check_host_memory,
-    missing_vnpus,
-    plan_claim,
-    plan_results,
-    recorded_vnpus,
-    resolve_shares,
-)
+from dra_driver.errors import StateError
+from dra_driver.plan import ClaimPlan, NodeFacts, PreparePlan, Step, plan_prepare
 from dra_driver.telemetry import Telemetry
+from dra_driver.vnpu import Vnpu
 from dra_kubeletplugin.claims import ClaimRef, PreparedDevice, PrepareResult, ResourceClaim
 from kubeletplugin import batch, effects
 from kubeletplugin.effects import Daemon, PrepareSettings, StatusWriter
 from kubeletplugin.events import NodeEvents
 from kubeletplugin.hardsplit import HardVnpus
+from kubeletplugin.unprepare import Unpreparer
 
 __all__ = ["CONTAINER_CONF", "CONTAINER_SHM", "Daemon", "PrepareSettings", "Preparer", "StatusWriter"]
 
@@ -76,6 +76,7 @@ class Preparer:
         self.status = status
         self.hard = hard
         self.effects = effects.Effects(settings=settings, daemon=daemon, status=status, hard=hard)
+        self.undo = Unpreparer(store, self.effects)
         self.telemetry = telemetry or Telemetry(
             node_name=settings.pool_name, driver_name=settings.driver_name, enabled=False
         )
@@ -122,90 +123,97 @@ class Preparer:
     # -- prepare ---------------------------------------------------------------------------
 
     def _prepare_one(self, claim: ResourceClaim, clog: logs.ClaimLogger) -> PrepareResult:
+        uid = claim.ref.uid
+        with self.store.claim_locks.hold(uid, timeout=self.effects.lock_budget()) as lock:
+            try:
+                return self._prepare_locked(claim, lock, clog)
+            except Exception:
+                if self.store.get(uid) is None:
+                    lock.drop = True  # refused or not recorded: no entry, so no lock file either
+                raise
+
+    def _prepare_locked(
+        self, claim: ResourceClaim, lock: ClaimLockHandle, clog: logs.ClaimLogger
+    ) -> PrepareResult:
+        """Plan (one decision, under the checkpoint lock, recording a new prepare's intent in the
+        same step), then execute what it says."""
         ref = claim.ref
-        s = self.settings
+        decided, new = self._decide(claim)
         try:
-            base = plan_claim(
-                claim.obj,
-                ref=ref,
-                driver_name=s.driver_name,
-                pool_name=s.pool_name,
-                inventory=self.inventory(),
-            )
-        except InvalidInput as not_here:
-            if not_here.code != ErrorCode.DEVICE_NOT_FOUND:
-                raise
-            kept = self._repeat_on_withdrawn(claim, clog)
-            if kept is None:
-                raise
-            return PrepareResult(devices=kept)
-        if not base.devices:
-            return PrepareResult(devices=())  # only other drivers' results: nothing to do here
-        try:
-            plan = resolve_shares(base)  # validates quotas and opaque config before any effect
-            if plan.shares:  # and that the chosen interposition is possible on this node
-                render.interposition_plan(plan, s.layout, effects.client_library(s.layout))
-            with self.store.claim_locks.hold(ref.uid, timeout=self.effects.lock_budget()) as lock:
-                entry = self.store.get(ref.uid)
-                if entry is not None and entry.state == ClaimState.PREPARE_COMPLETED:
-                    missing = missing_vnpus(
-                        plan, entry.vnpu_records
-                    )  # an earlier adopt's entry: not as the die
-                    if not missing:
-                        return PrepareResult(devices=self._repeat(entry, plan, clog))
-                    clog.warning("the entry records no vNPU for %s; preparing the claim again", missing)
-                if entry is not None:
-                    clog.info("undoing the recorded %s before preparing again", entry.state)
-                    self._undo_all(entry, clog)
-                    self.store.update(ref.uid, lambda _: None)
-                return PrepareResult(devices=self._prepare_new(plan, lock, clog))
+            if decided.refused is not None and decided.step != Step.WITHDRAWN:
+                raise decided.refused
+            if decided.step == Step.NOTHING:
+                return PrepareResult(devices=())
+            if decided.step == Step.WITHDRAWN:
+                return PrepareResult(devices=self._repeat_on_withdrawn(decided, ref.uid, clog))
+            entry = self.store.get(ref.uid)
+            if decided.step == Step.REPEAT and entry is not None:
+                return PrepareResult(devices=self._repeat(entry, decided.plan, clog))
+            if decided.step == Step.REDO and entry is not None:
+                if decided.missing:
+                    clog.warning(
+                        "the entry records no vNPU for %s; preparing the claim again", list(decided.missing)
+                    )
+                clog.info("undoing the recorded %s before preparing again", entry.state)
+                self.undo.undo_all(entry, clog)
+                self.store.update(ref.uid, lambda _: None)
+                decided, new = self._decide(claim)  # no entry now: a new prepare, or its refusal
+                if decided.refused is not None:
+                    raise decided.refused
+            if new is None:  # REPEAT or REDO of an entry gone under the claim lock: never
+                raise StateError(
+                    f"the checkpoint entry changed under the claim lock ({decided.step})", claim_uid=ref.uid
+                )
+            return PrepareResult(devices=self._prepare_new(*new, lock, clog))
         except Exception as exc:
             err = claim_error(exc, ref.uid, log=clog)
-            docs = render.failure_status(
-                base, driver_name=s.driver_name, reason=str(err.code), message=str(err), now=effects.now()
-            )
-            self.effects.write_status(ref, docs, clog)
+            self.effects.write_failure(decided.plan, err, clog)
             if err is exc:
                 raise
             raise err from exc
 
-    def _prepare_new(
-        self, plan: ClaimPlan, lock: ClaimLockHandle, clog: logs.ClaimLogger
-    ) -> tuple[PreparedDevice, ...]:
-        uid = plan.ref.uid
-        job = self.effects.job(plan, secrets.token_hex(32))
-        existing = self.hard.manager.list() if self.hard is not None and plan.hard_results() else ()
+    def _decide(self, claim: ResourceClaim) -> tuple[PreparePlan, tuple[effects.Job, ClaimEntry] | None]:
+        """The claim's whole plan, decided against every checkpoint entry under the checkpoint lock;
+        for a new prepare, its job and its intent (every planned effect), recorded in that same step."""
+        s, uid, node = self.settings, claim.ref.uid, self._node()
+        decided = PreparePlan(Step.NOTHING, ClaimPlan(ref=claim.ref, devices=(), configs=()))
+        new: tuple[effects.Job, ClaimEntry] | None = None
 
-        def intent_of(job: effects.Job) -> ClaimEntry:
-            return ClaimEntry(
-                uid=uid,
-                namespace=plan.ref.namespace,
-                name=plan.ref.name,
-                state=ClaimState.PREPARE_STARTED,
-                dies=checkpoint.die_records(job.plan),
-                effects=self.effects.planned(job),
-            )
-
-        intent = intent_of(job)
-
-        def record_intent(entries: Mapping[str, ClaimEntry]) -> ClaimEntry:
-            nonlocal intent
-            check_device_policies(plan)  # a new prepare's config agrees with its share device
-            check_host_memory(plan, self.settings.host_memory)  # and no more host memory than the node allows
-            check_conflicts(plan, checkpoint.held_dies(entries, but=uid))
-            if plan.hard_results():  # vNPU IDs are chosen under the lock, against every recorded one
-                recorded = [r for other in entries.values() for r in other.vnpu_records]
-                job.plan = assign_vnpus(
-                    plan, recorded=recorded, existing=existing, inventory=self.inventory()
-                )
-                intent = intent_of(job)
-            return intent
+        def decide(entries: Mapping[str, ClaimEntry]) -> ClaimEntry | None:
+            nonlocal decided, new
+            decided = plan_prepare(claim.obj, ref=claim.ref, node=node, entries=entries, existing=self._vnpus)
+            if decided.refused is None and decided.plan.shares:
+                try:  # the chosen interposition must be possible on this node, before any effect
+                    render.interposition_plan(decided.plan, s.layout, effects.client_library(s.layout))
+                except Exception as refused:
+                    decided = replace(decided, refused=refused)
+            if decided.step != Step.NEW or decided.refused is not None:
+                return entries.get(uid)  # unchanged
+            job = self.effects.job(decided.plan, secrets.token_hex(32))
+            new = (job, self.effects.intent(job, decided.dies))
+            return new[1]
 
         try:
-            self.store.update(uid, record_intent)  # the intent is on disk before any effect
-        except Exception:
-            lock.drop = True  # refused or not recorded: no entry, so no lock file either
-            raise
+            self.store.update(uid, decide)  # a new prepare's intent is on disk before any effect
+        except Exception as not_recorded:
+            if not decided.plan.devices:
+                raise  # the claim could not be read as this node's: no device status to write
+            return replace(decided, refused=not_recorded), None
+        return decided, new
+
+    def _node(self) -> NodeFacts:
+        s = self.settings
+        return NodeFacts(s.driver_name, s.pool_name, self.inventory(), s.host_memory)
+
+    def _vnpus(self) -> list[Vnpu]:
+        """The vNPUs on the node (a new prepare's IDs avoid them)."""
+        return list(self.hard.manager.list()) if self.hard is not None else []
+
+    def _prepare_new(
+        self, job: effects.Job, intent: ClaimEntry, lock: ClaimLockHandle, clog: logs.ClaimLogger
+    ) -> tuple[PreparedDevice, ...]:
+        """Make every effect of the recorded ``intent`` in order, then record the completion."""
+        plan, uid = job.plan, job.plan.ref.uid
         failpoints.hit("prepare-after-intent")
         try:
             for eff in intent.effects:
@@ -221,35 +229,17 @@ class Preparer:
             self.store.update(uid, lambda _: done)
         except Exception:
             clog.warning("prepare failed part-way; rolling back")
-            self._rollback(intent, job, lock, clog)
+            self.undo.rollback(intent, job, lock, clog)
             raise
         failpoints.hit("prepare-after-complete")
         self.effects.write_status(plan.ref, r.status, clog)
         return r.devices
-
-    def _rollback(
-        self, intent: ClaimEntry, job: effects.Job, lock: ClaimLockHandle, clog: logs.ClaimLogger
-    ) -> None:
-        entry = intent
-        try:
-            if job.plan.shares and job.registration is None:
-                # The daemon never confirmed the registration. Ask once to undo it; if the daemon
-                # is unreachable, the orphan sweep removes whatever it may have started, since no
-                # checkpoint entry owns it.
-                self.effects.forget_registration(intent.uid, clog)
-                entry = replace(intent, effects=tuple(e for e in intent.effects if e.kind != DAEMON))
-            self._undo_all(entry, clog)
-            self.store.update(intent.uid, lambda _: None)
-            lock.drop = True
-        except FlexNPUError as undo_err:  # keep the entry: the reconciler finishes the job
-            clog.error("rollback incomplete, left for the reconciler: %s", undo_err)
 
     def _repeat(
         self, entry: ClaimEntry, plan: ClaimPlan, clog: logs.ClaimLogger
     ) -> tuple[PreparedDevice, ...]:
         """Repeat prepare of a completed claim: put back what is missing, refresh the status."""
         rec = entry.registration
-        plan = recorded_vnpus(plan, entry.vnpu_records, inventory=self.inventory())
         job = self.effects.job(plan, rec.token if rec else "")
         self.effects.ensure(entry, job, clog)
         docs = job.rendered.status
@@ -265,25 +255,20 @@ class Preparer:
         return entry.devices
 
     def _repeat_on_withdrawn(
-        self, claim: ResourceClaim, clog: logs.ClaimLogger
-    ) -> tuple[PreparedDevice, ...] | None:
+        self, decided: PreparePlan, uid: str, clog: logs.ClaimLogger
+    ) -> tuple[PreparedDevice, ...]:
         """The kubelet's repeat prepare of a completed claim one of whose dies this node no longer
-        publishes (a changed inventory withdrew it while the claim holds it): answered from the
-        checkpoint, nothing removed, so that its pod can restart. None (the caller's DeviceNotFound
-        stands) unless the entry is complete, records exactly the claim's allocated devices, and
-        every file it made is still there."""
-        ref = claim.ref
-        with self.store.claim_locks.hold(ref.uid, timeout=self.effects.lock_budget()):
-            entry = self.store.get(ref.uid)
-            if entry is None or entry.state != ClaimState.PREPARE_COMPLETED:
-                return None
-            allocated = plan_results(claim.obj, driver_name=self.settings.driver_name)
-            if allocated != {(d.device, d.share_id) for d in entry.dies}:
-                return None
-            made = [Path(e.ref) for e in entry.effect(EffectKind.CDI_SPEC)]
-            made += [Path(e.ref) / "client.conf" for e in entry.effect(EffectKind.CLIENT_CONF)]
-            if not all(p.is_file() for p in made):
-                return None
+        publishes (a changed inventory withdrew it while the claim holds it; the plan found its entry
+        records exactly the claim's allocated devices): answered from the checkpoint, nothing removed,
+        so that its pod can restart, if every file it made is still there; else the plan's refusal
+        (DeviceNotFound) stands."""
+        entry = self.store.get(uid)
+        if entry is None or not all(
+            p.is_file()
+            for p in [Path(e.ref) for e in entry.effect(EffectKind.CDI_SPEC)]
+            + [Path(e.ref) / "client.conf" for e in entry.effect(EffectKind.CLIENT_CONF)]
+        ):
+            raise decided.refused or StateError("the claim's prepared files are gone", claim_uid=uid)
         known = {d.phy_id for d in self.inventory().dies}
         gone = sorted({d.phy for d in entry.dies} - known)
         clog.warning(
@@ -326,15 +311,16 @@ class Preparer:
                     "the aclserver's TCP port moved to %d; writing the claim's files again",
                     result.endpoints.tcp_port,
                 )
-                ref = ClaimRef(entry.namespace, uid, entry.name)
-                base = plan_claim(
+                decided = plan_prepare(
                     get_claim(entry.namespace, entry.name),
-                    ref=ref,
-                    driver_name=self.settings.driver_name,
-                    pool_name=self.settings.pool_name,
-                    inventory=self.inventory(),
+                    ref=ClaimRef(entry.namespace, uid, entry.name),
+                    node=self._node(),
+                    entries=self.store.entries(),
+                    existing=self._vnpus,
                 )
-                self._repeat(entry, resolve_shares(base), clog)
+                if decided.refused is not None:
+                    raise decided.refused
+                self._repeat(entry, decided.plan, clog)
                 return result
         except checkpoint.ClaimBusy:
             return None  # a prepare or unprepare of it is in flight: the next look decides
@@ -354,45 +340,12 @@ class Preparer:
         with self.store.locked() as cp:
             yield cp
 
-    def settle_interrupted(self) -> list[str]:
-        """Roll back entries a crash left half-done; their UIDs. A held claim lock means a call in
-        flight (any process): left alone. An effect that cannot be undone now keeps the entry."""
-        done: list[str] = []
-        for uid, entry in self.store.entries().items():
-            if entry.state == ClaimState.PREPARE_COMPLETED or self.store.claim_locks.busy(uid):
-                continue
-            clog = logs.claim_logger(uid, entry.namespace, entry.name)
-            try:
-                with self.store.claim_locks.hold(uid, timeout=0) as lock:
-                    current = self.store.get(uid)
-                    if current is None or current.state == ClaimState.PREPARE_COMPLETED:
-                        continue
-                    self._undo_all(current, clog)
-                    self.store.update(uid, lambda _: None)
-                    lock.drop = True
-                    done.append(uid)
-            except checkpoint.ClaimBusy:
-                continue
-            except FlexNPUError as err:
-                clog.warning("cannot roll back yet: %s", err)
-        return done
-
-    # -- unprepare -------------------------------------------------------------------------
+    # -- unprepare (kubeletplugin/unprepare.py) -------------------------------------------------
 
     def unprepare_uid(self, uid: str, clog: logs.ClaimLogger) -> bool:
-        with self.store.claim_locks.hold(uid, timeout=self.effects.lock_budget()) as lock:
-            entry = self.store.update(uid, checkpoint.set_state(uid, ClaimState.UNPREPARE_STARTED))
-            if entry is None:
-                lock.drop = True
-                return False
-            failpoints.hit("unprepare-after-intent")
-            self._undo_all(entry, clog)
-            self.store.update(uid, lambda _: None)
-            lock.drop = True
-            return True
+        """Unprepare one claim (a kubelet call, a residual claim); whether it was prepared here."""
+        return self.undo.unprepare_uid(uid, clog)
 
-    def _undo_all(self, entry: ClaimEntry, clog: logs.ClaimLogger) -> None:
-        """Undo every recorded effect, newest first. Raises (keeping the entry) if one cannot be undone."""
-        for eff in reversed(entry.effects):
-            self.effects.undo(entry, eff, clog)
-            failpoints.hit(f"unprepare-after-{eff.kind}")
+    def settle_interrupted(self) -> list[str]:
+        """Roll back entries a crash left half-done; their UIDs (``Unpreparer.settle_interrupted``)."""
+        return self.undo.settle_interrupted()

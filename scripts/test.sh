@@ -27,4 +27,5 @@ cd "$ROOT"
 echo "== ruff" && ruff check . && ruff format --check .
 echo "== mypy" && mypy dra_driver flexnpu_runtime dra_kubeletplugin kubeletplugin controller flexnpu_testing
 echo "== pytest"
-exec python -m pytest -p no:cacheprovider "$@"
+# --durations: the CI log names the slowest tests, so a suite that grows shows where its minutes went.
+exec python -m pytest -p no:cacheprovider --durations=25 "$@"

@@ -3,7 +3,7 @@
 Every method raises ``AclError`` for a non-zero ACL code. Host data for memcpy is either a
 ``malloc_host`` pointer (the buffer lives in shared memory: zero copy) or any buffer object
 (bytes, bytearray, memoryview, numpy array), which is copied through the connection's staging
-region in chunks. Bulk bytes never travel on the socket.
+region in chunks (``hostlink.py``). Bulk bytes never travel on the socket.
 
 Usage::
 
@@ -16,25 +16,19 @@ Usage::
 from __future__ import annotations
 
 import contextlib
-import mmap
 import os
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
 from flexnpu_client import transport
 from flexnpu_client.errors import AclError, ConfigError, ConnectError
-from flexnpu_wire import clientconf, datalink, modelfile
+from flexnpu_client.hostlink import HostLink, byte_view, check, check_len
+from flexnpu_wire import clientconf, modelfile
 from flexnpu_wire import framing as protocol
 from flexnpu_wire.clientconf import ClientConf
-from flexnpu_wire.codes import (
-    ACL_ERROR_API_NOT_SUPPORT,
-    ACL_ERROR_INVALID_PARAM,
-    ACL_ERROR_READ_MODEL_FAILURE,
-    MemAttr,
-    MemcpyKind,
-)
+from flexnpu_wire.codes import ACL_ERROR_INVALID_PARAM, ACL_ERROR_READ_MODEL_FAILURE, MemAttr, MemcpyKind
 from flexnpu_wire.errors import ContractError
 from flexnpu_wire.ops import Op
 
@@ -50,34 +44,12 @@ ModelData = Any
 _PAIR = struct.Struct(">qq")
 
 
-class _Mapping:
-    """A region of the data link mapped in this process: a region file by path, or a memfd."""
-
-    def __init__(self, path: str | None, size: int, *, fd: int = -1) -> None:
-        if path is not None:
-            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-        try:
-            self.mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE)
-        finally:
-            os.close(fd)
-        self.size = size
-        self.view = memoryview(self.mm)
-
-    def close(self) -> None:
-        self.view.release()
-        with contextlib.suppress(
-            BufferError
-        ):  # a view handed to the caller is still alive; unmapped when collected
-            self.mm.close()
-
-
 class Session:
     """A connection to the aclserver of one claim (see the module docstring)."""
 
     def __init__(self, conf: ClientConf, link: transport.SocketTransport) -> None:
         self.conf = conf
         self.link = link
-        self._regions: dict[int, _Mapping] = {}
         reply = link.request(Op.HELLO, (protocol.PROTOCOL_VERSION, os.getpid()), conf.token.encode())
         if reply.ints[0] != 0:
             link.close()
@@ -88,20 +60,7 @@ class Session:
                 ret=reply.ints[0],
             )
         _ret, self.server_pid, self.device_count_hint, staging_size = reply.ints
-        self._staging = self._sealed_staging() or _Mapping(
-            os.path.join(conf.shm_dir, reply.tail.decode()), staging_size
-        )
-        self._regions[0] = self._staging
-
-    def _sealed_staging(self) -> _Mapping | None:
-        """On the unix socket: the staging region as a sealed memfd the server maps (copies at
-        memcpy speed); None from a server or link that cannot pass one."""
-        if self.link.kind != "unix":
-            return None
-        rid, reply = self.link.request_id(Op.STAGING_FD)
-        if reply.ints[0] != 0:
-            return None
-        return _Mapping(None, reply.ints[1], fd=self.link.take_fd(rid))
+        self._host = HostLink(link, conf.shm_dir, (reply.tail.decode(), staging_size))
 
     @classmethod
     def open(
@@ -130,9 +89,7 @@ class Session:
         return self.link.kind
 
     def close(self) -> None:
-        for region in self._regions.values():
-            region.close()
-        self._regions.clear()
+        self._host.close()
         self.link.close()
 
     def __enter__(self) -> Session:
@@ -147,10 +104,7 @@ class Session:
 
     def call(self, op: int, *ints: int, tail: bytes = b"") -> tuple[int, ...]:
         """Send one op; return its output values (AclError on a non-zero code)."""
-        reply = self.link.request(op, ints, tail)
-        if reply.ints[0] != 0:
-            raise AclError(reply.ints[0], reply.tail.decode(errors="replace"))
-        return reply.ints[1:]
+        return check(self.link.request(op, ints, tail))
 
     def ping(self) -> int:
         """The aclserver's pid (PING needs no authentication)."""
@@ -161,8 +115,7 @@ class Session:
 
     def finalize(self) -> None:
         self.call(Op.FINALIZE)
-        for rid in [r for r in self._regions if r != 0]:
-            self._regions.pop(rid).close()
+        self._host.unmap_host_buffers()
 
     def get_device_count(self) -> int:
         return self.call(Op.GET_DEVICE_COUNT)[0]
@@ -197,41 +150,14 @@ class Session:
     def malloc_host(self, size: int) -> int:
         """A host buffer in shared memory; ``host_view`` gives its bytes. memcpy from it is zero-copy.
         On the unix socket it is a sealed memfd the server maps too; on TCP a region file."""
-        if self.link.kind == "unix":
-            rid, reply = self.link.request_id(Op.MALLOC_HOST_FD, (size,))
-            if reply.ints[0] == 0:
-                ptr, mapped = reply.ints[1], reply.ints[2]
-                self._regions[datalink.split_host_ptr(ptr)[0]] = _Mapping(
-                    None, mapped, fd=self.link.take_fd(rid)
-                )
-                return ptr
-            if reply.ints[0] != ACL_ERROR_API_NOT_SUPPORT:
-                raise AclError(reply.ints[0], reply.tail.decode(errors="replace"))
-        reply = self.link.request(Op.MALLOC_HOST, (size,))
-        if reply.ints[0] != 0:
-            raise AclError(reply.ints[0], reply.tail.decode(errors="replace"))
-        ptr, mapped = reply.ints[1], reply.ints[2]
-        rid, _ = datalink.split_host_ptr(ptr)
-        self._regions[rid] = _Mapping(os.path.join(self.conf.shm_dir, reply.tail.decode()), mapped)
-        return ptr
+        return self._host.malloc_host(size)
 
     def free_host(self, ptr: int) -> None:
-        self.call(Op.FREE_HOST, ptr)
-        rid, _ = datalink.split_host_ptr(ptr)
-        region = self._regions.pop(rid, None)
-        if region is not None:
-            region.close()
+        self._host.free_host(ptr)
 
     def host_view(self, ptr: int, size: int | None = None) -> memoryview:
         """A writable view of a malloc_host buffer (from ``ptr``, ``size`` bytes or to its end)."""
-        rid, offset = datalink.split_host_ptr(ptr) if datalink.is_host_ptr(ptr) else (-1, 0)
-        region = self._regions.get(rid) if rid > 0 else None
-        if region is None:
-            raise AclError(ACL_ERROR_INVALID_PARAM, f"{ptr:#x} is not a host buffer of this session")
-        end = region.size if size is None else offset + size
-        if end > region.size:
-            raise AclError(ACL_ERROR_INVALID_PARAM, f"{size} bytes at {ptr:#x} run past the host buffer")
-        return region.view[offset:end]
+        return self._host.host_view(ptr, size)
 
     def memcpy(self, dst: HostData, dst_max: int, src: HostData, count: int, kind: int) -> None:
         """aclrtMemcpy; device sides are ints, host sides a malloc_host pointer or a buffer."""
@@ -242,35 +168,21 @@ class Session:
         if count < 0 or count > dst_max:
             raise AclError(ACL_ERROR_INVALID_PARAM, f"memcpy count {count} must be in 0..dst_max ({dst_max})")
         if not isinstance(dst, int) and not isinstance(src, int):
-            dst_view = _byte_view(dst, writable=True)
-            src_view = _byte_view(src, writable=False)
-            _check_len(dst_view, count, "dst")
-            _check_len(src_view, count, "src")
+            dst_view = byte_view(dst, writable=True)
+            src_view = byte_view(src, writable=False)
+            check_len(dst_view, count, "dst")
+            check_len(src_view, count, "src")
             dst_view[:count] = src_view[:count]
             return
         if isinstance(dst, int):
-            if kind not in (MemcpyKind.HOST_TO_DEVICE, MemcpyKind.DEFAULT, MemcpyKind.HOST_TO_HOST):
-                raise AclError(
-                    ACL_ERROR_INVALID_PARAM, f"memcpy kind {kind} does not match a host buffer as src"
-                )
-            dst_kind = MemcpyKind.HOST_TO_HOST if datalink.is_host_ptr(dst) else MemcpyKind.HOST_TO_DEVICE
-            src_view = _byte_view(src, writable=False)
-            _check_len(src_view, count, "src")
-            self._staged_in(dst, src_view, count, dst_kind)
+            self._host.copy_in(dst, src, count, kind)
         else:
             assert isinstance(src, int)
-            if kind not in (MemcpyKind.DEVICE_TO_HOST, MemcpyKind.DEFAULT, MemcpyKind.HOST_TO_HOST):
-                raise AclError(
-                    ACL_ERROR_INVALID_PARAM, f"memcpy kind {kind} does not match a host buffer as dst"
-                )
-            src_kind = MemcpyKind.HOST_TO_HOST if datalink.is_host_ptr(src) else MemcpyKind.DEVICE_TO_HOST
-            dst_view = _byte_view(dst, writable=True)
-            _check_len(dst_view, count, "dst")
-            self._staged_out(dst_view, src, count, src_kind)
+            self._host.copy_out(dst, src, count, kind)
 
     def copy_to_device(self, ptr: int, data: Any) -> None:
         """Copy a whole host buffer to ``ptr``."""
-        view = _byte_view(data, writable=False)
+        view = byte_view(data, writable=False)
         self.memcpy(ptr, view.nbytes, view, view.nbytes, MemcpyKind.HOST_TO_DEVICE)
 
     def copy_from_device(self, ptr: int, count: int) -> bytes:
@@ -334,12 +246,12 @@ class Session:
                 ) from None
             view = memoryview(raw)
         else:
-            view = _byte_view(data, writable=False)
+            view = byte_view(data, writable=False)
         if not view.nbytes:
             raise AclError(ACL_ERROR_INVALID_PARAM, "the model is empty")
         blob = self.call(Op.MODEL_BYTES_OPEN, view.nbytes)[0]
         try:
-            self._send_staged(
+            self._host.send(
                 view, view.nbytes, lambda done, host, n: (Op.MODEL_BYTES_WRITE, (blob, done, host, n))
             )
         except BaseException:
@@ -401,96 +313,5 @@ class Session:
 
     @staticmethod
     def _desc(reply: protocol.Message) -> modelfile.ModelFile:
-        if reply.ints[0] != 0:
-            raise AclError(reply.ints[0], reply.tail.decode(errors="replace"))
+        check(reply)
         return modelfile.parse_header(reply.tail)
-
-    # -- staged copies -----------------------------------------------------------------------------
-
-    def _staged_in(self, dst: int, src: memoryview, count: int, kind: MemcpyKind) -> None:
-        """A copy to ``dst`` through the staging region (see ``_send_staged``)."""
-        self._send_staged(
-            src, count,
-            lambda done, host, n: (Op.MEMCPY, (dst + done, count - done, host, n, kind, count - done)),
-        )  # fmt: skip
-
-    def _send_staged(
-        self, src: memoryview, count: int, frame: Callable[[int, int, int], tuple[int, tuple[int, ...]]]
-    ) -> None:
-        """Send ``count`` bytes of ``src`` through the two halves of the staging region, pipelined:
-        the client fills one half while the server drains the other. ``frame(done, host_ptr, n)``
-        is the request that hands the server the chunk of ``n`` bytes at offset ``done``."""
-        half = self._staging.size // 2
-        stage = self._staging.view
-        link = self.link
-        with link.lock:
-            pending: int | None = None
-            done, k = 0, 0
-            while True:
-                n = min(half, count - done)
-                off = (k % 2) * half
-                stage[off : off + n] = src[done : done + n]
-                rid = link.send(*frame(done, datalink.host_ptr(0, off), n))
-                if pending is not None:
-                    self._check_or_drain(link.receive(pending), True, rid)
-                pending = rid
-                done += n
-                k += 1
-                if done >= count:
-                    break
-            self._check(link.receive(pending))
-
-    def _staged_out(self, dst: memoryview, src: int, count: int, kind: MemcpyKind) -> None:
-        """Copy out through the two staging halves: the server fills one while the client drains the other."""
-        half = self._staging.size // 2
-        stage = self._staging.view
-        link = self.link
-        chunks = [(d, min(half, count - d)) for d in range(0, count, half)] or [(0, 0)]
-        with link.lock:
-            rid = link.send(Op.MEMCPY, (datalink.host_ptr(0, 0), half, src, chunks[0][1], kind, count))
-            for k, (done, n) in enumerate(chunks):
-                reply = link.receive(rid)
-                if k + 1 < len(chunks):
-                    nxt_done, nxt_n = chunks[k + 1]
-                    nxt_off = ((k + 1) % 2) * half
-                    rid = link.send(
-                        Op.MEMCPY,
-                        (datalink.host_ptr(0, nxt_off), half, src + nxt_done, nxt_n, kind, count - nxt_done),
-                    )
-                self._check_or_drain(reply, k + 1 < len(chunks), rid)
-                off = (k % 2) * half
-                dst[done : done + n] = stage[off : off + n]
-
-    def _check_or_drain(self, reply: protocol.Message, more: bool, next_rid: int) -> None:
-        if reply.ints[0] != 0:
-            if more:
-                self.link.receive(next_rid)
-            self._check(reply)
-
-    @staticmethod
-    def _check(reply: protocol.Message) -> None:
-        if reply.ints[0] != 0:
-            raise AclError(reply.ints[0], reply.tail.decode(errors="replace"))
-
-
-def _byte_view(data: object, *, writable: bool) -> memoryview:
-    try:
-        view = memoryview(data)  # type: ignore[arg-type]
-    except TypeError:
-        raise AclError(
-            ACL_ERROR_INVALID_PARAM,
-            f"a host side must be a buffer or a host pointer, got {type(data).__name__}",
-        ) from None
-    if not view.c_contiguous:
-        raise AclError(ACL_ERROR_INVALID_PARAM, "a host buffer must be C-contiguous")
-    if writable and view.readonly:
-        raise AclError(ACL_ERROR_INVALID_PARAM, "the destination host buffer is read-only")
-    return view.cast("B") if view.format != "B" or view.ndim != 1 else view
-
-
-def _check_len(view: memoryview, count: int, name: str) -> None:
-    if view.nbytes < count:
-        raise AclError(
-            ACL_ERROR_INVALID_PARAM,
-            f"memcpy count {count} exceeds the {name} host buffer ({view.nbytes} bytes)",
-        )

@@ -96,6 +96,8 @@ class OpCall:
     inputs: tuple[Tensor, ...]
     outputs: tuple[Tensor, ...]
     attrs: dict[str, AttrValue] = field(default_factory=dict)
+    kinds: dict[str, AttrKind] = field(default_factory=dict)
+    """Each attribute's setter (a backend that rebuilds CANN's ``aclopAttr`` calls the same one)."""
 
 
 _Q = struct.Struct(">q")
@@ -205,10 +207,12 @@ def decode(tail: bytes, n_inputs: int, n_outputs: int, n_attrs: int) -> OpCall:
     inputs = tuple(_tensor(r, f"{name}: inputs[{i}]") for i in range(n_inputs))
     outputs = tuple(_tensor(r, f"{name}: outputs[{i}]") for i in range(n_outputs))
     attrs: dict[str, AttrValue] = {}
+    kinds: dict[str, AttrKind] = {}
     for i in range(n_attrs):
         key = r.text(f"{name}: attrs[{i}].name", MAX_NAME)
         kind = r.bounded(f"{name}: attrs[{i}].kind", 0, max(AttrKind))
         attrs[key] = _attr_value(r, kind, f"{name}: attr {key}")
+        kinds[key] = AttrKind(kind)
     if r.pos != len(r.buf):
         raise ContractError(
             f"operator message {name}: {len(r.buf) - r.pos} bytes after the last attribute", field="tail"
@@ -218,7 +222,7 @@ def decode(tail: bytes, n_inputs: int, n_outputs: int, n_attrs: int) -> OpCall:
             raise ContractError(
                 f"operator message {name}: strides and dims differ in length", field="strides"
             )
-    return OpCall(name, inputs, outputs, attrs)
+    return OpCall(name, inputs, outputs, attrs, kinds)
 
 
 def _put_blob(out: list[bytes], data: bytes) -> None:

@@ -62,6 +62,10 @@ class Op(IntEnum):
     VMM_FREE_PHYSICAL = 64
     VMM_MAP = 65
     VMM_UNMAP = 66
+    BINARY_LOAD = 67
+    BINARY_GET_FUNCTION = 68
+    LAUNCH_FUNCTION = 69
+    BINARY_UNLOAD = 70
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +234,28 @@ OPS: tuple[OpSpec, ...] = (
         summary="aclrtMapMem: size bytes of the handle from offset at address, inside one reserved range",
     ),
     OpSpec(Op.VMM_UNMAP, request=("address",), summary="aclrtUnmapMem: the mapping that starts at address"),
+    OpSpec(
+        Op.BINARY_LOAD,
+        request=("blob",),
+        reply=("binary",),
+        summary="aclrtBinaryLoadFromData / rtDevBinaryRegister: the model-bytes blob loaded as a kernel binary on"
+        " the current device (ascend backend; the emulated one answers 200001); consumes it",
+    ),
+    OpSpec(
+        Op.BINARY_GET_FUNCTION,
+        request=("binary",),
+        reply=("function",),
+        request_tail="the kernel's name (ASCII, 1..256 bytes)",
+        summary="aclrtBinaryGetFunction / rtFunctionRegister: a kernel of a loaded binary",
+    ),
+    OpSpec(
+        Op.LAUNCH_FUNCTION,
+        request=("stream", "function", "block_dim"),
+        request_tail="the kernel's arguments, by value (at most 64 KiB)",
+        summary="aclrtLaunchKernel / rtKernelLaunch of a binary's function: queued on the stream; a failure is"
+        " the stream's error",
+    ),
+    OpSpec(Op.BINARY_UNLOAD, request=("binary",), summary="aclrtBinaryUnLoad: waits for its queued launches"),
 )
 
 _BY_OP = {row.op: row for row in OPS}

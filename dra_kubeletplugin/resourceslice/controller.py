@@ -3,8 +3,8 @@
 It lists this driver's slices on this node, applies :mod:`~dra_kubeletplugin.resourceslice.sync`'s
 plan (delete obsolete slices first, with uid + resourceVersion preconditions; update changed ones
 in place; create missing ones with the index-prefixed ``generateName`` and the Node as controller
-owner) and keeps it true with a watch on its own slices, which repairs a kubelet wipe within about
-a second. API errors are retried with capped, jittered exponential backoff; a loop that fails
+owner) and keeps it true with a watch on its own slices (``watch.py``), which repairs a kubelet wipe
+within about a second. API errors are retried with capped, jittered exponential backoff; a loop that fails
 logs, tells its :class:`LoopObserver`, backs off and goes on. It computes nothing about devices.
 
 Differences from the Go helper, on purpose:
@@ -27,15 +27,13 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
-
-import tenacity
 
 from dra_kubeletplugin import errors
 from dra_kubeletplugin.errors import DroppedFieldsError
 from dra_kubeletplugin.resourceslice import pools
+from dra_kubeletplugin.resourceslice.backoff import retrying
 from dra_kubeletplugin.resourceslice.pools import DriverResources
 from dra_kubeletplugin.resourceslice.sync import (
     PARTITIONABLE_FIELDS,
@@ -44,6 +42,7 @@ from dra_kubeletplugin.resourceslice.sync import (
     dropped_fields,
     plan_pools,
 )
+from dra_kubeletplugin.resourceslice.watch import LOOP_WATCH, SliceWatch
 
 if TYPE_CHECKING:
     Log = logging.Logger | logging.LoggerAdapter[Any]
@@ -59,7 +58,6 @@ __all__ = [
 
 JSON = dict[str, Any]
 LOOP_PUBLISHER = "publisher"
-LOOP_WATCH = "publisher-watch"
 LIVENESS_CHUNK_SECONDS = 30.0
 """Longest idle wait between two liveness passes of the controller loop."""
 
@@ -100,12 +98,41 @@ class _NoObserver:
         pass
 
 
-@dataclass
-class _Signal:
-    """A wake-up flag with the reason, shared by trigger(), the watch and stop."""
+class _Wakeup:
+    """The controller loop's wake-up: set by :meth:`SliceController.trigger` (any thread, the watch
+    too), cleared when a sync starts, broken by stop; idle waits are cut into liveness chunks."""
 
-    cond: threading.Condition = field(default_factory=threading.Condition)
-    pending: bool = False
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._pending = False
+
+    def set(self) -> None:
+        with self._cond:
+            self._pending = True
+            self._cond.notify_all()
+
+    def clear(self) -> None:
+        with self._cond:
+            self._pending = False
+
+    def wake_on_stop(self, stop: threading.Event) -> None:
+        """Run in a thread: a stop wakes the waiter at once."""
+        stop.wait()
+        with self._cond:
+            self._cond.notify_all()
+
+    def wait(self, stop: threading.Event, timeout: float | None, idle: Callable[[], None]) -> bool:
+        """Block until set (True), ``timeout`` seconds or stop (False); ``idle()`` after each chunk."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while True:
+                left = LIVENESS_CHUNK_SECONDS if deadline is None else deadline - time.monotonic()
+                woke = self._cond.wait_for(
+                    lambda: self._pending or stop.is_set(), timeout=min(left, LIVENESS_CHUNK_SECONDS)
+                )
+                if woke or (deadline is not None and time.monotonic() >= deadline):
+                    return bool(woke) and not stop.is_set()
+                idle()
 
 
 class SliceController:
@@ -160,8 +187,20 @@ class SliceController:
         self.syncs = 0
         self.published = threading.Event()
         """Set once a sync made every pool published as desired (a plugin's readiness)."""
-        self._signal = _Signal()
+        self._wakeup = _Wakeup()
         self._sync_lock = threading.Lock()
+        self._watch = SliceWatch(
+            kube,
+            driver_name=driver_name,
+            node_name=node_name,
+            log=log,
+            live=self.live,
+            timeout_seconds=watch_timeout_seconds,
+            max_backoff_seconds=max_backoff_seconds,
+            differs=self._differs,
+            trigger=self.trigger,
+            on_retry=self._set_last_error,
+        )
 
     # --- the desired state -----------------------------------------------------------------
 
@@ -289,9 +328,7 @@ class SliceController:
 
     def trigger(self) -> None:
         """Ask for a sync soon; safe from any thread."""
-        with self._signal.cond:
-            self._signal.pending = True
-            self._signal.cond.notify_all()
+        self._wakeup.set()
 
     def run(self, stop: threading.Event) -> None:
         """Sync now, then whenever the watch, :meth:`trigger` or the resync timer asks; until ``stop``.
@@ -301,10 +338,10 @@ class SliceController:
         """
         self.live.register(LOOP_PUBLISHER, deadline=LIVENESS_CHUNK_SECONDS + self.max_backoff_seconds + 120)
         self.live.register(LOOP_WATCH, deadline=self.watch_timeout_seconds + 90)
-        waker = threading.Thread(target=self._wake_on_stop, args=(stop,), name="publisher-stop", daemon=True)
-        watcher = threading.Thread(
-            target=self._watch_forever, args=(stop,), name="publisher-watch", daemon=True
+        waker = threading.Thread(
+            target=self._wakeup.wake_on_stop, args=(stop,), name="publisher-stop", daemon=True
         )
+        watcher = threading.Thread(target=self._watch.run, args=(stop,), name="publisher-watch", daemon=True)
         waker.start()
         watcher.start()
         try:
@@ -328,8 +365,7 @@ class SliceController:
                 if triggered and stop.wait(self.debounce_seconds):
                     return  # debounce: coalesce a burst of events into one sync
             immediate = False
-            with self._signal.cond:
-                self._signal.pending = False
+            self._wakeup.clear()
             try:
                 result = self._sync_with_retry(stop)
             except DroppedFieldsError as err:
@@ -360,120 +396,39 @@ class SliceController:
                     )
 
     def _wait_for_work(self, stop: threading.Event) -> bool:
-        """Block until a trigger (True), the resync timer or stop (False); alive meanwhile."""
+        """Block until a trigger (True), the jittered resync timer or stop (False); alive meanwhile."""
         timeout = self.resync_seconds * random.uniform(0.9, 1.1) if self.resync_seconds > 0 else None  # noqa: S311
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._signal.cond:
-            while True:
-                left = LIVENESS_CHUNK_SECONDS if deadline is None else deadline - time.monotonic()
-                woke = self._signal.cond.wait_for(
-                    lambda: self._signal.pending or stop.is_set(), timeout=min(left, LIVENESS_CHUNK_SECONDS)
-                )
-                if woke or (deadline is not None and time.monotonic() >= deadline):
-                    return bool(woke) and not stop.is_set()
-                self.live.passed(LOOP_PUBLISHER)  # idle, not dead
+        return self._wakeup.wait(stop, timeout, lambda: self.live.passed(LOOP_PUBLISHER))  # idle, not dead
 
     def _sync_with_retry(self, stop: threading.Event) -> SyncResult | None:
-        retrying = self._retrying(stop, "ResourceSlice sync")
+        retry = retrying(
+            stop,
+            "ResourceSlice sync",
+            max_backoff_seconds=self.max_backoff_seconds,
+            log=self.log,
+            on_retry=self._retried,
+        )
         try:
-            return retrying(self.sync)
+            return retry(self.sync)
         except errors.PluginError as err:
             if stop.is_set() and errors.retryable(err):
                 return None
             raise
 
-    def _retrying(self, stop: threading.Event, what: str) -> tenacity.Retrying:
-        def before_sleep(state: tenacity.RetryCallState) -> None:
-            outcome = state.outcome
-            err = outcome.exception() if outcome is not None else None
-            if isinstance(err, Exception):
-                self.last_error = err
-            delay = state.next_action.sleep if state.next_action else 0.0
-            self.live.passed(LOOP_WATCH if "watch" in what else LOOP_PUBLISHER)  # retrying is alive
-            self.log.warning(
-                "%s failed (attempt %d), retrying in %.1fs: %s", what, state.attempt_number, delay, err
-            )
+    def _retried(self, err: Exception) -> None:
+        self.last_error = err
+        self.live.passed(LOOP_PUBLISHER)  # retrying is alive
 
-        return tenacity.Retrying(
-            retry=tenacity.retry_if_exception(errors.retryable),
-            wait=tenacity.wait_random_exponential(multiplier=0.2, max=self.max_backoff_seconds),
-            stop=lambda _state: stop.is_set(),
-            sleep=self._sleeper(stop),
-            before_sleep=before_sleep,
-            reraise=True,
-        )
+    def _set_last_error(self, err: Exception) -> None:
+        self.last_error = err
 
-    @staticmethod
-    def _sleeper(stop: threading.Event) -> Callable[[float], None]:
-        def sleep(seconds: float) -> None:
-            stop.wait(seconds)  # a stop cuts the backoff short
-
-        return sleep
-
-    def _wake_on_stop(self, stop: threading.Event) -> None:
-        stop.wait()
-        with self._signal.cond:
-            self._signal.cond.notify_all()
-
-    # --- the watch -----------------------------------------------------------------------
-
-    def _watch_forever(self, stop: threading.Event) -> None:
-        """List+watch own slices; trigger a sync whenever they stop matching the desired pool."""
-        state: JSON = {"rv": None, "cache": {}}
-        while not stop.is_set():
-            self.live.passed(LOOP_WATCH)
-            try:
-                self._retrying(stop, "ResourceSlice watch")(self._watch_once, state, stop)
-            except errors.PluginError as err:
-                if stop.is_set():
-                    return
-                self.log.error("ResourceSlice watch failed: %s", err)
-                stop.wait(self.max_backoff_seconds)
-            except Exception as exc:
-                self.live.failed(LOOP_WATCH, exc)
-                self.log.exception("unexpected error in the ResourceSlice watch")
-                stop.wait(self.max_backoff_seconds)
-
-    def _watch_once(self, state: JSON, stop: threading.Event) -> None:
-        cache: dict[str, JSON] = state["cache"]
-        try:
-            if state["rv"] is None:
-                items, rv = self.kube.list_slices(driver=self.driver_name, node=self.node_name)
-                cache.clear()
-                cache.update({i["metadata"]["name"]: i for i in items})
-                state["rv"] = rv
-                self._check(cache)
-            for kind, obj in self.kube.watch_slices(
-                driver=self.driver_name,
-                node=self.node_name,
-                resource_version=state["rv"],
-                timeout_seconds=self.watch_timeout_seconds,
-                stop=stop,
-            ):
-                meta = obj.get("metadata") or {}
-                state["rv"] = meta.get("resourceVersion") or state["rv"]
-                self.live.passed(LOOP_WATCH)
-                if kind == "BOOKMARK":
-                    continue
-                if kind == "DELETED":
-                    cache.pop(meta.get("name", ""), None)
-                else:
-                    cache[meta.get("name", "")] = obj
-                self._check(cache)
-        except errors.Gone:
-            # Only an expired resourceVersion forces a relist; after other errors the watch
-            # resumes from the last version seen (like client-go's reflector).
-            self.log.info("ResourceSlice watch expired (410 Gone); relisting")
-            state["rv"] = None
-
-    def _check(self, cache: Mapping[str, JSON]) -> None:
-        """Trigger a sync when the watched slices differ from the desired pools."""
+    def _differs(self, slices: Iterable[JSON]) -> bool:
+        """Whether the watched slices differ from the desired pools (the watch then triggers a sync)."""
         plans = plan_pools(
-            cache.values(),
+            slices,
             self.resources,
             driver_name=self.driver_name,
             node_name=self.node_name,
             ignore=self.dropped,
         )
-        if any(not plan.empty for plan in plans.values()):
-            self.trigger()
+        return any(not plan.empty for plan in plans.values())

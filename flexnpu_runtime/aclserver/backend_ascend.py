@@ -22,20 +22,34 @@ ABI-compatible library with device memory in host RAM and call counters.
   charged (or the caller's), described through CANN's desc queries into the layout of
   ``docs/model-format.md``, executed with CANN datasets of the device buffers; an execution is
   charged the die time the model's previous execution took (``ascend_models.py``).
+* Operators (``execute_operator``, called by ``opexec.py`` in stream order): forwarded to CANN's
+  single-operator API or to the host's ``libopapi.so`` (``ascend_ops.py``); an aclnn workspace is
+  device memory charged to the session's quota while the operator runs.
+* Kernel binaries (``kernels.py``'s hooks): ``aclrtBinaryLoadFromData``, ``aclrtBinaryGetFunction``,
+  ``aclrtLaunchKernel`` (arguments by value, on the operators' stream of the die, synchronized) and
+  ``aclrtBinaryUnLoad``.
+* Virtual memory (``vmm.py``'s hooks ``make_memory``, ``make_handle``, ``map_memory``,
+  ``unmap_memory``): ``aclrtReserveMemAddress`` (not charged), ``aclrtMallocPhysical`` (charged to
+  the quota like ``aclrtMalloc``; the client sees a token address, the CANN handle stays here),
+  ``aclrtMapMem``, ``aclrtUnmapMem``, ``aclrtReleaseMemAddress``, ``aclrtFreePhysical``. Freeing a
+  range or a handle (a session's close included) unmaps what CANN still maps there first.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import itertools
 import struct
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from flexnpu_runtime.aclserver import datalink
 from flexnpu_runtime.aclserver.ascend_models import ModelRuntime
+from flexnpu_runtime.aclserver.ascend_ops import OperatorRuntime
 from flexnpu_runtime.aclserver.backend import KERNEL_RESULT_BYTES, AclFailure, Allocation, Buffer, LoadedModel
 from flexnpu_runtime.aclserver.quota import QuotaBook
 from flexnpu_wire import codes
@@ -44,12 +58,45 @@ from flexnpu_wire.datalink import HOST_TAG
 from flexnpu_wire.launch import AclServerSpec
 from flexnpu_wire.modelfile import ModelFile
 
+if TYPE_CHECKING:
+    from flexnpu_wire.opcall import OpCall
+
 __all__ = ["DEFAULT_LIBRARY", "AscendBackend", "AscendRuntime"]
 
 DEFAULT_LIBRARY = "/usr/local/Ascend/ascend-toolkit/latest/lib64/libascendcl.so"
 _H2D, _D2H, _D2D = 1, 2, 3
 _HBM = int(codes.MemAttr.HBM_MEM)
 _RESULT = struct.Struct("<QQ")
+_HANDLE_BASE = 1 << 59
+"""Physical handles are named to the client by token addresses from here (beyond any device or host
+address, below the data link's HOST_TAG), so the book never confuses one with device memory."""
+_HANDLE_GAP = 1 << 32
+_ACL_MEM_LOCATION_TYPE_DEVICE = 1
+
+
+class _PhysicalMemProp(ctypes.Structure):
+    """CANN's aclrtPhysicalMemProp (acl/acl_rt.h)."""
+
+    _fields_ = [
+        ("handleType", ctypes.c_int),
+        ("allocationType", ctypes.c_int),
+        ("memAttr", ctypes.c_int),
+        ("location_id", ctypes.c_uint32),
+        ("location_type", ctypes.c_int),
+        ("reserve", ctypes.c_uint64),
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class _Reserved:
+    """The payload of a reserved range's allocation (CANN's address is its base)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Physical:
+    """The payload of a physical handle's allocation: CANN's aclrtDrvMemHandle."""
+
+    handle: int
 
 
 class AscendRuntime:
@@ -76,6 +123,23 @@ class AscendRuntime:
             "aclrtMemset": [c.c_void_p, c.c_size_t, c.c_int32, c.c_size_t],
             "aclrtGetMemInfo": [c.c_int, c.POINTER(c.c_size_t), c.POINTER(c.c_size_t)],
         }
+        vmm: dict[str, list[Any]] = {
+            "aclrtReserveMemAddress": [c.POINTER(c.c_void_p), c.c_size_t, c.c_size_t, c.c_void_p, c.c_uint64],
+            "aclrtReleaseMemAddress": [c.c_void_p],
+            "aclrtMallocPhysical": [
+                c.POINTER(c.c_void_p),
+                c.c_size_t,
+                c.POINTER(_PhysicalMemProp),
+                c.c_uint64,
+            ],
+            "aclrtFreePhysical": [c.c_void_p],
+            "aclrtMapMem": [c.c_void_p, c.c_size_t, c.c_size_t, c.c_void_p, c.c_uint64],
+            "aclrtUnmapMem": [c.c_void_p],
+            "aclrtBinaryLoadFromData": [c.c_void_p, c.c_size_t, c.c_void_p, c.POINTER(c.c_void_p)],
+            "aclrtBinaryGetFunction": [c.c_void_p, c.c_char_p, c.POINTER(c.c_void_p)],
+            "aclrtLaunchKernel": [c.c_void_p, c.c_uint32, c.c_void_p, c.c_size_t, c.c_void_p],
+            "aclrtBinaryUnLoad": [c.c_void_p],
+        }
         self._fns: dict[str, Any] = {}
         for name, argtypes in sigs.items():
             try:
@@ -85,12 +149,19 @@ class AscendRuntime:
             fn.argtypes = argtypes
             fn.restype = c.c_int
             self._fns[name] = fn
+        for name, argtypes in vmm.items():  # optional: a runtime without one answers 200001 when it is called
+            fn = getattr(lib, name, None)
+            if fn is not None:
+                fn.argtypes, fn.restype = argtypes, c.c_int
+                self._fns[name] = fn
         self._errmsg = getattr(lib, "aclGetRecentErrMsg", None)
         if self._errmsg is not None:
             self._errmsg.argtypes = []
             self._errmsg.restype = c.c_char_p
         self._lib = lib
         self._models: ModelRuntime | None = None
+        self._operators: OperatorRuntime | None = None
+        self._op_guard = threading.Lock()
 
     def models(self) -> ModelRuntime:
         """The aclmdl binding, made at the first model call (AclFailure 200001 if the runtime lacks it)."""
@@ -98,11 +169,29 @@ class AscendRuntime:
             self._models = ModelRuntime(self._lib, self.path, self.call)
         return self._models
 
+    def operators(self) -> OperatorRuntime:
+        """The operator binding, made at the first operator (AclFailure if the runtime lacks it)."""
+        with self._op_guard:
+            if self._operators is None:
+                self._operators = OperatorRuntime(self._lib, self.path, self.recent_error)
+            return self._operators
+
+    def close_operators(self) -> None:
+        if self._operators is not None:
+            self._operators.close(self.set_device)
+
+    def recent_error(self) -> str:
+        raw = self._errmsg() if self._errmsg is not None else None
+        return raw.decode(errors="replace") if isinstance(raw, bytes) else ""
+
     def call(self, name: str, *args: object, fn: Any = None) -> None:
+        if fn is None and name not in self._fns:
+            raise AclFailure(
+                codes.ACL_ERROR_API_NOT_SUPPORT, f"{name}: the host's CANN runtime {self.path} lacks it"
+            )
         ret = int((fn or self._fns[name])(*args))
         if ret != 0:
-            raw = self._errmsg() if self._errmsg is not None else None
-            text = raw.decode(errors="replace") if isinstance(raw, bytes) else ""
+            text = self.recent_error()
             raise AclFailure(ret, f"{name} failed with ACL error {ret}" + (f": {text}" if text else ""))
 
     def set_device(self, device: int) -> None:
@@ -131,6 +220,10 @@ class AscendBackend:
         self.rt = AscendRuntime(library)
         self._local = threading.local()
         self._dies: dict[int, int] = {}
+        self._handle_ids = itertools.count(_HANDLE_BASE, _HANDLE_GAP)
+        self._mappings: dict[int, tuple[int, int]] = {}
+        """CANN mappings: address -> (its range's base, the CANN handle mapped there)."""
+        self._vmm_lock = threading.Lock()
         self.rt.call("aclInit", None)
         try:
             visible = self.rt.device_count()
@@ -171,7 +264,105 @@ class AscendBackend:
 
     def _drop(self, alloc: Allocation) -> None:
         self._select(alloc.device)
-        self.rt.call("aclrtFree", alloc.base)
+        payload = alloc.payload
+        if isinstance(payload, _Reserved | _Physical):
+            self._drop_virtual(alloc.base, payload)
+        else:
+            self.rt.call("aclrtFree", alloc.base)
+
+    # -- virtual memory (vmm.py's hooks; the session layer keeps the books) ---------------------------
+
+    def make_memory(self, size: int, *, device: int = 0) -> tuple[int, _Reserved]:
+        """A reserved range of device addresses (aclrtReserveMemAddress)."""
+        self._select(device)
+        va = ctypes.c_void_p()
+        self.rt.call("aclrtReserveMemAddress", ctypes.byref(va), size, 0, None, 0)
+        return int(va.value or 0), _Reserved()
+
+    def make_handle(self, size: int, *, device: int = 0) -> tuple[int, _Physical]:
+        """Physical memory of the share's die (aclrtMallocPhysical), named by a token address."""
+        self._select(device)
+        prop = _PhysicalMemProp(
+            0, 0, int(codes.MemAttr.HBM_HUGE), self._dies[device], _ACL_MEM_LOCATION_TYPE_DEVICE, 0
+        )
+        handle = ctypes.c_void_p()
+        self.rt.call("aclrtMallocPhysical", ctypes.byref(handle), size, ctypes.byref(prop), 0)
+        return next(self._handle_ids), _Physical(int(handle.value or 0))
+
+    def map_memory(
+        self, *, address: int, size: int, offset: int, handle: Allocation, into: Allocation
+    ) -> None:
+        """Map ``size`` bytes of ``handle`` from ``offset`` at ``address`` inside the range ``into``."""
+        assert isinstance(handle.payload, _Physical)
+        self._select(into.device)
+        self.rt.call("aclrtMapMem", address, size, offset, handle.payload.handle, 0)
+        with self._vmm_lock:
+            self._mappings[address] = (into.base, handle.payload.handle)
+
+    def unmap_memory(self, *, address: int, into: Allocation) -> None:
+        self._select(into.device)
+        self.rt.call("aclrtUnmapMem", address)
+        with self._vmm_lock:
+            self._mappings.pop(address, None)
+
+    def _drop_virtual(self, base: int, payload: _Reserved | _Physical) -> None:
+        """Release a range or free a handle, unmapping first what CANN still maps in it or of it."""
+        handle = payload.handle if isinstance(payload, _Physical) else None
+        with self._vmm_lock:
+            stale = [a for a, (r, h) in self._mappings.items() if (h == handle if handle else r == base)]
+        for address in stale:
+            with contextlib.suppress(AclFailure):
+                self.rt.call("aclrtUnmapMem", address)
+            with self._vmm_lock:
+                self._mappings.pop(address, None)
+        if handle is not None:
+            self.rt.call("aclrtFreePhysical", handle)
+        else:
+            self.rt.call("aclrtReleaseMemAddress", base)
+
+    # -- kernel binaries (kernels.py's hooks) ---------------------------------------------------------
+
+    def load_binary(self, device: int, data: memoryview) -> int:
+        """aclrtBinaryLoadFromData on ``device``'s die (no load options); CANN's aclrtBinHandle."""
+        self._select(device)
+        handle = ctypes.c_void_p()
+        self.rt.call("aclrtBinaryLoadFromData", _host_buffer(data), data.nbytes, None, ctypes.byref(handle))
+        return int(handle.value or 0)
+
+    def binary_function(self, device: int, binary: int, name: str) -> int:
+        self._select(device)
+        func = ctypes.c_void_p()
+        self.rt.call("aclrtBinaryGetFunction", binary, name.encode(), ctypes.byref(func))
+        return int(func.value or 0)
+
+    def launch_function(self, device: int, func: int, block_dim: int, args: bytes) -> int:
+        """aclrtLaunchKernel with the arguments by value on the die's stream, synchronized; its die µs."""
+        ops = self.rt.operators()
+        self._select(device)
+        block = ctypes.create_string_buffer(args, len(args))
+
+        def launch(stream: int, _held: object) -> None:
+            self.rt.call("aclrtLaunchKernel", func, block_dim, block if args else None, len(args), stream)
+
+        return ops.run(self._dies[device], "aclrtLaunchKernel", launch)
+
+    def unload_binary(self, device: int, binary: int) -> None:
+        self._select(device)
+        self.rt.call("aclrtBinaryUnLoad", binary)
+
+    # -- operators ---------------------------------------------------------------------------------
+
+    def execute_operator(self, call: OpCall, *, device: int, owner: int) -> int:
+        """Run ``call`` on ``device``'s die through the host's CANN, in the calling worker's turn; its die µs.
+        An aclnn workspace is allocated from the quota for ``owner`` and freed when the operator ended."""
+
+        def workspace(size: int) -> tuple[int, Callable[[], None]]:
+            ptr = self.malloc(device, size, 0, owner=owner)
+            return ptr, lambda: self.book.free(ptr, owner=owner)
+
+        ops = self.rt.operators()
+        self._select(device)
+        return ops.execute(call, phy=self._dies[device], workspace=workspace)
 
     def device_view(self, ptr: int, count: int, *, owner: int = 0) -> memoryview:
         raise AclFailure(
@@ -318,6 +509,9 @@ class AscendBackend:
 
     def close(self) -> None:
         self.book.close()
+        with contextlib.suppress(AclFailure):
+            self.rt.close_operators()
+        self._local.device = None  # close_operators selected dies behind the cache
         self._finalize()
 
     def _finalize(self) -> None:

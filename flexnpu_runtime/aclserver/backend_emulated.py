@@ -81,7 +81,7 @@ class EmulatedBackend:
             )
         return view[offset : offset + count]
 
-    def make_memory(self, size: int) -> tuple[int, memoryview]:
+    def make_memory(self, size: int, *, device: int = 0) -> tuple[int, memoryview]:
         """Addresses and lazily mapped memory for a reserved range (vmm.py): pages cost nothing until written."""
         buf = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         with self._lock:
@@ -89,7 +89,7 @@ class EmulatedBackend:
             self._next += -(-(size + _PTR_GAP) // _PTR_GAP) * _PTR_GAP
         return base, memoryview(buf)
 
-    def make_handle(self, size: int) -> tuple[int, None]:
+    def make_handle(self, size: int, *, device: int = 0) -> tuple[int, None]:
         """An address for a physical memory handle (vmm.py), which has no memory until it is mapped."""
         with self._lock:
             base = self._next

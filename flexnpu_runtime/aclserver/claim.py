@@ -15,7 +15,7 @@ from collections.abc import Callable
 from flexnpu_runtime.aclserver.backend import Backend
 from flexnpu_runtime.aclserver.dispatch import Session
 from flexnpu_runtime.aclserver.hostmem import HostBudget
-from flexnpu_runtime.aclserver.models import Link
+from flexnpu_runtime.aclserver.model_runs import Link
 from flexnpu_runtime.aclserver.quota import QuotaBook
 from flexnpu_wire import codes
 from flexnpu_wire.launch import AclServerSpec

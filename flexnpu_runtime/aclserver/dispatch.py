@@ -17,8 +17,10 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from flexnpu_runtime.aclserver.backend import AclFailure, Backend
 from flexnpu_runtime.aclserver.hostmem import HostBudget
+from flexnpu_runtime.aclserver.kernels import Kernels
 from flexnpu_runtime.aclserver.memory import Memory
-from flexnpu_runtime.aclserver.models import Link, Models
+from flexnpu_runtime.aclserver.model_runs import Link
+from flexnpu_runtime.aclserver.models import Models
 from flexnpu_runtime.aclserver.quota import QuotaBook
 from flexnpu_runtime.aclserver.streams import WAITING_OPS, Streams
 from flexnpu_runtime.aclserver.vmm import VirtualMemory
@@ -92,6 +94,7 @@ class Session:
         self._backend, self._book = backend, book
         self._operators: Operators | None = None  # made at the first operator (numpy loads with it)
         self.vmm = VirtualMemory(backend, book, session_id=self.session_id)
+        self.kernels = Kernels(backend, blobs=self.models.blobs, streams=self.streams, current=self._current)
         self.staging = self.memory.staging
         handlers: dict[Op, Handler] = {
             Op.INIT: self._init,
@@ -105,10 +108,12 @@ class Session:
             **self.streams.handlers(),
             **self.models.handlers(),
             **self.vmm.handlers(),
+            **self.kernels.handlers(),
         }
         tail_handlers: dict[Op, TailHandler] = {
             Op.MALLOC_HOST: self.memory.malloc_host,
             **self.models.tail_handlers(),
+            **self.kernels.tail_handlers(),
         }
         # arity comes from the op table (flexnpu_wire/ops.py), the one definition of each layout
         self._handlers: dict[int, tuple[frozenset[int], Handler, bool]] = {
@@ -189,6 +194,7 @@ class Session:
             return
         self._closed = True
         self.streams.close()
+        self.kernels.close()
         self.models.close()
         self.memory.close()
 
@@ -219,6 +225,7 @@ class Session:
         if not self.initialized:
             raise AclFailure(codes.ACL_ERROR_REPEAT_FINALIZE, "acl.finalize without acl.init")
         self.streams.drain()
+        self.kernels.close()
         self.models.close()
         self.streams.forget_streams()
         self.book.release_all(owner=self.session_id)

@@ -1,7 +1,7 @@
 """The claim's host-memory budget: every byte of host memory a tenant makes the aclserver hold.
 
 One ``HostBudget`` per aclserver, shared by its sessions and handed to whom books host memory:
-``memory.Memory`` (host buffers of the data link and staging regions) and ``models.Models``
+``memory.Memory`` (host buffers of the data link and staging regions) and ``model_bytes.ModelBytes``
 (model bytes in flight). The limit is the launch spec's ``host_memory_limit`` (``hostMemory``
 of the claim's VnpuConfig, by default its device memory quota). Device memory is the quota
 book's (``quota.py``), never this budget.

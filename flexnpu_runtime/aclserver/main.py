@@ -52,6 +52,9 @@ def run(spec: AclServerSpec, *, backend_name: str | None = None, ascend_library:
     """Serve ``spec`` until SIGTERM/SIGINT; return the process exit code."""
     log = logs.claim_logger(spec.claim_uid, base=logging.getLogger("flexnpu.aclserver"))
     raise_nofile_limit()
+    # the emulated die is one host core computing (docs/pytorch.md): numpy, imported at the first
+    # operator or model, then multiplies matrices on one BLAS thread, not on every core of the node
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
         # each backend builds the quota book with how to drop its device memory; the server hands
         # the book to the claim's sessions

@@ -3,13 +3,16 @@
 A client sends one message per operator (``libascendcl/src/op.c``: ``aclopCompileAndExecute``,
 ``aclopExecuteV2``, the aclnn launches of ``libopapi.so``) and waits for no reply. ``Operators.launch``
 decodes it (``flexnpu_wire/opcall.py``), checks every device tensor against the session's allocations
-and pins them, and queues a task on the stream. The task, on the device's worker, builds numpy views
+and pins them, and queues a task on the stream. The task, on the device's worker, once a slice of the
+die is granted (the emulated die is the host computing: ``streams._run_operator``), builds numpy views
 over the share's device memory (dtype, dims, strides and offset from the message; host tensors from
-their bytes), calls the operator library (``operators.run``), then holds the die for the die time the
-library returned, through the same quota ledger as every kernel, so the share's compute policy
-charges it. A failure — a malformed message, an unknown op (named), a tensor outside the share, a
-dtype or shape the op refuses — becomes the stream's error: the next synchronize of that stream (or of
-its device) returns it; the operators queued after it still run.
+their bytes) and calls the operator library (``operators.run``), which returns the modelled die time;
+the die is held for the longer of that and the measured compute, through the same quota ledger as every
+kernel, so the share's compute policy charges it. A backend with an ``execute_operator`` (the ascend
+backend, ``ascend_ops.py``) runs the checked call on its device instead, in the same slice, and returns
+the die time it took (so it is held once, while it runs). A failure — a malformed message, an unknown op
+(named), a tensor outside the share, a dtype or shape the op refuses — becomes the stream's error: the
+next synchronize of that stream (or of its device) returns it; the operators queued after it still run.
 """
 
 from __future__ import annotations
@@ -67,7 +70,7 @@ class Operators:
             uses = [self._allocation(call.name, f"inputs[{i}]", t) for i, t in enumerate(call.inputs)]
             uses += [self._allocation(call.name, f"outputs[{i}]", t) for i, t in enumerate(call.outputs)]
             task = Task(stream, 0, _no_completion, sticky=True)
-            task.prepare = lambda: self._compute(call)
+            task.prepare = lambda: self._compute(call, stream.device)
             self.streams.wait_for_room()  # backpressure: the client's sends wait, no operator is dropped
             self.streams.submit(task, [a for a in uses if a is not None])
             self.launched += 1
@@ -76,8 +79,11 @@ class Operators:
 
     # -- on the worker ------------------------------------------------------------------------------
 
-    def _compute(self, call: opcall.OpCall) -> int:
+    def _compute(self, call: opcall.OpCall, device: int) -> int:
         """Run the operator (views made now, in stream order); its die time in microseconds."""
+        execute = getattr(self.backend, "execute_operator", None)
+        if execute is not None:  # a backend that runs operators on its device (ascend: the host's CANN)
+            return int(execute(call, device=device, owner=self.session_id))
         inputs = [self._array(call.name, f"inputs[{i}]", t) for i, t in enumerate(call.inputs)]
         outputs = [self._array(call.name, f"outputs[{i}]", t) for i, t in enumerate(call.outputs)]
         try:
@@ -138,7 +144,7 @@ class Operators:
 
 
 def _no_completion() -> None:
-    """An operator's results are written when it is computed, before its die time is held."""
+    """An operator's results are written when it is computed, while it holds the die."""
 
 
 def _dtype(op: str, where: str, acl: int) -> np.dtype[Any]:

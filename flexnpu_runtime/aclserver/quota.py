@@ -285,6 +285,15 @@ class QuotaBook:
         share = self.share(device)
         return share.ledger.confirm(share.slot, grant)
 
+    def settle_slice(self, device: int, grant: tuple[float, float], until: float) -> None:
+        """A grant ended at ``until`` rather than its end: the overrun charged, what is left given
+        back (``DieLedger.settle``)."""
+        share = self.share(device)
+        delta = share.ledger.settle(share.slot, grant, until)
+        if delta:
+            with self._lock:
+                share.consumed_us = max(0, share.consumed_us + delta)
+
     def compute_usage(self, device: int) -> tuple[int, int]:
         """(die microseconds used so far, compute quota in percent) of a device."""
         share = self.share(device)

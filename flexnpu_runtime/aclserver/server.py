@@ -7,17 +7,12 @@ closes a connection whose HELLO has not succeeded ``auth_timeout_ms`` after conn
 deadline: PINGs do not extend it), and backs off when ``accept`` fails with EMFILE/ENFILE
 instead of dying.
 
-**Budgets** (issue 25 class 1: one pod's tokenless connections must not keep another claim's
-tenant out). Authenticated sessions are bounded by ``max_sessions`` alone; no unauthenticated
-connection counts against them. Unauthenticated connections have a budget of their own,
-``max_connections - max_sessions``, once per listener: the unix socket (reachable only from the
-claim's own pods) never competes with TCP. On TCP one peer (a remote address) holds at most
-``per_peer_pending`` of them; when the TCP budget is full, a new peer's connection takes the place
-of the oldest one of the peer holding the most, so a flood from a few addresses cannot keep a
-new address out. The TCP listener exists only if the claim asked for TCP (``tcp_listen``). Before
-HELLO a PING on TCP answers nothing about the process (its pid is 0). Only an authenticated session gets a
-thread (at most ``max_sessions`` of them); its calls run there with a blocking socket, the
-lowest-latency path for a small call. Sessions share the claim's quota (``Claim``); each one's
+Unauthenticated connections are accepted within budgets of their own, per listener and per
+TCP peer, which never count against ``max_sessions`` (``admission.py``). The TCP listener exists
+only if the claim asked for TCP (``tcp_listen``). Before HELLO a PING on TCP answers nothing
+about the process (its pid is 0). Only an authenticated session gets a thread (at most
+``max_sessions`` of them); its calls run there with a blocking socket, the lowest-latency path
+for a small call. Sessions share the claim's quota (``Claim``); each one's
 memory, streams and host buffers are released when its connection ends for any reason (a
 SIGKILL'd client closes its socket).
 """
@@ -37,11 +32,11 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from dra_driver import files
 from dra_driver.logs import ClaimLogger
+from flexnpu_runtime.aclserver.admission import Admission, Pending
 from flexnpu_runtime.aclserver.backend import Backend
 from flexnpu_runtime.aclserver.claim import Claim, SessionRefused
 from flexnpu_runtime.aclserver.dispatch import WAITING_OPS, FdReply, Session
@@ -58,36 +53,13 @@ SOCKET_MODE = 0o666
 the file is reachable only through the claim's own shm dir; HELLO needs the claim token."""
 _BACKOFF_MIN_S = 0.05
 _BACKOFF_MAX_S = 1.0
-_PRE_AUTH_BUFFER = 1024
-_WARN_EVERY_S = 5.0
 _PING, _HELLO = int(Op.PING), int(Op.HELLO)
-_PER_PEER_PENDING = 8
-"""Unauthenticated TCP connections one remote address holds at most (fewer if the budget is small)."""
 _MAX_WAITERS = 64
 """Blocking synchronize calls of one session served off its thread at once (more run inline)."""
 _PRECISE_S = 0.001
 _KEEP_WHILE_RUNNING = (WAITING_OPS - {int(Op.MODEL_EXECUTE)}) | {int(Op.FINALIZE)}
 """Ops a session thread running an execution itself does not serve meanwhile: they may wait for
 the session's work (an execution's handler never does while the session thread runs one)."""
-
-
-@dataclass(slots=True)
-class _Pending:
-    """A connection that has not authenticated yet (served by the selector loop)."""
-
-    sock: socket.socket
-    reader: protocol.FrameReader
-    deadline: float
-    peer: str
-    """``unix``, or ``tcp:`` and the remote address."""
-
-
-@dataclass(slots=True)
-class _Counters:
-    refused_full: int = 0
-    accept_errors: int = 0
-    timed_out: int = 0
-    last_warning: dict[str, float] = field(default_factory=dict)
 
 
 class Server:
@@ -101,15 +73,9 @@ class Server:
         self.claim = Claim(backend, book, spec, on_sessions_changed=self._sessions_changed)
         self._token = spec.token.encode()
         self._listeners: list[socket.socket] = []
-        self._pending: dict[int, _Pending] = {}
-        self._peers: collections.Counter[str] = collections.Counter()
-        """Unauthenticated connections per peer (``_Pending.peer``)."""
-        self.pending_cap = max(1, spec.max_connections - spec.max_sessions)
-        """Unauthenticated connections at once, per listener."""
-        self.per_peer_pending = max(1, min(_PER_PEER_PENDING, self.pending_cap // 2))
+        self.admission = Admission(spec, log=log)
         self._live: dict[int, _Connection] = {}
         self._lock = threading.Lock()
-        self._counters = _Counters()
         self._stopping = False
 
     def start(self) -> None:
@@ -135,7 +101,7 @@ class Server:
 
     def serve(self, stop: socket.socket) -> None:
         """Accept and authenticate connections until ``stop`` becomes readable."""
-        auth_s = self.spec.auth_timeout_ms / 1000
+        admission = self.admission
         backoff = 0.0
         paused_until = 0.0
         listening = True
@@ -150,25 +116,24 @@ class Server:
                     for listener in self._listeners:
                         sel.register(listener, selectors.EVENT_READ, "listen")
                     listening = True
-                timeout = min((p.deadline for p in self._pending.values()), default=now + 3600) - now
+                timeout = admission.next_deadline(now + 3600) - now
                 if not listening:
                     timeout = min(timeout, paused_until - now)
                 for key, _ in sel.select(max(0.0, timeout)):
                     if key.data == "stop":
-                        self._close_pending(sel)
+                        admission.drop_all(sel)
                         return
                     if key.data == "listen":
                         assert isinstance(key.fileobj, socket.socket)
                         try:
-                            self._accept(key.fileobj, sel, deadline=time.monotonic() + auth_s)
+                            admission.accept(key.fileobj, sel)
                             backoff = 0.0
                         except OSError as exc:
                             if exc.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
                                 raise
                             # Out of descriptors: stop accepting for a while, keep serving sessions.
-                            self._counters.accept_errors += 1
                             backoff = min(_BACKOFF_MAX_S, max(_BACKOFF_MIN_S, backoff * 2))
-                            self._warn("accept", f"accept failed ({exc.strerror}); pausing {backoff:.2f}s")
+                            admission.accept_failed(exc, backoff)
                             if listening:
                                 for listener in self._listeners:
                                     sel.unregister(listener)
@@ -177,71 +142,15 @@ class Server:
                             break
                     else:
                         self._on_pending(key.data, sel)
-                now = time.monotonic()
-                for fd in [fd for fd, p in self._pending.items() if p.deadline <= now]:
-                    self._counters.timed_out += 1
-                    self._drop(fd, sel, f"no HELLO within {self.spec.auth_timeout_ms} ms of connect")
-
-    def _accept(self, listener: socket.socket, sel: selectors.BaseSelector, *, deadline: float) -> None:
-        while True:
-            try:
-                conn, _addr = listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            unix = conn.family == socket.AF_UNIX
-            peer = "unix" if unix else f"tcp:{_addr[0]}"
-            refusal = self._admit(peer, sel)
-            if refusal:
-                self._counters.refused_full += 1
-                self._warn("full", f"refused a connection: {refusal}")
-                with contextlib.suppress(OSError):
-                    conn.setblocking(False)
-                    conn.send(
-                        protocol.encode_reply(
-                            Op.NONE, 0, codes.ACL_ERROR_RT_RESOURCE_ALLOC_FAIL, tail=refusal.encode()
-                        )
-                    )
-                conn.close()
-                continue
-            conn.setblocking(False)
-            if conn.family != socket.AF_UNIX:
-                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            reader = protocol.FrameReader(
-                conn, protocol.MAX_PRE_AUTH_FRAME_BYTES, initial_buffer=_PRE_AUTH_BUFFER
-            )
-            self._pending[conn.fileno()] = _Pending(conn, reader, deadline, peer)
-            self._peers[peer] += 1
-            sel.register(conn, selectors.EVENT_READ, conn.fileno())
-
-    def _admit(self, peer: str, sel: selectors.BaseSelector) -> str:
-        """Why a new unauthenticated connection from ``peer`` is refused ("": it is admitted,
-        possibly in the place of another TCP peer's oldest; see the module docstring)."""
-        tcp = peer != "unix"
-        if tcp and self._peers[peer] >= self.per_peer_pending:
-            return (
-                f"too many connections from {peer[4:]} before authentication"
-                f" (limit {self.per_peer_pending} per peer)"
-            )
-        pool = [p for p in self._peers if (p != "unix") == tcp]
-        if sum(self._peers[p] for p in pool) < self.pending_cap:
-            return ""
-        heaviest = max(pool, key=lambda p: self._peers[p])
-        if not tcp or self._peers[heaviest] <= self._peers[peer] + 1:
-            return f"too many connections (limit {self.pending_cap} unauthenticated on the {peer[:4].rstrip(':')} socket)"
-        oldest = min(
-            (fd for fd, p in self._pending.items() if p.peer == heaviest),
-            key=lambda fd: self._pending[fd].deadline,
-        )
-        self._drop(oldest, sel, f"made room for a connection from {peer[4:]} ({heaviest[4:]} held the most)")
-        return ""
+                admission.expire(sel)
 
     def _on_pending(self, fd: int, sel: selectors.BaseSelector) -> None:
-        pending = self._pending.get(fd)
+        pending = self.admission.get(fd)
         if pending is None:
             return
         try:
             if not pending.reader.fill():
-                self._drop(fd, sel, "")
+                self.admission.drop(fd, sel, "")
                 return
             while True:
                 msg = pending.reader.next_buffered()
@@ -257,7 +166,7 @@ class Server:
                 if conn is None:
                     with contextlib.suppress(OSError):
                         pending.sock.send(reply)
-                    self._drop(fd, sel, "")
+                    self.admission.drop(fd, sel, "")
                     return
                 self._promote(fd, sel, pending, conn, reply)
                 return
@@ -268,38 +177,15 @@ class Server:
                 pending.sock.send(
                     protocol.encode_reply(Op.NONE, 0, codes.ACL_ERROR_INVALID_PARAM, tail=str(exc).encode())
                 )
-            self._drop(fd, sel, f"before authentication: {exc}")
+            self.admission.drop(fd, sel, f"before authentication: {exc}")
         except OSError:
-            self._drop(fd, sel, "")
-
-    def _take(self, fd: int) -> _Pending | None:
-        """Take a connection out of the unauthenticated ones (None: it is not one)."""
-        pending = self._pending.pop(fd, None)
-        if pending is not None:
-            self._peers[pending.peer] -= 1
-            if not self._peers[pending.peer]:
-                del self._peers[pending.peer]
-        return pending
-
-    def _drop(self, fd: int, sel: selectors.BaseSelector, why: str) -> None:
-        pending = self._take(fd)
-        if pending is None:
-            return
-        with contextlib.suppress(KeyError, ValueError):
-            sel.unregister(pending.sock)
-        pending.sock.close()
-        if why:
-            self._warn("drop", f"closed an unauthenticated connection: {why}")
-
-    def _close_pending(self, sel: selectors.BaseSelector) -> None:
-        for fd in list(self._pending):
-            self._drop(fd, sel, "")
+            self.admission.drop(fd, sel, "")
 
     def _promote(
-        self, fd: int, sel: selectors.BaseSelector, pending: _Pending, conn: _Connection, reply: bytes
+        self, fd: int, sel: selectors.BaseSelector, pending: Pending, conn: _Connection, reply: bytes
     ) -> None:
         """Hand an authenticated connection to its own thread."""
-        self._take(fd)
+        self.admission.take(fd)
         sel.unregister(pending.sock)
         pending.sock.setblocking(True)
         pending.reader.max_frame_bytes = self.spec.max_frame_bytes
@@ -329,7 +215,7 @@ class Server:
             with self._lock:
                 self._live = {k: v for k, v in self._live.items() if v is not conn}
 
-    def _hello(self, msg: protocol.Message, pending: _Pending) -> tuple[_Connection | None, bytes]:
+    def _hello(self, msg: protocol.Message, pending: Pending) -> tuple[_Connection | None, bytes]:
         if msg.op != Op.HELLO:
             return None, _error(
                 msg, codes.ACL_ERROR_RT_NO_PERMISSION, "authenticate with HELLO and the claim token first"
@@ -375,20 +261,10 @@ class Server:
     def shutdown(self) -> None:
         """Stop accepting, end every session (releasing its resources) and remove the socket file."""
         self._stopping = True
-        c = self._counters
-        if c.refused_full or c.accept_errors or c.timed_out:
-            self.log.info(
-                "connections refused at the cap: %d, accept errors: %d, closed without HELLO in time: %d",
-                c.refused_full,
-                c.accept_errors,
-                c.timed_out,
-            )
         for listener in self._listeners:
             listener.close()
         self._listeners.clear()
-        for pending in list(self._pending.values()):
-            pending.sock.close()
-        self._pending.clear()
+        self.admission.shutdown()
         with self._lock:
             live = list(self._live.values())
         for item in live:
@@ -413,17 +289,10 @@ class Server:
                 sync=False,
             )
 
-    def _warn(self, kind: str, message: str) -> None:
-        """Log at most one line per kind every few seconds (a flood must not flood the log)."""
-        now = time.monotonic()
-        if now - self._counters.last_warning.get(kind, 0.0) >= _WARN_EVERY_S:
-            self._counters.last_warning[kind] = now
-            self.log.warning("%s", message)
-
 
 class _Connection:
     """An authenticated connection and its session, which answers on it (it is the session's
-    ``models.Link``): its calls run on the connection's thread (``serve``), a blocking call off it
+    ``model_runs.Link``): its calls run on the connection's thread (``serve``), a blocking call off it
     (``_Waiters``), and a synchronous execution's reply may come from the thread that ends it."""
 
     def __init__(

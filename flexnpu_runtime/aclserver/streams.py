@@ -6,14 +6,16 @@ a synchronous model execution, with no hand-off to the worker), the bound on que
 synchronization, and cancellation. A task holds its die for ``duration_us`` — each slice granted
 by the quota book from the die ledger, so compute quotas (fixed, elastic, best-effort) hold across
 aclservers and for every kind of task alike — then runs its ``complete`` step (the kernel's
-result, a model's outputs). A thread that holds the die asks for 1 ns of timer slack, so its timed
-waits end when the slice does. What a task reads or writes is pinned in the book while it is
-queued: a FREE meanwhile returns at once, but the bytes stay charged until the task ends
-(``quota.py``).
+result, a model's outputs). An operator (a task with ``prepare``) is computed by the host while it
+holds the die, for max(modelled, measured) (``_run_operator``). A thread that holds the die asks for
+1 ns of timer slack, so its timed waits end when the slice does. What a task reads or writes is
+pinned in the book while it is queued: a FREE meanwhile returns at once, but the bytes stay charged
+until the task ends (``quota.py``).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import deque
@@ -36,7 +38,7 @@ MAX_QUEUED_TASKS = 1024
 holds a few hundred bytes of the aclserver's own memory; what it uses is charged to the quota."""
 WAITING_OPS = frozenset(
     {int(Op.SYNCHRONIZE_STREAM), int(Op.SYNCHRONIZE_DEVICE), int(Op.DESTROY_STREAM), int(Op.MODEL_UNLOAD),
-     int(Op.MODEL_EXECUTE)}
+     int(Op.MODEL_EXECUTE), int(Op.BINARY_UNLOAD)}
 )  # fmt: skip
 _STREAM_BASE = 0x5_0000_0000
 _PR_SET_TIMERSLACK = 29
@@ -54,8 +56,13 @@ class _Stream:
     synchronize of this stream or its device."""
 
 
-_SPIN_S = 80e-6
-"""The last part of a slice is waited out by yielding, not by a timed wait (which overshoots by tens of us)."""
+_AT_ONCE_S = 1e-3
+"""An operator's slice granted within this of its asking was not behind another share's: the slice it
+ran in before is charged up to its start, so the time the ledger takes to grant it is not lost."""
+_SPIN_S = 100e-6
+"""The last part of a slice is waited out by yielding the CPU (``sched_yield``, well under a microsecond
+when nothing else runs), not by a timed wait, which overshoots by 40 us at the median and more under
+load; ``time.sleep(0)`` is a timed wait too (20 us)."""
 
 
 def _hold_until(end: float, pause: Pause) -> bool:
@@ -64,7 +71,7 @@ def _hold_until(end: float, pause: Pause) -> bool:
     if rest > _SPIN_S and pause.wait(rest - _SPIN_S):
         return True
     while time.monotonic() < end:
-        time.sleep(0)
+        os.sched_yield()  # releases the GIL: the process's other threads run meanwhile
     return pause.is_set()
 
 
@@ -94,10 +101,15 @@ class Task:
     then: Callable[[], None] | None = None
     """Called once the task ended (ran, failed or was cancelled), after ``done`` is set."""
     prepare: Callable[[], int] | None = None
-    """Run first on the worker (an operator computes its results): returns the die microseconds
-    the task then holds (``duration_us``); an AclFailure ends the task without die time."""
+    """An operator: computed on the worker while it holds the die; returns its modelled die
+    microseconds (the die is held for the longer of that and the compute); an AclFailure is the
+    task's error (the compute's time is still charged)."""
     sticky: bool = False
     """Nobody waits for this task's reply: its failure becomes its stream's ``error``."""
+    at_end: Callable[[], None] | None = None
+    """Called on the thread that ran the task as soon as its die time is over (not if it was
+    cancelled or held no die time), before its pins and counts are released: a synchronous
+    call's reply goes out then."""
     done: threading.Event = field(default_factory=threading.Event)
 
 
@@ -112,6 +124,8 @@ class _Worker:
     """The head of ``queue`` while ``run_now`` runs it on the caller's thread (the worker waits)."""
     booked: tuple[float, float] | None = None
     """A slice booked ahead for the head of ``queue`` (by whoever ran the task before it)."""
+    held: tuple[float, float] | None = None
+    """The slice an operator ran in, kept for the operator queued behind it (``_run_operator``)."""
 
 
 class Streams:
@@ -275,7 +289,7 @@ class Streams:
             worker.caller_runs = task
         used: int | None = None
         try:
-            used = self._run_task(worker, task, pause)
+            used = _run_task(self.book, self._cond, worker, task, pause)
         finally:
             if used is None and task.error is None:
                 task.error = AclFailure(codes.ACL_ERROR_INTERNAL_ERROR, "cancelled: the session ended")
@@ -357,6 +371,7 @@ class Streams:
         # go, so a freed buffer's bytes leave with its quota (not when this worker takes its next task).
         task.complete = _ended
         task.prepare = None
+        task.at_end = None
         self.book.unpin(task.pins)
         task.pins = ()
         with self._cond:
@@ -391,84 +406,128 @@ class Streams:
                     t.error = AclFailure(codes.ACL_ERROR_INTERNAL_ERROR, "cancelled: the session ended")
                     self._finish(t, ran=False)
                 return
-            used = self._run_task(worker, task, cancel)
+            used = _run_task(self.book, self._cond, worker, task, cancel)
             if used is None:
                 continue  # cancelled: the top of the loop drains the queue
             with self._cond:
                 worker.queue.popleft()
             self._finish(task, ran=True, used_us=used)
 
-    def _run_task(self, worker: _Worker, task: Task, pause: Pause) -> int | None:
-        """Hold the die for ``task`` slice by slice, then complete it; the die microseconds it
-        used, or None if cancelled first.
 
-        While a slice runs, the next one (of this task or the next queued one) is booked just
-        before the die frees, so a busy device loses no die time between slices. The thread
-        sleeps (``pause``) while the die is held."""
-        book = self.book
-        if not getattr(_precise, "timers", False):  # once per thread: 1 ns of timer slack, not
-            proctitle.prctl(_PR_SET_TIMERSLACK, 1)  # Linux's 50 us, so a slice's wait ends on time
-            _precise.timers = True
-        if task.prepare is not None:
-            try:
-                task.duration_us = task.prepare()
-            except AclFailure as exc:
-                task.error = exc
-                return 0
-        elif task.error is not None:  # computed ahead (``_prepare_next``) and failed
-            return 0
-        remaining, used = task.duration_us, 0
-        while remaining > 0:
-            grant, worker.booked = worker.booked, None
-            if grant is None:
-                asked = time.monotonic()
-                want = min(remaining, scheduling.SLICE_US)
-                grant = book.acquire_slice(worker.device, want, pause, ready_at=None if used else asked)
-            if grant is None:
-                return None
-            start, end = grant
-            got = round((end - start) * 1e6)
-            remaining -= got
-            used += got
-            if remaining <= 0:  # the die computes during its last slice: the result is ready at its end
-                _complete(task)
-                self._prepare_next(worker)
-            nxt = self._next_want(worker, remaining)
-            lookahead_at = end - scheduling.LOOKAHEAD_US / 1e6
-            if nxt and not pause.wait(max(0.0, lookahead_at - time.monotonic())):
-                worker.booked = book.acquire_slice(
-                    worker.device, nxt, pause, ready_at=end if remaining <= 0 else None
-                )
-            while True:  # a latency-critical slice may go in before the end: it ends later then
-                if _hold_until(end, pause):
-                    return None
-                moved = book.confirm_slice(worker.device, grant)
-                if moved is None or moved[1] <= end:
-                    break
-                end = moved[1]
-        if not used:  # no die time at all (a model that declares none): only its result
+def _run_task(
+    book: QuotaBook, cond: threading.Condition, worker: _Worker, task: Task, pause: Pause
+) -> int | None:
+    """Run ``task`` on the die; the die microseconds it used, or None if cancelled first."""
+    if not getattr(_precise, "timers", False):  # once per thread: 1 ns of timer slack, not
+        proctitle.prctl(_PR_SET_TIMERSLACK, 1)  # Linux's 50 us, so a slice's wait ends on time
+        _precise.timers = True
+    if task.prepare is not None:
+        return _run_operator(book, cond, worker, task, pause)
+    if worker.held is not None:  # an operator's slice not used up: the die frees now
+        book.settle_slice(worker.device, worker.held, time.monotonic())
+        worker.held = None
+    return _hold(book, cond, worker, task, pause)
+
+
+def _run_operator(
+    book: QuotaBook, cond: threading.Condition, worker: _Worker, task: Task, pause: Pause
+) -> int | None:
+    """An operator holds the die while the host computes it (the emulated die is the host computing),
+    for max(its modelled die time, the measured compute time).
+
+    It runs in a slice granted as any other (or in what is left of the slice the operator before it
+    ran in: operators queued back to back share slices). numpy cannot be cut off at a slice's end: the
+    time an operator's compute runs past it is charged to the share (``QuotaBook.settle_slice``, carried
+    as debt over the period), and what the last queued operator leaves of its slice is given back. A
+    modelled time beyond the slice's end is held slice by slice afterwards, as a kernel's is."""
+    held, worker.held = worker.held, None
+    asked = time.monotonic()
+    grant = held if held is not None and asked < held[1] else None
+    if grant is None:
+        grant = book.acquire_slice(worker.device, scheduling.SLICE_US, pause, ready_at=asked)
+        if held is not None:  # used up: held to the new slice's start when granted at once (no gap)
+            at_once = grant is not None and grant[0] - asked < _AT_ONCE_S
+            book.settle_slice(worker.device, held, grant[0] if grant is not None and at_once else asked)
+        if grant is None or _hold_until(grant[0], pause):
+            return None
+    prepare, task.prepare = task.prepare, None
+    t0 = time.monotonic()
+    modelled = 0
+    try:
+        modelled = prepare() if prepare is not None else 0
+    except AclFailure as exc:
+        task.error = exc
+    except Exception as exc:  # an operator's bug is its ACL error, never a dead worker
+        task.error = AclFailure(codes.ACL_ERROR_INTERNAL_ERROR, f"the operator failed: {exc!r}")
+    busy = t0 + modelled / 1e6
+    if busy > grant[1]:  # modelled beyond this slice: hold it to its end, the rest in slices of their own
+        if _hold_until(grant[1], pause):
+            return None
+        now = time.monotonic()
+        book.settle_slice(worker.device, grant, now)  # the compute's overrun, if it ran past the end
+        task.duration_us = round((busy - now) * 1e6)
+        rest = _hold(book, cond, worker, task, pause) if task.duration_us > 0 else 0
+        return None if rest is None else round((now - t0) * 1e6) + rest
+    if _hold_until(busy, pause):
+        return None
+    now = time.monotonic()
+    with cond:
+        more = len(worker.queue) > 1 and worker.queue[1].prepare is not None and worker.caller_runs is None
+    if more:  # past its end too: the time to the next operator's start is the share's (the host's)
+        worker.held = grant
+    else:
+        book.settle_slice(worker.device, grant, now)
+    return max(1, round((now - t0) * 1e6))
+
+
+def _hold(
+    book: QuotaBook, cond: threading.Condition, worker: _Worker, task: Task, pause: Pause
+) -> int | None:
+    """Hold the die for ``task.duration_us`` slice by slice, then complete it; the die microseconds
+    it used, or None if cancelled first.
+
+    While a slice runs, the next one (of this task or the next queued kernel) is booked just before
+    the die frees, so a busy device loses no die time between slices. The thread sleeps (``pause``)
+    while the die is held."""
+    remaining, used = task.duration_us, 0
+    while remaining > 0:
+        grant, worker.booked = worker.booked, None
+        if grant is None:
+            asked = time.monotonic()
+            want = min(remaining, scheduling.SLICE_US)
+            grant = book.acquire_slice(worker.device, want, pause, ready_at=None if used else asked)
+        if grant is None:
+            return None
+        start, end = grant
+        got = round((end - start) * 1e6)
+        remaining -= got
+        used += got
+        if remaining <= 0:  # the die computes during its last slice: the result is ready at its end
             _complete(task)
-        return used
+        nxt = _next_want(cond, worker, remaining)
+        lookahead_at = end - scheduling.LOOKAHEAD_US / 1e6
+        if nxt and not pause.wait(max(0.0, lookahead_at - time.monotonic())):
+            worker.booked = book.acquire_slice(
+                worker.device, nxt, pause, ready_at=end if remaining <= 0 else None
+            )
+        while True:  # a latency-critical slice may go in before the end: it ends later then
+            if _hold_until(end, pause):
+                return None
+            moved = book.confirm_slice(worker.device, grant)
+            if moved is None or moved[1] <= end:
+                break
+            end = moved[1]
+        if remaining <= 0 and task.at_end is not None:
+            task.at_end()
+    if not used:  # no die time at all (a model that declares none): only its result
+        _complete(task)
+    return used
 
-    def _prepare_next(self, worker: _Worker) -> None:
-        """Compute the next queued operator now, while this task holds the die for its last slice
-        (every task before it has completed, so its inputs are ready): its die time is then known
-        and its first slice is booked ahead as a kernel's is, so a share that keeps operators queued
-        loses no turn to another share between two of them. Only on the worker's own thread: while a
-        ``run_now`` caller runs, a cancel lets the worker end the queued tasks (and drop their pins)."""
-        with self._cond:
-            nxt = worker.queue[1] if len(worker.queue) > 1 and worker.caller_runs is None else None
-        if nxt is None or nxt.prepare is None:
-            return
-        prepare, nxt.prepare = nxt.prepare, None
-        try:
-            nxt.duration_us = prepare()
-        except AclFailure as exc:
-            nxt.error = exc
 
-    def _next_want(self, worker: _Worker, remaining: int) -> int:
-        """Length of the slice to book next: the rest of this task, else the next queued task."""
-        if remaining > 0:
-            return min(remaining, scheduling.SLICE_US)
-        with self._cond:
-            return min(worker.queue[1].duration_us, scheduling.SLICE_US) if len(worker.queue) > 1 else 0
+def _next_want(cond: threading.Condition, worker: _Worker, remaining: int) -> int:
+    """Length of the slice to book next: the rest of this task, else the next queued kernel's first
+    (an operator's die time is known once it computed: its slice is asked for then)."""
+    if remaining > 0:
+        return min(remaining, scheduling.SLICE_US)
+    with cond:
+        return min(worker.queue[1].duration_us, scheduling.SLICE_US) if len(worker.queue) > 1 else 0

@@ -9,7 +9,12 @@ returns the range's pages to the host (``MADV_DONTNEED``), so the aclserver hold
 mapped, which never exceeds what is charged (bytes written to a reserved range outside its mappings
 are host memory bounded by the aclserver's cgroup, not the quota). A session may reserve at most
 ``RESERVE_FACTOR`` times its device's quota; a range with mappings cannot be released
-nor a mapped handle freed (ACL_ERROR_INVALID_PARAM naming it). The Ascend backend answers 200001.
+nor a mapped handle freed (ACL_ERROR_INVALID_PARAM naming it).
+
+On the ascend backend the same books are kept here and each call is also made to the host's CANN
+through the backend's hooks (``backend_ascend.py``): ``make_memory``/``make_handle`` reserve a range and
+allocate a physical handle, ``map_memory``/``unmap_memory`` map and unmap (instead of the emulated
+backend's page discard), and freeing the allocations releases and frees them.
 """
 
 from __future__ import annotations
@@ -66,19 +71,17 @@ class VirtualMemory:
             Op.VMM_UNMAP: self._unmap,
         }
 
-    def _make(self, what: str) -> Callable[[int], tuple[int, Any]]:
-        make = getattr(self.backend, "make_memory", None)
+    def _make(self, what: str, device: int, hook: str = "make_memory") -> Callable[[int], tuple[int, Any]]:
+        make = getattr(self.backend, hook, None)
         if make is None:
             raise AclFailure(
-                codes.ACL_ERROR_API_NOT_SUPPORT,
-                f"{what}: virtual memory is served on the emulated backend only",
+                codes.ACL_ERROR_API_NOT_SUPPORT, f"{what}: this backend serves no virtual memory"
             )
-        fn: Callable[[int], tuple[int, Any]] = make
-        return fn
+        return lambda size: make(size, device=device)
 
     def _reserve(self, ints: tuple[int, ...]) -> tuple[int, ...]:
         device, size = ints
-        make = self._make("aclrtReserveMemAddress")
+        make = self._make("aclrtReserveMemAddress", device)
         quota = self.book.share(device).spec.memory_bytes
         with self._lock:
             held = sum(r.alloc.size for r in self._ranges.values() if r.alloc.device == device)
@@ -112,8 +115,7 @@ class VirtualMemory:
 
     def _malloc_physical(self, ints: tuple[int, ...]) -> tuple[int, ...]:
         device, size = ints
-        self._make("aclrtMallocPhysical")
-        make_handle: Callable[[int], tuple[int, Any]] = getattr(self.backend, "make_handle")  # noqa: B009
+        make_handle = self._make("aclrtMallocPhysical", device, "make_handle")
         alloc = self.book.allocate(device, size, 0, owner=self.session_id, make=make_handle)
         with self._lock:
             self._handles[alloc.base] = alloc
@@ -154,6 +156,9 @@ class VirtualMemory:
                         codes.ACL_ERROR_INVALID_PARAM,
                         f"aclrtMapMem: {address:#x}+{size} overlaps the mapping at {at:#x}",
                     )
+            mapper = getattr(self.backend, "map_memory", None)
+            if mapper is not None:
+                mapper(address=address, size=size, offset=offset, handle=phys, into=r.alloc)
             r.mappings[address] = (size, handle)
             self._mapped[handle] = self._mapped.get(handle, 0) + 1
         return ()
@@ -162,14 +167,19 @@ class VirtualMemory:
         (address,) = ints
         with self._lock:
             r = self._range_of(address, 1)
-            entry = r.mappings.pop(address, None)
+            entry = r.mappings.get(address)
             if entry is None:
                 raise AclFailure(
                     codes.ACL_ERROR_INVALID_PARAM, f"aclrtUnmapMem: no mapping starts at {address:#x}"
                 )
+            unmapper = getattr(self.backend, "unmap_memory", None)
+            if unmapper is not None:
+                unmapper(address=address, into=r.alloc)
+            del r.mappings[address]
             size, handle = entry
             self._mapped[handle] -= 1
-        _discard(r.alloc, address - r.alloc.base, size)
+        if unmapper is None:
+            _discard(r.alloc, address - r.alloc.base, size)
         return ()
 
     def _range_of(self, address: int, size: int) -> _Range:

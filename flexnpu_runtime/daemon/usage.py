@@ -22,7 +22,7 @@ from dra_driver import files
 from dra_driver.errors import FlexNPUError
 from flexnpu_runtime.aclserver import ledger
 
-__all__ = ["LedgerReader", "Sampler", "ShareFigures", "ledger_figures", "memory_used", "sessions"]
+__all__ = ["LedgerReader", "Sampler", "ShareFigures", "ledger_figures", "sessions"]
 
 log = logging.getLogger("flexnpu.daemon")
 
@@ -79,11 +79,6 @@ class LedgerReader:
         if handle is not None:
             with contextlib.suppress(OSError):
                 handle.close()
-
-
-def memory_used(ledger_dir: Path, dies: Iterable[int]) -> dict[tuple[str, int], int]:
-    """(claim UID, virtual ID) → bytes in use."""
-    return {k: v.mem_used for k, v in ledger_figures(ledger_dir, dies).items()}
 
 
 def sessions(path: Path) -> int:

@@ -190,6 +190,13 @@ int staged_send(size_t count, staged_fill fill, staged_frame frame, void *ctx, c
 int add_alloc(uint64_t base, uint64_t size, int device, int policy);
 void remove_alloc(uint64_t base);
 
+/* -- byte blobs (mdl.c): a model's or a kernel binary's bytes, shipped once through the staging region -- */
+
+/* Hand the aclserver the bytes of a file (path) or of size bytes at mem: its blob id in *blob. */
+int model_send(const char *path, const void *mem, size_t size, int64_t *blob, const char *what);
+/* Drop a blob the aclserver still holds (the recorded error is kept). */
+void blob_close(int64_t blob, const char *what);
+
 /* -- memory policies and attributes (mempolicy.c) --------------------------------------------- */
 
 /* The policy (0..5) the aclserver is sent for any aclrtMemMallocPolicy value CANN accepts. */

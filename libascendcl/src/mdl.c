@@ -219,7 +219,7 @@ static unsigned blob_frame(void *ctx, size_t done, uint64_t host, size_t n, uint
     return 4;
 }
 
-static void blob_close(int64_t blob, const char *what)
+void blob_close(int64_t blob, const char *what)
 {
     struct saved_error keep;
     error_save(&keep);
@@ -228,7 +228,7 @@ static void blob_close(int64_t blob, const char *what)
 }
 
 /* Hand the aclserver a model (a file path, or size bytes at mem); its blob id in *blob. */
-static int model_send(const char *path, const void *mem, size_t size, int64_t *blob, const char *what)
+int model_send(const char *path, const void *mem, size_t size, int64_t *blob, const char *what)
 {
     struct model_src src = {-1, mem, 0, what};
     if (path) {

@@ -694,23 +694,6 @@ API aclError aclrtBinaryLoad(const aclrtBinary binary, aclrtBinHandle *binHandle
     return ACL_ERROR_API_NOT_SUPPORT;
 }
 
-API aclError aclrtBinaryUnLoad(aclrtBinHandle binHandle)
-{
-    (void)binHandle;
-    (void)flexnpu_unsupported("aclrtBinaryUnLoad");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtBinaryGetFunction(const aclrtBinHandle binHandle, const char *kernelName,
-    aclrtFuncHandle *funcHandle)
-{
-    (void)binHandle;
-    (void)kernelName;
-    (void)funcHandle;
-    (void)flexnpu_unsupported("aclrtBinaryGetFunction");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
 API aclError aclrtMemExportToShareableHandle(aclrtDrvMemHandle handle, aclrtMemHandleType handleType,
     uint64_t flags, uint64_t *shareableHandle)
 {
@@ -823,16 +806,6 @@ API aclError aclrtStreamAbort(aclrtStream stream)
 {
     (void)stream;
     (void)flexnpu_unsupported("aclrtStreamAbort");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtBinaryLoadFromFile(const char *binPath, aclrtBinaryLoadOptions *options,
-    aclrtBinHandle *binHandle)
-{
-    (void)binPath;
-    (void)options;
-    (void)binHandle;
-    (void)flexnpu_unsupported("aclrtBinaryLoadFromFile");
     return ACL_ERROR_API_NOT_SUPPORT;
 }
 
@@ -1556,17 +1529,6 @@ API aclError aclrtAllocBuf(aclrtMbuf *buf, size_t size)
     return ACL_ERROR_API_NOT_SUPPORT;
 }
 
-API aclError aclrtBinaryLoadFromData(const void *data, size_t length, const aclrtBinaryLoadOptions *options,
-    aclrtBinHandle *binHandle)
-{
-    (void)data;
-    (void)length;
-    (void)options;
-    (void)binHandle;
-    (void)flexnpu_unsupported("aclrtBinaryLoadFromData");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
 API aclError aclrtRegisterCpuFunc(const aclrtBinHandle handle, const char *funcName, const char *kernelName,
     aclrtFuncHandle *funcHandle)
 {
@@ -2103,35 +2065,6 @@ API aclError aclrtProfTrace(void *userdata, int32_t length, aclrtStream stream)
     (void)length;
     (void)stream;
     (void)flexnpu_unsupported("aclrtProfTrace");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtLaunchKernelV2(aclrtFuncHandle funcHandle, uint32_t numBlocks, const void *argsData,
-    size_t argsSize, aclrtLaunchKernelCfg *cfg, aclrtStream stream)
-{
-    (void)funcHandle;
-    (void)numBlocks;
-    (void)argsData;
-    (void)argsSize;
-    (void)cfg;
-    (void)stream;
-    (void)flexnpu_unsupported("aclrtLaunchKernelV2");
-    return ACL_ERROR_API_NOT_SUPPORT;
-}
-
-API aclError aclrtLaunchKernelWithHostArgs(aclrtFuncHandle funcHandle, uint32_t numBlocks, aclrtStream stream,
-    aclrtLaunchKernelCfg *cfg, void *hostArgs, size_t argsSize, aclrtPlaceHolderInfo *placeHolderArray,
-    size_t placeHolderNum)
-{
-    (void)funcHandle;
-    (void)numBlocks;
-    (void)stream;
-    (void)cfg;
-    (void)hostArgs;
-    (void)argsSize;
-    (void)placeHolderArray;
-    (void)placeHolderNum;
-    (void)flexnpu_unsupported("aclrtLaunchKernelWithHostArgs");
     return ACL_ERROR_API_NOT_SUPPORT;
 }
 

@@ -74,6 +74,10 @@ enum flexnpu_op {
     OP_VMM_FREE_PHYSICAL = 64,
     OP_VMM_MAP = 65,
     OP_VMM_UNMAP = 66,
+    OP_BINARY_LOAD = 67,
+    OP_BINARY_GET_FUNCTION = 68,
+    OP_LAUNCH_FUNCTION = 69,
+    OP_BINARY_UNLOAD = 70,
 };
 
 #ifdef FLEXNPU_WIRE_H

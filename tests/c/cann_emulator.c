@@ -8,6 +8,10 @@
  * emu_allocated(device) -> bytes, emu_current_device() -> the calling thread's device,
  * emu_last_batch() -> the batch of the last aclmdlSetDynamicBatchSize.
  *
+ * Streams, single operators, aclnn functions, virtual memory and kernel binaries: cann_emulator_ops.c (included
+ * at the end), which logs every launch to emu_op_log() and to the file FLEXNPU_EMU_LOG names (the emulator then
+ * lives in another process: an aclserver's); emu_streams() -> live streams.
+ *
  * Models (the aclmdl entry points the ascend backend forwards to): the bytes are a model of
  * FlexNPU's emulated format (docs/model-format.md), of which this reads only what CANN's
  * description calls answer; an execution copies input a of each output into it (every op is a
@@ -15,6 +19,7 @@
  * device memory.
  */
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +27,7 @@
 
 #define EXPORT __attribute__((visibility("default")))
 #define MAX_ALLOCS 4096
-#define NCALLS 24
+#define NCALLS 64
 #define MAX_MODELS 64
 #define MAX_T 64
 
@@ -30,7 +35,15 @@ static const char *names[NCALLS] = {"aclInit",         "aclFinalize",  "aclrtSet
                                     "aclrtGetDeviceCount", "aclrtMalloc", "aclrtFree",   "aclrtMemcpy",
                                     "aclrtMemset",     "aclrtGetMemInfo", "aclmdlLoadFromMemWithMem",
                                     "aclmdlExecute",   "aclmdlUnload", "aclmdlSetDynamicBatchSize",
-                                    "aclmdlQuerySizeFromMem", NULL};
+                                    "aclmdlQuerySizeFromMem", "aclrtCreateStream", "aclrtSynchronizeStream",
+                                    "aclrtDestroyStream", "aclopCompileAndExecute", "aclopExecuteV2",
+                                    "aclCreateTensor", "aclDestroyTensor", "aclCreateScalar", "aclnnAdds",
+                                    "aclnnMatmul", "aclnnAddsGetWorkspaceSize", "aclnnMatmulGetWorkspaceSize",
+                                    "aclrtReserveMemAddress", "aclrtReleaseMemAddress", "aclrtMallocPhysical",
+                                    "aclrtFreePhysical", "aclrtMapMem", "aclrtUnmapMem", "aclCreateTensorDesc",
+                                    "aclDestroyTensorDesc", "aclCreateDataBuffer", "aclDestroyDataBuffer",
+                                    "aclopCreateAttr", "aclopDestroyAttr", "aclSetTensorPlaceMent",
+                                    "aclCreateIntArray", "aclDestroyIntArray", "aclDestroyScalar", NULL};
 static long calls[NCALLS];
 static int fail_code[NCALLS];
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -38,10 +51,12 @@ static _Thread_local int current = -1;
 static _Thread_local char err[256];
 static int inited;
 
+enum { PLAIN, RESERVED, PHYSICAL }; /* aclrtMalloc; aclrtReserveMemAddress; aclrtMallocPhysical (cann_emulator_ops.c) */
 struct alloc {
     unsigned char *p;
     size_t size;
     int device;
+    int kind;
 };
 static struct alloc allocs[MAX_ALLOCS];
 
@@ -69,6 +84,8 @@ static int idx(const char *name)
 static int enter(const char *name)
 {
     int i = idx(name), code;
+    if (i < 0)
+        return 0; /* a call the table does not count */
     pthread_mutex_lock(&mu);
     calls[i]++;
     code = fail_code[i];
@@ -89,17 +106,21 @@ static size_t used(int device)
 {
     size_t n = 0;
     for (int i = 0; i < MAX_ALLOCS; i++)
-        if (allocs[i].p && allocs[i].device == device)
+        if (allocs[i].p && allocs[i].device == device && allocs[i].kind != RESERVED)
             n += allocs[i].size;
     return n;
 }
 
+static int mapped(const struct alloc *range, uintptr_t a, size_t count);
+
+/* the allocation holding [p, p + count): plain memory, or mapped parts of a reserved range */
 static struct alloc *find(const void *p, size_t count)
 {
     uintptr_t a = (uintptr_t)p;
     for (int i = 0; i < MAX_ALLOCS; i++)
-        if (allocs[i].p && a >= (uintptr_t)allocs[i].p && a - (uintptr_t)allocs[i].p + count <= allocs[i].size)
-            return &allocs[i];
+        if (allocs[i].p && allocs[i].kind != PHYSICAL && a >= (uintptr_t)allocs[i].p &&
+            a - (uintptr_t)allocs[i].p + count <= allocs[i].size)
+            return allocs[i].kind == PLAIN || mapped(&allocs[i], a, count) ? &allocs[i] : NULL;
     return NULL;
 }
 
@@ -219,7 +240,7 @@ EXPORT int aclrtMalloc(void **p, size_t size, int policy)
         if (!m) {
             rc = fail(207001, "EL0004: emulator table full");
         } else {
-            allocs[i] = (struct alloc){m, size, current};
+            allocs[i] = (struct alloc){m, size, current, PLAIN};
             *p = m;
         }
     }
@@ -236,7 +257,7 @@ EXPORT int aclrtFree(void *p)
     pthread_mutex_lock(&mu);
     int rc = fail(107000, "free of an unknown pointer");
     for (int i = 0; i < MAX_ALLOCS; i++)
-        if (allocs[i].p == p) {
+        if (allocs[i].p == p && allocs[i].kind == PLAIN) {
             free(allocs[i].p);
             allocs[i].p = NULL;
             err[0] = '\0';
@@ -669,3 +690,6 @@ EXPORT int aclmdlSetDynamicHWSize(uint32_t id, void *ds, size_t index, uint64_t 
     (void)width;
     return model_of(id) ? 0 : fail(100011, "invalid model id");
 }
+
+/* streams, single operators, aclnn and virtual memory */
+#include "cann_emulator_ops.c"

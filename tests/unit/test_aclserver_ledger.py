@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dra_driver.errors import ErrorCode, StateError, Unavailable
-from flexnpu_runtime.aclserver import ledger
+from flexnpu_runtime.aclserver import ledger, ledger_file
 from flexnpu_testing.aclserver_harness import wait_for
 from flexnpu_wire.codes import Policy
 
@@ -189,7 +189,7 @@ def test_default_limit_is_63_and_a_file_without_a_slot_count_has_64(tmp_path: Pa
     path = Path(ledger.ledger_path(str(tmp_path), 4))
     raw = bytearray(path.read_bytes())
     raw[28:32] = bytes(4)  # as written by the previous version: no slot count in the header
-    path.write_bytes(bytes(raw) + bytes(ledger._ENTRY.size))  # and its 64th slot
+    path.write_bytes(bytes(raw) + bytes(ledger_file._ENTRY.size))  # and its 64th slot
     old = ledger.DieLedger(str(tmp_path), 4, max_shares=63)
     try:
         assert old.slots == ledger.MAX_ENTRIES == 64
@@ -198,13 +198,24 @@ def test_default_limit_is_63_and_a_file_without_a_slot_count_has_64(tmp_path: Pa
         old.close()
 
 
-def test_a_latency_critical_slice_goes_in_and_the_holder_learns_its_later_end(
-    die: ledger.DieLedger, aclservers: list[int]
-) -> None:
-    import time
+class _Clock:
+    """The ledger's now, set by the test: its decisions then depend on no machine's speed."""
 
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_latency_critical_slice_goes_in_and_the_holder_learns_its_later_end(
+    tmp_path: Path, aclservers: list[int]
+) -> None:
     from flexnpu_runtime.aclserver import scheduling
     from flexnpu_wire.codes import Priority
+
+    clock = _Clock(1_000.0)
+    die = ledger.DieLedger(str(tmp_path), 8, clock=clock)
 
     def register(pid: int, priority: Priority) -> int:
         return die.register(
@@ -212,43 +223,44 @@ def test_a_latency_critical_slice_goes_in_and_the_holder_learns_its_later_end(
             pid=pid, priority=priority,
         )  # fmt: skip
 
-    batch = register(aclservers[0], Priority.BATCH)
-    lc = register(aclservers[1], Priority.LATENCY_CRITICAL)
-    for _attempt in range(20):  # the call must come while the batch slice runs: on a loaded machine, again
+    try:
+        batch = register(aclservers[0], Priority.BATCH)
+        lc = register(aclservers[1], Priority.LATENCY_CRITICAL)
         held = die.acquire(batch, 5_000, threading.Event())
-        assert held is not None
-        asked = time.monotonic()
-        if asked < held[1] - 0.004:
-            break
-    else:
-        pytest.fail("the test never got to ask while a 5 ms batch slice ran")
-    got = die.acquire(lc, 1_000, threading.Event(), ready_at=asked)
-    assert got is not None and round((got[1] - got[0]) * 1e6) == 1_000
-    pieces = (got[0] - held[0]) * 1e6 / scheduling.YIELD_US
-    assert asked <= got[0] < held[1] and abs(pieces - round(pieces)) < 1e-3, (
-        "at a boundary of the batch slice"
-    )
-    assert die.confirm(batch, held) == pytest.approx((held[0], held[1] + 0.001))
-    assert die.confirm(lc, got) is None, "a latency-critical slice is not split"
-    after = die.acquire(batch, 1_000, threading.Event())
-    assert after is not None and after[0] >= held[1] + 0.001 - 1e-9, "not before the batch slice's new end"
-    entries = {e.slot: e for e in die.entries()}
-    assert (entries[batch].priority, entries[batch].preempted) == (Priority.BATCH, 1)
-    assert (entries[lc].priority, entries[lc].preempted) == (Priority.LATENCY_CRITICAL, 0)
-    assert sum(entries[lc].delay_buckets) == 1 and sum(entries[batch].delay_buckets) == 0
-    assert entries[lc].delay_sum_us == round((got[0] - asked) * 1e6)
+        assert held == (1_000.0, 1_000.005), "an idle die: granted now, whole"
+        clock.now = asked = 1_000.00125  # the call comes 1.25 ms into the batch slice
+        got = die.acquire(lc, 1_000, threading.Event(), ready_at=asked)
+        assert got is not None and round((got[1] - got[0]) * 1e6) == 1_000
+        assert got[0] == pytest.approx(1_000.0013), "at the batch slice's next 100 us boundary"
+        assert (got[0] - held[0]) * 1e6 / scheduling.YIELD_US == pytest.approx(13)
+        clock.now = 1_000.004  # the batch holder asks at the end it knows (or before it)
+        assert die.confirm(batch, held) == pytest.approx((held[0], held[1] + 0.001))
+        assert die.confirm(lc, got) is None, "a latency-critical slice is not split"
+        clock.now = held[1]
+        after = die.acquire(batch, 1_000, threading.Event())
+        assert after is not None and after[0] == pytest.approx(held[1] + 0.001), (
+            "not before the batch slice's new end"
+        )
+        entries = {e.slot: e for e in die.entries()}
+        assert (entries[batch].priority, entries[batch].preempted) == (Priority.BATCH, 1)
+        assert (entries[lc].priority, entries[lc].preempted) == (Priority.LATENCY_CRITICAL, 0)
+        assert sum(entries[lc].delay_buckets) == 1 and sum(entries[batch].delay_buckets) == 0
+        assert entries[lc].delay_buckets[0] == 1, "50 us of queueing: the first bucket (<= 100 us)"
+        assert entries[lc].delay_sum_us == 50
+    finally:
+        die.close()
 
 
 def _v1_file(tmp_path: Path, die_id: int, pid: int) -> Path:
     path = Path(ledger.ledger_path(str(tmp_path), die_id))
     head = bytearray(64)
-    ledger._HEADER.pack_into(head, 0, ledger.MAGIC, 1, die_id, 0.0, -1)
-    ledger._COUNT.pack_into(head, ledger._SLOTS_OFFSET, 4)
-    ledger._COUNT.pack_into(head, ledger._CAPACITY_OFFSET, 4)
-    entry = ledger._V1_ENTRY.pack(
-        1, 2, 0, 0, pid, 0, 50, ledger._starttime(pid), b"old", 0, 0, 0, 0.0, 0, 1 << 20, 0, 0.0
+    ledger_file._HEADER.pack_into(head, 0, ledger_file.MAGIC, 1, die_id, 0.0, -1)
+    ledger_file._COUNT.pack_into(head, ledger_file._SLOTS_OFFSET, 4)
+    ledger_file._COUNT.pack_into(head, ledger_file._CAPACITY_OFFSET, 4)
+    entry = ledger_file._V1_ENTRY.pack(
+        1, 2, 0, 0, pid, 0, 50, ledger_file.starttime(pid), b"old", 0, 0, 0, 0.0, 0, 1 << 20, 0, 0.0
     )
-    path.write_bytes(bytes(head) + entry + bytes(3 * ledger._V1_ENTRY.size))
+    path.write_bytes(bytes(head) + entry + bytes(3 * ledger_file._V1_ENTRY.size))
     return path
 
 
@@ -267,3 +279,33 @@ def test_a_file_of_the_release_before_priorities(tmp_path: Path, aclservers: lis
         assert fresh.entries() == [] and reg(fresh, Policy.FIXED) == 0
     finally:
         fresh.close()
+
+
+def test_settle_charges_an_overrun_and_gives_back_what_a_grant_left(die: ledger.DieLedger) -> None:
+    """An emulated operator's slice ends when its compute does: past its end, the overrun is charged
+    (consumed and the period's use); before it, the rest is given back and the die frees then, so the
+    next grant starts there, not at the slice's end."""
+    import time
+
+    from flexnpu_runtime.aclserver import scheduling
+
+    slot, other = reg(die, Policy.FIXED, quota=50), reg(die, Policy.FIXED, quota=50)
+    start, end = die.acquire(slot, 3_000, threading.Event())  # type: ignore[misc]
+    assert die.settle(slot, (start, end), end + 0.002) == 2_000
+    (entry,) = [e for e in die.entries() if e.slot == slot]
+    assert entry.consumed_us == 5_000
+    if entry.period_idx == scheduling.period_of(start):
+        assert entry.period_used_us == 5_000
+    for _attempt in range(3):  # a give-back stays within the grant's period: retried if it straddled one
+        before = next(e for e in die.entries() if e.slot == slot).consumed_us
+        start, end = die.acquire(slot, 4_000, threading.Event())  # type: ignore[misc]
+        until = max(start, time.monotonic())
+        given = die.settle(slot, (start, end), until)
+        if given:
+            break
+    assert given == round((until - end) * 1e6) < 0
+    (entry,) = [e for e in die.entries() if e.slot == slot]
+    assert entry.consumed_us == before + 4_000 + given
+    nxt, _ = die.acquire(other, 1_000, threading.Event())  # type: ignore[misc]
+    # freed: the next grant starts when it is asked for (not before ``until``); held: exactly at ``end``
+    assert nxt != end and nxt >= until, "the die freed when the grant was settled, not at its end"

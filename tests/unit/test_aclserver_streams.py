@@ -1,4 +1,6 @@
-"""``Streams.run_now``: a task run on the caller's thread when its device has nothing queued.
+"""``Streams``: a task run on the caller's thread when its device has nothing queued (``run_now``), and
+operators computed while they hold the die (charged max(modelled, measured); slices shared back to back,
+the rest given back).
 
 Against the emulated backend in this process (a real die ledger file, real threads): the task
 holds the die on the calling thread (with 1 ns of timer slack) and is charged like a queued one, the call refuses (and
@@ -9,7 +11,7 @@ and releases what it pinned.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -62,6 +64,47 @@ def test_it_runs_on_the_calling_thread_and_is_charged_its_die_time(
     assert buf.pins == 0 and stream.pending == 0
     slack = Path(f"/proc/{threading.get_native_id()}/timerslack_ns").read_text()
     assert slack.strip() == "1", "the thread that held the die waits with 1 ns of timer slack"
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["ok", "work-fails"])
+def test_at_end_runs_once_when_the_die_time_is_over_before_pins_and_counts_go(
+    backend: EmulatedBackend, streams: Streams, fails: bool
+) -> None:
+    """A synchronous call's reply goes out from ``at_end``: after the die time, with the task's
+    outcome known, while what it used is still pinned and it is not yet counted as done."""
+    stream, buf = streams.create(0), buffer(backend)
+    seen: list[tuple[bool, int, int, bool, int]] = []
+
+    def work() -> None:
+        if fails:
+            raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, "bad input")
+
+    task = Task(stream, 1_000, work)
+    task.at_end = lambda: seen.append(
+        (
+            task.error is not None,
+            buf.pins,
+            streams.kernels_done,
+            task.done.is_set(),
+            backend.book.compute_usage(0)[0],
+        )
+    )
+    assert streams.run_now(task, [buf], threading.Event())
+    assert seen == [(fails, 1, 0, False, 1_000)]
+    assert buf.pins == 0 and streams.kernels_done == 1 and task.done.is_set()
+
+
+def test_at_end_is_not_called_for_a_cancelled_task(backend: EmulatedBackend, streams: Streams) -> None:
+    stream, buf = streams.create(0), buffer(backend)
+    called: list[bool] = []
+    task = Task(stream, 5_000_000, lambda: None, at_end=lambda: called.append(True))
+    canceller = threading.Thread(
+        target=lambda: (wait_for(lambda: backend.book.compute_usage(0)[0] > 0, timeout=10), streams.cancel())
+    )
+    canceller.start()
+    assert streams.run_now(task, [buf], streams.cancelled)
+    canceller.join(10)
+    assert called == [] and task.error is not None and "cancelled" in task.error.message
 
 
 def test_it_refuses_while_the_device_has_queued_work_and_keeps_nothing(
@@ -119,34 +162,99 @@ def test_work_that_raises_is_the_call_s_acl_error_and_the_worker_keeps_running(
     assert buf.pins == 0 and stream.pending == 0
 
 
-def test_the_next_operator_computes_while_the_current_task_holds_the_die(
+def _operator(stream: object, prepare: Callable[[], int]) -> Task:
+    task = Task(stream, 0, lambda: None, sticky=True)  # type: ignore[arg-type]
+    task.prepare = prepare
+    return task
+
+
+def _grants(backend: EmulatedBackend) -> int:
+    share = backend.book.share(0)
+    return next(e.kernels for e in share.ledger.snapshot() if e.slot == share.slot)
+
+
+def test_an_operator_computes_while_it_holds_the_die_and_is_charged_the_longer_of_model_and_compute(
     backend: EmulatedBackend, streams: Streams
 ) -> None:
-    """An operator's die time is known only once it computed: the worker computes the next queued
-    one during the current task's last slice (after its result is complete), so that slice can be
-    booked ahead; a failure computed ahead is that operator's error and holds no die time."""
+    """The emulated die is the host computing: an operator's compute runs inside a granted slice, and
+    the die time charged is max(modelled, measured): a compute of 12 ms modelled at 1 ms costs 12 ms (its
+    overrun past the 5 ms slice charged too), one of no time modelled at 3 ms costs 3 ms, and a failure
+    costs only its compute."""
     stream, buf = streams.create(0), buffer(backend)
-    queued = threading.Event()
-    first_completed: list[bool] = []
-    first = Task(stream, 20_000, lambda: (queued.wait(10), first_completed.append(True)))
-    seen: list[tuple[bool, bool]] = []
+    charged_while_computing: list[int] = []
 
-    def compute() -> int:
-        seen.append((bool(first_completed), first.done.is_set()))
+    def slow() -> int:
+        charged_while_computing.append(backend.book.compute_usage(0)[0])
+        threading.Event().wait(0.012)  # the host's compute: it takes this long, whatever the model says
         return 1_000
 
     def fail() -> int:
         raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, "MatMul: input 1 (x2) is missing")
 
-    second, third, fourth = (Task(stream, 0, lambda: None, sticky=True) for _ in range(3))
-    second.prepare, third.prepare = compute, fail
-    fourth.prepare = lambda: 3_000
-    for task in (first, second, third, fourth):
-        streams.submit(task, [buf])
-    queued.set()
+    ops = [_operator(stream, slow), _operator(stream, fail), _operator(stream, lambda: 3_000)]
+    for op in ops:
+        streams.submit(op, [buf])
     streams.drain()
-    assert seen == [(True, False)], "computed after the first task's result, while it still held the die"
-    assert third.error is not None and "x2" in third.error.message and stream.error is third.error
-    assert fourth.error is None and fourth.done.is_set(), "the stream went on"
-    assert streams.kernel_us_done == 24_000 and backend.book.compute_usage(0)[0] == 24_000
+    assert charged_while_computing and charged_while_computing[0] > 0, (
+        "a slice was granted before it computed"
+    )
+    assert ops[1].error is not None and "x2" in ops[1].error.message and stream.error is ops[1].error
+    assert ops[2].error is None and ops[2].done.is_set(), "the stream went on"
+    consumed = backend.book.compute_usage(0)[0]
+    assert consumed >= 15_000, f"12 ms computed + 3 ms modelled, charged {consumed} us"
+    assert streams.kernel_us_done >= 15_000
+    assert buf.pins == 0 and stream.pending == 0
+
+
+def test_operators_queued_back_to_back_share_a_slice_and_the_last_gives_back_the_rest(
+    backend: EmulatedBackend, streams: Streams
+) -> None:
+    """Three operators of 1 ms queued together run in fewer slices than operators; once the queue is
+    empty the rest of the slice is given back, so the share is charged about 3 ms, not a whole 5 ms slice
+    per operator."""
+    stream, buf = streams.create(0), buffer(backend)
+    release = threading.Event()
+    gate = Task(stream, 1, lambda: release.wait(10))  # type: ignore[arg-type,return-value]
+    streams.submit(gate, [buf])
+    wait_for(lambda: _grants(backend) == 1, timeout=10, what="the gate's slice granted")
+    ops = [_operator(stream, lambda: 1_000) for _ in range(3)]
+    for op in ops:
+        streams.submit(op, [buf])
+    release.set()
+    streams.drain()
+    assert all(op.done.is_set() and op.error is None for op in ops)
+    assert _grants(backend) - 1 < len(ops), "operators queued back to back share slices"
+    consumed = backend.book.compute_usage(0)[0] - 1
+    assert 3_000 <= consumed < 3 * 5_000, f"charged {consumed} us for 3 ms of operators"
+
+
+def test_an_operator_run_now_gives_back_what_it_leaves_of_its_slice(
+    backend: EmulatedBackend, streams: Streams
+) -> None:
+    stream, buf = streams.create(0), buffer(backend)
+    op = _operator(stream, lambda: 500)
+    assert streams.run_now(op, [buf], threading.Event())
+    assert op.error is None and streams.kernels_done == 1
+    consumed = backend.book.compute_usage(0)[0]
+    assert 500 <= consumed < 5_000, f"a 0.5 ms operator charged {consumed} us of a 5 ms slice"
+    share = backend.book.share(0)
+    (entry,) = [e for e in share.ledger.snapshot() if e.slot == share.slot]
+    assert entry.consumed_us == consumed, "the die ledger's entry took the give-back too"
+
+
+def test_an_operator_that_raises_is_its_acl_error_and_the_worker_goes_on(
+    backend: EmulatedBackend, streams: Streams
+) -> None:
+    stream, buf = streams.create(0), buffer(backend)
+
+    def broken() -> int:
+        raise RuntimeError("a kernel's bug")
+
+    failing, after = _operator(stream, broken), _operator(stream, lambda: 100)
+    for op in (failing, after):
+        streams.submit(op, [buf])
+    streams.drain()
+    assert failing.error is not None and failing.error.code == codes.ACL_ERROR_INTERNAL_ERROR
+    assert "a kernel's bug" in failing.error.message and stream.error is failing.error
+    assert after.done.is_set() and after.error is None, "the same worker ran the next operator"
     assert buf.pins == 0 and stream.pending == 0

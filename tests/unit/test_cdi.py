@@ -11,7 +11,10 @@ from referencing import Registry
 from referencing.jsonschema import DRAFT7
 
 from dra_driver import cdi
+from dra_driver.claims import claim_error
 from dra_driver.errors import ErrorCode, InvalidInput
+from dra_kubeletplugin import claimbatch
+from dra_kubeletplugin.claims import ClaimRef
 
 KIND = cdi.Kind.parse("flexnpu.io/vnpu")
 SCHEMA_DIR = Path(__file__).resolve().parents[1] / "data" / "cdi-schema"
@@ -117,7 +120,10 @@ def test_write_list_remove(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("uid", ["../etc", "a/b", "", ".", "x" * 80, "a b"])
-def test_spec_path_refuses_unsafe_uid(tmp_path: Path, uid: str) -> None:
+def test_unsafe_uid_is_refused_before_any_spec_path(uid: str) -> None:
+    """The UID a spec file is named by is checked once, where the kubelet's call comes in."""
+    problem = claimbatch.claim_problem(ClaimRef("ns", uid, "c"))
+    assert problem is not None
     with pytest.raises(InvalidInput) as info:
-        cdi.spec_path(tmp_path, KIND, uid)
+        raise claim_error(problem, uid)
     assert info.value.code == ErrorCode.INVALID_PATH

@@ -167,7 +167,8 @@ def test_a_template_device_is_planned_in_hard_mode_and_rendered_as_its_vnpu(tmp_
 
 def test_a_share_and_a_template_of_one_die_conflict_on_the_node() -> None:
     from dra_driver.devices import DieMode
-    from dra_driver.plan import ClaimPlan, HeldDie, check_conflicts
+    from dra_driver.plan import ClaimPlan, check_conflicts
+    from dra_driver.records import HeldDie
 
     plan = _plan()
     assert isinstance(plan, ClaimPlan)

@@ -12,6 +12,7 @@ from dra_driver import discovery, placement, slices
 from dra_driver.devices import DieMode, Inventory
 from dra_driver.errors import InvalidInput
 from dra_driver.placement import Allocated, DieUse, Placement
+from dra_kubeletplugin.resourceslice import pools
 
 REPO = Path(__file__).resolve().parents[2]
 EIGHT = REPO / "flexnpu_testing" / "inventories" / "eight-910b4.yaml"
@@ -105,7 +106,7 @@ def test_no_device_changes_slice() -> None:
         after = placement.order_pool(p, placement.die_usage(results, placement.device_infos(p)), policy)
         assert [{d["name"] for d in s.get("devices", [])} for s in after.slices] == before
         assert [s.get("sharedCounters") for s in after.slices] == [s.get("sharedCounters") for s in p.slices]
-        slices.validate_pool(after)
+        pools.validate(after)
 
 
 def test_layout_keeps_a_template_in_one_slice() -> None:

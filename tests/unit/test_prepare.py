@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from dra_driver import cdi, files, wirefiles
+from dra_driver import plan as plan_mod
 from dra_driver.checkpoint import ClaimState, EffectKind
 from dra_driver.daemon_api.values import RegisterRequest, RegisterResult
 from dra_driver.devices import Die, Inventory
@@ -26,7 +27,6 @@ from dra_driver.errors import InvalidInput, StateError, Unavailable
 from dra_kubeletplugin.claims import CALL_DEADLINE, ClaimRef, PrepareResult, ResourceClaim
 from flexnpu_testing import devroot
 from flexnpu_testing.fakes import FakeDaemon, FakeStatus, FakeStore
-from kubeletplugin import prepare as prepare_mod
 from kubeletplugin.prepare import Preparer, PrepareSettings
 
 DRIVER = "npu.flexnpu.io"
@@ -404,11 +404,11 @@ def test_a_claim_prepared_before_share_devices_had_a_policy_is_prepared_again(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An upgrade keeps running claims: only a new prepare must agree with its device's policy."""
-    from kubeletplugin import prepare as prepare_module
+    from dra_driver import plan as plan_module
 
     ref = _claim(world, "old", [_share()], _policy("fixed"))  # as an earlier release accepted it
     with monkeypatch.context() as m:
-        m.setattr(prepare_module, "check_device_policies", lambda plan: None)
+        m.setattr(plan_module, "check_device_policies", lambda plan: None)
         first = world.prepare([ref])[ref.uid]
     assert first.error == ""
     assert world.prepare([ref])[ref.uid] == first  # the kubelet's repeat prepare
@@ -531,7 +531,7 @@ def test_unknown_exception_becomes_internal_naming_the_claim(
     def broken(*_a: Any, **_k: Any) -> Any:
         raise Boom("x" * 5000)
 
-    monkeypatch.setattr(prepare_mod, "plan_claim", broken)
+    monkeypatch.setattr(plan_mod, "plan_claim", broken)
     res = world.prepare([ref])[ref.uid]
     assert res.error.startswith(f"claim {ref.uid}: internal error: Boom: xxx") and "[Internal]" in res.error
     assert len(res.error) < 400  # input is quoted at most 200 characters
@@ -552,9 +552,17 @@ def test_in_flight_claim_is_not_rolled_back_by_the_reconciler(world: World) -> N
 
 
 def test_invalid_input_is_not_an_internal_error(world: World) -> None:
+    """A malformed UID is refused once, where the kubelet's call comes in (the helper's batch), with
+    the driver's error text."""
+    from dra_kubeletplugin.claimbatch import BatchRunner
+    from dra_kubeletplugin.serialize import CallSerializer
+    from kubeletplugin.driver import NpuDriver
+
     ref = ClaimRef("ns", "bad_uid!", "a")
     world.claims["a"] = {"metadata": {"uid": "bad_uid!", "name": "a", "namespace": "ns"}}
-    res = world.prepare([ref])[ref.uid]
+    driver = NpuDriver(world.preparer, telemetry=world.preparer.telemetry)
+    runner = BatchRunner(driver, fetcher=None, serializer=CallSerializer(enabled=False))
+    res = runner.prepare([ref])[ref.uid]
     assert isinstance(res.error, str) and "InvalidPath" in res.error
     assert not isinstance(InvalidInput("x"), StateError)
 

@@ -30,7 +30,6 @@ __all__ = [
     "Array",
     "AttrValue",
     "Call",
-    "acl_dtype",
     "compute_dtype",
     "dtype_name",
     "flat_view",
@@ -63,14 +62,6 @@ def numpy_dtype(acl: int, *, op: str, field: str) -> np.dtype[Any]:
             ACL_ERROR_UNSUPPORTED_DATA_TYPE, f"{op}: {field}: aclDataType {acl} is not supported"
         )
     return BF16 if name == "bf16" else np.dtype(name)
-
-
-def acl_dtype(dtype: np.dtype[Any]) -> int | None:
-    """The aclDataType number of a numpy dtype, or None."""
-    for number in ACL_DTYPES:
-        if dtype == numpy_dtype(number, op="", field=""):
-            return number
-    return None
 
 
 def dtype_name(dtype: np.dtype[Any]) -> str:
