@@ -23,7 +23,8 @@ Scenarios (``--only`` picks some):
   rounds; pods/s ratio (goal >= 0.8) and the extender's p50/p99 per call (client side, HTTPS).
 * ``templates``: 240 pods on 40 nodes x 8 dies with the ordering on: hard-split templates from a
   mode-``all`` pool (128 devices a node) against plain whole dies (8 devices a node, no counters),
-  interleaved; pods/s ratio (goal >= 0.8).
+  interleaved; pods/s ratio (goal >= 0.8). ``--kinds templates,shares,whole`` measures share and
+  whole-die pods on the mode-``all`` pool too (goal >= 0.8 for every kind).
 
 Figures are printed (``--json`` for machine reading) and never asserted. The pictures
 (``--pictures FILE``) are what docs/placement.md shows.
@@ -248,23 +249,40 @@ def throughput(tmp: Path, rounds: int, pods: int, nodes: int) -> Result:
     }
 
 
-def templates(tmp: Path, rounds: int, pods: int, nodes: int) -> Result:
-    rates: dict[str, list[float]] = {"templates": [], "plain": []}
+_MAKERS: dict[str, Callable[[PlacementCluster, int], Any]] = {
+    "plain": lambda c, i: c.whole_pod(f"h{i}"),
+    "templates": lambda c, i: c.template_pod(f"h{i}"),
+    "shares": lambda c, i: c.share_pod(f"h{i}"),
+    "whole": lambda c, i: c.whole_pod(f"h{i}"),
+}
+
+
+def templates(
+    tmp: Path, rounds: int, pods: int, nodes: int, kinds: tuple[str, ...] = ("templates",)
+) -> Result:
+    """Pods/s of each kind of pod on mode-``all`` nodes against whole-die pods on plain nodes, interleaved."""
+    rates: dict[str, list[float]] = {k: [] for k in ("plain", *kinds)}
     for _ in range(rounds):
-        for key in ("plain", "templates"):
-            mode = DieMode.ALL if key == "templates" else DieMode.WHOLE
-            make = (
-                (lambda c, i: c.template_pod(f"h{i}"))
-                if key == "templates"
-                else (lambda c, i: c.whole_pod(f"h{i}"))
-            )
+        for key, got in rates.items():
+            mode = DieMode.WHOLE if key == "plain" else DieMode.ALL
             r = _rate(
-                tmp, pods=pods, nodes=nodes, make=make, mode=mode, extender=False, writes_per_second=4.0
+                tmp,
+                pods=pods,
+                nodes=nodes,
+                make=_MAKERS[key],
+                mode=mode,
+                extender=False,
+                writes_per_second=4.0,
             )
-            rates[key].append(r["pods_per_s"])
-    t, p = statistics.median(rates["templates"]), statistics.median(rates["plain"])
-    return {"pods": pods, "nodes": nodes, "templates_pods_per_s": round(t, 2), "plain_pods_per_s": round(p, 2),
-            "ratio": round(t / p, 3), "rounds": rates}  # fmt: skip
+            got.append(r["pods_per_s"])
+    p = statistics.median(rates["plain"])
+    out: Result = {"pods": pods, "nodes": nodes, "plain_pods_per_s": round(p, 2), "rounds": rates}
+    for kind in kinds:
+        out[f"{kind}_pods_per_s"] = round(statistics.median(rates[kind]), 2)
+        out[f"{kind}_ratio"] = round(statistics.median(rates[kind]) / p, 3)
+    if "templates" in kinds:
+        out["ratio"] = out["templates_ratio"]
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -275,6 +293,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--pods", type=int, default=240)
     parser.add_argument("--nodes", type=int, default=40)
+    parser.add_argument(
+        "--kinds",
+        default="templates",
+        help="for templates: pod kinds on mode-all nodes (templates,shares,whole)",
+    )
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--pictures", type=Path, help="write the ASCII pictures here")
     args = parser.parse_args(argv)
@@ -286,7 +309,12 @@ def main(argv: list[str] | None = None) -> int:
             if name == "throughput":
                 results[name] = throughput(tmp, args.rounds, args.pods, args.nodes)
             elif name == "templates":
-                results[name] = templates(tmp, args.rounds, args.pods, args.nodes)
+                kinds = tuple(k for k in args.kinds.split(",") if k)
+                if unknown := [k for k in kinds if k not in _MAKERS or k == "plain"]:
+                    parser.error(
+                        f"--kinds: unknown kind(s) {', '.join(unknown)}; use templates, shares, whole"
+                    )
+                results[name] = templates(tmp, args.rounds, args.pods, args.nodes, kinds)
             else:
                 results[name] = globals()[name](tmp)
             results[name]["wall_s"] = round(time.monotonic() - started, 1)

@@ -20,7 +20,8 @@ prioritize error or timeout (the pod is placed by its own scores), so a down ext
 keeps a pod pending; ``ignorable: true`` in the scheduler configuration says the same for the
 extender as a whole.
 
-Routes: ``POST /prioritize``; ``GET /readyz`` (200 once the caches listed); ``GET /metrics``
+Routes: ``POST /prioritize``; ``GET /readyz`` (503 until the claim and slice watches first listed,
+then 200: a pod is ready once its scores are); ``GET /healthz`` (200 while serving); ``GET /metrics``
 (decisions by verb, policy and outcome; call latency). Each call is a trace span
 (``flexnpu.extender.prioritize``) with the pod, the policy and the best node.
 """
@@ -50,6 +51,7 @@ log = logging.getLogger("flexnpu.extender")
 
 PRIORITIZE_PATH = "/prioritize"
 READY_PATH = "/readyz"
+HEALTH_PATH = "/healthz"
 METRICS_PATH = "/metrics"
 _NOT_DEVICES = ("cpu", "memory", "ephemeral-storage", "pods")
 
@@ -212,7 +214,9 @@ class Extender:
             return self.scores.prioritize(doc)
 
         def readyz() -> tuple[str, str]:
-            return "text/plain", "ok\n" if self.scores.synced else "listing\n"
+            if not self.scores.synced:
+                raise https.Unavailable("listing claims and slices")
+            return "text/plain", "ok\n"
 
         def bound(port: int) -> None:
             self.port = port
@@ -227,6 +231,7 @@ class Extender:
             post_routes={PRIORITIZE_PATH: prioritize},
             get_routes={
                 READY_PATH: readyz,
+                HEALTH_PATH: lambda: ("text/plain", "ok\n"),
                 METRICS_PATH: lambda: (
                     "text/plain; version=0.0.4",
                     generate_latest(self.scores.registry).decode(),

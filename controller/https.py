@@ -45,6 +45,10 @@ PostRoute = Callable[[Any, "JsonHandler"], Any]
 GetRoute = Callable[[], tuple[str, str]]  # -> (content type, body)
 
 
+class Unavailable(Exception):
+    """A GET route is not ready to answer (e.g. ``/readyz`` before the caches listed): a 503 with this message."""
+
+
 class BadRequest(ValueError):
     """The body is not what the route expects: a 400 with this message."""
 
@@ -77,7 +81,11 @@ class JsonHandler(BaseHTTPRequestHandler):
         if route is None:
             self.answer(HTTPStatus.NOT_FOUND, f"no route {self.path}\n")
             return
-        content_type, body = route()
+        try:
+            content_type, body = route()
+        except Unavailable as err:
+            self.answer(HTTPStatus.SERVICE_UNAVAILABLE, f"{err}\n", "text/plain")
+            return
         self.answer(HTTPStatus.OK, body, content_type)
 
     def do_POST(self) -> None:

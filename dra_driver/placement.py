@@ -18,7 +18,8 @@ no I/O and imports no ``kubernetes``.
   - **spread**: least-used first, full dies last;
   - ties (e.g. empty dies) by physical ID *descending* for shares and templates and *ascending*
     for whole dies, so exclusive claims and shares start at opposite ends of the node;
-  - whole devices: dies with nothing allocated first (a whole device fits nowhere else);
+  - whole devices: ascending by physical ID whatever is allocated (any free die serves a whole
+    claim, and a static order makes a whole allocation republish nothing);
   - a die's devices of one kind keep their relative order (policies of a share, template slots).
 
   A share's die counts as used by its shares only: a die held whole or by templates cannot take
@@ -309,7 +310,9 @@ def order_devices(
 def die_key(info: DeviceInfo, totals: DieTotals, use: DieUse, policy: Placement) -> tuple[Any, ...]:
     """Sort key of a die for a device of ``info.kind`` (smaller first)."""
     if info.kind is Kind.WHOLE:
-        return (use.used, info.phy)  # free dies first, ascending
+        # Static, ascending: any free die serves a whole claim as well as another, and an order
+        # that moved a die's whole device at each allocation would republish for each one.
+        return (info.phy,)
     fill = use.share_fill(totals) if info.kind is Kind.SHARE else use.template_fill(totals)
     full = fill >= 1
     if policy is Placement.BINPACK:

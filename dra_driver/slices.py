@@ -30,8 +30,9 @@ Modes per die (:func:`resolve_mode`):
   Why a token is enough, whichever way the allocator accounts for a device that is allocated
   many times: the v1.36 allocator (``checkAvailableCounters``) rebuilds the available
   counters from devices that are *allocated at all* (``IsDeviceAllocated`` since
-  kubernetes#139040, which added shared allocations) and subtracts a device's
-  ``consumesCounters`` once per allocating device in the current cycle. So:
+  kubernetes#139040, which added shared allocations), and in the current cycle charges a
+  multi-allocatable device's ``consumesCounters`` only for its first share (``allocateDevice``
+  skips the check while the device has capacity in use, kubernetes#134103). So:
 
   - shares allocated => the soft device counts as allocated => at least 1 byte of the die's
     ``memory`` counter is used => the whole device (needs all of it) no longer fits;
@@ -53,22 +54,26 @@ Modes per die (:func:`resolve_mode`):
 * ``all``  -> whole, soft and hard on one die. Counters as in ``hard``; the whole device consumes
   all of ``aicore``, ``aicpu``, ``memory`` (and ``media``), so it waits while anything else is
   allocated and keeps everything else off. Soft and hard **alternate** on a die rather than
-  share it: the v1.36 allocator charges a multi-allocatable device's counters once while it has
-  any share, so per-share use cannot be drawn from counters, and no single counter can let shares
-  pile up while excluding several template instances. Each template instance slot ``k`` gets its
-  own counter ``t<k>`` (value ``T = max(2, max_shares_per_die)``): the instance consumes all of
-  it, the soft device one unit of every ``t<k>`` plus the 1-byte ``memory`` token. So with a share
-  on the die no template fits, with a template on the die no share fits, and shares still fit
-  next to each other whether an allocator charges the token once per device or once per share.
-  A counter set holds at most 32 counters, so a die in ``all`` mode publishes at most
-  ``32 - 5`` template instances (the first ones in table order).
+  share it, through the die's ``vnpus`` counter: each template instance consumes one (as in
+  ``hard``), each share device **all** of it (plus the 1-byte ``memory`` token that keeps the
+  whole device off). So with a template on the die no share device fits (fewer ``vnpus`` than it
+  needs), with a share on the die ``vnpus`` is 0 and no template fits, and shares pile up on
+  their device because the v1.36 allocator checks and charges a multi-allocatable device's
+  counters only for its first allocation: ``allocateDevice`` skips ``checkAvailableCounters``
+  while the device has capacity in use (``skipCounterCheck``, kubernetes#134103; committed shares
+  are in ``AggregatedCapacity``, and every share here consumes capacity, at least one
+  ``shares``), and counts a committed device's counters once (``IsDeviceAllocated``,
+  kubernetes#139040). The same makes the three share devices of a die (one per policy) exclude
+  each other: the scheduler keeps one policy per die. An allocator that charged the counters
+  again per share would leave the second share of a die pending (never a mix). Four counters a
+  die (five on 310P) and two per share device: the allocator's counter work per node and pod
+  follows the counters of the pool (``checkAvailableCounters`` compares every counter of the
+  pool on each device it tries), so this is what keeps templates as cheap to place as shares.
 
 One policy per die, decided by the scheduler: the aclservers of a die share one compute ledger,
-so all shares of a die run one policy. Counters cannot say so: two multi-allocatable devices
-exclude each other through a counter only if one's use leaves less than the other needs, and the
-v1.36 allocator charges a device's counters again for each new share on it, so each may use at
-most half of any counter it consumes - then neither can exclude the other. So the exclusion is in
-the pool instead: ``policies`` (what this node prepared: die -> policy) puts a ``NoSchedule``
+so all shares of a die run one policy. On an ``all`` die the ``vnpus`` counter says so (above);
+``soft`` dies have no counters and on ``both`` dies a share device consumes only a token, so the
+exclusion is in the pool instead: ``policies`` (what this node prepared: die -> policy) puts a ``NoSchedule``
 taint ``npu.flexnpu.io/share-policy=<policy>`` on the die's share devices of every other policy,
 and the node republishes when a die's policy changes (its first share prepared, its last gone). A
 claim allocated in the moment before that lands is refused by the node's ``PolicyConflict``
@@ -129,10 +134,6 @@ FULL_COMPUTE = 100
 SHARES_CAPACITY = "shares"
 SHARE_TOKEN = "1"  # noqa: S105 (a counter amount, not a secret)
 """What a soft device consumes from its die's ``memory`` counter (see the module docstring)."""
-
-HARD_BASE_COUNTERS = 5
-"""Counters of a hard/all counter set besides the per-slot ones: aicore, aicpu, memory, vnpus, media."""
-MAX_SLOT_COUNTERS = MAX_COUNTERS_PER_SET - HARD_BASE_COUNTERS
 
 PCI_BUS_ATTRIBUTE = "resource.kubernetes.io/pciBusID"
 UNHEALTHY_TAINT = "npu.flexnpu.io/unhealthy"
@@ -222,16 +223,11 @@ def build_pool(
         if mode in (DieMode.BOTH, DieMode.HARD, DieMode.ALL) and not use_counters:
             mode = fallback_mode
         if mode in (DieMode.HARD, DieMode.ALL):
-            slots = _template_slots(die, inventory, held_here, limit=mode == DieMode.ALL)
-            counter_sets.append(
-                _hard_counter_set(die, held_here, slots, slot_value=_slot_value(mode, max_shares_per_die))
-            )
+            counter_sets.append(_hard_counter_set(die, held_here))
             hard.append(
                 [
-                    _template_device(
-                        die, inventory, t, i, k, slot_value=_slot_value(mode, max_shares_per_die)
-                    )
-                    for k, (t, i) in enumerate(slots)
+                    _template_device(die, inventory, t, i)
+                    for t, i in _template_slots(die, inventory, held_here)
                 ]
             )
             if held_here:
@@ -242,7 +238,7 @@ def build_pool(
                     _share_devices(
                         die,
                         inventory,
-                        counters=_all_soft_counters(len(slots)),
+                        counters=_all_soft_counters(die),
                         max_shares=max_shares_per_die,
                         running=(policies or {}).get(die.phy_id),
                     )
@@ -388,7 +384,7 @@ def _both_counters(die: Die, *, whole: bool) -> JSON:
     return {"memory": {"value": SHARE_TOKEN}}
 
 
-def _template_slots(die: Die, inventory: Inventory, held: Held, *, limit: bool) -> list[tuple[Template, int]]:
+def _template_slots(die: Die, inventory: Inventory, held: Held) -> list[tuple[Template, int]]:
     """(template, index) per publishable instance slot of the die, in table order."""
     avail = _hard_totals(die, held)
     slots: list[tuple[Template, int]] = []
@@ -402,7 +398,7 @@ def _template_slots(die: Die, inventory: Inventory, held: Held, *, limit: bool) 
         )
         n = min(n, avail["vnpus"])
         slots += [(t, i) for i in range(n)]
-    return slots[:MAX_SLOT_COUNTERS] if limit else slots
+    return slots
 
 
 def _hard_totals(die: Die, held: Held) -> dict[str, int]:
@@ -418,16 +414,8 @@ def _hard_totals(die: Die, held: Held) -> dict[str, int]:
     return totals
 
 
-def _slot_value(mode: DieMode, max_shares: int) -> int | None:
-    return max(2, max_shares) if mode == DieMode.ALL else None
-
-
-def _hard_counter_set(
-    die: Die, held: Held, slots: list[tuple[Template, int]], *, slot_value: int | None
-) -> JSON:
+def _hard_counter_set(die: Die, held: Held) -> JSON:
     counters: JSON = {name: {"value": str(v)} for name, v in sorted(_hard_totals(die, held).items())}
-    if slot_value is not None:
-        counters.update({f"t{k}": {"value": str(slot_value)} for k in range(len(slots))})
     return {"name": _counter_set_name(die), "counters": counters}
 
 
@@ -436,15 +424,12 @@ def _hard_whole_counters(die: Die) -> JSON:
     return {name: {"value": str(v)} for name, v in sorted(totals.items()) if name != "vnpus"}
 
 
-def _all_soft_counters(slots: int) -> JSON:
-    counters: JSON = {"memory": {"value": SHARE_TOKEN}}
-    counters.update({f"t{k}": {"value": "1"} for k in range(slots)})
-    return counters
+def _all_soft_counters(die: Die) -> JSON:
+    """A share device of an ``all`` die: the ``memory`` token and all of ``vnpus`` (see the module docstring)."""
+    return {"memory": {"value": SHARE_TOKEN}, "vnpus": {"value": str(_hard_totals(die, Held())["vnpus"])}}
 
 
-def _template_device(
-    die: Die, inventory: Inventory, template: Template, index: int, slot: int, *, slot_value: int | None
-) -> JSON:
+def _template_device(die: Die, inventory: Inventory, template: Template, index: int) -> JSON:
     attributes = _attributes(die, inventory, DieMode.HARD)
     attributes["template"] = {"string": template.name}
     capacity: JSON = {
@@ -461,8 +446,6 @@ def _template_device(
     if templates.media_of(die.model) is not None:
         capacity["media"] = {"value": str(template.media or 0)}
         counters["media"] = {"value": str(template.media or 0)}
-    if slot_value is not None:
-        counters[f"t{slot}"] = {"value": str(slot_value)}
     device: JSON = {
         "name": template_device_name(die, template, index),
         "attributes": dict(sorted(attributes.items())),

@@ -19,10 +19,17 @@ scheduler differ, this module is wrong):
   claim and this one; a capacity with a request policy is rounded up to it (``default`` when not
   requested); one without a policy is consumed whole. On an exclusive device,
   ``capacity.requests`` is a minimum the device's capacity must meet.
-* Shared counters: a device allocated by earlier claims (exclusively or by any number of shares)
-  uses its ``consumesCounters`` **once**; every result of the claim being allocated adds its
-  device's ``consumesCounters`` again. A device fits only if no counter of its pool is then
-  over its counter set's value (an already overdrawn pool fits nothing that consumes counters).
+* Shared counters (``allocateDevice`` / ``checkAvailableCounters`` of the incubating allocator):
+  a device allocated by earlier claims (exclusively or by any number of shares) uses its
+  ``consumesCounters`` **once** (``IsDeviceAllocated``, kubernetes#139040). A result of the
+  claim being allocated adds its device's ``consumesCounters`` - except on a multi-allocatable
+  device whose capacity is already in use (a committed share with ``consumedCapacity``, or a
+  share picked earlier for this claim): there the allocator skips the counter check and charges
+  nothing (``skipCounterCheck``, kubernetes#134103), so shares pile up on a device whose counters
+  were charged for its first share. A device fits only if no counter of its **pool** is then
+  over its value: each check compares every counter of every counter set of the pool, as the
+  allocator does (an already overdrawn pool fits nothing that consumes counters). The available
+  counters of a pool are set up once per claim and node by walking every device of the pool.
 * A pool is used only when all of its ``resourceSliceCount`` slices of the newest generation are
   seen, and its device names are unique; otherwise none of its devices is allocated.
 
@@ -94,10 +101,10 @@ class _Candidate:
     pool: str
     device: Obj
     pool_unusable: bool = False  # incomplete or invalid pool: the allocator skips its devices
+    key: DevKey = field(init=False)  # (driver, pool, device name), made once (the allocator's DeviceID)
 
-    @property
-    def key(self) -> DevKey:
-        return (self.driver, self.pool, self.device["name"])
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", (self.driver, self.pool, self.device["name"]))
 
     @property
     def multi(self) -> bool:
@@ -112,6 +119,7 @@ class _Node:
     counter_sets: dict[tuple[str, str, str], dict[str, Fraction]]  # (driver, pool, set) -> totals
     _uses: dict[DevKey, dict[CounterKey, Fraction] | None] = field(default_factory=dict)
     _totals: dict[CounterKey, Fraction] | None = None
+    _pool_counters: dict[tuple[str, str], list[CounterKey]] | None = None
     _by_key: dict[DevKey, _Candidate] | None = None
 
     def index(self) -> dict[DevKey, int]:
@@ -132,6 +140,15 @@ class _Node:
             }
         return self._totals
 
+    def pool_counters(self, driver: str, pool: str) -> list[CounterKey]:
+        """Every counter of every counter set of one pool (what the allocator compares per device)."""
+        if self._pool_counters is None:
+            grouped: dict[tuple[str, str], list[CounterKey]] = {}
+            for key in self.totals():
+                grouped.setdefault((key[0], key[1]), []).append(key)
+            self._pool_counters = grouped
+        return self._pool_counters.get((driver, pool), [])
+
     def by_key(self) -> dict[DevKey, _Candidate]:
         if self._by_key is None:
             self._by_key = {c.key: c for c in self.candidates}
@@ -147,6 +164,8 @@ class _State:
     available: dict[CounterKey, Fraction] = field(default_factory=dict)  # after earlier claims
     used: dict[CounterKey, Fraction] = field(default_factory=dict)  # by this claim's results
     overdrawn_pools: set[tuple[str, str]] = field(default_factory=set)
+    shared: set[DevKey] = field(default_factory=set)  # multi-allocatable, capacity in use by other claims
+    sharing: dict[DevKey, int] = field(default_factory=dict)  # ... and by this claim's results
 
 
 class _Matches:
@@ -305,15 +324,23 @@ class _Search:
         use = self.node.counter_use(cand)
         if use is None:
             return None
+        if cand.multi and (key in st.shared or st.sharing.get(key)):
+            use = {}  # the allocator's skipCounterCheck: charged with the device's first share
         if use:
             if (cand.driver, cand.pool) in st.overdrawn_pools:
                 return None
             for ckey, amount in use.items():
-                if st.used.get(ckey, Fraction(0)) + amount > st.available[ckey]:
-                    return None
-        for ckey, amount in use.items():
-            st.used[ckey] = st.used.get(ckey, Fraction(0)) + amount
+                st.used[ckey] = st.used.get(ckey, Fraction(0)) + amount
+            # Like checkAvailableCounters: every counter of the pool, not only the device's.
+            if any(
+                st.used.get(ckey, Fraction(0)) > st.available[ckey]
+                for ckey in self.node.pool_counters(cand.driver, cand.pool)
+            ):
+                for ckey, amount in use.items():
+                    st.used[ckey] -= amount
+                return None
         if cand.multi:
+            st.sharing[key] = st.sharing.get(key, 0) + 1
             for name, amount in consumed.items():
                 st.consumed[(key, name)] = st.consumed.get((key, name), Fraction(0)) + amount
         else:
@@ -323,6 +350,7 @@ class _Search:
             for ckey, amount in use.items():
                 st.used[ckey] -= amount
             if cand.multi:
+                st.sharing[key] -= 1
                 for name, amount in consumed.items():
                     st.consumed[(key, name)] -= amount
             else:
@@ -588,7 +616,6 @@ def node_from_slices(all_slices: Iterable[Obj], node_name: str) -> _Node:
 
 def _usage_of(claim: Obj, node: _Node, claims: Iterable[Obj]) -> _State:
     """What every other allocated claim of ``claims`` holds on the node's devices (see ``_usage``)."""
-    by_key = node.by_key()
     state = _State()
     allocated: set[DevKey] = set()
     for other in claims:
@@ -602,12 +629,15 @@ def _usage_of(claim: Obj, node: _Node, claims: Iterable[Obj]) -> _State:
             allocated.add(key)
             if res.get("shareID") is None:
                 state.exclusive.add(key)
+            elif res.get("consumedCapacity"):
+                state.shared.add(key)  # in the allocator's AggregatedCapacity
             for cap, value in (res.get("consumedCapacity") or {}).items():
                 state.consumed[(key, cap)] = state.consumed.get((key, cap), Fraction(0)) + _quantity(value)[0]
     state.available = dict(node.totals())
-    for key in allocated:
-        cand = by_key.get(key)
-        if cand is None:
+    # Like the allocator, walk every device of the node's pools and charge the allocated ones
+    # (it does so for a pool with counter sets, the first time it checks a device's counters).
+    for cand in node.candidates if state.available else ():
+        if cand.key not in allocated:
             continue
         for ckey, amount in (node.counter_use(cand) or {}).items():
             if ckey in state.available:

@@ -21,7 +21,12 @@ from flexnpu_testing.scheduler import SchedulerSim, Unschedulable
 DRIVER = "npu.flexnpu.io"
 NS = "team-h"
 NODE = "node-h"
-CLASSES = {"npu.flexnpu.io": "whole", "vnpu.flexnpu.io": "soft", "vnpu-template.flexnpu.io": "hard"}
+CLASSES = {
+    "npu.flexnpu.io": "whole",
+    "vnpu.flexnpu.io": "soft",
+    "vnpu-fixed.flexnpu.io": "soft-fixed",
+    "vnpu-template.flexnpu.io": "hard",
+}
 
 
 def _die(phy: int, model: str = "910B3", **kw: Any) -> Die:
@@ -158,6 +163,50 @@ def test_shares_and_templates_alternate_on_a_die(env: tuple[client.ResourceV1Api
         sim.deallocate(NS, n)
     assert device(sim, "t") == "npu-0-vir05-1c-16g-0"
     assert pending(sim, "s3")
+
+
+def test_a_die_with_templates_takes_no_share_and_the_reverse_on_two_dies(
+    env: tuple[client.ResourceV1Api, SchedulerSim],
+) -> None:
+    """The ``vnpus`` counter: a template on die 1 sends shares to die 0; shares there keep templates on 1."""
+    api, sim = env
+    publish(api, Inventory(dies=(_die(0), _die(1))), DieMode.ALL)
+    claim(api, "t1", "vnpu-template.flexnpu.io", template="vir05_1c_16g")
+    assert device(sim, "t1") == "npu-1-vir05-1c-16g-0"
+    for n in ("s1", "s2", "s3"):
+        claim(api, n, "vnpu.flexnpu.io", memory="1Gi")
+        assert device(sim, n) == "vnpu-0"  # die 1 holds a template
+    claim(api, "t2", "vnpu-template.flexnpu.io", template="vir05_1c_16g")
+    assert device(sim, "t2") == "npu-1-vir05-1c-16g-1"  # die 0 holds shares
+    claim(api, "w", "npu.flexnpu.io")
+    assert pending(sim, "w")  # neither die is free
+    for n in ("t1", "t2"):
+        sim.deallocate(NS, n)
+    assert device(sim, "w") == "npu-1"
+
+
+def test_one_share_policy_per_die_through_the_counter(env: tuple[client.ResourceV1Api, SchedulerSim]) -> None:
+    api, sim = env
+    publish(api, Inventory(dies=(_die(0),)), DieMode.ALL)
+    claim(api, "elastic", "vnpu.flexnpu.io", memory="1Gi")
+    claim(api, "fixed", "vnpu-fixed.flexnpu.io", memory="1Gi")
+    assert device(sim, "elastic") == "vnpu-0"
+    assert pending(sim, "fixed")  # no taint published here: the die's vnpus counter is at 0
+    sim.deallocate(NS, "elastic")
+    assert device(sim, "fixed") == "vnpu-0-fixed"
+
+
+def test_two_share_requests_of_one_claim_share_a_device(
+    env: tuple[client.ResourceV1Api, SchedulerSim],
+) -> None:
+    api, sim = env
+    publish(api, Inventory(dies=(_die(0),)), DieMode.ALL)
+    share = {"deviceClassName": "vnpu.flexnpu.io", "capacity": {"requests": {"memory": "1Gi"}}}
+    _claim_with(api, "pair", [{"name": "a", "exactly": share}, {"name": "b", "exactly": share}], [])
+    results = sim.allocate(NS, "pair", NODE)["status"]["allocation"]["devices"]["results"]
+    assert [r["device"] for r in results] == ["vnpu-0", "vnpu-0"]
+    claim(api, "t", "vnpu-template.flexnpu.io", template="vir05_1c_16g")
+    assert pending(sim, "t")
 
 
 def test_templates_use_the_next_die_when_one_is_full(env: tuple[client.ResourceV1Api, SchedulerSim]) -> None:

@@ -5,6 +5,7 @@ fake kube-scheduler calling it, and a down extender not keeping pods pending."""
 from __future__ import annotations
 
 import ssl
+import threading
 import urllib.error
 import urllib.request
 import uuid
@@ -249,3 +250,52 @@ def test_the_extender_command_refuses_bad_flags_naming_them(args: list[str], fie
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert out.returncode == 2 and "flexnpu-dra extender:" in out.stderr and field in out.stderr
+
+
+def test_the_extender_is_ready_only_once_its_watches_listed(tmp_path: Path) -> None:
+    """``/readyz`` answers 503 while the API server refuses the first lists, 200 once they came in;
+    ``/healthz`` (the liveness probe) answers 200 all along."""
+    from controller.extender import Extender
+    from controller.kube import Kube
+    from dra_driver.config import ExtenderConfig
+    from flexnpu_testing.fake_apiserver import FakeAPIServer
+    from flexnpu_testing.placement_cluster import make_cert
+
+    cert, key = make_cert(tmp_path)
+    ctx = ssl.create_default_context(cafile=str(cert))
+    with FakeAPIServer() as srv:
+        kubeconfig = srv.write_kubeconfig(tmp_path / "kubeconfig")
+        srv.set_down(True)  # every list gets 503: the caches cannot sync
+        settings = ExtenderConfig(
+            driver_name=DRIVER, kubeconfig=str(kubeconfig), placement=Placement.BINPACK,
+            host="127.0.0.1", port=0, tls_cert=cert, tls_key=key,
+        )  # fmt: skip
+        extender = Extender(settings, kube=Kube.from_config(str(kubeconfig)))
+        stop, ready = threading.Event(), threading.Event()
+        server = threading.Thread(target=extender.serve, args=(stop, ready), name="extender", daemon=True)
+        server.start()
+        try:
+            wait_for(ready.is_set, what="the extender serving", timeout=30)
+            base = f"https://127.0.0.1:{extender.port}"
+
+            def status(path: str) -> int:
+                try:
+                    with urllib.request.urlopen(base + path, context=ctx, timeout=5) as r:
+                        return int(r.status)
+                except urllib.error.HTTPError as err:
+                    return int(err.code)
+
+            wait_for(
+                lambda: any("resourceclaims" in path for _, path in srv.request_log()),
+                what="the extender's first claim list refused",
+                timeout=30,
+            )
+            assert status("/readyz") == 503 and not extender.scores.synced
+            assert status("/healthz") == 200
+            srv.set_down(False)
+            wait_for(lambda: status("/readyz") == 200, what="/readyz after the lists", timeout=60)
+            assert extender.scores.synced
+        finally:
+            stop.set()
+            server.join(timeout=30)
+    assert not server.is_alive()

@@ -273,16 +273,41 @@ def test_earlier_shares_charge_the_counters_once(env: tuple[client.ResourceV1Api
         sim.allocate(NS, "w", NODE)
 
 
-def test_a_share_charges_its_counters_again_in_its_own_cycle(
+def test_a_device_with_shares_is_not_charged_again(
     env: tuple[client.ResourceV1Api, SchedulerSim],
 ) -> None:
-    """v1.36: the allocated device's counters count once, and the claim being allocated adds its own."""
+    """v1.36 ``allocateDevice``: a multi-allocatable device whose capacity is in use skips the counter
+    check (``skipCounterCheck``, kubernetes#134103): its counters were charged with its first share."""
     api, sim = env
     publish(api, [whole("die-0", counters=True), soft("die-0-soft", counters=True)], counters=True)
+    for n in ("s1", "s2", "s3"):
+        make_claim(api, n, "vnpu.flexnpu.io", capacity={"memory": "1Gi"})
+    sim.allocate(NS, "s1", NODE)  # the set holds 1 and s1's device uses it
+    assert results(sim.allocate(NS, "s2", NODE))[0]["device"] == "die-0-soft"
+    assert results(sim.allocate(NS, "s3", NODE))[0]["device"] == "die-0-soft"
+    make_claim(api, "w", "npu.flexnpu.io")
+    with pytest.raises(Unschedulable):
+        sim.allocate(NS, "w", NODE)
+
+
+def test_a_device_charges_its_counters_for_its_first_share(
+    env: tuple[client.ResourceV1Api, SchedulerSim],
+) -> None:
+    """The first share of a multi-allocatable device is checked: a set used up by another device refuses it."""
+    api, sim = env
+    dev = lambda name: {  # noqa: E731
+        **soft(name),
+        "attributes": {"mode": {"string": "soft"}, "policy": {"string": name[-1]}},
+        "consumesCounters": [{"counterSet": "die-0", "counters": {"mode": {"value": "1"}}}],
+    }
+    publish_counters(api, [dev("die-0-a"), dev("die-0-b")], {"die-0": {"mode": {"value": "1"}}})
     make_claim(api, "s1", "vnpu.flexnpu.io", capacity={"memory": "1Gi"})
-    make_claim(api, "s2", "vnpu.flexnpu.io", capacity={"memory": "1Gi"})
-    sim.allocate(NS, "s1", NODE)
-    with pytest.raises(Unschedulable):  # the set holds 1, s1's device uses 1, s2 needs 1 more
+    only_b = {"cel": {"expression": f'device.attributes["{DRIVER}"].policy == "b"'}}
+    create_claim(
+        api, "s2", [{"name": "npu", "exactly": {"deviceClassName": "vnpu.flexnpu.io", "selectors": [only_b]}}]
+    )
+    assert results(sim.allocate(NS, "s1", NODE))[0]["device"] == "die-0-a"
+    with pytest.raises(Unschedulable):
         sim.allocate(NS, "s2", NODE)
 
 
@@ -321,9 +346,11 @@ def test_two_requests_may_share_one_device(env: tuple[client.ResourceV1Api, Sche
     assert (a["consumedCapacity"]["compute"], b["consumedCapacity"]["compute"]) == ("30", "70")
 
 
-def test_two_requests_on_one_device_each_charge_counters(
+def test_two_requests_on_one_device_charge_its_counters_once(
     env: tuple[client.ResourceV1Api, SchedulerSim],
 ) -> None:
+    """The second request skips the counter check: the device has capacity in use by the first
+    (the allocator's ``allocatingCapacity``), so both land on it though its set holds only 1."""
     api, sim = env
     dev = lambda name, cset: {  # noqa: E731
         **soft(name),
@@ -336,7 +363,7 @@ def test_two_requests_on_one_device_each_charge_counters(
     )
     requests = [{"name": n, "exactly": {"deviceClassName": "vnpu.flexnpu.io"}} for n in ("a", "b")]
     create_claim(api, "two", requests)
-    assert [r["device"] for r in results(sim.allocate(NS, "two", NODE))] == ["die-0-soft", "die-1-soft"]
+    assert [r["device"] for r in results(sim.allocate(NS, "two", NODE))] == ["die-0-soft", "die-0-soft"]
 
 
 def test_backtracks_when_a_later_request_needs_the_device_an_earlier_one_took(

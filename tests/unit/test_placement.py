@@ -88,10 +88,14 @@ def test_a_dies_share_devices_keep_their_policy_order() -> None:
 
 
 @pytest.mark.parametrize("policy", list(Placement))
-def test_whole_devices_free_dies_first_ascending(policy: Placement) -> None:
-    p = ordered([share(0), Allocated("n", "npu-2")], policy)
-    assert whole_dies(p) == [1, 3, 4, 5, 6, 7, 0, 2]
+def test_whole_devices_stay_ascending_whatever_is_allocated(policy: Placement) -> None:
+    empty = ordered([], policy, DieMode.ALL)
+    used = [share(0), Allocated("n", "npu-2"), Allocated("n", "npu-3-vir05-1c-8g-0")]
+    p = ordered(used, policy, DieMode.ALL)
+    assert whole_dies(p) == whole_dies(empty) == list(range(8))
     assert p.device_names[:8] == [f"npu-{d}" for d in whole_dies(p)]  # whole devices stay first
+    # so a whole allocation alone changes no slice: nothing to republish
+    assert ordered([Allocated("n", "npu-2")], policy, DieMode.ALL).slices == empty.slices
 
 
 def test_no_device_changes_slice() -> None:
