@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from flexnpu_runtime.aclserver.ascend_ops import ACLNN_C_TYPES
+from flexnpu_runtime.aclserver.ascend_aclnn import ACLNN_C_TYPES
 from flexnpu_runtime.aclserver.backend import AclFailure
 from flexnpu_runtime.aclserver.backend_ascend import AscendBackend
 from flexnpu_testing import aclserver_harness, clibrary
