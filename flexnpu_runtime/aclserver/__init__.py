@@ -3,7 +3,8 @@
 Modules (the wire — launch spec, codes, framing — is ``flexnpu_wire``): ``datalink``
 (shared-memory buffers), ``scheduling`` (pure compute-quota decisions), ``ledger`` (the per-die
 shared ledger), ``backend`` (the ``Backend`` protocol and the values both sides share;
-``backend_emulated``, ``backend_ascend`` with ``ascend_models``), ``quota`` (the quota book both
+``backend_emulated``, ``backend_ascend`` with ``ascend_models``, ``ascend_vmm``, ``ascend_ops`` and its
+paths ``ascend_aclop``/``ascend_aclnn``, over ``ascend_ctypes``), ``quota`` (the quota book both
 backends build: shares, allocations, die time), ``hostmem`` (the claim's host-memory budget),
 ``claim`` (what a claim's sessions share), ``dispatch`` (one connection's ACL session and its op table),
 ``memory`` (device memory, host buffers, copies), ``streams`` (streams, kernels and the task

@@ -1,5 +1,5 @@
-"""The aclmdl* half of the ascend backend's ctypes binding: CANN's model calls, their structs, and
-a CANN description rendered as FlexNPU's description layout (``docs/model-format.md``).
+"""The aclmdl* half of the ascend backend: CANN's model calls, their structs, a CANN description rendered
+as FlexNPU's description layout (``docs/model-format.md``), and the backend's model hooks forwarded to them.
 
 NOT YET VERIFIED ON HARDWARE: tested against ``tests/c/cann_emulator.c``. Bound at the first
 model call, so a runtime without the model library still serves memory and kernels; a missing
@@ -7,18 +7,25 @@ function is ``ACL_ERROR_API_NOT_SUPPORT`` naming it. Prototypes are CANN's (``ac
 ``acl_base.h``): ``aclmdlIODims`` {char name[128]; size_t dimCount; int64_t dims[128]},
 ``aclmdlBatch`` {size_t batchCount; uint64_t batch[128]}, ``aclmdlHW`` {size_t hwCount;
 uint64_t hw[128][2]}.
+
+``AscendModels`` is what ``AscendBackend`` forwards ``describe_model``, ``load_model``, ``execution`` and
+``unload_model`` to: ``aclmdlLoadFromMemWithMem`` with weight and work memory the quota book charged (or the
+caller's), executions with CANN datasets of the device buffers, each charged the die time the model's
+previous execution took.
 """
 
 from __future__ import annotations
 
 import ctypes
+import time
 from collections.abc import Callable
 from typing import Any
 
-from flexnpu_runtime.aclserver.backend import AclFailure, Buffer
+from flexnpu_runtime.aclserver.ascend_ctypes import host_buffer
+from flexnpu_runtime.aclserver.backend import AclFailure, Buffer, LoadedModel
 from flexnpu_wire import codes, modelfile
 
-__all__ = ["Batch", "IODims", "ModelRuntime"]
+__all__ = ["AscendModels", "Batch", "IODims", "ModelRuntime"]
 
 c = ctypes
 
@@ -161,3 +168,78 @@ class ModelRuntime:
         for b in buffers:
             self.fns["aclDestroyDataBuffer"](b)
         self.fns["aclmdlDestroyDataset"](ds)
+
+
+class AscendModels:
+    """The backend's model hooks over the host's CANN: ``models`` gives the aclmdl binding (made at the first
+    model call), ``select`` makes a virtual device's die current in the calling thread."""
+
+    def __init__(self, models: Callable[[], ModelRuntime], *, select: Callable[[int], None]) -> None:
+        self._models, self._select = models, select
+
+    def describe(self, data: memoryview) -> modelfile.ModelFile:
+        mdl = self._models()
+        buf = host_buffer(data)
+        work, weight = c.c_size_t(), c.c_size_t()
+        mdl.call("aclmdlQuerySizeFromMem", buf, data.nbytes, c.byref(work), c.byref(weight))
+        desc = mdl.create_desc()
+        try:
+            mdl.call("aclmdlGetDescFromMem", desc, buf, data.nbytes)
+            return mdl.describe(desc, work=work.value, weight=weight.value)
+        finally:
+            mdl.destroy_desc(desc)
+
+    def load(
+        self,
+        device: int,
+        data: memoryview,
+        desc: modelfile.ModelFile,
+        *,
+        weight: Buffer | None,
+        work: Buffer | None,
+    ) -> LoadedModel:
+        self._select(device)
+        model_id = c.c_uint32()
+        self._models().call(
+            "aclmdlLoadFromMemWithMem", host_buffer(data), data.nbytes, c.byref(model_id),
+            work.ptr if work else None, work.size if work else 0,
+            weight.ptr if weight else None, weight.size if weight else 0,
+        )  # fmt: skip
+        return LoadedModel(device, desc, weight, work, handle=model_id.value)
+
+    def execution(
+        self,
+        model: LoadedModel,
+        inputs: list[Buffer],
+        outputs: list[Buffer],
+        *,
+        batch: int,
+        hw: tuple[int, int],
+    ) -> tuple[int, Callable[[], None]]:
+        """CANN gives no cost up front: an execution is charged the die time the model's previous
+        execution took (the first one nothing), measured around ``aclmdlExecute``."""
+        mdl = self._models()
+        dynamic = model.desc.dynamic_index()
+
+        def run() -> None:
+            self._select(model.device)
+            datasets = [mdl.dataset(bufs) for bufs in (inputs, outputs)]
+            try:
+                if dynamic is not None and batch:
+                    mdl.call("aclmdlSetDynamicBatchSize", model.handle, datasets[0][0], dynamic, batch)
+                elif dynamic is not None and hw != (0, 0):
+                    mdl.call("aclmdlSetDynamicHWSize", model.handle, datasets[0][0], dynamic, hw[0], hw[1])
+                start = time.monotonic()
+                mdl.call("aclmdlExecute", model.handle, datasets[0][0], datasets[1][0])
+                model.last_cost_us = round((time.monotonic() - start) * 1e6)
+            finally:
+                for dataset in datasets:
+                    mdl.destroy_dataset(dataset)
+
+        return model.last_cost_us, run
+
+    def unload(self, model: LoadedModel) -> None:
+        if model.handle is not None:
+            self._select(model.device)
+            self._models().call("aclmdlUnload", model.handle)
+            model.handle = None

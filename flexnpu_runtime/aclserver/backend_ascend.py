@@ -18,10 +18,10 @@ ABI-compatible library with device memory in host RAM and call counters.
   (``aclrtMemcpy``); the session layer's ``memcpy`` bounces data-link regions through host memory.
 * Compute: slices come from the die ledger through the quota book, as with the emulated backend,
   so compute quotas hold across aclservers. Real kernels are not intercepted.
-* Models: forwarded to ``aclmdlLoadFromMemWithMem`` with weight and work memory the quota book
-  charged (or the caller's), described through CANN's desc queries into the layout of
-  ``docs/model-format.md``, executed with CANN datasets of the device buffers; an execution is
-  charged the die time the model's previous execution took (``ascend_models.py``).
+* Models (``ascend_models.py``'s ``AscendModels``): forwarded to ``aclmdlLoadFromMemWithMem`` with weight
+  and work memory the quota book charged (or the caller's), described through CANN's desc queries into the
+  layout of ``docs/model-format.md``, executed with CANN datasets of the device buffers; an execution is
+  charged the die time the model's previous execution took.
 * Operators (``execute_operator``, called by ``opexec.py`` in stream order): forwarded to CANN's
   single-operator API or to the host's ``libopapi.so`` (``ascend_ops.py``); an aclnn workspace is
   device memory charged to the session's quota while the operator runs.
@@ -29,27 +29,24 @@ ABI-compatible library with device memory in host RAM and call counters.
   ``aclrtLaunchKernelWithHostArgs`` (arguments by value, on the operators' stream of the die, synchronized) and
   ``aclrtBinaryUnLoad``.
 * Virtual memory (``vmm.py``'s hooks ``make_memory``, ``make_handle``, ``map_memory``,
-  ``unmap_memory``): ``aclrtReserveMemAddress`` (not charged), ``aclrtMallocPhysical`` (charged to
-  the quota like ``aclrtMalloc``; the client sees a token address, the CANN handle stays here),
-  ``aclrtMapMem``, ``aclrtUnmapMem``, ``aclrtReleaseMemAddress``, ``aclrtFreePhysical``. Freeing a
-  range or a handle (a session's close included) unmaps what CANN still maps there first.
+  ``unmap_memory``): forwarded to ``ascend_vmm.py``'s ``VirtualMemory`` (``aclrtReserveMemAddress``,
+  ``aclrtMallocPhysical`` charged to the quota like ``aclrtMalloc``, ``aclrtMapMem``…).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import itertools
 import struct
 import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from flexnpu_runtime.aclserver import datalink
-from flexnpu_runtime.aclserver.ascend_models import ModelRuntime
+from flexnpu_runtime.aclserver.ascend_ctypes import host_buffer
+from flexnpu_runtime.aclserver.ascend_models import AscendModels, ModelRuntime
 from flexnpu_runtime.aclserver.ascend_ops import OperatorRuntime
+from flexnpu_runtime.aclserver.ascend_vmm import Physical, PhysicalMemProp, Reserved, VirtualMemory
 from flexnpu_runtime.aclserver.backend import KERNEL_RESULT_BYTES, AclFailure, Allocation, Buffer, LoadedModel
 from flexnpu_runtime.aclserver.quota import QuotaBook
 from flexnpu_wire import codes
@@ -67,25 +64,6 @@ DEFAULT_LIBRARY = "/usr/local/Ascend/ascend-toolkit/latest/lib64/libascendcl.so"
 _H2D, _D2H, _D2D = 1, 2, 3
 _HBM = int(codes.MemAttr.HBM_MEM)
 _RESULT = struct.Struct("<QQ")
-_HANDLE_BASE = 1 << 59
-"""Physical handles are named to the client by token addresses from here (beyond any device or host
-address, below the data link's HOST_TAG), so the book never confuses one with device memory."""
-_HANDLE_GAP = 1 << 32
-_ACL_MEM_LOCATION_TYPE_DEVICE = 1
-
-
-class _PhysicalMemProp(ctypes.Structure):
-    """CANN's aclrtPhysicalMemProp (acl/acl_rt.h)."""
-
-    _fields_ = [
-        ("handleType", ctypes.c_int),
-        ("allocationType", ctypes.c_int),
-        ("memAttr", ctypes.c_int),
-        ("location_id", ctypes.c_uint32),
-        ("location_type", ctypes.c_int),
-        ("reserve", ctypes.c_uint64),
-    ]
-
 
 _ACL_RT_BINARY_LOAD_OPT_MAGIC = 2
 
@@ -101,18 +79,6 @@ class _BinaryLoadOptions(ctypes.Structure):
     """CANN's aclrtBinaryLoadOptions."""
 
     _fields_ = [("options", ctypes.POINTER(_BinaryLoadOption)), ("numOpt", ctypes.c_size_t)]
-
-
-@dataclass(frozen=True, slots=True)
-class _Reserved:
-    """The payload of a reserved range's allocation (CANN's address is its base)."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Physical:
-    """The payload of a physical handle's allocation: CANN's aclrtDrvMemHandle."""
-
-    handle: int
 
 
 class AscendRuntime:
@@ -145,7 +111,7 @@ class AscendRuntime:
             "aclrtMallocPhysical": [
                 c.POINTER(c.c_void_p),
                 c.c_size_t,
-                c.POINTER(_PhysicalMemProp),
+                c.POINTER(PhysicalMemProp),
                 c.c_uint64,
             ],
             "aclrtFreePhysical": [c.c_void_p],
@@ -245,10 +211,8 @@ class AscendBackend:
         self.rt = AscendRuntime(library)
         self._local = threading.local()
         self._dies: dict[int, int] = {}
-        self._handle_ids = itertools.count(_HANDLE_BASE, _HANDLE_GAP)
-        self._mappings: dict[int, tuple[int, int]] = {}
-        """CANN mappings: address -> (its range's base, the CANN handle mapped there)."""
-        self._vmm_lock = threading.Lock()
+        self._vmm = VirtualMemory(self.rt.call, select=self._select, dies=self._dies)
+        self._models = AscendModels(self.rt.models, select=self._select)
         self.rt.call("aclInit", None)
         try:
             visible = self.rt.device_count()
@@ -290,60 +254,26 @@ class AscendBackend:
     def _drop(self, alloc: Allocation) -> None:
         self._select(alloc.device)
         payload = alloc.payload
-        if isinstance(payload, _Reserved | _Physical):
-            self._drop_virtual(alloc.base, payload)
+        if isinstance(payload, Reserved | Physical):
+            self._vmm.drop(alloc.base, payload)
         else:
             self.rt.call("aclrtFree", alloc.base)
 
     # -- virtual memory (vmm.py's hooks; the session layer keeps the books) ---------------------------
 
-    def make_memory(self, size: int, *, device: int = 0) -> tuple[int, _Reserved]:
-        """A reserved range of device addresses (aclrtReserveMemAddress)."""
-        self._select(device)
-        va = ctypes.c_void_p()
-        self.rt.call("aclrtReserveMemAddress", ctypes.byref(va), size, 0, None, 0)
-        return int(va.value or 0), _Reserved()
+    def make_memory(self, size: int, *, device: int = 0) -> tuple[int, Reserved]:
+        return self._vmm.make_memory(size, device=device)
 
-    def make_handle(self, size: int, *, device: int = 0) -> tuple[int, _Physical]:
-        """Physical memory of the share's die (aclrtMallocPhysical), named by a token address."""
-        self._select(device)
-        prop = _PhysicalMemProp(
-            0, 0, int(codes.MemAttr.HBM_HUGE), self._dies[device], _ACL_MEM_LOCATION_TYPE_DEVICE, 0
-        )
-        handle = ctypes.c_void_p()
-        self.rt.call("aclrtMallocPhysical", ctypes.byref(handle), size, ctypes.byref(prop), 0)
-        return next(self._handle_ids), _Physical(int(handle.value or 0))
+    def make_handle(self, size: int, *, device: int = 0) -> tuple[int, Physical]:
+        return self._vmm.make_handle(size, device=device)
 
     def map_memory(
         self, *, address: int, size: int, offset: int, handle: Allocation, into: Allocation
     ) -> None:
-        """Map ``size`` bytes of ``handle`` from ``offset`` at ``address`` inside the range ``into``."""
-        assert isinstance(handle.payload, _Physical)
-        self._select(into.device)
-        self.rt.call("aclrtMapMem", address, size, offset, handle.payload.handle, 0)
-        with self._vmm_lock:
-            self._mappings[address] = (into.base, handle.payload.handle)
+        self._vmm.map_memory(address=address, size=size, offset=offset, handle=handle, into=into)
 
     def unmap_memory(self, *, address: int, into: Allocation) -> None:
-        self._select(into.device)
-        self.rt.call("aclrtUnmapMem", address)
-        with self._vmm_lock:
-            self._mappings.pop(address, None)
-
-    def _drop_virtual(self, base: int, payload: _Reserved | _Physical) -> None:
-        """Release a range or free a handle, unmapping first what CANN still maps in it or of it."""
-        handle = payload.handle if isinstance(payload, _Physical) else None
-        with self._vmm_lock:
-            stale = [a for a, (r, h) in self._mappings.items() if (h == handle if handle else r == base)]
-        for address in stale:
-            with contextlib.suppress(AclFailure):
-                self.rt.call("aclrtUnmapMem", address)
-            with self._vmm_lock:
-                self._mappings.pop(address, None)
-        if handle is not None:
-            self.rt.call("aclrtFreePhysical", handle)
-        else:
-            self.rt.call("aclrtReleaseMemAddress", base)
+        self._vmm.unmap_memory(address=address, into=into)
 
     # -- kernel binaries (kernels.py's hooks) ---------------------------------------------------------
 
@@ -356,9 +286,7 @@ class AscendBackend:
         if magic:
             option = _BinaryLoadOption(_ACL_RT_BINARY_LOAD_OPT_MAGIC, (ctypes.c_uint32 * 4)(magic))
             options = ctypes.byref(_BinaryLoadOptions(ctypes.pointer(option), 1))
-        self.rt.call(
-            "aclrtBinaryLoadFromData", _host_buffer(data), data.nbytes, options, ctypes.byref(handle)
-        )
+        self.rt.call("aclrtBinaryLoadFromData", host_buffer(data), data.nbytes, options, ctypes.byref(handle))
         return int(handle.value or 0)
 
     def binary_function(self, device: int, binary: int, name: str) -> int:
@@ -406,7 +334,7 @@ class AscendBackend:
 
     def copy_to_device(self, ptr: int, src: memoryview, *, owner: int = 0) -> None:
         alloc = self.book.find(ptr, src.nbytes, owner=owner)
-        buf = _host_buffer(src)
+        buf = host_buffer(src)
         self._select(alloc.device)
         self.rt.call("aclrtMemcpy", ptr, alloc.base + alloc.size - ptr, buf, src.nbytes, _H2D)
 
@@ -415,7 +343,7 @@ class AscendBackend:
         if dst.readonly:
             raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, "the destination host buffer is read-only")
         self._select(alloc.device)
-        self.rt.call("aclrtMemcpy", _host_buffer(dst), dst.nbytes, ptr, dst.nbytes, _D2H)
+        self.rt.call("aclrtMemcpy", host_buffer(dst), dst.nbytes, ptr, dst.nbytes, _D2H)
 
     def copy_on_device(self, dst: int, src: int, count: int, *, owner: int = 0) -> None:
         d, s = self.book.find(dst, count, owner=owner), self.book.find(src, count, owner=owner)
@@ -479,28 +407,12 @@ class AscendBackend:
         return bytes(out)
 
     def describe_model(self, data: memoryview) -> ModelFile:
-        mdl = self.rt.models()
-        buf = _host_buffer(data)
-        work, weight = ctypes.c_size_t(), ctypes.c_size_t()
-        mdl.call("aclmdlQuerySizeFromMem", buf, data.nbytes, ctypes.byref(work), ctypes.byref(weight))
-        desc = mdl.create_desc()
-        try:
-            mdl.call("aclmdlGetDescFromMem", desc, buf, data.nbytes)
-            return mdl.describe(desc, work=work.value, weight=weight.value)
-        finally:
-            mdl.destroy_desc(desc)
+        return self._models.describe(data)
 
     def load_model(
         self, device: int, data: memoryview, desc: ModelFile, *, weight: Buffer | None, work: Buffer | None
     ) -> LoadedModel:
-        self._select(device)
-        model_id = ctypes.c_uint32()
-        self.rt.models().call(
-            "aclmdlLoadFromMemWithMem", _host_buffer(data), data.nbytes, ctypes.byref(model_id),
-            work.ptr if work else None, work.size if work else 0,
-            weight.ptr if weight else None, weight.size if weight else 0,
-        )  # fmt: skip
-        return LoadedModel(device, desc, weight, work, handle=model_id.value)
+        return self._models.load(device, data, desc, weight=weight, work=work)
 
     def execution(
         self,
@@ -511,33 +423,10 @@ class AscendBackend:
         batch: int,
         hw: tuple[int, int],
     ) -> tuple[int, Callable[[], None]]:
-        """CANN gives no cost up front: an execution is charged the die time the model's previous
-        execution took (the first one nothing), measured around ``aclmdlExecute``."""
-        mdl = self.rt.models()
-        dynamic = model.desc.dynamic_index()
-
-        def run() -> None:
-            self._select(model.device)
-            datasets = [mdl.dataset(bufs) for bufs in (inputs, outputs)]
-            try:
-                if dynamic is not None and batch:
-                    mdl.call("aclmdlSetDynamicBatchSize", model.handle, datasets[0][0], dynamic, batch)
-                elif dynamic is not None and hw != (0, 0):
-                    mdl.call("aclmdlSetDynamicHWSize", model.handle, datasets[0][0], dynamic, hw[0], hw[1])
-                start = time.monotonic()
-                mdl.call("aclmdlExecute", model.handle, datasets[0][0], datasets[1][0])
-                model.last_cost_us = round((time.monotonic() - start) * 1e6)
-            finally:
-                for dataset in datasets:
-                    mdl.destroy_dataset(dataset)
-
-        return model.last_cost_us, run
+        return self._models.execution(model, inputs, outputs, batch=batch, hw=hw)
 
     def unload_model(self, model: LoadedModel) -> None:
-        if model.handle is not None:
-            self._select(model.device)
-            self.rt.models().call("aclmdlUnload", model.handle)
-            model.handle = None
+        self._models.unload(model)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -564,12 +453,3 @@ class AscendBackend:
             self.rt.set_device(phy)
             self._local.device = phy
             self._local.devices = getattr(self._local, "devices", set()) | {phy}
-
-
-def _host_buffer(view: memoryview) -> Any:
-    """A ctypes array over a contiguous host buffer (a read-only one is copied), passed as a pointer."""
-    if not view.c_contiguous:
-        raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, "a host buffer must be C-contiguous")
-    flat = view.cast("B") if view.format != "B" or view.ndim != 1 else view
-    array_type = ctypes.c_char * flat.nbytes
-    return array_type.from_buffer_copy(flat) if flat.readonly else array_type.from_buffer(flat)

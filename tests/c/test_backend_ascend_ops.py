@@ -307,18 +307,15 @@ def test_aclnn_c_types_agree_with_the_table() -> None:
 def test_the_physical_memory_prop_has_canns_layout() -> None:
     """The ctypes aclrtPhysicalMemProp the backend passes to aclrtMallocPhysical, and the aclrtBinaryLoadOption(s)
     it passes to aclrtBinaryLoadFromData, match the C header's."""
-    from flexnpu_runtime.aclserver.backend_ascend import (
-        _BinaryLoadOption,
-        _BinaryLoadOptions,
-        _PhysicalMemProp,
-    )
+    from flexnpu_runtime.aclserver.ascend_vmm import PhysicalMemProp
+    from flexnpu_runtime.aclserver.backend_ascend import _BinaryLoadOption, _BinaryLoadOptions
 
     exe = clibrary.compile_program(HERE / "physical_prop_layout.c")
     words = run(exe, conf=None).stdout.split()
     c_layout = dict(zip(words[::2], (int(w) for w in words[1::2]), strict=True))
     py_layout: dict[str, int] = {}
     for prefix, struct in (
-        ("", _PhysicalMemProp),
+        ("", PhysicalMemProp),
         ("option.", _BinaryLoadOption),
         ("options.", _BinaryLoadOptions),
     ):
