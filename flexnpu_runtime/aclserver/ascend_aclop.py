@@ -19,7 +19,16 @@ import os
 from contextlib import ExitStack
 from typing import Any
 
-from flexnpu_runtime.aclserver.ascend_ctypes import I64P, PP, Check, P, array, bind, element_size
+from flexnpu_runtime.aclserver.ascend_ctypes import (
+    I64P,
+    PP,
+    Check,
+    P,
+    array,
+    bind,
+    bind_operator_calls,
+    element_size,
+)
 from flexnpu_runtime.aclserver.backend import AclFailure
 from flexnpu_wire import codes, opcall
 from flexnpu_wire.opcall import AttrKind, Placement
@@ -77,12 +86,7 @@ class SingleOperators:
 
     def __init__(self, lib: ctypes.CDLL, path: str, check: Check) -> None:
         self._lib, self._path, self._check = lib, path, check
-        try:
-            self._fn = {name: bind(lib, name, sig) for name, sig in _SIGS.items()}
-        except AttributeError as exc:
-            raise AclFailure(
-                codes.ACL_ERROR_API_NOT_SUPPORT, f"{path} lacks an operator call: {exc}"
-            ) from None
+        self._fn = bind_operator_calls(lib, path, _SIGS)
         self._execute, self._execute_name = self._entry()
 
     def _entry(self) -> tuple[Any, str]:

@@ -13,7 +13,18 @@ from flexnpu_runtime.aclserver.backend import AclFailure
 from flexnpu_wire import codes
 from flexnpu_wire.modelfile import DTYPE_SIZES
 
-__all__ = ["I64P", "PP", "Check", "P", "array", "bind", "checker", "element_size", "host_buffer"]
+__all__ = [
+    "I64P",
+    "PP",
+    "Check",
+    "P",
+    "array",
+    "bind",
+    "bind_operator_calls",
+    "checker",
+    "element_size",
+    "host_buffer",
+]
 
 P = ctypes.c_void_p
 PP = ctypes.POINTER(ctypes.c_void_p)
@@ -32,6 +43,16 @@ def bind(lib: ctypes.CDLL, name: str, sig: tuple[Any, list[Any]]) -> Any:
     fn = getattr(lib, name)
     fn.restype, fn.argtypes = sig
     return fn
+
+
+def bind_operator_calls(
+    lib: ctypes.CDLL, path: str, sigs: dict[str, tuple[Any, list[Any]]]
+) -> dict[str, Any]:
+    """Each function of ``sigs`` in ``lib`` by name (AclFailure 200001 if ``path`` lacks one)."""
+    try:
+        return {name: bind(lib, name, sig) for name, sig in sigs.items()}
+    except AttributeError as exc:
+        raise AclFailure(codes.ACL_ERROR_API_NOT_SUPPORT, f"{path} lacks an operator call: {exc}") from None
 
 
 def array(ctype: Any, values: Sequence[Any]) -> Any:

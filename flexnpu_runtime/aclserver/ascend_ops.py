@@ -28,9 +28,8 @@ from typing import Any
 
 from flexnpu_runtime.aclserver.ascend_aclnn import AclnnOperators, Workspace
 from flexnpu_runtime.aclserver.ascend_aclop import SingleOperators
-from flexnpu_runtime.aclserver.ascend_ctypes import PP, P, bind, checker
-from flexnpu_runtime.aclserver.backend import AclFailure
-from flexnpu_wire import codes, opcall
+from flexnpu_runtime.aclserver.ascend_ctypes import PP, P, bind_operator_calls, checker
+from flexnpu_wire import opcall
 
 __all__ = ["OperatorRuntime"]
 
@@ -46,12 +45,7 @@ class OperatorRuntime:
 
     def __init__(self, lib: ctypes.CDLL, path: str, errmsg: Callable[[], str]) -> None:
         self._check = checker(errmsg)
-        try:
-            self._fn = {name: bind(lib, name, sig) for name, sig in _STREAM_SIGS.items()}
-        except AttributeError as exc:
-            raise AclFailure(
-                codes.ACL_ERROR_API_NOT_SUPPORT, f"{path} lacks an operator call: {exc}"
-            ) from None
+        self._fn = bind_operator_calls(lib, path, _STREAM_SIGS)
         self._single = SingleOperators(lib, path, self._check)
         self._aclnn = AclnnOperators(path, self._check)
         self._streams: dict[int, int] = {}
