@@ -10,10 +10,9 @@ import pytest
 from dra_driver import logs
 from dra_driver.devices import Die, Inventory
 from dra_driver.errors import ErrorCode, FlexNPUError, StateError
-from dra_driver.vnpu.planning import taken_ids
 from dra_driver.vnpu import Vnpu, check_template, ownership
 from dra_driver.vnpu.emulated import EmulatedVnpus
-from dra_driver.vnpu.planning import plan_vnpus
+from dra_driver.vnpu.planning import plan_vnpus, taken_ids
 from kubeletplugin.hardsplit import HardVnpus
 
 DIE = Die(
