@@ -2,6 +2,8 @@
 
 Pure data. The hard-split templates of each chip model are in ``dra_driver/templates.py``. Discovery backends (``dra_driver.discovery``) produce an :class:`Inventory`;
 the slice builder, the planner and the CDI writer consume it. Nothing here touches the world.
+Planning's first stage is here: :meth:`Inventory.allocated` reads a claim's allocation results as
+this node's devices (:class:`AllocatedDevice`).
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
+from dra_driver.errors import ErrorCode, InvalidInput, quote
 from dra_driver.templates import Template
 from flexnpu_wire.codes import Policy
 
@@ -186,6 +190,99 @@ class Inventory:
             if die.phy_id == phy_id:
                 return die
         return None
+
+    def allocated(
+        self, results: list[Any], *, driver_name: str, pool_name: str, claim_uid: str
+    ) -> tuple[AllocatedDevice, ...]:
+        """This driver's allocation ``results`` (``status.allocation.devices.results``) as devices of
+        this node, sorted by (request, device, shareID). Raises InvalidInput naming the field; a
+        device this node does not publish is DeviceNotFound."""
+        uid = claim_uid
+        devices: list[AllocatedDevice] = []
+        for i, res in enumerate(results):
+            fld = f"status.allocation.devices.results[{i}]"
+            if not isinstance(res, Mapping):
+                raise InvalidInput("result is not an object", claim_uid=uid, field=fld)
+            if res.get("driver") != driver_name:
+                continue
+            pool = res.get("pool")
+            device = res.get("device")
+            request = res.get("request")
+            if not isinstance(request, str) or not request:
+                raise InvalidInput("result has no request name", claim_uid=uid, field=f"{fld}.request")
+            for key, value in (("pool", pool), ("device", device)):
+                if not isinstance(value, str):
+                    raise InvalidInput(
+                        f"{key} must be a string, got {type(value).__name__}",
+                        claim_uid=uid,
+                        field=f"{fld}.{key}",
+                    )
+            if res.get("shareID") is not None and not isinstance(res.get("shareID"), str):
+                raise InvalidInput("shareID must be a string", claim_uid=uid, field=f"{fld}.shareID")
+            if pool != pool_name:
+                raise InvalidInput(
+                    f"device {quote(device)} is allocated from pool {quote(pool)}, but this node's pool is {quote(pool_name)}",
+                    code=ErrorCode.DEVICE_NOT_FOUND,
+                    claim_uid=uid,
+                    field=f"{fld}.pool",
+                )
+            die = self.by_device_name(device) if isinstance(device, str) else None
+            if die is None:
+                raise InvalidInput(
+                    f"device {quote(device)} is not a device of this node ({pool_name})",
+                    code=ErrorCode.DEVICE_NOT_FOUND,
+                    claim_uid=uid,
+                    field=f"{fld}.device",
+                )
+            mode = self.device_mode(str(device)) or DieMode.SOFT
+            slot = parse_template_device_name(str(device)) if mode == DieMode.HARD else None
+            share_id = res.get("shareID")
+            consumed = res.get("consumedCapacity") or {}
+            if not isinstance(consumed, Mapping):
+                raise InvalidInput(
+                    "consumedCapacity is not a map", claim_uid=uid, field=f"{fld}.consumedCapacity"
+                )
+            devices.append(
+                AllocatedDevice(
+                    request=request,
+                    pool=str(pool),
+                    device=str(device),
+                    die=die,
+                    mode=mode,
+                    share_id=str(share_id) if share_id else None,
+                    consumed_capacity={str(k): str(v) for k, v in consumed.items()},
+                    admin_access=bool(res.get("adminAccess")),
+                    policy=self.share_policy(str(device)) if mode == DieMode.SOFT else None,
+                    template=slot[1] if slot else None,
+                )
+            )
+        devices.sort(key=lambda d: (d.request, d.device, d.share_id or ""))
+        return tuple(devices)
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatedDevice:
+    """One allocation result of a claim, read as a device of this node (``Inventory.allocated``)."""
+
+    request: str  # as in the allocation result, possibly "req/sub"
+    pool: str
+    device: str
+    die: Die
+    mode: DieMode
+    share_id: str | None
+    consumed_capacity: Mapping[str, str]
+    admin_access: bool
+    policy: Policy | None = None  # soft split: the policy its share device serves
+    template: str | None = None  # hard split: the template its device ``npu-<phy>-<template>-<i>`` names
+
+    @property
+    def device_policy(self) -> Policy:
+        return self.policy or Policy.ELASTIC
+
+    @property
+    def request_name(self) -> str:
+        """The top-level request name (the kubelet matches containers against it)."""
+        return self.request.split("/", 1)[0]
 
 
 _TEMPLATE_DEVICE = re.compile(r"^npu-(\d+)-(vir[0-9a-z-]+)-(\d+)$")

@@ -7,18 +7,22 @@ no I/O. The on-disk formats and the store are in ``dra_driver/checkpoint/``.
 A new effect kind (for example a hard-split vNPU) is one :class:`EffectKind` member, an
 optional details type registered in ``_DETAILS`` below, and its do/undo in
 ``kubeletplugin/effects.py``.
+
+Planning's conflict stage is here too (``dra_driver/plan.py`` calls it for a new prepare):
+:func:`check_conflicts` holds a claim's plan against the dies other entries hold.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from dra_driver.daemon_api.values import Endpoints
-from dra_driver.devices import DieMode
-from dra_kubeletplugin.claims import PreparedDevice
+from dra_driver.devices import AllocatedDevice, DieMode
+from dra_driver.errors import ErrorCode, StateError, quote
+from dra_kubeletplugin.claims import ClaimRef, PreparedDevice
 from flexnpu_wire.shares import Share
 
 JSON = dict[str, Any]
@@ -273,13 +277,74 @@ class HeldDie:
 
 
 def held_dies(entries: Mapping[str, ClaimEntry], *, but: str) -> list[HeldDie]:
-    """Every die the entries other than ``but`` hold, for :func:`dra_driver.plan.check_conflicts`."""
+    """Every die the entries other than ``but`` hold, for :func:`check_conflicts`."""
     return [
         HeldDie(phy=d.phy, mode=d.mode, policy=d.policy, namespace=e.namespace, name=e.name, uid=e.uid)
         for e in entries.values()
         if e.uid != but
         for d in e.dies
     ]
+
+
+class PlannedDies(Protocol):
+    """What the conflict check reads of a claim's plan (``dra_driver.plan.ClaimPlan``)."""
+
+    @property
+    def ref(self) -> ClaimRef: ...
+    @property
+    def devices(self) -> Sequence[AllocatedDevice]: ...
+    @property
+    def shares(self) -> tuple[Share, ...]: ...
+
+
+def check_conflicts(plan: PlannedDies, held: Iterable[HeldDie]) -> None:
+    """Refuse a plan that collides with what other claims hold: one die is whole XOR shared,
+    one policy per die (also within the claim)."""
+    uid = plan.ref.uid
+    shares = plan.shares
+    policies = {s.die_phy_id: s.policy for s in shares}
+    held = list(held)
+    for d in plan.devices:
+        for other in held:
+            if other.phy != d.die.phy_id:
+                continue
+            if DieMode.WHOLE in (d.mode, other.mode) or {d.mode, other.mode} == {DieMode.SOFT, DieMode.HARD}:
+                raise StateError(
+                    f"die {d.die.phy_id} ({d.device}) is already prepared "
+                    f"{'exclusively' if other.mode == DieMode.WHOLE else 'as shares'} for claim "
+                    f"{other.namespace}/{other.name} ({other.uid})",
+                    code=ErrorCode.DEVICE_BUSY,
+                    claim_uid=uid,
+                    field="status.allocation.devices.results",
+                )
+            mine, theirs = policies.get(d.die.phy_id), other.policy
+            if mine and theirs and mine != theirs:
+                raise StateError(
+                    f"die {d.die.phy_id} runs shares with policy {quote(theirs)} (claim "
+                    f"{other.namespace}/{other.name}); this claim asks for {quote(mine)}",
+                    code=ErrorCode.POLICY_CONFLICT,
+                    claim_uid=uid,
+                    field="config.opaque.parameters.policy",
+                )
+    whole = {d.die.phy_id for d in plan.devices if d.mode == DieMode.WHOLE}
+    for d in plan.devices:
+        if d.mode != DieMode.WHOLE and d.die.phy_id in whole:
+            raise StateError(
+                f"this claim asks for die {d.die.phy_id} whole and for a share of it ({d.device}); "
+                "a die is either exclusive or shared",
+                code=ErrorCode.DEVICE_BUSY,
+                claim_uid=uid,
+                field="status.allocation.devices.results",
+            )
+    for a in shares:
+        for b in shares:
+            if a.die_phy_id == b.die_phy_id and a.policy != b.policy:
+                raise StateError(
+                    f"two shares of die {a.die_phy_id} in this claim ask for policies {quote(a.policy)} and {quote(b.policy)}",
+                    code=ErrorCode.POLICY_CONFLICT,
+                    claim_uid=uid,
+                    field="config.opaque.parameters.policy",
+                )
 
 
 Mutation = Callable[[Mapping[str, ClaimEntry]], ClaimEntry | None]

@@ -37,19 +37,27 @@ claim over the bound, naming the claim and the config entry's field (``docs/tena
 Precedence, per request: every class config, then every claim config, in order; a later
 config overrides only the fields it sets. Decoding is strict: an unknown field, a wrong type
 or an unknown value fails the prepare of that claim with a message naming the field.
+
+Planning's share stage is here too (``dra_driver/plan.py`` calls it once): :func:`plan_shares`
+gives every soft-split device of a claim its shares (quota from the allocation, virtual IDs in
+device order) and its resolved config, over the policy of the share device the scheduler chose
+(``vnpu-<phy>`` elastic, ``vnpu-<phy>-fixed``, ``vnpu-<phy>-best-effort``: ``dra_driver/slices.py``),
+and returns, without raising it, what a new prepare must refuse: a config naming another policy
+than its device serves (:func:`check_device_policies`), then a ``hostMemory`` over the node's bound.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from dra_driver.devices import GIB, MIB
+from dra_driver import slices
+from dra_driver.devices import GIB, MIB, AllocatedDevice, DieMode
 from dra_driver.errors import ErrorCode, InvalidInput, quote
 from flexnpu_wire.codes import Policy, Priority
-from flexnpu_wire.shares import MAX_HOST_MEMORY_BYTES
+from flexnpu_wire.shares import MAX_HOST_MEMORY_BYTES, Share
 
 __all__ = [
     "API_VERSION",
@@ -341,9 +349,13 @@ class ConfigEntry:
     """One of this driver's opaque config entries of a claim (``config[index]``), its shape checked."""
 
     index: int
-    source: str
-    requests: tuple[str, ...]
+    source: str  # "FromClass" | "FromClaim"
+    requests: tuple[str, ...]  # empty = all requests
     parameters: Mapping[str, Any]
+
+    def applies_to(self, request: str) -> bool:
+        top = request.split("/", 1)[0]
+        return not self.requests or request in self.requests or top in self.requests
 
 
 def driver_configs(raw: Any, *, driver_name: str, field: str, claim_uid: str = "") -> list[ConfigEntry]:
@@ -389,3 +401,132 @@ def driver_configs(raw: Any, *, driver_name: str, field: str, claim_uid: str = "
             )
         out.append(ConfigEntry(i, str(entry.get("source") or "FromClaim"), tuple(requests), params))
     return out
+
+
+def configs_for(configs: Iterable[ConfigEntry], request: str) -> list[ConfigEntry]:
+    """The entries that apply to ``request``: class configs first, then claim configs, each in
+    order (later entries win)."""
+    return sorted(
+        (c for c in configs if c.applies_to(request)),
+        key=lambda c: (0 if c.source == "FromClass" else 1, c.index),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SharedDevice:
+    """A soft-split device's shares (one, or N with ``vnpus: N``) and its resolved config."""
+
+    shares: tuple[Share, ...]
+    config: VnpuConfig
+
+
+@dataclass(frozen=True, slots=True)
+class SharePlan:
+    """What :func:`plan_shares` decides: per device (in order) its shares, None for a device that is
+    not soft-split; and what a new prepare must refuse (None: nothing)."""
+
+    devices: tuple[SharedDevice | None, ...]
+    refused_new: Exception | None = None
+
+
+def plan_shares(
+    devices: Sequence[AllocatedDevice],
+    configs: Sequence[ConfigEntry],
+    *,
+    claim_uid: str,
+    claim: str,
+    bound: HostMemoryBound = HostMemoryBound(),
+) -> SharePlan:
+    """Every soft device's shares and resolved config, in one pass over the claim's devices; raises
+    InvalidInput naming the field for a quota or config that cannot be read. The refusal a new
+    prepare gets (a claim prepared before keeps what it was prepared with) is returned: a config
+    that names another policy than its device serves first, then a ``hostMemory`` over ``bound``
+    (``claim``, "namespace/name", names the claim in that error)."""
+    out: list[SharedDevice | None] = []
+    vid = 0
+    for d in devices:
+        if d.mode != DieMode.SOFT:
+            out.append(None)
+            continue
+        fld = f"status.allocation.devices.results[{d.request}/{d.device}].consumedCapacity"
+        params = [
+            (f"status.allocation.devices.config[{c.index}].opaque.parameters", c.parameters)
+            for c in configs_for(configs, d.request)
+        ]
+        quota = share_quota(
+            d.consumed_capacity, die_memory_bytes=d.die.memory_bytes, claim_uid=claim_uid, field=fld
+        )
+        cfg = resolve(params, claim_uid=claim_uid, base=VnpuConfig(policy=d.device_policy))
+        each = (
+            split(quota, cfg.vnpus, memory_only=cfg.memory_only, claim_uid=claim_uid, field=fld)
+            if cfg.vnpus > 1
+            else quota
+        )
+        host = split_host_memory(cfg.host_memory, cfg.vnpus)
+        shares = tuple(
+            Share(
+                virtual_id=vid + i,
+                die_phy_id=d.die.phy_id,
+                memory_bytes=each.memory_bytes,
+                compute_percent=each.compute_percent,
+                policy=str(cfg.policy),
+                memory_only=cfg.memory_only,
+                host_memory_bytes=host[i],
+                priority=str(cfg.priority),
+            )
+            for i in range(cfg.vnpus)
+        )
+        out.append(SharedDevice(shares, cfg))
+        vid += cfg.vnpus
+    try:
+        check_device_policies(devices, out, configs, claim_uid=claim_uid)
+        for d, shared in zip(devices, out, strict=True):
+            if shared is None or shared.config.host_memory is None:
+                continue
+            check_host_memory(
+                [
+                    (c.source, f"status.allocation.devices.config[{c.index}].opaque.parameters", c.parameters)
+                    for c in configs_for(configs, d.request)
+                ],
+                memory_bytes=sum(s.memory_bytes for s in shared.shares),
+                bound=bound,
+                claim_uid=claim_uid,
+                who=f"claim {claim} (request {d.request}, device {d.device})",
+            )
+    except Exception as refused:
+        return SharePlan(tuple(out), refused_new=refused)
+    return SharePlan(tuple(out))
+
+
+def check_device_policies(
+    devices: Sequence[AllocatedDevice],
+    shared: Sequence[SharedDevice | None],
+    configs: Sequence[ConfigEntry],
+    *,
+    claim_uid: str,
+) -> None:
+    """Refuse a share whose config names another policy than the share device the scheduler chose
+    serves (the scheduler keeps one policy per die only through the device). Checked for a new
+    prepare; a claim prepared before share devices had a policy keeps what it was prepared with."""
+    for d, s in zip(devices, shared, strict=True):
+        if s is None or s.config.policy == d.device_policy:
+            continue
+        setters = [c for c in configs_for(configs, d.request) if "policy" in c.parameters]
+        at = setters[-1].index if setters else 0
+        want = s.config.policy
+        raise InvalidInput(
+            f"policy {quote(str(want))} does not agree with the share device {quote(d.device)} the scheduler chose,"
+            f" which serves {quote(str(d.device_policy))} shares: ask for {quote(str(want))} share devices"
+            f" (the chart's DeviceClass {_CLASS_OF[want]}: devices whose attribute mode is"
+            f" {quote(slices.share_mode(want))}), so that the scheduler places the share on a die without another policy",
+            code=ErrorCode.INVALID_OPAQUE_CONFIG,
+            claim_uid=claim_uid,
+            field=f"status.allocation.devices.config[{at}].opaque.parameters.policy",
+        )
+
+
+_CLASS_OF = {
+    Policy.ELASTIC: "vnpu.flexnpu.io",
+    Policy.FIXED: "vnpu-fixed.flexnpu.io",
+    Policy.BEST_EFFORT: "vnpu-best-effort.flexnpu.io",
+}

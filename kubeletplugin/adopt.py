@@ -148,7 +148,7 @@ def _rebuild(preparer: Preparer, claim: Mapping[str, Any], ent: EntityInfo | Non
         state=ClaimState.PREPARE_COMPLETED,
         devices=r.devices,
         effects=tuple(effects),
-        dies=plan.die_records(),
+        dies=plan.dies,
     )
 
 

@@ -135,42 +135,55 @@ class Preparer:
     def _prepare_locked(
         self, claim: ResourceClaim, lock: ClaimLockHandle, clog: logs.ClaimLogger
     ) -> PrepareResult:
-        """Plan (one decision, under the checkpoint lock, recording a new prepare's intent in the
-        same step), then execute what it says."""
-        ref = claim.ref
+        """One decision (under the checkpoint lock, recording a new prepare's intent in the same
+        step), then one execution of the step it decided."""
         decided, new = self._decide(claim)
         try:
             if decided.refused is not None and decided.step != Step.WITHDRAWN:
                 raise decided.refused
-            if decided.step == Step.NOTHING:
-                return PrepareResult(devices=())
-            if decided.step == Step.WITHDRAWN:
-                return PrepareResult(devices=self._repeat_on_withdrawn(decided, ref.uid, clog))
-            entry = self.store.get(ref.uid)
-            if decided.step == Step.REPEAT and entry is not None:
-                return PrepareResult(devices=self._repeat(entry, decided.plan, clog))
-            if decided.step == Step.REDO and entry is not None:
-                if decided.missing:
-                    clog.warning(
-                        "the entry records no vNPU for %s; preparing the claim again", list(decided.missing)
-                    )
-                clog.info("undoing the recorded %s before preparing again", entry.state)
-                self.undo.undo_all(entry, clog)
-                self.store.update(ref.uid, lambda _: None)
-                decided, new = self._decide(claim)  # no entry now: a new prepare, or its refusal
-                if decided.refused is not None:
-                    raise decided.refused
-            if new is None:  # REPEAT or REDO of an entry gone under the claim lock: never
-                raise StateError(
-                    f"the checkpoint entry changed under the claim lock ({decided.step})", claim_uid=ref.uid
-                )
-            return PrepareResult(devices=self._prepare_new(*new, lock, clog))
+            return PrepareResult(devices=self._execute(claim, decided, new, lock, clog))
         except Exception as exc:
-            err = claim_error(exc, ref.uid, log=clog)
+            err = claim_error(exc, claim.ref.uid, log=clog)
             self.effects.write_failure(decided.plan, err, clog)
             if err is exc:
                 raise
             raise err from exc
+
+    def _execute(
+        self,
+        claim: ResourceClaim,
+        decided: PreparePlan,
+        new: tuple[effects.Job, ClaimEntry] | None,
+        lock: ClaimLockHandle,
+        clog: logs.ClaimLogger,
+    ) -> tuple[PreparedDevice, ...]:
+        """What the decided step does: nothing, an answer from a withdrawn die's record, a repeat
+        prepare of the recorded entry, the undo of an unfinished entry and a new prepare in its
+        place, or a new prepare's effects."""
+        uid = claim.ref.uid
+        if decided.step == Step.NOTHING:
+            return ()
+        if decided.step == Step.WITHDRAWN:
+            return self._repeat_on_withdrawn(decided, uid, clog)
+        entry = self.store.get(uid)
+        if decided.step == Step.REPEAT and entry is not None:
+            return self._repeat(entry, decided.plan, clog)
+        if decided.step == Step.REDO and entry is not None:
+            if decided.missing:
+                clog.warning(
+                    "the entry records no vNPU for %s; preparing the claim again", list(decided.missing)
+                )
+            clog.info("undoing the recorded %s before preparing again", entry.state)
+            self.undo.undo_all(entry, clog)
+            self.store.update(uid, lambda _: None)
+            decided, new = self._decide(claim)  # no entry now: a new prepare, or its refusal
+            if decided.refused is not None:
+                raise decided.refused
+        if new is None:  # REPEAT or REDO of an entry gone under the claim lock: never
+            raise StateError(
+                f"the checkpoint entry changed under the claim lock ({decided.step})", claim_uid=uid
+            )
+        return self._prepare_new(*new, lock, clog)
 
     def _decide(self, claim: ResourceClaim) -> tuple[PreparePlan, tuple[effects.Job, ClaimEntry] | None]:
         """The claim's whole plan, decided against every checkpoint entry under the checkpoint lock;

@@ -5,6 +5,9 @@ before it asks the :class:`~dra_driver.vnpu.VnpuManager` to make it, and undoes 
 that vNPU. This module only decides; what the container gets for a vNPU is rendered by
 ``dra_driver/render.py``.
 
+* :func:`claim_vnpus` - planning's vNPU stage (``dra_driver/plan.py`` calls it once): a new
+  prepare's vNPUs (:func:`plan_vnpus`, avoiding :func:`taken_ids`), or a repeat prepare's recorded
+  ones (:func:`from_records`) with the template devices its record lacks.
 * :func:`plan_vnpus` - for each allocated template device ``npu-<phy>-<template>-<i>``, the die,
   the template and a free vNPU ID (lowest of the die's range not taken by an existing vNPU or a
   recorded one). Errors name the claim and the result: an unknown device, a template the chip
@@ -23,12 +26,12 @@ that vNPU. This module only decides; what the container gets for a vNPU is rende
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from dra_driver import templates
-from dra_driver.devices import Die, Health, Inventory, parse_template_device_name
+from dra_driver.devices import AllocatedDevice, Die, DieMode, Health, Inventory, parse_template_device_name
 from dra_driver.errors import ErrorCode, InvalidInput, StateError
 from dra_driver.templates import Template
 from dra_driver.vnpu import Vnpu, check_template, free_vnpu_id
@@ -91,6 +94,59 @@ class RecordedVnpu:
     device: str = ""
 
 
+class TemplateSlot(NamedTuple):
+    """An allocated template device ``npu-<phy>-<template>-<i>`` of a claim: its request, its
+    name, its die and the template's name."""
+
+    request: str
+    device: str
+    die: Die
+    template: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimVnpus:
+    """A claim's vNPUs (:func:`claim_vnpus`) and, for a repeat prepare, the template devices its
+    record names no vNPU for."""
+
+    vnpus: tuple[HardVnpu, ...] = ()
+    missing: tuple[str, ...] = ()
+
+
+def claim_vnpus(
+    devices: Sequence[AllocatedDevice],
+    *,
+    recorded: Sequence[Mapping[str, Any]] | None,
+    others: Callable[[], Iterable[Mapping[str, Any]]],
+    existing: Callable[[], Iterable[Vnpu]],
+    inventory: Inventory,
+    claim_uid: str,
+) -> ClaimVnpus:
+    """The vNPUs of a claim's template devices (of ``devices``, as ``Inventory.allocated`` read them). A
+    repeat prepare (``recorded``: its completed entry's vNPU records) gets the ones it recorded, and
+    the template devices its record lacks (an earlier adopt's entry: not as the die); a new prepare
+    (``recorded`` None) gets new IDs avoiding every vNPU ``existing`` on the node and every one
+    ``others`` recorded (both asked only when there are template devices; the caller holds the
+    checkpoint lock, so two prepares never pick the same ID)."""
+    slots = [
+        TemplateSlot(d.request, d.device, d.die, d.template or "") for d in devices if d.mode == DieMode.HARD
+    ]
+    if recorded is not None:
+        have = {str(r.get("device") or "") for r in recorded}
+        missing = tuple(slot.device for slot in slots if slot.device not in have)
+        vnpus = from_records(recorded, inventory=inventory, claim_uid=claim_uid) if recorded else ()
+        return ClaimVnpus(vnpus, missing)
+    if not slots:
+        return ClaimVnpus()
+    taken = taken_ids(existing(), others())
+    return ClaimVnpus(_make(slots, inventory=inventory, taken=taken, claim_uid=claim_uid))
+
+
+def taken_ids(existing: Iterable[Vnpu], recorded: Iterable[Mapping[str, Any]]) -> set[int]:
+    """vNPU IDs a new vNPU must not use: existing ones and ones recorded by any claim."""
+    return {v.vnpu_id for v in existing} | {int(r["vnpuID"]) for r in recorded}
+
+
 def plan_vnpus(
     results: Sequence[tuple[str, str]],
     *,
@@ -99,11 +155,39 @@ def plan_vnpus(
     claim_uid: str,
 ) -> tuple[HardVnpu, ...]:
     """The vNPUs for ``results`` (request, device) of template devices, in order (pure)."""
+    return _make(
+        (
+            _slot(request, device, inventory, claim_uid=claim_uid, fld=_result_field(request, device))
+            for request, device in results
+        ),
+        inventory=inventory,
+        taken=taken,
+        claim_uid=claim_uid,
+    )
+
+
+def _slot(request: str, device: str, inventory: Inventory, *, claim_uid: str, fld: str) -> TemplateSlot:
+    parsed = parse_template_device_name(device)
+    die = inventory.by_phy_id(parsed[0]) if parsed else None
+    if parsed is None or die is None:
+        raise InvalidInput(
+            f"device {device[:64]!r} is not a template device of this node",
+            code=ErrorCode.DEVICE_NOT_FOUND,
+            claim_uid=claim_uid,
+            field=fld,
+        )
+    return TemplateSlot(request, device, die, parsed[1])
+
+
+def _make(
+    slots: Iterable[TemplateSlot], *, inventory: Inventory, taken: Iterable[int], claim_uid: str
+) -> tuple[HardVnpu, ...]:
     used = set(taken)
     out: list[HardVnpu] = []
-    for request, device in results:
+    for slot in slots:
+        request, device, die = slot.request, slot.device, slot.die
         fld = _result_field(request, device)
-        die, template = _template_of(device, inventory, claim_uid=claim_uid, fld=fld)
+        template = _template(slot, inventory, claim_uid=claim_uid, fld=fld)
         if die.health == Health.UNHEALTHY:
             raise StateError(
                 f"die {die.phy_id} is unhealthy; the {template.name} vNPU allocated on it is not made",
@@ -236,16 +320,12 @@ def _result_field(request: str, device: str) -> str:
 
 
 def _template_of(device: str, inventory: Inventory, *, claim_uid: str, fld: str) -> tuple[Die, Template]:
-    parsed = parse_template_device_name(device)
-    die = inventory.by_phy_id(parsed[0]) if parsed else None
-    if parsed is None or die is None:
-        raise InvalidInput(
-            f"device {device[:64]!r} is not a template device of this node",
-            code=ErrorCode.DEVICE_NOT_FOUND,
-            claim_uid=claim_uid,
-            field=fld,
-        )
+    slot = _slot("", device, inventory, claim_uid=claim_uid, fld=fld)
+    return slot.die, _template(slot, inventory, claim_uid=claim_uid, fld=fld)
+
+
+def _template(slot: TemplateSlot, inventory: Inventory, *, claim_uid: str, fld: str) -> Template:
     try:
-        return die, check_template(die, parsed[1], inventory)
+        return check_template(slot.die, slot.template, inventory)
     except InvalidInput as err:
         raise InvalidInput(err.message, code=err.code, claim_uid=claim_uid, field=fld) from None

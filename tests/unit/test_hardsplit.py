@@ -10,10 +10,9 @@ import pytest
 from dra_driver import logs
 from dra_driver.devices import Die, Inventory
 from dra_driver.errors import ErrorCode, FlexNPUError, StateError
-from dra_driver.plan import taken_ids
 from dra_driver.vnpu import Vnpu, check_template, ownership
 from dra_driver.vnpu.emulated import EmulatedVnpus
-from dra_driver.vnpu.planning import plan_vnpus
+from dra_driver.vnpu.planning import plan_vnpus, taken_ids
 from kubeletplugin.hardsplit import HardVnpus
 
 DIE = Die(
@@ -167,8 +166,8 @@ def test_a_template_device_is_planned_in_hard_mode_and_rendered_as_its_vnpu(tmp_
 
 def test_a_share_and_a_template_of_one_die_conflict_on_the_node() -> None:
     from dra_driver.devices import DieMode
-    from dra_driver.plan import ClaimPlan, check_conflicts
-    from dra_driver.records import HeldDie
+    from dra_driver.plan import ClaimPlan
+    from dra_driver.records import HeldDie, check_conflicts
 
     plan = _plan()
     assert isinstance(plan, ClaimPlan)

@@ -9,7 +9,9 @@ import pytest
 
 from dra_driver.devices import Die, DieMode, Inventory
 from dra_driver.errors import ErrorCode, FlexNPUError
-from dra_driver.plan import check_conflicts, plan_claim, resolve_shares
+from dra_driver.plan import plan_claim, resolve_shares
+from dra_driver.records import check_conflicts
+from dra_driver.sharing import configs_for
 from dra_kubeletplugin.claims import ClaimRef, strip_subrequest
 
 DRIVER = "npu.flexnpu.io"
@@ -84,7 +86,7 @@ def test_configs_for_request_class_before_claim() -> None:
         {"source": "FromClaim", "requests": ["other"], "opaque": {"driver": DRIVER, "parameters": {"a": 4}}},
     ]
     plan = _plan(_claim([_res("npu-0")], cfg))
-    assert [c.parameters["a"] for c in plan.configs_for("npu")] == [1, 2]
+    assert [c.parameters["a"] for c in configs_for(plan.configs, "npu")] == [1, 2]
 
 
 def _unallocated() -> dict[str, Any]:

@@ -448,11 +448,11 @@ def test_a_claim_prepared_before_share_devices_had_a_policy_is_prepared_again(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An upgrade keeps running claims: only a new prepare must agree with its device's policy."""
-    from dra_driver import plan as plan_module
+    from dra_driver import sharing
 
     ref = _claim(world, "old", [_share()], _policy("fixed"))  # as an earlier release accepted it
     with monkeypatch.context() as m:
-        m.setattr(plan_module, "check_device_policies", lambda plan: None)
+        m.setattr(sharing, "check_device_policies", lambda *_a, **_k: None)
         first = world.prepare([ref])[ref.uid]
     assert first.error == ""
     assert world.prepare([ref])[ref.uid] == first  # the kubelet's repeat prepare
