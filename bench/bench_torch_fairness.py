@@ -201,7 +201,8 @@ def in_podman(
         claims = [_prepare(node, f"tenant-{pct}", compute=pct, phy=phy, memory=memory) for pct in quotas]
         command = f"exec env HOME=/tmp {python} /app/{TENANT.name} {kind} {size} {k}"
         tenants = []
-        for pct, (_uid, cdi_ids) in zip(quotas, claims, strict=True):
+        for pct, (uid, cdi_ids) in zip(quotas, claims, strict=True):
+            print(f"  pod of the {pct} % claim ({uid}): podman run --device {' --device '.join(cdi_ids)}")
             argv = podman.command(
                 podman.run_args(cdi_ids=cdi_ids, command=command, read_only=[str(venv), stdlib]),
                 cdi_spec_dir=node.dirs["cdi"].resolve(),
@@ -209,15 +210,19 @@ def in_podman(
             tenants.append(Tenant(argv, podman.env(), work / f"share-{pct}.torch.log"))
             stack.callback(tenants[-1].stop)
         ledger_dir = node.daemon.shm_root / LEDGER_DIR_NAME
+        uids = [uid for uid, _ids in claims]
+        dies = {
+            int(f.name.removeprefix("die-").removesuffix(".ledger")) for f in ledger_dir.glob("die-*.ledger")
+        }
+        (die,) = [
+            d for d in dies if set(uids) <= {e.claim_uid for e in ledger.read_entries(str(ledger_dir), d)}
+        ]
+        print(f"  the daemon's aclservers of the {len(uids)} claims share the ledger of die {die}")
 
         def read() -> dict[object, ledger.LedgerEntry]:
-            return {
-                e.claim_uid: e
-                for f in ledger_dir.glob("die-*.ledger")
-                for e in ledger.read_entries(str(ledger_dir), int(f.name[4:].split(".")[0]))
-            }
+            return {e.claim_uid: e for e in ledger.read_entries(str(ledger_dir), die)}
 
-        yield Setup(tenants, read, [uid for uid, _ids in claims])
+        yield Setup(tenants, read, list(uids))
 
 
 def measure(
@@ -301,7 +306,7 @@ def main() -> None:
     )
     print(
         f"fixed 30/70, two torch tenants on one die, {where}: {what} ({op_us / 1e3:.2f} ms of modelled"
-        f" die time each), {args.windows} windows of {args.window:.1f} s; load average {load0[0]:.1f} before,"
+        f" die time each), K {args.k}, {args.windows} windows of {args.window:.1f} s; load average {load0[0]:.1f} before,"
         f" {load1[0]:.1f} after (1 min), {os.cpu_count()} cores"
     )
     for i, pct in enumerate(QUOTAS):
