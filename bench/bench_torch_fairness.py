@@ -217,7 +217,9 @@ def in_podman(
         (die,) = [
             d for d in dies if set(uids) <= {e.claim_uid for e in ledger.read_entries(str(ledger_dir), d)}
         ]
-        print(f"  the daemon's aclservers of the {len(uids)} claims share the ledger of die {die}")
+        print(
+            f"  die {die}: its ledger holds the entry of every claim's aclserver ({len(uids)}), started by the daemon"
+        )
 
         def read() -> dict[object, ledger.LedgerEntry]:
             return {e.claim_uid: e for e in ledger.read_entries(str(ledger_dir), die)}
