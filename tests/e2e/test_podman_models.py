@@ -43,14 +43,16 @@ def model_node(shim_node: Node) -> Node:  # noqa: F811 - the fixture imported ab
     return shim_node
 
 
-def _prepare(node: Node, name: str, *, compute: int, phy: int) -> tuple[str, list[str]]:
+def _prepare(
+    node: Node, name: str, *, compute: int, phy: int, memory: str = "256Mi"
+) -> tuple[str, list[str]]:
     request: dict[str, Any] = {
         "name": "vnpu",
         "exactly": {
             "deviceClassName": "vnpu-fixed.flexnpu.io",
             "count": 1,
             "selectors": [{"cel": {"expression": f'device.attributes["{DRIVER}"].phyID == {phy}'}}],
-            "capacity": {"requests": {"memory": "256Mi", "compute": str(compute)}},
+            "capacity": {"requests": {"memory": memory, "compute": str(compute)}},
         },
     }
     params = {"apiVersion": "npu.flexnpu.io/v1alpha1", "kind": "VnpuConfig", "policy": "fixed"}
