@@ -128,7 +128,14 @@ class Executions:
                 f"the execute tail must hold {n_in + n_out} (pointer, size) pairs",
             )
         raw = model.pairs.unpack(tail)
-        buffers = [self._buffer(raw[i], raw[i + 1]) for i in range(0, len(raw), 2)]
+        find, owner, buffers = self.book.find, self.session_id, []
+        for i in range(0, len(raw), 2):
+            ptr, size = raw[i], raw[i + 1]
+            if size < 0:
+                raise AclFailure(
+                    codes.ACL_ERROR_INVALID_PARAM, f"a dataset buffer of {size} bytes at {ptr:#x}"
+                )
+            buffers.append(Buffer(ptr, size, find(ptr, size, owner=owner)))
         inputs, outputs = buffers[:n_in], buffers[n_in:]
         if model.dynamic is None:
             batch, hw, needs = 0, _NO_HW, model.static_needs
@@ -205,11 +212,6 @@ class Executions:
             if task.error is not None:
                 raise task.error
         return (), b""
-
-    def _buffer(self, ptr: int, size: int) -> Buffer:
-        if size < 0:
-            raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, f"a dataset buffer of {size} bytes at {ptr:#x}")
-        return Buffer(ptr, size, self.book.find(ptr, size, owner=self.session_id))
 
     def _dynamic_shape(self, desc: modelfile.ModelFile, gear: Buffer) -> tuple[int, tuple[int, int]]:
         """The batch or (h, w) of this execution, from its dynamic-shape input ``gear``."""

@@ -309,11 +309,9 @@ class Streams:
         finally:
             if used is None and task.error is None:
                 task.error = AclFailure(codes.ACL_ERROR_INTERNAL_ERROR, "cancelled: the session ended")
-            with self._cond:
-                worker.queue.popleft()
-                worker.caller_runs = None
-                self._cond.notify_all()  # the worker may start what was queued meanwhile
-            self._finish(task, ran=used is not None, used_us=used or 0)
+            # off the queue in the same hold of ``_cond`` as its counts: the worker may start what
+            # was queued meanwhile once notified
+            self._finish(task, ran=used is not None, used_us=used or 0, caller_of=worker)
         return True
 
     def _worker(self, device: int) -> _Worker:
@@ -375,7 +373,9 @@ class Streams:
         with self._cond:
             self.streams.clear()
 
-    def _finish(self, task: Task, *, ran: bool, used_us: int = 0) -> None:
+    def _finish(self, task: Task, *, ran: bool, used_us: int = 0, caller_of: _Worker | None = None) -> None:
+        """``task`` ended; ``caller_of``: the worker whose queue it headed while this thread ran it
+        (``run_now``), taken off that queue here."""
         # The work's closure holds views of the buffers it used: drop it before their memory may
         # go, so a freed buffer's bytes leave with its quota (not when this worker takes its next task).
         task.complete = _ended
@@ -384,6 +384,9 @@ class Streams:
         self.book.unpin(task.pins)
         task.pins = ()
         with self._cond:
+            if caller_of is not None:
+                caller_of.queue.popleft()
+                caller_of.caller_runs = None
             if task.sticky and task.error is not None and task.stream.error is None:
                 task.stream.error = task.error
             task.stream.pending -= 1
