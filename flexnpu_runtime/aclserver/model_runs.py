@@ -66,6 +66,10 @@ class SessionModel:
     """The execute tail of this model: one (pointer, size) pair per input and output."""
     dynamic: int | None = field(init=False, default=None)
     """Index of its dynamic-shape input (None: no gears)."""
+    last: tuple[bytes, list[Buffer]] | None = field(init=False, default=None)
+    """The last execute tail and the buffers found for it: a call with the same tail none of
+    whose allocations was freed since has the same buffers (an allocation is never resized or
+    given to another owner), without looking them up again."""
     queued: int = 0
     idle: threading.Condition = field(default_factory=threading.Condition)
 
@@ -127,15 +131,11 @@ class Executions:
                 codes.ACL_ERROR_INVALID_PARAM,
                 f"the execute tail must hold {n_in + n_out} (pointer, size) pairs",
             )
-        raw = model.pairs.unpack(tail)
-        find, owner, buffers = self.book.find, self.session_id, []
-        for i in range(0, len(raw), 2):
-            ptr, size = raw[i], raw[i + 1]
-            if size < 0:
-                raise AclFailure(
-                    codes.ACL_ERROR_INVALID_PARAM, f"a dataset buffer of {size} bytes at {ptr:#x}"
-                )
-            buffers.append(Buffer(ptr, size, find(ptr, size, owner=owner)))
+        last = model.last
+        if last is not None and last[0] == tail and not any(b.alloc.freed for b in last[1]):
+            buffers = last[1]  # the same buffers as the last call, all still allocated: found then
+        else:
+            buffers = self._buffers(model, tail)
         inputs, outputs = buffers[:n_in], buffers[n_in:]
         if model.dynamic is None:
             batch, hw, needs = 0, _NO_HW, model.static_needs
@@ -212,6 +212,20 @@ class Executions:
             if task.error is not None:
                 raise task.error
         return (), b""
+
+    def _buffers(self, model: SessionModel, tail: bytes) -> list[Buffer]:
+        """The allocations of the execute tail's (pointer, size) pairs (remembered for the next call)."""
+        raw = model.pairs.unpack(tail)
+        find, owner, buffers = self.book.find, self.session_id, []
+        for i in range(0, len(raw), 2):
+            ptr, size = raw[i], raw[i + 1]
+            if size < 0:
+                raise AclFailure(
+                    codes.ACL_ERROR_INVALID_PARAM, f"a dataset buffer of {size} bytes at {ptr:#x}"
+                )
+            buffers.append(Buffer(ptr, size, find(ptr, size, owner=owner)))
+        model.last = (tail, buffers)
+        return buffers
 
     def _dynamic_shape(self, desc: modelfile.ModelFile, gear: Buffer) -> tuple[int, tuple[int, int]]:
         """The batch or (h, w) of this execution, from its dynamic-shape input ``gear``."""
