@@ -66,10 +66,10 @@ _CAPACITY_OFFSET = 32
 DELAY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
 """Upper bounds of the queueing-delay histogram's buckets (seconds); one more counts the rest."""
 _V1_ENTRY = struct.Struct("<BBBBiiiQ48sqqqdQQQd")
-_ENTRY = struct.Struct(f"<BBBBiiiQ48sqqqdQQQdB7xQQdddd{len(DELAY_BUCKETS_S) + 1}Q")
-_WAITING_AT = 3
 _ROW = struct.Struct("<BBBBiiiQ48sqqqdQQQdB")
 """The first fields of an entry, through its priority: what the scheduler reads of every entry."""
+_ENTRY = struct.Struct(f"{_ROW.format}7xQQdddd{len(DELAY_BUCKETS_S) + 1}Q")
+_WAITING_AT = 3
 _PERIOD = struct.Struct("<qqq")
 """period_idx, period_used_us, consumed_us: what a grant writes, with kernels and last_grant."""
 _PERIOD_AT = struct.calcsize("<BBBBiiiQ48s")
