@@ -36,6 +36,7 @@ from flexnpu_runtime.aclserver.ledger_file import (
     MAX_VNPUS_PER_ACLSERVER,
     LedgerEntry,
     LedgerFile,
+    Mine,
     OpenGrant,
     ledger_path,
     starttime,
@@ -178,15 +179,13 @@ class DieLedger(LedgerFile):
                 return None
             with self._locked():
                 now = self._clock()  # nothing changes the die's state while the file is locked:
-                scanned = self._last_liveness  # decided as of now, not after decoding the entries
-                entries = self._live_entries(force=False)
-                if self._last_liveness != scanned:  # but after a scan of /proc for dead aclservers
+                if self.scan_due():  # decided as of now, not after decoding the entries, but
+                    self._live_entries(force=False)  # after a scan of /proc for dead aclservers
                     now = self._clock()
-                mine = next((e for e in entries if e.slot == slot), None)
+                # decided as waiting from now if not yet; written only if not granted at once
+                rows, mine = self._rows(slot, now)
                 if mine is None:
                     raise StateError(f"ledger entry {slot} of die {self.die} vanished")
-                # decided as waiting from now if not yet; written only if not granted at once
-                rows = [e.row(waiting_since=now) if e.slot == slot else e.row() for e in entries]
                 busy_until, _slot, last_start, lc_until = self._die_state()
                 opens = self._opens()
                 decision = scheduling.decide(
@@ -211,7 +210,7 @@ class DieLedger(LedgerFile):
 
     def _grant(
         self,
-        mine: LedgerEntry,
+        mine: Mine,
         decision: scheduling.Decision,
         *,
         now: float,

@@ -66,7 +66,9 @@ _CAPACITY_OFFSET = 32
 DELAY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
 """Upper bounds of the queueing-delay histogram's buckets (seconds); one more counts the rest."""
 _V1_ENTRY = struct.Struct("<BBBBiiiQ48sqqqdQQQd")
-_ENTRY = struct.Struct(f"<BBBBiiiQ48sqqqdQQQdB7xQQdddd{len(DELAY_BUCKETS_S) + 1}Q")
+_ROW = struct.Struct("<BBBBiiiQ48sqqqdQQQdB")
+"""The first fields of an entry, through its priority: what the scheduler reads of every entry."""
+_ENTRY = struct.Struct(f"{_ROW.format}7xQQdddd{len(DELAY_BUCKETS_S) + 1}Q")
 _WAITING_AT = 3
 _PERIOD = struct.Struct("<qqq")
 """period_idx, period_used_us, consumed_us: what a grant writes, with kernels and last_grant."""
@@ -135,6 +137,16 @@ class LedgerEntry:
             self.slot, self.quota, self.policy, self.memory_only, waiting, since, self.period_idx,
             self.period_used_us, self.last_grant, self.priority,
         )  # fmt: skip
+
+
+class Mine(NamedTuple):
+    """What a grant needs of the asking share's own entry, besides its row."""
+
+    slot: int
+    waiting: bool
+    consumed_us: int
+    kernels: int
+    delay_sum_us: int
 
 
 class OpenGrant(NamedTuple):
@@ -418,6 +430,33 @@ class LedgerFile:
     def _add(self, at: int) -> None:
         _Q.pack_into(self._mm, at, _Q.unpack_from(self._mm, at)[0] + 1)
 
+    def _rows(self, slot: int, now: float) -> tuple[list[scheduling.Row], Mine | None]:
+        """The scheduler's rows of the entries in use, ``slot``'s as asking since ``now`` if not
+        waiting yet, and what a grant needs of ``slot``'s entry (None: not in use); file locked.
+
+        Only the fields the scheduler reads are decoded (``LedgerEntry.row`` of each entry, without
+        making the entries); the liveness scan is the caller's (``scan_due``, ``_live_entries``)."""
+        mm, rows, mine = self._mm, [], None
+        for i in self._used():
+            off = _HEADER_SIZE + i * _ENTRY.size
+            f = _ROW.unpack_from(mm, off)
+            waiting, since = bool(f[3]), f[12]
+            if i == slot:
+                (delay_sum,) = _Q.unpack_from(mm, off + _DELAY_SUM_AT)
+                mine = Mine(i, waiting, f[11], f[15], delay_sum)
+                if not waiting:
+                    waiting, since = True, now
+            rows.append(
+                scheduling.Row(
+                    i, f[6], _policy(f[1]), bool(f[2]), waiting, since, f[9], f[10], f[16], _priority(f[17])
+                )
+            )
+        return rows, mine
+
+    def scan_due(self) -> bool:
+        """Whether the next ``_live_entries(force=False)`` scans ``/proc`` for dead aclservers."""
+        return self._clock() - self._last_liveness >= _LIVENESS_EVERY_S
+
     def _live_entries(self, *, force: bool) -> list[LedgerEntry]:
         entries = [e for e in (self._decode(i) for i in self._used()) if e is not None]
         now = self._clock()
@@ -431,6 +470,24 @@ class LedgerFile:
             else:
                 self._mm[self._offset(e.slot)] = 0
         return live
+
+
+_POLICIES: dict[int, Policy] = {}
+_PRIORITIES: dict[int, Priority] = {}
+
+
+def _policy(number: int) -> Policy:
+    policy = _POLICIES.get(number)
+    if policy is None:  # ValueError for a number no release wrote, as LedgerEntry's decode
+        policy = _POLICIES[number] = Policy.from_number(number)
+    return policy
+
+
+def _priority(number: int) -> Priority:
+    priority = _PRIORITIES.get(number)
+    if priority is None:
+        priority = _PRIORITIES[number] = Priority.from_number(number)
+    return priority
 
 
 class _Lock:

@@ -29,6 +29,7 @@ from flexnpu_wire import framing as protocol
 __all__ = ["Executions", "Link", "SessionModel"]
 
 _PAIR = struct.Struct(">qq")
+_NO_HW = (0, 0)
 
 
 class Link(Protocol):
@@ -59,11 +60,25 @@ class SessionModel:
     """Host-memory budget bytes its description holds (``models.DESC_COST_*``)."""
     static_needs: tuple[int, ...] = field(init=False, default=())
     """Bytes each buffer needs when no gear is set (computed once)."""
+    n_in: int = field(init=False, default=0)
+    n_out: int = field(init=False, default=0)
+    pairs: struct.Struct = field(init=False, default=_PAIR)
+    """The execute tail of this model: one (pointer, size) pair per input and output."""
+    dynamic: int | None = field(init=False, default=None)
+    """Index of its dynamic-shape input (None: no gears)."""
+    last: tuple[bytes, list[Buffer]] | None = field(init=False, default=None)
+    """The last execute tail and the buffers found for it: a call with the same tail none of
+    whose allocations was freed since has the same buffers (an allocation is never resized or
+    given to another owner), without looking them up again."""
     queued: int = 0
     idle: threading.Condition = field(default_factory=threading.Condition)
 
-    def __post_init__(self) -> None:
-        self.static_needs = _needs(self.loaded.desc, 0, (0, 0))
+    def __post_init__(self) -> None:  # what every execution checks against, worked out once
+        desc = self.loaded.desc
+        self.static_needs = _needs(desc, 0, (0, 0))
+        self.n_in, self.n_out = len(desc.inputs), len(desc.outputs)
+        self.pairs = struct.Struct(f">{2 * (self.n_in + self.n_out)}q")
+        self.dynamic = desc.dynamic_index()
 
     def queue(self) -> None:
         with self.idle:
@@ -100,34 +115,42 @@ class Executions:
         """Queue an execution; a synchronous one is answered when it ends (None: no reply now)."""
         model_id, stream_id, n_in, n_out = msg.ints
         desc = model.loaded.desc
-        if n_in != len(desc.inputs):
+        if n_in != model.n_in:
             raise AclFailure(
                 codes.ACL_ERROR_MODEL_INPUT_NOT_MATCH,
-                f"model {model_id} has {len(desc.inputs)} inputs, {n_in} given",
+                f"model {model_id} has {model.n_in} inputs, {n_in} given",
             )
-        if n_out != len(desc.outputs):
+        if n_out != model.n_out:
             raise AclFailure(
                 codes.ACL_ERROR_MODEL_OUTPUT_NOT_MATCH,
-                f"model {model_id} has {len(desc.outputs)} outputs, {n_out} given",
+                f"model {model_id} has {model.n_out} outputs, {n_out} given",
             )
-        if len(msg.tail) != _PAIR.size * (n_in + n_out):
+        tail = msg.tail
+        if len(tail) != model.pairs.size:
             raise AclFailure(
                 codes.ACL_ERROR_INVALID_PARAM,
                 f"the execute tail must hold {n_in + n_out} (pointer, size) pairs",
             )
-        buffers = [self._buffer(*_PAIR.unpack_from(msg.tail, i * _PAIR.size)) for i in range(n_in + n_out)]
+        last = model.last
+        if last is not None and last[0] == tail and not any(b.alloc.freed for b in last[1]):
+            buffers = last[1]  # the same buffers as the last call, all still allocated: found then
+        else:
+            buffers = self._buffers(model, tail)
         inputs, outputs = buffers[:n_in], buffers[n_in:]
-        batch, hw = self._dynamic_shape(desc, inputs)
-        needs = model.static_needs if batch == 0 and hw == (0, 0) else _needs(desc, batch, hw)
-        for i, (buf, need) in enumerate(zip(buffers, needs, strict=True)):
-            if buf.size < need:
+        if model.dynamic is None:
+            batch, hw, needs = 0, _NO_HW, model.static_needs
+        else:
+            batch, hw = self._dynamic_shape(desc, inputs[model.dynamic])
+            needs = model.static_needs if batch == 0 and hw == _NO_HW else _needs(desc, batch, hw)
+        for i, buf in enumerate(buffers):
+            if buf.size < needs[i]:
                 tensor = modelfile.tensors(desc)[i]
                 code = (
                     codes.ACL_ERROR_MODEL_INPUT_NOT_MATCH
                     if i < n_in
                     else codes.ACL_ERROR_MODEL_OUTPUT_NOT_MATCH
                 )
-                raise AclFailure(code, f"{tensor.name} needs {need} bytes, its buffer has {buf.size}")
+                raise AclFailure(code, f"{tensor.name} needs {needs[i]} bytes, its buffer has {buf.size}")
         try:
             cost_us, run = self.backend.execution(model.loaded, inputs, outputs, batch=batch, hw=hw)
         except AclFailure:
@@ -143,7 +166,7 @@ class Executions:
                 codes.ACL_ERROR_INVALID_PARAM,
                 f"model {model_id} is on device {model.loaded.device}, stream {stream_id:#x} on {stream.device}",
             )
-        uses = [*model.loaded.own, *model.loaded.lent, *(b.alloc for b in buffers)]
+        uses = [*model.loaded.own, *model.loaded.lent, *[b.alloc for b in buffers]]
         link = self._link if sync else None
         pause = link.pause if link is not None and not self._running_now else None
         if pause is not None:  # on this thread, if the device has nothing queued
@@ -185,22 +208,28 @@ class Executions:
         if reply_later is not None:
             return None  # answered when the execution ends: no thread waits for it
         if sync:
-            self.streams.wait(task.done.is_set)
+            self.streams.wait(lambda: task.finished)
             if task.error is not None:
                 raise task.error
         return (), b""
 
-    def _buffer(self, ptr: int, size: int) -> Buffer:
-        if size < 0:
-            raise AclFailure(codes.ACL_ERROR_INVALID_PARAM, f"a dataset buffer of {size} bytes at {ptr:#x}")
-        return Buffer(ptr, size, self.book.find(ptr, size, owner=self.session_id))
+    def _buffers(self, model: SessionModel, tail: bytes) -> list[Buffer]:
+        """The allocations of the execute tail's (pointer, size) pairs (remembered for the next call)."""
+        raw = model.pairs.unpack(tail)
+        find, owner, buffers = self.book.find, self.session_id, []
+        for i in range(0, len(raw), 2):
+            ptr, size = raw[i], raw[i + 1]
+            if size < 0:
+                raise AclFailure(
+                    codes.ACL_ERROR_INVALID_PARAM, f"a dataset buffer of {size} bytes at {ptr:#x}"
+                )
+            buffers.append(Buffer(ptr, size, find(ptr, size, owner=owner)))
+        model.last = (tail, buffers)
+        return buffers
 
-    def _dynamic_shape(self, desc: modelfile.ModelFile, inputs: list[Buffer]) -> tuple[int, tuple[int, int]]:
-        """The batch or (h, w) of this execution, from the dynamic-shape input (0 / (0, 0): none)."""
-        index = desc.dynamic_index()
-        if index is None:
-            return 0, (0, 0)
-        raw = self.backend.peek(inputs[index].ptr, 16 if desc.hw_gears else 8, owner=self.session_id)
+    def _dynamic_shape(self, desc: modelfile.ModelFile, gear: Buffer) -> tuple[int, tuple[int, int]]:
+        """The batch or (h, w) of this execution, from its dynamic-shape input ``gear``."""
+        raw = self.backend.peek(gear.ptr, 16 if desc.hw_gears else 8, owner=self.session_id)
         if desc.batch_gears:
             (batch,) = struct.unpack_from("<Q", raw)
             if batch not in desc.batch_gears:

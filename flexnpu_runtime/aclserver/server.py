@@ -318,8 +318,11 @@ class _Connection:
 
     def send_later(self, frame: bytes) -> None:
         """A late reply: the client may have gone meanwhile (its session is then being closed)."""
-        with contextlib.suppress(OSError):
-            self.sendall(frame)
+        try:
+            with self._send_lock:
+                self.sock.sendall(frame)
+        except OSError:
+            pass
 
     def _answer_later(self, msg: protocol.Message) -> None:
         reply = self._handle(msg)

@@ -43,6 +43,7 @@ WAITING_OPS = frozenset(
 _STREAM_BASE = 0x5_0000_0000
 _PR_SET_TIMERSLACK = 29
 _precise = threading.local()
+_DONE_LOCK = threading.Lock()
 Handler = Callable[[tuple[int, ...]], tuple[int, ...]]
 
 
@@ -110,7 +111,27 @@ class Task:
     """Called on the thread that ran the task as soon as its die time is over (not if it was
     cancelled or held no die time), before its pins and counts are released: a synchronous
     call's reply goes out then."""
-    done: threading.Event = field(default_factory=threading.Event)
+    finished: bool = False
+    """It ended (ran, failed or was cancelled); ``done`` is the same as an event."""
+    _done: threading.Event | None = None
+
+    @property
+    def done(self) -> threading.Event:
+        """Set once the task ended; made when first asked for (most tasks are never waited on
+        this way, and an Event costs a few microseconds to make)."""
+        with _DONE_LOCK:
+            if self._done is None:
+                self._done = threading.Event()
+                if self.finished:
+                    self._done.set()
+            return self._done
+
+    def _set_done(self) -> None:
+        with _DONE_LOCK:
+            self.finished = True
+            event = self._done
+        if event is not None:
+            event.set()
 
 
 @dataclass(slots=True)
@@ -274,16 +295,11 @@ class Streams:
         """Run ``task`` on this thread if its device has nothing queued or running (False: the
         caller queues it instead); it holds the die exactly as a queued task does, waiting with
         ``pause``. True once it ended (``task.error`` tells how)."""
-        device = task.stream.device
-        with self._cond:
-            worker = self._worker(device)
+        with self._cond:  # checked and admitted at once: nothing can be queued in between
+            worker = self._worker(task.stream.device)
             if worker.queue or self.cancelled.is_set():
                 return False
-        self._admit(task, uses)
-        with self._cond:
-            if worker.queue:  # another thread queued work meanwhile: keep launch order
-                self._unadmit(task)
-                return False
+            self._admit_locked(task, uses)
             task.stream.pending += 1
             worker.queue.append(task)
             worker.caller_runs = task
@@ -293,11 +309,9 @@ class Streams:
         finally:
             if used is None and task.error is None:
                 task.error = AclFailure(codes.ACL_ERROR_INTERNAL_ERROR, "cancelled: the session ended")
-            with self._cond:
-                worker.queue.popleft()
-                worker.caller_runs = None
-                self._cond.notify_all()  # the worker may start what was queued meanwhile
-            self._finish(task, ran=used is not None, used_us=used or 0)
+            # off the queue in the same hold of ``_cond`` as its counts: the worker may start what
+            # was queued meanwhile once notified
+            self._finish(task, ran=used is not None, used_us=used or 0, caller_of=worker)
         return True
 
     def _worker(self, device: int) -> _Worker:
@@ -310,24 +324,17 @@ class Streams:
     def _admit(self, task: Task, uses: list[Allocation]) -> None:
         """Count ``task`` against the queue bound and pin what it uses (AclFailure: neither)."""
         with self._cond:
-            if self._queued >= MAX_QUEUED_TASKS:
-                raise AclFailure(
-                    codes.ACL_ERROR_RT_RESOURCE_ALLOC_FAIL,
-                    f"at most {MAX_QUEUED_TASKS} kernels and model executions may be queued per client",
-                )
-            self._queued += 1
-        try:
-            task.pins = self.book.pin(uses)
-        except BaseException:
-            with self._cond:
-                self._queued -= 1
-            raise
+            self._admit_locked(task, uses)
 
-    def _unadmit(self, task: Task) -> None:
-        """Undo ``_admit`` of a task that was never queued (under ``_cond``)."""
-        self._queued -= 1
-        self.book.unpin(task.pins)
-        task.pins = ()
+    def _admit_locked(self, task: Task, uses: list[Allocation]) -> None:
+        """``_admit`` under ``_cond`` (the book's lock is taken inside it)."""
+        if self._queued >= MAX_QUEUED_TASKS:
+            raise AclFailure(
+                codes.ACL_ERROR_RT_RESOURCE_ALLOC_FAIL,
+                f"at most {MAX_QUEUED_TASKS} kernels and model executions may be queued per client",
+            )
+        task.pins = self.book.pin(uses)
+        self._queued += 1
 
     def wait_for_room(self) -> None:
         """Wait until one more task may be queued (an unanswered operator waits for room rather than
@@ -366,7 +373,9 @@ class Streams:
         with self._cond:
             self.streams.clear()
 
-    def _finish(self, task: Task, *, ran: bool, used_us: int = 0) -> None:
+    def _finish(self, task: Task, *, ran: bool, used_us: int = 0, caller_of: _Worker | None = None) -> None:
+        """``task`` ended; ``caller_of``: the worker whose queue it headed while this thread ran it
+        (``run_now``), taken off that queue here."""
         # The work's closure holds views of the buffers it used: drop it before their memory may
         # go, so a freed buffer's bytes leave with its quota (not when this worker takes its next task).
         task.complete = _ended
@@ -375,6 +384,9 @@ class Streams:
         self.book.unpin(task.pins)
         task.pins = ()
         with self._cond:
+            if caller_of is not None:
+                caller_of.queue.popleft()
+                caller_of.caller_runs = None
             if task.sticky and task.error is not None and task.stream.error is None:
                 task.stream.error = task.error
             task.stream.pending -= 1
@@ -382,8 +394,8 @@ class Streams:
             if ran:
                 self.kernels_done += 1
                 self.kernel_us_done += used_us
+            task._set_done()  # before the notify: a waiter on ``_cond`` sees it ended when it wakes
             self._cond.notify_all()
-        task.done.set()
         then, task.then = task.then, None  # ``then`` may refer to the task: no cycle outlives it
         if then is not None:
             then()

@@ -100,6 +100,27 @@ def test_load_describe_execute_unload(session: Session) -> None:
     assert err.value.ret == codes.ACL_ERROR_INVALID_MODEL_ID
 
 
+def test_an_execution_with_the_buffers_of_the_last_one_checks_them_again(session: Session) -> None:
+    """The same dataset as the last call is not looked up again unless one of its buffers was
+    freed: a freed buffer fails the call as any unknown pointer, a new allocation works."""
+    s = session
+    mid = s.load_model(mf.render(vector_model()))
+    x, y = upload(s, np.array([1, 2, 3, 4], "<f4")), upload(s, np.array([1, 1, 1, 1], "<f4"))
+    outs = [s.malloc(16) for _ in range(4)]
+    call = lambda: s.execute_model(mid, [(x, 16), (y, 16)], [(o, 16) for o in outs])  # noqa: E731
+    call()
+    call()
+    assert download(s, outs[0], "<f4", 4).tolist() == [3, 5, 7, 9]
+    s.free(outs[2])
+    with pytest.raises(AclError) as err:
+        call()
+    assert err.value.ret == codes.ACL_ERROR_INVALID_PARAM and f"{outs[2]:#x}" in err.value.message
+    outs[2] = s.malloc(16)
+    call()
+    assert download(s, outs[2], "<f4", 4).tolist() == [1, 2, 3, 4]
+    s.unload_model(mid)
+
+
 def test_a_model_larger_than_the_share_fails_at_load_with_207001(session: Session) -> None:
     s = session
     free = s.get_mem_info()[0]

@@ -110,6 +110,32 @@ def test_acquire_grants_and_accounts(die: ledger.DieLedger) -> None:
     )
 
 
+def test_the_rows_a_grant_decides_on_are_the_entries_rows(die: ledger.DieLedger) -> None:
+    """``acquire`` decodes only the scheduler's fields of each entry: the same rows as the whole
+    entries give, the asking share's as waiting since now unless it waited already."""
+    import time
+
+    from flexnpu_wire.codes import Priority
+
+    a = reg(die, Policy.ELASTIC, quota=30)
+    b = die.register(
+        claim_uid="d", virtual_id=1, quota=70, policy=Policy.ELASTIC, memory_only=False,
+        mem_quota=1 << 20, priority=Priority.LATENCY_CRITICAL,
+    )  # fmt: skip
+    die.acquire(a, 1_000, threading.Event())
+    die._write_fields(b, waiting=True, waiting_since=123.0, kernels=5, delay_sum_us=77)
+    now = time.monotonic()
+    with die._locked():
+        for slot in (a, b):
+            rows, mine = die._rows(slot, now)
+            entries = {e.slot: e for e in die._live_entries(force=True)}
+            assert rows == [e.row(waiting_since=now) if e.slot == slot else e.row() for e in entries.values()]
+            e = entries[slot]
+            assert mine == ledger_file.Mine(slot, e.waiting, e.consumed_us, e.kernels, e.delay_sum_us)
+        assert [r.waiting_since for r in die._rows(a, now)[0]] == [now, 123.0]
+        assert die._rows(99, now)[1] is None
+
+
 def test_acquire_waits_over_budget_and_cancel_clears_waiting(die: ledger.DieLedger) -> None:
     import time
 
