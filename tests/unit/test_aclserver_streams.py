@@ -11,11 +11,13 @@ and releases what it pinned.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from flexnpu_runtime.aclserver import scheduling
 from flexnpu_runtime.aclserver.backend import AclFailure, Allocation
 from flexnpu_runtime.aclserver.backend_emulated import EmulatedBackend
 from flexnpu_runtime.aclserver.streams import Streams, Task
@@ -232,14 +234,24 @@ def test_an_operator_run_now_gives_back_what_it_leaves_of_its_slice(
     backend: EmulatedBackend, streams: Streams
 ) -> None:
     stream, buf = streams.create(0), buffer(backend)
-    op = _operator(stream, lambda: 500)
-    assert streams.run_now(op, [buf], threading.Event())
-    assert op.error is None and streams.kernels_done == 1
-    consumed = backend.book.compute_usage(0)[0]
-    assert 500 <= consumed < 5_000, f"a 0.5 ms operator charged {consumed} us of a 5 ms slice"
     share = backend.book.share(0)
+    # A slice that ends in the next 100 ms period has nothing to give back from (its period's use is
+    # behind: ``DieLedger.settle``), so a run that straddled a period boundary (about 1 in 200 of a
+    # 0.5 ms operator) is taken again: the rule checked here is the one within a period.
+    for attempt in range(3):
+        before = backend.book.compute_usage(0)[0]
+        period = scheduling.period_of(time.monotonic())
+        op = _operator(stream, lambda: 500)
+        assert streams.run_now(op, [buf], threading.Event())
+        assert op.error is None and streams.kernels_done == attempt + 1
+        if scheduling.period_of(time.monotonic()) == period:
+            break
+    consumed = backend.book.compute_usage(0)[0] - before
+    assert 500 <= consumed < 5_000, f"a 0.5 ms operator charged {consumed} us of a 5 ms slice"
     (entry,) = [e for e in share.ledger.snapshot() if e.slot == share.slot]
-    assert entry.consumed_us == consumed, "the die ledger's entry took the give-back too"
+    assert entry.consumed_us == backend.book.compute_usage(0)[0], (
+        "the die ledger's entry took the give-back too"
+    )
 
 
 def test_an_operator_that_raises_is_its_acl_error_and_the_worker_goes_on(
