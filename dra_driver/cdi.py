@@ -171,16 +171,23 @@ def validate(spec: Spec, *, claim_uid: str | None = None) -> None:
                 raise bad(f"device node path must be absolute: {n.path}", "containerEdits.deviceNodes")
 
 
-def spec_path(cdi_dir: Path, kind: Kind, claim_uid: str) -> Path:
-    """The claim's spec file; ``claim_uid`` passed the one UID rule where the kubelet's call came in
-    (``dra_kubeletplugin/claimbatch.py``), and the file name stays inside ``cdi_dir``."""
+def spec_file_name(kind: Kind, claim_uid: str) -> str:
+    """The claim's spec file name (``claim_uid`` passed the one UID rule where the kubelet's call
+    came in, ``dra_kubeletplugin/claimbatch.py``)."""
     base = f"{kind.vendor}-{kind.cls}".replace("/", "_")
-    return paths.inside(cdi_dir, f"{base}_{claim_uid}.json", claim_uid=claim_uid)
+    return f"{base}_{claim_uid}.json"
+
+
+def spec_path(cdi_dir: Path, kind: Kind, claim_uid: str) -> Path:
+    """The claim's spec file, refused unless the file name stays inside ``cdi_dir``."""
+    return paths.inside(cdi_dir, spec_file_name(kind, claim_uid), claim_uid=claim_uid)
 
 
 def write_spec(path: Path, spec: Spec, claim_uid: str) -> Path:
-    """Validate and atomically write the claim's spec to ``path`` (its :func:`spec_path`, computed once
-    when the prepare is planned and recorded with it; mode 0644: runtimes read it)."""
+    """Validate and atomically write the claim's spec to ``path`` (``render.NodeLayout.spec_path``,
+    computed once when the prepare is planned and recorded with it; mode 0644: runtimes read it),
+    refused unless it stays inside its directory (no symlink followed out of it)."""
+    paths.contained(path, claim_uid=claim_uid)
     validate(spec, claim_uid=claim_uid)
     payload = (json.dumps(spec.to_json(), indent=2, sort_keys=True) + "\n").encode()
     files.write_atomic(path, payload, mode=0o644, dir_mode=0o755)

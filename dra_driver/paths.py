@@ -35,3 +35,9 @@ def inside(root: Path, *parts: str, claim_uid: str | None = None) -> Path:
             f"{path} escapes {root}", code=ErrorCode.INVALID_PATH, claim_uid=claim_uid, field="path"
         )
     return path
+
+
+def contained(path: Path, *, claim_uid: str | None = None) -> Path:
+    """``path`` as :func:`inside` its own directory would join it: refused unless its last part is a
+    plain name that does not lead out of that directory (checked where the path is written)."""
+    return inside(path.parent, path.name, claim_uid=claim_uid)

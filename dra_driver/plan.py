@@ -14,7 +14,10 @@ pipeline; each stage lives with its concern, takes what the stage before gave, a
    node's bound): ``sharing.plan_shares``, ``dra_driver/sharing.py``;
 3. for a new prepare, the conflicts with what other claims hold: ``records.check_conflicts``;
 4. the hard split's vNPUs (new IDs, or a repeat prepare's recorded ones and the template devices
-   its record lacks): ``planning.claim_vnpus``, ``dra_driver/vnpu/planning.py``.
+   its record lacks): ``planning.claim_vnpus``, ``dra_driver/vnpu/planning.py``;
+5. for a claim with shares, the interposition its configs chose, possible with this node's
+   ``libascendcl.so`` (``NodeFacts.client_library``): ``interposition.for_claim``,
+   ``dra_driver/interposition.py``.
 
 A claim that breaks two rules is refused for the first in that order. It performs no I/O and logs
 nothing; every error names the claim UID and the field. The same input always gives the same
@@ -28,7 +31,7 @@ from dataclasses import dataclass, fields, replace
 from enum import StrEnum
 from typing import Any
 
-from dra_driver import records, sharing
+from dra_driver import interposition, records, sharing
 from dra_driver.devices import AllocatedDevice, DieMode, Inventory
 from dra_driver.errors import ErrorCode, InvalidInput, StateError, quote
 from dra_driver.records import ClaimEntry, ClaimState, DieRecord
@@ -110,6 +113,8 @@ class NodeFacts:
     pool_name: str
     inventory: Inventory
     host_memory: sharing.HostMemoryBound
+    client_library: Callable[[], interposition.ClientLibrary]
+    """This node's ``libascendcl.so`` as probed (asked only for a claim with shares)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +176,7 @@ def plan_prepare(
             ),
         )
         if entry is not None and not complete:
-            return PreparePlan(Step.REDO, plan)
+            return _interposed(PreparePlan(Step.REDO, plan), node)
         if entry is None:  # a new prepare: it agrees with its share devices, the node and other claims
             if shared.refused_new is not None:
                 raise shared.refused_new
@@ -189,10 +194,25 @@ def plan_prepare(
             plan, devices=tuple(replace(d, vnpu=by_device.get(d.device, d.vnpu)) for d in plan.devices)
         )
         if entry is not None:
-            return PreparePlan(Step.REDO if vnpus.missing else Step.REPEAT, plan, missing=vnpus.missing)
-        return PreparePlan(Step.NEW, plan, dies=plan.dies)
+            decided = PreparePlan(Step.REDO if vnpus.missing else Step.REPEAT, plan, missing=vnpus.missing)
+        else:
+            decided = PreparePlan(Step.NEW, plan, dies=plan.dies)
+        return _interposed(decided, node)
     except Exception as refused:
         return PreparePlan(Step.NEW, base, refused=refused)
+
+
+def _interposed(decided: PreparePlan, node: NodeFacts) -> PreparePlan:
+    """``decided``, refused if the interposition its shares chose is impossible on this node (the
+    last stage: a claim that breaks an earlier rule is refused for that one)."""
+    if not decided.plan.shares:
+        return decided
+    configs = [d.config for d in decided.plan.devices if d.config is not None]
+    try:  # the chosen interposition must be possible on this node, before any effect
+        interposition.for_claim(configs, node.client_library(), claim_uid=decided.plan.ref.uid)
+    except Exception as refused:
+        return replace(decided, refused=refused)
+    return decided
 
 
 def _get(doc: Mapping[str, Any], *keys: str) -> Any:

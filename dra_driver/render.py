@@ -8,9 +8,12 @@ die, share, template), exhaustive, that refuses a device it cannot render truthf
 template device without its vNPU never renders to the physical die, a share without its
 resolved shares never to nothing.
 :func:`failure_status` and :func:`ready_status` build the other two status documents the
-node writes (a failed prepare; an aclserver that went down or came back). Nothing here
+node writes (a failed prepare; an aclserver that went down or came back). :func:`planned`
+(and :func:`intent`, which records it) says what a new prepare will make, in order, with the
+claim's ``client.conf`` directory and CDI spec path computed once (:class:`NodeLayout`); they are
+checked to stay inside their directories where they are written. Nothing here
 touches the world: the caller says which driver mounts exist on this node and what time it
-is, so the same input always renders the same output. ``kubeletplugin/prepare.py`` writes
+is, so the same input always renders the same output. ``kubeletplugin/execute.py`` writes
 what this module returns.
 """
 
@@ -27,6 +30,15 @@ from dra_driver.devices import DieMode
 from dra_driver.discovery import node_files
 from dra_driver.errors import ErrorCode, StateError
 from dra_driver.plan import ClaimPlan, PlannedDevice
+from dra_driver.records import (
+    ClaimEntry,
+    ClaimState,
+    DieRecord,
+    Effect,
+    EffectKind,
+    HardVnpuRecord,
+    Registration,
+)
 from dra_driver.sharing import Transport
 from dra_driver.vnpu.planning import HardVnpu
 from dra_kubeletplugin.claims import PreparedDevice
@@ -51,10 +63,47 @@ class NodeLayout:
     control_link: str = ""
     control_cidr: str = ""
     client_library: Path = Path(interposition.CONTAINER_LIBRARY)  # host path of libascendcl.so
+    cdi_dir: Path = Path("/var/run/cdi")
 
     def conf_dir(self, claim_uid: str) -> Path:
-        """The claim's ``client.conf`` directory (the UID was checked by ``dra_driver/paths.py``)."""
+        """The claim's ``client.conf`` directory: computed here only, and checked to stay inside
+        its root where it is written (``dra_driver/paths.py``'s :func:`~dra_driver.paths.contained`)."""
         return self.run_dir / "claims" / claim_uid
+
+    def spec_path(self, claim_uid: str) -> Path:
+        """The claim's CDI spec file: computed here only, checked where it is written (``cdi.write_spec``)."""
+        return self.cdi_dir / cdi.spec_file_name(self.cdi_kind, claim_uid)
+
+
+def planned(plan: ClaimPlan, *, layout: NodeLayout, token: str) -> tuple[Effect, ...]:
+    """The effects a new prepare of ``plan`` makes, in order (recorded before the first is made;
+    undo runs them backwards): its vNPUs, its aclserver's registration and ``client.conf`` when it
+    has shares, its CDI spec."""
+    uid = plan.ref.uid
+    out: list[Effect] = [
+        Effect(EffectKind.HARD_VNPU, str(v.vnpu_id), HardVnpuRecord(v.to_dict())) for v in plan.vnpus
+    ]
+    if plan.shares:
+        out += [
+            Effect(EffectKind.DAEMON_REGISTRATION, uid, Registration(token, plan.shares)),
+            Effect(EffectKind.CLIENT_CONF, str(layout.conf_dir(uid))),
+        ]
+    out.append(Effect(EffectKind.CDI_SPEC, str(layout.spec_path(uid))))
+    return tuple(out)
+
+
+def intent(plan: ClaimPlan, dies: tuple[DieRecord, ...], *, layout: NodeLayout, token: str) -> ClaimEntry:
+    """A new prepare's intent: the dies it will hold and every effect it will make, recorded
+    (``PrepareStarted``) before the first is made."""
+    ref = plan.ref
+    return ClaimEntry(
+        uid=ref.uid,
+        namespace=ref.namespace,
+        name=ref.name,
+        state=ClaimState.PREPARE_STARTED,
+        dies=dies,
+        effects=planned(plan, layout=layout, token=token),
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from dra_driver import cdi, logs, wirefiles
+from dra_driver import cdi, logs, paths, render, wirefiles
 from dra_driver.checkpoint import ClaimEntry, ClaimState, Effect, EffectKind, Registration, StatusRecord
 from dra_driver.daemon_api.values import EntityInfo, RegisterResult
 from dra_driver.errors import FlexNPUError
@@ -133,7 +133,9 @@ def _rebuild(preparer: Preparer, claim: Mapping[str, Any], ent: EntityInfo | Non
     job = preparer.effects.job(plan, token)
     if ent is not None:
         job.registration = RegisterResult(ent.entity_id, ent.pid, ent.endpoints, existing=True)
-    effects = list(preparer.effects.planned(job))
+    for path in (s.layout.conf_dir(ref.uid), s.layout.spec_path(ref.uid)):  # the UID is the API's
+        paths.contained(path, claim_uid=ref.uid)
+    effects = list(render.planned(plan, layout=s.layout, token=token))
     if ent is not None:
         rec = Registration(token, plan.shares, ent.endpoints, ent.pid)
         effects = [

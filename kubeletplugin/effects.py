@@ -1,12 +1,14 @@
 """The side effects of a prepare: one do, one ensure (repeat prepare) and one undo per kind.
 
-``kubeletplugin/prepare.py`` decides *when* (it records each effect in the checkpoint before
-making it and sequences them); this module knows *how*. Each
-:class:`~dra_driver.checkpoint.EffectKind` has its place in :meth:`Effects.planned` (which also fixes
-the order effects are made in; undo runs it backwards), a failpoint in :data:`PREPARE_POINT` and a
-branch in :meth:`Effects.do`, :meth:`Effects.ensure` and :meth:`Effects.undo`; a new kind (a
-hard-split vNPU, say) is one enum member, its details type in ``dra_driver/records.py``, its place
-in :meth:`Effects.planned`, its failpoint and those three branches. Every do and undo is idempotent, so a crash
+``kubeletplugin/prepare.py`` decides *what* and *when* (the effects a new prepare makes are planned
+by ``dra_driver/render.py``'s :func:`~dra_driver.render.planned` and recorded in the checkpoint
+before the first is made; ``kubeletplugin/execute.py`` sequences them); this module knows *how*. Each
+:class:`~dra_driver.checkpoint.EffectKind` has its place in :func:`~dra_driver.render.planned` (which
+also fixes the order effects are made in; undo runs it backwards), a failpoint in
+:data:`PREPARE_POINT` and a branch in :meth:`Effects.do`, :meth:`Effects.ensure` and
+:meth:`Effects.undo`; a new kind (a hard-split vNPU, say) is one enum member, its details type in
+``dra_driver/records.py``, its place in :func:`~dra_driver.render.planned`, its failpoint and those
+three branches. A path is checked to stay inside its directory where it is written. Every do and undo is idempotent, so a crash
 anywhere converges by doing again or undoing again.
 
 What is written comes from :func:`dra_driver.render.render`; nothing here builds a document.
@@ -26,7 +28,7 @@ from typing import Any, Protocol
 import tenacity
 
 from dra_driver import cdi, files, interposition, logs, netlink, paths, render, retrying, sharing
-from dra_driver.checkpoint import ClaimEntry, ClaimState, DieRecord, Effect, EffectKind, Registration
+from dra_driver.checkpoint import ClaimEntry, Effect, EffectKind
 from dra_driver.config import DEFAULT_CLIENT_LIBRARY, Config
 from dra_driver.daemon_api.values import Endpoints, EntityInfo, RegisterRequest, RegisterResult
 from dra_driver.discovery import node_files
@@ -106,6 +108,7 @@ class PrepareSettings:
             control_link=self.control_link,
             control_cidr=self.control_cidr,
             client_library=self.client_library,
+            cdi_dir=self.cdi_dir,
         )
 
 
@@ -183,35 +186,6 @@ class Effects:
     def job(self, plan: ClaimPlan, token: str) -> Job:
         """A prepare of ``plan`` on this node (its layout and client library)."""
         return Job(plan=plan, token=token, layout=self.settings.layout)
-
-    def intent(self, job: Job, dies: tuple[DieRecord, ...]) -> ClaimEntry:
-        """A new prepare's intent: the dies it will hold and every effect it will make, recorded
-        (``PrepareStarted``) before the first is made."""
-        ref = job.plan.ref
-        return ClaimEntry(
-            uid=ref.uid,
-            namespace=ref.namespace,
-            name=ref.name,
-            state=ClaimState.PREPARE_STARTED,
-            dies=dies,
-            effects=self.planned(job),
-        )
-
-    def planned(self, job: Job) -> tuple[Effect, ...]:
-        """The effects a new prepare makes, in order (recorded before the first is made)."""
-        s, uid = self.settings, job.plan.ref.uid
-        spec = cdi.spec_path(s.cdi_dir, s.cdi_kind, uid)
-        out: list[Effect] = [
-            Effect(EffectKind.HARD_VNPU, str(v.vnpu_id), HardVnpuRecord(v.to_dict())) for v in job.plan.vnpus
-        ]
-        if job.plan.shares:
-            conf_dir = paths.inside(s.run_dir / "claims", uid, claim_uid=uid)
-            out += [
-                Effect(EffectKind.DAEMON_REGISTRATION, uid, Registration(job.token, job.plan.shares)),
-                Effect(EffectKind.CLIENT_CONF, str(conf_dir)),
-            ]
-        out.append(Effect(EffectKind.CDI_SPEC, str(spec)))
-        return tuple(out)
 
     # -- do ---------------------------------------------------------------------------------
 
@@ -319,7 +293,8 @@ class Effects:
         # The file is 0644: the container reads it through its bind mount as whatever UID the pod
         # runs as, which the node cannot know. The directories are 0700, so that no other host user
         # reaches the claim's token.
-        path = job.rendered.conf_dir / "client.conf"
+        conf_dir = paths.contained(job.rendered.conf_dir, claim_uid=job.plan.ref.uid)
+        path = conf_dir / "client.conf"
         files.write_atomic(path, clientconf.render(conf).encode(), mode=0o644, dir_mode=0o700)
         for d in (path.parent, path.parent.parent):
             os.chmod(d, 0o700, follow_symlinks=False)

@@ -1,17 +1,19 @@
-"""Prepare and unprepare claims: the only place that sequences side effects (dra-example-driver's ``state.go``).
+"""Prepare and unprepare claims: the one place that decides what a kubelet call does to a claim.
 
 The claim as the helper fetched it (``dra_kubeletplugin``: right UID, allocated, a device of this
 driver) → under the claim's own lock, its whole plan decided in one call (pure,
 ``dra_driver/plan.py``'s ``plan_prepare``) under the checkpoint lock, where a new prepare records
-``PrepareStarted`` with every planned effect in the same step (so the conflict check and the vNPU
-IDs hold) → make each effect in order (``kubeletplugin/effects.py``: daemon Register,
-``client.conf``, CDI spec, all rendered once by ``dra_driver/render.py``) → record
-``PrepareCompleted`` → write the claim status (best effort). Unprepare
-(``kubeletplugin/unprepare.py``) records ``UnprepareStarted``, undoes the effects newest first and
-drops the entry. Each recorded step is one ``CheckpointStore.update``; daemon retries
-run under the claim lock only. Effects are idempotent, so a crash anywhere converges; a prepare
-that fails part-way, for any reason, rolls back. One bad claim never fails the batch
-(``kubeletplugin/batch.py``: claim by claim, with the call's deadline).
+``PrepareStarted`` with every planned effect (``dra_driver/render.py``'s ``intent``) in the same
+step (so the conflict check and the vNPU IDs hold); an unfinished entry is undone and the claim
+decided again, in the same loop → the decided step executed once (``kubeletplugin/execute.py``:
+each effect made in order by ``kubeletplugin/effects.py``, daemon Register, ``client.conf``, CDI
+spec, all rendered once by ``dra_driver/render.py``; ``PrepareCompleted`` recorded; the claim
+status written, best effort). Unprepare (``kubeletplugin/unprepare.py``) records
+``UnprepareStarted``, undoes the effects newest first and drops the entry. Each recorded step is
+one ``CheckpointStore.update``; daemon retries run under the claim lock only. Effects are
+idempotent, so a crash anywhere converges; a prepare that fails part-way, for any reason, rolls
+back. One bad claim never fails the batch (``kubeletplugin/batch.py``: claim by claim, with the
+call's deadline).
 """
 
 from __future__ import annotations
@@ -23,26 +25,25 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from dra_driver import checkpoint, failpoints, logs, render
+from dra_driver import checkpoint, logs, render
 from dra_driver.checkpoint import (
     CheckpointStore,
     ClaimEntry,
     ClaimLockHandle,
     ClaimState,
-    Effect,
     EffectKind,
 )
 from dra_driver.claims import claim_error
 from dra_driver.daemon_api.values import RegisterResult
 from dra_driver.devices import Inventory
-from dra_driver.errors import StateError
 from dra_driver.plan import ClaimPlan, NodeFacts, PreparePlan, Step, plan_prepare
 from dra_driver.telemetry import Telemetry
 from dra_driver.vnpu import Vnpu
-from dra_kubeletplugin.claims import ClaimRef, PreparedDevice, PrepareResult, ResourceClaim
+from dra_kubeletplugin.claims import ClaimRef, PrepareResult, ResourceClaim
 from kubeletplugin import batch, effects
 from kubeletplugin.effects import Daemon, PrepareSettings, StatusWriter
 from kubeletplugin.events import NodeEvents
+from kubeletplugin.execute import Executor, New
 from kubeletplugin.hardsplit import HardVnpus
 from kubeletplugin.unprepare import Unpreparer
 
@@ -77,6 +78,7 @@ class Preparer:
         self.hard = hard
         self.effects = effects.Effects(settings=settings, daemon=daemon, status=status, hard=hard)
         self.undo = Unpreparer(store, self.effects)
+        self.executor = Executor(store=store, effects=self.effects, undo=self.undo, inventory=inventory)
         self.telemetry = telemetry or Telemetry(
             node_name=settings.pool_name, driver_name=settings.driver_name, enabled=False
         )
@@ -136,74 +138,50 @@ class Preparer:
         self, claim: ResourceClaim, lock: ClaimLockHandle, clog: logs.ClaimLogger
     ) -> PrepareResult:
         """One decision (under the checkpoint lock, recording a new prepare's intent in the same
-        step), then one execution of the step it decided."""
-        decided, new = self._decide(claim)
-        try:
-            if decided.refused is not None and decided.step != Step.WITHDRAWN:
-                raise decided.refused
-            return PrepareResult(devices=self._execute(claim, decided, new, lock, clog))
-        except Exception as exc:
-            err = claim_error(exc, claim.ref.uid, log=clog)
-            self.effects.write_failure(decided.plan, err, clog)
-            if err is exc:
-                raise
-            raise err from exc
-
-    def _execute(
-        self,
-        claim: ResourceClaim,
-        decided: PreparePlan,
-        new: tuple[effects.Job, ClaimEntry] | None,
-        lock: ClaimLockHandle,
-        clog: logs.ClaimLogger,
-    ) -> tuple[PreparedDevice, ...]:
-        """What the decided step does: nothing, an answer from a withdrawn die's record, a repeat
-        prepare of the recorded entry, the undo of an unfinished entry and a new prepare in its
-        place, or a new prepare's effects."""
+        step), then one execution of the step it decided (``kubeletplugin/execute.py``). An unfinished
+        entry is undone first and the claim decided again: a new prepare, or its refusal."""
         uid = claim.ref.uid
-        if decided.step == Step.NOTHING:
-            return ()
-        if decided.step == Step.WITHDRAWN:
-            return self._repeat_on_withdrawn(decided, uid, clog)
-        entry = self.store.get(uid)
-        if decided.step == Step.REPEAT and entry is not None:
-            return self._repeat(entry, decided.plan, clog)
-        if decided.step == Step.REDO and entry is not None:
-            if decided.missing:
-                clog.warning(
-                    "the entry records no vNPU for %s; preparing the claim again", list(decided.missing)
-                )
-            clog.info("undoing the recorded %s before preparing again", entry.state)
-            self.undo.undo_all(entry, clog)
-            self.store.update(uid, lambda _: None)
-            decided, new = self._decide(claim)  # no entry now: a new prepare, or its refusal
-            if decided.refused is not None:
-                raise decided.refused
-        if new is None:  # REPEAT or REDO of an entry gone under the claim lock: never
-            raise StateError(
-                f"the checkpoint entry changed under the claim lock ({decided.step})", claim_uid=uid
-            )
-        return self._prepare_new(*new, lock, clog)
+        failed: ClaimPlan | None = None  # the devices a failure's status names: the first decision's
+        while True:
+            try:
+                decided, new = self._decide(claim)
+                failed = decided.plan if failed is None else failed
+                if decided.refused is not None and decided.step != Step.WITHDRAWN:
+                    raise decided.refused
+                entry = self.store.get(uid)
+                if decided.step != Step.REDO or entry is None:
+                    return PrepareResult(devices=self.executor.carry_out(decided, new, lock, clog))
+                if decided.missing:
+                    clog.warning(
+                        "the entry records no vNPU for %s; preparing the claim again", list(decided.missing)
+                    )
+                clog.info("undoing the recorded %s before preparing again", entry.state)
+                self.undo.undo_all(entry, clog)
+                self.store.update(uid, lambda _: None)  # no entry now: a new prepare, or its refusal
+            except Exception as exc:
+                if failed is None:
+                    raise  # the claim was not decided: the error names no device status to write
+                err = claim_error(exc, uid, log=clog)
+                self.effects.write_failure(failed, err, clog)
+                if err is exc:
+                    raise
+                raise err from exc
 
-    def _decide(self, claim: ResourceClaim) -> tuple[PreparePlan, tuple[effects.Job, ClaimEntry] | None]:
+    def _decide(self, claim: ResourceClaim) -> tuple[PreparePlan, New | None]:
         """The claim's whole plan, decided against every checkpoint entry under the checkpoint lock;
-        for a new prepare, its job and its intent (every planned effect), recorded in that same step."""
+        for a new prepare, its token and its intent (every planned effect, ``dra_driver/render.py``),
+        recorded in that same step."""
         s, uid, node = self.settings, claim.ref.uid, self._node()
         decided = PreparePlan(Step.NOTHING, ClaimPlan(ref=claim.ref, devices=(), configs=()))
-        new: tuple[effects.Job, ClaimEntry] | None = None
+        new: New | None = None
 
         def decide(entries: Mapping[str, ClaimEntry]) -> ClaimEntry | None:
             nonlocal decided, new
             decided = plan_prepare(claim.obj, ref=claim.ref, node=node, entries=entries, existing=self._vnpus)
-            if decided.refused is None and decided.plan.shares:
-                try:  # the chosen interposition must be possible on this node, before any effect
-                    render.interposition_plan(decided.plan, s.layout, effects.client_library(s.layout))
-                except Exception as refused:
-                    decided = replace(decided, refused=refused)
             if decided.step != Step.NEW or decided.refused is not None:
                 return entries.get(uid)  # unchanged
-            job = self.effects.job(decided.plan, secrets.token_hex(32))
-            new = (job, self.effects.intent(job, decided.dies))
+            token = secrets.token_hex(32)
+            new = (token, render.intent(decided.plan, decided.dies, layout=s.layout, token=token))
             return new[1]
 
         try:
@@ -216,80 +194,17 @@ class Preparer:
 
     def _node(self) -> NodeFacts:
         s = self.settings
-        return NodeFacts(s.driver_name, s.pool_name, self.inventory(), s.host_memory)
+        return NodeFacts(
+            s.driver_name,
+            s.pool_name,
+            self.inventory(),
+            s.host_memory,
+            lambda: effects.client_library(s.layout),
+        )
 
     def _vnpus(self) -> list[Vnpu]:
         """The vNPUs on the node (a new prepare's IDs avoid them)."""
         return list(self.hard.manager.list()) if self.hard is not None else []
-
-    def _prepare_new(
-        self, job: effects.Job, intent: ClaimEntry, lock: ClaimLockHandle, clog: logs.ClaimLogger
-    ) -> tuple[PreparedDevice, ...]:
-        """Make every effect of the recorded ``intent`` in order, then record the completion."""
-        plan, uid = job.plan, job.plan.ref.uid
-        failpoints.hit("prepare-after-intent")
-        try:
-            for eff in intent.effects:
-                self.effects.do(eff, job, clog)
-                failpoints.hit(effects.PREPARE_POINT[eff.kind])
-            r = job.rendered
-            done = replace(intent, state=ClaimState.PREPARE_COMPLETED, devices=r.devices).with_effect(
-                Effect(EffectKind.CLAIM_STATUS, uid, checkpoint.StatusRecord(r.status))
-            )
-            if (reg := job.registration) is not None:
-                rec = checkpoint.Registration(job.token, plan.shares, reg.endpoints, reg.pid)
-                done = done.with_details(DAEMON, rec)
-            self.store.update(uid, lambda _: done)
-        except Exception:
-            clog.warning("prepare failed part-way; rolling back")
-            self.undo.rollback(intent, job, lock, clog)
-            raise
-        failpoints.hit("prepare-after-complete")
-        self.effects.write_status(plan.ref, r.status, clog)
-        return r.devices
-
-    def _repeat(
-        self, entry: ClaimEntry, plan: ClaimPlan, clog: logs.ClaimLogger
-    ) -> tuple[PreparedDevice, ...]:
-        """Repeat prepare of a completed claim: put back what is missing, refresh the status."""
-        rec = entry.registration
-        job = self.effects.job(plan, rec.token if rec else "")
-        self.effects.ensure(entry, job, clog)
-        docs = job.rendered.status
-        new = entry.with_effect(Effect(EffectKind.CLAIM_STATUS, entry.uid)).with_details(
-            EffectKind.CLAIM_STATUS, checkpoint.StatusRecord(docs)
-        )
-        if rec is not None and job.registration is not None and rec.endpoints != job.registration.endpoints:
-            new = new.with_details(
-                DAEMON, replace(rec, endpoints=job.registration.endpoints, pid=job.registration.pid)
-            )
-        self.store.update(entry.uid, lambda _: new)
-        self.effects.write_status(plan.ref, docs, clog)
-        return entry.devices
-
-    def _repeat_on_withdrawn(
-        self, decided: PreparePlan, uid: str, clog: logs.ClaimLogger
-    ) -> tuple[PreparedDevice, ...]:
-        """The kubelet's repeat prepare of a completed claim one of whose dies this node no longer
-        publishes (a changed inventory withdrew it while the claim holds it; the plan found its entry
-        records exactly the claim's allocated devices): answered from the checkpoint, nothing removed,
-        so that its pod can restart, if every file it made is still there; else the plan's refusal
-        (DeviceNotFound) stands."""
-        entry = self.store.get(uid)
-        if entry is None or not all(
-            p.is_file()
-            for p in [Path(e.ref) for e in entry.effect(EffectKind.CDI_SPEC)]
-            + [Path(e.ref) / "client.conf" for e in entry.effect(EffectKind.CLIENT_CONF)]
-        ):
-            raise decided.refused or StateError("the claim's prepared files are gone", claim_uid=uid)
-        known = {d.phy_id for d in self.inventory().dies}
-        gone = sorted({d.phy for d in entry.dies} - known)
-        clog.warning(
-            "die(s) %s no longer published on this node; the claim holds them still: its repeat prepare"
-            " answers from its checkpoint (nothing removed)",
-            gone,
-        )
-        return entry.devices
 
     # -- claim status ------------------------------------------------------------------------
 
@@ -333,7 +248,7 @@ class Preparer:
                 )
                 if decided.refused is not None:
                     raise decided.refused
-                self._repeat(entry, decided.plan, clog)
+                self.executor.repeat(entry, decided.plan, clog)
                 return result
         except checkpoint.ClaimBusy:
             return None  # a prepare or unprepare of it is in flight: the next look decides

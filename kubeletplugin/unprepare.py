@@ -4,7 +4,9 @@ that failed part-way, and what a crash left half-done.
 Each undo is recorded as a prepare is (``UnprepareStarted``, then the entry dropped, each one
 ``CheckpointStore.update``) under the claim's own lock; an effect that cannot be undone now keeps
 the entry, so the reconciler (``controller/cleanup.py``) finishes the job. The preparer
-(``kubeletplugin/prepare.py``) owns one :class:`Unpreparer` and hands it its rollbacks.
+(``kubeletplugin/prepare.py``) owns one :class:`Unpreparer`: it undoes an unfinished entry before
+a claim is decided again, and the execution of a new prepare (``kubeletplugin/execute.py``) hands
+it its rollback.
 """
 
 from __future__ import annotations
