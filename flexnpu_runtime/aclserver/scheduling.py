@@ -68,7 +68,7 @@ SLICE_US = 5_000
 LOOKAHEAD_US = SLICE_US
 """A grant may be booked this far ahead: one slice, so its holder books the next one as this starts
 (one wake-up per slice, with a whole slice of slack on a loaded machine)."""
-YIELD_US = 100
+YIELD_US = 50
 """A splittable slice yields to a prioritized one at every this many microseconds from its start."""
 BORROW_SLICE_US = 1_000
 """An over-budget (borrowing) share's slice while an in-budget share is active."""

@@ -254,11 +254,11 @@ def test_a_latency_critical_slice_goes_in_and_the_holder_learns_its_later_end(
         lc = register(aclservers[1], Priority.LATENCY_CRITICAL)
         held = die.acquire(batch, 5_000, threading.Event())
         assert held == (1_000.0, 1_000.005), "an idle die: granted now, whole"
-        clock.now = asked = 1_000.00125  # the call comes 1.25 ms into the batch slice
+        clock.now = asked = 1_000.00123  # the call comes 1.23 ms into the batch slice
         got = die.acquire(lc, 1_000, threading.Event(), ready_at=asked)
         assert got is not None and round((got[1] - got[0]) * 1e6) == 1_000
-        assert got[0] == pytest.approx(1_000.0013), "at the batch slice's next 100 us boundary"
-        assert (got[0] - held[0]) * 1e6 / scheduling.YIELD_US == pytest.approx(13)
+        assert got[0] == pytest.approx(1_000.00125), "at the batch slice's next 50 us boundary"
+        assert (got[0] - held[0]) * 1e6 / scheduling.YIELD_US == pytest.approx(25)
         clock.now = 1_000.004  # the batch holder asks at the end it knows (or before it)
         assert die.confirm(batch, held) == pytest.approx((held[0], held[1] + 0.001))
         assert die.confirm(lc, got) is None, "a latency-critical slice is not split"
@@ -271,8 +271,8 @@ def test_a_latency_critical_slice_goes_in_and_the_holder_learns_its_later_end(
         assert (entries[batch].priority, entries[batch].preempted) == (Priority.BATCH, 1)
         assert (entries[lc].priority, entries[lc].preempted) == (Priority.LATENCY_CRITICAL, 0)
         assert sum(entries[lc].delay_buckets) == 1 and sum(entries[batch].delay_buckets) == 0
-        assert entries[lc].delay_buckets[0] == 1, "50 us of queueing: the first bucket (<= 100 us)"
-        assert entries[lc].delay_sum_us == 50
+        assert entries[lc].delay_buckets[0] == 1, "20 us of queueing: the first bucket (<= 100 us)"
+        assert entries[lc].delay_sum_us == 20
     finally:
         die.close()
 

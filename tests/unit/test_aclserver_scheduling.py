@@ -153,7 +153,7 @@ def test_who_goes_first(rows: list[Row], first: int) -> None:
 @pytest.mark.parametrize(
     ("opens", "now", "lc_until", "start", "insert"),
     [
-        pytest.param([Open(1, 0.0, 0.005, True)], 0.00123, 0.0, 0.0013, True, id="next-boundary-of-running"),
+        pytest.param([Open(1, 0.0, 0.005, True)], 0.00123, 0.0, 0.00125, True, id="next-boundary-of-running"),
         pytest.param([Open(1, 0.0, 0.005, True)], 0.0, 0.0, 0.0, True, id="boundary-now"),
         pytest.param([Open(1, 0.0, 0.005, False)], 0.00123, 0.0, 0.005, False, id="not-splittable-after-it"),
         pytest.param(
