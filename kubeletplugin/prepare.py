@@ -4,11 +4,11 @@ The claim as the helper fetched it (``dra_kubeletplugin``: right UID, allocated,
 driver) → under the claim's own lock, its whole plan decided in one call (pure,
 ``dra_driver/plan.py``'s ``plan_prepare``) under the checkpoint lock, where a new prepare records
 ``PrepareStarted`` with every planned effect (``dra_driver/render.py``'s ``intent``) in the same
-step (so the conflict check and the vNPU IDs hold); an unfinished entry is undone and the claim
-decided again, in the same loop → the decided step executed once (``kubeletplugin/execute.py``:
-each effect made in order by ``kubeletplugin/effects.py``, daemon Register, ``client.conf``, CDI
-spec, all rendered once by ``dra_driver/render.py``; ``PrepareCompleted`` recorded; the claim
-status written, best effort). Unprepare (``kubeletplugin/unprepare.py``) records
+step (so the conflict check and the vNPU IDs hold) → the decided step executed once
+(``kubeletplugin/execute.py``: each effect made in order by ``kubeletplugin/effects.py``, daemon
+Register, ``client.conf``, CDI spec, all rendered once by ``dra_driver/render.py``;
+``PrepareCompleted`` recorded; the claim status written, best effort; or an unfinished entry
+undone, and the claim decided again in the same loop). Unprepare (``kubeletplugin/unprepare.py``) records
 ``UnprepareStarted``, undoes the effects newest first and drops the entry. Each recorded step is
 one ``CheckpointStore.update``; daemon retries run under the claim lock only. Effects are
 idempotent, so a crash anywhere converges; a prepare that fails part-way, for any reason, rolls
