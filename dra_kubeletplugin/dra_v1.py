@@ -83,22 +83,20 @@ class DRAPluginServicer:
 
     def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802 - gRPC name
         refs = self._codec.claims_from_proto(request.claims)
+        what = _what("NodePrepareResources", refs)  # the call as its failure names it
         try:
             results = self._runner.prepare(refs, deadline=_deadline(context))
         except Exception as exc:  # every failure becomes a status, never a dead server
-            statuses.abort_with(
-                context, exc, what=_what("NodePrepareResources", refs), log=_log, table=self._table
-            )
+            statuses.abort_with(context, exc, what=what, log=_log, table=self._table)
         return self._codec.prepare_response(results)
 
     def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
         refs = self._codec.claims_from_proto(request.claims)
+        what = _what("NodeUnprepareResources", refs)  # the call as its failure names it
         try:
             results = self._runner.unprepare(refs, deadline=_deadline(context))
         except Exception as exc:
-            statuses.abort_with(
-                context, exc, what=_what("NodeUnprepareResources", refs), log=_log, table=self._table
-            )
+            statuses.abort_with(context, exc, what=what, log=_log, table=self._table)
         return self._codec.unprepare_response(results)
 
 

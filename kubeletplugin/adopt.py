@@ -36,6 +36,7 @@ from dra_driver.plan import plan_claim, resolve_shares
 from dra_driver.vnpu import ownership
 from dra_kubeletplugin.claims import ClaimRef
 from kubeletplugin import hardsplit
+from kubeletplugin.effects import Job
 from kubeletplugin.prepare import Preparer
 
 log = logging.getLogger("flexnpu.adopt")
@@ -130,7 +131,7 @@ def _rebuild(preparer: Preparer, claim: Mapping[str, Any], ent: EntityInfo | Non
         plan = hardsplit.adopted_vnpus(plan, h.manager, h.state_dir, inventory=preparer.inventory())
     conf = s.layout.conf_dir(ref.uid) / "client.conf"
     token = wirefiles.load_client_conf(conf).token if conf.is_file() else secrets.token_hex(32)
-    job = preparer.effects.job(plan, token)
+    job = Job(plan=plan, token=token, layout=s.layout)
     if ent is not None:
         job.registration = RegisterResult(ent.entity_id, ent.pid, ent.endpoints, existing=True)
     for path in (s.layout.conf_dir(ref.uid), s.layout.spec_path(ref.uid)):  # the UID is the API's

@@ -183,10 +183,6 @@ class Effects:
         budget = self.settings.daemon_retry_seconds
         return budget if deadline is None else max(0.0, min(budget, deadline - time.monotonic()))
 
-    def job(self, plan: ClaimPlan, token: str) -> Job:
-        """A prepare of ``plan`` on this node (its layout and client library)."""
-        return Job(plan=plan, token=token, layout=self.settings.layout)
-
     # -- do ---------------------------------------------------------------------------------
 
     def do(self, eff: Effect, job: Job, clog: logs.ClaimLogger) -> None:

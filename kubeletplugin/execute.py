@@ -2,11 +2,13 @@
 
 ``kubeletplugin/prepare.py`` decides the step under the claim's lock (``dra_driver/plan.py``'s
 ``plan_prepare``; a new prepare's intent, planned by ``dra_driver/render.py``, recorded in the same
-checkpoint step; an unfinished entry undone before the claim is decided again); this module executes
-it, once: nothing, an answer from a withdrawn die's record, a repeat prepare of the recorded entry
-(put back what is missing, refresh the status), or a new prepare's effects in order
-(``kubeletplugin/effects.py``), its completion recorded and its status written. A new prepare that
-fails part-way rolls back (``kubeletplugin/unprepare.py``).
+checkpoint step); this module executes it, once: nothing, an answer from a withdrawn die's record,
+a repeat prepare of the recorded entry (put back what is missing, refresh the record) or a new
+prepare's effects in order (``kubeletplugin/effects.py``) and its completion recorded, then, for
+either, the claim's status written, here only; or, for an unfinished entry (redo), its effects
+undone and the entry dropped (``kubeletplugin/unprepare.py``), so that the claim is decided again.
+A new prepare that fails part-way rolls back (``kubeletplugin/unprepare.py``) and writes no status
+(the preparer writes the failure's).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dra_driver.checkpoint import CheckpointStore, ClaimEntry, ClaimLockHandle, 
 from dra_driver.devices import Inventory
 from dra_driver.errors import StateError
 from dra_driver.plan import ClaimPlan, PreparePlan, Step
+from dra_driver.render import JSON, NodeLayout
 from dra_kubeletplugin.claims import PreparedDevice
 from kubeletplugin import effects
 from kubeletplugin.unprepare import Unpreparer
@@ -30,6 +33,9 @@ DAEMON = EffectKind.DAEMON_REGISTRATION
 
 New = tuple[str, ClaimEntry]
 """A new prepare as decided: the claim's token and its recorded intent (``PrepareStarted``)."""
+
+Prepared = tuple[tuple[PreparedDevice, ...], tuple[JSON, ...]]
+"""What a prepare made: the claim's devices and the device status to write to it."""
 
 
 class Executor:
@@ -42,17 +48,21 @@ class Executor:
         effects: effects.Effects,
         undo: Unpreparer,
         inventory: Callable[[], Inventory],
+        layout: NodeLayout,
     ) -> None:
         self.store = store
         self.effects = effects
         self.undo = undo
         self.inventory = inventory
+        self.layout = layout
 
     def carry_out(
         self, decided: PreparePlan, new: New | None, lock: ClaimLockHandle, clog: logs.ClaimLogger
-    ) -> tuple[PreparedDevice, ...]:
+    ) -> tuple[PreparedDevice, ...] | None:
         """What the decided step does: nothing, an answer from a withdrawn die's record, a repeat
-        prepare of the recorded entry, or a new prepare's effects (``new``: its token and intent)."""
+        prepare of the recorded entry or a new prepare's effects (``new``: its token and intent),
+        either then writing the claim's status; or, for an unfinished entry, undoing it (None: the
+        claim is to be decided again)."""
         uid = decided.plan.ref.uid
         if decided.step == Step.NOTHING:
             return ()
@@ -60,19 +70,39 @@ class Executor:
             return self._repeat_on_withdrawn(decided, uid, clog)
         entry = self.store.get(uid)
         if decided.step == Step.REPEAT and entry is not None:
-            return self.repeat(entry, decided.plan, clog)
-        if new is None:  # REPEAT or REDO of an entry gone under the claim lock: never
+            devices, status = self._repeat(entry, decided.plan, clog)
+        elif new is not None:  # Step.NEW: its intent is recorded
+            devices, status = self._prepare_new(decided.plan, new, lock, clog)
+        elif decided.step == Step.REDO and entry is not None:
+            if decided.missing:
+                clog.warning(
+                    "the entry records no vNPU for %s; preparing the claim again", list(decided.missing)
+                )
+            clog.info("undoing the recorded %s before preparing again", entry.state)
+            self.undo.take_back(entry, clog)  # no entry now: a new prepare, or its refusal
+            return None
+        else:  # REPEAT or REDO of an entry gone under the claim lock: never
             raise StateError(
                 f"the checkpoint entry changed under the claim lock ({decided.step})", claim_uid=uid
             )
-        token, intent = new
-        return self._prepare_new(self.effects.job(decided.plan, token), intent, lock, clog)
+        self.effects.write_status(decided.plan.ref, status, clog)
+        return devices
+
+    def repeat(
+        self, entry: ClaimEntry, plan: ClaimPlan, clog: logs.ClaimLogger
+    ) -> tuple[PreparedDevice, ...]:
+        """Repeat prepare of a completed claim outside a kubelet call (its aclserver's port moved):
+        put back what is missing, refresh the status."""
+        devices, status = self._repeat(entry, plan, clog)
+        self.effects.write_status(plan.ref, status, clog)
+        return devices
 
     def _prepare_new(
-        self, job: effects.Job, intent: ClaimEntry, lock: ClaimLockHandle, clog: logs.ClaimLogger
-    ) -> tuple[PreparedDevice, ...]:
-        """Make every effect of the recorded ``intent`` in order, then record the completion."""
-        plan, uid = job.plan, job.plan.ref.uid
+        self, plan: ClaimPlan, new: New, lock: ClaimLockHandle, clog: logs.ClaimLogger
+    ) -> Prepared:
+        """Make every effect of the recorded intent in order, then record the completion."""
+        token, intent = new
+        job, uid = self._job(plan, token), plan.ref.uid
         failpoints.hit("prepare-after-intent")
         try:
             for eff in intent.effects:
@@ -91,15 +121,12 @@ class Executor:
             self.undo.rollback(intent, job, lock, clog)
             raise
         failpoints.hit("prepare-after-complete")
-        self.effects.write_status(plan.ref, r.status, clog)
-        return r.devices
+        return r.devices, r.status
 
-    def repeat(
-        self, entry: ClaimEntry, plan: ClaimPlan, clog: logs.ClaimLogger
-    ) -> tuple[PreparedDevice, ...]:
-        """Repeat prepare of a completed claim: put back what is missing, refresh the status."""
+    def _repeat(self, entry: ClaimEntry, plan: ClaimPlan, clog: logs.ClaimLogger) -> Prepared:
+        """Put back what a restart or a reboot lost and record the refreshed status and endpoints."""
         rec = entry.registration
-        job = self.effects.job(plan, rec.token if rec else "")
+        job = self._job(plan, rec.token if rec else "")
         self.effects.ensure(entry, job, clog)
         docs = job.rendered.status
         new = entry.with_effect(Effect(EffectKind.CLAIM_STATUS, entry.uid)).with_details(
@@ -110,8 +137,11 @@ class Executor:
                 DAEMON, replace(rec, endpoints=job.registration.endpoints, pid=job.registration.pid)
             )
         self.store.update(entry.uid, lambda _: new)
-        self.effects.write_status(plan.ref, docs, clog)
-        return entry.devices
+        return entry.devices, docs
+
+    def _job(self, plan: ClaimPlan, token: str) -> effects.Job:
+        """A prepare of ``plan`` on this node (its layout and client library)."""
+        return effects.Job(plan=plan, token=token, layout=self.layout)
 
     def _repeat_on_withdrawn(
         self, decided: PreparePlan, uid: str, clog: logs.ClaimLogger

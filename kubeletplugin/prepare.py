@@ -4,11 +4,11 @@ The claim as the helper fetched it (``dra_kubeletplugin``: right UID, allocated,
 driver) → under the claim's own lock, its whole plan decided in one call (pure,
 ``dra_driver/plan.py``'s ``plan_prepare``) under the checkpoint lock, where a new prepare records
 ``PrepareStarted`` with every planned effect (``dra_driver/render.py``'s ``intent``) in the same
-step (so the conflict check and the vNPU IDs hold); an unfinished entry is undone and the claim
-decided again, in the same loop → the decided step executed once (``kubeletplugin/execute.py``:
-each effect made in order by ``kubeletplugin/effects.py``, daemon Register, ``client.conf``, CDI
-spec, all rendered once by ``dra_driver/render.py``; ``PrepareCompleted`` recorded; the claim
-status written, best effort). Unprepare (``kubeletplugin/unprepare.py``) records
+step (so the conflict check and the vNPU IDs hold) → the decided step executed once
+(``kubeletplugin/execute.py``: each effect made in order by ``kubeletplugin/effects.py``, daemon
+Register, ``client.conf``, CDI spec, all rendered once by ``dra_driver/render.py``;
+``PrepareCompleted`` recorded; the claim status written, best effort; or an unfinished entry
+undone, and the claim decided again in the same loop). Unprepare (``kubeletplugin/unprepare.py``) records
 ``UnprepareStarted``, undoes the effects newest first and drops the entry. Each recorded step is
 one ``CheckpointStore.update``; daemon retries run under the claim lock only. Effects are
 idempotent, so a crash anywhere converges; a prepare that fails part-way, for any reason, rolls
@@ -23,7 +23,7 @@ import secrets
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any
 
 from dra_driver import checkpoint, logs, render
 from dra_driver.checkpoint import (
@@ -52,7 +52,6 @@ __all__ = ["CONTAINER_CONF", "CONTAINER_SHM", "Daemon", "PrepareSettings", "Prep
 CONTAINER_CONF = render.CONTAINER_CONF
 CONTAINER_SHM = render.CONTAINER_SHM
 DAEMON = EffectKind.DAEMON_REGISTRATION
-T = TypeVar("T")
 
 
 class Preparer:
@@ -78,7 +77,9 @@ class Preparer:
         self.hard = hard
         self.effects = effects.Effects(settings=settings, daemon=daemon, status=status, hard=hard)
         self.undo = Unpreparer(store, self.effects)
-        self.executor = Executor(store=store, effects=self.effects, undo=self.undo, inventory=inventory)
+        self.executor = Executor(
+            store=store, effects=self.effects, undo=self.undo, inventory=inventory, layout=settings.layout
+        )
         self.telemetry = telemetry or Telemetry(
             node_name=settings.pool_name, driver_name=settings.driver_name, enabled=False
         )
@@ -95,7 +96,15 @@ class Preparer:
             clog.info("prepared %d device(s)", len(result.devices))
             return result
 
-        return self._each("prepare", [c.ref for c in claims], one, lambda err: PrepareResult(error=err))
+        out = batch.each_claim(
+            "prepare",
+            [c.ref for c in claims],
+            one,
+            lambda err: PrepareResult(error=err),
+            telemetry=self.telemetry,
+        )
+        self._call_done()
+        return out
 
     def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
         def one(ref: ClaimRef, clog: logs.ClaimLogger) -> str:
@@ -103,24 +112,15 @@ class Preparer:
             clog.info("unprepared" if removed else "unprepare: claim not prepared here (nothing to do)")
             return ""
 
-        return self._each("unprepare", claims, one, lambda err: err)
-
-    def _each(
-        self,
-        verb: Literal["prepare", "unprepare"],
-        claims: Sequence[ClaimRef],
-        one: Callable[[ClaimRef, logs.ClaimLogger], T],
-        failed: Callable[[str], T],
-    ) -> dict[str, T]:
-        """``one`` per claim (``kubeletplugin/batch.py``); then the prepared-vNPU gauge and ``claims_changed``."""
-        out = batch.each_claim(verb, claims, one, failed, telemetry=self.telemetry)
-        self._report_prepared()
-        self.events.claims_changed.emit()
+        out = batch.each_claim("unprepare", claims, one, lambda err: err, telemetry=self.telemetry)
+        self._call_done()
         return out
 
-    def _report_prepared(self) -> None:
-        """Prepared vNPUs / whole dies per die, for the ``flexnpu_dra_prepared_vnpus`` gauge."""
+    def _call_done(self) -> None:
+        """After a kubelet call (each claim run by ``kubeletplugin/batch.py``): the prepared-vNPU
+        gauge (vNPUs / whole dies per die, ``flexnpu_dra_prepared_vnpus``), then ``claims_changed``."""
         self.telemetry.set_prepared_vnpus(checkpoint.prepared_per_die(self.store.entries().values()))
+        self.events.claims_changed.emit()
 
     # -- prepare ---------------------------------------------------------------------------
 
@@ -139,7 +139,7 @@ class Preparer:
     ) -> PrepareResult:
         """One decision (under the checkpoint lock, recording a new prepare's intent in the same
         step), then one execution of the step it decided (``kubeletplugin/execute.py``). An unfinished
-        entry is undone first and the claim decided again: a new prepare, or its refusal."""
+        entry is undone by that execution and the claim decided again: a new prepare, or its refusal."""
         uid = claim.ref.uid
         failed: ClaimPlan | None = None  # the devices a failure's status names: the first decision's
         while True:
@@ -148,16 +148,9 @@ class Preparer:
                 failed = decided.plan if failed is None else failed
                 if decided.refused is not None and decided.step != Step.WITHDRAWN:
                     raise decided.refused
-                entry = self.store.get(uid)
-                if decided.step != Step.REDO or entry is None:
-                    return PrepareResult(devices=self.executor.carry_out(decided, new, lock, clog))
-                if decided.missing:
-                    clog.warning(
-                        "the entry records no vNPU for %s; preparing the claim again", list(decided.missing)
-                    )
-                clog.info("undoing the recorded %s before preparing again", entry.state)
-                self.undo.undo_all(entry, clog)
-                self.store.update(uid, lambda _: None)  # no entry now: a new prepare, or its refusal
+                devices = self.executor.carry_out(decided, new, lock, clog)
+                if devices is not None:  # else an unfinished entry was undone: decide again
+                    return PrepareResult(devices=devices)
             except Exception as exc:
                 if failed is None:
                     raise  # the claim was not decided: the error names no device status to write

@@ -4,9 +4,9 @@ that failed part-way, and what a crash left half-done.
 Each undo is recorded as a prepare is (``UnprepareStarted``, then the entry dropped, each one
 ``CheckpointStore.update``) under the claim's own lock; an effect that cannot be undone now keeps
 the entry, so the reconciler (``controller/cleanup.py``) finishes the job. The preparer
-(``kubeletplugin/prepare.py``) owns one :class:`Unpreparer`: it undoes an unfinished entry before
-a claim is decided again, and the execution of a new prepare (``kubeletplugin/execute.py``) hands
-it its rollback.
+(``kubeletplugin/prepare.py``) owns one :class:`Unpreparer`; the execution of a decided step
+(``kubeletplugin/execute.py``) hands it an unfinished entry to undo before the claim is decided
+again, and a new prepare's rollback.
 """
 
 from __future__ import annotations
@@ -41,8 +41,7 @@ class Unpreparer:
                 # checkpoint entry owns it.
                 self.effects.forget_registration(intent.uid, clog)
                 entry = replace(intent, effects=tuple(e for e in intent.effects if e.kind != DAEMON))
-            self.undo_all(entry, clog)
-            self.store.update(intent.uid, lambda _: None)
+            self.take_back(entry, clog)
             lock.drop = True
         except FlexNPUError as undo_err:  # keep the entry: the reconciler finishes the job
             clog.error("rollback incomplete, left for the reconciler: %s", undo_err)
@@ -60,8 +59,7 @@ class Unpreparer:
                     current = self.store.get(uid)
                     if current is None or current.state == ClaimState.PREPARE_COMPLETED:
                         continue
-                    self.undo_all(current, clog)
-                    self.store.update(uid, lambda _: None)
+                    self.take_back(current, clog)
                     lock.drop = True
                     done.append(uid)
             except checkpoint.ClaimBusy:
@@ -78,13 +76,14 @@ class Unpreparer:
                 lock.drop = True
                 return False
             failpoints.hit("unprepare-after-intent")
-            self.undo_all(entry, clog)
-            self.store.update(uid, lambda _: None)
+            self.take_back(entry, clog)
             lock.drop = True
             return True
 
-    def undo_all(self, entry: ClaimEntry, clog: logs.ClaimLogger) -> None:
-        """Undo every recorded effect, newest first. Raises (keeping the entry) if one cannot be undone."""
+    def take_back(self, entry: ClaimEntry, clog: logs.ClaimLogger) -> None:
+        """Undo every recorded effect, newest first, then drop the claim's entry. Raises (keeping the
+        entry) if one cannot be undone."""
         for eff in reversed(entry.effects):
             self.effects.undo(entry, eff, clog)
             failpoints.hit(f"unprepare-after-{eff.kind}")
+        self.store.update(entry.uid, lambda _: None)
