@@ -426,7 +426,7 @@ def test_daemon_container_restarts_leave_the_share_serving(cluster: Cluster) -> 
         daemon_api.close()
         assert kubelet.unprepare([ref]) == {share_uid: ""}
         wait_for(lambda: not processes.is_alive(pid, started), what="aclserver gone", timeout=30)
-        left = existing_cgroups(cluster.cgroup_parent)
+        left = existing_cgroups(cluster.cgroup_parent, Path("/sys/fs/cgroup"))
         assert left is not None and left.claims() == set()  # the claim's cgroup went with it
         kubelet.close()
         for pod, container in ((plugin, "plugin"), (daemon, "daemon")):

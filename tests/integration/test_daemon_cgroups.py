@@ -35,7 +35,7 @@ def uid() -> str:
 
 def host_cgroups(parent: str) -> cgroups.Cgroups | None:
     """The claims' cgroups a daemon made under ``parent`` in the host's cgroup file system."""
-    return existing_cgroups(parent)
+    return existing_cgroups(parent, Path("/sys/fs/cgroup"))
 
 
 def claim_cgroups(daemon: DaemonProc) -> cgroups.Cgroups:
