@@ -211,3 +211,26 @@ def test_kubeconfig_missing_file_is_invalid_config(tmp_path: object) -> None:
     with pytest.raises(InvalidInput) as info:
         kube.Kube.from_config(str(tmp_path) + "/does-not-exist")
     assert info.value.field == "kubeconfig"
+
+
+def test_no_error_class_is_both_a_driver_error_and_a_helper_error() -> None:
+    """Issue 28: one vocabulary per side (no ``class NotFound(InvalidInput, api.NotFound)``), in every
+    module of the node side and the runtime."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    both, seen = [], 0
+    for name in ("dra_driver", "dra_kubeletplugin", "kubeletplugin", "controller", "flexnpu_runtime"):
+        package = importlib.import_module(name)
+        for info in pkgutil.walk_packages(package.__path__, f"{name}."):
+            if ".gen" in info.name or info.name.endswith("__main__"):
+                continue
+            module = importlib.import_module(info.name)
+            for _, cls in inspect.getmembers(module, inspect.isclass):
+                if issubclass(cls, FlexNPUError):
+                    seen += 1
+                    if issubclass(cls, api_errors.PluginError):
+                        both.append(f"{cls.__module__}.{cls.__qualname__}")
+    assert seen > 20  # the walk reached the driver's error classes
+    assert sorted(set(both)) == []
