@@ -2,9 +2,10 @@
 
 Start order: discover dies → open the checkpoint (a corrupt one is kept aside, never fatal)
 → serve DRA on the plugin socket, then registration → load the Kubernetes client (the costliest
-import, so it comes after the kubelet can register us; bench/bench_startup.py) → publish
-ResourceSlices (``publisher.py``, its devices in placement order: ``ordering.py``) and run the loops in threads: the reconciler, the aclserver
-watch (``healing.py``), readiness (``readiness.py``), rediscovery (``rediscovery.py``).
+import, so it comes after the kubelet can register us; bench/bench_startup.py) → publish ResourceSlices
+(``publisher.py``, its devices in placement order: ``ordering.py``) and run the loops in threads
+(``liveness.Loops``): the reconciler, the aclserver watch (``healing.py``), readiness (``readiness.py``),
+rediscovery (``rediscovery.py``). The metrics: ``metrics.py``.
 SIGTERM/SIGINT: stop publishing, stop serving, remove both sockets, leave the node if this was
 the last instance (``leaving.py``). Running aclservers and prepared claims are not touched, so a
 restart or rolling update is seamless.

@@ -4,16 +4,17 @@ On a change (health, dies added or gone, modes) the node is first made able to s
 inventory (the emulated device nodes of new dies, the vNPU manager when a die now offers
 templates: ``kubeletplugin/vnpus.py``), then each die is published once every part that serves it
 can (what that means, pure: ``dra_driver/rediscovery.py``; a die handed out as shares waits for
-``flexnpu-daemon`` to know it), then the health stream is told (``kubeletplugin/health.py`` reads the served inventory itself). Without a change, a republish is
-requested anyway: the capacity held by vNPUs made outside the driver may have changed.
-A failed discovery keeps the last inventory.
+``flexnpu-daemon`` to know it), then the health stream is told (``kubeletplugin/health.py`` reads
+the served inventory and the published pool itself). Without a change, a republish is requested
+anyway: the capacity held by vNPUs made outside the driver may have changed. A failed discovery
+keeps the last inventory.
 
 The first publication obeys the same rule (issue 25, class 12): a rolling update's new plugin pod
 may read a newer inventory than the daemon's (the kubelet updates each pod's ConfigMap volume on
 its own schedule), so :meth:`Rediscovery.hold_back_unserved` withholds, before the first publish,
 the dies handed out as shares that the daemon says it does not serve (but none a prepared claim of
-the checkpoint holds), and the loop runs (every
-:data:`WITHHELD_RETRY_SECONDS` when rediscovery is off) until they are served.
+the checkpoint holds), and the loop runs (every :data:`WITHHELD_RETRY_SECONDS` when rediscovery
+is off) until they are served.
 """
 
 from __future__ import annotations
