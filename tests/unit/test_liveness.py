@@ -136,8 +136,17 @@ def test_loops_run_each_loop_until_one_stop_and_join_them() -> None:
     loops = liveness.Loops(live)
     passes: list[str] = []
     ran = threading.Event()
-    loops.loop("a", lambda: passes.append("a") or 0.01, deadline=60)
-    loops.thread("b", lambda stop: (ran.set(), stop.wait()), loops.stop)
+
+    def iteration() -> float:
+        passes.append("a")
+        return 0.01
+
+    def until_stopped(stop: threading.Event) -> None:
+        ran.set()
+        stop.wait()
+
+    loops.loop("a", iteration, deadline=60)
+    loops.thread("b", until_stopped, loops.stop)
     wait_for(lambda: passes.count("a") >= 2 and ran.is_set(), what="both threads running", timeout=10)
     assert live.snapshot()["a"].passes >= 2 and not live.snapshot()["a"].done
     loops.stop.set()
