@@ -9,9 +9,9 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
-from flexnpu_wire.opcall import AttrKind, AttrValue, Placement, Tensor
+from flexnpu_wire.opcall import AttrKind, AttrValue, Placement, Tensor, contiguous
 
-__all__ = ["contiguous", "encode"]
+__all__ = ["encode"]
 
 _Q = struct.Struct(">q")
 _D = struct.Struct(">d")
@@ -69,11 +69,3 @@ def _put_attr(out: list[bytes], kind: AttrKind, value: AttrValue) -> None:
                 out.append(_Q.pack(len(v)) + b"".join(_Q.pack(int(x)) for x in v))  # type: ignore[arg-type]
             else:
                 out.append(_Q.pack(int(v)))  # type: ignore[arg-type]
-
-
-def contiguous(dims: Sequence[int]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for d in reversed(dims):
-        strides.append(step)
-        step *= max(d, 1)
-    return tuple(reversed(strides))

@@ -23,6 +23,7 @@ a client fails that operator only.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -38,6 +39,7 @@ __all__ = [
     "OpCall",
     "Placement",
     "Tensor",
+    "contiguous",
     "decode",
 ]
 
@@ -221,3 +223,12 @@ def decode(tail: bytes, n_inputs: int, n_outputs: int, n_attrs: int) -> OpCall:
                 f"operator message {name}: strides and dims differ in length", field="strides"
             )
     return OpCall(name, inputs, outputs, attrs, kinds)
+
+
+def contiguous(dims: Sequence[int]) -> tuple[int, ...]:
+    """The strides (in elements) of a C-contiguous tensor of ``dims``."""
+    strides, step = [], 1
+    for d in reversed(dims):
+        strides.append(step)
+        step *= max(d, 1)
+    return tuple(reversed(strides))

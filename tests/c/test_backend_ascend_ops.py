@@ -19,8 +19,8 @@ import pytest
 from flexnpu_runtime.aclserver.ascend_aclnn import ACLNN_C_TYPES
 from flexnpu_runtime.aclserver.backend import AclFailure
 from flexnpu_runtime.aclserver.backend_ascend import AscendBackend
-from flexnpu_testing import aclserver_harness, clibrary, opcall_writer
-from flexnpu_wire import clientconf, codes
+from flexnpu_testing import aclserver_harness, clibrary
+from flexnpu_wire import clientconf, codes, opcall
 from flexnpu_wire.opcall import AttrKind, OpCall, Placement, Tensor
 from tests.c.conftest import HERE, MIB, run
 from tests.c.test_backend_ascend import Emu, emulator, emulator_build  # noqa: F401 (fixtures)
@@ -245,7 +245,7 @@ def backend(cann_dir: Path, tmp_path: Path) -> Iterator[tuple[AscendBackend, Emu
 
 
 def _dev(address: int, dims: tuple[int, ...], *, strides: tuple[int, ...] = ()) -> Tensor:
-    return Tensor(Placement.DEVICE, 0, 2, dims, strides or opcall_writer.contiguous(dims), 0, address)
+    return Tensor(Placement.DEVICE, 0, 2, dims, strides or opcall.contiguous(dims), 0, address)
 
 
 def _floats(b: AscendBackend, ptr: int, n: int) -> list[float]:
