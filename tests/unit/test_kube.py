@@ -220,7 +220,8 @@ def test_no_error_class_is_both_a_driver_error_and_a_helper_error() -> None:
     import inspect
     import pkgutil
 
-    both, seen = [], 0
+    both: list[str] = []
+    seen: set[type] = set()
     for name in ("dra_driver", "dra_kubeletplugin", "kubeletplugin", "controller", "flexnpu_runtime"):
         package = importlib.import_module(name)
         for info in pkgutil.walk_packages(package.__path__, f"{name}."):
@@ -229,8 +230,8 @@ def test_no_error_class_is_both_a_driver_error_and_a_helper_error() -> None:
             module = importlib.import_module(info.name)
             for _, cls in inspect.getmembers(module, inspect.isclass):
                 if issubclass(cls, FlexNPUError):
-                    seen += 1
+                    seen.add(cls)
                     if issubclass(cls, api_errors.PluginError):
                         both.append(f"{cls.__module__}.{cls.__qualname__}")
-    assert seen > 20  # the walk reached the driver's error classes
+    assert len(seen) >= 10  # the walk reached the driver's error classes (16 today)
     assert sorted(set(both)) == []
