@@ -37,7 +37,6 @@ from typing import Any
 
 from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput, Unavailable
 from dra_kubeletplugin import errors as api
-from dra_kubeletplugin import kubeapi
 from dra_kubeletplugin.kubeapi import (
     CORE,
     RESOURCE,
@@ -60,10 +59,8 @@ __all__ = [
     "Rejected",
     "ServerError",
     "Unreachable",
-    "boundary",
     "claim_answer_problem",
     "driver_error",
-    "translate",
 ]
 
 JSON = dict[str, Any]
@@ -182,19 +179,6 @@ def mapped() -> Iterator[None]:
 def _mapped_iter(events: Iterator[tuple[str, JSON]]) -> Iterator[tuple[str, JSON]]:
     with mapped():
         yield from events
-
-
-def translate(exc: BaseException, *, what: str) -> Exception:
-    """The driver error for one client-library exception: ``translate(exc, what=...)``."""
-    err = kubeapi.translate(exc, what=what)
-    return driver_error(err) if isinstance(err, api.ApiError) else err
-
-
-@contextlib.contextmanager
-def boundary(what: str) -> Iterator[None]:
-    """Translate any client exception raised inside into a driver error."""
-    with mapped(), kubeapi.boundary(what):
-        yield
 
 
 class Kube(KubeClient):

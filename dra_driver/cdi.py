@@ -178,11 +178,6 @@ def spec_file_name(kind: Kind, claim_uid: str) -> str:
     return f"{base}_{claim_uid}.json"
 
 
-def spec_path(cdi_dir: Path, kind: Kind, claim_uid: str) -> Path:
-    """The claim's spec file, refused unless the file name stays inside ``cdi_dir``."""
-    return paths.inside(cdi_dir, spec_file_name(kind, claim_uid), claim_uid=claim_uid)
-
-
 def write_spec(path: Path, spec: Spec, claim_uid: str) -> Path:
     """Validate and atomically write the claim's spec to ``path`` (``render.NodeLayout.spec_path``,
     computed once when the prepare is planned and recorded with it; mode 0644: runtimes read it),

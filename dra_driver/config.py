@@ -1,6 +1,6 @@
 """One configuration object, built once per process from flags and their ``FLEXNPU_…`` twins.
 
-Precedence: command-line flag > environment variable > default. After :func:`from_args`
+Precedence: command-line flag > environment variable > default. After :func:`build`
 returns, nothing in the driver reads ``os.environ`` for configuration.
 
 This module owns the flag machinery (:class:`Flag`, :func:`add_flags`, :func:`resolve`), the node
@@ -13,7 +13,6 @@ own flags are in ``flexnpu_runtime/daemon/main.py``; they take the shared ones f
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -381,14 +380,6 @@ def _number(name: str, value: str | None) -> float:
         raise InvalidInput(
             f"expected a number, got {value!r}", code=ErrorCode.INVALID_CONFIG, field=name
         ) from None
-
-
-def from_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> Config:
-    """Parse plugin flags (with environment twins) into a validated :class:`Config`."""
-    parser = argparse.ArgumentParser(prog="flexnpu-dra plugin")
-    add_flags(parser)
-    ns = parser.parse_args(argv)
-    return build(resolve(ns, os.environ if env is None else env))
 
 
 def build(values: Mapping[str, str | None]) -> Config:

@@ -11,6 +11,7 @@ are counted, the loop keeps passing).
 :meth:`Liveness.verdict` is the probe: healthy while every registered loop passed within its
 ``deadline`` seconds. The node serves it as ``GET /healthz`` on the metrics port
 (``dra_driver/telemetry/endpoint.py``) and ``flexnpu-dra probe`` asks it (``kubeletplugin/cli.py``).
+:class:`Loops` starts a process's loops in threads and stops them with one event.
 This module does no I/O of its own.
 """
 
@@ -162,3 +163,31 @@ def run_forever(
     finally:
         if stop.is_set():  # a thread that ends any other way stays registered and goes stale
             live.finished(name)
+
+
+class Loops:
+    """A process's loop threads: each started as a daemon thread, all stopped by :attr:`stop`, joined at the end."""
+
+    def __init__(
+        self, live: Liveness, *, logger: logging.Logger | logging.LoggerAdapter[logging.Logger] = log
+    ) -> None:
+        self.live = live
+        self.logger = logger
+        self.stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def loop(self, name: str, iteration: Callable[[], float | None], *, deadline: float) -> None:
+        """Run ``iteration`` by :func:`run_forever` in a thread, registered with its ``deadline``."""
+        self.live.register(name, deadline=deadline)
+        self.thread(name, run_forever, self.live, name, iteration, self.stop, logger=self.logger)
+
+    def thread(self, name: str, target: Callable[..., None], *args: object, **kwargs: object) -> None:
+        """Run ``target(*args, **kwargs)`` in a daemon thread of its own (it watches :attr:`stop`)."""
+        t = threading.Thread(target=target, args=args, kwargs=kwargs, name=name, daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def join(self, timeout: float = 10.0) -> None:
+        """Wait for each thread (after :attr:`stop` was set), at most ``timeout`` seconds each."""
+        for t in self._threads:
+            t.join(timeout=timeout)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyroute2 import IPRoute
@@ -129,27 +129,6 @@ def remove_link(name: str) -> bool:
         raise _fail(f"cannot remove link {name}", exc) from exc
 
 
-def addresses(name: str) -> list[str]:
-    """The link's IPv4 addresses as CIDR strings (empty if the link is missing)."""
-    from pyroute2 import IPRoute  # imported on first use: a node without a link never loads it
-
-    with IPRoute() as ipr:
-        found = ipr.link_lookup(ifname=name)
-        if not found:
-            return []
-        out: list[Any] = ipr.get_addr(index=found[0], family=2)
-        return sorted(f"{a.get_attr('IFA_ADDRESS')}/{a['prefixlen']}" for a in out)
-
-
 def _kind(ipr: IPRoute, index: int) -> str | None:
     info = ipr.get_links(index)[0].get_attr("IFLA_LINKINFO")
     return str(info.get_attr("IFLA_INFO_KIND")) if info is not None else None
-
-
-def _index(ipr: IPRoute, name: str) -> int:
-    found = ipr.link_lookup(ifname=name)
-    if not found:
-        raise Unavailable(
-            f"control link {name} does not exist", code=ErrorCode.INTERNAL, field="control-link"
-        )
-    return int(found[0])

@@ -8,7 +8,7 @@ the per-die ledgers the aclservers write under ``<shm dir>/.ledger``, read throu
 process passes in (``flexnpu_runtime/aclserver/ledger.py`` ``read_entries``; this module imports no runtime module; a
 missing ledger reports nothing). The pods come from each claim's
 ``status.reservedFor`` (cached per claim, re-read after ``POD_CACHE_SECONDS``). The node process installs this
-collector into its :class:`~dra_driver.telemetry.Telemetry` (one hook line in ``kubeletplugin/node.py``), so
+collector into its :class:`~dra_driver.telemetry.Telemetry` (``kubeletplugin/metrics.py``), so
 the series appear on the same endpoint as ``flexnpu_dra_*``. Nothing here writes anything.
 
 Series (gauges unless noted; ``node`` and ``driver`` on every one)::

@@ -33,7 +33,6 @@ __all__ = [
     "load_client_conf",
     "load_ready",
     "load_spec",
-    "parse_client_conf",
     "parse_ready",
     "parse_spec",
     "read_ready",
@@ -107,14 +106,6 @@ def parse_ready(text: str, *, source: str) -> ReadyInfo:
 
 
 # --- client.conf (node ↔ container) ------------------------------------------------------------
-
-
-def parse_client_conf(text: str, *, source: str) -> ClientConf:
-    """Parse client.conf text (InvalidInput naming ``source``, the claim and the field)."""
-    try:
-        return clientconf.parse(text, source=source)
-    except ContractError as exc:
-        raise invalid_input(exc) from exc
 
 
 def load_client_conf(path: PathLike | None = None) -> ClientConf:

@@ -21,7 +21,7 @@ from typing import TypeVar
 
 from dra_driver.daemon_api.client import DaemonClient
 from dra_driver.daemon_api.values import RegisterRequest
-from flexnpu_runtime.daemon import cgroups, processes, shmfs
+from flexnpu_runtime.daemon import cgroup_layout, cgroups, processes, shmfs
 from flexnpu_testing import inventories
 from flexnpu_testing.waiting import wait_for
 from flexnpu_wire import framing as protocol
@@ -98,12 +98,40 @@ def request(uid: str, *shares: Share, token: str = "ab" * 16) -> RegisterRequest
     )
 
 
+def existing_cgroups(parent: str, root: Path = CGROUP_ROOT) -> cgroups.Cgroups | None:
+    """The claims' cgroups a daemon made under an existing ``parent`` (nothing is created or joined);
+    None if absent."""
+    if cgroup_layout.check_parent(parent):
+        return None
+    try:
+        layout = cgroup_layout.parse_mountinfo(Path("/proc/self/mountinfo").read_text(), str(root))
+    except OSError:
+        return None
+    if layout is None or not any((Path(h.mount) / parent).is_dir() for h in layout.hierarchies):
+        return None
+    return cgroups.Cgroups(layout, parent)
+
+
+def holds(cg: cgroups.Cgroups, claim_uid: str, pid: int) -> bool:
+    """Whether ``pid`` is in the claim's cgroup (by its ``/proc/<pid>/cgroup``)."""
+    try:
+        mine = cgroup_layout.parse_proc_cgroup(Path(f"/proc/{pid}/cgroup").read_text())
+    except OSError:
+        return False
+    want = "/" + cg.relative(claim_uid)
+    return any(mine.get(h.key, "").endswith(want) for h in cg.layout.hierarchies if h.key in mine)
+
+
 def remove_cgroups(parent: str, root: Path = CGROUP_ROOT) -> None:
     """Remove a test daemon's cgroup parent and every claim cgroup under it (what a test leaves)."""
-    found = cgroups.existing(root, parent)
-    if found is not None:
-        stayed = found.remove_all()
-        assert not stayed, f"claim cgroups under {parent} could not be removed: {stayed}"
+    found = existing_cgroups(parent, root)
+    if found is None:
+        return
+    stayed = [uid for uid in sorted(found.claims()) if not found.remove(uid)]
+    assert not stayed, f"claim cgroups under {parent} could not be removed: {stayed}"
+    for h in found.layout.hierarchies:
+        with contextlib.suppress(FileNotFoundError):
+            os.rmdir(Path(h.mount) / parent)
 
 
 def gone(pid: int) -> bool:

@@ -31,7 +31,9 @@ log = logging.getLogger("flexnpu.node")
 class NodeCore:
     """The parts of the node shared by the node process and ``flexnpu-smi``: no servers, no threads."""
 
-    def __init__(self, cfg: Config, *, kube: Kube | None = None, telemetry: Telemetry | None = None) -> None:
+    def __init__(self, cfg: Config, *, kube: Kube | None = None, serve_metrics: bool = False) -> None:
+        """``serve_metrics``: the node process's telemetry (metrics, traces, ``/healthz`` on
+        ``--metrics-port``); without it (``flexnpu-smi``) telemetry records nothing."""
         self.cfg = cfg
         self.kube = kube or Kube.deferred(cfg.kubeconfig)  # connected in start(), after registration
         self.store = CheckpointStore(cfg.paths.checkpoint_file)
@@ -40,8 +42,15 @@ class NodeCore:
         if cfg.control_link:
             self.link.validate()
         self.daemon = DaemonClient(cfg.daemon_socket, timeout=20.0) if cfg.daemon_socket else None
-        self.telemetry = telemetry or Telemetry(
-            node_name=cfg.node_name, driver_name=cfg.driver_name, enabled=False
+        self.telemetry = (
+            Telemetry(
+                node_name=cfg.node_name,
+                driver_name=cfg.driver_name,
+                metrics_port=cfg.metrics_port,
+                wait_for_port=cfg.pod_uid is not None,  # a rolling update's old pod may still hold the port
+            )
+            if serve_metrics
+            else Telemetry(node_name=cfg.node_name, driver_name=cfg.driver_name, enabled=False)
         )
         self.live = liveness.Liveness(on_error=self.telemetry.loop_error)
         self.events = NodeEvents()

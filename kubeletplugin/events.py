@@ -2,7 +2,7 @@
 
 A :class:`Signal` is a list of subscribers, called in the emitting thread in the order they
 subscribed. A module subscribes in its own constructor (the publisher subscribes to
-``claims_changed``), so nobody patches a callback into another module after building it. A
+``claims_changed`` and ``order_changed``), so nobody patches a callback into another module after building it. A
 subscriber that raises is logged with its traceback and the next one still runs: what the emitter
 was doing (a kubelet call, a reconciler pass) is never failed by a listener.
 
@@ -11,6 +11,8 @@ was doing (a kubelet call, a reconciler pass) is never failed by a listener.
 * ``claims_changed`` — the checkpoint's prepared claims may have changed: after every kubelet
   call (``kubeletplugin/prepare.py``), after the reconciler removed a claim, after each look of
   the aclserver watch (which also sees what ``flexnpu-smi`` did from another process).
+* ``order_changed`` — the allocations on this node's pool changed, so the placement order of its
+  devices may have (``kubeletplugin/ordering.py``): the publisher republishes if the pool differs.
 """
 
 from __future__ import annotations
@@ -49,3 +51,4 @@ class NodeEvents:
 
     def __init__(self) -> None:
         self.claims_changed = Signal("claims_changed")
+        self.order_changed = Signal("order_changed")

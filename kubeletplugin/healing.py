@@ -191,11 +191,24 @@ class ShmReport:
 
 
 class AclserverPass:
-    """One :meth:`iteration` per ``ACLSERVER_PERIOD``: the shm report, ``claims_changed``, one look."""
+    """One :meth:`iteration` per ``ACLSERVER_PERIOD``: the shm report, ``claims_changed``, one look.
 
-    def __init__(self, *, watch: AclserverWatch, shm: ShmReport, events: NodeEvents) -> None:
-        self.watch = watch
-        self.shm = shm
+    Builds its :class:`AclserverWatch` and :class:`ShmReport` from the node's parts: ``get_claim``
+    and ``create_event`` are the node's API client's (``controller.kube.Kube``)."""
+
+    def __init__(
+        self,
+        *,
+        preparer: Preparer,
+        daemon: DaemonClient,
+        store: CheckpointStore,
+        events: NodeEvents,
+        get_claim: Callable[[str, str], Mapping[str, Any]],
+        create_event: Callable[..., object],
+        node_name: str,
+    ) -> None:
+        self.watch = AclserverWatch(preparer=preparer, daemon=daemon, store=store, get_claim=get_claim)
+        self.shm = ShmReport(daemon=daemon, create_event=create_event, node_name=node_name)
         self.events = events
 
     def iteration(self) -> float:

@@ -2,9 +2,10 @@
 
 Start order: discover dies → open the checkpoint (a corrupt one is kept aside, never fatal)
 → serve DRA on the plugin socket, then registration → load the Kubernetes client (the costliest
-import, so it comes after the kubelet can register us; bench/bench_startup.py) → publish
-ResourceSlices (``publisher.py``, its devices in placement order: ``ordering.py``) and run the loops in threads: the reconciler, the aclserver
-watch (``healing.py``), readiness (``readiness.py``), rediscovery (``rediscovery.py``).
+import, so it comes after the kubelet can register us; bench/bench_startup.py) → publish ResourceSlices
+(``publisher.py``, its devices in placement order: ``ordering.py``) and run the loops in threads
+(``liveness.Loops``): the reconciler, the aclserver watch (``healing.py``), readiness (``readiness.py``),
+rediscovery (``rediscovery.py``). The metrics: ``metrics.py``.
 SIGTERM/SIGINT: stop publishing, stop serving, remove both sockets, leave the node if this was
 the last instance (``leaving.py``). Running aclservers and prepared claims are not touched, so a
 restart or rolling update is seamless.
@@ -12,24 +13,17 @@ restart or rolling update is seamless.
 
 from __future__ import annotations
 
-import functools
 import logging
 import signal
-import threading
-from collections.abc import Callable
 from types import FrameType
 
 import dra_kubeletplugin
 from controller.kube import Kube
-from dra_driver import liveness, logs, netlink, readiness, usage_metrics
+from dra_driver import liveness, logs, netlink, readiness
 from dra_driver.config import Config
-from dra_driver.daemon_api.client import DaemonClient
-from dra_driver.daemon_api.values import LEDGER_DIR_NAME
 from dra_driver.errors import FlexNPUError
-from dra_driver.telemetry import Telemetry
 from dra_kubeletplugin.helper import PublishOptions
-from flexnpu_runtime.aclserver import ledger
-from kubeletplugin import error_status, healing, ordering
+from kubeletplugin import error_status, healing, metrics, ordering
 from kubeletplugin.core import NodeCore
 from kubeletplugin.driver import NpuDriver
 from kubeletplugin.health import InventoryHealth
@@ -51,29 +45,18 @@ class NodeProcess(NodeCore):
     """Everything the node process runs; ``start()`` then ``wait()``; ``stop()`` from any thread."""
 
     def __init__(self, cfg: Config, *, kube: Kube | None = None) -> None:
-        wait_for_port = cfg.pod_uid is not None  # a rolling update's old pod may still hold the port
-        telemetry = Telemetry(
-            node_name=cfg.node_name,
-            driver_name=cfg.driver_name,
-            metrics_port=cfg.metrics_port,
-            wait_for_port=wait_for_port,
-        )
-        super().__init__(cfg, kube=kube, telemetry=telemetry)
-        self.stop_event = threading.Event()
-        self.threads: list[threading.Thread] = []
+        super().__init__(cfg, kube=kube, serve_metrics=True)
+        self.loops = liveness.Loops(self.live, logger=log)
         # Die-level placement (docs/placement.md): the devices in policy order from the allocations
-        # the claim watch sees, a coalesced republish when the order changes.
+        # the claim watch sees, a coalesced republish (``order_changed``) when the order changes.
         self.ordering = ordering.DeviceOrdering(
             self.kube,
             driver_name=cfg.driver_name,
             pool_name=cfg.pool_name,
             policy=cfg.placement,
             writes_per_second=cfg.placement_writes_per_second,
-            republish=lambda: self.publisher.request_republish(),  # noqa: PLW0108 - the publisher is built next, with this ordering
+            republish=self.events.order_changed.emit,
             live=self.live,
-        )
-        self.telemetry.add_collector(
-            ordering.PlacementCollector(self.ordering, node_name=cfg.node_name, driver_name=cfg.driver_name)
         )
         self.publisher = Publisher(
             served=self.served,
@@ -85,22 +68,31 @@ class NodeProcess(NodeCore):
             events=self.events,
             ordering=self.ordering,
         )
-        self.health = InventoryHealth(self.served.inventory, cfg.pool_name, self.publisher.pool.device_names)
+        self.health = InventoryHealth(
+            lambda: self.served.inventory, cfg.pool_name, lambda: self.publisher.pool.device_names
+        )
         self.driver = NpuDriver(self.preparer, telemetry=self.telemetry)
         self.telemetry.serve_health(self.live.healthz, self.live.ages)
-        if cfg.daemon_socket is not None:  # per-vNPU usage series (dra_driver/usage_metrics.py)
-            self.telemetry.add_collector(
-                usage_metrics.VnpuUsageCollector(
-                    daemon=DaemonClient(cfg.daemon_socket, timeout=3.0),
-                    kube=self.kube,
-                    inventory=lambda: self.served.inventory,
-                    node_name=cfg.node_name,
-                    driver_name=cfg.driver_name,
-                    max_shares_per_die=cfg.max_shares_per_die,
-                    ledger=functools.partial(ledger.read_entries, str(cfg.paths.shm_root / LEDGER_DIR_NAME)),
-                    delay_bound_seconds=cfg.latency_delay_bound_seconds,
-                )
+        metrics.add_collectors(  # placement, and per-vNPU usage with a daemon
+            self.telemetry,
+            cfg,
+            placement=self.ordering,
+            kube=self.kube,
+            inventory=lambda: self.served.inventory,
+        )
+        self.aclservers = (
+            None
+            if self.daemon is None
+            else healing.AclserverPass(
+                preparer=self.preparer,
+                daemon=self.daemon,
+                store=self.store,
+                events=self.events,
+                get_claim=self.kube.get_claim,
+                create_event=self.kube.create_event,
+                node_name=cfg.node_name,
             )
+        )
 
     def start(self) -> None:
         cfg = self.cfg
@@ -136,29 +128,21 @@ class NodeProcess(NodeCore):
             served=self.served,
             vnpus=self.vnpus,
             publisher=self.publisher,
-            health=self.health,
+            store=self.store,
             notify_health=self.helper.notify_health_changed,
             daemon=self.daemon,
         )
-        held = {d.phy for e in self.store.entries().values() for d in e.dies}  # dies a claim holds stay
-        rediscovery.hold_back_unserved(held)  # the first publish too: only what every part serves
+        rediscovery.hold_back_unserved()  # the first publish too: only what every part serves
         self.publisher.start(self.helper)
-        self.ordering.start(self.stop_event)
-        self.health.published = set(self.publisher.pool.device_names)
-        self._thread("reconciler", self.reconciler.run, self.stop_event)
-        if self.daemon is not None:
-            watch = healing.AclserverWatch(
-                preparer=self.preparer, daemon=self.daemon, store=self.store, get_claim=self.kube.get_claim
-            )
-            shm = healing.ShmReport(
-                daemon=self.daemon, create_event=self.kube.create_event, node_name=cfg.node_name
-            )
-            aclservers = healing.AclserverPass(watch=watch, shm=shm, events=self.events)
-            self._loop(LOOP_ACLSERVERS, aclservers.iteration, deadline=healing.ACLSERVER_PERIOD * 5 + 60)
+        self.ordering.start(self.loops.stop)
+        self.loops.thread("reconciler", self.reconciler.run, self.loops.stop)
+        if self.aclservers is not None:
+            deadline = healing.ACLSERVER_PERIOD * 5 + 60
+            self.loops.loop(LOOP_ACLSERVERS, self.aclservers.iteration, deadline=deadline)
         self.readiness = ReadinessWriter(readiness.path_for(cfg.paths.run_dir, cfg.pod_uid), self.helper)
-        self._loop(LOOP_READINESS, self.readiness.iteration, deadline=READINESS_PERIOD * 10 + 60)
+        self.loops.loop(LOOP_READINESS, self.readiness.iteration, deadline=READINESS_PERIOD * 10 + 60)
         if rediscovery.needed:
-            self._loop(LOOP_REDISCOVER, rediscovery.iteration, deadline=rediscovery.period * 2 + 120)
+            self.loops.loop(LOOP_REDISCOVER, rediscovery.iteration, deadline=rediscovery.period * 2 + 120)
         self.leaving = Leaving(
             self.helper, control_link=cfg.control_link, store=self.store, daemon=self.daemon
         )
@@ -170,28 +154,17 @@ class NodeProcess(NodeCore):
             cfg.registration_socket,
         )
 
-    def _loop(self, name: str, iteration: Callable[[], float | None], *, deadline: float) -> None:
-        """Run ``iteration`` in a thread that cannot die silently (dra_driver/liveness.py)."""
-        self.live.register(name, deadline=deadline)
-        self._thread(name, liveness.run_forever, self.live, name, iteration, self.stop_event, logger=log)
-
-    def _thread(self, name: str, target: Callable[..., None], *args: object, **kwargs: object) -> None:
-        t = threading.Thread(target=target, args=args, kwargs=kwargs, name=name, daemon=True)
-        t.start()
-        self.threads.append(t)
-
     def stop(self) -> None:
-        self.stop_event.set()
+        self.loops.stop.set()
         self.reconciler.trigger()
         self.ordering.trigger()  # its loop waits for a change: wake it to see the stop
 
     def wait(self) -> None:
-        while not self.stop_event.wait(0.2):
+        while not self.loops.stop.wait(0.2):
             pass  # short steps: the kernel may give SIGTERM to another thread, and Python runs its
             # handler only when the main thread runs again (a wait without a timeout never would)
         self.helper.stop(grace=5.0)
-        for t in self.threads:
-            t.join(timeout=10)
+        self.loops.join(timeout=10)
         self.ordering.join()
         self.leaving.leave()
         self.close()

@@ -14,8 +14,8 @@ made outside the driver, and the share policy each die's prepared shares run; th
 * ``ordering`` — a :class:`PoolOrdering`: the order of the devices in the published pool. The
   scheduler's allocator takes the first device that fits, so the order is a placement policy
   (binpack, spread). Default :data:`AS_BUILT` (the order ``slices.build_pool`` makes). An ordering
-  that depends on the API's allocations calls :meth:`Publisher.request_republish` from its watch
-  thread when they change.
+  that depends on the API's allocations emits ``order_changed`` from its watch thread when they
+  change; the publisher subscribes :meth:`Publisher.request_republish` to it in its constructor.
 
 **Triggers:** :meth:`Publisher.publish` (at start and after an inventory change: always sent) and
 :meth:`Publisher.request_republish` (from any thread: recompute, send only when the pool changed;
@@ -106,6 +106,7 @@ class Publisher:
         self.pool = self._desired(self._policies)
         """The pool as last computed (and sent, once started)."""
         events.claims_changed.subscribe(self.claims_changed)
+        events.order_changed.subscribe(self.request_republish)
 
     # -- triggers ----------------------------------------------------------------------------
 

@@ -4,29 +4,31 @@ On a change (health, dies added or gone, modes) the node is first made able to s
 inventory (the emulated device nodes of new dies, the vNPU manager when a die now offers
 templates: ``kubeletplugin/vnpus.py``), then each die is published once every part that serves it
 can (what that means, pure: ``dra_driver/rediscovery.py``; a die handed out as shares waits for
-``flexnpu-daemon`` to know it), then the health stream is told. Without a change, a republish is
-requested anyway: the capacity held by vNPUs made outside the driver may have changed.
-A failed discovery keeps the last inventory.
+``flexnpu-daemon`` to know it), then the health stream is told (``kubeletplugin/health.py`` reads
+the served inventory and the published pool itself). Without a change, a republish is requested
+anyway: the capacity held by vNPUs made outside the driver may have changed. A failed discovery
+keeps the last inventory.
 
 The first publication obeys the same rule (issue 25, class 12): a rolling update's new plugin pod
 may read a newer inventory than the daemon's (the kubelet updates each pod's ConfigMap volume on
 its own schedule), so :meth:`Rediscovery.hold_back_unserved` withholds, before the first publish,
-the dies handed out as shares that the daemon says it does not serve, and the loop runs (every
-:data:`WITHHELD_RETRY_SECONDS` when rediscovery is off) until they are served.
+the dies handed out as shares that the daemon says it does not serve (but none a prepared claim of
+the checkpoint holds), and the loop runs (every :data:`WITHHELD_RETRY_SECONDS` when rediscovery
+is off) until they are served.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 
 from dra_driver import discovery
 from dra_driver import rediscovery as changes
+from dra_driver.checkpoint import CheckpointStore
 from dra_driver.config import Config
 from dra_driver.daemon_api.client import DaemonClient
 from dra_driver.devices import Inventory
 from dra_driver.errors import FlexNPUError
-from kubeletplugin.health import InventoryHealth
 from kubeletplugin.publisher import Publisher
 from kubeletplugin.served import ServedDies
 from kubeletplugin.vnpus import NodeVnpus
@@ -49,7 +51,7 @@ class Rediscovery:
         served: ServedDies,
         vnpus: NodeVnpus,
         publisher: Publisher,
-        health: InventoryHealth,
+        store: CheckpointStore,
         notify_health: Callable[[], None],
         daemon: DaemonClient | None,
     ) -> None:
@@ -57,7 +59,7 @@ class Rediscovery:
         self.served = served
         self.vnpus = vnpus
         self.publisher = publisher
-        self.health = health
+        self.store = store
         self.notify_health = notify_health
         self.daemon = daemon
         self.source = discovery.from_config(inventory=cfg.inventory, npu_smi=cfg.npu_smi)
@@ -85,15 +87,16 @@ class Rediscovery:
             log.warning("rediscovery failed, keeping the last inventory: %s", err)
         return self.period
 
-    def hold_back_unserved(self, held: Collection[int]) -> frozenset[int]:
+    def hold_back_unserved(self) -> frozenset[int]:
         """Before the first publish: withhold the dies handed out as shares that flexnpu-daemon says
-        it does not serve (the withheld dies). ``held``: dies prepared claims hold, served before,
-        so they stay published (nothing alive is withdrawn on doubt). Nothing is withheld when the
-        daemon cannot be asked (none configured, or not up yet): the node publishes as it always
-        did, and prepare retries the daemon."""
+        it does not serve (the withheld dies). The dies the checkpoint's claims hold were served
+        before, so they stay published (nothing alive is withdrawn on doubt). Nothing is withheld
+        when the daemon cannot be asked (none configured, or not up yet): the node publishes as it
+        always did, and prepare retries the daemon."""
         daemon_dies = self._daemon_dies()
         if daemon_dies is None:
             return frozenset()
+        held = {d.phy for e in self.store.entries().values() for d in e.dies}
         inventory = self.served.inventory
         withheld = changes.withheld(
             inventory, self.served.mode_of, daemon_dies=daemon_dies, served_shared=held
@@ -137,9 +140,7 @@ class Rediscovery:
         if fresh == served.inventory and withheld == served.withheld:
             return
         served.replace(fresh, withheld)
-        self.health.inventory = fresh
         self.publisher.publish()
-        self.health.published = set(self.publisher.pool.device_names)
         self.notify_health()
 
     def _serve(self, fresh: Inventory) -> None:

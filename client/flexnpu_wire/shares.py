@@ -2,8 +2,8 @@
 
 The kubelet plugin builds it, the daemon API carries it (``api_protos``), the daemon registry
 stores it and the aclserver launch spec hands it to the aclserver: one type for all of them.
-``policy`` and ``priority`` hold the names as given; :attr:`Share.policy_enum` is the validated value
-(the daemon refuses unknown names with an error naming the field before anything starts).
+``policy`` and ``priority`` hold the names as given (the daemon refuses unknown names with an error
+naming the field before anything starts); :attr:`Share.priority_enum` is the priority as its enum.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from flexnpu_wire.codes import Policy, Priority
+from flexnpu_wire.codes import Priority
 
 __all__ = ["MAX_HOST_MEMORY_BYTES", "Share"]
 
@@ -44,11 +44,6 @@ class Share:
     def priority_enum(self) -> Priority:
         """The priority as an enum (ValueError for an unknown name; "" is normal: a record from before)."""
         return Priority(self.priority or Priority.NORMAL)
-
-    @property
-    def policy_enum(self) -> Policy:
-        """The policy as an enum (ValueError for an unknown name)."""
-        return Policy(self.policy)
 
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {

@@ -28,8 +28,8 @@ that finds it changed reloads the directory; otherwise nothing is decoded.
 
 Damaged state is never "nothing prepared": a record that cannot be read (corrupt, truncated,
 wrong shape, newer version) stays where it is and makes the store *untrusted*
-(:attr:`CheckpointStore.trusted`, :meth:`CheckpointStore.check_trusted` raising
-:class:`CheckpointUntrusted`) until an operator adopts what the node holds or discards the
+(:attr:`CheckpointStore.trusted`, :meth:`CheckpointStore.doubts` saying why; an update of a
+claim whose record is damaged refused with :class:`CheckpointUntrusted`) until an operator adopts what the node holds or discards the
 damaged records (``flexnpu-smi adopt`` / ``discard``). Destructive paths (the orphan sweep, the
 reconciler's removals) consult it first. Content of a file never crash-loops the node.
 

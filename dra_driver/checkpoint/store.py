@@ -218,16 +218,6 @@ class CheckpointStore:
                 f"{n}: {why}" for n, why in sorted(self._bad.items())
             ]
 
-    def check_trusted(self) -> None:
-        """Raise :class:`CheckpointUntrusted` unless every record could be read."""
-        why = self.doubts()
-        if why:
-            raise CheckpointUntrusted(
-                "the checkpoint cannot be trusted, so nothing is removed until an operator runs "
-                f"flexnpu-smi adopt or discard: {'; '.join(why)}"[:1500],
-                field="checkpoint",
-            )
-
     def damaged(self) -> dict[str, str]:
         """Record file name -> why it cannot be read."""
         with self._flock():

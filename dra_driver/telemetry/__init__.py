@@ -133,7 +133,7 @@ class Telemetry:
     * **enabled** - ``False`` turns every method into a no-op (nothing is built or recorded).
     * **wait_for_port** - when the port is in use, keep trying to bind it in the background
       (every ``PORT_RETRY_SECONDS``) instead of failing ``start()``: during a rolling update of a
-      host-network DaemonSet the old pod holds the port until it exits (``kubeletplugin/node.py``
+      host-network DaemonSet the old pod holds the port until it exits (``kubeletplugin/core.py``
       sets it when ``--pod-uid`` is given).
     """
 

@@ -206,7 +206,7 @@ def _operand(op: str, where: str, t: opcall.Tensor, keep: list[Any]) -> tuple[in
         host = ctypes.create_string_buffer(t.data, len(t.data))
         keep.append(host)
         return ctypes.addressof(host), len(t.data)
-    if t.strides != opcall._contiguous(t.dims) and count > 1:
+    if t.strides != opcall.contiguous(t.dims) and count > 1:
         raise AclFailure(
             codes.ACL_ERROR_INVALID_PARAM,
             f"{op}: {where} is a strided view (strides {list(t.strides)} of dims {list(t.dims)}); CANN's"

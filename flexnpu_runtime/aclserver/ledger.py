@@ -1,7 +1,7 @@
 """The per-die compute ledger: the die's time, shared by every aclserver on that die.
 
-``DieLedger`` is the die ledger file (``ledger_file.LedgerFile``: format, mapping, locking, entries,
-liveness) with what its entries mean for the die: registration with the same-policy rule and the
+``DieLedger`` is the die ledger file (``ledger_file.LedgerFile``: mapping, locking, entries,
+liveness; the bytes' layout and codec: ``ledger_format.py``) with what its entries mean for the die: registration with the same-policy rule and the
 per-die aclserver limit, and the blocking ``acquire`` loop around ``scheduling.decide`` that writes
 each grant (the share's period use, counts and queueing delay, the die's header). The ledger never
 trusts a client: only aclservers write it, with time they measured themselves.
@@ -30,16 +30,14 @@ from typing import Protocol
 
 from dra_driver.errors import ErrorCode, StateError, Unavailable
 from flexnpu_runtime.aclserver import scheduling
-from flexnpu_runtime.aclserver.ledger_file import (
+from flexnpu_runtime.aclserver.ledger_file import LedgerFile, ledger_path, starttime
+from flexnpu_runtime.aclserver.ledger_format import (
     DELAY_BUCKETS_S,
     MAX_ENTRIES,
     MAX_VNPUS_PER_ACLSERVER,
     LedgerEntry,
-    LedgerFile,
     Mine,
     OpenGrant,
-    ledger_path,
-    starttime,
 )
 from flexnpu_wire.codes import Policy, Priority
 from flexnpu_wire.launch import DEFAULT_MAX_SHARES_PER_DIE

@@ -127,10 +127,6 @@ class Pinger:
                 out[uid] = Answer(None, f"no answer within {self.timeout:g} s")
         return out
 
-    def in_flight(self) -> int:
-        with self._lock:
-            return len(self._inflight)
-
     def _start(self, uid: str, path: str, pid: int) -> tuple[threading.Event, list[Answer]]:
         with self._lock:
             running = self._inflight.get(uid)

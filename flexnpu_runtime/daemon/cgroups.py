@@ -34,7 +34,7 @@ from flexnpu_runtime.daemon import ownership
 from flexnpu_runtime.daemon.bounds import Bounds
 from flexnpu_runtime.daemon.cgroup_layout import Figures, Hierarchy, Layout, Version
 
-__all__ = ["Cgroups", "check_join", "enter_host_namespace", "existing", "open_cgroups"]
+__all__ = ["Cgroups", "check_join", "enter_host_namespace", "open_cgroups"]
 
 log = logging.getLogger("flexnpu.daemon")
 
@@ -95,15 +95,6 @@ class Cgroups:
             with contextlib.suppress(OSError):
                 pids.update(int(x) for x in path.read_text().split() if x.isdigit())
         return sorted(pids)
-
-    def holds(self, claim_uid: str, pid: int) -> bool:
-        """Whether ``pid`` is in the claim's cgroup (by its ``/proc/<pid>/cgroup``)."""
-        try:
-            mine = layout_.parse_proc_cgroup((PROC / str(pid) / "cgroup").read_text())
-        except OSError:
-            return False
-        want = "/" + self.relative(claim_uid)
-        return any(mine.get(h.key, "").endswith(want) for h in self.layout.hierarchies if h.key in mine)
 
     def figures(self, claim_uid: str) -> Figures:
         """The claim's cgroup figures (-1 for what cannot be read)."""
@@ -175,16 +166,6 @@ class Cgroups:
                     if entry.name.startswith(layout_.CGROUP_PREFIX) and entry.is_dir(follow_symlinks=False):
                         out.add(entry.name[len(layout_.CGROUP_PREFIX) :])
         return out
-
-    def remove_all(self) -> list[str]:
-        """Empty and remove every claim cgroup and then the parent itself (its directories above
-        stay); the UIDs whose cgroup stayed. For tests and for taking the driver off a node."""
-        stayed = [uid for uid in sorted(self.claims()) if not self.remove(uid)]
-        if not stayed:
-            for h in self.layout.hierarchies:
-                with contextlib.suppress(FileNotFoundError):
-                    os.rmdir(Path(h.mount) / self.parent)
-        return stayed
 
     def _dir(self, h: Hierarchy, claim_uid: str) -> Path:
         return Path(h.mount) / self.parent / layout_.claim_dir_name(claim_uid)
@@ -288,19 +269,6 @@ def _remove_when_empty(dirs: list[Path], *, timeout: float) -> None:
         if not left or time.monotonic() >= deadline:
             return
         time.sleep(0.005)  # the kernel's removal of an exited task; no event to wait on
-
-
-def existing(root: Path, parent: str) -> Cgroups | None:
-    """The claims' cgroups under an existing ``parent`` (nothing is created or joined); None if absent."""
-    if layout_.check_parent(parent):
-        return None
-    try:
-        layout = layout_.parse_mountinfo((PROC / "self" / "mountinfo").read_text(), str(root))
-    except OSError:
-        return None
-    if layout is None or not any((Path(h.mount) / parent).is_dir() for h in layout.hierarchies):
-        return None
-    return Cgroups(layout, parent)
 
 
 def enter_host_namespace() -> str:

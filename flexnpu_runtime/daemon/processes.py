@@ -193,12 +193,6 @@ def stop_group(
     return False
 
 
-def kill(pid: int) -> None:
-    """SIGKILL one process without waiting (a leftover found at start)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, signal.SIGKILL)
-
-
 def group_gone(pgid: int) -> bool:
     """True when no live process is in group ``pgid``. Cheap while it is (one signal check and
     the leader's stat); the whole process table is read only when the leader is gone but the

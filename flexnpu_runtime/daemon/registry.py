@@ -53,14 +53,6 @@ def load(path: Path) -> list[Entity]:
         ) from exc
 
 
-def save(path: Path, entities: Iterable[Entity], *, sync: bool = True) -> None:
-    """Replace ``path`` atomically with ``entities`` (sorted by claim UID).
-
-    ``sync=False`` defers durability to a later ``files.fsync_file(path)`` (see ``files.write_atomic``).
-    """
-    Writer(path).save(entities, sync=sync)
-
-
 class Writer:
     """Saves the registry at ``path``, encoding each entity only when it changed. Not thread-safe:
     the daemon saves under its registry lock."""

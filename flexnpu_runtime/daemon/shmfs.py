@@ -31,7 +31,6 @@ __all__ = [
     "mount",
     "mounts_under",
     "size_for",
-    "unmount",
     "unmount_all_under",
 ]
 
@@ -60,16 +59,6 @@ def mount(path: Path, *, size_bytes: int) -> None:
     if _lib().mount(SOURCE.encode(), str(path).encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, opts):
         err = ctypes.get_errno()
         raise OSError(err, f"cannot mount a tmpfs on {path}: {os.strerror(err)}")
-
-
-def unmount(path: Path) -> bool:
-    """Detach the tmpfs on ``path`` if one of ours is there; whether it was."""
-    if not is_mount(path):
-        return False
-    if _lib().umount2(str(path).encode(), _MNT_DETACH | _UMOUNT_NOFOLLOW):
-        err = ctypes.get_errno()
-        raise OSError(err, f"cannot unmount {path}: {os.strerror(err)}")
-    return True
 
 
 def is_mount(path: Path) -> bool:

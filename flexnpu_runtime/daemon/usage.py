@@ -22,7 +22,7 @@ from dra_driver import files
 from dra_driver.errors import FlexNPUError
 from flexnpu_runtime.aclserver import ledger
 
-__all__ = ["LedgerReader", "Sampler", "ShareFigures", "ledger_figures", "sessions"]
+__all__ = ["LedgerReader", "Sampler", "ShareFigures", "sessions"]
 
 log = logging.getLogger("flexnpu.daemon")
 
@@ -33,22 +33,9 @@ class ShareFigures:
     consumed_us: int
 
 
-def ledger_figures(ledger_dir: Path, dies: Iterable[int]) -> dict[tuple[str, int], ShareFigures]:
-    """(claim UID, virtual ID) → figures, for every live ledger entry on ``dies``."""
-    out: dict[tuple[str, int], ShareFigures] = {}
-    for die in sorted(set(dies)):
-        try:
-            entries = ledger.read_entries(str(ledger_dir), die, check_liveness=False)
-        except (FlexNPUError, OSError, ValueError) as exc:
-            log.debug("cannot read the ledger of die %d: %s", die, exc)
-            continue
-        for e in entries:
-            out[(e.claim_uid, e.virtual_id)] = ShareFigures(e.mem_used, e.consumed_us)
-    return out
-
-
 class LedgerReader:
-    """``ledger_figures`` with the die ledgers kept open between calls (one mmap per die)."""
+    """(claim UID, virtual ID) → figures of every live ledger entry on the dies asked, with the die
+    ledgers kept open between calls (one mmap per die)."""
 
     def __init__(self, ledger_dir: Path) -> None:
         self.ledger_dir = ledger_dir

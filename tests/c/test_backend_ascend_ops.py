@@ -245,7 +245,7 @@ def backend(cann_dir: Path, tmp_path: Path) -> Iterator[tuple[AscendBackend, Emu
 
 
 def _dev(address: int, dims: tuple[int, ...], *, strides: tuple[int, ...] = ()) -> Tensor:
-    return Tensor(Placement.DEVICE, 0, 2, dims, strides or opcall._contiguous(dims), 0, address)
+    return Tensor(Placement.DEVICE, 0, 2, dims, strides or opcall.contiguous(dims), 0, address)
 
 
 def _floats(b: AscendBackend, ptr: int, n: int) -> list[float]:

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from dra_driver import wirefiles
 from flexnpu_testing import aclserver_harness
 from flexnpu_testing.waiting import wait_for
+from flexnpu_wire import clientconf
 from tests.c.conftest import Claim, Interactive, run
 
 INVALID_FILE, PARSE_FILE, MISSING_ATTR, ATTR_INVALID = 100003, 100006, 100007, 100008
@@ -102,13 +102,13 @@ def test_malformed_client_conf(
 
 
 def test_python_reader_refuses_the_same_files(claim: Claim, tmp_path: Path) -> None:
-    """The C reader is not laxer than dra_driver.wirefiles.parse_client_conf on the same inputs."""
+    """The C reader is not laxer than the Python one (flexnpu_wire.clientconf.parse) on the same inputs."""
     for param in BAD_CONFS:
         mutate = param.values[0]
         bad = mutate(_doc(claim))  # type: ignore[operator]
         text = bad if isinstance(bad, str) else json.dumps(bad)
         with pytest.raises(Exception):  # noqa: B017 - InvalidInput or a JSON error, both refusals
-            wirefiles.parse_client_conf(text, source="x")
+            clientconf.parse(text, source="x")
 
 
 def test_missing_client_conf_and_symlink(acl_check: Path, claim: Claim, tmp_path: Path) -> None:

@@ -33,8 +33,8 @@ from kubernetes import client
 from dra_driver import interposition, netlink, wirefiles
 from dra_driver.daemon_api.values import EntityState
 from flexnpu_client.session import Session
-from flexnpu_runtime.daemon import cgroups, processes
-from flexnpu_testing.daemon import remove_cgroups
+from flexnpu_runtime.daemon import processes
+from flexnpu_testing.daemon import existing_cgroups, remove_cgroups
 from flexnpu_testing.fake_apiserver import FakeAPIServer
 from flexnpu_testing.kubelet import KubeletSimulator
 from flexnpu_testing.scheduler import SchedulerSim
@@ -426,7 +426,7 @@ def test_daemon_container_restarts_leave_the_share_serving(cluster: Cluster) -> 
         daemon_api.close()
         assert kubelet.unprepare([ref]) == {share_uid: ""}
         wait_for(lambda: not processes.is_alive(pid, started), what="aclserver gone", timeout=30)
-        left = cgroups.existing(Path("/sys/fs/cgroup"), cluster.cgroup_parent)
+        left = existing_cgroups(cluster.cgroup_parent, Path("/sys/fs/cgroup"))
         assert left is not None and left.claims() == set()  # the claim's cgroup went with it
         kubelet.close()
         for pod, container in ((plugin, "plugin"), (daemon, "daemon")):

@@ -126,7 +126,7 @@ def test_whole_die_spec_injects_only_the_claimed_die(
     build_device_root(devroot, inv)
     uid = str(uuid.uuid4())
     spec = whole_die_spec(inv, phy, uid, devroot)
-    path = cdi.write_spec(cdi.spec_path(cdi_dir, spec.kind, uid), spec, uid)
+    path = cdi.write_spec(cdi_dir / cdi.spec_file_name(spec.kind, uid), spec, uid)
     assert path.name == f"flexnpu.io-vnpu_{uid}.json"
     assert json.loads(path.read_text())["cdiVersion"] == "0.5.0"  # deviceNode hostPath needs 0.5.0
     cdi_id = cdi.qualified_id(KIND, spec.devices[0].name)
@@ -173,7 +173,7 @@ def test_soft_share_spec_mounts_conf_read_only_and_shm_read_write(podman: Podman
         ),
     )
     spec = cdi.Spec(kind=KIND, devices=(device,), edits=shared)
-    cdi.write_spec(cdi.spec_path(cdi_dir, spec.kind, uid), spec, uid)
+    cdi.write_spec(cdi_dir / cdi.spec_file_name(spec.kind, uid), spec, uid)
     extra = "\n".join(
         [
             'cat "$FLEXNPU_CONF" | while read -r line; do echo "conf $line"; done',
@@ -276,7 +276,7 @@ def test_spec_versions_podman_4_3_rejects(
     uid = str(uuid.uuid4())
     spec = whole_die_spec(inv, 0, uid, devroot)
     spec = cdi.Spec(kind=cdi.Kind.parse(kind), devices=spec.devices, edits=spec.edits)
-    path = cdi.write_spec(cdi.spec_path(cdi_dir, spec.kind, uid), spec, uid)
+    path = cdi.write_spec(cdi_dir / cdi.spec_file_name(spec.kind, uid), spec, uid)
     doc = json.loads(path.read_text())
     assert doc["cdiVersion"] == ("0.6.0" if "." in spec.kind.cls else "0.5.0")
     if version is not None:
@@ -304,7 +304,7 @@ def test_missing_host_path_fails_the_run(podman: Podman, tmp_path: Path) -> None
     cdi_dir.mkdir()
     uid = str(uuid.uuid4())
     spec = whole_die_spec(inv, 0, uid, tmp_path / "never-built")
-    cdi.write_spec(cdi.spec_path(cdi_dir, spec.kind, uid), spec, uid)
+    cdi.write_spec(cdi_dir / cdi.spec_file_name(spec.kind, uid), spec, uid)
     res = podman.run(
         cdi_ids=[cdi.qualified_id(KIND, spec.devices[0].name)], cdi_spec_dir=cdi_dir, command="echo ran"
     )
@@ -341,7 +341,7 @@ def test_run_joins_a_network_namespace_with_cdi_devices(
     build_device_root(devroot, inv)
     uid = str(uuid.uuid4())
     spec = whole_die_spec(inv, 0, uid, devroot)
-    cdi.write_spec(cdi.spec_path(cdi_dir, spec.kind, uid), spec, uid)
+    cdi.write_spec(cdi_dir / cdi.spec_file_name(spec.kind, uid), spec, uid)
     cdi_id = cdi.qualified_id(KIND, spec.devices[0].name)
     links = 'while read -r l rest; do echo "link ${l%:}"; done < /proc/net/dev'
 
@@ -367,7 +367,7 @@ def test_run_sees_only_the_given_spec_dir(podman: Podman, tmp_path: Path) -> Non
         spec_dir.mkdir()
         uid = str(uuid.uuid4())
         dev = cdi.CDIDevice(cdi.device_name(uid, "npu-0"), cdi.Edits(env=(f"FROM_DIR={name}",)))
-        cdi.write_spec(cdi.spec_path(spec_dir, KIND, uid), cdi.Spec(kind=KIND, devices=(dev,)), uid)
+        cdi.write_spec(spec_dir / cdi.spec_file_name(KIND, uid), cdi.Spec(kind=KIND, devices=(dev,)), uid)
         ids[name] = cdi.qualified_id(KIND, dev.name)
 
     own = podman.run(cdi_ids=[ids["a"]], cdi_spec_dir=tmp_path / "a", command="echo $FROM_DIR")

@@ -34,7 +34,7 @@ import pytest
 from pyroute2 import IPRoute, NetNS, netns
 from pyroute2.netlink.exceptions import NetlinkError
 
-from dra_driver import netlink, wirefiles
+from dra_driver import wirefiles
 from dra_kubeletplugin.claims import ClaimRef
 from flexnpu_client.session import Session
 from flexnpu_testing.waiting import wait_for
@@ -42,6 +42,17 @@ from flexnpu_wire import clientconf
 from flexnpu_wire.clientconf import ClientConf, Endpoints
 from flexnpu_wire.codes import ACL_ERROR_RT_MEMORY_ALLOCATION
 from tests.integration.conftest import NAMESPACE, NODE, REPO, Node
+
+
+def addresses(name: str) -> list[str]:
+    """The link's IPv4 addresses as CIDR strings (empty if the link is missing)."""
+    with IPRoute() as ipr:
+        found = ipr.link_lookup(ifname=name)
+        if not found:
+            return []
+        out: list[Any] = ipr.get_addr(index=found[0], family=2)
+        return sorted(f"{a.get_attr('IFA_ADDRESS')}/{a['prefixlen']}" for a in out)
+
 
 MI = 1024 * 1024
 CONTROL_NET = ipaddress.ip_network("169.254.213.0/24")
@@ -234,7 +245,7 @@ def claims(soft_node: Node) -> tuple[Prepared, Prepared]:
 @pytest.fixture
 def pod(soft_node: Node) -> Iterator[Pod]:
     bridge = soft_node.env["FLEXNPU_CONTROL_LINK"]
-    assert netlink.addresses(bridge) == ["169.254.213.1/24"]  # made by the node process
+    assert addresses(bridge) == ["169.254.213.1/24"]  # made by the node process
     with pod_network(bridge) as p:
         yield p
 

@@ -18,7 +18,7 @@ import pytest
 from dra_driver.daemon_api.values import EntityInfo, EntityState
 from dra_driver.errors import ErrorCode, StateError
 from flexnpu_runtime.daemon import bounds, cgroups
-from flexnpu_testing.daemon import FAKE, DaemonProc, gone, ping_unix, request, share
+from flexnpu_testing.daemon import FAKE, DaemonProc, existing_cgroups, gone, holds, ping_unix, request, share
 from flexnpu_testing.waiting import wait_for
 from flexnpu_wire.launch import DEFAULT_STAGING_BYTES
 from tests.integration.conftest import MakeDaemon
@@ -35,7 +35,7 @@ def uid() -> str:
 
 def host_cgroups(parent: str) -> cgroups.Cgroups | None:
     """The claims' cgroups a daemon made under ``parent`` in the host's cgroup file system."""
-    return cgroups.existing(Path("/sys/fs/cgroup"), parent)
+    return existing_cgroups(parent, Path("/sys/fs/cgroup"))
 
 
 def claim_cgroups(daemon: DaemonProc) -> cgroups.Cgroups:
@@ -60,7 +60,7 @@ def test_aclserver_runs_in_its_own_bounded_cgroup(make_daemon: MakeDaemon, launc
         )
         health = c.health()
     cg = claim_cgroups(daemon)
-    assert cg.holds(claim, res.pid), Path(f"/proc/{res.pid}/cgroup").read_text()
+    assert holds(cg, claim, res.pid), Path(f"/proc/{res.pid}/cgroup").read_text()
     assert res.pid in cg.members(claim) and cg.members(claim) == [res.pid]
     quota = (512 + 256) * MIB
     want = bounds.Bounds(
@@ -188,7 +188,7 @@ def test_cgroups_never_leak_over_cycles_and_daemon_restarts(make_daemon: MakeDae
     cg = claim_cgroups(daemon)
     assert cg.claims() == set(held)
     for claim, pid in held.items():
-        assert cg.holds(claim, pid) and ping_unix(entity(daemon, claim).endpoints.unix_socket) == pid
+        assert holds(cg, claim, pid) and ping_unix(entity(daemon, claim).endpoints.unix_socket) == pid
     with daemon.client() as c:
         for claim in held:
             assert c.unregister(claim)
@@ -218,7 +218,7 @@ def test_recovery_keeps_what_runs_in_unowned_cgroups_and_removes_only_its_empty_
         other.create(empty_theirs, bounds.Bounds(64 * MIB, 16, 100))
         daemon.start()
         assert stray.poll() is None  # kept
-        assert cg.claims() == {claim, stale, empty_theirs} and cg.holds(claim, res.pid)
+        assert cg.claims() == {claim, stale, empty_theirs} and holds(cg, claim, res.pid)
         assert f"removed stale cgroup {daemon.cgroup_parent}/aclserver-{empty_ours}" in daemon.log()
         assert f"claim {stale}: pids [{stray.pid}]" in daemon.log()
         assert cg.owners(claim) == {(daemon.state_dir / "daemon.id").read_text().strip()}
@@ -241,7 +241,7 @@ def test_a_second_install_on_the_host_leaves_the_firsts_aclservers_alive(make_da
     b.cgroup_parent = a.cgroup_parent
     b.start()
     assert ping_unix(res.endpoints.unix_socket) == res.pid
-    assert claim_cgroups(a).holds(claim, res.pid)  # its cgroup kept, with it inside
+    assert holds(claim_cgroups(a), claim, res.pid)  # its cgroup kept, with it inside
     a_id = (a.state_dir / "daemon.id").read_text().strip()
     assert (
         f"claim {claim}: pids [{res.pid}] (cgroup {a.cgroup_parent}/aclserver-{claim}; another daemon's ({a_id}))"

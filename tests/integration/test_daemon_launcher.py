@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -65,7 +67,7 @@ def test_zygote_forks_session_leaders_and_survives_its_own_death(dirs: tuple[Pat
             (first.pid, f"spec {run / 'aclservers' / 'claim-one.spec.json'}")
         ]
         zygote_pid = launcher._proc.pid if launcher._proc else 0
-        processes.kill(zygote_pid)
+        os.kill(zygote_pid, signal.SIGKILL)
         second = _start(launcher, run, shm, "claim-two")  # a new zygote is started on demand
         assert second.popen is None and launcher._proc is not None and launcher._proc.pid != zygote_pid
         assert ping_unix(str(shm / "claim-one" / "aclserver.sock")) == first.pid  # unaffected

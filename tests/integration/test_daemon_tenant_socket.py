@@ -26,6 +26,13 @@ from flexnpu_wire import framing as protocol
 from tests.integration.conftest import MakeDaemon
 from tests.integration.daemon_harness import DaemonProc, ping_unix, request, share, wait_for
 
+
+def in_flight(pinger: aclserver_ping.Pinger) -> int:
+    """PINGs the pinger still runs (its own table, read under its lock)."""
+    with pinger._lock:
+        return len(pinger._inflight)
+
+
 TRICKLE_GAP = 0.5
 """Seconds between two bytes of the tenant's answer: a 29-byte PONG takes ~15 s."""
 
@@ -145,7 +152,7 @@ def test_concurrent_probes_share_one_ping_per_claim(tmp_path: Path) -> None:
     try:
         with ThreadPoolExecutor(max_workers=9) as pool:
             rounds = list(pool.map(lambda _: pinger.ping_all({"a": (str(fake.path), os.getpid())}), range(9)))
-        wait_for(lambda: pinger.in_flight() == 0, what="the one PING ended at its deadline")
+        wait_for(lambda: in_flight(pinger) == 0, what="the one PING ended at its deadline")
     finally:
         fake.close()
     assert all(r["a"].pid is None for r in rounds)

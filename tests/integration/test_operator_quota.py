@@ -21,7 +21,7 @@ import numpy as np
 
 from flexnpu_client.session import Session
 from flexnpu_runtime.aclserver import ledger
-from flexnpu_testing import aclserver_harness
+from flexnpu_testing import aclserver_harness, opcall_writer
 from flexnpu_testing.aclserver_harness import RunningAclServer
 from flexnpu_testing.waiting import wait_for
 from flexnpu_wire import opcall
@@ -68,7 +68,7 @@ class MatmulTenant:
                         opcall.Placement.DEVICE, _F32, dims=(N, N), address=ptr, storage_bytes=size
                     )
 
-                tail = opcall.encode("MatMul", [dev(a), dev(b)], [dev(c)])
+                tail = opcall_writer.encode("MatMul", [dev(a), dev(b)], [dev(c)])
                 streams = [s.create_stream(), s.create_stream()]
                 i = 0
                 while not self._stop.is_set():

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dra_driver.errors import ErrorCode, StateError, Unavailable
-from flexnpu_runtime.aclserver import ledger, ledger_file
+from flexnpu_runtime.aclserver import ledger, ledger_file, ledger_format
 from flexnpu_testing.aclserver_harness import wait_for
 from flexnpu_wire.codes import Policy
 
@@ -131,7 +131,7 @@ def test_the_rows_a_grant_decides_on_are_the_entries_rows(die: ledger.DieLedger)
             entries = {e.slot: e for e in die._live_entries(force=True)}
             assert rows == [e.row(waiting_since=now) if e.slot == slot else e.row() for e in entries.values()]
             e = entries[slot]
-            assert mine == ledger_file.Mine(slot, e.waiting, e.consumed_us, e.kernels, e.delay_sum_us)
+            assert mine == ledger_format.Mine(slot, e.waiting, e.consumed_us, e.kernels, e.delay_sum_us)
         assert [r.waiting_since for r in die._rows(a, now)[0]] == [now, 123.0]
         assert die._rows(99, now)[1] is None
 
@@ -215,7 +215,7 @@ def test_default_limit_is_63_and_a_file_without_a_slot_count_has_64(tmp_path: Pa
     path = Path(ledger.ledger_path(str(tmp_path), 4))
     raw = bytearray(path.read_bytes())
     raw[28:32] = bytes(4)  # as written by the previous version: no slot count in the header
-    path.write_bytes(bytes(raw) + bytes(ledger_file._ENTRY.size))  # and its 64th slot
+    path.write_bytes(bytes(raw) + bytes(ledger_format.ENTRY.size))  # and its 64th slot
     old = ledger.DieLedger(str(tmp_path), 4, max_shares=63)
     try:
         assert old.slots == ledger.MAX_ENTRIES == 64
@@ -280,13 +280,13 @@ def test_a_latency_critical_slice_goes_in_and_the_holder_learns_its_later_end(
 def _v1_file(tmp_path: Path, die_id: int, pid: int) -> Path:
     path = Path(ledger.ledger_path(str(tmp_path), die_id))
     head = bytearray(64)
-    ledger_file._HEADER.pack_into(head, 0, ledger_file.MAGIC, 1, die_id, 0.0, -1)
-    ledger_file._COUNT.pack_into(head, ledger_file._SLOTS_OFFSET, 4)
-    ledger_file._COUNT.pack_into(head, ledger_file._CAPACITY_OFFSET, 4)
-    entry = ledger_file._V1_ENTRY.pack(
+    ledger_format.HEADER.pack_into(head, 0, ledger_format.MAGIC, 1, die_id, 0.0, -1)
+    ledger_format.COUNT.pack_into(head, ledger_format.SLOTS_OFFSET, 4)
+    ledger_format.COUNT.pack_into(head, ledger_format.CAPACITY_OFFSET, 4)
+    entry = ledger_format.V1_ENTRY.pack(
         1, 2, 0, 0, pid, 0, 50, ledger_file.starttime(pid), b"old", 0, 0, 0, 0.0, 0, 1 << 20, 0, 0.0
     )
-    path.write_bytes(bytes(head) + entry + bytes(3 * ledger_file._V1_ENTRY.size))
+    path.write_bytes(bytes(head) + entry + bytes(3 * ledger_format.V1_ENTRY.size))
     return path
 
 

@@ -103,7 +103,7 @@ def test_write_list_remove(tmp_path: Path) -> None:
             ["/dev/davinci_manager"], ["/usr/local/dcmi"], device_root=Path("/tmp/root"), env={"X": "1"}
         ),
     )
-    path = cdi.write_spec(cdi.spec_path(tmp_path, spec.kind, uid), spec, uid)
+    path = cdi.write_spec(tmp_path / cdi.spec_file_name(spec.kind, uid), spec, uid)
     assert path.name == f"flexnpu.io-vnpu_{uid}.json"
     assert path.stat().st_mode & 0o777 == 0o644
     doc = json.loads(path.read_text())

@@ -26,6 +26,18 @@ from dra_driver.errors import ErrorCode, StateError, Unavailable
 from dra_kubeletplugin.claims import PreparedDevice
 
 
+def check_trusted(store: CheckpointStore) -> None:
+    """Raise :class:`CheckpointUntrusted` unless every record could be read (what a destructive path
+    asks of ``store.doubts()``)."""
+    why = store.doubts()
+    if why:
+        raise CheckpointUntrusted(
+            "the checkpoint cannot be trusted, so nothing is removed until an operator runs "
+            f"flexnpu-smi adopt or discard: {'; '.join(why)}"[:1500],
+            field="checkpoint",
+        )
+
+
 def _entry(uid: str = "u1", name: str = "claim") -> ClaimEntry:
     return ClaimEntry(
         uid=uid,
@@ -130,7 +142,7 @@ def test_bad_version_1_file_is_kept_and_the_store_is_untrusted(
     assert store.read().claims == {}
     assert not store.trusted  # damaged state is never "nothing prepared"
     with pytest.raises(CheckpointUntrusted) as untrusted:
-        store.check_trusted()
+        check_trusted(store)
     assert untrusted.value.code == ErrorCode.CHECKPOINT_UNTRUSTED
     (copy,) = store.corrupt_copies
     assert copy.read_bytes() == raw  # the bad file is kept for inspection

@@ -12,6 +12,17 @@ from dra_driver.errors import InvalidInput
 from flexnpu_wire import clientconf
 from flexnpu_wire.clientconf import ClientConf, Endpoints, ShareInfo
 from flexnpu_wire.codes import Policy
+from flexnpu_wire.errors import ContractError
+
+
+def parse_client_conf(text: str, *, source: str) -> ClientConf:
+    """client.conf text parsed as the driver reads the file (``wirefiles.load_client_conf``): a broken
+    document becomes InvalidInput naming ``source``, the claim and the field."""
+    try:
+        return clientconf.parse(text, source=source)
+    except ContractError as exc:
+        raise wirefiles.invalid_input(exc) from exc
+
 
 CONF = ClientConf(
     claim_uid="c-1",
@@ -31,20 +42,20 @@ def _doc() -> dict[str, object]:
 
 
 def test_round_trip() -> None:
-    assert wirefiles.parse_client_conf(clientconf.render(CONF), source="x") == CONF
+    assert parse_client_conf(clientconf.render(CONF), source="x") == CONF
     assert CONF.endpoints.tcp_address == ("10.231.0.1", 45678)
 
 
 def test_soc_name_is_optional() -> None:
     doc = _set("soc_name", KeyError)
-    assert wirefiles.parse_client_conf(json.dumps(doc), source="x").soc_name == ""
+    assert parse_client_conf(json.dumps(doc), source="x").soc_name == ""
     assert json.loads(clientconf.render(CONF))["soc_name"] == "Ascend910B3"
 
 
 def test_unix_only_and_tcp_only() -> None:
     for ep in (Endpoints(unix="/a.sock"), Endpoints(tcp="[::1]:5")):
         conf = ClientConf("c", "ab" * 8, ep, "/dev/shm/x", CONF.shares[:1])
-        assert wirefiles.parse_client_conf(clientconf.render(conf), source="x") == conf
+        assert parse_client_conf(clientconf.render(conf), source="x") == conf
     assert Endpoints(tcp="[::1]:5").tcp_address == ("::1", 5)
 
 
@@ -90,7 +101,7 @@ def _set(path: str, value: object) -> dict[str, object]:
 )
 def test_malformed_fields_are_named(doc: dict[str, object], field: str) -> None:
     with pytest.raises(InvalidInput) as err:
-        wirefiles.parse_client_conf(json.dumps(doc), source="/etc/flexnpu/client.conf")
+        parse_client_conf(json.dumps(doc), source="/etc/flexnpu/client.conf")
     assert err.value.field == field
     assert "/etc/flexnpu/client.conf" in str(err.value)
 
@@ -98,7 +109,7 @@ def test_malformed_fields_are_named(doc: dict[str, object], field: str) -> None:
 @pytest.mark.parametrize("text", [pytest.param("{", id="not-json"), pytest.param("[]", id="not-object")])
 def test_not_a_document(text: str) -> None:
     with pytest.raises(InvalidInput, match=r"client\.conf src"):
-        wirefiles.parse_client_conf(text, source="src")
+        parse_client_conf(text, source="src")
 
 
 def test_load_explicit_env_and_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

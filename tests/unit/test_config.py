@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import argparse
+import os
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,14 @@ from dra_driver import config
 from dra_driver.config import Config
 from dra_driver.errors import ErrorCode, InvalidInput
 from dra_driver.placement import Placement
+
+
+def from_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> Config:
+    """The plugin's flags (with environment twins) as ``flexnpu-dra plugin`` reads them (kubeletplugin/cli.py)."""
+    parser = argparse.ArgumentParser(prog="flexnpu-dra plugin")
+    config.add_flags(parser)
+    return config.build(config.resolve(parser.parse_args(argv), os.environ if env is None else env))
+
 
 # flag name -> (a non-default value, how to read it back from Config)
 READ: dict[str, tuple[str, Callable[[Config], Any], Any]] = {
@@ -56,19 +66,19 @@ READ: dict[str, tuple[str, Callable[[Config], Any], Any]] = {
 @pytest.mark.parametrize("value", ["0", "-1", "2.5", "many"])
 def test_max_shares_per_die_must_be_a_whole_number_of_at_least_one(value: str) -> None:
     with pytest.raises(InvalidInput) as info:
-        config.from_args(["--node-name", "n", "--max-shares-per-die", value], {})
+        from_args(["--node-name", "n", "--max-shares-per-die", value], {})
     assert info.value.field == "max-shares-per-die"
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "soon"])
 def test_latency_delay_bound_must_be_a_positive_number(value: str) -> None:
     with pytest.raises(InvalidInput) as info:
-        config.from_args(["--node-name", "n", "--latency-delay-bound-ms", value], {})
+        from_args(["--node-name", "n", "--latency-delay-bound-ms", value], {})
     assert info.value.field == "latency-delay-bound-ms"
 
 
 def test_max_shares_per_die_defaults_to_63() -> None:
-    assert config.from_args(["--node-name", "n"], {}).max_shares_per_die == 63
+    assert from_args(["--node-name", "n"], {}).max_shares_per_die == 63
 
 
 def test_every_flag_is_covered() -> None:
@@ -80,18 +90,18 @@ def test_environment_twin_reaches_config(flag: config.Flag) -> None:
     value, read, expected = READ[flag.name]
     env = {"FLEXNPU_NODE_NAME": "n1", flag.env: value}
     assert flag.env == "FLEXNPU_" + flag.name.upper().replace("-", "_")
-    assert read(config.from_args([], env)) == expected
+    assert read(from_args([], env)) == expected
 
 
 @pytest.mark.parametrize("flag", [pytest.param(f, id=f.name) for f in config.PLUGIN_FLAGS])
 def test_flag_beats_environment(flag: config.Flag) -> None:
     value, read, expected = READ[flag.name]
     env = {"FLEXNPU_NODE_NAME": "n1", flag.env: "from-env-but-ignored"}
-    assert read(config.from_args([f"--{flag.name}", value], env)) == expected
+    assert read(from_args([f"--{flag.name}", value], env)) == expected
 
 
 def test_defaults() -> None:
-    cfg = config.from_args([], {"FLEXNPU_NODE_NAME": "n1"})
+    cfg = from_args([], {"FLEXNPU_NODE_NAME": "n1"})
     assert cfg.dra_socket == Path("/var/lib/kubelet/plugins/npu.flexnpu.io/dra.sock")
     assert cfg.registration_socket == Path("/var/lib/kubelet/plugins_registry/npu.flexnpu.io-reg.sock")
     assert cfg.daemon_socket == Path("/var/run/flexnpu/daemon.sock")
@@ -99,7 +109,7 @@ def test_defaults() -> None:
 
 
 def test_pod_uid_gives_unique_sockets_for_rolling_updates() -> None:
-    cfg = config.from_args(["--pod-uid", "abc"], {"FLEXNPU_NODE_NAME": "n1"})
+    cfg = from_args(["--pod-uid", "abc"], {"FLEXNPU_NODE_NAME": "n1"})
     assert cfg.dra_socket.name == "dra-abc.sock"
     assert cfg.registration_socket.name == "npu.flexnpu.io-abc-reg.sock"
 
@@ -145,12 +155,12 @@ def test_pod_uid_gives_unique_sockets_for_rolling_updates() -> None:
 )
 def test_bad_values_name_the_flag(env: dict[str, str], field: str) -> None:
     with pytest.raises(InvalidInput) as info:
-        config.from_args([], env)
+        from_args([], env)
     assert (info.value.code, info.value.field) == (ErrorCode.INVALID_CONFIG, field)
 
 
 def test_placement_defaults_to_binpack() -> None:
-    cfg = config.from_args(["--node-name", "n"], {})
+    cfg = from_args(["--node-name", "n"], {})
     assert (cfg.placement, cfg.placement_writes_per_second) == (Placement.BINPACK, 4.0)
 
 

@@ -29,7 +29,7 @@ ENTITY = Entity(
 
 def test_round_trip_and_mode(tmp_path: Path) -> None:
     path = tmp_path / "state" / registry.FILE_NAME
-    registry.save(path, [ENTITY, Entity(ENTITY.request, EntityState.STARTING, Endpoints())])
+    registry.Writer(path).save([ENTITY, Entity(ENTITY.request, EntityState.STARTING, Endpoints())])
     loaded = registry.load(path)
     assert loaded[0] == ENTITY
     assert loaded[1].state is EntityState.STARTING
@@ -65,7 +65,7 @@ def _bump_version(path: Path) -> None:
 )
 def test_corrupt_file_raises_and_quarantines(tmp_path: Path, damage: object) -> None:
     path = tmp_path / registry.FILE_NAME
-    registry.save(path, [ENTITY])
+    registry.Writer(path).save([ENTITY])
     damage(path)  # type: ignore[operator]
     bad = path.read_bytes()
     with pytest.raises(StateError) as info:

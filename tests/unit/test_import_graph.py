@@ -3,14 +3,15 @@
 * Test doubles stay out of the product: no module of a shipped package imports ``flexnpu_testing``
   or ``tests``, and each console-script entry point, imported in a fresh interpreter, pulls in
   neither (the rule is written in ``flexnpu_testing/__init__.py``).
-* ``flexnpu_testing`` has no import cycle (the fake API server once imported the scheduler's
-  helpers, which imported the fake API server).
+* The production code has no import cycle, type-only imports included; neither has
+  ``flexnpu_testing`` (the fake API server once imported the scheduler's helpers, which imported the
+  fake API server).
 * ``flexnpu-dra demo`` only says how to run the demo from a clone.
 * The type graph is straight: the domain core, the kubelet plugin and the controllers import no
   module of the host runtime (``flexnpu_runtime/``); the values both sides need live in
   ``flexnpu_wire`` and ``dra_driver/daemon_api/``. Two modules are the documented exceptions:
   ``dra_driver/probes.py`` (the daemon's own readiness probe reads the daemon's flag table) and
-  ``kubeletplugin/node.py`` (wires the aclservers' ledger reader into the usage metrics).
+  ``kubeletplugin/metrics.py`` (wires the aclservers' ledger reader into the usage metrics).
 * There are no alias modules: every module is imported by its one path.
 """
 
@@ -120,9 +121,9 @@ def test_entry_point_imports_no_test_double(module: str) -> None:
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
 
 
-def _graph(root: str, *, typing: bool = False) -> dict[str, set[str]]:
-    """module -> the modules under ``root`` it imports."""
-    modules = {module_name(p): p for p in sources(root)}
+def _graph(*roots: str, typing: bool = False) -> dict[str, set[str]]:
+    """module -> the modules under ``roots`` it imports."""
+    modules = {module_name(p): p for p in sources(*roots)}
     return {
         name: {
             m
@@ -146,6 +147,15 @@ def test_the_aclserver_core_has_no_import_cycle_type_imports_included() -> None:
         for m in ("claim", "dispatch", "memory", "models", "backend", "quota")
     }
     assert core <= set(graph)
+    assert _cycles(graph) == []
+
+
+def test_the_production_code_has_no_import_cycle_type_imports_included() -> None:
+    """Issue 28: no import cycle anywhere in the shipped code (the driver, the helper, the runtime, the
+    client distribution), counting every import: inside functions and under ``if TYPE_CHECKING:``."""
+    graph = _graph(*PRODUCT, "dra_kubeletplugin", typing=True)
+    assert {"kubeletplugin.node", "flexnpu_runtime.aclserver.ledger", "flexnpu_client.session"} <= set(graph)
+    assert "dra_driver.config" in graph["kubeletplugin.node"]  # edges across the packages are seen
     assert _cycles(graph) == []
 
 
@@ -237,7 +247,7 @@ def test_no_wheel_ships_the_doubles() -> None:
 
 
 RUNTIME = ("flexnpu_runtime",)
-RUNTIME_EXCEPTIONS = ("dra_driver/probes.py", "kubeletplugin/node.py")
+RUNTIME_EXCEPTIONS = ("dra_driver/probes.py", "kubeletplugin/metrics.py")
 
 
 def _within_files(path: Path, prefixes: tuple[str, ...]) -> bool:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 
 import pytest
 import urllib3
@@ -16,6 +18,20 @@ from dra_kubeletplugin import kubeapi
 from dra_kubeletplugin import (
     serialize as _serialize,  # its TurnMissed is a helper ApiError: the same set alone and in the suite
 )
+
+
+def translate(exc: BaseException, *, what: str) -> Exception:
+    """The driver error for one client-library exception: the helper's translation, mapped once."""
+    err = kubeapi.translate(exc, what=what)
+    return kube.driver_error(err) if isinstance(err, api_errors.ApiError) else err
+
+
+@contextlib.contextmanager
+def boundary(what: str) -> Iterator[None]:
+    """Any client exception raised inside, as the driver error (what every ``Kube`` call does)."""
+    with kube.mapped(), kubeapi.boundary(what):
+        yield
+
 
 REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed"}
 REASONS |= {409: "Conflict", 410: "Expired", 422: "Invalid", 429: "TooManyRequests", 500: "InternalError"}
@@ -116,7 +132,7 @@ def _api(status: int, message: str = "boom", *, body: str | None = None) -> ApiE
 def test_translation_table(
     exc: Exception, cls: type[FlexNPUError], parent: type[FlexNPUError], code: ErrorCode
 ) -> None:
-    with pytest.raises(FlexNPUError) as info, kube.boundary("get thing"):
+    with pytest.raises(FlexNPUError) as info, boundary("get thing"):
         raise exc
     err = info.value
     assert type(err) is cls
@@ -160,14 +176,14 @@ def test_the_helper_view_raises_the_helpers_errors_and_kube_the_drivers() -> Non
 
 
 def test_status_message_is_kept() -> None:
-    err = kube.translate(_api(422, "spec.devices[0].name: Invalid value"), what="create resourceslice")
+    err = translate(_api(422, "spec.devices[0].name: Invalid value"), what="create resourceslice")
     assert "spec.devices[0].name: Invalid value" in str(err)
     assert "HTTP 422" in str(err)
 
 
 def test_driver_errors_pass_through_unchanged() -> None:
     original = kube.Gone("already translated")
-    with pytest.raises(kube.Gone) as info, kube.boundary("watch"):
+    with pytest.raises(kube.Gone) as info, boundary("watch"):
         raise original
     assert info.value is original
 
@@ -195,3 +211,27 @@ def test_kubeconfig_missing_file_is_invalid_config(tmp_path: object) -> None:
     with pytest.raises(InvalidInput) as info:
         kube.Kube.from_config(str(tmp_path) + "/does-not-exist")
     assert info.value.field == "kubeconfig"
+
+
+def test_no_error_class_is_both_a_driver_error_and_a_helper_error() -> None:
+    """Issue 28: one vocabulary per side (no ``class NotFound(InvalidInput, api.NotFound)``), in every
+    module of the node side and the runtime."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    both: list[str] = []
+    seen: set[type] = set()
+    for name in ("dra_driver", "dra_kubeletplugin", "kubeletplugin", "controller", "flexnpu_runtime"):
+        package = importlib.import_module(name)
+        for info in pkgutil.walk_packages(package.__path__, f"{name}."):
+            if ".gen" in info.name or info.name.endswith("__main__"):
+                continue
+            module = importlib.import_module(info.name)
+            for _, cls in inspect.getmembers(module, inspect.isclass):
+                if issubclass(cls, FlexNPUError):
+                    seen.add(cls)
+                    if issubclass(cls, api_errors.PluginError):
+                        both.append(f"{cls.__module__}.{cls.__qualname__}")
+    assert len(seen) >= 10  # the walk reached the driver's error classes (16 today)
+    assert sorted(set(both)) == []

@@ -129,3 +129,27 @@ def test_healthz_answers_503_naming_the_stale_loop() -> None:
         assert "flexnpu_dra_loop_since_last_pass_seconds{" in metrics and 'loop="reconciler"' in metrics
     finally:
         tel.shutdown()
+
+
+def test_loops_run_each_loop_until_one_stop_and_join_them() -> None:
+    live = liveness.Liveness()
+    loops = liveness.Loops(live)
+    passes: list[str] = []
+    ran = threading.Event()
+
+    def iteration() -> float:
+        passes.append("a")
+        return 0.01
+
+    def until_stopped(stop: threading.Event) -> None:
+        ran.set()
+        stop.wait()
+
+    loops.loop("a", iteration, deadline=60)
+    loops.thread("b", until_stopped, loops.stop)
+    wait_for(lambda: passes.count("a") >= 2 and ran.is_set(), what="both threads running", timeout=10)
+    assert live.snapshot()["a"].passes >= 2 and not live.snapshot()["a"].done
+    loops.stop.set()
+    loops.join(timeout=5)
+    assert live.snapshot()["a"].done  # ended on purpose: not stale
+    assert not any(t.is_alive() for t in threading.enumerate() if t.name in ("a", "b"))

@@ -7,6 +7,7 @@ import struct
 
 import pytest
 
+from flexnpu_testing import opcall_writer
 from flexnpu_wire import opcall
 from flexnpu_wire.errors import ContractError
 from flexnpu_wire.opcall import AttrKind, Placement, Tensor
@@ -26,7 +27,7 @@ ATTRS = [
 
 
 def test_round_trip() -> None:
-    tail = opcall.encode("MatMul", [X, S, Tensor(Placement.ABSENT)], [X], ATTRS)
+    tail = opcall_writer.encode("MatMul", [X, S, Tensor(Placement.ABSENT)], [X], ATTRS)
     call = opcall.decode(tail, 3, 1, len(ATTRS))
     assert call.name == "MatMul"
     assert call.inputs == (X, S, Tensor(Placement.ABSENT)) and call.outputs == (X,)
@@ -37,18 +38,20 @@ def test_round_trip() -> None:
     ("tail", "n_in", "field"),
     [
         pytest.param(b"", 1, "name length", id="empty"),
-        pytest.param(opcall.encode("Add", [X], [X])[:-8], 1, "Add: outputs[0].storage_bytes", id="truncated"),
-        pytest.param(opcall.encode("Add", [X], [X]) + b"\0" * 8, 1, "tail", id="trailing-bytes"),
-        pytest.param(opcall.encode("Add", [X], [X]), 65, "n_inputs", id="too-many-inputs"),
+        pytest.param(
+            opcall_writer.encode("Add", [X], [X])[:-8], 1, "Add: outputs[0].storage_bytes", id="truncated"
+        ),
+        pytest.param(opcall_writer.encode("Add", [X], [X]) + b"\0" * 8, 1, "tail", id="trailing-bytes"),
+        pytest.param(opcall_writer.encode("Add", [X], [X]), 65, "n_inputs", id="too-many-inputs"),
         pytest.param(struct.pack(">q", 0), 0, "name", id="no-name"),
         pytest.param(
-            opcall.encode("Add", [], []) + struct.pack(">q", 7),
+            opcall_writer.encode("Add", [], []) + struct.pack(">q", 7),
             1,
             "Add: inputs[0].placement",
             id="bad-placement",
         ),
         pytest.param(
-            opcall.encode("Add", [], []) + struct.pack(">qqqq", 1, 0, 2, 17),
+            opcall_writer.encode("Add", [], []) + struct.pack(">qqqq", 1, 0, 2, 17),
             1,
             "Add: inputs[0].ndim",
             id="too-many-dims",

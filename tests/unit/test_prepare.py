@@ -79,7 +79,7 @@ class World:
         return self.root / "run" / "claims" / uid / "client.conf"
 
     def spec(self, uid: str) -> Path:
-        return cdi.spec_path(self.cdi_dir, KIND, uid)
+        return self.cdi_dir / cdi.spec_file_name(KIND, uid)
 
     def remains(self, uid: str) -> Remains:
         entry = self.store.get(uid)

@@ -11,12 +11,13 @@ import pytest
 from dra_driver import config
 from dra_driver.errors import ErrorCode, InvalidInput
 from flexnpu_runtime.daemon import main as daemon_main
+from tests.unit.test_config import from_args
 
 Build = Callable[[Sequence[str], Mapping[str, str]], config.SharedSettings]
 
 
 def _node(argv: Sequence[str], env: Mapping[str, str]) -> config.SharedSettings:
-    cfg = config.from_args(["--node-name", "n", *argv], dict(env))
+    cfg = from_args(["--node-name", "n", *argv], dict(env))
     return config.SharedSettings(cfg.paths.run_dir, cfg.paths.shm_root, cfg.max_shares_per_die)
 
 

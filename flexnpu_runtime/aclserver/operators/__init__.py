@@ -36,7 +36,7 @@ from flexnpu_runtime.aclserver.operators import (
 from flexnpu_runtime.aclserver.operators.calls import Array, AttrValue, Call
 from flexnpu_runtime.aclserver.operators.errors import OperatorError, UnknownOperator
 
-__all__ = ["AttrValue", "OperatorError", "UnknownOperator", "known_ops", "run"]
+__all__ = ["AttrValue", "OperatorError", "UnknownOperator", "run"]
 
 KERNELS: dict[str, Callable[[Call], int]] = {
     **elementwise.ACLOP,
@@ -47,12 +47,6 @@ KERNELS: dict[str, Callable[[Call], int]] = {
     **creation.ACLOP,
     **aclnn.ACLNN,
 }
-_KNOWN = frozenset(KERNELS)
-
-
-def known_ops() -> frozenset[str]:
-    """Every op type and aclnn function ``run`` computes."""
-    return _KNOWN
 
 
 def _nbytes(arrays: Sequence[Array | None]) -> int:
