@@ -57,7 +57,7 @@ DURATION_BUCKETS: Final[tuple[float, ...]] = (
     45.0,
 )
 
-# Labels every series carries; snapshot() leaves them out of its keys.
+# Labels every series carries (from the resource); readers of single series leave them out.
 CONSTANT_LABELS: Final = ("node", "driver")
 
 SUCCESS: Final = "success"
@@ -342,19 +342,6 @@ class Instruments:
             for key in self._prepared:
                 self._prepared[key] = 0
             self._prepared.update(checked)
-
-    def snapshot(self) -> dict[str, float]:
-        """Current values as ``name{label=value,...} -> value`` (see ``Telemetry.snapshot``)."""
-        out: dict[str, float] = {}
-        for family in self.registry.collect():
-            if family.name == "target":
-                continue
-            for sample in family.samples:
-                labels = ",".join(
-                    f"{k}={v}" for k, v in sorted(sample.labels.items()) if k not in CONSTANT_LABELS
-                )
-                out[f"{sample.name}{{{labels}}}" if labels else sample.name] = float(sample.value)
-        return out
 
     def _observe_loop_ages(self, _options: CallbackOptions) -> Iterable[Observation]:
         ages = self.loop_ages() if self.loop_ages is not None else {}
