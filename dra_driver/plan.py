@@ -65,7 +65,7 @@ class ClaimPlan:
         return tuple(d.vnpu for d in self.devices if d.vnpu is not None)
 
     def hard_results(self) -> tuple[tuple[str, str], ...]:
-        """(request, device) of each hard-split device, for ``dra_driver.vnpu.planning.plan_vnpus``."""
+        """(request, device) of each hard-split device (what an adopt or a hard split works on)."""
         return tuple((d.request, d.device) for d in self.devices if d.mode == DieMode.HARD)
 
     def with_vnpus(self, vnpus: Sequence[HardVnpu]) -> ClaimPlan:
