@@ -16,7 +16,7 @@ from __future__ import annotations
 import collections
 import threading
 from collections.abc import Iterable
-from typing import Final
+from typing import Any, Final
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
@@ -80,24 +80,8 @@ def metric_values(registry: CollectorRegistry | None) -> dict[str, float]:
 class ProbedTelemetry(Telemetry):
     """A node's :class:`Telemetry` that a test reads in process (same arguments)."""
 
-    def __init__(
-        self,
-        *,
-        node_name: str,
-        driver_name: str,
-        metrics_port: int = -1,
-        metrics_host: str = "0.0.0.0",
-        tracing: bool = True,
-        enabled: bool = True,
-    ) -> None:
-        super().__init__(
-            node_name=node_name,
-            driver_name=driver_name,
-            metrics_port=metrics_port,
-            metrics_host=metrics_host,
-            tracing=tracing,
-            enabled=enabled,
-        )
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self._recent = record_spans(self.tracing) if self.tracing is not None else None
         self._shut = False
 
