@@ -57,7 +57,7 @@ DURATION_BUCKETS: Final[tuple[float, ...]] = (
     45.0,
 )
 
-# Labels every series carries (from the resource); readers of single series leave them out.
+# Labels every series carries: the resource attributes the Prometheus reader turns into labels.
 CONSTANT_LABELS: Final = ("node", "driver")
 
 SUCCESS: Final = "success"
