@@ -189,10 +189,7 @@ def plan_prepare(
             inventory=node.inventory,
             claim_uid=ref.uid,
         )
-        by_device = {v.device: v for v in vnpus.vnpus}
-        plan = replace(
-            plan, devices=tuple(replace(d, vnpu=by_device.get(d.device, d.vnpu)) for d in plan.devices)
-        )
+        plan = plan.with_vnpus(vnpus.vnpus)
         if entry is not None:
             decided = PreparePlan(Step.REDO if vnpus.missing else Step.REPEAT, plan, missing=vnpus.missing)
         else:
