@@ -117,10 +117,6 @@ class OpRecord:
             self._error_type = value
 
     @property
-    def failed(self) -> bool:
-        return bool(self._error_type)
-
-    @property
     def error_type(self) -> str:
         """The recorded error type, ``""`` while the operation has not failed."""
         return self._error_type

@@ -54,7 +54,7 @@ def test_success_counts_and_duration(tel: ProbedTelemetry, op: str) -> None:
     before = time.perf_counter()
     for i in range(3):
         with tel.operation(op, claim_uid=f"uid-{i}", namespace="ns", name=f"claim-{i}") as rec:
-            assert not rec.failed
+            assert not rec.error_type  # not failed
     elapsed = time.perf_counter() - before
 
     snap = tel.snapshot()
@@ -442,7 +442,7 @@ def test_disabled_records_nothing_and_still_reraises() -> None:
     assert t.port is None
     with t.operation("prepare", claim_uid="uid-1") as rec:
         rec.fail(ErrorCode.DEVICE_BUSY)
-        assert rec.failed
+        assert rec.error_type  # failed
     with pytest.raises(ValueError, match="boom"):
         with t.operation("prepare", claim_uid="uid-2"):
             raise ValueError("boom")
