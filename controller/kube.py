@@ -74,10 +74,6 @@ class NotFound(InvalidInput):
     name: str = ""
     group: str = ""
 
-    def proves(self, *, kind: str, name: str, group: str) -> bool:
-        """Whether this 404 says that object ``group``/``kind`` ``name`` does not exist."""
-        return (self.kind, self.name, self.group) == (kind, name, group)
-
 
 class ClaimNotFound(NotFound):
     """The API proved that the ResourceClaim asked for does not exist."""

@@ -65,7 +65,7 @@ class ClaimPlan:
         return tuple(d.vnpu for d in self.devices if d.vnpu is not None)
 
     def hard_results(self) -> tuple[tuple[str, str], ...]:
-        """(request, device) of each hard-split device, for ``dra_driver.vnpu.planning.plan_vnpus``."""
+        """(request, device) of each hard-split device (what an adopt or a hard split works on)."""
         return tuple((d.request, d.device) for d in self.devices if d.mode == DieMode.HARD)
 
     def with_vnpus(self, vnpus: Sequence[HardVnpu]) -> ClaimPlan:
@@ -189,10 +189,7 @@ def plan_prepare(
             inventory=node.inventory,
             claim_uid=ref.uid,
         )
-        by_device = {v.device: v for v in vnpus.vnpus}
-        plan = replace(
-            plan, devices=tuple(replace(d, vnpu=by_device.get(d.device, d.vnpu)) for d in plan.devices)
-        )
+        plan = plan.with_vnpus(vnpus.vnpus)
         if entry is not None:
             decided = PreparePlan(Step.REDO if vnpus.missing else Step.REPEAT, plan, missing=vnpus.missing)
         else:

@@ -45,10 +45,6 @@ class CallSerializer:
         self._lock_file = lock_file
         self._enabled = enabled
 
-    @property
-    def lock_file(self) -> Path | None:
-        return self._lock_file
-
     @contextlib.contextmanager
     def hold(self, deadline: float | None = None) -> Iterator[None]:
         """Hold the call's turn; :class:`TurnMissed` if it does not come before ``deadline`` (monotonic)."""

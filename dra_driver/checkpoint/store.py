@@ -259,27 +259,6 @@ class CheckpointStore:
                 self._recorded_boot = cp.boot_id
                 self._bump(fd)
 
-    @contextlib.contextmanager
-    def transaction(self) -> Iterator[Checkpoint]:
-        """Read-modify-write of the whole checkpoint (tools and tests); writes only what changed."""
-        with self._flock() as fd:
-            cp = Checkpoint(boot_id=self._recorded_boot, claims=dict(self._index))
-            yield cp
-            changed = False
-            for uid in set(self._index) - set(cp.claims):
-                self._remove_record(uid)
-                changed = True
-            for uid, entry in cp.claims.items():
-                if self._index.get(uid) != entry:
-                    self._write(f"{uid}.json", encode_record(entry))
-                    changed = True
-            if cp.boot_id != self._recorded_boot:
-                self._write(BOOT_FILE, encode_small("bootID", cp.boot_id))
-                changed = True
-            if changed:
-                self._index, self._recorded_boot = dict(cp.claims), cp.boot_id
-                self._bump(fd)
-
     # -- writing (the caller holds the lock) -----------------------------------------------------
 
     def _write(self, name: str, payload: bytes) -> None:

@@ -62,9 +62,11 @@ The same endpoint answers ``GET /healthz`` with the liveness verdict set by
 Spans: one ``flexnpu.prepare`` / ``flexnpu.unprepare`` span per claim (kind INTERNAL), current
 while the body runs, with ``flexnpu.claim.uid``, ``flexnpu.claim.namespace``,
 ``flexnpu.claim.name``; on failure ``error.type`` (same value as the metric label), status
-ERROR, and an exception event when the body raised. Finished spans go to a bounded in-memory
-buffer (:meth:`Telemetry.spans`, last ``SPAN_BUFFER`` spans) and, when ``otlp_endpoint`` is set,
-to an OTLP exporter, which must already be installed (this module adds no dependency).
+ERROR, and an exception event when the body raised. Finished spans go to an OTLP exporter when
+``otlp_endpoint`` is set (it must already be installed; this module adds no dependency), else
+nowhere: the process keeps no span buffer. Tests and benches read the metric values and the spans
+through ``flexnpu_testing/telemetry.py`` (on :attr:`Telemetry.registry` and
+:attr:`Telemetry.tracing`).
 
 Cost: ``enabled=False`` makes every call a no-op (no providers are built); ``tracing=False``
 drops the span work and keeps the metrics. ``bench/bench_telemetry_overhead.py`` measures both.
@@ -76,11 +78,10 @@ import threading
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import Literal
+from typing import Literal, Self
 
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan
-from prometheus_client.registry import Collector
+from prometheus_client.registry import Collector, CollectorRegistry
 
 from dra_driver.errors import InvalidInput
 from dra_driver.telemetry.endpoint import PORT_RETRY_SECONDS, MetricsEndpoint, Verdict, wsgi_app
@@ -98,7 +99,7 @@ from dra_driver.telemetry.metrics import (
     checked_prepared,
     residual_attrs,
 )
-from dra_driver.telemetry.tracing import SCOPE_NAME, SPAN_BUFFER, Tracing
+from dra_driver.telemetry.tracing import SCOPE_NAME, Tracing
 
 __all__ = [
     "DURATION_BUCKETS",
@@ -108,7 +109,6 @@ __all__ = [
     "PREFIX",
     "SCOPE_NAME",
     "SERVICE_NAME",
-    "SPAN_BUFFER",
     "OpRecord",
     "Operation",
     "ResidualKind",
@@ -124,10 +124,10 @@ class Telemetry:
     **Parameters:**
 
     * **node_name**, **driver_name** - values of the constant ``node`` and ``driver`` labels.
-    * **metrics_port** - ``< 0``: record in-process only (``snapshot()`` still works), no HTTP
-      server; ``0``: bind a free port (tests; read ``.port``); ``> 0``: that port.
+    * **metrics_port** - ``< 0``: record in-process only (``registry`` still holds the values), no
+      HTTP server; ``0``: bind a free port (tests; read ``.port``); ``> 0``: that port.
     * **metrics_host** - address the endpoint binds to.
-    * **tracing** - open a span per operation (kept in memory, see ``spans()``).
+    * **tracing** - open a span per operation (exported over OTLP when an endpoint is given).
     * **otlp_endpoint** - also export spans over OTLP to this endpoint; needs tracing and an
       installed ``opentelemetry-exporter-otlp`` package.
     * **enabled** - ``False`` turns every method into a no-op (nothing is built or recorded).
@@ -163,7 +163,10 @@ class Telemetry:
         self._closed = not enabled
         self._lock = threading.Lock()
         self._health: Verdict | None = None
-        self._tracing: Tracing | None = None
+        # The Prometheus registry the endpoint serves and the span provider (None when disabled or,
+        # for tracing, off): what a reader in the same process (tests, benches) attaches to.
+        self.registry: CollectorRegistry | None = None
+        self.tracing: Tracing | None = None
         self._endpoint: MetricsEndpoint | None = None
         if not enabled:
             return
@@ -176,10 +179,11 @@ class Telemetry:
             }
         )
         if tracing:
-            self._tracing = Tracing(resource, otlp_endpoint)
-        self._metrics = Instruments(resource, self._tracing.tracer if self._tracing else None)
+            self.tracing = Tracing(resource, otlp_endpoint)
+        self._metrics = Instruments(resource, self.tracing.tracer if self.tracing else None)
+        self.registry = self._metrics.registry
         if metrics_port >= 0:
-            app = wsgi_app(self._metrics.registry, lambda: self._health)
+            app = wsgi_app(self.registry, lambda: self._health)
             self._endpoint = MetricsEndpoint(metrics_host, metrics_port, app, wait_for_port=wait_for_port)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -191,8 +195,8 @@ class Telemetry:
 
     def add_collector(self, collector: Collector) -> None:
         """Serve ``collector``'s series on this endpoint too (``dra_driver/usage_metrics.py``)."""
-        if self.enabled:
-            self._metrics.registry.register(collector)
+        if self.registry is not None:
+            self.registry.register(collector)
 
     def serve_health(
         self,
@@ -222,11 +226,11 @@ class Telemetry:
             self._closed = True
         if self._endpoint is not None:
             self._endpoint.stop()
-        if self._tracing is not None:
-            self._tracing.shutdown()
+        if self.tracing is not None:
+            self.tracing.shutdown()
         self._metrics.provider.shutdown()
 
-    def __enter__(self) -> Telemetry:
+    def __enter__(self) -> Self:
         self.start()
         return self
 
@@ -284,18 +288,3 @@ class Telemetry:
         attrs = residual_attrs(kind, n)
         if not self._closed and n:
             self._metrics.residuals_removed.add(n, attrs)
-
-    # -- reading -----------------------------------------------------------------------------
-
-    def snapshot(self) -> dict[str, float]:
-        """Current values as ``name{label=value,...} -> value``, as Prometheus would scrape them.
-
-        Labels are sorted and unquoted; the constant ``node``/``driver`` labels and
-        ``target_info`` are left out. Histograms appear as ``_bucket{le=...}``, ``_count``
-        and ``_sum``. Empty when disabled or shut down.
-        """
-        return {} if self._closed else self._metrics.snapshot()
-
-    def spans(self) -> list[ReadableSpan]:
-        """Finished spans, oldest first (the last ``SPAN_BUFFER``); empty when tracing is off."""
-        return self._tracing.recent.finished() if self._tracing is not None else []

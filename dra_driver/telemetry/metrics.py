@@ -57,7 +57,7 @@ DURATION_BUCKETS: Final[tuple[float, ...]] = (
     45.0,
 )
 
-# Labels every series carries; snapshot() leaves them out of its keys.
+# Labels every series carries: the resource attributes the Prometheus reader turns into labels.
 CONSTANT_LABELS: Final = ("node", "driver")
 
 SUCCESS: Final = "success"
@@ -115,10 +115,6 @@ class OpRecord:
             )
         if not self._error_type:
             self._error_type = value
-
-    @property
-    def failed(self) -> bool:
-        return bool(self._error_type)
 
     @property
     def error_type(self) -> str:
@@ -342,19 +338,6 @@ class Instruments:
             for key in self._prepared:
                 self._prepared[key] = 0
             self._prepared.update(checked)
-
-    def snapshot(self) -> dict[str, float]:
-        """Current values as ``name{label=value,...} -> value`` (see ``Telemetry.snapshot``)."""
-        out: dict[str, float] = {}
-        for family in self.registry.collect():
-            if family.name == "target":
-                continue
-            for sample in family.samples:
-                labels = ",".join(
-                    f"{k}={v}" for k, v in sorted(sample.labels.items()) if k not in CONSTANT_LABELS
-                )
-                out[f"{sample.name}{{{labels}}}" if labels else sample.name] = float(sample.value)
-        return out
 
     def _observe_loop_ages(self, _options: CallbackOptions) -> Iterable[Observation]:
         ages = self.loop_ages() if self.loop_ages is not None else {}

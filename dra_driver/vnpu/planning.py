@@ -6,13 +6,12 @@ that vNPU. This module only decides; what the container gets for a vNPU is rende
 ``dra_driver/render.py``.
 
 * :func:`claim_vnpus` - planning's vNPU stage (``dra_driver/plan.py`` calls it once): a new
-  prepare's vNPUs (:func:`plan_vnpus`, avoiding :func:`taken_ids`), or a repeat prepare's recorded
-  ones (:func:`from_records`) with the template devices its record lacks.
-* :func:`plan_vnpus` - for each allocated template device ``npu-<phy>-<template>-<i>``, the die,
-  the template and a free vNPU ID (lowest of the die's range not taken by an existing vNPU or a
-  recorded one). Errors name the claim and the result: an unknown device, a template the chip
-  model does not offer (``TemplateUnsupported``), a die that turned unhealthy (``DieUnhealthy``),
-  no ID left (``VnpuIdInUse``).
+  prepare's vNPUs, or a repeat prepare's recorded ones (:func:`from_records`) with the template
+  devices its record lacks. A new vNPU gets, for its allocated template device
+  ``npu-<phy>-<template>-<i>``, the die, the template and a free vNPU ID (lowest of the die's range
+  not taken by an existing vNPU or a recorded one, :func:`taken_ids`). Errors name the claim and
+  the result: a template the chip model does not offer (``TemplateUnsupported``), a die that
+  turned unhealthy (``DieUnhealthy``), no ID left (``VnpuIdInUse``).
 * :func:`parse_record` - the one reader of a recorded vNPU (``HardVnpu.to_dict`` in a checkpoint
   effect); :func:`from_records` turns a claim's records back into :class:`HardVnpu` for a repeat
   prepare.
@@ -40,11 +39,11 @@ from dra_driver.vnpu import ownership as vnpu_ledger
 __all__ = [
     "HardVnpu",
     "RecordedVnpu",
+    "claim_vnpus",
     "from_evidence",
     "from_records",
     "orphans",
     "parse_record",
-    "plan_vnpus",
 ]
 
 CONTAINER_NODE_PREFIX = "/dev/davinci"
@@ -145,25 +144,6 @@ def claim_vnpus(
 def taken_ids(existing: Iterable[Vnpu], recorded: Iterable[Mapping[str, Any]]) -> set[int]:
     """vNPU IDs a new vNPU must not use: existing ones and ones recorded by any claim."""
     return {v.vnpu_id for v in existing} | {int(r["vnpuID"]) for r in recorded}
-
-
-def plan_vnpus(
-    results: Sequence[tuple[str, str]],
-    *,
-    inventory: Inventory,
-    taken: Iterable[int],
-    claim_uid: str,
-) -> tuple[HardVnpu, ...]:
-    """The vNPUs for ``results`` (request, device) of template devices, in order (pure)."""
-    return _make(
-        (
-            _slot(request, device, inventory, claim_uid=claim_uid, fld=_result_field(request, device))
-            for request, device in results
-        ),
-        inventory=inventory,
-        taken=taken,
-        claim_uid=claim_uid,
-    )
 
 
 def _slot(request: str, device: str, inventory: Inventory, *, claim_uid: str, fld: str) -> TemplateSlot:

@@ -79,10 +79,6 @@ class Region:
                 )
             done += got
 
-    def span(self, offset: int, count: int) -> memoryview | None:
-        """None: a region file is never mapped by the server (see the module docstring)."""
-        return None
-
     def write_from(self, offset: int, src: memoryview) -> None:
         """Write ``src`` into the region at ``offset``."""
         done, want = 0, src.nbytes
@@ -119,10 +115,6 @@ class SealedRegion:
 
     def write_from(self, offset: int, src: memoryview) -> None:
         self.view[offset : offset + src.nbytes] = src
-
-    def span(self, offset: int, count: int) -> memoryview:
-        """The mapped bytes themselves (for a backend that copies from host memory directly)."""
-        return self.view[offset : offset + count]
 
     def close(self, *, unlink: bool = True) -> None:
         """Reclaim the memfd's pages (also those a client's fd or mapping still holds), unmap, close."""

@@ -73,9 +73,6 @@ class Bounds:
         """The same weight on the cgroup v1 ``cpu.shares`` scale (2..262144, default 1024)."""
         return max(2, self.cpu_weight * 1024 // DEFAULT_CPU_WEIGHT)
 
-    def describe(self) -> str:
-        return f"memory {self.memory_bytes // MIB} MiB, {self.tasks} tasks, cpu weight {self.cpu_weight}"
-
 
 def bounds_for(
     shares: Sequence[Share], *, max_sessions: int, staging_bytes: int, overhead_bytes: int

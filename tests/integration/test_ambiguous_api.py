@@ -118,12 +118,17 @@ def test_get_claim_unanswered_request_is_unreachable(bare_api: FakeAPIServer) ->
         k.close()
 
 
+def _proves(err: kube.NotFound, *, kind: str, name: str, group: str) -> bool:
+    """Whether this 404 says that object ``group``/``kind`` ``name`` does not exist."""
+    return (err.kind, err.name, err.group) == (kind, name, group)
+
+
 def test_get_claim_proven_absent_is_not_found(bare_api: FakeAPIServer) -> None:
     k = kube.Kube(bare_api.api_client(), request_timeout=5)
     try:
         with pytest.raises(kube.NotFound) as info:
             k.get_claim(NAMESPACE, "never-created")
-        assert info.value.proves(kind="resourceclaims", name="never-created", group="resource.k8s.io")
+        assert _proves(info.value, kind="resourceclaims", name="never-created", group="resource.k8s.io")
     finally:
         k.close()
 

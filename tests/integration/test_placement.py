@@ -19,6 +19,7 @@ import pytest
 from dra_driver.placement import ANNOTATION, Placement
 from flexnpu_testing.cluster import ExtenderClient, ExtenderSpec
 from flexnpu_testing.placement_cluster import DRIVER, NAMESPACE, PlacementCluster
+from flexnpu_testing.telemetry import record_spans
 from flexnpu_testing.waiting import wait_for
 
 
@@ -124,6 +125,8 @@ def test_prioritize_scores_the_fullest_node_for_binpack_and_the_emptiest_for_spr
     cluster: PlacementCluster,
 ) -> None:
     c = cluster
+    assert c.extender is not None
+    recent = record_spans(c.extender.scores.tracing)
     allocate_on(c, "x-claim", "node-01", "vnpu-7")
     wait_for(lambda: c.extender is not None and c.extender.scores.fills().get("node-01", None) is not None
              and c.extender.scores.fills()["node-01"].dies_in_use == 1, what="the extender saw the allocation")  # fmt: skip
@@ -144,7 +147,7 @@ def test_prioritize_scores_the_fullest_node_for_binpack_and_the_emptiest_for_spr
     assert c.extender is not None
     metrics = c.extender.scores.decisions.labels("prioritize", "spread", "scored")._value.get()
     assert metrics == 1
-    spans = c.extender.scores.tracing.recent.finished()
+    spans = recent.finished()
     assert any(s.attributes and s.attributes.get("flexnpu.extender.best_node") == "node-01" for s in spans)
 
 

@@ -276,13 +276,12 @@ def test_another_store_sees_each_write_and_an_own_write_decodes_nothing(
     assert len(decoded) == 12  # b saw a change and read the directory once
 
 
-def test_transaction_without_change_does_not_write(tmp_path: Path) -> None:
+def test_locked_without_change_does_not_write(tmp_path: Path) -> None:
     store = CheckpointStore(tmp_path / "checkpoint.json", boot_id="b")
-    with store.transaction() as cp:
-        cp.claims["u1"] = _entry()
+    _put(store, _entry("u1"))
     rec = tmp_path / "checkpoint.json" / "u1.json"
     before = (rec.stat().st_mtime_ns, rec.stat().st_ino)
-    with store.transaction():
+    with store.locked():
         pass
     assert (rec.stat().st_mtime_ns, rec.stat().st_ino) == before
 
@@ -290,7 +289,7 @@ def test_transaction_without_change_does_not_write(tmp_path: Path) -> None:
 def _bump(path: str, n: int) -> None:
     store = CheckpointStore(Path(path), boot_id="b")
     for _ in range(n):
-        with store.transaction() as cp:
+        with store.locked() as cp:
             count = int(cp.boot_id.split("-")[1]) if "-" in cp.boot_id else 0
             cp.boot_id = f"count-{count + 1}"
 

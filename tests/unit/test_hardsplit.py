@@ -12,7 +12,8 @@ from dra_driver.devices import Die, Inventory
 from dra_driver.errors import ErrorCode, FlexNPUError, StateError
 from dra_driver.vnpu import Vnpu, check_template, ownership
 from dra_driver.vnpu.emulated import EmulatedVnpus
-from dra_driver.vnpu.planning import plan_vnpus, taken_ids
+from dra_driver.vnpu.planning import taken_ids
+from flexnpu_testing.vnpus import new_vnpus
 from kubeletplugin.hardsplit import HardVnpus
 
 DIE = Die(
@@ -33,7 +34,7 @@ CLOG = logs.claim_logger("uid-a", "ns", "c", base=logging.getLogger("test"))
 
 
 def rec(vnpu_id: int = 100, template: str = "vir10_3c_32g") -> dict[str, object]:
-    (v,) = plan_vnpus(
+    (v,) = new_vnpus(
         [("vnpu", f"npu-0-{template.replace('_', '-')}-0")], inventory=INV, taken=[], claim_uid="u"
     )
     return {**v.to_dict(), "vnpuID": vnpu_id}
@@ -136,7 +137,7 @@ def test_a_template_device_is_planned_in_hard_mode_and_rendered_as_its_vnpu(tmp_
     assert [d.mode for d in plan.devices] == [DieMode.HARD] and plan.hard_results() == (
         ("vnpu", "npu-0-vir10-3c-32g-1"),
     )
-    vnpus = plan_vnpus(plan.hard_results(), inventory=INV, taken=[100], claim_uid="uid-h")
+    vnpus = new_vnpus(plan.hard_results(), inventory=INV, taken=[100], claim_uid="uid-h")
     planned = plan.with_vnpus(vnpus)
     layout = render.NodeLayout(
         driver_name="npu.flexnpu.io",

@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from dra_driver import telemetry
 from dra_driver.errors import ErrorCode, InvalidInput, StateError, Unavailable
 from dra_driver.telemetry import OpRecord, ResidualKind, Telemetry
+from flexnpu_testing.telemetry import SPAN_BUFFER, ProbedTelemetry
 from flexnpu_testing.waiting import wait_for
 
 NODE = "node-a"
@@ -25,8 +26,8 @@ DRIVER = "npu.flexnpu.io"
 
 
 @pytest.fixture
-def tel() -> Iterator[Telemetry]:
-    t = Telemetry(node_name=NODE, driver_name=DRIVER)
+def tel() -> Iterator[ProbedTelemetry]:
+    t = ProbedTelemetry(node_name=NODE, driver_name=DRIVER)
     yield t
     t.shutdown()
 
@@ -49,11 +50,11 @@ def in_flight_key(op: str) -> str:
 @pytest.mark.parametrize(
     "op", [pytest.param("prepare", id="prepare"), pytest.param("unprepare", id="unprepare")]
 )
-def test_success_counts_and_duration(tel: Telemetry, op: str) -> None:
+def test_success_counts_and_duration(tel: ProbedTelemetry, op: str) -> None:
     before = time.perf_counter()
     for i in range(3):
         with tel.operation(op, claim_uid=f"uid-{i}", namespace="ns", name=f"claim-{i}") as rec:
-            assert not rec.failed
+            assert not rec.error_type  # not failed
     elapsed = time.perf_counter() - before
 
     snap = tel.snapshot()
@@ -111,7 +112,9 @@ ERROR_CASES = [
 
 
 @pytest.mark.parametrize(("body", "error_type", "raises"), ERROR_CASES)
-def test_error_paths(tel: Telemetry, body: Callable[[OpRecord], None], error_type: str, raises: bool) -> None:
+def test_error_paths(
+    tel: ProbedTelemetry, body: Callable[[OpRecord], None], error_type: str, raises: bool
+) -> None:
     caught: BaseException | None = None
     try:
         with tel.operation("prepare", claim_uid="uid-err") as rec:
@@ -130,7 +133,7 @@ def test_error_paths(tel: Telemetry, body: Callable[[OpRecord], None], error_typ
     assert errors == {requests_key("prepare", "error", error_type): 1}
 
 
-def test_exception_is_reraised_unchanged(tel: Telemetry) -> None:
+def test_exception_is_reraised_unchanged(tel: ProbedTelemetry) -> None:
     err = Unavailable("busy", code=ErrorCode.DAEMON_UNAVAILABLE)
     with pytest.raises(Unavailable) as info:
         with tel.operation("unprepare", claim_uid="uid-1"):
@@ -138,7 +141,7 @@ def test_exception_is_reraised_unchanged(tel: Telemetry) -> None:
     assert info.value is err
 
 
-def test_counter_series_precreated_at_zero(tel: Telemetry) -> None:
+def test_counter_series_precreated_at_zero(tel: ProbedTelemetry) -> None:
     snap = tel.snapshot()
     for op in ("prepare", "unprepare"):
         assert snap[requests_key(op, "success")] == 0
@@ -150,7 +153,7 @@ def test_counter_series_precreated_at_zero(tel: Telemetry) -> None:
         assert snap[f"flexnpu_dra_residuals_removed_total{{kind={kind.value}}}"] == 0
 
 
-def test_histogram_buckets_cover_1ms_to_45s(tel: Telemetry) -> None:
+def test_histogram_buckets_cover_1ms_to_45s(tel: ProbedTelemetry) -> None:
     with tel.operation("prepare", claim_uid="uid-1"):
         pass
     bounds = sorted(
@@ -163,7 +166,7 @@ def test_histogram_buckets_cover_1ms_to_45s(tel: Telemetry) -> None:
     assert bounds[-1] == 45.0
 
 
-def test_unbounded_error_types_fold_into_other(tel: Telemetry) -> None:
+def test_unbounded_error_types_fold_into_other(tel: ProbedTelemetry) -> None:
     for i in range(telemetry.MAX_EXTRA_ERROR_TYPES + 5):
         with tel.operation("prepare", claim_uid=f"uid-{i}") as rec:
             rec.fail(f"Custom{i}")
@@ -179,7 +182,7 @@ def test_unbounded_error_types_fold_into_other(tel: Telemetry) -> None:
 # -- in flight -------------------------------------------------------------------------------
 
 
-def test_in_flight_inside_and_after(tel: Telemetry) -> None:
+def test_in_flight_inside_and_after(tel: ProbedTelemetry) -> None:
     with tel.operation("prepare", claim_uid="uid-1"):
         snap = tel.snapshot()
         assert snap[in_flight_key("prepare")] == 1
@@ -191,7 +194,7 @@ def test_in_flight_inside_and_after(tel: Telemetry) -> None:
     assert snap[in_flight_key("unprepare")] == 0
 
 
-def test_in_flight_back_to_zero_after_exception(tel: Telemetry) -> None:
+def test_in_flight_back_to_zero_after_exception(tel: ProbedTelemetry) -> None:
     with pytest.raises(RuntimeError):
         with tel.operation("prepare", claim_uid="uid-1"):
             assert tel.snapshot()[in_flight_key("prepare")] == 1
@@ -199,7 +202,7 @@ def test_in_flight_back_to_zero_after_exception(tel: Telemetry) -> None:
     assert tel.snapshot()[in_flight_key("prepare")] == 0
 
 
-def test_in_flight_counts_concurrent_threads(tel: Telemetry) -> None:
+def test_in_flight_counts_concurrent_threads(tel: ProbedTelemetry) -> None:
     release = threading.Event()
     errors: list[BaseException] = []
 
@@ -229,7 +232,7 @@ def test_in_flight_counts_concurrent_threads(tel: Telemetry) -> None:
 # -- gauge and residuals ---------------------------------------------------------------------
 
 
-def test_prepared_vnpus_gauge_updates_and_keeps_series(tel: Telemetry) -> None:
+def test_prepared_vnpus_gauge_updates_and_keeps_series(tel: ProbedTelemetry) -> None:
     assert not any(k.startswith("flexnpu_dra_prepared_vnpus") for k in tel.snapshot())
     tel.set_prepared_vnpus({(0, "soft"): 3, (1, "whole"): 1})
     snap = tel.snapshot()
@@ -253,7 +256,9 @@ def test_prepared_vnpus_gauge_updates_and_keeps_series(tel: Telemetry) -> None:
         pytest.param({(0, "soft"): 1.5}, id="count-not-int"),
     ],
 )
-def test_prepared_vnpus_rejects_bad_input(tel: Telemetry, counts: dict[tuple[object, str], object]) -> None:
+def test_prepared_vnpus_rejects_bad_input(
+    tel: ProbedTelemetry, counts: dict[tuple[object, str], object]
+) -> None:
     tel.set_prepared_vnpus({(0, "soft"): 7})
     with pytest.raises(InvalidInput) as info:
         tel.set_prepared_vnpus(counts)  # type: ignore[arg-type]
@@ -261,7 +266,7 @@ def test_prepared_vnpus_rejects_bad_input(tel: Telemetry, counts: dict[tuple[obj
     assert tel.snapshot()["flexnpu_dra_prepared_vnpus{die=0,mode=soft}"] == 7  # unchanged
 
 
-def test_residual_counters(tel: Telemetry) -> None:
+def test_residual_counters(tel: ProbedTelemetry) -> None:
     tel.residual_found("shm-dir", 3)
     tel.residual_found(ResidualKind.ACLSERVER)
     tel.residual_removed("shm-dir", 2)
@@ -282,7 +287,7 @@ def test_residual_counters(tel: Telemetry) -> None:
         pytest.param("shm-dir", True, "n", id="bool-count"),
     ],
 )
-def test_residuals_reject_bad_input(tel: Telemetry, kind: str, n: int, field: str) -> None:
+def test_residuals_reject_bad_input(tel: ProbedTelemetry, kind: str, n: int, field: str) -> None:
     with pytest.raises(InvalidInput) as info:
         tel.residual_found(kind, n)
     assert info.value.field == field
@@ -300,7 +305,7 @@ def test_residuals_reject_bad_input(tel: Telemetry, kind: str, n: int, field: st
         pytest.param("prepare", "", "claim_uid", id="empty-claim-uid"),
     ],
 )
-def test_operation_rejects_bad_arguments(tel: Telemetry, op: str, uid: str, field: str) -> None:
+def test_operation_rejects_bad_arguments(tel: ProbedTelemetry, op: str, uid: str, field: str) -> None:
     with pytest.raises(InvalidInput) as info:
         tel.operation(op, claim_uid=uid)  # type: ignore[arg-type]
     assert info.value.field == field
@@ -354,7 +359,7 @@ def test_otlp_endpoint_needs_the_exporter_package() -> None:
 # -- spans -----------------------------------------------------------------------------------
 
 
-def test_span_on_success(tel: Telemetry) -> None:
+def test_span_on_success(tel: ProbedTelemetry) -> None:
     with tel.operation("prepare", claim_uid="uid-ok", namespace="team-a", name="claim-1"):
         pass
     (span,) = tel.spans()
@@ -369,7 +374,7 @@ def test_span_on_success(tel: Telemetry) -> None:
     assert span.resource.attributes["k8s.node.name"] == NODE
 
 
-def test_span_on_exception(tel: Telemetry) -> None:
+def test_span_on_exception(tel: ProbedTelemetry) -> None:
     with pytest.raises(Unavailable):
         with tel.operation("unprepare", claim_uid="uid-bad"):
             raise Unavailable("daemon down", code=ErrorCode.DAEMON_UNAVAILABLE)
@@ -385,7 +390,7 @@ def test_span_on_exception(tel: Telemetry) -> None:
     assert [e.name for e in span.events] == ["exception"]
 
 
-def test_span_on_marked_failure(tel: Telemetry) -> None:
+def test_span_on_marked_failure(tel: ProbedTelemetry) -> None:
     with tel.operation("prepare", claim_uid="uid-busy") as rec:
         rec.fail(ErrorCode.DEVICE_BUSY)
     (span,) = tel.spans()
@@ -396,7 +401,7 @@ def test_span_on_marked_failure(tel: Telemetry) -> None:
     assert not span.events
 
 
-def test_nested_operation_span_is_a_child(tel: Telemetry) -> None:
+def test_nested_operation_span_is_a_child(tel: ProbedTelemetry) -> None:
     with tel.operation("prepare", claim_uid="outer"):
         with tel.operation("unprepare", claim_uid="inner"):
             pass
@@ -407,18 +412,18 @@ def test_nested_operation_span_is_a_child(tel: Telemetry) -> None:
     assert outer.parent is None
 
 
-def test_span_buffer_is_bounded(tel: Telemetry) -> None:
-    for i in range(telemetry.SPAN_BUFFER + 10):
+def test_span_buffer_is_bounded(tel: ProbedTelemetry) -> None:
+    for i in range(SPAN_BUFFER + 10):
         with tel.operation("prepare", claim_uid=f"uid-{i}"):
             pass
     spans = tel.spans()
-    assert len(spans) == telemetry.SPAN_BUFFER
+    assert len(spans) == SPAN_BUFFER
     assert spans[0].attributes is not None
     assert spans[0].attributes["flexnpu.claim.uid"] == "uid-10"
 
 
 def test_tracing_off_keeps_metrics() -> None:
-    t = Telemetry(node_name=NODE, driver_name=DRIVER, tracing=False)
+    t = ProbedTelemetry(node_name=NODE, driver_name=DRIVER, tracing=False)
     try:
         with t.operation("prepare", claim_uid="uid-1") as rec:
             rec.fail(ErrorCode.QUOTA)
@@ -432,12 +437,12 @@ def test_tracing_off_keeps_metrics() -> None:
 
 
 def test_disabled_records_nothing_and_still_reraises() -> None:
-    t = Telemetry(node_name=NODE, driver_name=DRIVER, metrics_port=0, enabled=False)
+    t = ProbedTelemetry(node_name=NODE, driver_name=DRIVER, metrics_port=0, enabled=False)
     t.start()
     assert t.port is None
     with t.operation("prepare", claim_uid="uid-1") as rec:
         rec.fail(ErrorCode.DEVICE_BUSY)
-        assert rec.failed
+        assert rec.error_type  # failed
     with pytest.raises(ValueError, match="boom"):
         with t.operation("prepare", claim_uid="uid-2"):
             raise ValueError("boom")
@@ -452,7 +457,7 @@ def test_disabled_records_nothing_and_still_reraises() -> None:
 
 
 def test_after_shutdown_operations_are_noops() -> None:
-    t = Telemetry(node_name=NODE, driver_name=DRIVER)
+    t = ProbedTelemetry(node_name=NODE, driver_name=DRIVER)
     t.shutdown()
     t.shutdown()
     with t.operation("prepare", claim_uid="uid-1"):
@@ -462,8 +467,8 @@ def test_after_shutdown_operations_are_noops() -> None:
 
 
 def test_instances_are_isolated() -> None:
-    a = Telemetry(node_name="node-a", driver_name=DRIVER)
-    b = Telemetry(node_name="node-b", driver_name=DRIVER)
+    a = ProbedTelemetry(node_name="node-a", driver_name=DRIVER)
+    b = ProbedTelemetry(node_name="node-b", driver_name=DRIVER)
     try:
         with a.operation("prepare", claim_uid="uid-1"):
             pass
@@ -566,7 +571,7 @@ def test_http_endpoint_port_in_use() -> None:
 
 
 def test_negative_port_records_without_server() -> None:
-    with Telemetry(node_name=NODE, driver_name=DRIVER, metrics_port=-1) as t:
+    with ProbedTelemetry(node_name=NODE, driver_name=DRIVER, metrics_port=-1) as t:
         assert t.port is None
         t.residual_found("link-address")
         assert t.snapshot()["flexnpu_dra_residuals_found_total{kind=link-address}"] == 1

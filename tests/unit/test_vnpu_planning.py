@@ -12,7 +12,8 @@ from dra_driver.devices import Die, DieMode, Health, Inventory
 from dra_driver.errors import ErrorCode, InvalidInput, StateError
 from dra_driver.plan import PlannedDevice
 from dra_driver.vnpu import Vnpu, ownership
-from dra_driver.vnpu.planning import from_evidence, from_records, orphans, plan_vnpus
+from dra_driver.vnpu.planning import from_evidence, from_records, orphans
+from flexnpu_testing.vnpus import new_vnpus
 
 DIE = Die(
     vdie_id="0000000A-00000000-00000000-00000000-00000000",
@@ -31,7 +32,7 @@ INV = Inventory(dies=(DIE,))
 
 
 def test_ids_skip_taken_ones_and_each_other() -> None:
-    got = plan_vnpus(
+    got = new_vnpus(
         [("a", "npu-1-vir10-3c-32g-0"), ("b", "npu-1-vir05-1c-16g-2")],
         inventory=INV,
         taken=[116],
@@ -52,17 +53,37 @@ def test_ids_skip_taken_ones_and_each_other() -> None:
     }
 
 
+# A device name that is no template device of this node is refused by the inventory on the prepare
+# path (``Inventory.allocated``, tested there); planning's own refusal of it is reached by an adopt.
 @pytest.mark.parametrize(
-    ("device", "inventory", "taken", "exc", "code"),
+    ("entry", "device", "inventory", "taken", "exc", "code"),
     [
-        pytest.param("npu-1", INV, [], InvalidInput, ErrorCode.DEVICE_NOT_FOUND, id="not-a-template-device"),
         pytest.param(
-            "npu-9-vir10-3c-32g-0", INV, [], InvalidInput, ErrorCode.DEVICE_NOT_FOUND, id="unknown-die"
+            "adopt", "npu-1", INV, [], InvalidInput, ErrorCode.DEVICE_NOT_FOUND, id="not-a-template-device"
         ),
         pytest.param(
-            "npu-1-vir04-3c-0", INV, [], InvalidInput, ErrorCode.TEMPLATE_UNSUPPORTED, id="template"
+            "adopt",
+            "npu-9-vir10-3c-32g-0",
+            INV,
+            [],
+            InvalidInput,
+            ErrorCode.DEVICE_NOT_FOUND,
+            id="unknown-die",
         ),
         pytest.param(
+            "new", "npu-1-vir04-3c-0", INV, [], InvalidInput, ErrorCode.TEMPLATE_UNSUPPORTED, id="template"
+        ),
+        pytest.param(
+            "adopt",
+            "npu-1-vir04-3c-0",
+            INV,
+            [],
+            InvalidInput,
+            ErrorCode.TEMPLATE_UNSUPPORTED,
+            id="template-adopted",
+        ),
+        pytest.param(
+            "new",
             "npu-1-vir10-3c-32g-0",
             Inventory(dies=(dataclasses.replace(DIE, health=Health.UNHEALTHY),)),
             [],
@@ -71,15 +92,29 @@ def test_ids_skip_taken_ones_and_each_other() -> None:
             id="unhealthy",
         ),
         pytest.param(
-            "npu-1-vir10-3c-32g-0", INV, range(116, 124), StateError, ErrorCode.VNPU_ID_IN_USE, id="no-id"
+            "new",
+            "npu-1-vir10-3c-32g-0",
+            INV,
+            range(116, 124),
+            StateError,
+            ErrorCode.VNPU_ID_IN_USE,
+            id="no-id",
         ),
     ],
 )
 def test_per_claim_errors(
-    device: str, inventory: Inventory, taken: range | list[int], exc: type[Exception], code: ErrorCode
+    entry: str,
+    device: str,
+    inventory: Inventory,
+    taken: range | list[int],
+    exc: type[Exception],
+    code: ErrorCode,
 ) -> None:
     with pytest.raises(exc) as info:
-        plan_vnpus([("vnpu", device)], inventory=inventory, taken=taken, claim_uid="uid-1")
+        if entry == "new":
+            new_vnpus([("vnpu", device)], inventory=inventory, taken=taken, claim_uid="uid-1")
+        else:
+            from_evidence([("vnpu", device)], ledger={}, live=(), inventory=inventory, claim_uid="uid-1")
     err = info.value
     assert getattr(err, "code", None) == code
     assert getattr(err, "claim_uid", None) == "uid-1"
@@ -87,7 +122,7 @@ def test_per_claim_errors(
 
 
 def test_edits_give_the_vnpu_node_and_nothing_of_the_die(tmp_path: Path) -> None:
-    (v,) = plan_vnpus([("vnpu", "npu-1-vir10-3c-32g-0")], inventory=INV, taken=[], claim_uid="u")
+    (v,) = new_vnpus([("vnpu", "npu-1-vir10-3c-32g-0")], inventory=INV, taken=[], claim_uid="u")
     layout = render.NodeLayout("d", "p", cdi.Kind.parse("flexnpu.io/vnpu"), tmp_path, tmp_path)
     device = PlannedDevice("vnpu", "p", v.device, DIE, DieMode.HARD, None, {}, False, vnpu=v)
     edits = render.device_edits(device, layout=layout, claim_uid="u")
@@ -159,7 +194,7 @@ def test_smi_rows_name_template_die_owner_and_residual_state() -> None:
 
 
 def test_recorded_vnpus_come_back_as_planned() -> None:
-    planned = plan_vnpus([("a", "npu-1-vir10-3c-32g-0")], inventory=INV, taken=[], claim_uid="u")
+    planned = new_vnpus([("a", "npu-1-vir10-3c-32g-0")], inventory=INV, taken=[], claim_uid="u")
     assert from_records([v.to_dict() for v in planned], inventory=INV, claim_uid="u") == planned
     with pytest.raises(StateError) as info:
         from_records([{"phy": 1}], inventory=INV, claim_uid="u")
@@ -229,7 +264,7 @@ def _planned(mode: DieMode, device: str, **kw: object) -> PlannedDevice:
             _planned(
                 DieMode.WHOLE,
                 "npu-1",
-                vnpu=plan_vnpus([("vnpu", DEVICE)], inventory=INV, taken=[], claim_uid="u")[0],
+                vnpu=new_vnpus([("vnpu", DEVICE)], inventory=INV, taken=[], claim_uid="u")[0],
             ),
             id="whole-with-a-vnpu",
         ),
