@@ -192,7 +192,9 @@ def test_extender_defaults() -> None:
         pytest.param("", "", id="empty-is-off"),
         pytest.param("   ", "", id="blank-is-off"),
         pytest.param("http://otel-collector:4318", "http://otel-collector:4318", id="base-url"),
-        pytest.param(" https://otel.example:443/v1/traces ", "https://otel.example:443/v1/traces", id="full-url"),
+        pytest.param(
+            " https://otel.example:443/v1/traces ", "https://otel.example:443/v1/traces", id="full-url"
+        ),
         pytest.param("http://[::1]:4318", "http://[::1]:4318", id="ipv6"),
     ],
 )
