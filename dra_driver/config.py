@@ -131,10 +131,10 @@ def host_memory_bound(values: Mapping[str, str | None]) -> sharing.HostMemoryBou
 
 OTLP_ENDPOINT = Flag(
     "otlp-endpoint",
-    "",
+    None,
     "OpenTelemetry collector to send trace spans to over OTLP/HTTP (protobuf): a base URL such as"
-    " http://otel-collector:4318 (spans go to its /v1/traces) or the full traces URL; '' = spans leave"
-    " the process nowhere",
+    " http://otel-collector:4318 (spans go to its /v1/traces) or the full traces URL; none or '' = spans"
+    " leave the process nowhere",
     standard_env="OTEL_EXPORTER_OTLP_ENDPOINT",
 )
 """Where the node and the extender export their spans (``dra_driver/telemetry/tracing.py``)."""
