@@ -31,6 +31,11 @@ ATTR_ERROR_TYPE: Final = "error.type"
 FLAG: Final = "otlp-endpoint"
 """The flag that sets the endpoint, which errors about it name (``dra_driver/config.py``)."""
 
+EXPORT_TIMEOUT_SECONDS: Final = 5.0
+"""How long one export (with its retries) may take: a collector that is down when the process stops
+delays the stop by about this much (OpenTelemetry's default, 10 s, would take a third of the pod's
+termination grace on top of the node's own stop)."""
+
 TRACES_PATH: Final = "/v1/traces"
 """OTLP/HTTP's path for spans, added to an endpoint given without a path (as OpenTelemetry does to
 ``OTEL_EXPORTER_OTLP_ENDPOINT``)."""
@@ -73,7 +78,9 @@ def otlp_exporter(endpoint: str) -> SpanExporter:
             field=FLAG,
         ) from None
     try:
-        exporter: SpanExporter = OTLPSpanExporter(endpoint=traces_url(endpoint))
+        exporter: SpanExporter = OTLPSpanExporter(
+            endpoint=traces_url(endpoint), timeout=EXPORT_TIMEOUT_SECONDS
+        )
     except ValueError as err:
         raise InvalidInput(
             f"cannot export spans to {endpoint!r}: {err}", code=ErrorCode.INVALID_CONFIG, field=FLAG
