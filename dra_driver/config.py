@@ -372,9 +372,8 @@ def add_flags(parser: argparse.ArgumentParser, flags: Sequence[Flag] = PLUGIN_FL
     argparse %-formats help strings, so a literal ``%`` in a flag's text or default is escaped here.
     """
     for f in flags:
-        text = f"{f.help} (env {f.env}; default {f.default!r})"
-        if f.standard_env:
-            text += f"; else ${f.standard_env}"
+        also = f", else {f.standard_env}" if f.standard_env else ""
+        text = f"{f.help} (env {f.env}{also}; default {f.default!r})"
         if f.aliases:
             old = ", ".join(f"--{a} / {e}" for a, e in zip(f.aliases, f.envs[1:], strict=True))
             text += f"; old spellings {old} still work"
