@@ -63,9 +63,12 @@ class NodeScores:
     * claims - allocation results of the driver in every pool (``pool=None``).
     * slices - every node's slices of the driver.
     * default - the policy of pods without the annotation.
+    * otlp_endpoint - where the call spans go over OTLP/HTTP (``--otlp-endpoint``; '' = nowhere).
     """
 
-    def __init__(self, claims: ClaimAllocations, slices: DriverSlices, *, default: Placement) -> None:
+    def __init__(
+        self, claims: ClaimAllocations, slices: DriverSlices, *, default: Placement, otlp_endpoint: str = ""
+    ) -> None:
         self.claims, self.slices, self.default = claims, slices, default
         self._lock = threading.Lock()
         self._first = True
@@ -88,7 +91,7 @@ class NodeScores:
             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5),
             registry=self.registry,
         )
-        self.tracing = Tracing(Resource({"service.name": "flexnpu-extender"}))
+        self.tracing = Tracing(Resource({"service.name": "flexnpu-extender"}), otlp_endpoint)
 
     def changed(self, pools_: frozenset[str]) -> None:
         """A cache saw these pools change: recompute them before the next answer (cheap: a set)."""
@@ -202,7 +205,9 @@ class Extender:
         self.live = liveness.Liveness()
         self.claims = ClaimAllocations(self.kube, driver=settings.driver_name, live=self.live)
         self.slices = DriverSlices(self.kube, driver=settings.driver_name, live=self.live)
-        self.scores = NodeScores(self.claims, self.slices, default=settings.placement)
+        self.scores = NodeScores(
+            self.claims, self.slices, default=settings.placement, otlp_endpoint=settings.otlp_endpoint
+        )
         self.claims.on_change = self.slices.on_change = self.scores.changed
         self.port: int | None = None
 
@@ -241,6 +246,7 @@ class Extender:
             ready=ready,
             bound=bound,
         )
+        self.scores.tracing.shutdown()  # sends the spans still batched
         self.kube.close()
 
 

@@ -13,6 +13,7 @@ own flags are in ``flexnpu_runtime/daemon/main.py``; they take the shared ones f
 from __future__ import annotations
 
 import argparse
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -33,7 +34,8 @@ class Flag:
     """One flag: ``--<name>`` and its environment twin ``<env_prefix><NAME>``.
 
     ``aliases`` are old spellings kept working: each is a flag (``--<alias>``) and has an
-    environment twin of its own, read after the canonical one.
+    environment twin of its own, read after the canonical one. ``standard_env`` is a variable another
+    project defines for the same setting (OpenTelemetry's ``OTEL_EXPORTER_OTLP_ENDPOINT``), read last.
     """
 
     name: str  # without leading dashes
@@ -42,6 +44,7 @@ class Flag:
     kind: type = str
     aliases: tuple[str, ...] = ()
     env_prefix: str = "FLEXNPU_"
+    standard_env: str | None = None
 
     @property
     def env(self) -> str:
@@ -124,6 +127,43 @@ def host_memory_bound(values: Mapping[str, str | None]) -> sharing.HostMemoryBou
             field=MAX_HOST_MEMORY.name,
         )
     return sharing.HostMemoryBound(ratio=ratio, cap_bytes=cap)
+
+
+OTLP_ENDPOINT = Flag(
+    "otlp-endpoint",
+    None,
+    "OpenTelemetry collector to send trace spans to over OTLP/HTTP (protobuf): a base URL such as"
+    " http://otel-collector:4318 (spans go to its /v1/traces) or the full traces URL; none or '' = spans"
+    " leave the process nowhere",
+    standard_env="OTEL_EXPORTER_OTLP_ENDPOINT",
+)
+"""Where the node and the extender export their spans (``dra_driver/telemetry/tracing.py``)."""
+
+
+def otlp_endpoint(values: Mapping[str, str | None]) -> str:
+    """:data:`OTLP_ENDPOINT`'s value: '' (off) or an http(s) URL with a host; InvalidInput naming the flag."""
+    raw = (values.get(OTLP_ENDPOINT.dest) or "").strip()
+    if not raw:
+        return ""
+    try:
+        url = urllib.parse.urlsplit(raw)
+        port_ok = url.port is None or url.port > 0
+    except ValueError:
+        url, port_ok = None, False
+    if (
+        url is None
+        or url.scheme not in ("http", "https")
+        or not url.hostname
+        or not port_ok
+        or any(c.isspace() or not c.isprintable() for c in raw)
+    ):
+        raise InvalidInput(
+            f"expected an http:// or https:// URL of an OTLP/HTTP collector such as"
+            f" http://otel-collector:4318, or '' for none, got {raw!r}",
+            code=ErrorCode.INVALID_CONFIG,
+            field=OTLP_ENDPOINT.name,
+        )
+    return raw
 
 
 SHARED_FLAGS: tuple[Flag, ...] = (RUN_DIR, SHM_ROOT, MAX_SHARES_PER_DIE)
@@ -242,6 +282,7 @@ PLUGIN_FLAGS: tuple[Flag, ...] = (
         "4",
         "most slice rewrites per second for a changed device order (coalesced; 0 = never reorder)",
     ),
+    OTLP_ENDPOINT,
     Flag(
         "client-library",
         DEFAULT_CLIENT_LIBRARY,
@@ -295,6 +336,7 @@ class Config:
     placement: Placement = Placement.BINPACK
     placement_writes_per_second: float = 4.0
     host_memory: sharing.HostMemoryBound = field(default_factory=sharing.HostMemoryBound)
+    otlp_endpoint: str = ""
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -330,7 +372,8 @@ def add_flags(parser: argparse.ArgumentParser, flags: Sequence[Flag] = PLUGIN_FL
     argparse %-formats help strings, so a literal ``%`` in a flag's text or default is escaped here.
     """
     for f in flags:
-        text = f"{f.help} (env {f.env}; default {f.default!r})"
+        also = f", else {f.standard_env}" if f.standard_env else ""
+        text = f"{f.help} (env {f.env}{also}; default {f.default!r})"
         if f.aliases:
             old = ", ".join(f"--{a} / {e}" for a, e in zip(f.aliases, f.envs[1:], strict=True))
             text += f"; old spellings {old} still work"
@@ -355,7 +398,7 @@ def resolve(
     out: dict[str, str | None] = {}
     for f in flags:
         value = getattr(ns, f.dest, None)
-        for name in f.envs:
+        for name in (*f.envs, *((f.standard_env,) if f.standard_env else ())):
             if value is None:
                 value = env.get(name)
         if value is None:
@@ -463,6 +506,7 @@ def build(values: Mapping[str, str | None]) -> Config:
             "placement-writes-per-second", values.get("placement_writes_per_second") or "4"
         ),
         host_memory=host_memory_bound(values),
+        otlp_endpoint=otlp_endpoint(values),
     )
 
 
@@ -565,6 +609,7 @@ EXTENDER_FLAGS: tuple[Flag, ...] = (
     ),
     Flag("extender-host", "0.0.0.0", "address the scheduler extender listens on"),
     Flag("extender-port", "8444", "HTTPS port of the scheduler extender"),
+    OTLP_ENDPOINT,
     *_server_flags("kube-scheduler's enableHTTPS needs TLS"),
 )
 
@@ -582,6 +627,7 @@ class ExtenderConfig:
     tls_key: Path | None
     log_level: str = "INFO"
     log_json: bool = False
+    otlp_endpoint: str = ""
 
 
 def build_extender(values: Mapping[str, str | None]) -> ExtenderConfig:
@@ -596,4 +642,5 @@ def build_extender(values: Mapping[str, str | None]) -> ExtenderConfig:
         tls_key=key,
         log_level=values.get("log_level") or "INFO",
         log_json=_bool("log-json", values.get("log_json")),
+        otlp_endpoint=otlp_endpoint(values),
     )

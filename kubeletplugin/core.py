@@ -47,6 +47,7 @@ class NodeCore:
                 node_name=cfg.node_name,
                 driver_name=cfg.driver_name,
                 metrics_port=cfg.metrics_port,
+                otlp_endpoint=cfg.otlp_endpoint,
                 wait_for_port=cfg.pod_uid is not None,  # a rolling update's old pod may still hold the port
             )
             if serve_metrics

@@ -62,9 +62,9 @@ The same endpoint answers ``GET /healthz`` with the liveness verdict set by
 Spans: one ``flexnpu.prepare`` / ``flexnpu.unprepare`` span per claim (kind INTERNAL), current
 while the body runs, with ``flexnpu.claim.uid``, ``flexnpu.claim.namespace``,
 ``flexnpu.claim.name``; on failure ``error.type`` (same value as the metric label), status
-ERROR, and an exception event when the body raised. Finished spans go to an OTLP exporter when
-``otlp_endpoint`` is set (it must already be installed; this module adds no dependency), else
-nowhere: the process keeps no span buffer. Tests and benches read the metric values and the spans
+ERROR, and an exception event when the body raised. Finished spans go to an OTLP/HTTP exporter when
+``otlp_endpoint`` is set (``--otlp-endpoint``; ``tracing.py``), else nowhere: the process keeps no
+span buffer. Tests and benches read the metric values and the spans
 through ``flexnpu_testing/telemetry.py`` (on :attr:`Telemetry.registry` and
 :attr:`Telemetry.tracing`).
 
@@ -128,8 +128,8 @@ class Telemetry:
       HTTP server; ``0``: bind a free port (tests; read ``.port``); ``> 0``: that port.
     * **metrics_host** - address the endpoint binds to.
     * **tracing** - open a span per operation (exported over OTLP when an endpoint is given).
-    * **otlp_endpoint** - also export spans over OTLP to this endpoint; needs tracing and an
-      installed ``opentelemetry-exporter-otlp`` package.
+    * **otlp_endpoint** - also export spans over OTLP/HTTP to this collector (``--otlp-endpoint``:
+      a base URL, spans go to its ``/v1/traces``, or the full traces URL); needs tracing.
     * **enabled** - ``False`` turns every method into a no-op (nothing is built or recorded).
     * **wait_for_port** - when the port is in use, keep trying to bind it in the background
       (every ``PORT_RETRY_SECONDS``) instead of failing ``start()``: during a rolling update of a

@@ -2,14 +2,15 @@
 
 This module owns how a :class:`~dra_driver.telemetry.Telemetry` (and the scheduler extender) builds
 its own ``TracerProvider`` (never the global one), the attribute names a claim's span carries and
-the optional OTLP exporter, which must already be installed (no dependency is added here). Finished
+the OTLP/HTTP (protobuf) exporter of ``--otlp-endpoint`` (``opentelemetry-exporter-otlp-proto-http``, a
+dependency; batched by the SDK's ``BatchSpanProcessor``, whose ``OTEL_BSP_*`` variables apply). Finished
 spans go to OTLP only: the process keeps none (tests attach a recorder to ``Tracing.provider``,
 ``flexnpu_testing/telemetry.py``).
 """
 
 from __future__ import annotations
 
-import importlib
+import urllib.parse
 from typing import Final
 
 from opentelemetry import trace
@@ -27,6 +28,18 @@ ATTR_CLAIM_NAMESPACE: Final = "flexnpu.claim.namespace"
 ATTR_CLAIM_NAME: Final = "flexnpu.claim.name"
 ATTR_ERROR_TYPE: Final = "error.type"
 
+FLAG: Final = "otlp-endpoint"
+"""The flag that sets the endpoint, which errors about it name (``dra_driver/config.py``)."""
+
+EXPORT_TIMEOUT_SECONDS: Final = 5.0
+"""How long one export (with its retries) may take: a collector that is down when the process stops
+delays the stop by about this much (OpenTelemetry's default, 10 s, would take a third of the pod's
+termination grace on top of the node's own stop)."""
+
+TRACES_PATH: Final = "/v1/traces"
+"""OTLP/HTTP's path for spans, added to an endpoint given without a path (as OpenTelemetry does to
+``OTEL_EXPORTER_OTLP_ENDPOINT``)."""
+
 
 class Tracing:
     """One process's tracer: its provider and, optionally, OTLP export."""
@@ -41,20 +54,35 @@ class Tracing:
         self.provider.shutdown()
 
 
+def traces_url(endpoint: str) -> str:
+    """The URL spans are POSTed to: ``endpoint`` itself when it has a path, else its ``/v1/traces``."""
+    url = urllib.parse.urlsplit(endpoint)
+    if url.path.strip("/"):
+        return endpoint
+    return urllib.parse.urlunsplit(url._replace(path=TRACES_PATH))
+
+
 def otlp_exporter(endpoint: str) -> SpanExporter:
-    """An OTLP span exporter from whichever OTLP package is installed (gRPC first, then HTTP)."""
-    for module in (
-        "opentelemetry.exporter.otlp.proto.grpc.trace_exporter",
-        "opentelemetry.exporter.otlp.proto.http.trace_exporter",
-    ):
-        try:
-            exporter_cls = importlib.import_module(module).OTLPSpanExporter
-        except ImportError:
-            continue
-        exporter: SpanExporter = exporter_cls(endpoint=endpoint)
-        return exporter
-    raise InvalidInput(
-        "an OTLP endpoint was given but no opentelemetry-exporter-otlp package is installed",
-        code=ErrorCode.INVALID_CONFIG,
-        field="otlp_endpoint",
-    )
+    """The OTLP/HTTP (protobuf) span exporter to ``endpoint`` (``--otlp-endpoint``).
+
+    Raises InvalidInput (InvalidConfig) naming the flag when the exporter package is missing (an
+    install without the project's dependencies) or refuses the endpoint: the process stops at start.
+    """
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    except ImportError as err:
+        raise InvalidInput(
+            f"an OTLP endpoint was given but the exporter cannot be loaded ({err});"
+            " install opentelemetry-exporter-otlp-proto-http",
+            code=ErrorCode.INVALID_CONFIG,
+            field=FLAG,
+        ) from None
+    try:
+        exporter: SpanExporter = OTLPSpanExporter(
+            endpoint=traces_url(endpoint), timeout=EXPORT_TIMEOUT_SECONDS
+        )
+    except ValueError as err:
+        raise InvalidInput(
+            f"cannot export spans to {endpoint!r}: {err}", code=ErrorCode.INVALID_CONFIG, field=FLAG
+        ) from None
+    return exporter

@@ -60,6 +60,7 @@ READ: dict[str, tuple[str, Callable[[Config], Any], Any]] = {
     "placement-writes-per-second": ("2", lambda c: c.placement_writes_per_second, 2.0),
     "host-memory-ratio": ("1.5", lambda c: c.host_memory.ratio, 1.5),
     "max-host-memory": ("8Gi", lambda c: c.host_memory.cap_bytes, 8 << 30),
+    "otlp-endpoint": ("http://otel:4318", lambda c: c.otlp_endpoint, "http://otel:4318"),
 }
 
 
@@ -183,3 +184,57 @@ def test_extender_defaults() -> None:
         config.resolve(config.from_args_namespace(config.EXTENDER_FLAGS), {}, config.EXTENDER_FLAGS)
     )
     assert (cfg.placement, cfg.port, cfg.tls_cert) == (Placement.BINPACK, 8444, None)
+
+
+@pytest.mark.parametrize(
+    ("value", "want"),
+    [
+        pytest.param("", "", id="empty-is-off"),
+        pytest.param("   ", "", id="blank-is-off"),
+        pytest.param("http://otel-collector:4318", "http://otel-collector:4318", id="base-url"),
+        pytest.param(
+            " https://otel.example:443/v1/traces ", "https://otel.example:443/v1/traces", id="full-url"
+        ),
+        pytest.param("http://[::1]:4318", "http://[::1]:4318", id="ipv6"),
+    ],
+)
+def test_otlp_endpoint_good_values(value: str, want: str) -> None:
+    for flags, build in ((config.PLUGIN_FLAGS, config.build), (config.EXTENDER_FLAGS, config.build_extender)):
+        values = config.resolve(config.from_args_namespace(flags), {"FLEXNPU_OTLP_ENDPOINT": value}, flags)
+        if flags is config.PLUGIN_FLAGS:
+            values["node_name"] = "n"
+        assert build(values).otlp_endpoint == want
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param("otel-collector:4318", id="no-scheme"),
+        pytest.param("grpc://otel:4317", id="other-scheme"),
+        pytest.param("http://", id="no-host"),
+        pytest.param("http://otel:99999", id="port-too-large"),
+        pytest.param("http://otel:port", id="port-not-a-number"),
+        pytest.param("http://otel:4318/v1/traces extra", id="space-inside"),
+        pytest.param("http://otel:4318/\x00", id="control-char"),
+        pytest.param("collector", id="a-word"),
+    ],
+)
+def test_otlp_endpoint_bad_values_name_the_flag(value: str) -> None:
+    with pytest.raises(InvalidInput) as info:
+        from_args(["--node-name", "n", "--otlp-endpoint", value], {})
+    assert (info.value.code, info.value.field) == (ErrorCode.INVALID_CONFIG, "otlp-endpoint")
+    assert repr(value.strip()) in str(info.value)
+    with pytest.raises(InvalidInput) as info:
+        config.build_extender({"otlp_endpoint": value})
+    assert info.value.field == "otlp-endpoint"
+
+
+def test_otlp_endpoint_standard_variable_is_read_after_the_flexnpu_twin() -> None:
+    otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://std:4318"}
+    assert from_args(["--node-name", "n"], otel).otlp_endpoint == "http://std:4318"
+    both = {**otel, "FLEXNPU_OTLP_ENDPOINT": "http://flex:4318"}
+    assert from_args(["--node-name", "n"], both).otlp_endpoint == "http://flex:4318"
+    off = {**otel, "FLEXNPU_OTLP_ENDPOINT": ""}  # the FLEXNPU twin set to '' turns export off
+    assert from_args(["--node-name", "n"], off).otlp_endpoint == ""
+    flag = ["--node-name", "n", "--otlp-endpoint", "http://cli:4318"]
+    assert from_args(flag, both).otlp_endpoint == "http://cli:4318"

@@ -260,6 +260,8 @@ def test_plain_manifest_matches_the_chart() -> None:
         pytest.param("hostMemory.ratio", "2", id="host-memory-ratio-as-string"),
         pytest.param("hostMemory.max", "lots", id="host-memory-max-not-a-quantity"),
         pytest.param("hostMemory.max", "1.5Gi", id="host-memory-max-a-fraction"),
+        pytest.param("tracing.otlpEndpoint", "collector:4318", id="otlp-endpoint-no-scheme"),
+        pytest.param("tracing.otlpEndpoint", "http://", id="otlp-endpoint-no-host"),
     ],
 )
 def test_values_schema_rejects(dotted: str, value: Any) -> None:
@@ -295,6 +297,29 @@ def test_plugin_and_webhook_enforce_the_same_host_memory_bound(overrides: dict[s
     )
     want = (overrides.get("hostMemory.ratio", 2), overrides.get("hostMemory.max", "64Gi"))
     assert (bound.ratio, bound.cap_bytes) == (want[0], int(want[1][:-2]) << 30)
+
+
+@pytest.mark.parametrize("endpoint", ["", "http://otel-collector.observability:4318"])
+def test_the_plugin_and_the_extender_export_spans_to_the_same_endpoint(endpoint: str) -> None:
+    """``tracing.otlpEndpoint`` reaches both processes as ``FLEXNPU_OTLP_ENDPOINT``; unset, neither has it."""
+    from dra_driver import config as config_mod
+
+    docs = {
+        d["metadata"]["name"]: d
+        for d in render_chart(chart_values({"tracing.otlpEndpoint": endpoint, "extender.enabled": True}))
+        if d["kind"] in ("DaemonSet", "Deployment")
+    }
+    for name in ("flexnpu-dra-plugin", "flexnpu-dra-plugin-extender"):
+        env = _container_env(docs[name])
+        if not endpoint:
+            assert "FLEXNPU_OTLP_ENDPOINT" not in env, name
+            continue
+        value = env["FLEXNPU_OTLP_ENDPOINT"]["value"]
+        assert config_mod.otlp_endpoint({"otlp_endpoint": value}) == endpoint, name
+    others = [n for n, d in docs.items() if "FLEXNPU_OTLP_ENDPOINT" in _container_env(d)]
+    assert sorted(others) == (
+        sorted(["flexnpu-dra-plugin", "flexnpu-dra-plugin-extender"]) if endpoint else []
+    )
 
 
 def test_default_emulated_inventory_is_valid() -> None:

@@ -3,8 +3,8 @@ the Prometheus endpoint scraped over real HTTP."""
 
 from __future__ import annotations
 
-import importlib.util
 import socket
+import sys
 import threading
 import time
 import urllib.error
@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dra_driver import telemetry
 from dra_driver.errors import ErrorCode, InvalidInput, StateError, Unavailable
-from dra_driver.telemetry import OpRecord, ResidualKind, Telemetry
+from dra_driver.telemetry import OpRecord, ResidualKind, Telemetry, tracing
 from flexnpu_testing.telemetry import SPAN_BUFFER, ProbedTelemetry
 from flexnpu_testing.waiting import wait_for
 
@@ -344,16 +344,37 @@ def test_constructor_rejects_bad_config(kwargs: dict[str, object], field: str) -
     assert info.value.field == field
 
 
-def test_otlp_endpoint_needs_the_exporter_package() -> None:
-    installed = importlib.util.find_spec("opentelemetry.exporter.otlp") is not None
-    if installed:
-        t = Telemetry(node_name=NODE, driver_name=DRIVER, otlp_endpoint="http://127.0.0.1:4317")
-        t.shutdown()
-        return
+def test_otlp_endpoint_builds_the_http_exporter() -> None:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    exporter = tracing.otlp_exporter("http://127.0.0.1:4318")
+    try:
+        assert isinstance(exporter, OTLPSpanExporter)
+    finally:
+        exporter.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "url"),
+    [
+        pytest.param("http://otel:4318", "http://otel:4318/v1/traces", id="base"),
+        pytest.param("http://otel:4318/", "http://otel:4318/v1/traces", id="base-slash"),
+        pytest.param("https://otel/v1/traces", "https://otel/v1/traces", id="full"),
+        pytest.param("http://otel:4318/custom/spans", "http://otel:4318/custom/spans", id="own-path"),
+    ],
+)
+def test_traces_url_adds_the_signal_path_only_to_a_base_url(endpoint: str, url: str) -> None:
+    assert tracing.traces_url(endpoint) == url
+
+
+def test_otlp_endpoint_without_the_exporter_package_names_the_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    # An install without the project's dependencies: the import of the exporter fails.
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.trace_exporter", None)
     with pytest.raises(InvalidInput) as info:
-        Telemetry(node_name=NODE, driver_name=DRIVER, otlp_endpoint="http://127.0.0.1:4317")
-    assert info.value.field == "otlp_endpoint"
+        Telemetry(node_name=NODE, driver_name=DRIVER, otlp_endpoint="http://127.0.0.1:4318")
+    assert info.value.field == "otlp-endpoint"
     assert info.value.code is ErrorCode.INVALID_CONFIG
+    assert "opentelemetry-exporter-otlp-proto-http" in str(info.value)
 
 
 # -- spans -----------------------------------------------------------------------------------
