@@ -16,6 +16,7 @@ from typing import Any
 import kubernetes.client
 import pytest
 
+from dra_driver.devices import DieMode
 from dra_driver.placement import ANNOTATION, Placement
 from flexnpu_testing.cluster import ExtenderClient, ExtenderSpec
 from flexnpu_testing.placement_cluster import DRIVER, NAMESPACE, PlacementCluster
@@ -87,6 +88,33 @@ def test_an_allocation_that_keeps_the_order_writes_nothing(binpack_node: Placeme
     allocate_on(c, "b-claim", "node-00", "vnpu-7", compute="25")  # the first die already: same order
     wait_for(lambda: node.ordering.unchanged >= 1, what="the change seen and found to keep the order")
     assert node.ordering.republishes == 0 and published_shares(c, "node-00")[0] == "vnpu-7"
+
+
+def test_binpack_filling_a_die_keeps_the_published_order_and_places_as_the_policy(tmp_path: Path) -> None:
+    """Mode ``all``: once die 7 is full, binpack's order would list it last; the published order
+    (die 7 first) is first-fit equivalent (the vnpus counter keeps its other share devices, whole
+    device and templates off), so nothing is written, and the next share still lands on die 6."""
+    with PlacementCluster(tmp_path, nodes=1, policy=Placement.BINPACK, extender=False, mode=DieMode.ALL) as c:
+        node = c.nodes["node-00"]
+        for i in range(4):
+            c.scheduler.schedule(c.share_pod(f"f{i}"))
+        assert c.usage()["node-00"][7].shares == 4, c.picture()
+        wait_for(lambda: node.ordering.equivalent >= 1, what="the full die seen and the order kept")
+        assert node.ordering.republishes == 0
+        assert published_shares(c, "node-00")[:2] == ["vnpu-7", "vnpu-6"]  # as published at start
+        c.scheduler.schedule(c.share_pod("f4"))
+        assert c.usage()["node-00"][6].shares == 1, c.picture()
+        assert node.ordering.republishes == 0
+
+
+def test_spread_republishes_what_first_fit_would_place_otherwise(tmp_path: Path) -> None:
+    with PlacementCluster(tmp_path, nodes=1, policy=Placement.SPREAD, extender=False, mode=DieMode.ALL) as c:
+        node = c.nodes["node-00"]
+        c.scheduler.schedule(c.share_pod("g0"))
+        wait_for(
+            lambda: published_shares(c, "node-00")[0] == "vnpu-6", what="die 7 listed behind the free dies"
+        )
+        assert node.ordering.republishes == 1 and node.ordering.equivalent == 0
 
 
 def test_spread_on_one_node_takes_distinct_dies(tmp_path: Path) -> None:
