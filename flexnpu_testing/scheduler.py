@@ -390,13 +390,11 @@ class _Search:
                 st.used[ckey] = st.used.get(ckey, 0) + amount
             # Like checkAvailableCounters: every counter of the pool, not only the device's.
             used, available = st.used, st.available
-            if any(
-                used.get(ckey, 0) > available[ckey]
-                for ckey in self.node.pool_counters(cand.driver, cand.pool)
-            ):
-                for ckey, amount in use.items():
-                    st.used[ckey] -= amount
-                return None
+            for ckey in self.node.pool_counters(cand.driver, cand.pool):
+                if used.get(ckey, 0) > available[ckey]:
+                    for k, amount in use.items():
+                        used[k] -= amount
+                    return None
         if cand.multi:
             st.sharing[key] = st.sharing.get(key, 0) + 1
             for name, amount in consumed.items():
@@ -572,18 +570,14 @@ class SchedulerSim:
             if snapshot is not None
             else self._device_class(request["deviceClassName"])
         )
-        selectors = [
-            _compile_cel(s["cel"]["expression"]) for s in (cls.get("spec") or {}).get("selectors") or []
-        ]
-        selectors += [_compile_cel(s["cel"]["expression"]) for s in request.get("selectors") or []]
+        selector = _Selector(())  # the class's selectors, then the request's, all in order
+        for s in [*((cls.get("spec") or {}).get("selectors") or []), *(request.get("selectors") or [])]:
+            selector = selector.then(_compile_cel(s["cel"]["expression"]))
         wanted = (request.get("capacity") or {}).get("requests") or {}
 
         def test(cand: _Candidate) -> dict[str, Amount] | None:
-            if cand.pool_unusable:
+            if cand.pool_unusable or not selector(cand):
                 return None
-            for sel in selectors:
-                if not sel(cand):
-                    return None
             if not _tolerated(cand.device, request):
                 return None
             if cand.multi:
@@ -734,7 +728,7 @@ def _config_body(cfg: Obj) -> Obj:
 
 
 @functools.lru_cache(maxsize=1024)
-def _compile_cel(expression: str) -> Callable[[_Candidate], bool]:
+def _compile_cel(expression: str) -> _Selector:
     """Compile the supported CEL subset into a predicate, once per expression (kube-scheduler caches
     its compiled programs too); anything else is NotImplementedError. The predicate is evaluated per
     device each time, its terms in order, stopping at the first false one (CEL's ``&&``)."""
@@ -751,16 +745,35 @@ def _compile_cel(expression: str) -> Callable[[_Candidate], bool]:
                 f'CEL selector {expression!r}: SchedulerSim only supports `device.driver == "x"` and '
                 f'`device.attributes["domain"].name == <literal>` joined by `&&`'
             )
-    frozen = tuple(checks)
+    return _Selector(tuple(checks))
 
-    def matches(c: _Candidate) -> bool:
-        for attr, want in frozen:
-            got = c.driver if attr is None else c.attribute(*attr)
+
+_MISSING = object()
+
+
+class _Selector:
+    """A compiled selector: ``(attribute, literal)`` terms in order (``None``: ``device.driver``),
+    all of which must hold. Selectors of one request are joined into one (:meth:`then`)."""
+
+    __slots__ = ("checks",)
+
+    def __init__(self, checks: tuple[tuple[tuple[str, str] | None, object], ...]) -> None:
+        self.checks = checks
+
+    def then(self, other: _Selector) -> _Selector:
+        return _Selector(self.checks + other.checks)
+
+    def __call__(self, c: _Candidate) -> bool:
+        attrs = c.attrs
+        got: object
+        for attr, want in self.checks:
+            if attr is None:
+                got = c.driver
+            elif (got := attrs.get(attr, _MISSING)) is _MISSING:
+                got = c.attribute(*attr)
             if got != want:
                 return False
         return True
-
-    return matches
 
 
 def _cel_literal(text: str, expression: str) -> object:
