@@ -272,8 +272,9 @@ def order_pool(
     ``facts``: the pool's :class:`PoolFacts` when the caller has them already."""
     infos = facts.infos if facts is not None else device_infos(pool)
     totals = facts.totals if facts is not None else die_totals(pool)
+    keys: dict[tuple[Kind, int], tuple[Any, ...]] = {}  # a die's key per kind, worked out once
     slices = [
-        {**spec, "devices": order_devices(spec["devices"], infos, totals, usage, policy)}
+        {**spec, "devices": order_devices(spec["devices"], infos, totals, usage, policy, keys=keys)}
         if "devices" in spec
         else spec
         for spec in pool.slices
@@ -287,25 +288,28 @@ def order_devices(
     totals: Mapping[int, DieTotals],
     usage: Mapping[int, DieUse],
     policy: Placement,
+    *,
+    keys: dict[tuple[Kind, int], tuple[Any, ...]] | None = None,
 ) -> list[JSON]:
     """The devices in ``policy`` order (stable: a die's devices of one kind keep their order).
 
     Kinds keep their published block order (whole, shares, then templates, as :func:`layout`
-    puts them); within a kind, dies go by :func:`die_key`.
+    puts them); within a kind, dies go by :func:`die_key` (kept in ``keys`` per kind and die:
+    it depends on nothing else).
     """
     kind_rank = {Kind.WHOLE: 0, Kind.SHARE: 1, Kind.TEMPLATE: 2}
+    memo = keys if keys is not None else {}
 
     def key(item: tuple[int, JSON]) -> tuple[Any, ...]:
         position, dev = item
         info = infos.get(dev["name"])
         if info is None:
             return (3, 0, position)  # unknown devices stay at the end, in order
-        return (
-            kind_rank[info.kind],
-            die_key(info, totals.get(info.phy, DieTotals()), usage.get(info.phy, DieUse()), policy),
-            info.template,
-            position,
-        )
+        die = memo.get((info.kind, info.phy))
+        if die is None:
+            use = usage.get(info.phy, DieUse())
+            die = memo[(info.kind, info.phy)] = die_key(info, totals.get(info.phy, DieTotals()), use, policy)
+        return (kind_rank[info.kind], die, info.template, position)
 
     return [dev for _, dev in sorted(enumerate(devices), key=key)]
 
