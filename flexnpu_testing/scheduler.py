@@ -575,9 +575,20 @@ class SchedulerSim:
             selector = selector.then(_compile_cel(s["cel"]["expression"]))
         wanted = (request.get("capacity") or {}).get("requests") or {}
 
+        checks = selector.checks
+
         def test(cand: _Candidate) -> dict[str, Amount] | None:
-            if cand.pool_unusable or not selector(cand):
+            if cand.pool_unusable:
                 return None
+            attrs = cand.attrs
+            got: object
+            for attr, want in checks:  # the selector, evaluated here for this device (CEL's &&)
+                if attr is None:
+                    got = cand.driver
+                elif (got := attrs.get(attr, _MISSING)) is _MISSING:
+                    got = cand.attribute(*attr)
+                if got != want:
+                    return None
             if not _tolerated(cand.device, request):
                 return None
             if cand.multi:
@@ -729,8 +740,8 @@ def _config_body(cfg: Obj) -> Obj:
 
 @functools.lru_cache(maxsize=1024)
 def _compile_cel(expression: str) -> _Selector:
-    """Compile the supported CEL subset into a predicate, once per expression (kube-scheduler caches
-    its compiled programs too); anything else is NotImplementedError. The predicate is evaluated per
+    """Compile the supported CEL subset into a :class:`_Selector`, once per expression (kube-scheduler
+    caches its compiled programs too); anything else is NotImplementedError. It is evaluated per
     device each time, its terms in order, stopping at the first false one (CEL's ``&&``)."""
     terms = [t.strip() for t in expression.split("&&")]
     checks: list[tuple[tuple[str, str] | None, object]] = []  # None: device.driver
@@ -753,7 +764,8 @@ _MISSING = object()
 
 class _Selector:
     """A compiled selector: ``(attribute, literal)`` terms in order (``None``: ``device.driver``),
-    all of which must hold. Selectors of one request are joined into one (:meth:`then`)."""
+    all of which must hold (evaluated per device by ``SchedulerSim._option``'s test). Selectors of
+    one request are joined into one (:meth:`then`)."""
 
     __slots__ = ("checks",)
 
@@ -762,18 +774,6 @@ class _Selector:
 
     def then(self, other: _Selector) -> _Selector:
         return _Selector(self.checks + other.checks)
-
-    def __call__(self, c: _Candidate) -> bool:
-        attrs = c.attrs
-        got: object
-        for attr, want in self.checks:
-            if attr is None:
-                got = c.driver
-            elif (got := attrs.get(attr, _MISSING)) is _MISSING:
-                got = c.attribute(*attr)
-            if got != want:
-                return False
-        return True
 
 
 def _cel_literal(text: str, expression: str) -> object:
