@@ -8,6 +8,9 @@ no kubelet side (nothing is prepared: the order comes from allocations, not prep
 (``controller/extender.py``, HTTPS with a self-signed certificate made by ``openssl``) and a
 :class:`~flexnpu_testing.cluster.ClusterScheduler` that calls it.
 
+With ``processes=True`` the fake API server and the nodes run as their own processes (the nodes
+through this module's ``main``: ``python -m flexnpu_testing.placement_cluster``), as in a cluster.
+
 Usage::
 
     with PlacementCluster(tmp_path, nodes=8, policy=Placement.BINPACK, extender=True) as c:
