@@ -24,7 +24,10 @@ Scenarios (``--only`` picks some):
 * ``templates``: 240 pods on 40 nodes x 8 dies with the ordering on: hard-split templates from a
   mode-``all`` pool (128 devices a node) against plain whole dies (8 devices a node, no counters),
   interleaved; pods/s ratio (goal >= 0.8). ``--kinds templates,shares,whole`` measures share and
-  whole-die pods on the mode-``all`` pool too (goal >= 0.8 for every kind).
+  whole-die pods on the mode-``all`` pool too (goal >= 0.8 for every kind). The fake API server
+  and the 40 nodes run as their own processes, as in a cluster (``--one-process``: all in this
+  one, where the nodes' work takes the scheduler's interpreter time); the republishes (and the
+  orders kept as first-fit equivalent) are counted per round.
 
 Figures are printed (``--json`` for machine reading) and never asserted. The pictures
 (``--pictures FILE``) are what docs/placement.md shows.
@@ -210,10 +213,13 @@ def _rate(
         c.scheduler.run(arrivals, deadline=900)
         seconds = time.monotonic() - started
         calls = [s for e in c.scheduler.extenders for s in e.seconds]
+        stats = c.node_stats().values()
         return {
             "bound": len(c.scheduler.bound),
             "pods_per_s": len(c.scheduler.bound) / seconds,
             "calls": calls,
+            "republishes": sum(n["republishes"] for n in stats),
+            "equivalent": sum(n["equivalent"] for n in stats),
         }
 
 
@@ -258,10 +264,19 @@ _MAKERS: dict[str, Callable[[PlacementCluster, int], Any]] = {
 
 
 def templates(
-    tmp: Path, rounds: int, pods: int, nodes: int, kinds: tuple[str, ...] = ("templates",)
+    tmp: Path,
+    rounds: int,
+    pods: int,
+    nodes: int,
+    kinds: tuple[str, ...] = ("templates",),
+    *,
+    processes: bool = True,
 ) -> Result:
-    """Pods/s of each kind of pod on mode-``all`` nodes against whole-die pods on plain nodes, interleaved."""
+    """Pods/s of each kind of pod on mode-``all`` nodes against whole-die pods on plain nodes,
+    interleaved. With ``processes`` the fake API server and the nodes run as their own processes
+    (as in a cluster; this process runs the scheduler only), for the baseline and every kind."""
     rates: dict[str, list[float]] = {k: [] for k in ("plain", *kinds)}
+    writes: dict[str, list[tuple[int, int]]] = {k: [] for k in rates}
     for _ in range(rounds):
         for key, got in rates.items():
             mode = DieMode.WHOLE if key == "plain" else DieMode.ALL
@@ -273,10 +288,19 @@ def templates(
                 mode=mode,
                 extender=False,
                 writes_per_second=4.0,
+                processes=processes,
             )
             got.append(r["pods_per_s"])
+            writes[key].append((r["republishes"], r["equivalent"]))
     p = statistics.median(rates["plain"])
-    out: Result = {"pods": pods, "nodes": nodes, "plain_pods_per_s": round(p, 2), "rounds": rates}
+    out: Result = {
+        "pods": pods,
+        "nodes": nodes,
+        "processes": processes,
+        "plain_pods_per_s": round(p, 2),
+        "rounds": rates,
+        "republishes_and_equivalent_per_round": writes,
+    }
     for kind in kinds:
         out[f"{kind}_pods_per_s"] = round(statistics.median(rates[kind]), 2)
         out[f"{kind}_ratio"] = round(statistics.median(rates[kind]) / p, 3)
@@ -298,6 +322,11 @@ def main(argv: list[str] | None = None) -> int:
         default="templates",
         help="for templates: pod kinds on mode-all nodes (templates,shares,whole)",
     )
+    parser.add_argument(
+        "--one-process",
+        action="store_true",
+        help="for templates: run the API server and the nodes in the scheduler's process (as before)",
+    )
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--pictures", type=Path, help="write the ASCII pictures here")
     args = parser.parse_args(argv)
@@ -314,7 +343,9 @@ def main(argv: list[str] | None = None) -> int:
                     parser.error(
                         f"--kinds: unknown kind(s) {', '.join(unknown)}; use templates, shares, whole"
                     )
-                results[name] = templates(tmp, args.rounds, args.pods, args.nodes, kinds)
+                results[name] = templates(
+                    tmp, args.rounds, args.pods, args.nodes, kinds, processes=not args.one_process
+                )
             else:
                 results[name] = globals()[name](tmp)
             results[name]["wall_s"] = round(time.monotonic() - started, 1)

@@ -265,12 +265,16 @@ def die_usage(results: Iterable[Allocated], infos: Mapping[str, DeviceInfo]) -> 
 # --- ordering -------------------------------------------------------------------------------
 
 
-def order_pool(pool: pools.Pool, usage: Mapping[int, DieUse], policy: Placement) -> pools.Pool:
-    """``pool`` with each slice's devices in ``policy`` order for ``usage``; no device changes slice."""
-    infos = device_infos(pool)
-    totals = die_totals(pool)
+def order_pool(
+    pool: pools.Pool, usage: Mapping[int, DieUse], policy: Placement, facts: PoolFacts | None = None
+) -> pools.Pool:
+    """``pool`` with each slice's devices in ``policy`` order for ``usage``; no device changes slice.
+    ``facts``: the pool's :class:`PoolFacts` when the caller has them already."""
+    infos = facts.infos if facts is not None else device_infos(pool)
+    totals = facts.totals if facts is not None else die_totals(pool)
+    keys: dict[tuple[Kind, int], tuple[Any, ...]] = {}  # a die's key per kind, worked out once
     slices = [
-        {**spec, "devices": order_devices(spec["devices"], infos, totals, usage, policy)}
+        {**spec, "devices": order_devices(spec["devices"], infos, totals, usage, policy, keys=keys)}
         if "devices" in spec
         else spec
         for spec in pool.slices
@@ -284,25 +288,28 @@ def order_devices(
     totals: Mapping[int, DieTotals],
     usage: Mapping[int, DieUse],
     policy: Placement,
+    *,
+    keys: dict[tuple[Kind, int], tuple[Any, ...]] | None = None,
 ) -> list[JSON]:
     """The devices in ``policy`` order (stable: a die's devices of one kind keep their order).
 
     Kinds keep their published block order (whole, shares, then templates, as :func:`layout`
-    puts them); within a kind, dies go by :func:`die_key`.
+    puts them); within a kind, dies go by :func:`die_key` (kept in ``keys`` per kind and die:
+    it depends on nothing else).
     """
     kind_rank = {Kind.WHOLE: 0, Kind.SHARE: 1, Kind.TEMPLATE: 2}
+    memo = keys if keys is not None else {}
 
     def key(item: tuple[int, JSON]) -> tuple[Any, ...]:
         position, dev = item
         info = infos.get(dev["name"])
         if info is None:
             return (3, 0, position)  # unknown devices stay at the end, in order
-        return (
-            kind_rank[info.kind],
-            die_key(info, totals.get(info.phy, DieTotals()), usage.get(info.phy, DieUse()), policy),
-            info.template,
-            position,
-        )
+        die = memo.get((info.kind, info.phy))
+        if die is None:
+            use = usage.get(info.phy, DieUse())
+            die = memo[(info.kind, info.phy)] = die_key(info, totals.get(info.phy, DieTotals()), use, policy)
+        return (kind_rank[info.kind], die, info.template, position)
 
     return [dev for _, dev in sorted(enumerate(devices), key=key)]
 
@@ -318,6 +325,105 @@ def die_key(info: DeviceInfo, totals: DieTotals, use: DieUse, policy: Placement)
     if policy is Placement.BINPACK:
         return (full, -fill, -info.phy)
     return (full, fill, -info.phy)
+
+
+@dataclass(frozen=True)
+class PoolFacts:
+    """What the ordering reads of a pool, worked out once per pool (not per allocation)."""
+
+    infos: Mapping[str, DeviceInfo]
+    totals: Mapping[int, DieTotals]
+    counters: Mapping[tuple[str, str], int]  # (counter set, counter) -> the pool's total
+    consumes: Mapping[str, Mapping[tuple[str, str], int]]  # device -> what it consumes of them
+    least: Mapping[str, Mapping[str, int]]  # share device -> capacity -> the least a share consumes
+    capacity: Mapping[str, Mapping[str, int]]  # share device -> capacity -> its value
+
+    @classmethod
+    def of(cls, pool: pools.Pool) -> PoolFacts:
+        counters: dict[tuple[str, str], int] = {}
+        consumes: dict[str, dict[tuple[str, str], int]] = {}
+        least: dict[str, dict[str, int]] = {}
+        capacity: dict[str, dict[str, int]] = {}
+        for spec in pool.slices:
+            for cset in spec.get("sharedCounters") or []:
+                for name, c in (cset.get("counters") or {}).items():
+                    counters[(str(cset.get("name", "")), name)] = _int(c.get("value"))
+            for dev in spec.get("devices") or []:
+                use: dict[tuple[str, str], int] = {}
+                for cons in dev.get("consumesCounters") or []:
+                    for name, c in (cons.get("counters") or {}).items():
+                        key = (str(cons.get("counterSet", "")), name)
+                        use[key] = use.get(key, 0) + _int(c.get("value"))
+                consumes[dev["name"]] = use
+                if dev.get("allowMultipleAllocations"):
+                    least[dev["name"]], capacity[dev["name"]] = _share_least(dev)
+        return cls(device_infos(pool), die_totals(pool), counters, consumes, least, capacity)
+
+
+def _share_least(dev: JSON) -> tuple[dict[str, int], dict[str, int]]:
+    """Per capacity of a share device: the least one share consumes of it, and its value. Each share
+    consumes at least the ``validRange`` minimum or the smallest ``validValues`` entry; a capacity
+    without a policy is consumed whole."""
+    least: dict[str, int] = {}
+    value: dict[str, int] = {}
+    for cap, spec in (dev.get("capacity") or {}).items():
+        policy = spec.get("requestPolicy") or {}
+        value[cap] = _int(spec.get("value"))
+        if "validRange" in policy:
+            least[cap] = _int((policy["validRange"] or {}).get("min", "0"))
+        elif policy.get("validValues"):
+            least[cap] = min(_int(v) for v in policy["validValues"])
+        else:
+            least[cap] = value[cap]
+    return least, value
+
+
+def unfit_devices(facts: PoolFacts, results: Iterable[Allocated]) -> frozenset[str]:
+    """The devices of the pool that no claim can get now, whatever it asks, by the v1.36
+    allocator's own rules (sound, not complete: a device left out may still be unusable). It walks
+    past them, so where they stand in the order changes no first fit:
+
+    * an exclusive device (whole die, template instance) already allocated;
+    * a share device with a share (capacity in use: the allocator does not check its counters
+      again) that has less of some capacity left than the least a share consumes of it;
+    * any other device whose ``consumesCounters`` do not fit in what its counter sets have left
+      once every allocated device consumed its counters once (a whole die with a share on it, a
+      share device on a die held whole, holding templates or another share device's shares, a
+      template instance on a full die ...).
+    """
+    allocated: set[str] = set()
+    consumed: dict[str, dict[str, int]] = {}
+    for r in results:
+        allocated.add(r.device)
+        mine = consumed.setdefault(r.device, {})
+        for cap, value in r.consumed.items():
+            mine[cap] = mine.get(cap, 0) + _int(value)
+    available = dict(facts.counters)
+    for name in allocated:
+        for key, amount in (facts.consumes.get(name) or {}).items():
+            if key in available:
+                available[key] -= amount
+    out: set[str] = set()
+    for name, use in facts.consumes.items():
+        if name in facts.least:  # a share device
+            if name in consumed:
+                caps, least = facts.capacity[name], facts.least[name]
+                if any(caps[c] - consumed[name].get(c, 0) < least[c] for c in caps):
+                    out.add(name)
+                continue
+        elif name in allocated:
+            out.add(name)
+            continue
+        if any(key in available and amount > available[key] for key, amount in use.items()):
+            out.add(name)
+    return frozenset(out)
+
+
+def first_fit_view(pool: pools.Pool, unfit: frozenset[str]) -> list[list[str]]:
+    """Per slice, the names of its devices in order without ``unfit`` ones: two orders of one pool
+    with the same view make the allocator (first fit in slice, then device order) pick the same
+    devices for any claim, since the devices it skips are the only ones that moved."""
+    return [[d["name"] for d in spec.get("devices") or [] if d["name"] not in unfit] for spec in pool.slices]
 
 
 # --- slice layout ---------------------------------------------------------------------------

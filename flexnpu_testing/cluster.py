@@ -160,12 +160,24 @@ class ExtenderClient:
 class Informer:
     """A list-then-watch cache of one resource from raw JSON (an informer, without client models)."""
 
-    def __init__(self, api_client: kubernetes.client.ApiClient, path: str, *, watch_timeout: int = 5) -> None:
+    def __init__(
+        self,
+        api_client: kubernetes.client.ApiClient,
+        path: str,
+        *,
+        watch_timeout: int = 5,
+        index: Callable[[Obj], str] | None = None,
+    ) -> None:
         self._client, self._path, self._watch_timeout = api_client, path, watch_timeout
         self._lock = threading.Lock()
         self._items: dict[str, Obj] = {}
         self._rv = ""
         self.version = 0  # bumps on every change seen
+        # An index (client-go's Indexer): index value -> key -> object, and a version per value
+        # that bumps whenever an object with that value appears, changes or goes.
+        self._index_fn = index
+        self._index: dict[str, dict[str, Obj]] = {}
+        self._index_versions: dict[str, int] = {}
         self.synced = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -185,6 +197,45 @@ class Informer:
         with self._lock:
             return list(self._items.values())
 
+    def index_version(self, value: str) -> int:
+        with self._lock:
+            return self._index_versions.get(value, 0)
+
+    def get(self, key: str) -> Obj | None:
+        """The cached object ``namespace/name`` (``/name`` when cluster-scoped), or None."""
+        with self._lock:
+            return self._items.get(key)
+
+    def indexed(self, value: str) -> tuple[int, list[Obj]]:
+        """The objects whose index value is ``value``, and that value's version (see ``index``)."""
+        with self._lock:
+            return self._index_versions.get(value, 0), list((self._index.get(value) or {}).values())
+
+    def _reindex(self, key: str, old: Obj | None, new: Obj | None) -> None:
+        """Under the lock: move ``key`` from ``old``'s index value to ``new``'s."""
+        if self._index_fn is None:
+            return
+        for obj, keep in ((old, False), (new, True)):
+            if obj is None:
+                continue
+            value = self._index_fn(obj)
+            bucket = self._index.setdefault(value, {})
+            if keep:
+                bucket[key] = obj
+            else:
+                bucket.pop(key, None)
+            self._index_versions[value] = self._index_versions.get(value, 0) + 1
+
+    def _replace_all(self, items: list[Obj]) -> None:
+        with self._lock:
+            old = self._items
+            self._items = {_key(o): o for o in items}
+            self.version += 1
+            for key, obj in old.items():
+                self._reindex(key, obj, None)
+            for key, obj in self._items.items():
+                self._reindex(key, None, obj)
+
     def assume(self, obj: Obj) -> None:
         """Take an object the scheduler just wrote, unless the cache already has a newer version."""
         self._put(obj)
@@ -197,15 +248,14 @@ class Informer:
                 return
             self._items[key] = obj
             self.version += 1
+            self._reindex(key, old, obj)
 
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
                 if not self._rv:
                     doc = self._get({})
-                    with self._lock:
-                        self._items = {_key(o): o for o in doc.get("items") or []}
-                        self.version += 1
+                    self._replace_all(list(doc.get("items") or []))
                     self._rv = str(doc["metadata"]["resourceVersion"])
                     self.synced.set()
                 for event in self._watch():
@@ -216,8 +266,9 @@ class Informer:
                     self._rv = str((obj.get("metadata") or {}).get("resourceVersion") or self._rv)
                     if event.get("type") == "DELETED":
                         with self._lock:
-                            self._items.pop(_key(obj), None)
+                            gone = self._items.pop(_key(obj), None)
                             self.version += 1
+                            self._reindex(_key(obj), gone, None)
                     elif event.get("type") in ("ADDED", "MODIFIED"):
                         self._put(obj)
             except (OSError, ValueError, ApiException, kubernetes.client.exceptions.OpenApiException):
@@ -271,19 +322,26 @@ class _Cycle:
 
     def __init__(self, owner: ClusterScheduler) -> None:
         self._owner = owner
-        claims = owner.claims.items()
-        self._by_node: dict[str, list[Obj]] = {}
-        for c in claims:
-            node = _allocated_node((c.get("status") or {}).get("allocation"))
-            if node:
-                self._by_node.setdefault(node, []).append(c)
+        self._by_node: dict[str, tuple[int, list[Obj]]] = {}  # read once per node and cycle
         self._extra: dict[str, list[Obj]] = {}
 
     def node(self, node_name: str) -> _Node:
         return self._owner.node_devices(node_name)
 
+    def _allocated(self, node_name: str) -> tuple[int, list[Obj]]:
+        if node_name not in self._by_node:
+            self._by_node[node_name] = self._owner.claims.indexed(node_name)
+        return self._by_node[node_name]
+
     def claims_on(self, node_name: str) -> Iterable[Obj]:
-        return [*self._by_node.get(node_name, []), *self._extra.get(node_name, [])]
+        return [*self._allocated(node_name)[1], *self._extra.get(node_name, [])]
+
+    def claims_key(self, node_name: str) -> tuple[int, int] | None:
+        """Changes whenever :meth:`claims_on` may have: the claims index's version for the node
+        (None while this cycle planned a claim there: not kept)."""
+        if self._extra.get(node_name):
+            return None
+        return (id(self._owner.claims), self._allocated(node_name)[0])
 
     def device_class(self, name: str) -> Obj:
         return self._owner.device_class(name)
@@ -291,6 +349,19 @@ class _Cycle:
     def add(self, node_name: str, claim: Obj) -> None:
         """A claim planned on the node this cycle (a pod's next claim sees it)."""
         self._extra.setdefault(node_name, []).append(claim)
+
+
+ALL_NODES = "\x00all-nodes"
+"""The slice index value of ``allNodes`` slices (no node name can be it)."""
+
+
+def _slice_node(obj: Obj) -> str:
+    spec = obj.get("spec") or {}
+    return ALL_NODES if spec.get("allNodes") else str(spec.get("nodeName") or "")
+
+
+def _claim_node(obj: Obj) -> str:
+    return _allocated_node((obj.get("status") or {}).get("allocation"))
 
 
 def _allocated_node(allocation: Obj | None) -> str:
@@ -336,12 +407,13 @@ class ClusterScheduler:
         self.api_client = api_client
         self.nodes = list(nodes)
         self.extenders = [ExtenderClient(e) for e in extenders]
-        self.slices = Informer(api_client, f"{RESOURCE}/resourceslices")
-        self.claims = Informer(api_client, f"{RESOURCE}/resourceclaims")
+        self.slices = Informer(api_client, f"{RESOURCE}/resourceslices", index=_slice_node)
+        self.claims = Informer(api_client, f"{RESOURCE}/resourceclaims", index=_claim_node)
         self._random = random.Random(seed)  # noqa: S311 - a tie-break, not crypto
         self._classes: dict[str, Obj] = {}
-        self._node_cache: dict[str, tuple[tuple[tuple[str, int], ...], _Node]] = {}
+        self._node_cache: dict[str, tuple[tuple[int, int], _Node]] = {}
         self._node_objs: dict[str, Obj] = {}
+        self._allocatables: dict[str, tuple[int, int]] = {}
         self.pods_on: dict[str, int] = dict.fromkeys(self.nodes, 0)
         self.bound: dict[str, str] = {}
         self.decisions: list[Decision] = []
@@ -376,16 +448,13 @@ class ClusterScheduler:
         return self._classes[name]
 
     def node_devices(self, node_name: str) -> _Node:
-        """The node's candidates, rebuilt only when one of its slices changed."""
-        mine = [
-            s
-            for s in self.slices.items()
-            if s["spec"].get("nodeName") == node_name or s["spec"].get("allNodes")
-        ]
-        key = tuple(sorted((s["metadata"]["name"], _rv(s)) for s in mine))
+        """The node's candidates, rebuilt only when one of its slices (or an all-nodes slice) changed."""
         cached = self._node_cache.get(node_name)
-        if cached is None or cached[0] != key:
-            cached = (key, node_from_slices(mine, node_name))
+        mine_version, all_version = self.slices.index_version(node_name), self.slices.index_version(ALL_NODES)
+        if cached is None or cached[0] != (mine_version, all_version):
+            mine_version, mine = self.slices.indexed(node_name)
+            all_version, shared = self.slices.indexed(ALL_NODES)
+            cached = ((mine_version, all_version), node_from_slices([*mine, *shared], node_name))
             self._node_cache[node_name] = cached
         return cached[1]
 
@@ -467,9 +536,9 @@ class ClusterScheduler:
         return planned
 
     def _claim(self, namespace: str, name: str) -> Obj:
-        for c in self.claims.items():
-            if c["metadata"]["namespace"] == namespace and c["metadata"]["name"] == name:
-                return c
+        cached = self.claims.get(f"{namespace}/{name}")
+        if cached is not None:
+            return cached
         return self.sim._read_claim(namespace, name)  # created a moment ago: not in the cache yet
 
     @staticmethod
@@ -482,9 +551,7 @@ class ClusterScheduler:
 
     def _default_score(self, node: str) -> int:
         """NodeResourcesFit LeastAllocated + BalancedAllocation (CPU, memory), non-zero pod requests."""
-        alloc = (self._node_objs[node].get("status") or {}).get("allocatable") or DEFAULT_ALLOCATABLE
-        cpu_cap = int(parse_quantity(str(alloc.get("cpu", DEFAULT_ALLOCATABLE["cpu"])))[0] * 1000)
-        mem_cap = int(parse_quantity(str(alloc.get("memory", DEFAULT_ALLOCATABLE["memory"])))[0])
+        cpu_cap, mem_cap = self._allocatable(node)
         pods = self.pods_on.get(node, 0) + 1  # with the pod being scheduled
         cpu_req, mem_req = pods * NONZERO_CPU_MILLI, pods * NONZERO_MEMORY
         least = (
@@ -495,6 +562,16 @@ class ClusterScheduler:
         std = abs(fractions[0] - fractions[1]) / 2
         balanced = int((1 - std) * MAX_NODE_SCORE)
         return least + balanced
+
+    def _allocatable(self, node: str) -> tuple[int, int]:
+        """The node's allocatable CPU (milli) and memory (bytes), parsed once (a NodeInfo's)."""
+        if node in self._allocatables:
+            return self._allocatables[node]
+        alloc = (self._node_objs[node].get("status") or {}).get("allocatable") or DEFAULT_ALLOCATABLE
+        cpu_cap = int(parse_quantity(str(alloc.get("cpu", DEFAULT_ALLOCATABLE["cpu"])))[0] * 1000)
+        mem_cap = int(parse_quantity(str(alloc.get("memory", DEFAULT_ALLOCATABLE["memory"])))[0])
+        self._allocatables[node] = (cpu_cap, mem_cap)
+        return cpu_cap, mem_cap
 
     # ---- a queue
 

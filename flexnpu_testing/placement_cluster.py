@@ -8,6 +8,9 @@ no kubelet side (nothing is prepared: the order comes from allocations, not prep
 (``controller/extender.py``, HTTPS with a self-signed certificate made by ``openssl``) and a
 :class:`~flexnpu_testing.cluster.ClusterScheduler` that calls it.
 
+With ``processes=True`` the fake API server and the nodes run as their own processes (the nodes
+through this module's ``main``: ``python -m flexnpu_testing.placement_cluster``), as in a cluster.
+
 Usage::
 
     with PlacementCluster(tmp_path, nodes=8, policy=Placement.BINPACK, extender=True) as c:
@@ -17,9 +20,12 @@ Usage::
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import json
 import logging
 import os
+import signal
 import socket
 import ssl
 import subprocess
@@ -27,6 +33,7 @@ import sys
 import threading
 import urllib.request
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -57,6 +64,7 @@ CLASSES = {
 }
 PUBLISH_DEBOUNCE = node_process.PUBLISH_DEBOUNCE
 """The node's slice controller debounce (kubeletplugin/node.py)."""
+WATCH_HISTORY = 100_000
 
 Obj = dict[str, Any]
 
@@ -80,7 +88,7 @@ class PublishingNode:
         writes_per_second: float,
     ) -> None:
         self.name = name
-        self.base = slices.build_pool(inventory, driver_name=DRIVER, node_name=name, mode_of=lambda _d: mode)
+        self.base = build_base(inventory, name, mode)
         self.controller = SliceController(
             kube.for_helper(),  # the helper sees its own errors, as on a node
             driver_name=DRIVER,
@@ -117,6 +125,42 @@ class PublishingNode:
         self.ordering.start(stop)
 
 
+def build_base(inventory: Inventory, name: str, mode: DieMode) -> slices.DesiredPool:
+    """A node's pool as ``dra_driver/slices.py`` builds it, every die in ``mode`` (static order)."""
+    return slices.build_pool(inventory, driver_name=DRIVER, node_name=name, mode_of=lambda _d: mode)
+
+
+def start_nodes(
+    kube: Callable[[], Kube],
+    names: list[str],
+    inventory: Inventory,
+    *,
+    mode: DieMode,
+    policy: Placement,
+    writes_per_second: float,
+    stop: threading.Event,
+) -> dict[str, PublishingNode]:
+    """A :class:`PublishingNode` per name (each on ``kube()``), started; returns once each published."""
+    nodes: dict[str, PublishingNode] = {}
+    for name in names:
+        node = PublishingNode(
+            kube(), name, inventory, mode=mode, policy=policy, writes_per_second=writes_per_second
+        )
+        nodes[name] = node
+        node.start(stop)
+    wait_for(
+        lambda: all(n.controller.published.is_set() for n in nodes.values()),
+        what="every node published",
+        timeout=60,
+    )
+    return nodes
+
+
+def _stats(node: PublishingNode) -> dict[str, int]:
+    o = node.ordering
+    return {"republishes": o.republishes, "equivalent": o.equivalent, "unchanged": o.unchanged}
+
+
 def make_cert(directory: Path) -> tuple[Path, Path]:
     """A self-signed certificate for 127.0.0.1 (its own CA), made with the openssl CLI."""
     cert, key = directory / "extender.crt", directory / "extender.key"
@@ -141,6 +185,10 @@ class PlacementCluster:
     * publishing - run the nodes' publishers with ordering (False: publish the empty-node order once).
     * extender_process - run ``flexnpu-dra extender`` as its own process (the bench) instead of in
       this process (tests that read its counters and spans).
+    * processes - run the fake API server and the nodes each as their own process (``python -m
+      flexnpu_testing.fake_apiserver``, ``python -m flexnpu_testing.placement_cluster``), as in a
+      cluster, where the scheduler shares no interpreter with them: this process then runs the
+      scheduler only (the bench's throughput figures). ``nodes`` is then empty: see :meth:`node_stats`.
     """
 
     def __init__(
@@ -156,6 +204,7 @@ class PlacementCluster:
         publishing: bool = True,
         seed: int = 1,
         extender_process: bool = False,
+        processes: bool = False,
     ) -> None:
         self.workdir = workdir
         self.node_names = [f"node-{i:02d}" for i in range(nodes)]
@@ -164,7 +213,13 @@ class PlacementCluster:
         self.seed = seed
         self.extender_process = extender_process
         self.extender_proc: subprocess.Popen[bytes] | None = None
-        self.server = FakeAPIServer(watch_history=100_000)
+        self.processes = processes
+        self.server: FakeAPIServer | None = None if processes else FakeAPIServer(watch_history=WATCH_HISTORY)
+        self.server_proc: subprocess.Popen[str] | None = None
+        self.nodes_proc: subprocess.Popen[str] | None = None
+        self.url = ""
+        self.bases: dict[str, slices.DesiredPool] = {}
+        """Each node's pool as built (static order): what :meth:`usage` reads the devices from."""
         self.stop_event = threading.Event()
         self.extender_stop = threading.Event()
         self.nodes: dict[str, PublishingNode] = {}
@@ -191,10 +246,46 @@ class PlacementCluster:
         self._kubes.append(kube)
         return kube
 
+    def api_client(self) -> kubernetes.client.ApiClient:
+        cfg = kubernetes.client.Configuration()
+        cfg.host = self.url
+        return kubernetes.client.ApiClient(cfg)
+
+    def _start_server(self) -> None:
+        if self.server is not None:
+            self.server.start()
+            self.url = self.server.url
+            self.kubeconfig = self.server.write_kubeconfig(self.workdir / "kubeconfig")
+            return
+        self.kubeconfig = self.workdir / "kubeconfig"
+        self.server_proc = self._child(
+            "apiserver",
+            ["-m", "flexnpu_testing.fake_apiserver", "--kubeconfig-out", str(self.kubeconfig),
+             "--watch-history", str(WATCH_HISTORY)],
+        )  # fmt: skip
+        self.url = self._line(self.server_proc, "the fake API server's URL")
+
+    def _child(self, name: str, args: list[str]) -> subprocess.Popen[str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FLEXNPU_")}
+        log = (self.workdir / f"{name}.log").open("ab")
+        self._exit.callback(log.close)
+        return subprocess.Popen(
+            [sys.executable, *args], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=log, text=True, cwd=Path(__file__).resolve().parents[1],
+        )  # fmt: skip
+
+    @staticmethod
+    def _line(proc: subprocess.Popen[str], what: str) -> str:
+        """The child's next stdout line (it answers when it is ready); its end is an error."""
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{what}: the child process ended (exit {proc.wait(timeout=10)})")
+        return line.strip()
+
     def _start(self) -> None:
-        self.server.start()
-        self.kubeconfig = self.server.write_kubeconfig(self.workdir / "kubeconfig")
-        api = self.server.api_client()
+        self._start_server()
+        api = self.api_client()
         core = kubernetes.client.CoreV1Api(api)
         resource = kubernetes.client.ResourceV1Api(api)
         core.create_namespace(
@@ -213,21 +304,27 @@ class PlacementCluster:
             )  # fmt: skip
         kube = self._kube()
         for name in self.node_names:
-            node = PublishingNode(
-                kube if not self.publishing else self._kube(),
-                name,
+            self.bases[name] = build_base(inventory, name, self.mode)
+        if self.processes:
+            self.nodes_proc = self._child(
+                "nodes",
+                ["-m", "flexnpu_testing.placement_cluster", "--kubeconfig", str(self.kubeconfig),
+                 "--mode", str(self.mode), "--policy", str(self.policy),
+                 "--writes-per-second", str(self.writes_per_second if self.publishing else 0),
+                 *(["--static"] if not self.publishing else []), *self.node_names],
+            )  # fmt: skip
+            if (answer := self._line(self.nodes_proc, "the nodes process")) != "ready":
+                raise RuntimeError(f"the nodes process answered {answer!r}, not ready")
+        else:
+            self.nodes = start_nodes(
+                lambda: kube if not self.publishing else self._kube(),
+                self.node_names,
                 inventory,
                 mode=self.mode,
                 policy=self.policy,
                 writes_per_second=self.writes_per_second if self.publishing else 0,
+                stop=self.stop_event,
             )
-            self.nodes[name] = node
-            node.start(self.stop_event)
-        wait_for(
-            lambda: all(n.controller.published.is_set() for n in self.nodes.values()),
-            what="every node published",
-            timeout=60,
-        )
         specs = []
         if self.use_extender and self.extender_process:
             cert, _key = make_cert(self.workdir)
@@ -310,13 +407,36 @@ class PlacementCluster:
             node.ordering.join(timeout=5)
         for kube in self._kubes:
             kube.close()
-        self.server.stop()
+        for proc in (self.nodes_proc, self.server_proc):
+            if proc is not None and proc.poll() is None:
+                assert proc.stdin is not None
+                with contextlib.suppress(OSError):
+                    proc.stdin.close()  # the nodes process stops on its stdin's end
+                proc.terminate()
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        if self.server is not None:
+            self.server.stop()
+
+    def node_stats(self) -> dict[str, dict[str, int]]:
+        """Per node, the ordering's counts: ``republishes`` (the published order changed),
+        ``equivalent`` (the policy's order changed but was first-fit equivalent to the published one:
+        nothing written) and ``unchanged`` (an allocation that left the order as it was)."""
+        if self.nodes_proc is None:
+            return {name: _stats(n) for name, n in self.nodes.items()}
+        assert self.nodes_proc.stdin is not None
+        self.nodes_proc.stdin.write("stats\n")
+        self.nodes_proc.stdin.flush()
+        return dict(json.loads(self._line(self.nodes_proc, "the nodes process's counts")))
 
     # ---- workload
 
     def pod(self, name: str, request: Obj, *, node: str | None = None, annotations: Obj | None = None) -> Obj:
         """A pod with one claim of ``request`` (created in the API); ``node`` pins it (nodeSelector)."""
-        resource = kubernetes.client.ResourceV1Api(self.server.api_client())
+        resource = kubernetes.client.ResourceV1Api(self.api_client())
         claim_name = f"{name}-claim"
         resource.create_namespaced_resource_claim(
             NAMESPACE,
@@ -366,9 +486,9 @@ class PlacementCluster:
         """Node -> die -> what is allocated there, read from the API."""
         items, _ = self._kubes[0].list_claims()
         out: dict[str, dict[int, placement.DieUse]] = {}
-        for name, node in self.nodes.items():
+        for name, base in self.bases.items():
             results = placement.allocated_results(items, driver=DRIVER, pool=name)
-            out[name] = placement.die_usage(results, placement.device_infos(node.base))
+            out[name] = placement.die_usage(results, placement.device_infos(base))
         return out
 
     def dies_used(self) -> set[tuple[str, int]]:
@@ -384,3 +504,58 @@ class PlacementCluster:
                 cells.append("W" if u.whole else ("." if not u.used else str(min(9, u.shares + u.templates))))
             rows.append(f"{name} [{' '.join(cells)}]")
         return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m flexnpu_testing.placement_cluster``: publishing nodes as their own process.
+
+    Runs a :class:`PublishingNode` per node name against the API server of ``--kubeconfig``,
+    prints ``ready`` once every node published, answers each ``stats`` line on stdin with a JSON
+    line of :meth:`PlacementCluster.node_stats`, and stops at the end of stdin (or SIGTERM).
+    """
+    parser = argparse.ArgumentParser(prog="python -m flexnpu_testing.placement_cluster")
+    parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--mode", default=str(DieMode.BOTH), choices=[str(m) for m in DieMode])
+    parser.add_argument("--policy", default=str(Placement.BINPACK))
+    parser.add_argument("--writes-per-second", type=float, default=4.0)
+    parser.add_argument("--static", action="store_true", help="one shared client, no ordering")
+    parser.add_argument("nodes", nargs="+")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    kubes: list[Kube] = []
+
+    def kube() -> Kube:
+        if args.static and kubes:
+            return kubes[0]
+        kubes.append(Kube.from_config(args.kubeconfig))
+        return kubes[-1]
+
+    inventory = discovery.from_config(inventory=INVENTORY, npu_smi="npu-smi").discover()
+    nodes = start_nodes(
+        kube,
+        args.nodes,
+        inventory,
+        mode=DieMode(args.mode),
+        policy=Placement.parse(args.policy),
+        writes_per_second=args.writes_per_second,
+        stop=stop,
+    )
+    print("ready", flush=True)
+    for line in sys.stdin:
+        if stop.is_set():
+            break
+        if line.strip() == "stats":
+            print(json.dumps({name: _stats(n) for name, n in nodes.items()}), flush=True)
+    stop.set()
+    for node in nodes.values():
+        node.ordering.trigger()
+        node.ordering.join(timeout=5)
+    for k in kubes:
+        k.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

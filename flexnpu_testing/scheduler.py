@@ -56,7 +56,7 @@ import functools
 import math
 import re
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Protocol
@@ -76,9 +76,15 @@ def _quantity(text: str) -> tuple[Fraction, str]:
     return quantities.parse_quantity(text)
 
 
+def _exact(value: Fraction) -> Fraction | int:
+    """A counter amount as an int when it is whole (the same value, compared faster), else the Fraction."""
+    return int(value) if value.denominator == 1 else value
+
+
 Obj = dict[str, Any]
 DevKey = tuple[str, str, str]  # driver, pool, device
 CounterKey = tuple[str, str, str, str]  # driver, pool, counter set, counter
+Amount = Fraction | int  # a counter amount: an int when whole (see _exact)
 MAX_CONFLICT_RETRIES = 5
 
 _CEL_DRIVER = re.compile(r'^device\.driver\s*==\s*"([^"]*)"$')
@@ -102,9 +108,34 @@ class _Candidate:
     device: Obj
     pool_unusable: bool = False  # incomplete or invalid pool: the allocator skips its devices
     key: DevKey = field(init=False)  # (driver, pool, device name), made once (the allocator's DeviceID)
+    attrs: dict[tuple[str, str], object] = field(init=False, compare=False, repr=False)
+    """(domain, name) -> the attribute's value, looked up once per device (a node view's devices
+    do not change: a changed slice makes a new view)."""
+
+    shares: dict[tuple[tuple[str, str], ...], dict[str, Amount] | None] = field(
+        init=False, compare=False, repr=False
+    )
+    """Requested capacity -> what one share of it consumes here (:func:`_consumed_capacity`), once."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", (self.driver, self.pool, self.device["name"]))
+        object.__setattr__(self, "attrs", {})
+        object.__setattr__(self, "shares", {})
+
+    def consumed_by_share(self, wanted: dict[str, str]) -> dict[str, Amount] | None:
+        """What one share requesting ``wanted`` consumes of this device (None: it cannot fit)."""
+        key = tuple(sorted(wanted.items()))
+        if key not in self.shares:
+            self.shares[key] = _consumed_capacity(self.device, wanted)
+        return self.shares[key]
+
+    def attribute(self, domain: str, name: str) -> object:
+        """The value of ``device.attributes["domain"].name`` (None when the device has none)."""
+        try:
+            return self.attrs[(domain, name)]
+        except KeyError:
+            value = self.attrs[(domain, name)] = _attribute(self, domain, name)
+            return value
 
     @property
     def multi(self) -> bool:
@@ -116,22 +147,23 @@ class _Node:
     """The node's devices (in allocator order) and counter sets, newest pool generation only."""
 
     candidates: list[_Candidate]
-    counter_sets: dict[tuple[str, str, str], dict[str, Fraction]]  # (driver, pool, set) -> totals
-    _uses: dict[DevKey, dict[CounterKey, Fraction] | None] = field(default_factory=dict)
-    _totals: dict[CounterKey, Fraction] | None = None
+    counter_sets: dict[tuple[str, str, str], dict[str, Amount]]  # (driver, pool, set) -> totals
+    _uses: dict[DevKey, dict[CounterKey, Amount] | None] = field(default_factory=dict)
+    _totals: dict[CounterKey, Amount] | None = None
     _pool_counters: dict[tuple[str, str], list[CounterKey]] | None = None
     _by_key: dict[DevKey, _Candidate] | None = None
+    _usage_cache: tuple[Hashable, _State] | None = None
 
     def index(self) -> dict[DevKey, int]:
         return {c.key: i for i, c in enumerate(self.candidates)}
 
-    def counter_use(self, cand: _Candidate) -> dict[CounterKey, Fraction] | None:
+    def counter_use(self, cand: _Candidate) -> dict[CounterKey, Amount] | None:
         """What ``cand`` consumes of its counter sets, worked out once per node view."""
         if cand.key not in self._uses:
             self._uses[cand.key] = _counter_use(cand, self.counter_sets)
         return self._uses[cand.key]
 
-    def totals(self) -> dict[CounterKey, Fraction]:
+    def totals(self) -> dict[CounterKey, Amount]:
         if self._totals is None:
             self._totals = {
                 (driver, pool, cset, name): value
@@ -154,30 +186,55 @@ class _Node:
             self._by_key = {c.key: c for c in self.candidates}
         return self._by_key
 
+    def usage(self, claim: Obj, claims: Sequence[Obj], key: Hashable | None) -> _State:
+        """:func:`_usage_of` for ``claim``, kept while ``key`` (the snapshot's claims on this node,
+        see :meth:`Snapshot.claims_key`) is unchanged: the same state as rebuilding it, which
+        kube-scheduler's snapshot does not redo for an unchanged node either. None: not kept."""
+        if key is None:
+            return _usage_of(claim, self, claims)
+        uid = claim["metadata"]["uid"]
+        own = any(c["metadata"]["uid"] == uid for c in claims)
+        cache_key = (key, uid if own else None)
+        if self._usage_cache is None or self._usage_cache[0] != cache_key:
+            self._usage_cache = (cache_key, _usage_of(claim, self, claims))
+        return self._usage_cache[1].fork()
+
 
 @dataclass
 class _State:
     """What other claims hold, plus what the claim being allocated has picked so far."""
 
     exclusive: set[DevKey] = field(default_factory=set)
-    consumed: dict[tuple[DevKey, str], Fraction] = field(default_factory=dict)
-    available: dict[CounterKey, Fraction] = field(default_factory=dict)  # after earlier claims
-    used: dict[CounterKey, Fraction] = field(default_factory=dict)  # by this claim's results
+    consumed: dict[tuple[DevKey, str], Amount] = field(default_factory=dict)
+    available: dict[CounterKey, Amount] = field(default_factory=dict)  # after earlier claims
+    used: dict[CounterKey, Amount] = field(default_factory=dict)  # by this claim's results
     overdrawn_pools: set[tuple[str, str]] = field(default_factory=set)
     shared: set[DevKey] = field(default_factory=set)  # multi-allocatable, capacity in use by other claims
     sharing: dict[DevKey, int] = field(default_factory=dict)  # ... and by this claim's results
+
+    def fork(self) -> _State:
+        """A copy to allocate one claim on: what a search changes is copied, the rest shared (read only)."""
+        return _State(
+            exclusive=set(self.exclusive),
+            consumed=dict(self.consumed),
+            available=self.available,
+            used=dict(self.used),
+            overdrawn_pools=self.overdrawn_pools,
+            shared=self.shared,
+            sharing=dict(self.sharing),
+        )
 
 
 class _Matches:
     """The devices that match a request, found lazily in allocator order: like the real allocator,
     a device is looked at (selectors, taints, capacity) only when the search reaches it."""
 
-    def __init__(self, node: _Node, test: Callable[[_Candidate], dict[str, Fraction] | None]) -> None:
+    def __init__(self, node: _Node, test: Callable[[_Candidate], dict[str, Amount] | None]) -> None:
         self._node, self._test = node, test
-        self._items: list[tuple[int, dict[str, Fraction]]] = []
+        self._items: list[tuple[int, dict[str, Amount]]] = []
         self._next = 0  # next candidate index to look at
 
-    def at(self, pos: int) -> tuple[int, dict[str, Fraction]] | None:
+    def at(self, pos: int) -> tuple[int, dict[str, Amount]] | None:
         """The ``pos``-th matching device (candidate index, what one share consumes), or None."""
         candidates = self._node.candidates
         while len(self._items) <= pos and self._next < len(candidates):
@@ -187,7 +244,7 @@ class _Matches:
             self._next += 1
         return self._items[pos] if pos < len(self._items) else None
 
-    def all(self) -> list[tuple[int, dict[str, Fraction]]]:
+    def all(self) -> list[tuple[int, dict[str, Amount]]]:
         self.at(len(self._node.candidates))
         return list(self._items)
 
@@ -204,7 +261,7 @@ class _Option:
     class_config: list[Obj]
 
 
-Pick = tuple[int, dict[str, Fraction]]
+Pick = tuple[int, dict[str, Amount]]
 MAX_SEARCH_STEPS = 200_000
 """Bound on devices tried per claim (kube-scheduler bounds its filter by time instead)."""
 
@@ -309,7 +366,7 @@ class _Search:
             undo()
         return False
 
-    def _take(self, cand: _Candidate, consumed: dict[str, Fraction]) -> Callable[[], None] | None:
+    def _take(self, cand: _Candidate, consumed: dict[str, Amount]) -> Callable[[], None] | None:
         """Charge one result on ``cand`` if it fits; returns how to give it back, or None."""
         st = self.state
         key = cand.key
@@ -318,8 +375,8 @@ class _Search:
         if cand.multi:
             caps = cand.device.get("capacity") or {}
             for name, amount in consumed.items():
-                total = _quantity(caps[name]["value"])[0]
-                if st.consumed.get((key, name), Fraction(0)) + amount > total:
+                total = _exact(_quantity(caps[name]["value"])[0])
+                if st.consumed.get((key, name), 0) + amount > total:
                     return None
         use = self.node.counter_use(cand)
         if use is None:
@@ -330,19 +387,18 @@ class _Search:
             if (cand.driver, cand.pool) in st.overdrawn_pools:
                 return None
             for ckey, amount in use.items():
-                st.used[ckey] = st.used.get(ckey, Fraction(0)) + amount
+                st.used[ckey] = st.used.get(ckey, 0) + amount
             # Like checkAvailableCounters: every counter of the pool, not only the device's.
-            if any(
-                st.used.get(ckey, Fraction(0)) > st.available[ckey]
-                for ckey in self.node.pool_counters(cand.driver, cand.pool)
-            ):
-                for ckey, amount in use.items():
-                    st.used[ckey] -= amount
-                return None
+            used, available = st.used, st.available
+            for ckey in self.node.pool_counters(cand.driver, cand.pool):
+                if used.get(ckey, 0) > available[ckey]:
+                    for k, amount in use.items():
+                        used[k] -= amount
+                    return None
         if cand.multi:
             st.sharing[key] = st.sharing.get(key, 0) + 1
             for name, amount in consumed.items():
-                st.consumed[(key, name)] = st.consumed.get((key, name), Fraction(0)) + amount
+                st.consumed[(key, name)] = st.consumed.get((key, name), 0) + amount
         else:
             st.exclusive.add(key)
 
@@ -451,7 +507,12 @@ class SchedulerSim:
             state = self._usage(claim, node)
         else:
             node = snapshot.node(node_name)
-            state = self._usage(claim, node, snapshot.claims_on(node_name))
+            claims_key = getattr(snapshot, "claims_key", None)
+            state = node.usage(
+                claim,
+                list(snapshot.claims_on(node_name)),
+                claims_key(node_name) if claims_key is not None else None,
+            )
         requests: list[list[_Option]] = []
         for request in devices.get("requests") or []:
             subs = (
@@ -509,21 +570,29 @@ class SchedulerSim:
             if snapshot is not None
             else self._device_class(request["deviceClassName"])
         )
-        selectors = [
-            _compile_cel(s["cel"]["expression"]) for s in (cls.get("spec") or {}).get("selectors") or []
-        ]
-        selectors += [_compile_cel(s["cel"]["expression"]) for s in request.get("selectors") or []]
+        selector = _Selector(())  # the class's selectors, then the request's, all in order
+        for s in [*((cls.get("spec") or {}).get("selectors") or []), *(request.get("selectors") or [])]:
+            selector = selector.then(_compile_cel(s["cel"]["expression"]))
         wanted = (request.get("capacity") or {}).get("requests") or {}
 
-        def test(cand: _Candidate) -> dict[str, Fraction] | None:
-            if (
-                cand.pool_unusable
-                or not all(sel(cand) for sel in selectors)
-                or not _tolerated(cand.device, request)
-            ):
+        checks = selector.checks
+
+        def test(cand: _Candidate) -> dict[str, Amount] | None:
+            if cand.pool_unusable:
+                return None
+            attrs = cand.attrs
+            got: object
+            for attr, want in checks:  # the selector, evaluated here for this device (CEL's &&)
+                if attr is None:
+                    got = cand.driver
+                elif (got := attrs.get(attr, _MISSING)) is _MISSING:
+                    got = cand.attribute(*attr)
+                if got != want:
+                    return None
+            if not _tolerated(cand.device, request):
                 return None
             if cand.multi:
-                return _consumed_capacity(cand.device, wanted)
+                return cand.consumed_by_share(wanted)
             return {} if _exclusive_capacity_fits(cand.device, wanted) else None
 
         matching = _Matches(node, test)
@@ -579,6 +648,9 @@ class Snapshot(Protocol):
     def claims_on(self, node_name: str) -> Iterable[Obj]: ...
     def device_class(self, name: str) -> Obj: ...
 
+    # Optional: ``claims_key(node_name) -> Hashable | None``, a key that changes whenever
+    # ``claims_on(node_name)`` may have (None: do not keep the node's usage between claims).
+
 
 def node_from_slices(all_slices: Iterable[Obj], node_name: str) -> _Node:
     """The node's devices and counter sets from ResourceSlices (newest pool generation, slice order)."""
@@ -600,13 +672,13 @@ def node_from_slices(all_slices: Iterable[Obj], node_name: str) -> _Node:
         if len(pool_slices) < expected or len(names) != len(set(names)):
             unusable.add(key)  # incomplete or invalid: the allocator does not use the pool
     candidates: list[_Candidate] = []
-    counters: dict[tuple[str, str, str], dict[str, Fraction]] = {}
+    counters: dict[tuple[str, str, str], dict[str, Amount]] = {}
     for s in current:
         spec = s["spec"]
         driver, pool = spec["driver"], spec["pool"]["name"]
         for cset in spec.get("sharedCounters") or []:
             counters[(driver, pool, cset["name"])] = {
-                n: _quantity(c["value"])[0] for n, c in (cset.get("counters") or {}).items()
+                n: _exact(_quantity(c["value"])[0]) for n, c in (cset.get("counters") or {}).items()
             }
         candidates += [
             _Candidate(driver, pool, dev, (driver, pool) in unusable) for dev in spec.get("devices") or []
@@ -632,7 +704,7 @@ def _usage_of(claim: Obj, node: _Node, claims: Iterable[Obj]) -> _State:
             elif res.get("consumedCapacity"):
                 state.shared.add(key)  # in the allocator's AggregatedCapacity
             for cap, value in (res.get("consumedCapacity") or {}).items():
-                state.consumed[(key, cap)] = state.consumed.get((key, cap), Fraction(0)) + _quantity(value)[0]
+                state.consumed[(key, cap)] = state.consumed.get((key, cap), 0) + _exact(_quantity(value)[0])
     state.available = dict(node.totals())
     # Like the allocator, walk every device of the node's pools and charge the allocated ones
     # (it does so for a pool with counter sets, the first time it checks a device's counters).
@@ -666,23 +738,42 @@ def _config_body(cfg: Obj) -> Obj:
     return {k: v for k, v in cfg.items() if k not in ("requests", "source")}
 
 
-def _compile_cel(expression: str) -> Callable[[_Candidate], bool]:
-    """Compile the supported CEL subset into a predicate; anything else is NotImplementedError."""
+@functools.lru_cache(maxsize=1024)
+def _compile_cel(expression: str) -> _Selector:
+    """Compile the supported CEL subset into a :class:`_Selector`, once per expression (kube-scheduler
+    caches its compiled programs too); anything else is NotImplementedError. It is evaluated per
+    device each time, its terms in order, stopping at the first false one (CEL's ``&&``)."""
     terms = [t.strip() for t in expression.split("&&")]
-    preds: list[Callable[[_Candidate], bool]] = []
+    checks: list[tuple[tuple[str, str] | None, object]] = []  # None: device.driver
     for term in terms:
         if (m := _CEL_DRIVER.match(term)) is not None:
-            want = m.group(1)
-            preds.append(lambda c, want=want: c.driver == want)  # type: ignore[misc]
+            checks.append((None, m.group(1)))
         elif (m := _CEL_ATTR.match(term)) is not None:
             domain, attr, literal = m.group(1), m.group(2), _cel_literal(m.group(3).strip(), expression)
-            preds.append(lambda c, d=domain, a=attr, v=literal: _attribute(c, d, a) == v)  # type: ignore[misc]
+            checks.append(((domain, attr), literal))
         else:
             raise NotImplementedError(
                 f'CEL selector {expression!r}: SchedulerSim only supports `device.driver == "x"` and '
                 f'`device.attributes["domain"].name == <literal>` joined by `&&`'
             )
-    return lambda c: all(p(c) for p in preds)
+    return _Selector(tuple(checks))
+
+
+_MISSING = object()
+
+
+class _Selector:
+    """A compiled selector: ``(attribute, literal)`` terms in order (``None``: ``device.driver``),
+    all of which must hold (evaluated per device by ``SchedulerSim._option``'s test). Selectors of
+    one request are joined into one (:meth:`then`)."""
+
+    __slots__ = ("checks",)
+
+    def __init__(self, checks: tuple[tuple[tuple[str, str] | None, object], ...]) -> None:
+        self.checks = checks
+
+    def then(self, other: _Selector) -> _Selector:
+        return _Selector(self.checks + other.checks)
 
 
 def _cel_literal(text: str, expression: str) -> object:
@@ -726,17 +817,17 @@ def _tolerates(tol: Obj, taint: Obj) -> bool:
     return bool(tol.get("key") == taint.get("key") and tol.get("value", "") == taint.get("value", ""))
 
 
-def _consumed_capacity(dev: Obj, wanted: dict[str, str]) -> dict[str, Fraction] | None:
+def _consumed_capacity(dev: Obj, wanted: dict[str, str]) -> dict[str, Amount] | None:
     """Per-capacity amounts one share consumes (policy-rounded), or None if the request cannot fit."""
     caps = dev.get("capacity") or {}
     if any(name not in caps for name in wanted):
         return None
-    out: dict[str, Fraction] = {}
+    out: dict[str, Amount] = {}
     for name, cap in caps.items():
         total = _quantity(cap["value"])[0]
         policy = cap.get("requestPolicy") or {}
         if name not in wanted:
-            out[name] = _quantity(policy["default"])[0] if policy.get("default") else total
+            out[name] = _exact(_quantity(policy["default"])[0] if policy.get("default") else total)
             continue
         amount = _quantity(wanted[name])[0]
         if policy.get("validValues"):
@@ -753,7 +844,7 @@ def _consumed_capacity(dev: Obj, wanted: dict[str, str]) -> dict[str, Fraction] 
                 amount = low + math.ceil((amount - low) / step) * step
             if rng.get("max") and amount > _quantity(rng["max"])[0]:
                 return None
-        out[name] = amount
+        out[name] = _exact(amount)
     return out
 
 
@@ -766,7 +857,7 @@ def _exclusive_capacity_fits(dev: Obj, wanted: dict[str, str]) -> bool:
     return True
 
 
-def _result(option: _Option, cand: _Candidate, consumed: dict[str, Fraction]) -> Obj:
+def _result(option: _Option, cand: _Candidate, consumed: dict[str, Amount]) -> Obj:
     result: Obj = {
         "request": option.result_name,
         "driver": cand.driver,
@@ -778,15 +869,15 @@ def _result(option: _Option, cand: _Candidate, consumed: dict[str, Fraction]) ->
     if cand.multi:
         result["shareID"] = str(uuid.uuid4())
         result["consumedCapacity"] = {
-            cap: format_quantity(amount, _fmt(cand.device, cap)) for cap, amount in consumed.items()
+            cap: _format(amount, _fmt(cand.device, cap)) for cap, amount in consumed.items()
         }
     return result
 
 
 def _counter_use(
-    cand: _Candidate, counter_sets: dict[tuple[str, str, str], dict[str, Fraction]]
-) -> dict[CounterKey, Fraction] | None:
-    out: dict[CounterKey, Fraction] = {}
+    cand: _Candidate, counter_sets: dict[tuple[str, str, str], dict[str, Amount]]
+) -> dict[CounterKey, Amount] | None:
+    out: dict[CounterKey, Amount] = {}
     for cons in cand.device.get("consumesCounters") or []:
         cset = counter_sets.get((cand.driver, cand.pool, cons["counterSet"]))
         if cset is None:
@@ -795,8 +886,14 @@ def _counter_use(
             if name not in cset:
                 return None
             key = (cand.driver, cand.pool, cons["counterSet"], name)
-            out[key] = out.get(key, Fraction(0)) + _quantity(ctr["value"])[0]
+            out[key] = out.get(key, 0) + _exact(_quantity(ctr["value"])[0])
     return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _format(amount: Amount, fmt: str) -> str:
+    """``format_quantity``, once per amount (the allocator keeps quantities, not strings)."""
+    return format_quantity(Fraction(amount), fmt)
 
 
 def _fmt(dev: Obj, cap: str) -> str:

@@ -74,23 +74,50 @@ class DeviceOrdering:
         """How often the order changed (each change is published once)."""
         self.unchanged = 0
         """Changes of the allocations that left the order as it was (nothing written)."""
+        self.equivalent = 0
+        """Policy orders that differed from the one given last but were first-fit equivalent to it
+        (the same fit devices in the same order in each slice): the one given last was kept."""
         self._last_pool: pools.Pool | None = None
         self._last_order: list[str] | None = None
+        self._given: tuple[pools.Pool, pools.Pool] | None = None  # (pool asked for, order given)
+        self._facts: tuple[pools.Pool, placement.PoolFacts] | None = None
         self._threads: list[threading.Thread] = []
 
     def order(self, pool: pools.Pool) -> pools.Pool:
-        """``pool`` with each slice in policy order for what is allocated now (pure given the cache)."""
+        """``pool`` with each slice in policy order for what is allocated now (pure given the cache).
+
+        When the policy order differs from the order given last for the same pool only in where
+        it puts devices that no claim can get now (``placement.unfit_devices``: held, full, kept off
+        by their die's counters), the order given last is kept: the allocator skips those devices,
+        so both orders make it pick the same devices, and keeping it writes nothing. (Binpack
+        filling dies one after another never needs a write; spread does on each allocation.)
+        """
         self._last_pool = pool
         if not self.enabled:
             return pool
+        facts = self._facts_of(pool)
         results = self.allocations.results(pool.name)
-        usage = placement.die_usage(results, placement.device_infos(pool))
-        ordered = placement.order_pool(pool, usage, self.policy)
+        usage = placement.die_usage(results, facts.infos)
+        ordered = placement.order_pool(pool, usage, self.policy, facts)
+        given = self._given
+        if given is not None and given[0] == pool and given[1] != ordered:
+            unfit = placement.unfit_devices(facts, results)
+            if placement.first_fit_view(ordered, unfit) == placement.first_fit_view(given[1], unfit):
+                self.equivalent += 1
+                ordered = given[1]
+        self._given = (pool, ordered)
         names = ordered.device_names
         if self._last_order is not None and names != self._last_order:
             self.republishes += 1
         self._last_order = names
         return ordered
+
+    def _facts_of(self, pool: pools.Pool) -> placement.PoolFacts:
+        """The pool's facts, worked out again only when the pool differs from the last one's."""
+        cached = self._facts
+        if cached is None or not (cached[0] is pool or cached[0] == pool):
+            cached = self._facts = (pool, placement.PoolFacts.of(pool))
+        return cached[1]
 
     def trigger(self) -> None:
         self._wake.set()
@@ -140,8 +167,9 @@ class DeviceOrdering:
         pool = self._last_pool
         if pool is None:
             return placement.NodeFill()
-        usage = placement.die_usage(self.allocations.results(pool.name), placement.device_infos(pool))
-        return placement.node_fill(placement.die_totals(pool), usage)
+        facts = self._facts_of(pool)
+        usage = placement.die_usage(self.allocations.results(pool.name), facts.infos)
+        return placement.node_fill(facts.totals, usage)
 
 
 class PlacementCollector:

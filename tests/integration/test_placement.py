@@ -16,8 +16,9 @@ from typing import Any
 import kubernetes.client
 import pytest
 
+from dra_driver.devices import DieMode
 from dra_driver.placement import ANNOTATION, Placement
-from flexnpu_testing.cluster import ExtenderClient, ExtenderSpec
+from flexnpu_testing.cluster import ExtenderClient, ExtenderSpec, Unschedulable
 from flexnpu_testing.placement_cluster import DRIVER, NAMESPACE, PlacementCluster
 from flexnpu_testing.telemetry import record_spans
 from flexnpu_testing.waiting import wait_for
@@ -88,6 +89,68 @@ def test_an_allocation_that_keeps_the_order_writes_nothing(binpack_node: Placeme
     allocate_on(c, "b-claim", "node-00", "vnpu-7", compute="25")  # the first die already: same order
     wait_for(lambda: node.ordering.unchanged >= 1, what="the change seen and found to keep the order")
     assert node.ordering.republishes == 0 and published_shares(c, "node-00")[0] == "vnpu-7"
+
+
+def test_binpack_filling_a_die_keeps_the_published_order_and_places_as_the_policy(tmp_path: Path) -> None:
+    """Mode ``all``: once die 7 is full, binpack's order would list it last; the published order
+    (die 7 first) is first-fit equivalent (the vnpus counter keeps its other share devices, whole
+    device and templates off), so nothing is written, and the next share still lands on die 6."""
+    with PlacementCluster(tmp_path, nodes=1, policy=Placement.BINPACK, extender=False, mode=DieMode.ALL) as c:
+        node = c.nodes["node-00"]
+        for i in range(4):
+            c.scheduler.schedule(c.share_pod(f"f{i}"))
+        assert c.usage()["node-00"][7].shares == 4, c.picture()
+        wait_for(lambda: node.ordering.equivalent >= 1, what="the full die seen and the order kept")
+        assert node.ordering.republishes == 0
+        assert published_shares(c, "node-00")[:2] == ["vnpu-7", "vnpu-6"]  # as published at start
+        c.scheduler.schedule(c.share_pod("f4"))
+        assert c.usage()["node-00"][6].shares == 1, c.picture()
+        assert node.ordering.republishes == 0
+
+
+def test_spread_republishes_what_first_fit_would_place_otherwise(tmp_path: Path) -> None:
+    with PlacementCluster(tmp_path, nodes=1, policy=Placement.SPREAD, extender=False, mode=DieMode.ALL) as c:
+        node = c.nodes["node-00"]
+        c.scheduler.schedule(c.share_pod("g0"))
+        wait_for(
+            lambda: published_shares(c, "node-00")[0] == "vnpu-6", what="die 7 listed behind the free dies"
+        )
+        assert node.ordering.republishes == 1 and node.ordering.equivalent == 0
+
+
+def test_the_schedulers_kept_node_usage_follows_claims_that_go_and_come(tmp_path: Path) -> None:
+    """The fake scheduler keeps a node's usage between pods while the node's claims are unchanged:
+    a claim deleted, or allocated by another writer, is seen by the next pod."""
+    with PlacementCluster(tmp_path, nodes=1, extender=False, mode=DieMode.BOTH, publishing=False) as c:
+        for i in range(8):
+            c.scheduler.schedule(c.whole_pod(f"w{i}"))
+        with pytest.raises(Unschedulable):
+            c.scheduler.schedule(c.whole_pod("w8"))
+        held = {r["device"] for cl in c.scheduler.claims.items() for r in _results(cl)}
+        resource = kubernetes.client.ResourceV1Api(c.server.api_client())  # type: ignore[union-attr]
+        resource.delete_namespaced_resource_claim("w3-claim", NAMESPACE)
+        wait_for(lambda: c.scheduler.claims.get(f"{NAMESPACE}/w3-claim") is None, what="the deletion seen")
+        c.scheduler.schedule(c.pods["w8"])
+        freed = {r["device"] for r in _results(c.scheduler.claims.get(f"{NAMESPACE}/w8-claim") or {})}
+        assert freed and freed <= held
+        # die 0 freed; a pod that cannot fit plans on the node (its usage is kept), then someone
+        # else allocates a full share on die 0's share device: the next share must see it
+        resource.delete_namespaced_resource_claim("w0-claim", NAMESPACE)
+        wait_for(lambda: c.scheduler.claims.get(f"{NAMESPACE}/w0-claim") is None, what="the deletion seen")
+        with pytest.raises(Unschedulable):
+            c.scheduler.schedule(c.pod("two", {"deviceClassName": "npu.flexnpu.io", "count": 2}))
+        allocate_on(c, "x-claim", "node-00", "vnpu-0", compute="100")
+        wait_for(
+            lambda: c.scheduler.claims.get(f"{NAMESPACE}/x-claim") is not None, what="the allocation seen"
+        )
+        with pytest.raises(Unschedulable):  # the other dies are held whole, die 0's compute is taken
+            c.scheduler.schedule(c.share_pod("s0"))
+
+
+def _results(claim: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(
+        (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
+    )
 
 
 def test_spread_on_one_node_takes_distinct_dies(tmp_path: Path) -> None:
@@ -302,3 +365,21 @@ def test_the_extender_is_ready_only_once_its_watches_listed(tmp_path: Path) -> N
             stop.set()
             server.join(timeout=30)
     assert not server.is_alive()
+
+
+def test_a_cluster_with_the_api_server_and_the_nodes_in_their_own_processes(tmp_path: Path) -> None:
+    """The bench's setup: this process schedules; the fake API server and the nodes are children."""
+    c = PlacementCluster(tmp_path, nodes=2, extender=False, mode=DieMode.ALL, processes=True)
+    with c:
+        assert c.server is None and c.nodes == {}
+        for i in range(4):
+            c.scheduler.schedule(c.share_pod(f"p{i}", node="node-01"))
+        assert c.usage()["node-01"][7].shares == 4, c.picture()
+        wait_for(
+            lambda: c.node_stats()["node-01"]["equivalent"] >= 1, what="the nodes process saw die 7 full"
+        )
+        stats = c.node_stats()
+        assert stats["node-00"] == {"republishes": 0, "equivalent": 0, "unchanged": 0}  # nothing there
+        assert stats["node-01"]["republishes"] == 0
+    assert c.server_proc is not None and c.server_proc.poll() is not None
+    assert c.nodes_proc is not None and c.nodes_proc.poll() == 0

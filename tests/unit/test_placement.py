@@ -234,3 +234,86 @@ def test_claim_cache_of_one_pool_ignores_the_others() -> None:
     cache = ClaimAllocations(None, driver="d", pool="n1", on_change=seen.append)  # type: ignore[arg-type]
     cache.apply("ADDED", _claim("x", ("d", "n2", "vnpu-1")))
     assert seen == [] and cache.results("n2") == []
+
+
+# --- first-fit equivalence: which devices no claim can get now ------------------------------------
+
+T8 = "vir05-1c-8g"  # 5 AI Cores, 4 instances a die of 20
+
+
+def template(die: int, i: int, name: str = T8) -> Allocated:
+    return Allocated("n", f"npu-{die}-{name}-{i}")
+
+
+def die_devices(p: slices.DesiredPool, die: int) -> set[str]:
+    return {n for n in p.device_names if n.split("-")[1] == str(die)}
+
+
+@pytest.mark.parametrize(
+    ("results", "unfit_on_die_7"),
+    [
+        pytest.param([], set(), id="empty-node-all-fit"),
+        pytest.param(
+            [Allocated("n", "npu-7")], "all", id="held-whole-the-die-takes-nothing-more"
+        ),
+        pytest.param(
+            [share(7)],
+            {"npu-7", "vnpu-7-fixed", "vnpu-7-best-effort"} | {f"npu-7-{t}" for t in (
+                "vir05-1c-8g-0", "vir05-1c-8g-1", "vir05-1c-8g-2", "vir05-1c-8g-3", "vir05-1c-16g-0",
+                "vir05-1c-16g-1", "vir10-3c-16g-0", "vir10-3c-16g-1", "vir10-3c-16g-nm-0",
+                "vir10-3c-16g-nm-1", "vir10-4c-16g-m-0", "vir10-3c-32g-0")},
+            id="a-share-keeps-the-whole-device-other-policies-and-templates-off",
+        ),
+        pytest.param(
+            [share(7, 100)], "all", id="a-share-device-at-full-compute-takes-no-share-either"
+        ),
+        pytest.param(
+            [template(7, 0)],
+            {"npu-7", "vnpu-7", "vnpu-7-fixed", "vnpu-7-best-effort", f"npu-7-{T8}-0",
+             "npu-7-vir10-3c-32g-0"},  # 32 GiB of the die's 32: no longer there
+            id="a-template-keeps-whole-and-shares-off-its-siblings-still-fit",
+        ),
+        pytest.param(
+            [template(7, i) for i in range(4)], "all", id="four-5-core-templates-fill-the-20-cores"
+        ),
+    ],
+)  # fmt: skip
+def test_unfit_devices(results: list[Allocated], unfit_on_die_7: set[str] | str) -> None:
+    p = pool(DieMode.ALL)
+    unfit = placement.unfit_devices(placement.PoolFacts.of(p), results)
+    expected = die_devices(p, 7) if unfit_on_die_7 == "all" else unfit_on_die_7
+    assert unfit == expected
+
+
+def test_a_share_device_with_room_left_stays_fit() -> None:
+    p = pool(DieMode.ALL)
+    unfit = placement.unfit_devices(placement.PoolFacts.of(p), [share(7, 50), share(7, 49)])
+    assert "vnpu-7" not in unfit and "vnpu-7-fixed" in unfit
+
+
+@pytest.mark.parametrize(
+    ("results", "policy", "equivalent"),
+    [
+        pytest.param([share(7, 50), share(7, 50)], Placement.BINPACK, True,
+                     id="binpack-full-die-moved-last-same-first-fit"),
+        pytest.param([share(7, 100), share(6, 25)], Placement.BINPACK, True,
+                     id="binpack-filling-the-next-die-in-static-order"),
+        pytest.param([share(7, 25)], Placement.SPREAD, False, id="spread-a-used-die-moved-behind-free-ones"),
+        pytest.param([share(3, 25)], Placement.BINPACK, False, id="binpack-a-die-out-of-static-order"),
+        pytest.param([share(7, 100), share(6, 50), share(3, 25)], Placement.BINPACK, False,
+                     id="binpack-a-fuller-die-not-first"),
+        pytest.param([template(7, i) for i in range(4)], Placement.BINPACK, True,
+                     id="binpack-templates-a-full-die-moved-last"),
+        pytest.param([template(7, 0)], Placement.SPREAD, False, id="spread-templates"),
+    ],
+)  # fmt: skip
+def test_first_fit_view_against_the_static_order(
+    results: list[Allocated], policy: Placement, equivalent: bool
+) -> None:
+    built = pool(DieMode.ALL)
+    facts = placement.PoolFacts.of(built)
+    static = placement.order_pool(built, {}, policy, facts)  # the empty node's order, published at start
+    wanted = placement.order_pool(built, placement.die_usage(results, facts.infos), policy, facts)
+    unfit = placement.unfit_devices(facts, results)
+    assert wanted.device_names != static.device_names  # the policy would reorder ...
+    assert (placement.first_fit_view(wanted, unfit) == placement.first_fit_view(static, unfit)) is equivalent
