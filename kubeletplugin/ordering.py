@@ -201,4 +201,10 @@ class PlacementCollector:
             "flexnpu_placement_republishes", "republishes for a changed device order", labels=names
         )
         writes.add_metric(self._labels, self._ordering.republishes)
-        yield from (in_use, partly, info, writes)
+        kept = CounterMetricFamily(
+            "flexnpu_placement_orders_kept",
+            "changed policy orders not published: first-fit equivalent to the published one",
+            labels=names,
+        )
+        kept.add_metric(self._labels, self._ordering.equivalent)
+        yield from (in_use, partly, info, writes, kept)

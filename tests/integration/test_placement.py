@@ -22,6 +22,7 @@ from flexnpu_testing.cluster import ExtenderClient, ExtenderSpec, Unschedulable
 from flexnpu_testing.placement_cluster import DRIVER, NAMESPACE, PlacementCluster
 from flexnpu_testing.telemetry import record_spans
 from flexnpu_testing.waiting import wait_for
+from kubeletplugin.ordering import PlacementCollector
 
 
 def published_shares(c: PlacementCluster, node: str) -> list[str]:
@@ -106,6 +107,12 @@ def test_binpack_filling_a_die_keeps_the_published_order_and_places_as_the_polic
         c.scheduler.schedule(c.share_pod("f4"))
         assert c.usage()["node-00"][6].shares == 1, c.picture()
         assert node.ordering.republishes == 0
+        series = {
+            m.name: m.samples[0].value
+            for m in PlacementCollector(node.ordering, node_name="node-00", driver_name="d").collect()
+        }
+        assert series["flexnpu_placement_republishes"] == 0
+        assert series["flexnpu_placement_orders_kept"] == node.ordering.equivalent >= 1
 
 
 def test_spread_republishes_what_first_fit_would_place_otherwise(tmp_path: Path) -> None:
