@@ -14,7 +14,9 @@ everywhere (no preference). No ``filter`` verb: the DynamicResources plugin alre
 the devices themselves, and a second filter would only add a way to refuse pods.
 
 Fill comes from watch-fed caches (``controller/allocations.py``): the allocated claims of this
-driver and every node's ResourceSlices; a call makes no API request. Before the caches have
+driver and every node's ResourceSlices; a call makes no API request. Each change the caches see
+recomputes the changed nodes' fill and both policies' scores on the watch's thread, so a call only
+looks its nodes up in a table (it computes what is still pending, if it comes first). Before the caches have
 listed once, every node scores 0 (no preference) rather than guess. kube-scheduler ignores a
 prioritize error or timeout (the pod is placed by its own scores), so a down extender never
 keeps a pod pending; ``ignorable: true`` in the scheduler configuration says the same for the
@@ -114,9 +116,8 @@ class NodeScores:
             return {node: fill for node, fill in self._fill.values()}
 
     def scores(self, policy: Placement) -> dict[str, int]:
-        """Node name -> this policy's score, as of every change the caches have seen (a copy)."""
+        """Node name -> this policy's score as computed so far (a copy; computes nothing itself)."""
         with self._lock:
-            self._refresh_locked()
             return dict(self._scores[policy])
 
     def _refresh(self) -> None:
