@@ -11,7 +11,8 @@ extender's die totals per node).
 Both run as a :func:`dra_driver.liveness.run_forever` loop: list, then watch from the list's
 resourceVersion; a watch that ends is restarted from the last version seen; ``Gone`` (410) lists
 again; other API errors back off (capped). After each change the ``on_change`` callback gets the
-pools that changed (it must be quick: the node's republish trigger only sets a flag). Reads are
+pools that changed on the watch's thread (it must be quick: the node's republish trigger only
+sets a flag; the extender's recomputes the changed pools' scores). Reads are
 from a snapshot under a lock; no read goes to the API.
 """
 

@@ -14,7 +14,9 @@ everywhere (no preference). No ``filter`` verb: the DynamicResources plugin alre
 the devices themselves, and a second filter would only add a way to refuse pods.
 
 Fill comes from watch-fed caches (``controller/allocations.py``): the allocated claims of this
-driver and every node's ResourceSlices; a call makes no API request. Before the caches have
+driver and every node's ResourceSlices; a call makes no API request. Each change the caches see
+recomputes the changed nodes' fill and both policies' scores on the watch's thread, so a call only
+looks its nodes up in a table (it computes what is still pending, if it comes first). Before the caches have
 listed once, every node scores 0 (no preference) rather than guess. kube-scheduler ignores a
 prioritize error or timeout (the pod is placed by its own scores), so a down extender never
 keeps a pod pending; ``ignorable: true`` in the scheduler configuration says the same for the
@@ -74,6 +76,9 @@ class NodeScores:
         self._first = True
         self._dirty: set[str] = set()
         self._fill: dict[str, tuple[str, placement.NodeFill]] = {}  # pool -> (node, fill)
+        self._scores: dict[Placement, dict[str, int]] = {p: {} for p in Placement}  # policy -> node -> score
+        self._unknown = {p: placement.node_score(placement.NodeFill(), p) for p in Placement}
+        self._metrics: dict[tuple[str, str], tuple[Any, Any]] = {}
         self._shape: dict[
             str, tuple[list[Any], dict[str, placement.DeviceInfo], dict[int, placement.DieTotals]]
         ] = {}
@@ -94,25 +99,45 @@ class NodeScores:
         self.tracing = Tracing(Resource({"service.name": "flexnpu-extender"}), otlp_endpoint)
 
     def changed(self, pools_: frozenset[str]) -> None:
-        """A cache saw these pools change: recompute them before the next answer (cheap: a set)."""
+        """A cache saw these pools change: recompute their fills and scores now, on the watch's thread,
+        so that a call finds them done (a call that comes first computes what is still pending)."""
         with self._lock:
             self._dirty |= pools_
+        self._refresh()
 
     @property
     def synced(self) -> bool:
         return self.claims.synced.is_set() and self.slices.synced.is_set()
 
     def fills(self) -> dict[str, placement.NodeFill]:
-        """Node name -> fill; only pools that changed since the last call are computed again."""
+        """Node name -> fill; only pools that changed since they were last computed are computed again."""
         with self._lock:
-            dirty, self._dirty = self._dirty, set()
-            if self._first:
-                dirty, self._first = set(self.slices.pool_names()), False
-            for name in dirty:
-                self._fill_pool(name)
+            self._refresh_locked()
             return {node: fill for node, fill in self._fill.values()}
 
+    def scores(self, policy: Placement) -> dict[str, int]:
+        """Node name -> this policy's score as computed so far (a copy; computes nothing itself)."""
+        with self._lock:
+            return dict(self._scores[policy])
+
+    def _refresh(self) -> None:
+        with self._lock:
+            self._refresh_locked()
+
+    def _refresh_locked(self) -> None:
+        if not self._dirty and not self._first:
+            return
+        dirty, self._dirty = self._dirty, set()
+        if self._first:
+            dirty, self._first = dirty | set(self.slices.pool_names()), False
+        for name in dirty:
+            self._fill_pool(name)
+
     def _fill_pool(self, name: str) -> None:
+        old = self._fill.get(name)
+        if old is not None:
+            for table in self._scores.values():
+                table.pop(old[0], None)
         found = self.slices.pool(name)
         if found is None:
             self._fill.pop(name, None)
@@ -124,34 +149,59 @@ class NodeScores:
             shape = (pool.slices, placement.device_infos(pool), placement.die_totals(pool))
             self._shape[name] = shape
         usage = placement.die_usage(self.claims.results(name), shape[1])
-        self._fill[name] = (node, placement.node_fill(shape[2], usage))
+        fill = placement.node_fill(shape[2], usage)
+        self._fill[name] = (node, fill)
+        for policy, table in self._scores.items():
+            table[node] = placement.node_score(fill, policy)
 
     def prioritize(self, args: Any) -> list[dict[str, Any]]:
-        """``ExtenderArgs`` -> ``HostPriorityList``; BadRequest when the body is not ExtenderArgs."""
-        started = time.perf_counter()
+        """``ExtenderArgs`` -> ``HostPriorityList``; BadRequest when the body is not ExtenderArgs.
+
+        The scores are read from the table the caches' changes keep (:meth:`changed`): a call
+        computes nothing per node unless a change is still pending when it comes."""
+        started, started_ns = time.perf_counter(), time.time_ns()
         pod, names = _args(args)
         policy, outcome = self._policy(pod)
-        with self.tracing.tracer.start_as_current_span("flexnpu.extender.prioritize") as span:
-            meta = pod.get("metadata") or {}
-            span.set_attribute("k8s.pod.name", str(meta.get("name", "")))
-            span.set_attribute("k8s.namespace.name", str(meta.get("namespace", "")))
-            span.set_attribute("flexnpu.placement", str(policy))
-            if not _asks_for_devices(pod):
-                outcome, scores = "no-npu", dict.fromkeys(names, 0)
-            elif not self.synced:
-                outcome, scores = "not-synced", dict.fromkeys(names, 0)
-            else:
-                fills = self.fills()
-                scores = {n: placement.node_score(fills.get(n, placement.NodeFill()), policy) for n in names}
-            best = max(names, key=lambda n: scores[n], default="")
-            span.set_attribute("flexnpu.extender.outcome", outcome)
-            span.set_attribute("flexnpu.extender.best_node", best)
-            span.set_attribute("flexnpu.extender.nodes", len(names))
-        self.decisions.labels("prioritize", str(policy), outcome).inc()
-        self.latency.labels("prioritize").observe(time.perf_counter() - started)
-        log.debug("prioritize %s/%s (%s, %s): best %s of %d", meta.get("namespace"), meta.get("name"),
-                  policy, outcome, best, len(names))  # fmt: skip
-        return [{"host": n, "score": scores[n]} for n in names]
+        answer: list[dict[str, Any]]
+        if not _asks_for_devices(pod):
+            outcome, answer = "no-npu", [{"host": n, "score": 0} for n in names]
+        elif not self.synced:
+            outcome, answer = "not-synced", [{"host": n, "score": 0} for n in names]
+        else:
+            with self._lock:
+                self._refresh_locked()
+                table, unknown = self._scores[policy], self._unknown[policy]
+                answer = [{"host": n, "score": table.get(n, unknown)} for n in names]
+        best = str(max(answer, key=lambda h: int(h["score"]))["host"]) if answer else ""
+        meta = pod.get("metadata") or {}
+        self.tracing.tracer.start_span(
+            "flexnpu.extender.prioritize",
+            attributes={
+                "k8s.pod.name": str(meta.get("name", "")),
+                "k8s.namespace.name": str(meta.get("namespace", "")),
+                "flexnpu.placement": str(policy),
+                "flexnpu.extender.outcome": outcome,
+                "flexnpu.extender.best_node": best,
+                "flexnpu.extender.nodes": len(names),
+            },
+            start_time=started_ns,
+        ).end()
+        decisions, latency = self._metrics_for(str(policy), outcome)
+        decisions.inc()
+        latency.observe(time.perf_counter() - started)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("prioritize %s/%s (%s, %s): best %s of %d", meta.get("namespace"), meta.get("name"),
+                      policy, outcome, best, len(names))  # fmt: skip
+        return answer
+
+    def _metrics_for(self, policy: str, outcome: str) -> tuple[Any, Any]:
+        """The (decisions, latency) children of one call's labels, looked up once."""
+        key = (policy, outcome)
+        found = self._metrics.get(key)
+        if found is None:
+            found = (self.decisions.labels("prioritize", policy, outcome), self.latency.labels("prioritize"))
+            self._metrics[key] = found
+        return found
 
     def _policy(self, pod: Mapping[str, Any]) -> tuple[Placement, str]:
         raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(placement.ANNOTATION)

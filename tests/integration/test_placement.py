@@ -221,6 +221,31 @@ def test_prioritize_scores_the_fullest_node_for_binpack_and_the_emptiest_for_spr
     assert any(s.attributes and s.attributes.get("flexnpu.extender.best_node") == "node-01" for s in spans)
 
 
+def test_the_scores_follow_the_caches_without_a_call(cluster: PlacementCluster) -> None:
+    """An allocation (and its removal) seen by the extender's claim watch recomputes that node's scores
+    on the watch's thread: no prioritize call computes them, and a call answers from that table."""
+    c = cluster
+    assert c.extender is not None
+    scores = c.extender.scores
+    assert scores.scores(Placement.BINPACK).get("node-01") == 0
+    allocate_on(c, "y-claim", "node-01", "vnpu-7")
+    wait_for(
+        lambda: scores.scores(Placement.BINPACK).get("node-01", 0) > 0, what="node-01's score from the watch"
+    )
+    assert scores.scores(Placement.SPREAD)["node-01"] < 10
+    assert not list(scores.decisions.collect()[0].samples)  # no call so far: the watch computed them
+    binpack = scores.scores(Placement.BINPACK)
+    answer = _client(c).prioritize(c.share_pod("next"), _nodes(c))
+    assert answer == {n: binpack[n] for n in c.node_names}
+    kubernetes.client.ResourceV1Api(c.server.api_client()).delete_namespaced_resource_claim(
+        "y-claim", NAMESPACE
+    )
+    wait_for(
+        lambda: scores.scores(Placement.BINPACK)["node-01"] == 0, what="node-01 empty again from the watch"
+    )
+    assert scores.scores(Placement.SPREAD)["node-01"] == 10
+
+
 @pytest.mark.parametrize(
     ("body", "reason"),
     [
