@@ -78,7 +78,6 @@ class DeviceOrdering:
         """Policy orders that differed from the one given last but were first-fit equivalent to it
         (the same fit devices in the same order in each slice): the one given last was kept."""
         self._last_pool: pools.Pool | None = None
-        self._last_order: list[str] | None = None
         self._given: tuple[pools.Pool, pools.Pool] | None = None  # (pool asked for, order given)
         self._facts: tuple[pools.Pool, placement.PoolFacts] | None = None
         self._threads: list[threading.Thread] = []
@@ -105,11 +104,9 @@ class DeviceOrdering:
             if placement.first_fit_view(ordered, unfit) == placement.first_fit_view(given[1], unfit):
                 self.equivalent += 1
                 ordered = given[1]
-        self._given = (pool, ordered)
-        names = ordered.device_names
-        if self._last_order is not None and names != self._last_order:
+        if given is not None and ordered.device_names != given[1].device_names:
             self.republishes += 1
-        self._last_order = names
+        self._given = (pool, ordered)
         return ordered
 
     def _facts_of(self, pool: pools.Pool) -> placement.PoolFacts:
