@@ -21,6 +21,10 @@ Scenarios (``--only`` picks some):
 * ``down``: the extender stopped: 16 pods still schedule (kube-scheduler ignores a failed prioritize).
 * ``throughput``: 240 pods on 40 nodes with and without the extender (binpack), interleaved
   rounds; pods/s ratio (goal >= 0.8) and the extender's p50/p99 per call (client side, HTTPS).
+  The nodes publish a static pool (pods created before the scheduler starts); the fake API server
+  and the nodes run as their own processes in both rounds, so this process runs only the
+  scheduler and its HTTPS client to the extender (``--one-process``: the API server and the nodes
+  in this one, the former setup).
 * ``templates``: 240 pods on 40 nodes x 8 dies with the ordering on: hard-split templates from a
   mode-``all`` pool (128 devices a node) against plain whole dies (8 devices a node, no counters),
   interleaved; pods/s ratio (goal >= 0.8). ``--kinds templates,shares,whole`` measures share and
