@@ -21,6 +21,10 @@ Scenarios (``--only`` picks some):
 * ``down``: the extender stopped: 16 pods still schedule (kube-scheduler ignores a failed prioritize).
 * ``throughput``: 240 pods on 40 nodes with and without the extender (binpack), interleaved
   rounds; pods/s ratio (goal >= 0.8) and the extender's p50/p99 per call (client side, HTTPS).
+  The nodes publish a static pool (pods created before the scheduler starts); the fake API server
+  and the nodes run as their own processes in both rounds, so this process runs only the
+  scheduler and its HTTPS client to the extender (``--one-process``: the API server and the nodes
+  in this one, the former setup).
 * ``templates``: 240 pods on 40 nodes x 8 dies with the ordering on: hard-split templates from a
   mode-``all`` pool (128 devices a node) against plain whole dies (8 devices a node, no counters),
   interleaved; pods/s ratio (goal >= 0.8). ``--kinds templates,shares,whole`` measures share and
@@ -230,14 +234,17 @@ def _pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
-def throughput(tmp: Path, rounds: int, pods: int, nodes: int) -> Result:
+def throughput(tmp: Path, rounds: int, pods: int, nodes: int, *, processes: bool = True) -> Result:
+    """Pods/s with the extender against without it, interleaved rounds. With ``processes`` the fake
+    API server and the nodes run as their own processes in both (this process runs the scheduler
+    and its HTTPS client to the extender only)."""
     rates: dict[str, list[float]] = {"with": [], "without": []}
     calls: list[float] = []
     for _ in range(rounds):
         for key in ("without", "with"):  # interleaved
             r = _rate(
                 tmp, pods=pods, nodes=nodes, make=lambda c, i: c.share_pod(f"t{i}"),
-                extender=key == "with", publishing=False,
+                extender=key == "with", publishing=False, processes=processes,
             )  # fmt: skip
             rates[key].append(r["pods_per_s"])
             calls += r["calls"]
@@ -248,6 +255,7 @@ def throughput(tmp: Path, rounds: int, pods: int, nodes: int) -> Result:
         "with_pods_per_s": round(w, 2),
         "without_pods_per_s": round(wo, 2),
         "ratio": round(w / wo, 3),
+        "processes": processes,
         "rounds": rates,
         "extender_calls": len(calls),
         "extender_p50_ms": round(_pct(calls, 0.5) * 1000, 2),
@@ -325,7 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--one-process",
         action="store_true",
-        help="for templates: run the API server and the nodes in the scheduler's process (as before)",
+        help="for throughput and templates: run the API server and the nodes in the scheduler's "
+        "process (as before)",
     )
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--pictures", type=Path, help="write the ASCII pictures here")
@@ -336,7 +345,9 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.only.split(","):
             started = time.monotonic()
             if name == "throughput":
-                results[name] = throughput(tmp, args.rounds, args.pods, args.nodes)
+                results[name] = throughput(
+                    tmp, args.rounds, args.pods, args.nodes, processes=not args.one_process
+                )
             elif name == "templates":
                 kinds = tuple(k for k in args.kinds.split(",") if k)
                 if unknown := [k for k in kinds if k not in _MAKERS or k == "plain"]:

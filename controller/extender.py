@@ -151,8 +151,8 @@ class NodeScores:
         usage = placement.die_usage(self.claims.results(name), shape[1])
         fill = placement.node_fill(shape[2], usage)
         self._fill[name] = (node, fill)
-        for policy, table in self._scores.items():
-            table[node] = placement.node_score(fill, policy)
+        for policy, score in placement.node_scores(fill).items():
+            self._scores[policy][node] = score
 
     def prioritize(self, args: Any) -> list[dict[str, Any]]:
         """``ExtenderArgs`` -> ``HostPriorityList``; BadRequest when the body is not ExtenderArgs.

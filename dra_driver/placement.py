@@ -38,6 +38,7 @@ slice and the order within it is the whole policy.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -206,8 +207,15 @@ def _info(dev: JSON) -> DeviceInfo | None:
 
 def _int(value: object) -> int:
     """A quantity as an integer ("8", "34359738368", "256Mi", "1.5Gi"); 0 when it is not one."""
+    return _quantity(str(value))
+
+
+@functools.lru_cache(maxsize=4096)
+def _quantity(text: str) -> int:
+    """:func:`_int` of a string, kept: the same few quantities (a share's compute and memory) are
+    read again for every claim of a pool each time one of them changes."""
     try:
-        return int(sync.parse_quantity(str(value)))
+        return int(sync.parse_quantity(text))
     except ValueError:
         return 0
 
@@ -236,30 +244,38 @@ def allocated_results(
 
 def die_usage(results: Iterable[Allocated], infos: Mapping[str, DeviceInfo]) -> dict[int, DieUse]:
     """Per die, what ``results`` hold (results naming a device not in ``infos`` are skipped)."""
-    use: dict[int, DieUse] = {}
+    # Summed in one list per die, a DieUse made once per die (not one per result: this runs for
+    # every claim event, over all the pool's results, in the node's ordering and the extender).
+    sums: dict[int, list[int]] = {}  # whole, shares, compute, share memory, templates, AI Cores, memory
     for res in results:
         info = infos.get(res.device)
         if info is None:
             continue
-        cur = use.get(info.phy, DieUse())
+        acc = sums.get(info.phy)
+        if acc is None:
+            acc = sums[info.phy] = [0, 0, 0, 0, 0, 0, 0]
         if info.kind is Kind.WHOLE:
-            cur = dataclasses.replace(cur, whole=True)
+            acc[0] = 1
         elif info.kind is Kind.SHARE:
-            cur = dataclasses.replace(
-                cur,
-                shares=cur.shares + 1,
-                compute=cur.compute + _int(res.consumed.get("compute", "1")),
-                share_memory=cur.share_memory + _int(res.consumed.get("memory", "0")),
-            )
+            acc[1] += 1
+            acc[2] += _int(res.consumed.get("compute", "1"))
+            acc[3] += _int(res.consumed.get("memory", "0"))
         else:
-            cur = dataclasses.replace(
-                cur,
-                templates=cur.templates + 1,
-                template_aicore=cur.template_aicore + info.aicore,
-                template_memory=cur.template_memory + info.memory,
-            )
-        use[info.phy] = cur
-    return use
+            acc[4] += 1
+            acc[5] += info.aicore
+            acc[6] += info.memory
+    return {
+        phy: DieUse(
+            whole=bool(acc[0]),
+            shares=acc[1],
+            compute=Fraction(acc[2]),
+            share_memory=acc[3],
+            templates=acc[4],
+            template_aicore=acc[5],
+            template_memory=acc[6],
+        )
+        for phy, acc in sums.items()
+    }
 
 
 # --- ordering -------------------------------------------------------------------------------
@@ -492,7 +508,9 @@ def node_fill(totals: Mapping[int, DieTotals], usage: Mapping[int, DieUse]) -> N
     in_use = partly = 0
     compute = memory = Fraction(0)
     for phy, tot in totals.items():
-        use = usage.get(phy, DieUse())
+        use = usage.get(phy)
+        if use is None:
+            continue  # nothing allocated: no fill, no memory (a DieUse() would add zeros)
         f = use.fill(tot)
         if use.used:
             in_use += 1
@@ -511,6 +529,15 @@ def node_score(fill: NodeFill, policy: Placement) -> int:
     An empty node scores 0 for binpack and any used node at least 1 (so the first share on a
     node pulls the next ones there, however small); spread mirrors it.
     """
-    f = fill.fill
-    step = 0 if f <= 0 else min(MAX_EXTENDER_PRIORITY, 1 + int(f * (MAX_EXTENDER_PRIORITY - 1)))
+    step = _step(fill.fill)
     return step if policy is Placement.BINPACK else MAX_EXTENDER_PRIORITY - step
+
+
+def node_scores(fill: NodeFill) -> dict[Placement, int]:
+    """:func:`node_score` for every policy (the fill computed once)."""
+    step = _step(fill.fill)
+    return {p: step if p is Placement.BINPACK else MAX_EXTENDER_PRIORITY - step for p in Placement}
+
+
+def _step(f: Fraction) -> int:
+    return 0 if f <= 0 else min(MAX_EXTENDER_PRIORITY, 1 + int(f * (MAX_EXTENDER_PRIORITY - 1)))

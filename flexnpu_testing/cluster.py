@@ -78,8 +78,32 @@ class ExtenderSpec:
     ca_file: Path | None = None
 
 
+class _Connection(http.client.HTTPConnection):
+    """``http.client``'s connection, sending a request with a bytes body in one write.
+
+    Go's ``net/http`` (kube-scheduler's ``HTTPExtender`` POSTs through it) writes the request line,
+    the header and the body into its connection's ``bufio.Writer`` and flushes once: one TLS
+    record, one TCP segment for a small body. ``http.client`` sends the header and the body as two
+    writes, which the server then reads as two records."""
+
+    def _send_output(self, message_body: Any = None, encode_chunked: bool = False) -> None:
+        if encode_chunked or not isinstance(message_body, bytes):
+            super()._send_output(message_body, encode_chunked)  # type: ignore[misc]
+            return
+        lines: list[bytes] = self._buffer  # type: ignore[attr-defined]
+        lines.extend((b"", message_body))
+        msg = b"\r\n".join(lines)
+        del lines[:]
+        self.send(msg)
+
+
+class _TLSConnection(_Connection, http.client.HTTPSConnection):
+    """:class:`_Connection` over TLS."""
+
+
 class ExtenderClient:
-    """kube-scheduler's ``HTTPExtender`` for prioritize: one keep-alive connection per thread."""
+    """kube-scheduler's ``HTTPExtender`` for prioritize: one keep-alive connection per thread, each
+    request written at once (:class:`_Connection`)."""
 
     def __init__(self, spec: ExtenderSpec) -> None:
         self.spec = spec
@@ -148,11 +172,11 @@ class ExtenderClient:
         conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
         if conn is None:
             if self._https:
-                conn = http.client.HTTPSConnection(
+                conn = _TLSConnection(
                     self._host, self._port, timeout=self.spec.http_timeout, context=self._tls
                 )
             else:
-                conn = http.client.HTTPConnection(self._host, self._port, timeout=self.spec.http_timeout)
+                conn = _Connection(self._host, self._port, timeout=self.spec.http_timeout)
             self._local.conn = conn
         return conn
 

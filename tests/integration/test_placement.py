@@ -4,6 +4,8 @@ fake kube-scheduler calling it, and a down extender not keeping pods pending."""
 
 from __future__ import annotations
 
+import json
+import socket
 import ssl
 import threading
 import urllib.error
@@ -19,7 +21,7 @@ import pytest
 from dra_driver.devices import DieMode
 from dra_driver.placement import ANNOTATION, Placement
 from flexnpu_testing.cluster import ExtenderClient, ExtenderSpec, Unschedulable
-from flexnpu_testing.placement_cluster import DRIVER, NAMESPACE, PlacementCluster
+from flexnpu_testing.placement_cluster import DRIVER, NAMESPACE, PlacementCluster, make_cert
 from flexnpu_testing.telemetry import record_spans
 from flexnpu_testing.waiting import wait_for
 from kubeletplugin.ordering import PlacementCollector
@@ -219,6 +221,36 @@ def test_prioritize_scores_the_fullest_node_for_binpack_and_the_emptiest_for_spr
     assert metrics == 1
     spans = recent.finished()
     assert any(s.attributes and s.attributes.get("flexnpu.extender.best_node") == "node-01" for s in spans)
+
+
+def test_the_extender_client_sends_a_call_in_one_tls_record(tmp_path: Path) -> None:
+    """As Go's net/http (kube-scheduler's HTTPExtender), the fake's client writes the request line,
+    header and JSON body at once: the server's first TLS read (one record at most) holds all of it."""
+    cert, key = make_cert(tmp_path)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    first_read: list[bytes] = []
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+
+        def serve() -> None:
+            conn, _ = listener.accept()
+            with tls.wrap_socket(conn, server_side=True) as s:
+                first_read.append(s.recv(65536))
+                answer = b'[{"host": "node-01", "score": 7}]'
+                s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(answer), answer))
+
+        server = threading.Thread(target=serve, daemon=True)
+        server.start()
+        client = ExtenderClient(
+            ExtenderSpec(url_prefix=f"https://127.0.0.1:{port}", node_cache_capable=True, ca_file=cert)
+        )
+        pod = {"metadata": {"name": "p", "namespace": NAMESPACE}, "spec": {}}
+        assert client.prioritize(pod, [{"metadata": {"name": "node-01"}}]) == {"node-01": 7}
+        server.join(timeout=10)
+    head, _, body = first_read[0].partition(b"\r\n\r\n")
+    assert head.startswith(b"POST /prioritize HTTP/1.1\r\n")
+    assert json.loads(body) == {"pod": pod, "nodenames": ["node-01"]}
 
 
 def test_the_scores_follow_the_caches_without_a_call(cluster: PlacementCluster) -> None:
