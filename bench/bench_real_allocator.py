@@ -30,6 +30,10 @@ pods to ``T``; it costs only once it is the longer).
 kube-scheduler) and ``former112`` the pool of before three share devices a die (``a8a325e^``,
 112 devices; measured 0.65x for templates): the model is checked against those.
 
+``--exclusion`` instead checks the pool's rules with the real allocator: pods of every kind in a
+random order on a few mode-``all`` nodes until they no longer fit; each die must then hold one whole
+die, or shares of one share device, or template instances within its AI Cores and memory.
+
 The Go program is not built here: pass it with ``--allocator-bin`` (or ``FLEXNPU_GO_ALLOCATOR``);
 docs/placement.md ("The real allocator's walk") says what it links. Without it the script exits
 with a message. A bench: figures are printed, never asserted.
@@ -43,6 +47,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -171,6 +176,58 @@ def scenario(fragments: dict[str, list[Obj]], request: Obj, pods: int) -> Obj:
     }
 
 
+def exclusion(binary: str, work: Path, nodes: int, pods: int, seed: int) -> Obj:
+    """Mixed kinds on mode-``all`` nodes through the real allocator; what each die ends up holding."""
+    names = [f"node-{i:02d}" for i in range(nodes)]
+    frags = current_fragments(names, DieMode.ALL, "binpack")
+    kinds = ["templates", "shares", "whole"]
+    order = random.Random(seed).choices(kinds, k=pods)
+    doc = scenario(frags, KINDS["plain"][1], pods)
+    doc["claimSpecs"] = [scenario(frags, KINDS[k][1], pods)["claimSpec"] for k in order]
+    path = work / "exclusion.json"
+    path.write_text(json.dumps(doc))
+    report = run_go(binary, path, "exclusion", "default", seed)
+    inventory = discovery.from_config(inventory=pc.INVENTORY, npu_smi="npu-smi").discover()
+    infos = {n: placement.device_infos(pc.build_base(inventory, n, DieMode.ALL)) for n in names}
+    totals = {n: placement.die_totals(pc.build_base(inventory, n, DieMode.ALL)) for n in names}
+    dies: dict[tuple[str, int], list[placement.DeviceInfo]] = {}
+    share_devices: dict[tuple[str, int], set[str]] = {}
+    for where in report["placements"]:
+        for dev in where["devices"]:
+            info = infos[where["node"]][dev]
+            dies.setdefault((where["node"], info.phy), []).append(info)
+            if info.kind is placement.Kind.SHARE:
+                share_devices.setdefault((where["node"], info.phy), set()).add(dev)
+    problems = []
+    for (node, phy), held in sorted(dies.items()):
+        kinds_held = {i.kind for i in held}
+        total = totals[node][phy]
+        if placement.Kind.WHOLE in kinds_held and len(held) > 1:
+            problems.append(f"{node} die {phy}: a whole die with {len(held) - 1} more")
+        if {placement.Kind.SHARE, placement.Kind.TEMPLATE} <= kinds_held:
+            problems.append(f"{node} die {phy}: shares and templates together")
+        if len(share_devices.get((node, phy), ())) > 1:
+            problems.append(f"{node} die {phy}: shares on {len(share_devices[(node, phy)])} share devices")
+        templates = [i for i in held if i.kind is placement.Kind.TEMPLATE]
+        if sum(i.aicore for i in templates) > total.aicore or sum(i.memory for i in templates) > total.memory:
+            problems.append(f"{node} die {phy}: templates over the die's AI Cores or memory")
+    placed = {k: 0 for k in kinds}
+    for where in report["placements"]:
+        placed[order[where["spec"]]] += 1
+    return {
+        "nodes": nodes,
+        "pods": pods,
+        "asked": {k: order.count(k) for k in kinds},
+        "placed": placed,
+        "dies": {
+            "whole": sum(1 for h in dies.values() if h[0].kind is placement.Kind.WHOLE),
+            "shares": sum(1 for h in dies.values() if h[0].kind is placement.Kind.SHARE),
+            "templates": sum(1 for h in dies.values() if h[0].kind is placement.Kind.TEMPLATE),
+        },
+        "problems": problems,
+    }
+
+
 def run_go(binary: str, path: Path, kind: str, features: str, seed: int) -> Obj:
     done = subprocess.run(
         [binary, "--scenario", str(path), "--kind", kind, "--features", features, "--seed", str(seed)],
@@ -222,6 +279,11 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="an experiment: publish only these device attributes (comma-separated, e.g. mode,template,policy)",
     )
+    parser.add_argument(
+        "--exclusion",
+        action="store_true",
+        help="check the dies' exclusion with mixed kinds (--nodes nodes, --pods pods) instead of timing",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     binary = args.allocator_bin
@@ -239,6 +301,11 @@ def main(argv: list[str] | None = None) -> int:
     pool_names = [p for p in args.pools.split(",") if p]
     if unknown := [p for p in pool_names if p != "current" and p not in FORMER]:
         parser.error(f"--pools: unknown pool(s) {', '.join(unknown)}; use current, {', '.join(FORMER)}")
+    if args.exclusion:
+        with tempfile.TemporaryDirectory() as d:
+            checked = exclusion(binary, Path(d), args.nodes, args.pods, seed=1)
+        print(json.dumps(checked, indent=None if args.json else 2))
+        return 1 if checked["problems"] else 0
     nodes = [f"node-{i:02d}" for i in range(args.nodes)]
     results: Obj = {
         "load_before": os.getloadavg(),

@@ -37,7 +37,9 @@ type scenario struct {
 	Slices    []*resourceapi.ResourceSlice  `json:"slices"`
 	Nodes     []string                      `json:"nodes"`
 	ClaimSpec resourceapi.ResourceClaimSpec `json:"claimSpec"`
-	Pods      int                           `json:"pods"`
+	// ClaimSpecs, when set, replaces ClaimSpec: pod p asks for ClaimSpecs[p % len] (mixed kinds).
+	ClaimSpecs []resourceapi.ResourceClaimSpec `json:"claimSpecs"`
+	Pods       int                             `json:"pods"`
 }
 
 type classLister map[string]*resourceapi.DeviceClass
@@ -113,6 +115,13 @@ func (a *allocated) clone() structured.AllocatedState {
 	}
 }
 
+// placement is where one timed pod went: its claim spec's index, its node and the devices allocated.
+type placement struct {
+	Spec    int      `json:"spec"`
+	Node    string   `json:"node"`
+	Devices []string `json:"devices"`
+}
+
 type report struct {
 	Kind           string           `json:"kind"`
 	Features       string           `json:"features"`
@@ -127,6 +136,7 @@ type report struct {
 	FitNodes       []int            `json:"fitNodes"`
 	DevicesPerPod  map[string]int   `json:"devicesPlaced"`
 	Unplaced       []string         `json:"unplaced,omitempty"`
+	Placements     []placement      `json:"placements"`
 	GoVersion      string           `json:"goVersion"`
 	Warmup         int              `json:"warmup"`
 	Extra          map[string]int64 `json:"extra,omitempty"`
@@ -172,6 +182,11 @@ func run(sc *scenario, kind, featureSet string, seed int64, warmup int) (*report
 				UID: types.UID(fmt.Sprintf("00000000-0000-0000-0000-%012d", p)),
 			},
 			Spec: *sc.ClaimSpec.DeepCopy(),
+		}
+		spec := -1
+		if len(sc.ClaimSpecs) > 0 {
+			spec = p % len(sc.ClaimSpecs)
+			claim.Spec = *sc.ClaimSpecs[spec].DeepCopy()
 		}
 		podStart := time.Now()
 		t0 := time.Now()
@@ -219,9 +234,12 @@ func run(sc *scenario, kind, featureSet string, seed int64, warmup int) (*report
 		state.add(&chosen.result)
 		if timed {
 			rep.Placed++
+			where := placement{Spec: spec, Node: chosen.node}
 			for _, r := range chosen.result.Devices.Results {
 				rep.DevicesPerPod[r.Device]++
+				where.Devices = append(where.Devices, r.Device)
 			}
+			rep.Placements = append(rep.Placements, where)
 		}
 	}
 	return rep, nil
