@@ -7,8 +7,8 @@ package), which places the pods as the DynamicResources plugin does — one allo
 from every ResourceSlice and the claims allocated so far (PreFilter), one ``Allocate`` per node
 (Filter; every node, as fewer than 100 are always all filtered) — and reports the nanoseconds of each
 call. This script writes what it reads: every node's ResourceSlices as the node process publishes
-them (``dra_driver/slices.py``'s pool in the order the placement policy gives an empty node,
-``kubeletplugin`` helper's slice specs), the DeviceClasses and the claim of each kind of pod of
+them (``dra_driver/slices.py``'s pool in the order the placement policy gives an empty node, the
+slice specs of the helper in ``dra_kubeletplugin``), the DeviceClasses and the claim of each kind of pod of
 ``bench/bench_placement.py`` (``flexnpu_testing/placement_cluster.py``):
 
 * ``plain``: whole-die pods on mode-``whole`` nodes (8 devices, no counters): the baseline;
@@ -31,8 +31,9 @@ kube-scheduler) and ``former112`` the pool of before three share devices a die (
 112 devices; measured 0.65x for templates): the model is checked against those.
 
 ``--exclusion`` instead checks the pool's rules with the real allocator: pods of every kind in a
-random order on a few mode-``all`` nodes until they no longer fit; each die must then hold one whole
-die, or shares of one share device, or template instances within its AI Cores and memory.
+random order on a few mode-``all`` nodes, more than fit (e.g. ``--nodes 2 --pods 120``); each die must
+then hold one whole die, or shares of one share device, or template instances within its AI Cores and
+memory (exit 1 and the breaches listed otherwise).
 
 The Go program is not built here: pass it with ``--allocator-bin`` (or ``FLEXNPU_GO_ALLOCATOR``);
 docs/placement.md ("The real allocator's walk") says what it links. Without it the script exits
