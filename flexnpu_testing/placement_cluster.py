@@ -74,6 +74,34 @@ def _body(doc: Obj) -> Any:
     return doc
 
 
+def share_request(compute: int = 25) -> Obj:
+    """A claim request (``exactly``) for one share of ``compute`` % of a die."""
+    return {"deviceClassName": "vnpu.flexnpu.io", "capacity": {"requests": {"compute": str(compute)}}}
+
+
+def whole_request() -> Obj:
+    """A claim request (``exactly``) for one whole die."""
+    return {"deviceClassName": "npu.flexnpu.io"}
+
+
+def template_request(template: str = "vir05_1c_8g") -> Obj:
+    """A claim request (``exactly``) for one hard-split instance of ``template``."""
+    return {
+        "deviceClassName": "vnpu-template.flexnpu.io",
+        "selectors": [{"cel": {"expression": f'device.attributes["{DRIVER}"].template == "{template}"'}}],
+    }
+
+
+def device_class(name: str) -> Obj:
+    """The DeviceClass ``name`` of :data:`CLASSES` as the cluster creates it (wire JSON)."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": name},
+        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}" && {CLASSES[name]}'}}]},
+    }
+
+
 class PublishingNode:
     """One node's publisher with the die-level ordering, as the node process wires them."""
 
@@ -291,11 +319,8 @@ class PlacementCluster:
         core.create_namespace(
             _body({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
         )
-        for name, cel in CLASSES.items():
-            resource.create_device_class(
-                _body({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name},
-                 "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}" && {cel}'}}]}})
-            )  # fmt: skip
+        for name in CLASSES:
+            resource.create_device_class(_body(device_class(name)))
         inventory = discovery.from_config(inventory=INVENTORY, npu_smi="npu-smi").discover()
         for name in self.node_names:
             core.create_node(
@@ -463,22 +488,13 @@ class PlacementCluster:
         return pod
 
     def share_pod(self, name: str, *, compute: int = 25, **kw: Any) -> Obj:
-        return self.pod(
-            name,
-            {"deviceClassName": "vnpu.flexnpu.io", "capacity": {"requests": {"compute": str(compute)}}},
-            **kw,
-        )
+        return self.pod(name, share_request(compute), **kw)
 
     def whole_pod(self, name: str, **kw: Any) -> Obj:
-        return self.pod(name, {"deviceClassName": "npu.flexnpu.io"}, **kw)
+        return self.pod(name, whole_request(), **kw)
 
     def template_pod(self, name: str, template: str = "vir05_1c_8g", **kw: Any) -> Obj:
-        return self.pod(
-            name,
-            {"deviceClassName": "vnpu-template.flexnpu.io",
-             "selectors": [{"cel": {"expression": f'device.attributes["{DRIVER}"].template == "{template}"'}}]},
-            **kw,
-        )  # fmt: skip
+        return self.pod(name, template_request(template), **kw)
 
     # ---- what happened
 
