@@ -5,8 +5,10 @@ list-then-watch of every ResourceClaim (``status.allocation`` naming the driver,
 when one is given): the node orders its devices from it (``dra_driver/placement.py``), the
 scheduler extender scores nodes from it (``controller/extender.py``). It is the scheduler's own
 view — allocated, not only prepared — so a die filled a moment ago counts before the kubelet
-prepares anything. :class:`DriverSlices` keeps every pool's ResourceSlices of the driver (the
-extender's die totals per node).
+prepares anything. A cache of one pool (the node's) drops the watch events that cannot change it
+before they are decoded (:meth:`ClaimAllocations.unrelated`): every node sees every claim event.
+:class:`DriverSlices` keeps every pool's ResourceSlices of the driver (the extender's die totals
+per node).
 
 Both run as a :func:`dra_driver.liveness.run_forever` loop: list, then watch from the list's
 resourceVersion; a watch that ends is restarted from the last version seen; ``Gone`` (410) lists
