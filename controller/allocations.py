@@ -5,8 +5,10 @@ list-then-watch of every ResourceClaim (``status.allocation`` naming the driver,
 when one is given): the node orders its devices from it (``dra_driver/placement.py``), the
 scheduler extender scores nodes from it (``controller/extender.py``). It is the scheduler's own
 view — allocated, not only prepared — so a die filled a moment ago counts before the kubelet
-prepares anything. :class:`DriverSlices` keeps every pool's ResourceSlices of the driver (the
-extender's die totals per node).
+prepares anything. A cache of one pool (the node's) drops the watch events that cannot change it
+before they are decoded (:meth:`ClaimAllocations.unrelated`): every node sees every claim event.
+:class:`DriverSlices` keeps every pool's ResourceSlices of the driver (the extender's die totals
+per node).
 
 Both run as a :func:`dra_driver.liveness.run_forever` loop: list, then watch from the list's
 resourceVersion; a watch that ends is restarted from the last version seen; ``Gone`` (410) lists
@@ -18,6 +20,7 @@ from a snapshot under a lock; no read goes to the API.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -142,15 +145,45 @@ class ClaimAllocations(_Cache):
         self._lock = threading.Lock()
         self._by_claim: dict[str, tuple[Allocated, ...]] = {}
         self._by_pool: dict[str, dict[str, tuple[Allocated, ...]]] = {}
+        self._pool_token = _token(pool)
+        self._tokens: dict[str, bytes | None] = {}  # counted claim -> its uid (or name) as a JSON string
         self.events = 0
+        """Watch events decoded and applied."""
+        self.skipped = 0
+        """Watch events dropped undecoded by :meth:`unrelated`."""
         self._watching(
             LOOP_ALLOCATIONS,
             lambda: kube.list_claims(),  # noqa: PLW0108 - bound at call time (unit tests pass no API)
             lambda rv, stop: kube.watch_claims(
-                resource_version=rv, timeout_seconds=WATCH_TIMEOUT_SECONDS, stop=stop
+                resource_version=rv,
+                timeout_seconds=WATCH_TIMEOUT_SECONDS,
+                stop=stop,
+                skip=self.unrelated if pool is not None else None,
             ),
             live,
         )
+
+    def unrelated(self, line: bytes) -> bool:
+        """Whether a raw claim watch event line cannot change this cache of one pool (decided undecoded).
+
+        It cannot when the line spells neither this pool's name as a JSON string (so no allocation
+        result in it names the pool) nor the uid of a claim counted here (so it is not the deletion
+        or de-allocation of one), is no ``BOOKMARK`` or ``ERROR`` event, and holds no escape that
+        could spell a name otherwise (``\\u``, ``\\/``). Anything else is decoded and applied:
+        a doubt is full handling. Called on the watch's thread, the only one that changes what is
+        counted (so the counted claims are those of every event before this one).
+        """
+        token = self._pool_token
+        if token is None or token in line:
+            return False
+        for mark in _NOT_UNRELATED:
+            if mark in line:
+                return False
+        for claim in self._tokens.values():
+            if claim is None or claim in line:
+                return False
+        self.skipped += 1
+        return True
 
     def results(self, pool: str) -> list[Allocated]:
         with self._lock:
@@ -166,8 +199,9 @@ class ClaimAllocations(_Cache):
             before = {p: dict(c) for p, c in self._by_pool.items()}
             self._by_claim.clear()
             self._by_pool.clear()
+            self._tokens.clear()
             for claim in claims:
-                self._set(_uid(claim), self._results(claim))
+                self._set(_uid(claim), self._results(claim), claim)
             changed = frozenset(
                 p for p in set(before) | set(self._by_pool) if before.get(p) != self._by_pool.get(p)
             )
@@ -182,18 +216,20 @@ class ClaimAllocations(_Cache):
             old = self._by_claim.get(uid, ())
             if old == new:
                 return
-            self._set(uid, new)
+            self._set(uid, new, claim)
             changed = frozenset(r.pool for r in (*old, *new))
         self._changed(changed)
 
     def _results(self, claim: Mapping[str, Any]) -> tuple[Allocated, ...]:
         return tuple(placement.allocated_results([claim], driver=self.driver, pool=self.pool))
 
-    def _set(self, uid: str, results: tuple[Allocated, ...]) -> None:
+    def _set(self, uid: str, results: tuple[Allocated, ...], claim: Mapping[str, Any]) -> None:
         for r in self._by_claim.pop(uid, ()):
             self._by_pool.get(r.pool, {}).pop(uid, None)
+        self._tokens.pop(uid, None)
         if results:
             self._by_claim[uid] = results
+            self._tokens[uid] = _claim_token(claim)
             for r in results:
                 per_pool = self._by_pool.setdefault(r.pool, {})
                 per_pool[uid] = tuple(x for x in results if x.pool == r.pool)
@@ -278,6 +314,26 @@ def _name(obj: Mapping[str, Any]) -> str:
 
 def _pool_of(obj: Mapping[str, Any]) -> str:
     return str(((obj.get("spec") or {}).get("pool") or {}).get("name", ""))
+
+
+_NOT_UNRELATED = (b"\\u", b"\\/", b'"BOOKMARK"', b'"ERROR"')
+"""Marks of a watch line :meth:`ClaimAllocations.unrelated` never drops: escapes that could spell a
+name otherwise, and the events that are not a claim's."""
+
+
+def _token(value: object) -> bytes | None:
+    """``value`` as it stands in a JSON document (a string without escapes), or None when it is not
+    such a string (a line is then never taken as unrelated to it)."""
+    if not isinstance(value, str) or not value:
+        return None
+    token = json.dumps(value).encode()
+    return None if b"\\" in token else token
+
+
+def _claim_token(claim: Mapping[str, Any]) -> bytes | None:
+    """What every watch event of this claim spells: its uid (its name when it has none, as :func:`_uid`)."""
+    meta = claim.get("metadata") or {}
+    return _token(meta.get("uid") if meta.get("uid") else meta.get("name"))
 
 
 def _uid(claim: Mapping[str, Any]) -> str:

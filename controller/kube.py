@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput, Unavailable
@@ -256,9 +256,16 @@ class Kube(KubeClient):
         return rv
 
     def watch_claims(
-        self, *, resource_version: str, timeout_seconds: int, stop: threading.Event
+        self,
+        *,
+        resource_version: str,
+        timeout_seconds: int,
+        stop: threading.Event,
+        skip: Callable[[bytes], bool] | None = None,
     ) -> Iterator[tuple[str, JSON]]:
-        """Watch events of ResourceClaims in all namespaces (same contract as :meth:`watch_slices`)."""
+        """Watch events of ResourceClaims in all namespaces (same contract as :meth:`watch_slices`).
+        ``skip``: raw event lines the caller knows cannot matter to it, dropped undecoded (see
+        :meth:`~dra_kubeletplugin.kubeapi.KubeClient._watch`)."""
         return _mapped_iter(
             self._watch(
                 "watch resourceclaims",
@@ -266,6 +273,7 @@ class Kube(KubeClient):
                 stop=stop,
                 timeout_seconds=timeout_seconds,
                 query={"resourceVersion": resource_version},
+                skip=skip,
             )
         )
 

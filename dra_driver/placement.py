@@ -290,10 +290,19 @@ def order_pool(
     totals = facts.totals if facts is not None else die_totals(pool)
     keys: dict[tuple[Kind, int], tuple[Any, ...]] = {}  # a die's key per kind, worked out once
     slices = [
-        {**spec, "devices": order_devices(spec["devices"], infos, totals, usage, policy, keys=keys)}
+        {
+            **spec,
+            "devices": _order_groups(
+                facts.groups[i] if facts is not None else device_groups(spec["devices"], infos),
+                totals,
+                usage,
+                policy,
+                keys,
+            ),
+        }
         if "devices" in spec
         else spec
-        for spec in pool.slices
+        for i, spec in enumerate(pool.slices)
     ]
     return dataclasses.replace(pool, slices=slices)
 
@@ -311,23 +320,70 @@ def order_devices(
 
     Kinds keep their published block order (whole, shares, then templates, as :func:`layout`
     puts them); within a kind, dies go by :func:`die_key` (kept in ``keys`` per kind and die:
-    it depends on nothing else).
+    it depends on nothing else), a die's devices of one template together; devices the pool
+    does not know stay at the end, in order.
     """
-    kind_rank = {Kind.WHOLE: 0, Kind.SHARE: 1, Kind.TEMPLATE: 2}
-    memo = keys if keys is not None else {}
+    return _order_groups(device_groups(devices, infos), totals, usage, policy, {} if keys is None else keys)
 
-    def key(item: tuple[int, JSON]) -> tuple[Any, ...]:
-        position, dev = item
+
+_KIND_RANK = {Kind.WHOLE: 0, Kind.SHARE: 1, Kind.TEMPLATE: 2}
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceGroups:
+    """A slice's devices as :func:`order_devices` moves them: each run of one kind, die and
+    template (in the order listed), and the devices the pool does not know."""
+
+    groups: tuple[tuple[DeviceInfo, tuple[JSON, ...]], ...]
+    unknown: tuple[JSON, ...]
+    dies: tuple[DeviceInfo, ...]  # a device of each kind and die in the slice
+
+
+def device_groups(devices: Sequence[JSON], infos: Mapping[str, DeviceInfo]) -> DeviceGroups:
+    """``devices`` grouped by kind, die and template, each group in listed order."""
+    groups: dict[tuple[Kind, int, str], tuple[DeviceInfo, list[JSON]]] = {}
+    unknown: list[JSON] = []
+    for dev in devices:
         info = infos.get(dev["name"])
         if info is None:
-            return (3, 0, position)  # unknown devices stay at the end, in order
-        die = memo.get((info.kind, info.phy))
+            unknown.append(dev)
+        else:
+            groups.setdefault((info.kind, info.phy, info.template), (info, []))[1].append(dev)
+    dies = {(info.kind, info.phy): info for info, _ in groups.values()}
+    return DeviceGroups(
+        tuple((info, tuple(devs)) for info, devs in groups.values()), tuple(unknown), tuple(dies.values())
+    )
+
+
+def _order_groups(
+    grouped: DeviceGroups,
+    totals: Mapping[int, DieTotals],
+    usage: Mapping[int, DieUse],
+    policy: Placement,
+    keys: dict[tuple[Kind, int], tuple[Any, ...]],
+) -> list[JSON]:
+    """The groups by (kind, :func:`die_key`, template), then the unknown devices. It is the stable
+    sort of the devices by (kind, die key, template, position): a die key names its die, so no two
+    groups tie and a group's devices stay together in listed order. The slice's dies are sorted
+    first (their keys hold fractions, slow to compare), the groups then by the die's rank."""
+
+    def key(info: DeviceInfo) -> tuple[Any, ...]:
+        die = keys.get((info.kind, info.phy))
         if die is None:
             use = usage.get(info.phy, DieUse())
-            die = memo[(info.kind, info.phy)] = die_key(info, totals.get(info.phy, DieTotals()), use, policy)
-        return (kind_rank[info.kind], die, info.template, position)
+            die = keys[(info.kind, info.phy)] = die_key(info, totals.get(info.phy, DieTotals()), use, policy)
+        return (_KIND_RANK[info.kind], die)
 
-    return [dev for _, dev in sorted(enumerate(devices), key=key)]
+    rank = {(info.kind, info.phy): r for r, info in enumerate(sorted(grouped.dies, key=key))}
+    out: list[JSON] = []
+    for _, devs in sorted(grouped.groups, key=lambda g: (rank[(g[0].kind, g[0].phy)], g[0].template)):
+        out += devs
+    out += grouped.unknown
+    return out
+
+
+_NO_FILL = Fraction(0)
+"""The fill of a die with no device of the kind allocated."""
 
 
 def die_key(info: DeviceInfo, totals: DieTotals, use: DieUse, policy: Placement) -> tuple[Any, ...]:
@@ -336,7 +392,10 @@ def die_key(info: DeviceInfo, totals: DieTotals, use: DieUse, policy: Placement)
         # Static, ascending: any free die serves a whole claim as well as another, and an order
         # that moved a die's whole device at each allocation would republish for each one.
         return (info.phy,)
-    fill = use.share_fill(totals) if info.kind is Kind.SHARE else use.template_fill(totals)
+    if info.kind is Kind.SHARE:
+        fill = use.share_fill(totals) if use.shares else _NO_FILL
+    else:
+        fill = use.template_fill(totals) if use.templates else _NO_FILL
     full = fill >= 1
     if policy is Placement.BINPACK:
         return (full, -fill, -info.phy)
@@ -353,6 +412,9 @@ class PoolFacts:
     consumes: Mapping[str, Mapping[tuple[str, str], int]]  # device -> what it consumes of them
     least: Mapping[str, Mapping[str, int]]  # share device -> capacity -> the least a share consumes
     capacity: Mapping[str, Mapping[str, int]]  # share device -> capacity -> its value
+    groups: Sequence[DeviceGroups]  # per slice (empty for a slice without devices)
+    consumers: Mapping[tuple[str, str], tuple[str, ...]]  # counter -> the devices consuming it
+    over: frozenset[str]  # devices consuming more of a counter than the pool has
 
     @classmethod
     def of(cls, pool: pools.Pool) -> PoolFacts:
@@ -373,7 +435,26 @@ class PoolFacts:
                 consumes[dev["name"]] = use
                 if dev.get("allowMultipleAllocations"):
                     least[dev["name"]], capacity[dev["name"]] = _share_least(dev)
-        return cls(device_infos(pool), die_totals(pool), counters, consumes, least, capacity)
+        infos = device_infos(pool)
+        consumers: dict[tuple[str, str], list[str]] = {}
+        over: set[str] = set()
+        for name, use in consumes.items():
+            for key, amount in use.items():
+                if key in counters:
+                    consumers.setdefault(key, []).append(name)
+                    if amount > counters[key]:
+                        over.add(name)
+        return cls(
+            infos,
+            die_totals(pool),
+            counters,
+            consumes,
+            least,
+            capacity,
+            [device_groups(spec.get("devices") or [], infos) for spec in pool.slices],
+            {key: tuple(names) for key, names in consumers.items()},
+            frozenset(over),
+        )
 
 
 def _share_least(dev: JSON) -> tuple[dict[str, int], dict[str, int]]:
@@ -407,31 +488,37 @@ def unfit_devices(facts: PoolFacts, results: Iterable[Allocated]) -> frozenset[s
       share device on a die held whole, holding templates or another share device's shares, a
       template instance on a full die ...).
     """
-    allocated: set[str] = set()
-    consumed: dict[str, dict[str, int]] = {}
+    consumed: dict[str, dict[str, int]] = {}  # allocated device -> capacity -> what its shares consume
     for r in results:
-        allocated.add(r.device)
         mine = consumed.setdefault(r.device, {})
         for cap, value in r.consumed.items():
             mine[cap] = mine.get(cap, 0) + _int(value)
-    available = dict(facts.counters)
-    for name in allocated:
-        for key, amount in (facts.consumes.get(name) or {}).items():
-            if key in available:
-                available[key] -= amount
+    counters = facts.counters
+    available: dict[tuple[str, str], int] = {}  # the counters allocated devices consume, what is left
     out: set[str] = set()
-    for name, use in facts.consumes.items():
-        if name in facts.least:  # a share device
-            if name in consumed:
-                caps, least = facts.capacity[name], facts.least[name]
-                if any(caps[c] - consumed[name].get(c, 0) < least[c] for c in caps):
-                    out.add(name)
-                continue
-        elif name in allocated:
+    for name, mine in consumed.items():
+        use = facts.consumes.get(name)
+        if use is None:
+            continue  # not a device of this pool
+        for key, amount in use.items():
+            if key in counters:
+                available[key] = available.get(key, counters[key]) - amount
+        if name in facts.least:  # a share device with shares: its capacity, not its counters
+            caps, least = facts.capacity[name], facts.least[name]
+            if any(caps[c] - mine.get(c, 0) < least[c] for c in caps):
+                out.add(name)
+        else:
             out.add(name)
-            continue
-        if any(key in available and amount > available[key] for key, amount in use.items()):
-            out.add(name)
+    # Every other device by its counters: only those consuming a counter something consumed
+    # can have lost their fit; the rest fit as on an empty pool (all but ``facts.over``).
+    candidates = set(facts.over)
+    for key in available:
+        candidates.update(facts.consumers.get(key, ()))
+    for name in candidates - consumed.keys():
+        for key, amount in facts.consumes[name].items():
+            if key in counters and amount > available.get(key, counters[key]):
+                out.add(name)
+                break
     return frozenset(out)
 
 

@@ -304,7 +304,16 @@ class KubeClient:
         stop: threading.Event,
         timeout_seconds: int,
         query: JSON,
+        skip: Callable[[bytes], bool] | None = None,
     ) -> Iterator[tuple[str, JSON]]:
+        """Events ``(type, object)`` of one watch request, decoded line by line.
+
+        ``skip(line)``, when given, is asked about each raw event line before it is decoded: True
+        means the caller knows the event cannot matter to it (it must answer False for anything it
+        is not sure of), and the line is dropped undecoded. So that the caller can resume from the
+        newest version all the same, a stream that ends normally after skipped lines yields one
+        last ``BOOKMARK`` carrying the resourceVersion of the last line skipped.
+        """
         resp = self._open(
             what,
             "GET",
@@ -324,11 +333,16 @@ class KubeClient:
         interrupter.start()
         try:
             with boundary(what):
+                skipped = b""  # the last line skipped since the last event yielded
                 for line in resp:
                     if stop.is_set():
                         return
                     if not line.strip():
                         continue
+                    if skip is not None and skip(line):
+                        skipped = line
+                        continue
+                    skipped = b""
                     event = json.loads(line)
                     kind, obj = str(event.get("type", "")), event.get("object") or {}
                     if kind == "ERROR":
@@ -339,6 +353,8 @@ class KubeClient:
                         err.body = json.dumps(obj)
                         raise translate(err, what=what) from None
                     yield kind, obj
+                if skipped and not stop.is_set() and (rv := _resource_version(skipped)):
+                    yield "BOOKMARK", {"metadata": {"resourceVersion": rv}}
         except errors.PluginError:
             if stop.is_set():
                 return
@@ -475,6 +491,16 @@ def _status_message(exc: ApiException) -> str:
         return str(status.get("message") or exc.reason or "")
     except (ValueError, AttributeError):
         return str(exc.reason or "")
+
+
+def _resource_version(line: bytes) -> str:
+    """``object.metadata.resourceVersion`` of a raw watch event line; "" when it has none."""
+    try:
+        event = json.loads(line)
+        version = event["object"]["metadata"]["resourceVersion"]
+    except (ValueError, TypeError, KeyError):
+        return ""
+    return version if isinstance(version, str) else ""
 
 
 def _interrupt_on_stop(resp: Any, stop: threading.Event, done: threading.Event) -> None:

@@ -37,6 +37,7 @@ from dra_kubeletplugin.resourceslice.backoff import retrying
 from dra_kubeletplugin.resourceslice.pools import DriverResources
 from dra_kubeletplugin.resourceslice.sync import (
     PARTITIONABLE_FIELDS,
+    Comparisons,
     Plan,
     SyncResult,
     dropped_fields,
@@ -189,6 +190,7 @@ class SliceController:
         """Set once a sync made every pool published as desired (a plugin's readiness)."""
         self._wakeup = _Wakeup()
         self._sync_lock = threading.Lock()
+        self._comparisons = Comparisons()  # the sync's and the watch's: neither compares a slice twice
         self._watch = SliceWatch(
             kube,
             driver_name=driver_name,
@@ -208,7 +210,9 @@ class SliceController:
         """Publish ``resources`` from now on (the Go helper's ``Controller.Update``); safe from any thread.
 
         Every pool is pre-validated first (:class:`~dra_kubeletplugin.resourceslice.pools.PoolInvalid`
-        is raised and nothing changes); the sync itself runs in :meth:`run`.
+        is raised and nothing changes); the sync itself runs in :meth:`run`. ``resources`` are taken
+        as given and must not be changed afterwards (new content comes in a new update): comparisons
+        of stored slices with them are remembered (:class:`~dra_kubeletplugin.resourceslice.sync.Comparisons`).
         """
         for pool in resources.pools.values():
             pools.validate(pool)
@@ -241,6 +245,7 @@ class SliceController:
                 driver_name=self.driver_name,
                 node_name=self.node_name,
                 ignore=self.dropped,
+                comparisons=self._comparisons,
             )
             result = SyncResult(generation=0)
             for plan in plans.values():
@@ -430,5 +435,6 @@ class SliceController:
             driver_name=self.driver_name,
             node_name=self.node_name,
             ignore=self.dropped,
+            comparisons=self._comparisons,
         )
         return any(not plan.empty for plan in plans.values())

@@ -7,13 +7,15 @@ semantically (quantities by value, empty == absent, order kept); the generation 
 slices are added or more than one changed (or the driver asks for a higher one), and then every
 matched slice is rewritten. :class:`Plan` says what to delete (first), update in place and create
 (with the index-prefixed ``generateName``). Fields the server is known to drop are left out of
-comparisons, and :func:`dropped_fields` finds them in a stored answer. No I/O.
+comparisons, and :func:`dropped_fields` finds them in a stored answer. :class:`Comparisons` remembers
+the answers of earlier plans for the controller (a stored version against the same desired slice). No I/O.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -23,6 +25,7 @@ from dra_kubeletplugin.resourceslice.pools import DriverResources, Pool
 __all__ = [
     "API_VERSION",
     "GENERATE_NAME_MAX",
+    "Comparisons",
     "Plan",
     "SyncResult",
     "desired_spec",
@@ -93,6 +96,54 @@ class SyncResult:
         return self.deleted + self.updated + self.created
 
 
+class Comparisons:
+    """Remembered answers of :func:`specs_equal` for stored slices, so a plan does not compare again
+    what an earlier plan compared: a stored slice's uid and resourceVersion name its content, and a
+    desired slice fragment is not changed once given (new content comes as a new pool), so the same
+    stored version against the same fragment object in the same place compares the same. One answer
+    per stored slice (its newest version); safe from any thread.
+    """
+
+    MAX_SLICES = 256
+    """Stored slices remembered at most (then forgotten all at once)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._answers: dict[str, tuple[str, JSON, tuple[Any, ...], bool]] = {}
+
+    def equal(
+        self,
+        stored: Mapping[str, Any],
+        fragment: JSON,
+        where: tuple[Any, ...],
+        wanted: Callable[[], JSON],
+        ignored: frozenset[str],
+    ) -> bool:
+        """Whether ``stored``'s spec equals ``wanted()``, the spec of ``fragment`` placed by ``where``
+        (all else the wanted spec depends on), ``ignored`` fields left out."""
+        where = (*where, ignored)
+        meta = stored.get("metadata") or {}
+        uid, version = str(meta.get("uid") or ""), str(meta.get("resourceVersion") or "")
+        with self._lock:
+            seen = self._answers.get(uid)
+        if (
+            uid
+            and version
+            and seen is not None
+            and seen[0] == version
+            and seen[1] is fragment
+            and seen[2] == where
+        ):
+            return seen[3]
+        answer = specs_equal(stored.get("spec") or {}, wanted(), ignored)
+        if uid and version:
+            with self._lock:
+                if len(self._answers) >= self.MAX_SLICES:
+                    self._answers.clear()
+                self._answers[uid] = (version, fragment, where, answer)
+        return answer
+
+
 # --- planning ---------------------------------------------------------------------------
 
 
@@ -132,6 +183,7 @@ def plan_pools(
     driver_name: str,
     node_name: str,
     ignore: Iterable[str] = (),
+    comparisons: Comparisons | None = None,
 ) -> dict[str, Plan]:
     """One :class:`Plan` per pool: each desired pool against its own slices, and a delete-only plan for
     each pool the API holds slices of that is no longer desired (the Go helper deletes those too)."""
@@ -140,7 +192,12 @@ def plan_pools(
         by_pool.setdefault(str(_pool(item).get("name") or ""), []).append(item)
     plans = {
         name: plan_sync(
-            by_pool.get(name, ()), pool, driver_name=driver_name, node_name=node_name, ignore=ignore
+            by_pool.get(name, ()),
+            pool,
+            driver_name=driver_name,
+            node_name=node_name,
+            ignore=ignore,
+            comparisons=comparisons,
         )
         for name, pool in sorted(desired.pools.items())
     }
@@ -157,12 +214,14 @@ def plan_sync(
     driver_name: str,
     node_name: str,
     ignore: Iterable[str] = (),
+    comparisons: Comparisons | None = None,
 ) -> Plan:
     """Compare the slices the API holds with the desired pool (the Go helper's sync, steps 1-6).
 
     ``existing`` are this driver's slices on this node as the server returned them. ``ignore``
     names fields the server is known to drop; they are left out of comparisons. Create bodies
     carry ``generateName`` but no ownerReferences (the publisher adds the Node's).
+    ``comparisons``: answers remembered from earlier plans (see :class:`Comparisons`).
     """
     ignored = frozenset(ignore)
     items = sorted(existing, key=_name)
@@ -190,11 +249,13 @@ def plan_sync(
             desired, index, driver_name=driver_name, node_name=node_name, generation=generation
         )
 
-    changed = [
-        i
-        for i, item in sorted(matched.items())
-        if not specs_equal(item.get("spec") or {}, spec(i, current), ignored)
-    ]
+    def equal(i: int, item: JSON) -> bool:
+        if comparisons is None:
+            return specs_equal(item.get("spec") or {}, spec(i, current), ignored)
+        where = (driver_name, node_name, desired.name, count, current)
+        return comparisons.equal(item, desired.slices[i], where, lambda: spec(i, current), ignored)
+
+    changed = [i for i, item in sorted(matched.items()) if not equal(i, item)]
     missing = [i for i in range(count) if i not in matched]
     if desired.generation > current:
         generation = desired.generation

@@ -311,3 +311,47 @@ def test_every_pool_gets_its_plan_and_a_pool_no_longer_desired_is_deleted() -> N
     assert [s["metadata"]["generateName"][:5] for s in plans["extra"].create] == ["00000"]
     assert [s["metadata"]["name"] for s in plans["retired"].delete] == [gone["metadata"]["name"]]
     assert not plans["retired"].update and not plans["retired"].create
+
+
+def _version(item: dict[str, Any], version: str, devices: list[str] | None = None) -> dict[str, Any]:
+    out = copy.deepcopy(item)
+    out["metadata"]["resourceVersion"] = version
+    if devices is not None:
+        out["spec"]["devices"] = [_dev(n) for n in devices]
+    return out
+
+
+def test_remembered_comparisons_plan_as_fresh_ones_and_compare_a_stored_version_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each step plans with the remembered answers and without them: the same plan every time; a
+    stored version already compared with the same desired slice is not compared again."""
+    comparisons = sync.Comparisons()
+    stored = [_existing(0, ["dev-0"], count=2), _existing(1, ["dev-1"], count=2, suffix="fghij")]
+    newer = [stored[0], _version(stored[1], "8", ["dev-9"])]
+    pool = _desired(["dev-0"], ["dev-1"])
+    other = _desired(["dev-0"], ["dev-1", "dev-2"])  # the second slice changed: a new pool
+    steps = [
+        (stored, pool, 2),  # compared once each
+        (stored, pool, 0),  # the same versions against the same slices: remembered
+        (newer, pool, 1),  # a new version: compared
+        (newer, other, 2),  # new slices: compared
+        (newer, other, 0),
+        (stored, other, 1),  # back to version 7 of the second: compared again, not taken as 8's
+    ]
+    real = sync.specs_equal
+    calls: list[int] = []
+
+    def counting(stored_spec: Any, wanted: Any, ignore: Any = ()) -> bool:
+        calls.append(1)
+        return real(stored_spec, wanted, ignore)
+
+    for existing, desired, compared in steps:
+        fresh = _plan(existing, desired)
+        calls.clear()
+        with monkeypatch.context() as m:
+            m.setattr(sync, "specs_equal", counting)
+            assert _plan(existing, desired, comparisons=comparisons) == fresh
+        assert len(calls) == compared
+    ignoring = _plan(stored, other, comparisons=comparisons, ignore=["attributes"])
+    assert ignoring == _plan(stored, other, ignore=["attributes"])

@@ -142,6 +142,42 @@ def test_watch_from_compacted_version_is_gone(server: FakeAPIServer, k: Kube) ->
             pass
 
 
+def test_a_claim_watch_drops_skipped_lines_undecoded_and_resumes_after_them(
+    server: FakeAPIServer, k: Kube
+) -> None:
+    """``skip`` drops lines undecoded; the stream's end still brings the newest version (a
+    BOOKMARK of the last line skipped, or the server's own), so a watch resumed from it gets
+    nothing again."""
+    client.CoreV1Api(server.api_client()).create_namespace(
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}}
+    )
+    resource = client.ResourceV1Api(server.api_client())
+    _, rv = k.list_claims()
+    stored = []
+    for name in ("keep-1", "drop-1", "keep-2", "drop-2", "drop-3"):
+        body = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name},
+            "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "c"}}]}},
+        }
+        stored.append(resource.create_namespaced_resource_claim("ns", body).metadata.resource_version)
+    asked: list[bytes] = []
+
+    def skip(line: bytes) -> bool:
+        asked.append(line)
+        return b'"drop-' in line
+
+    events = list(k.watch_claims(resource_version=rv, timeout_seconds=1, stop=threading.Event(), skip=skip))
+    kept = [(kind, obj["metadata"]["name"]) for kind, obj in events if kind != "BOOKMARK"]
+    assert kept == [("ADDED", "keep-1"), ("ADDED", "keep-2")]
+    assert sum(b'"drop-' in line for line in asked) == 3  # each asked about once, undecoded
+    newest = events[-1][1]["metadata"]["resourceVersion"]
+    assert events[-1][0] == "BOOKMARK" and int(newest) >= int(stored[-1])
+    again = k.watch_claims(resource_version=newest, timeout_seconds=1, stop=threading.Event(), skip=skip)
+    assert [kind for kind, _ in again if kind != "BOOKMARK"] == []
+
+
 def test_claims_and_events(server: FakeAPIServer, k: Kube) -> None:
     core = client.CoreV1Api(server.api_client())
     core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import random
 from collections.abc import Mapping
 from fractions import Fraction
 from pathlib import Path
@@ -236,6 +238,83 @@ def test_claim_cache_of_one_pool_ignores_the_others() -> None:
     assert seen == [] and cache.results("n2") == []
 
 
+def _line(kind: str, claim: Mapping[str, object], *, compact: bool = False) -> bytes:
+    """A watch event line as an API server writes it (Go's compact JSON, or with spaces)."""
+    separators = (",", ":") if compact else (", ", ": ")
+    return json.dumps({"type": kind, "object": claim}, separators=separators).encode() + b"\n"
+
+
+@pytest.mark.parametrize(
+    ("line", "unrelated"),
+    [
+        pytest.param(_line("ADDED", _claim("new")), True, id="an-unallocated-claim"),
+        pytest.param(_line("MODIFIED", _claim("b", ("d", "n2", "npu-0"))), True, id="allocated-on-another-pool"),
+        pytest.param(_line("MODIFIED", _claim("b", ("d", "n2", "npu-0")), compact=True), True, id="compact-json"),
+        pytest.param(_line("MODIFIED", _claim("b", ("d", "n1", "npu-0"))), False, id="allocated-on-this-pool"),
+        pytest.param(_line("MODIFIED", _claim("b", ("d", "n1", "npu-0")), compact=True), False,
+                     id="allocated-on-this-pool-compact"),
+        pytest.param(_line("MODIFIED", _claim("b", ("other", "n1", "gpu-0"))), False,
+                     id="this-pool-of-another-driver-is-decoded-too"),
+        pytest.param(_line("MODIFIED", _claim("a")), False, id="a-counted-claim-de-allocated"),
+        pytest.param(_line("DELETED", _claim("a", ("d", "n1", "vnpu-1"))), False, id="a-counted-claim-deleted"),
+        pytest.param(_line("MODIFIED", _claim("b", ("d", "n1", "npu-0"))).replace(b'"n1"', b'"n\\u0031"'), False,
+                     id="this-pool-spelled-with-an-escape"),
+        pytest.param(_line("MODIFIED", _claim("b", ("d", "n2/x", "npu-0"))).replace(b"/", b"\\/"), False,
+                     id="an-escaped-solidus-is-a-doubt"),
+        pytest.param(_line("BOOKMARK", {"metadata": {"resourceVersion": "9"}}), False, id="a-bookmark"),
+        pytest.param(_line("ERROR", {"kind": "Status", "code": 410}), False, id="an-error-event"),
+        pytest.param(_line("ADDED", _claim("n1")), False, id="anything-spelling-the-pool-name"),
+    ],
+)  # fmt: skip
+def test_claim_cache_of_one_pool_knows_unrelated_lines_undecoded(line: bytes, unrelated: bool) -> None:
+    from controller.allocations import ClaimAllocations
+
+    cache = ClaimAllocations(None, driver="d", pool="n1")  # type: ignore[arg-type]
+    cache.reset([_claim("a", ("d", "n1", "vnpu-1"))])  # counted here
+    assert cache.unrelated(line) is unrelated
+    assert cache.skipped == int(unrelated)
+
+
+def test_claim_cache_takes_no_line_as_unrelated_with_a_claim_it_cannot_spell() -> None:
+    from controller.allocations import ClaimAllocations
+
+    cache = ClaimAllocations(None, driver="d", pool="n1")  # type: ignore[arg-type]
+    no_uid = {
+        "metadata": {"namespace": "ns"},
+        **{k: v for k, v in _claim("a", ("d", "n1", "x")).items() if k != "metadata"},
+    }
+    cache.apply("ADDED", no_uid)  # counted under "ns/", which no line spells
+    assert [r.device for r in cache.results("n1")] == ["x"]
+    assert not cache.unrelated(_line("ADDED", _claim("new")))
+    assert ClaimAllocations(None, driver="d").unrelated(_line("ADDED", _claim("new"))) is False  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_dropping_unrelated_lines_changes_nothing_the_cache_tells(seed: int) -> None:
+    """Random claim events on two pools: a cache that drops what ``unrelated`` says holds and tells
+    (``on_change``) exactly what a cache that decodes every event does, after each event."""
+    from controller.allocations import ClaimAllocations
+
+    rng = random.Random(seed)
+    told: dict[str, list[frozenset[str]]] = {"all": [], "dropping": []}
+    every = ClaimAllocations(None, driver="d", pool="n1", on_change=told["all"].append)  # type: ignore[arg-type]
+    dropping = ClaimAllocations(None, driver="d", pool="n1", on_change=told["dropping"].append)  # type: ignore[arg-type]
+    uids = [f"c{i}" for i in range(6)]
+    for _ in range(300):
+        uid = rng.choice(uids)
+        results = [(rng.choice(["d", "other"]), rng.choice(["n1", "n2"]), f"dev-{rng.randrange(3)}")
+                   for _ in range(rng.choice([0, 0, 1, 2]))]  # fmt: skip
+        kind = rng.choice(["ADDED", "MODIFIED", "MODIFIED", "DELETED"])
+        line = _line(kind, _claim(uid, *results), compact=rng.random() < 0.5)
+        event = json.loads(line)
+        every.apply(event["type"], event["object"])
+        if not dropping.unrelated(line):
+            dropping.apply(event["type"], event["object"])
+        assert dropping.results("n1") == every.results("n1")
+        assert told["dropping"] == told["all"]
+    assert dropping.skipped > 50 and dropping.events + dropping.skipped == every.events
+
+
 # --- first-fit equivalence: which devices no claim can get now ------------------------------------
 
 T8 = "vir05-1c-8g"  # 5 AI Cores, 4 instances a die of 20
@@ -317,3 +396,83 @@ def test_first_fit_view_against_the_static_order(
     unfit = placement.unfit_devices(facts, results)
     assert wanted.device_names != static.device_names  # the policy would reorder ...
     assert (placement.first_fit_view(wanted, unfit) == placement.first_fit_view(static, unfit)) is equivalent
+
+
+# --- the fast order and fit against their definitions, on random usage ---------------------------
+
+
+def _random_results(rng: random.Random, p: pools.Pool) -> list[Allocated]:
+    names = [*p.device_names, "not-in-the-pool"]
+    out = []
+    for _ in range(rng.randrange(12)):
+        name = rng.choice(names)
+        consumed = {
+            "compute": str(rng.choice([10, 25, 50])),
+            "memory": rng.choice(["256Mi", "8Gi"]),
+            "shares": "1",
+        }
+        out.append(Allocated("n", name, consumed if name.startswith("vnpu-") else {}))
+    return out
+
+
+def _by_definition(p: pools.Pool, usage: Mapping[int, DieUse], policy: Placement) -> list[list[str]]:
+    """Each slice stably sorted by (kind, die key, template); devices the pool does not know last."""
+    infos, totals = placement.device_infos(p), placement.die_totals(p)
+    rank = {placement.Kind.WHOLE: 0, placement.Kind.SHARE: 1, placement.Kind.TEMPLATE: 2}
+
+    def key(dev: Mapping[str, object]) -> tuple[object, ...]:
+        info = infos.get(str(dev["name"]))
+        if info is None:
+            return (3,)
+        use, tot = usage.get(info.phy, DieUse()), totals.get(info.phy, placement.DieTotals())
+        return (rank[info.kind], placement.die_key(info, tot, use, policy), info.template)
+
+    return [[d["name"] for d in sorted(spec.get("devices") or [], key=key)] for spec in p.slices]
+
+
+def _unfit_by_definition(facts: placement.PoolFacts, results: list[Allocated]) -> set[str]:
+    """Allocated exclusive devices; share devices with shares short of a share's least; any other
+    device whose counters do not fit in what is left once each allocated device consumed once."""
+    allocated = {r.device for r in results}
+    available = dict(facts.counters)
+    for name in allocated:
+        for key, amount in (facts.consumes.get(name) or {}).items():
+            if key in available:
+                available[key] -= amount
+    out = set()
+    for name, use in facts.consumes.items():
+        if name in allocated:
+            if name not in facts.least:
+                out.add(name)
+            else:
+                used = {c: sum(placement._int(r.consumed.get(c, 0)) for r in results if r.device == name)
+                        for c in facts.capacity[name]}  # fmt: skip
+                if any(v - used[c] < facts.least[name][c] for c, v in facts.capacity[name].items()):
+                    out.add(name)
+        elif any(key in available and amount > available[key] for key, amount in use.items()):
+            out.add(name)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_order_and_fit_match_their_definitions(seed: int) -> None:
+    rng = random.Random(seed)
+    built = pool(rng.choice([DieMode.ALL, DieMode.BOTH]))
+    slices_ = [dict(spec) for spec in built.slices]
+    slices_[0]["devices"] = [*slices_[0]["devices"][:3], {"name": "unknown"}, *slices_[0]["devices"][3:]]
+    p = pools.Pool(name=built.name, slices=slices_)
+    facts = placement.PoolFacts.of(p)
+    for _ in range(10):
+        results = _random_results(rng, p)
+        usage = placement.die_usage(results, facts.infos)
+        for policy in Placement:
+            want = _by_definition(p, usage, policy)
+            assert [
+                [d["name"] for d in spec.get("devices") or []]
+                for spec in placement.order_pool(p, usage, policy, facts).slices
+            ] == want
+            assert [
+                [d["name"] for d in spec.get("devices") or []]
+                for spec in placement.order_pool(p, usage, policy).slices
+            ] == want
+        assert placement.unfit_devices(facts, results) == _unfit_by_definition(facts, results)
