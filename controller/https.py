@@ -250,10 +250,9 @@ def serve(
 
 def run_until_signal(body: Callable[[threading.Event], None], stop: threading.Event | None = None) -> int:
     """The process body of a server subcommand: ``body(stop)`` until SIGTERM/SIGINT."""
-    import signal
+    from dra_driver.liveness import handle_signals
 
     stop = stop or threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    handle_signals(lambda _signum: stop.set())
     body(stop)
     return 0

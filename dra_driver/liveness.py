@@ -11,7 +11,8 @@ are counted, the loop keeps passing).
 :meth:`Liveness.verdict` is the probe: healthy while every registered loop passed within its
 ``deadline`` seconds. The node serves it as ``GET /healthz`` on the metrics port
 (``dra_driver/telemetry/endpoint.py``) and ``flexnpu-dra probe`` asks it (``kubeletplugin/cli.py``).
-:class:`Loops` starts a process's loops in threads and stops them with one event.
+:class:`Loops` starts a process's loops in threads and stops them with one event;
+:func:`handle_signals` is how a process's SIGTERM/SIGINT reach that event.
 This module does no I/O of its own.
 """
 
@@ -19,10 +20,12 @@ from __future__ import annotations
 
 import logging
 import random
+import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from types import FrameType
 
 log = logging.getLogger("flexnpu.liveness")
 
@@ -191,3 +194,22 @@ class Loops:
         """Wait for each thread (after :attr:`stop` was set), at most ``timeout`` seconds each."""
         for t in self._threads:
             t.join(timeout=timeout)
+
+
+def handle_signals(
+    act: Callable[[int], None], signals: Iterable[signal.Signals] = (signal.SIGTERM, signal.SIGINT)
+) -> None:
+    """On each of ``signals``, run ``act(signum)`` on a thread of its own, never in the handler.
+
+    Python runs a signal handler in the main thread between two bytecodes, also while that thread
+    holds a lock: an ``Event``'s lock inside its ``set()`` or on the way in and out of ``wait()``. A
+    handler that sets the same event (or stops anything that does) would then wait for a lock its
+    own thread holds, for ever: a process that hangs on SIGTERM until it is killed. The thread
+    waits for the lock like any other, and the handler returns at once.
+    """
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        threading.Thread(target=act, args=(signum,), name=f"signal-{signum}", daemon=True).start()
+
+    for sig in signals:
+        signal.signal(sig, handler)

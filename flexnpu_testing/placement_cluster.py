@@ -45,6 +45,7 @@ from controller.kube import Kube
 from dra_driver import discovery, placement, slices
 from dra_driver.config import ExtenderConfig
 from dra_driver.devices import DieMode, Inventory
+from dra_driver.liveness import handle_signals
 from dra_driver.placement import Placement
 from dra_kubeletplugin.resourceslice.controller import SliceController
 from dra_kubeletplugin.resourceslice.pools import DriverResources
@@ -539,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    handle_signals(lambda _signum: stop.set(), (signal.SIGTERM,))
     kubes: list[Kube] = []
 
     def kube() -> Kube:

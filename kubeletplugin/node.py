@@ -14,8 +14,6 @@ restart or rolling update is seamless.
 from __future__ import annotations
 
 import logging
-import signal
-from types import FrameType
 
 import dra_kubeletplugin
 from controller.kube import Kube
@@ -181,12 +179,11 @@ def run(cfg: Config) -> int:
         log.error("cannot start: %s", err)
         return 2
 
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
+    def on_signal(signum: int) -> None:
         log.info("signal %d: shutting down", signum)
         node.stop()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    liveness.handle_signals(on_signal)
     try:
         node.start()
     except FlexNPUError as err:

@@ -142,8 +142,10 @@ class DeviceOrdering:
             self._threads.append(t)
 
     def join(self, timeout: float = 5.0) -> None:
+        """Wait for the ordering's threads, ``timeout`` seconds for all of them together."""
+        deadline = time.monotonic() + timeout
         for t in self._threads:
-            t.join(timeout)
+            t.join(max(0.0, deadline - time.monotonic()))
 
     def _once(self, stop: threading.Event) -> float | None:
         """Wait for a change, republish once for everything seen, then hold off ``min_interval``."""

@@ -20,12 +20,12 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 
 from dra_driver import config, discovery, logs
 from dra_driver.daemon_api.client import DEFAULT_SOCKET
 from dra_driver.devices import Health
 from dra_driver.errors import ErrorCode, FlexNPUError, InvalidInput
+from dra_driver.liveness import handle_signals
 from flexnpu_runtime.daemon import bounds, cgroup_layout, cgroups, instance, ownership, service, shmroot
 from flexnpu_runtime.daemon.launcher import Launcher, SpawnLauncher, ZygoteLauncher
 from flexnpu_runtime.daemon.manager import Manager, Settings
@@ -293,12 +293,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs.setup(cfg.log_level, json_format=cfg.log_json)
     stop = threading.Event()
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
+    def on_signal(signum: int) -> None:
         log.info("received %s: stopping (aclservers keep running)", signal.Signals(signum).name)
         stop.set()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    handle_signals(on_signal)
     with instance.held(cfg.settings.lock_file, stop, instance=cfg.instance) as owner:
         if not owner:
             log.info("stopped before this instance got %s", cfg.settings.lock_file)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
-import signal
 import socket
 import threading
 import time
@@ -17,6 +16,7 @@ from typing import Any
 import kubernetes.client
 import yaml
 
+from dra_driver.liveness import handle_signals
 from flexnpu_testing.fake_apiserver import faults
 from flexnpu_testing.fake_apiserver.http import HTTPServer
 from flexnpu_testing.fake_apiserver.object_store import Store
@@ -237,8 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    signal.signal(signal.SIGINT, lambda *_: done.set())
+    handle_signals(lambda _signum: done.set())
     srv = FakeAPIServer(
         args.host,
         args.port,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -153,3 +155,39 @@ def test_loops_run_each_loop_until_one_stop_and_join_them() -> None:
     loops.join(timeout=5)
     assert live.snapshot()["a"].done  # ended on purpose: not stale
     assert not any(t.is_alive() for t in threading.enumerate() if t.name in ("a", "b"))
+
+
+_SIGNAL_WHILE_LOCKED = """
+import os, signal, threading
+from dra_driver.liveness import handle_signals
+stop = threading.Event()
+{install}
+with stop._cond:  # what the main thread holds inside Event.set() and on the way in and out of wait()
+    os.kill(os.getpid(), signal.SIGTERM)
+    for _ in range(10_000):
+        pass  # bytecodes: Python runs the handler here, the lock still held
+print(stop.wait(10), flush=True)
+"""
+
+
+@pytest.mark.parametrize(
+    ("install", "finishes"),
+    [
+        pytest.param("handle_signals(lambda _s: stop.set(), (signal.SIGTERM,))", True, id="handle_signals"),
+        pytest.param(
+            "signal.signal(signal.SIGTERM, lambda *_: stop.set())", False, id="a-plain-handler-hangs"
+        ),
+    ],
+)
+def test_a_signal_while_the_main_thread_holds_the_events_lock(install: str, finishes: bool) -> None:
+    """A SIGTERM arriving while the main thread is inside the stop event's own lock still stops the
+    process (run on a thread); a handler that sets the event itself waits for that lock for ever."""
+    code = _SIGNAL_WHILE_LOCKED.format(install=install)
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=10, check=True
+        )
+    except subprocess.TimeoutExpired:
+        assert not finishes, "the process hung on its own signal handler"
+        return
+    assert finishes and out.stdout.strip() == "True", out
