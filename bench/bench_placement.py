@@ -31,7 +31,8 @@ Scenarios (``--only`` picks some):
   whole-die pods on the mode-``all`` pool too (goal >= 0.8 for every kind). The fake API server
   and the 40 nodes run as their own processes, as in a cluster (``--one-process``: all in this
   one, where the nodes' work takes the scheduler's interpreter time); the republishes (and the
-  orders kept as first-fit equivalent) are counted per round.
+  orders kept as first-fit equivalent) are counted per round, and the CPU each process used a pod
+  placed (this one: the scheduler; medians of the rounds).
 
 Figures are printed (``--json`` for machine reading) and never asserted. The pictures
 (``--pictures FILE``) are what docs/placement.md shows.
@@ -213,18 +214,35 @@ def _rate(
 ) -> Result:
     with _cluster(tmp, nodes=nodes, **kw) as c:
         arrivals = [(0.0, make(c, i)) for i in range(pods)]
+        children = {"apiserver": c.server_proc, "nodes": c.nodes_proc}
+
+        def cpu_now() -> dict[str, float]:
+            used = {name: _cpu_seconds(p.pid) for name, p in children.items() if p is not None}
+            return {**used, "scheduler": time.process_time()}
+
+        before = cpu_now()
         started = time.monotonic()
         c.scheduler.run(arrivals, deadline=900)
         seconds = time.monotonic() - started
+        after = cpu_now()
+        cpu = {name: after[name] - before[name] for name in before}
         calls = [s for e in c.scheduler.extenders for s in e.seconds]
         stats = c.node_stats().values()
+        bound = len(c.scheduler.bound)
         return {
-            "bound": len(c.scheduler.bound),
-            "pods_per_s": len(c.scheduler.bound) / seconds,
+            "bound": bound,
+            "pods_per_s": bound / seconds,
             "calls": calls,
             "republishes": sum(n["republishes"] for n in stats),
             "equivalent": sum(n["equivalent"] for n in stats),
+            "cpu_ms_per_pod": {name: 1000 * used / max(1, bound) for name, used in cpu.items()},
         }
+
+
+def _cpu_seconds(pid: int) -> float:
+    """CPU (user + system) a process has used so far, from ``/proc/<pid>/stat``."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -285,6 +303,7 @@ def templates(
     (as in a cluster; this process runs the scheduler only), for the baseline and every kind."""
     rates: dict[str, list[float]] = {k: [] for k in ("plain", *kinds)}
     writes: dict[str, list[tuple[int, int]]] = {k: [] for k in rates}
+    cpu: dict[str, list[dict[str, float]]] = {k: [] for k in rates}
     for _ in range(rounds):
         for key, got in rates.items():
             mode = DieMode.WHOLE if key == "plain" else DieMode.ALL
@@ -300,6 +319,7 @@ def templates(
             )
             got.append(r["pods_per_s"])
             writes[key].append((r["republishes"], r["equivalent"]))
+            cpu[key].append(r["cpu_ms_per_pod"])
     p = statistics.median(rates["plain"])
     out: Result = {
         "pods": pods,
@@ -308,6 +328,10 @@ def templates(
         "plain_pods_per_s": round(p, 2),
         "rounds": rates,
         "republishes_and_equivalent_per_round": writes,
+        "cpu_ms_per_pod": {  # medians over the rounds; this process is the scheduler
+            k: {name: round(statistics.median(r[name] for r in runs), 2) for name in runs[0]}
+            for k, runs in cpu.items()
+        },
     }
     for kind in kinds:
         out[f"{kind}_pods_per_s"] = round(statistics.median(rates[kind]), 2)
