@@ -77,7 +77,7 @@ class NodeScores:
         self._dirty: set[str] = set()
         self._fill: dict[str, tuple[str, placement.NodeFill]] = {}  # pool -> (node, fill)
         self._scores: dict[Placement, dict[str, int]] = {p: {} for p in Placement}  # policy -> node -> score
-        self._unknown = {p: placement.node_score(placement.NodeFill(), p) for p in Placement}
+        self._unknown = placement.node_scores(placement.NodeFill())
         self._metrics: dict[tuple[str, str], tuple[Any, Any]] = {}
         self._shape: dict[
             str, tuple[list[Any], dict[str, placement.DeviceInfo], dict[int, placement.DieTotals]]

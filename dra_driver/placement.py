@@ -616,15 +616,11 @@ def node_score(fill: NodeFill, policy: Placement) -> int:
     An empty node scores 0 for binpack and any used node at least 1 (so the first share on a
     node pulls the next ones there, however small); spread mirrors it.
     """
-    step = _step(fill.fill)
-    return step if policy is Placement.BINPACK else MAX_EXTENDER_PRIORITY - step
+    return node_scores(fill)[policy]
 
 
 def node_scores(fill: NodeFill) -> dict[Placement, int]:
-    """:func:`node_score` for every policy (the fill computed once)."""
-    step = _step(fill.fill)
+    """:func:`node_score` for every policy (the fill's step worked out once)."""
+    f = fill.fill
+    step = 0 if f <= 0 else min(MAX_EXTENDER_PRIORITY, 1 + int(f * (MAX_EXTENDER_PRIORITY - 1)))
     return {p: step if p is Placement.BINPACK else MAX_EXTENDER_PRIORITY - step for p in Placement}
-
-
-def _step(f: Fraction) -> int:
-    return 0 if f <= 0 else min(MAX_EXTENDER_PRIORITY, 1 + int(f * (MAX_EXTENDER_PRIORITY - 1)))
